@@ -1,0 +1,1 @@
+"""Benchmarks: run as python -m bench.<name>; not collected by pytest."""

@@ -1,0 +1,1 @@
+"""Shared fixtures. Backend-parametrised fixtures live in tests/storage/conftest.py."""

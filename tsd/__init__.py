@@ -1,0 +1,3 @@
+"""tsd: an OpenTSDB-compatible time series daemon."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from tsd.cli import main
+
+raise SystemExit(main())

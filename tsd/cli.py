@@ -1,0 +1,50 @@
+"""The ``tsdb`` command: argument parsing and exit codes only.
+
+Each sub-command lives in a module (``tsd/tools/*.py`` or ``tsd/daemon.py``)
+exposing ``configure(parser)`` and ``run(args) -> int``; ``COMMANDS`` maps
+sub-command names to those modules, imported only when used. This is the only
+place that turns errors into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tsd import __version__
+from tsd.errors import ConfigError, TsdError
+
+#: sub-command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tsdb", description="tsd, an OpenTSDB-compatible TSD")
+    parser.add_argument("--version", action="version", version=f"tsd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.configure(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args))
+    except ConfigError as exc:
+        print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except TsdError as exc:
+        print(f"tsdb {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Pure byte encodings of OpenTSDB's storage format."""

@@ -1,0 +1,313 @@
+"""Configuration: OpenTSDB's ``opentsdb.conf`` keys, parsed into frozen sections.
+
+Defaults are OpenTSDB 2.4.1's (``utils/Config.setDefaults``) wherever OpenTSDB
+has the concept; keys OpenTSDB lacks are new (``tsd.storage.backend``,
+``tsd.storage.data_dir``, ...). ``config/opentsdb.conf`` lists every key tsd
+reads. The file format is Java properties reduced to what opentsdb.conf uses:
+``key = value`` (or ``key: value``) lines, ``#``/``!`` comments.
+
+Every key is declared once, in ``KEYS``: its section, attribute and parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tsd.errors import ConfigError
+
+#: OpenTSDB's search order when no --config is given (TSDMain / Config.loadConfig).
+DEFAULT_CONFIG_PATHS = (
+    "./opentsdb.conf",
+    "/etc/opentsdb.conf",
+    "/etc/opentsdb/opentsdb.conf",
+    "/opt/opentsdb/opentsdb.conf",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    port: int = 4242  # tsd departs: OpenTSDB requires --port; 4242 is its convention
+    bind: str = "0.0.0.0"
+    socket_timeout_s: int = 0
+    connections_limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    max_body_bytes: int = 64 * 1024 * 1024
+    cors_domains: str = ""
+    cors_headers: str = (
+        "Authorization, Content-Type, Accept, Origin, User-Agent, DNT, Cache-Control, "
+        "X-Mx-ReqToken, Keep-Alive, X-Requested-With, If-Modified-Since"
+    )
+    show_stack_trace: bool = True
+    allow_delete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TelnetConfig:
+    max_line_bytes: int = 1024 * 1024  # OpenTSDB: 1024, and drops the connection
+    return_errors: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    mode: str = "rw"
+    no_diediedie: bool = False
+    diediedie_loopback_only: bool = True
+    enable_api: bool = True
+    enable_ui: bool = True
+    auto_create_metrics: bool = False
+    auto_create_tagks: bool = True
+    auto_create_tagvs: bool = True
+    tag_allow_specialchars: str = ""
+    timezone: str = ""
+    stats_with_port: bool = False
+    stats_canonical: bool = False
+    meta_enable_tsuid_tracking: bool = False
+    meta_enable_realtime_ts: bool = False
+    meta_enable_realtime_uid: bool = False
+    meta_enable_tsuid_incrementing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UidConfig:
+    cache_max_entries: int = 5_000_000  # per kind and direction (tsd.uid.lru.*.size)
+    random_metrics: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    backend: str = "embedded"
+    data_dir: str = "./data"
+    data_table: str = "tsdb"
+    uid_table: str = "tsdb-uid"
+    tree_table: str = "tsdb-tree"
+    meta_table: str = "tsdb-meta"
+    metric_width: int = 3
+    tagk_width: int = 3
+    tagv_width: int = 3
+    salt_width: int = 0
+    salt_buckets: int = 20
+    max_tags: int = 8
+    enable_compaction: bool = True
+    compaction_flush_interval_s: int = 10
+    enable_appends: bool = False
+    repair_appends: bool = False
+    fix_duplicates: bool = False
+    flush_interval_ms: int = 1000  # tsd departs: 2.4.1 defines the key but never reads it
+    thrift_host: str = "localhost"
+    thrift_port: int = 9090
+    thrift_transport: str = "buffered"
+    thrift_protocol: str = "binary"
+    thrift_pool_size: int = 8
+    thrift_timeout_ms: int = 30_000
+    create_tables: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QueryConfig:
+    timeout_ms: int = 0
+    skip_unresolved_tagvs: bool = False
+    filter_expansion_limit: int = 4096
+    limits_data_points_default: int = 0
+    limits_bytes_default: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    format: str = "auto"  # json | console | auto (console on a TTY)
+    level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    telnet: TelnetConfig = field(default_factory=TelnetConfig)
+    core: CoreConfig = field(default_factory=CoreConfig)
+    uid: UidConfig = field(default_factory=UidConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    query: QueryConfig = field(default_factory=QueryConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    #: every key/value read (file and overrides), for /api/config
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+
+def _bool(text: str) -> bool:
+    # OpenTSDB's Config.getBoolean: "1", "true", "yes" (case-insensitive) are true.
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _int(text: str) -> int:
+    return int(text.strip())
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, not {text!r}")
+        return value
+
+    return parse
+
+
+def _range(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text.strip())
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, not {value}")
+        return value
+
+    return parse
+
+
+#: key -> (section, attribute, parser)
+KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
+    "tsd.network.port": ("network", "port", _range(0, 65535)),
+    "tsd.network.bind": ("network", "bind", _str),
+    "tsd.core.socket.timeout": ("network", "socket_timeout_s", _int),
+    "tsd.core.connections.limit": ("network", "connections_limit", _int),
+    "tsd.http.request.max_body": ("http", "max_body_bytes", _int),
+    "tsd.http.request.cors_domains": ("http", "cors_domains", _str),
+    "tsd.http.request.cors_headers": ("http", "cors_headers", _str),
+    "tsd.http.show_stack_trace": ("http", "show_stack_trace", _bool),
+    "tsd.http.query.allow_delete": ("http", "allow_delete", _bool),
+    "tsd.rpc.telnet.max_line": ("telnet", "max_line_bytes", _range(16, 1 << 30)),
+    "tsd.rpc.telnet.return_errors": ("telnet", "return_errors", _bool),
+    "tsd.mode": ("core", "mode", _choice("rw", "ro", "wo")),
+    "tsd.no_diediedie": ("core", "no_diediedie", _bool),
+    "tsd.diediedie.loopback_only": ("core", "diediedie_loopback_only", _bool),
+    "tsd.core.enable_api": ("core", "enable_api", _bool),
+    "tsd.core.enable_ui": ("core", "enable_ui", _bool),
+    "tsd.core.auto_create_metrics": ("core", "auto_create_metrics", _bool),
+    "tsd.core.auto_create_tagks": ("core", "auto_create_tagks", _bool),
+    "tsd.core.auto_create_tagvs": ("core", "auto_create_tagvs", _bool),
+    "tsd.core.tag.allow_specialchars": ("core", "tag_allow_specialchars", _str),
+    "tsd.core.timezone": ("core", "timezone", _str),
+    "tsd.core.stats_with_port": ("core", "stats_with_port", _bool),
+    "tsd.stats.canonical": ("core", "stats_canonical", _bool),
+    "tsd.core.meta.enable_tsuid_tracking": ("core", "meta_enable_tsuid_tracking", _bool),
+    "tsd.core.meta.enable_realtime_ts": ("core", "meta_enable_realtime_ts", _bool),
+    "tsd.core.meta.enable_realtime_uid": ("core", "meta_enable_realtime_uid", _bool),
+    "tsd.core.meta.enable_tsuid_incrementing": ("core", "meta_enable_tsuid_incrementing", _bool),
+    "tsd.uid.lru.name.size": ("uid", "cache_max_entries", _int),
+    "tsd.core.uid.random_metrics": ("uid", "random_metrics", _bool),
+    "tsd.storage.backend": ("storage", "backend", _choice("embedded", "hbase")),
+    "tsd.storage.data_dir": ("storage", "data_dir", _str),
+    "tsd.storage.hbase.data_table": ("storage", "data_table", _str),
+    "tsd.storage.hbase.uid_table": ("storage", "uid_table", _str),
+    "tsd.storage.hbase.tree_table": ("storage", "tree_table", _str),
+    "tsd.storage.hbase.meta_table": ("storage", "meta_table", _str),
+    "tsd.storage.uid.width.metric": ("storage", "metric_width", _range(1, 8)),
+    "tsd.storage.uid.width.tagk": ("storage", "tagk_width", _range(1, 8)),
+    "tsd.storage.uid.width.tagv": ("storage", "tagv_width", _range(1, 8)),
+    "tsd.storage.salt.width": ("storage", "salt_width", _range(0, 8)),
+    "tsd.storage.salt.buckets": ("storage", "salt_buckets", _range(1, 1 << 30)),
+    "tsd.storage.max_tags": ("storage", "max_tags", _range(1, 255)),
+    "tsd.storage.enable_compaction": ("storage", "enable_compaction", _bool),
+    "tsd.storage.compaction.flush_interval": ("storage", "compaction_flush_interval_s", _int),
+    "tsd.storage.enable_appends": ("storage", "enable_appends", _bool),
+    "tsd.storage.repair_appends": ("storage", "repair_appends", _bool),
+    "tsd.storage.fix_duplicates": ("storage", "fix_duplicates", _bool),
+    "tsd.storage.flush_interval": ("storage", "flush_interval_ms", _range(1, 3_600_000)),
+    "tsd.storage.hbase.thrift.host": ("storage", "thrift_host", _str),
+    "tsd.storage.hbase.thrift.port": ("storage", "thrift_port", _range(1, 65535)),
+    "tsd.storage.hbase.thrift.transport": (
+        "storage",
+        "thrift_transport",
+        _choice("buffered", "framed"),
+    ),
+    "tsd.storage.hbase.thrift.protocol": (
+        "storage",
+        "thrift_protocol",
+        _choice("binary", "compact"),
+    ),
+    "tsd.storage.hbase.thrift.pool_size": ("storage", "thrift_pool_size", _range(1, 1024)),
+    "tsd.storage.hbase.thrift.timeout": ("storage", "thrift_timeout_ms", _int),
+    "tsd.storage.create_tables": ("storage", "create_tables", _bool),
+    "tsd.query.timeout": ("query", "timeout_ms", _int),
+    "tsd.query.skip_unresolved_tagvs": ("query", "skip_unresolved_tagvs", _bool),
+    "tsd.query.filter.expansion_limit": ("query", "filter_expansion_limit", _int),
+    "tsd.query.limits.data_points.default": ("query", "limits_data_points_default", _int),
+    "tsd.query.limits.bytes.default": ("query", "limits_bytes_default", _int),
+    "tsd.logging.format": ("log", "format", _choice("json", "console", "auto")),
+    "tsd.logging.level": ("log", "level", _choice("debug", "info", "warning", "error")),
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse ``key = value`` lines (Java properties as opentsdb.conf uses them)."""
+    values: dict[str, str] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            key, value = line, ""
+        else:
+            key, value = line[:cut].strip(), line[cut + 1 :].strip()
+        values[key] = value
+    return values
+
+
+def find_config_file(explicit: str | None) -> Path | None:
+    """The file to read: ``explicit`` if given (must exist), else OpenTSDB's search order."""
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError("--config", f"no such file: {explicit}")
+        return path
+    for candidate in DEFAULT_CONFIG_PATHS:
+        path = Path(candidate)
+        if path.is_file():
+            return path
+    return None
+
+
+def build_config(values: Mapping[str, str], warn: Callable[[str], None] | None = None) -> Config:
+    """Turn key/value strings into a validated :class:`Config`."""
+    sections: dict[str, dict[str, Any]] = {}
+    for key, text in values.items():
+        spec = KEYS.get(key)
+        if spec is None:
+            if warn is not None:
+                warn(key)
+            continue
+        section, attr, parse = spec
+        try:
+            sections.setdefault(section, {})[attr] = parse(text)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+    base = Config()
+    replaced = {
+        name: dataclasses.replace(getattr(base, name), **attrs) for name, attrs in sections.items()
+    }
+    return dataclasses.replace(base, raw=dict(values), **replaced)
+
+
+def load_config(
+    path: str | None = None,
+    overrides: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+    warn: Callable[[str], None] | None = None,
+) -> Config:
+    """Read the config file (explicit or found) and apply ``overrides`` on top."""
+    found = find_config_file(path)
+    values = parse_properties(found.read_text(encoding="utf-8")) if found else {}
+    values.update(dict(overrides))
+    return build_config(values, warn)

@@ -1,0 +1,100 @@
+"""The whole exception tree of tsd. Pure: imports nothing from tsd.
+
+Each error carries what its adapter needs to answer a client: the HTTP status
+and, where OpenTSDB's exact wording matters, the message. Adapters never parse
+message strings.
+"""
+
+from __future__ import annotations
+
+
+class TsdError(Exception):
+    """Base of every error tsd raises on purpose."""
+
+    status: int = 500
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequestError(TsdError):
+    """OpenTSDB's BadRequestException: a status, one-sentence message and details."""
+
+    def __init__(self, message: str, details: str = "", status: int = 400) -> None:
+        super().__init__(message)
+        self.details = details
+        self.status = status
+
+
+class NoSuchUniqueName(TsdError):
+    """A name has no UID (OpenTSDB's NoSuchUniqueName)."""
+
+    status = 400
+
+    def __init__(self, kind: str, name: str) -> None:
+        # OpenTSDB: "No such name for '" + kind + "': '" + name + "'"
+        super().__init__(f"No such name for '{kind}': '{name}'")
+        self.kind = kind
+        self.name = name
+
+
+class NoSuchUniqueId(TsdError):
+    """A UID has no name (OpenTSDB's NoSuchUniqueId)."""
+
+    status = 400
+
+    def __init__(self, kind: str, uid: bytes) -> None:
+        super().__init__(f"No such unique ID for '{kind}': {list(uid)}")
+        self.kind = kind
+        self.uid = uid
+
+
+class UidAssignmentError(TsdError):
+    """A UID could not be assigned (exhausted space, lost races too often)."""
+
+    status = 500
+
+
+class CodecError(TsdError, ValueError):
+    """Malformed stored bytes, or a value that cannot be encoded."""
+
+    status = 500
+
+
+class IllegalDataError(CodecError):
+    """OpenTSDB's IllegalDataException (e.g. a duplicate timestamp with another value)."""
+
+
+class StorageError(TsdError):
+    """A storage backend failed."""
+
+    status = 500
+
+
+class StorageUnavailable(StorageError):
+    """The backend cannot be reached or has been closed."""
+
+    status = 503
+
+
+class StorageTimeout(StorageError):
+    """A storage call did not finish in time."""
+
+    status = 503
+
+
+class TableNotFound(StorageError):
+    """The named table does not exist."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(f"Table not found: {table!r}")
+        self.table = table
+
+
+class ConfigError(TsdError):
+    """A configuration key has a bad value."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
