@@ -45,7 +45,9 @@ class NoSuchUniqueId(TsdError):
     status = 400
 
     def __init__(self, kind: str, uid: bytes) -> None:
-        super().__init__(f"No such unique ID for '{kind}': {list(uid)}")
+        # OpenTSDB prints the id with Arrays.toString(byte[]): signed bytes, [0, 0, -28].
+        shown = ", ".join(str(b - 256 if b > 127 else b) for b in uid)
+        super().__init__(f"No such unique ID for '{kind}': [{shown}]")
         self.kind = kind
         self.uid = uid
 
@@ -54,6 +56,17 @@ class UidAssignmentError(TsdError):
     """A UID could not be assigned (exhausted space, lost races too often)."""
 
     status = 500
+
+
+class UidAlreadyExists(BadRequestError):
+    """An explicit assignment of a name that has a UID already (``/api/uid/assign``)."""
+
+    def __init__(self, kind: str, name: str, uid: bytes) -> None:
+        # OpenTSDB (TSDB.assignUid): "Name already exists with UID: " + upper-case hex.
+        super().__init__(f"Name already exists with UID: {uid.hex().upper()}")
+        self.kind = kind
+        self.name = name
+        self.uid = uid
 
 
 class CodecError(TsdError, ValueError):
