@@ -79,6 +79,25 @@ class IllegalDataError(CodecError):
     """OpenTSDB's IllegalDataException (e.g. a duplicate timestamp with another value)."""
 
 
+class NumberFormatError(CodecError):
+    """OpenTSDB's NumberFormatException: value text that is not a number.
+
+    Telnet answers ``put: invalid value: <message>``; /api/put details say
+    "Unable to parse value to a number".
+    """
+
+    status = 400
+
+
+class IllegalValueError(CodecError):
+    """A parsed value OpenTSDB refuses (IllegalArgumentException "value is NaN or Infinite").
+
+    Telnet answers ``put: illegal argument: <message>``; /api/put details carry the message.
+    """
+
+    status = 400
+
+
 class StorageError(TsdError):
     """A storage backend failed."""
 
