@@ -1,0 +1,107 @@
+"""UidCache: the bounded bidirectional name <-> UID map (pure, no storage)."""
+
+import pytest
+
+from tsd.uid.cache import UidCache
+
+
+def uid(n: int) -> bytes:
+    return n.to_bytes(3, "big")
+
+
+def test_put_maps_both_directions_sharing_the_objects() -> None:
+    cache = UidCache(10)
+    name = "".join(["sys.cpu", ".user"])  # a fresh str object, not a literal
+    raw = uid(7)
+    cache.put(name, raw)
+    assert cache.get_id("sys.cpu.user") is raw
+    assert cache.get_name(uid(7)) is name
+    assert (cache.id_entries, cache.name_entries, len(cache)) == (1, 1, 2)
+
+
+def test_missing_entries_are_none() -> None:
+    cache = UidCache(10)
+    cache.put("a", uid(1))
+    assert cache.get_id("b") is None
+    assert cache.get_name(uid(2)) is None
+
+
+@pytest.mark.parametrize("max_entries", [1, 2, 3, 10, 101])
+def test_no_direction_ever_exceeds_max_entries(max_entries: int) -> None:
+    cache = UidCache(max_entries)
+    for i in range(1, 20 * max_entries + 5):
+        cache.put(f"name{i}", uid(i))
+        # read some older entries back too: promotions must respect the bound as well
+        cache.get_id(f"name{i // 2}")
+        cache.get_name(uid(i // 3))
+        assert cache.id_entries <= max_entries
+        assert cache.name_entries <= max_entries
+    assert cache.evictions > 0
+
+
+def test_most_recent_entries_always_survive() -> None:
+    cache = UidCache(100)
+    for i in range(1, 1001):
+        cache.put(f"name{i}", uid(i))
+    # the last half of the budget is always there, in both directions
+    for i in range(951, 1001):
+        assert cache.get_id(f"name{i}") == uid(i)
+        assert cache.get_name(uid(i)) == f"name{i}"
+    # and the first ones are long gone
+    assert cache.get_id("name1") is None
+    assert cache.get_name(uid(1)) is None
+
+
+def test_entries_in_use_are_not_evicted_by_a_stream_of_new_names() -> None:
+    cache = UidCache(100)
+    hot = [(f"hot{i}", uid(10_000 + i)) for i in range(20)]
+    for name, raw in hot:
+        cache.put(name, raw)
+    for i in range(1, 5001):
+        cache.put(f"cold{i}", uid(i))
+        if i % 10 == 0:  # the hot set is used at least once per 50 new names
+            for name, raw in hot:
+                assert cache.get_id(name) == raw
+                assert cache.get_name(raw) == name
+    for name, raw in hot:
+        assert cache.get_id(name) == raw
+
+
+def test_put_of_a_known_name_replaces_without_double_counting() -> None:
+    cache = UidCache(4)
+    cache.put("a", uid(1))
+    cache.put("b", uid(2))
+    cache.put("c", uid(3))  # "a" and "b" moved to the old generation
+    cache.put("a", uid(9))
+    assert cache.get_id("a") == uid(9)
+    assert cache.get_name(uid(9)) == "a"
+    assert cache.id_entries == 3
+
+
+def test_discard_name_and_discard_id_touch_one_direction() -> None:
+    cache = UidCache(10)
+    cache.put("a", uid(1))
+    cache.put("b", uid(2))
+    cache.discard_name("a")
+    cache.discard_id(uid(2))
+    assert cache.get_id("a") is None
+    assert cache.get_name(uid(1)) == "a"
+    assert cache.get_id("b") == uid(2)
+    assert cache.get_name(uid(2)) is None
+
+
+def test_clear_drops_everything() -> None:
+    cache = UidCache(4)
+    for i in range(1, 10):
+        cache.put(f"n{i}", uid(i))
+    cache.clear()
+    assert len(cache) == 0
+    assert cache.get_id("n9") is None
+    assert cache.get_name(uid(9)) is None
+    cache.put("again", uid(1))
+    assert cache.get_id("again") == uid(1)
+
+
+def test_max_entries_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        UidCache(0)

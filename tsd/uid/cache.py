@@ -1,0 +1,142 @@
+"""A bounded, bidirectional name <-> UID cache for one kind (metrics, tagk or tagv). Pure, sync.
+
+Memory is the design constraint: a TSD may cache millions of names, and the
+goal is at most 250 bytes per 20-character name for both directions together
+(``bench/uid_cache.py`` measures it; about 180 bytes on CPython 3.11). So:
+
+* each direction is a plain ``dict`` (about 40 bytes a slot), not an
+  ``OrderedDict`` (its linked list adds about 50 more);
+* the two directions share one ``str`` and one ``bytes`` object per mapping:
+  ``put`` stores the same objects in both, so the payload is paid once;
+* recency is tracked without touching anything on a hit: each direction is
+  split into two generations, ``young`` and ``old``. A hit in ``young`` is a
+  single ``dict.get``. A hit in ``old`` moves the entry to ``young``. When
+  ``young`` holds half the budget, ``old`` is dropped wholesale and ``young``
+  becomes ``old``. This approximates LRU: an entry used at least once during
+  the last ``max_entries // 2`` insertions or promotions is never evicted, and
+  no direction ever holds more than ``max_entries`` entries.
+
+The two directions are bounded and evicted independently (as OpenTSDB's
+``tsd.uid.lru.name.size`` and ``tsd.uid.lru.id.size`` caches are), so either
+may miss while the other still hits.
+"""
+
+from __future__ import annotations
+
+#: The smallest budget: one generation of one entry.
+MIN_MAX_ENTRIES = 1
+
+
+class UidCache:
+    """name (str) -> uid (bytes) and uid -> name, each direction bounded by ``max_entries``."""
+
+    __slots__ = (
+        "max_entries",
+        "_generation_max",
+        "_ids",
+        "_ids_old",
+        "_names",
+        "_names_old",
+        "evictions",
+    )
+
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < MIN_MAX_ENTRIES:
+            raise ValueError(f"max_entries must be at least {MIN_MAX_ENTRIES}, not {max_entries}")
+        self.max_entries = max_entries
+        # With a budget of 1 there is room for one generation only (old stays empty).
+        self._generation_max = max(1, max_entries // 2)
+        self._ids: dict[str, bytes] = {}  # forward, young generation
+        self._ids_old: dict[str, bytes] = {}
+        self._names: dict[bytes, str] = {}  # reverse, young generation
+        self._names_old: dict[bytes, str] = {}
+        #: entries dropped to stay within the budget, both directions
+        self.evictions = 0
+
+    # -- lookups (the hot path) ---------------------------------------------------------------
+
+    def get_id(self, name: str) -> bytes | None:
+        """The cached UID of ``name``, or None."""
+        uid = self._ids.get(name)
+        if uid is None:
+            uid = self._ids_old.pop(name, None)
+            if uid is not None:
+                self._store_id(name, uid)
+        return uid
+
+    def get_name(self, uid: bytes) -> str | None:
+        """The cached name of ``uid``, or None."""
+        name = self._names.get(uid)
+        if name is None:
+            name = self._names_old.pop(uid, None)
+            if name is not None:
+                self._store_name(uid, name)
+        return name
+
+    # -- updates ------------------------------------------------------------------------------
+
+    def put(self, name: str, uid: bytes) -> None:
+        """Cache the mapping in both directions, sharing the two objects between them."""
+        self._ids_old.pop(name, None)
+        self._store_id(name, uid)
+        self._names_old.pop(uid, None)
+        self._store_name(uid, name)
+
+    def discard_name(self, name: str) -> None:
+        """Forget ``name`` -> uid (the reverse entry is left alone)."""
+        self._ids.pop(name, None)
+        self._ids_old.pop(name, None)
+
+    def discard_id(self, uid: bytes) -> None:
+        """Forget uid -> name (the forward entry is left alone)."""
+        self._names.pop(uid, None)
+        self._names_old.pop(uid, None)
+
+    def clear(self) -> None:
+        """Drop everything (``/api/dropcaches``). Eviction counts are kept."""
+        self._ids = {}
+        self._ids_old = {}
+        self._names = {}
+        self._names_old = {}
+
+    # -- size accounting ----------------------------------------------------------------------
+
+    @property
+    def id_entries(self) -> int:
+        """Forward (name -> uid) entries held."""
+        return len(self._ids) + len(self._ids_old)
+
+    @property
+    def name_entries(self) -> int:
+        """Reverse (uid -> name) entries held."""
+        return len(self._names) + len(self._names_old)
+
+    def __len__(self) -> int:
+        """Entries in both directions, as OpenTSDB's ``uid.cache-size`` counts them."""
+        return self.id_entries + self.name_entries
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _store_id(self, name: str, uid: bytes) -> None:
+        young = self._ids
+        if name not in young and len(young) >= self._generation_max:
+            self.evictions += len(self._ids_old)
+            if self.max_entries > 1:
+                self._ids_old = young
+            else:
+                self.evictions += len(young)
+                self._ids_old = {}
+            young = self._ids = {}
+        young[name] = uid
+
+    def _store_name(self, uid: bytes, name: str) -> None:
+        young = self._names
+        if uid not in young and len(young) >= self._generation_max:
+            self.evictions += len(self._names_old)
+            if self.max_entries > 1:
+                self._names_old = young
+            else:
+                self.evictions += len(young)
+                self._names_old = {}
+            young = self._names = {}
+        young[uid] = name
