@@ -1,0 +1,316 @@
+"""Blocking cell operations inside one LMDB transaction (run off the event loop).
+
+Write functions run on the writer thread inside its write transaction; read
+functions run on a reader thread inside a short read transaction. Both see
+cells through the key layout of :mod:`tsd.storage.embedded.keys`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
+
+import lmdb
+
+from tsd.errors import StorageError
+from tsd.storage.base import Cell, Delete, FamilySpec, Mutation, Put, Row, RowFilter
+from tsd.storage.embedded.keys import (
+    cell_key,
+    cell_prefix,
+    decode_bucket,
+    encode_bucket,
+    is_bucket,
+    row_after,
+    row_start,
+    split_row,
+)
+
+if TYPE_CHECKING:
+    Txn: TypeAlias = lmdb.Transaction[bytes]  # generic in py-lmdb's stubs only
+else:
+    Txn = lmdb.Transaction
+_INT64 = 1 << 64
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """An open table: its LMDB database and its families."""
+
+    name: str
+    db: lmdb._Database
+    families: tuple[FamilySpec, ...]
+    #: family name as stored in keys -> family name
+    names: dict[bytes, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = {spec.name.encode("ascii"): spec.name for spec in self.families}
+        object.__setattr__(self, "names", names)
+
+    def check_family(self, family: str) -> None:
+        if family.encode("ascii", "replace") not in self.names:
+            raise StorageError(f"no column family {family!r} in table {self.name!r}")
+
+
+# -- single cells ---------------------------------------------------------------------------
+
+
+def read_cell(
+    txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes
+) -> bytes | None:
+    table.check_family(family)
+    key, bucket = cell_key(cell_prefix(row, family), qualifier)
+    stored = txn.get(key, db=table.db)
+    if stored is None or not bucket:
+        return stored
+    return dict(decode_bucket(stored)).get(qualifier)
+
+
+def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
+    if not put.row:
+        raise StorageError("row key must not be empty")
+    table.check_family(put.family)
+    key, bucket = cell_key(cell_prefix(put.row, put.family), put.qualifier)
+    if not bucket:
+        txn.put(key, put.value, db=table.db)
+        return
+    stored = txn.get(key, db=table.db)
+    pairs = dict(decode_bucket(stored)) if stored is not None else {}
+    pairs[put.qualifier] = put.value
+    txn.put(key, encode_bucket(pairs), db=table.db)
+
+
+def _delete_cell(txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes) -> None:
+    key, bucket = cell_key(cell_prefix(row, family), qualifier)
+    if not bucket:
+        txn.delete(key, db=table.db)
+        return
+    stored = txn.get(key, db=table.db)
+    if stored is None:
+        return
+    pairs = dict(decode_bucket(stored))
+    if pairs.pop(qualifier, None) is None:
+        return
+    if pairs:
+        txn.put(key, encode_bucket(pairs), db=table.db)
+    else:
+        txn.delete(key, db=table.db)
+
+
+def _delete_prefix(txn: Txn, table: TableInfo, prefix: bytes) -> None:
+    cursor = txn.cursor(db=table.db)
+    if not cursor.set_range(prefix):
+        return
+    # Cursor.delete moves to the next entry; an exhausted cursor has key b"".
+    while cursor.key().startswith(prefix):
+        if not cursor.delete():
+            break
+
+
+# -- write-transaction operations -------------------------------------------------------------
+
+
+def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -> None:
+    """Apply puts and deletes in order. Runs of plain puts go through one putmulti."""
+    run: list[tuple[bytes, bytes]] = []
+    prefixes: dict[tuple[bytes, str], bytes] = {}
+    for mutation in mutations:
+        if isinstance(mutation, Put):
+            prefix = prefixes.get((mutation.row, mutation.family))
+            if prefix is None:
+                if not mutation.row:
+                    raise StorageError("row key must not be empty")
+                table.check_family(mutation.family)
+                prefix = prefixes[mutation.row, mutation.family] = cell_prefix(
+                    mutation.row, mutation.family
+                )
+            key, bucket = cell_key(prefix, mutation.qualifier)
+            if not bucket:
+                run.append((key, mutation.value))
+                continue
+        _flush_puts(txn, table, run)
+        if isinstance(mutation, Put):
+            write_cell(txn, table, mutation)
+        else:
+            _apply_delete(txn, table, mutation)
+    _flush_puts(txn, table, run)
+
+
+def _flush_puts(txn: Txn, table: TableInfo, run: list[tuple[bytes, bytes]]) -> None:
+    if run:
+        txn.cursor(db=table.db).putmulti(run)
+        run.clear()
+
+
+def _apply_delete(txn: Txn, table: TableInfo, delete: Delete) -> None:
+    if delete.family is None:
+        if delete.qualifier is not None:
+            raise StorageError("a Delete with a qualifier needs a family")
+        _delete_prefix(txn, table, row_start(delete.row))
+        return
+    table.check_family(delete.family)
+    if delete.qualifier is None:
+        _delete_prefix(txn, table, cell_prefix(delete.row, delete.family))
+    else:
+        _delete_cell(txn, table, delete.row, delete.family, delete.qualifier)
+
+
+def increment(
+    txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, amount: int
+) -> int:
+    current = read_cell(txn, table, row, family, qualifier)
+    if current is None:
+        old = 0
+    elif len(current) == 8:
+        old = int.from_bytes(current, "big", signed=True)
+    else:
+        # HBase's wording for the same refusal.
+        raise StorageError("Attempted to increment field that isn't 64 bits wide")
+    new = (old + amount + (1 << 63)) % _INT64 - (1 << 63)  # wraps like a Java long
+    write_cell(txn, table, Put(row, family, qualifier, new.to_bytes(8, "big", signed=True)))
+    return new
+
+
+def check_and_put(
+    txn: Txn,
+    table: TableInfo,
+    row: bytes,
+    family: str,
+    qualifier: bytes,
+    expected: bytes | None,
+    put: Put,
+) -> bool:
+    current = read_cell(txn, table, row, family, qualifier)
+    # HBase: a null or empty expected value matches a missing or an empty cell.
+    matches = current == expected if expected else not current
+    if matches:
+        write_cell(txn, table, put)
+    return matches
+
+
+def append(
+    txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, value: bytes
+) -> None:
+    current = read_cell(txn, table, row, family, qualifier) or b""
+    write_cell(txn, table, Put(row, family, qualifier, current + value))
+
+
+# -- read-transaction operations --------------------------------------------------------------
+
+
+def read_rows(
+    txn: Txn, table: TableInfo, rows: Sequence[bytes], families: Collection[str]
+) -> list[Row]:
+    """The rows among ``rows`` that have cells (in ``families`` when not empty), in order."""
+    names = table.names
+    found = []
+    cursor = txn.cursor(db=table.db)
+    for row in rows:
+        prefix = row_start(row)
+        if not cursor.set_range(prefix):
+            continue
+        cells: list[Cell] = []
+        for key, value in cursor.iternext():
+            if not key.startswith(prefix):
+                break
+            _add_cells(cells, key, len(prefix), value, names, families)
+        if cells:
+            found.append(Row(row, tuple(cells)))
+    return found
+
+
+@dataclass(slots=True)
+class ScanCursor:
+    """Where a scan resumes: the next key to read, the end bound and the rows still allowed."""
+
+    next_key: bytes | None
+    stop_key: bytes | None
+    remaining: int | None
+
+
+def scan_batch(
+    txn: Txn,
+    table: TableInfo,
+    position: ScanCursor,
+    families: Collection[str],
+    row_filter: RowFilter | None,
+    max_rows: int,
+) -> list[Row]:
+    """Read up to ``max_rows`` whole rows from ``position`` and advance it.
+
+    ``position.next_key`` becomes None at the end. Rows the filter rejects are
+    skipped with one seek past their last cell rather than read.
+    """
+    names = table.names
+    rows: list[Row] = []
+    if position.remaining is not None:
+        max_rows = min(max_rows, position.remaining)
+    cursor = txn.cursor(db=table.db)
+    seek = position.next_key
+    position.next_key = None
+    while seek is not None and len(rows) < max_rows:
+        if not cursor.set_range(seek):
+            break
+        seek = _read_rows_from(cursor, position, names, families, row_filter, rows, max_rows)
+    if position.remaining is not None:
+        position.remaining -= len(rows)
+        if position.remaining <= 0:
+            position.next_key = None
+    return rows
+
+
+def _read_rows_from(
+    cursor: lmdb.Cursor[bytes],
+    position: ScanCursor,
+    names: dict[bytes, str],
+    families: Collection[str],
+    row_filter: RowFilter | None,
+    rows: list[Row],
+    max_rows: int,
+) -> bytes | None:
+    """Append rows from the cursor's position; the key to seek to next, or None when done.
+
+    Sets ``position.next_key`` when it stops at a row boundary with rows still to read.
+    """
+    prefix = b""
+    row = b""
+    cells: list[Cell] = []
+    stop = position.stop_key
+    for key, value in cursor.iternext():
+        if not prefix or not key.startswith(prefix):
+            if cells:
+                rows.append(Row(row, tuple(cells)))
+                cells = []
+            if stop is not None and key >= stop:
+                return None
+            row, family_at = split_row(key)
+            prefix = key[:family_at]
+            if len(rows) >= max_rows:
+                position.next_key = prefix
+                return None
+            if row_filter is not None and not row_filter.matches(row):
+                return row_after(row)
+        _add_cells(cells, key, len(prefix), value, names, families)
+    if cells:
+        rows.append(Row(row, tuple(cells)))
+    return None
+
+
+def _add_cells(
+    cells: list[Cell],
+    key: bytes,
+    family_at: int,
+    value: bytes,
+    names: dict[bytes, str],
+    families: Collection[str],
+) -> None:
+    family_end = key.find(b"\x00", family_at)
+    family = names.get(key[family_at:family_end])
+    if family is None:
+        raise StorageError(f"corrupt embedded key (unknown family): {key[:64]!r}")
+    if families and family not in families:
+        return
+    if is_bucket(key):
+        cells.extend(Cell(family, q, v) for q, v in decode_bucket(value))
+    else:
+        cells.append(Cell(family, key[family_end + 1 :], value))
