@@ -1,1 +1,105 @@
-"""Pure byte encodings of OpenTSDB's storage format."""
+"""Pure byte encodings of OpenTSDB 2.4's storage format (docs/format/*.md).
+
+Values (:mod:`.value`), qualifiers (:mod:`.qualifier`), row keys and salting (:mod:`.rowkey`),
+TSUIDs (:mod:`.tsuid`), compacted and append cells (:mod:`.compaction`, :mod:`.append`).
+Constants under OpenTSDB's names live in :mod:`.const`. Nothing here does I/O or logs.
+"""
+
+from tsd.codec.append import (
+    compact_append_value,
+    encode_append_entry,
+    is_append_qualifier,
+    parse_append_value,
+    repair_append_value,
+)
+from tsd.codec.compaction import (
+    AnnotationCell,
+    DecodedPoint,
+    DecodedRow,
+    compact_row,
+    decode_cells,
+    split_cell,
+)
+from tsd.codec.qualifier import (
+    build_qualifier,
+    decode_annotation_qualifier,
+    decode_qualifier,
+    encode_annotation_qualifier,
+    encode_ms_qualifier,
+    encode_point,
+    encode_seconds_qualifier,
+    is_ms_qualifier,
+    is_ms_timestamp,
+    split_timestamp,
+)
+from tsd.codec.rowkey import (
+    KeyLayout,
+    RowKeyParts,
+    SeriesKey,
+    base_time_for,
+    decode_row_key,
+    encode_row_key,
+    encode_tags,
+    make_series_key,
+    salt_bucket,
+    scan_bounds,
+    scan_end_time_s,
+    scan_start_time_s,
+)
+from tsd.codec.tsuid import (
+    parse_tsuid_hex,
+    row_key_from_tsuid,
+    split_tsuid,
+    tsuid_from_parts,
+    tsuid_from_row_key,
+    tsuid_to_hex,
+    uid_to_hex,
+)
+from tsd.codec.value import decode_value, encode_value, parse_long, parse_value
+
+__all__ = [
+    "AnnotationCell",
+    "DecodedPoint",
+    "DecodedRow",
+    "KeyLayout",
+    "RowKeyParts",
+    "SeriesKey",
+    "base_time_for",
+    "build_qualifier",
+    "compact_append_value",
+    "compact_row",
+    "decode_annotation_qualifier",
+    "decode_cells",
+    "decode_qualifier",
+    "decode_row_key",
+    "decode_value",
+    "encode_annotation_qualifier",
+    "encode_append_entry",
+    "encode_ms_qualifier",
+    "encode_point",
+    "encode_row_key",
+    "encode_seconds_qualifier",
+    "encode_tags",
+    "encode_value",
+    "is_append_qualifier",
+    "is_ms_qualifier",
+    "is_ms_timestamp",
+    "make_series_key",
+    "parse_append_value",
+    "parse_long",
+    "parse_tsuid_hex",
+    "parse_value",
+    "repair_append_value",
+    "row_key_from_tsuid",
+    "salt_bucket",
+    "scan_bounds",
+    "scan_end_time_s",
+    "scan_start_time_s",
+    "split_cell",
+    "split_timestamp",
+    "split_tsuid",
+    "tsuid_from_parts",
+    "tsuid_from_row_key",
+    "tsuid_to_hex",
+    "uid_to_hex",
+]

@@ -1,0 +1,216 @@
+"""Column qualifiers of data points and annotations: offset and flags in, bytes out, and back.
+
+Theory of operation (behaviour doc §4.3 and §4.7; OpenTSDB 2.4.1 ``src/core/Internal.java``
+buildQualifier / getOffsetFromQualifier / getQualifierLength / getFlagsFromQualifier,
+``src/core/Const.java``, ``src/meta/Annotation.java`` getQualifier / timeFromQualifier):
+
+* Seconds qualifier, 2 bytes: ``offset_s << 4 | flags`` with the offset 0..3599 from the
+  row's base time. Its first byte is at most 0xE0.
+* Millisecond qualifier, 4 bytes: ``0xF0000000 | offset_ms << 6 | flags``: the top nibble
+  ``1111`` marks it, 22 offset bits (0..3599999), 2 reserved zero bits, 4 flag bits.
+* Flags: bit 3 float, bits 0-2 value length - 1 (see ``tsd.codec.value``).
+* A timestamp is milliseconds when it does not fit in 32 bits (``Const.SECOND_MASK``), not
+  by digit count; the row's base time is always in seconds.
+* Annotation qualifier: ``0x01`` then the plain (unshifted, flagless) offset on 2 bytes in
+  seconds or on 4 bytes in milliseconds. A start time that is a multiple of 1000 is divided
+  by 1000 first (see :func:`encode_annotation_qualifier` for the quirk this causes).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from tsd.codec.const import (
+    ANNOTATION_PREFIX,
+    FLAG_BITS,
+    FLAG_FLOAT,
+    FLAGS_MASK,
+    LENGTH_MASK,
+    MAX_MS_OFFSET,
+    MAX_SECONDS_OFFSET,
+    MAX_TIMESPAN,
+    MS_BYTE_FLAG,
+    MS_FLAG,
+    MS_FLAG_BITS,
+    MS_OFFSET_MASK,
+    SECOND_MASK,
+)
+from tsd.codec.value import encode_value
+from tsd.errors import CodecError, IllegalDataError
+
+__all__ = [
+    "build_qualifier",
+    "decode_annotation_qualifier",
+    "decode_qualifier",
+    "encode_annotation_qualifier",
+    "encode_ms_qualifier",
+    "encode_point",
+    "encode_seconds_qualifier",
+    "flags_from_qualifier",
+    "is_float_flags",
+    "is_ms_qualifier",
+    "is_ms_timestamp",
+    "offset_ms_from_qualifier",
+    "qualifier_length",
+    "split_timestamp",
+    "value_length_from_flags",
+]
+
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
+
+#: Internal.validateQualifier's IllegalDataException text.
+OFFSET_OUT_OF_BOUNDS: Final = (
+    "Offset of [{offset}] is out of bounds for the qualifier length of [{length}]"
+)
+
+
+def is_ms_timestamp(timestamp: int) -> bool:
+    """True when OpenTSDB reads ``timestamp`` as milliseconds: any bit above 32 is set."""
+    return timestamp & SECOND_MASK != 0
+
+
+def is_ms_qualifier(qualifier: bytes, offset: int = 0) -> bool:
+    """True when the data point qualifier at ``offset`` is the 4-byte millisecond form."""
+    return qualifier[offset] & MS_BYTE_FLAG == MS_BYTE_FLAG
+
+
+def is_float_flags(flags: int) -> bool:
+    return flags & FLAG_FLOAT != 0
+
+
+def value_length_from_flags(flags: int) -> int:
+    """Value length in bytes that the flags announce (1..8)."""
+    return (flags & LENGTH_MASK) + 1
+
+
+def encode_seconds_qualifier(offset_s: int, flags: int) -> bytes:
+    """The 2-byte qualifier for a point ``offset_s`` (0..3599) seconds into its row."""
+    if not 0 <= offset_s <= MAX_SECONDS_OFFSET:
+        raise CodecError(f"seconds offset out of range 0..{MAX_SECONDS_OFFSET}: {offset_s!r}")
+    return _H.pack(offset_s << FLAG_BITS | (flags & FLAGS_MASK))
+
+
+def encode_ms_qualifier(offset_ms: int, flags: int) -> bytes:
+    """The 4-byte qualifier for a point ``offset_ms`` (0..3599999) ms into its row."""
+    if not 0 <= offset_ms <= MAX_MS_OFFSET:
+        raise CodecError(f"millisecond offset out of range 0..{MAX_MS_OFFSET}: {offset_ms!r}")
+    return _I.pack(MS_FLAG | offset_ms << MS_FLAG_BITS | (flags & FLAGS_MASK))
+
+
+def split_timestamp(timestamp: int) -> tuple[int, int, bool]:
+    """``(base_time_s, offset, is_ms)``: the offset is in the timestamp's own unit.
+
+    Internal.baseTime(long): ms timestamps (beyond 32 bits) are cut to seconds first.
+    """
+    if timestamp < 0:
+        raise CodecError(f"negative timestamp: {timestamp!r}")
+    if timestamp & SECOND_MASK:
+        seconds = timestamp // 1000
+        base_time_s = seconds - seconds % MAX_TIMESPAN
+        return base_time_s, timestamp - base_time_s * 1000, True
+    base_time_s = timestamp - timestamp % MAX_TIMESPAN
+    return base_time_s, timestamp - base_time_s, False
+
+
+def build_qualifier(timestamp: int, flags: int) -> bytes:
+    """Internal.buildQualifier: the 2- or 4-byte qualifier of an absolute timestamp."""
+    _, offset, is_ms = split_timestamp(timestamp)
+    if is_ms:
+        return _I.pack(MS_FLAG | offset << MS_FLAG_BITS | (flags & FLAGS_MASK))
+    return _H.pack(offset << FLAG_BITS | (flags & FLAGS_MASK))
+
+
+def encode_point(timestamp: int, value: int | float) -> tuple[int, bytes, bytes]:
+    """Encode one data point as OpenTSDB writes it: ``(base_time_s, qualifier, value_bytes)``.
+
+    ``timestamp`` is seconds when it fits in 32 bits, else milliseconds (ms qualifier).
+    """
+    flags, value_bytes = encode_value(value)
+    if timestamp < 0:
+        raise CodecError(f"negative timestamp: {timestamp!r}")
+    if timestamp & SECOND_MASK:
+        seconds = timestamp // 1000
+        base_time_s = seconds - seconds % MAX_TIMESPAN
+        qualifier = _I.pack(MS_FLAG | (timestamp - base_time_s * 1000) << MS_FLAG_BITS | flags)
+    else:
+        base_time_s = timestamp - timestamp % MAX_TIMESPAN
+        qualifier = _H.pack((timestamp - base_time_s) << FLAG_BITS | flags)
+    return base_time_s, qualifier, value_bytes
+
+
+def _validate(qualifier: bytes, offset: int) -> None:
+    if offset < 0 or offset >= len(qualifier) - 1:
+        raise IllegalDataError(OFFSET_OUT_OF_BOUNDS.format(offset=offset, length=len(qualifier)))
+
+
+def qualifier_length(qualifier: bytes, offset: int = 0) -> int:
+    """Length (2 or 4) of the data point qualifier starting at ``offset``."""
+    _validate(qualifier, offset)
+    if qualifier[offset] & MS_BYTE_FLAG == MS_BYTE_FLAG:
+        if offset + 4 > len(qualifier):
+            raise IllegalDataError("Detected a millisecond flag but qualifier length is too short")
+        return 4
+    return 2
+
+
+def offset_ms_from_qualifier(qualifier: bytes, offset: int = 0) -> int:
+    """Offset from the row's base time, in milliseconds, of the qualifier at ``offset``."""
+    length = qualifier_length(qualifier, offset)
+    if length == 4:
+        raw: int = _I.unpack_from(qualifier, offset)[0]
+        return (raw & MS_OFFSET_MASK) >> MS_FLAG_BITS
+    raw = _H.unpack_from(qualifier, offset)[0]
+    return (raw >> FLAG_BITS) * 1000
+
+
+def flags_from_qualifier(qualifier: bytes, offset: int = 0) -> int:
+    """The 4 flag bits of the qualifier at ``offset``."""
+    length = qualifier_length(qualifier, offset)
+    return qualifier[offset + length - 1] & FLAGS_MASK
+
+
+def decode_qualifier(qualifier: bytes, offset: int = 0) -> tuple[int, int, bool]:
+    """Decode the data point qualifier at ``offset``: ``(offset_ms, flags, is_ms)``."""
+    length = qualifier_length(qualifier, offset)
+    if length == 4:
+        raw: int = _I.unpack_from(qualifier, offset)[0]
+        return (raw & MS_OFFSET_MASK) >> MS_FLAG_BITS, raw & FLAGS_MASK, True
+    raw = _H.unpack_from(qualifier, offset)[0]
+    return (raw >> FLAG_BITS) * 1000, raw & FLAGS_MASK, False
+
+
+# --- Annotations -----------------------------------------------------------------------------
+
+
+def encode_annotation_qualifier(start_time: int) -> bytes:
+    """Annotation.getQualifier: the 3- or 5-byte qualifier of an annotation start time.
+
+    OpenTSDB first divides any start time that is a multiple of 1000 by 1000 (meant for ms
+    times on a whole second), *also* when it is already in seconds, while the row key keeps
+    the undivided time (Annotation.getRowKey). So a seconds time such as 1328140000 gets a
+    qualifier computed from 1328140. tsd reproduces this for byte-identical storage; compute
+    the row's base time from the undivided time with :func:`split_timestamp`. Raises
+    CodecError for a time below 1, as OpenTSDB does.
+    """
+    if start_time < 1:
+        raise CodecError("The start timestamp has not been set")
+    timestamp = start_time // 1000 if start_time % 1000 == 0 else start_time
+    _, offset, is_ms = split_timestamp(timestamp)
+    if is_ms:
+        return bytes((ANNOTATION_PREFIX,)) + _I.pack(offset)
+    return bytes((ANNOTATION_PREFIX,)) + _H.pack(offset)
+
+
+def decode_annotation_qualifier(qualifier: bytes) -> int:
+    """Offset in milliseconds of an annotation (or other prefixed object) qualifier.
+
+    3 bytes: prefix + unsigned seconds offset; 5 bytes: prefix + unsigned ms offset
+    (Annotation.timeFromQualifier).
+    """
+    if len(qualifier) == 3:
+        return int(_H.unpack_from(qualifier, 1)[0]) * 1000
+    if len(qualifier) == 5:
+        return int(_I.unpack_from(qualifier, 1)[0])
+    raise CodecError(f"Quantifier is not valid: {qualifier.hex()!r}")

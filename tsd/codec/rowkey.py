@@ -1,0 +1,337 @@
+"""Data table row keys: ``[salt][metric uid][base_time][tagk uid tagv uid]*``.
+
+Theory of operation (behaviour doc §4.1, §4.2, §3.6 and §4.7; OpenTSDB 2.4.1
+``src/core/RowKey.java`` prefixKeyWithSalt / getSaltBytes / rowKeyFromTSUID,
+``src/core/IncomingDataPoints.java`` rowKeyTemplate, ``src/core/Internal.java`` baseTime,
+``src/core/TsdbQuery.java`` getScanStartTimeSeconds / getScanEndTimeSeconds,
+``src/query/QueryUtil.java`` getMetricScanner):
+
+* The base time is the hour-aligned time in seconds, 4 bytes big-endian. Java writes it with
+  ``(int) base_time``, so only its low 32 bits are kept.
+* Tag pairs are sorted by their tagk UID bytes (memcmp).
+* Salt (``salt_width`` > 0): Java's ``Arrays.hashCode`` over the metric UID followed by the
+  tag bytes (signed bytes, h = 31*h + b, 32-bit wrap, starting at 1), Java ``%`` by the
+  number of buckets, negated if negative; written big-endian on ``salt_width`` bytes. A row
+  whose metric UID is all zero bytes (the global annotation row) is never salted.
+* Scans: start ``[salt][metric][scan start]`` inclusive, stop ``[salt][metric][scan end]``
+  exclusive, with the start aligned down to the hour and the end pushed to the next hour
+  boundary strictly after it (with downsampling, first to the next interval boundary). One
+  scan per salt bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from tsd.codec.const import (
+    MAX_SALT_WIDTH,
+    MAX_TIMESPAN,
+    MAX_UID_WIDTH,
+    METRIC_WIDTH,
+    MIN_UID_WIDTH,
+    SALT_BUCKETS,
+    SALT_WIDTH,
+    SECOND_MASK,
+    TAGK_WIDTH,
+    TAGV_WIDTH,
+    TIMESTAMP_BYTES,
+)
+from tsd.errors import CodecError
+
+__all__ = [
+    "KeyLayout",
+    "RowKeyParts",
+    "SeriesKey",
+    "base_time_for",
+    "decode_row_key",
+    "encode_row_key",
+    "encode_tags",
+    "java_bytes_hash",
+    "make_series_key",
+    "salt_bucket",
+    "salt_bytes",
+    "salt_prefix",
+    "scan_bounds",
+    "scan_end_time_s",
+    "scan_start_time_s",
+]
+
+TagPairs = Sequence[tuple[bytes, bytes]]
+
+
+class _StorageWidths(Protocol):
+    @property
+    def metric_width(self) -> int: ...
+    @property
+    def tagk_width(self) -> int: ...
+    @property
+    def tagv_width(self) -> int: ...
+    @property
+    def salt_width(self) -> int: ...
+    @property
+    def salt_buckets(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Widths of the row key parts (tsd.storage.uid.width.*, tsd.storage.salt.*)."""
+
+    metric_width: int = METRIC_WIDTH
+    tagk_width: int = TAGK_WIDTH
+    tagv_width: int = TAGV_WIDTH
+    salt_width: int = SALT_WIDTH
+    salt_buckets: int = SALT_BUCKETS
+
+    def __post_init__(self) -> None:
+        for name in ("metric_width", "tagk_width", "tagv_width"):
+            width = getattr(self, name)
+            if not MIN_UID_WIDTH <= width <= MAX_UID_WIDTH:
+                raise CodecError(f"Invalid width: {width} ({name})")
+        if not 0 <= self.salt_width <= MAX_SALT_WIDTH:
+            raise CodecError("Salt width must be between 0 and 8")
+        if self.salt_buckets < 1:
+            raise CodecError("Salt buckets must be greater than 0")
+
+    @classmethod
+    def from_storage_config(cls, cfg: _StorageWidths) -> KeyLayout:
+        """Build from anything with the StorageConfig attribute names."""
+        return cls(
+            metric_width=cfg.metric_width,
+            tagk_width=cfg.tagk_width,
+            tagv_width=cfg.tagv_width,
+            salt_width=cfg.salt_width,
+            salt_buckets=cfg.salt_buckets,
+        )
+
+    @property
+    def tag_pair_width(self) -> int:
+        return self.tagk_width + self.tagv_width
+
+    @property
+    def tags_start(self) -> int:
+        """Index of the first tagk byte in a row key."""
+        return self.salt_width + self.metric_width + TIMESTAMP_BYTES
+
+    @property
+    def is_salted(self) -> bool:
+        return self.salt_width > 0
+
+
+class RowKeyParts(NamedTuple):
+    """A decoded row key. ``tags`` are (tagk uid, tagv uid) pairs in key order."""
+
+    salt: bytes
+    metric_uid: bytes
+    base_time_s: int
+    tags: tuple[tuple[bytes, bytes], ...]
+
+
+def base_time_for(timestamp_s: int) -> int:
+    """The row's base time for a time in seconds: aligned down to the hour."""
+    return timestamp_s - timestamp_s % MAX_TIMESPAN
+
+
+def java_bytes_hash(data: bytes) -> int:
+    """Java's ``Arrays.hashCode(byte[])`` as a signed 32-bit int."""
+    h = 1
+    for b in data:
+        h = (31 * h + (b - 256 if b > 127 else b)) & 0xFFFFFFFF
+    return h - 0x100000000 if h > 0x7FFFFFFF else h
+
+
+def salt_bucket(layout: KeyLayout, metric_uid: bytes, tag_bytes: bytes) -> int:
+    """RowKey.prefixKeyWithSalt's bucket: Arrays.hashCode(metric + tags) % buckets, made >= 0.
+
+    ``tag_bytes`` is the concatenation of the (sorted) tag pairs as they appear in the key.
+    """
+    h = java_bytes_hash(metric_uid + tag_bytes)
+    # Java's % truncates toward zero; a negative remainder is then negated.
+    return abs(h) % layout.salt_buckets
+
+
+def salt_bytes(layout: KeyLayout, bucket: int) -> bytes:
+    """RowKey.getSaltBytes: the bucket number big-endian on ``salt_width`` bytes."""
+    width = layout.salt_width
+    return (bucket & ((1 << (8 * width)) - 1)).to_bytes(width, "big") if width else b""
+
+
+def _check_uid(uid: bytes, width: int, what: str) -> None:
+    if len(uid) != width:
+        raise CodecError(f"{what} uid must be {width} bytes, got {len(uid)}: {uid.hex()!r}")
+
+
+def encode_tags(layout: KeyLayout, tags: TagPairs) -> bytes:
+    """The tag part of a row key or TSUID: pairs checked, sorted by tagk uid, concatenated.
+
+    Raises CodecError for a uid of the wrong width or a tagk uid given twice.
+    """
+    for tagk, tagv in tags:
+        _check_uid(tagk, layout.tagk_width, "tagk")
+        _check_uid(tagv, layout.tagv_width, "tagv")
+    ordered = sorted(tags)
+    for i in range(1, len(ordered)):
+        if ordered[i][0] == ordered[i - 1][0]:
+            raise CodecError(f"duplicate tagk uid in row key: {ordered[i][0].hex()!r}")
+    return b"".join(tagk + tagv for tagk, tagv in ordered)
+
+
+def salt_prefix(layout: KeyLayout, metric_uid: bytes, tag_bytes: bytes) -> bytes:
+    """The salt bytes of a row (empty when unsalted; zeros for the global annotation row)."""
+    if not layout.salt_width:
+        return b""
+    if not any(metric_uid):  # the global annotation row keeps zero salt bytes
+        return bytes(layout.salt_width)
+    return salt_bytes(layout, salt_bucket(layout, metric_uid, tag_bytes))
+
+
+def _time_bytes(base_time_s: int) -> bytes:
+    return (base_time_s & 0xFFFFFFFF).to_bytes(TIMESTAMP_BYTES, "big")
+
+
+def encode_row_key(layout: KeyLayout, metric_uid: bytes, base_time_s: int, tags: TagPairs) -> bytes:
+    """The row key of a series at a base time; tag pairs are sorted by tagk uid here.
+
+    An all-zero ``metric_uid`` with no tags is the global annotation row (never salted).
+    """
+    _check_uid(metric_uid, layout.metric_width, "metric")
+    tag_bytes = encode_tags(layout, tags)
+    salt = salt_prefix(layout, metric_uid, tag_bytes)
+    return salt + metric_uid + _time_bytes(base_time_s) + tag_bytes
+
+
+def decode_row_key(layout: KeyLayout, key: bytes) -> RowKeyParts:
+    """Split a row key into its parts. Raises CodecError when the length does not fit."""
+    start = layout.tags_start
+    tags_length = len(key) - start
+    pair = layout.tag_pair_width
+    if tags_length < 0 or tags_length % pair:
+        raise CodecError(f"Row key is missing tags or it is corrupted: {key.hex()!r}")
+    salt_width = layout.salt_width
+    metric_end = salt_width + layout.metric_width
+    tagk_width = layout.tagk_width
+    tags = tuple(
+        (key[i : i + tagk_width], key[i + tagk_width : i + pair])
+        for i in range(start, len(key), pair)
+    )
+    return RowKeyParts(
+        salt=key[:salt_width],
+        metric_uid=key[salt_width:metric_end],
+        base_time_s=int.from_bytes(key[metric_end:start], "big"),
+        tags=tags,
+    )
+
+
+class SeriesKey:
+    """A per-series row key template, built once by :func:`make_series_key`.
+
+    The salt depends only on the metric and tags, so a row key is the fixed prefix, 4 time
+    bytes and the fixed tag suffix. The last key is cached: consecutive points of a series
+    mostly fall in the same hour.
+    """
+
+    __slots__ = ("_last_base", "_last_key", "_prefix", "_suffix", "metric_uid", "salt", "tsuid")
+
+    def __init__(self, salt: bytes, metric_uid: bytes, tag_bytes: bytes) -> None:
+        self.salt = salt
+        self.metric_uid = metric_uid
+        #: metric uid + sorted tag pairs (no salt, no time).
+        self.tsuid = metric_uid + tag_bytes
+        self._prefix = salt + metric_uid
+        self._suffix = tag_bytes
+        self._last_base = -1
+        self._last_key = b""
+
+    def row_key(self, base_time_s: int) -> bytes:
+        """The row key of this series for the row starting at ``base_time_s``."""
+        if base_time_s == self._last_base:
+            return self._last_key
+        key = self._prefix + (base_time_s & 0xFFFFFFFF).to_bytes(4, "big") + self._suffix
+        self._last_base = base_time_s
+        self._last_key = key
+        return key
+
+    def __repr__(self) -> str:
+        return f"SeriesKey(salt={self.salt.hex()!r}, tsuid={self.tsuid.hex().upper()!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SeriesKey):
+            return NotImplemented
+        return self.salt == other.salt and self.tsuid == other.tsuid
+
+    def __hash__(self) -> int:
+        return hash((self.salt, self.tsuid))
+
+
+def make_series_key(layout: KeyLayout, metric_uid: bytes, tags: TagPairs) -> SeriesKey:
+    """Build the row key template of one series (validates widths, sorts tags, salts)."""
+    _check_uid(metric_uid, layout.metric_width, "metric")
+    tag_bytes = encode_tags(layout, tags)
+    return SeriesKey(salt_prefix(layout, metric_uid, tag_bytes), metric_uid, tag_bytes)
+
+
+# --- Scans -----------------------------------------------------------------------------------
+
+
+def scan_start_time_s(start: int, interval_ms: int = 0) -> int:
+    """TsdbQuery.getScanStartTimeSeconds for a raw query start (s, or ms beyond 32 bits).
+
+    With a downsample interval the start is first aligned down to it, then to the hour;
+    never negative.
+    """
+    if start & SECOND_MASK:
+        start //= 1000
+    aligned = start
+    if interval_ms > 0:
+        aligned -= (1000 * start) % interval_ms // 1000
+    aligned -= aligned % MAX_TIMESPAN
+    return aligned if aligned > 0 else 0
+
+
+def scan_end_time_s(end: int, interval_ms: int = 0) -> int:
+    """TsdbQuery.getScanEndTimeSeconds for a raw query end (s, or ms beyond 32 bits).
+
+    The result is the exclusive stop time: the next hour boundary strictly after ``end``;
+    with a downsample interval, ``end`` is first pushed to the next interval boundary
+    (strictly after it), then up to an hour boundary if not already on one. A ms end is cut
+    to seconds and bumped by one second, as OpenTSDB does.
+    """
+    if end & SECOND_MASK:
+        end = end // 1000 + 1
+    if interval_ms > 0:
+        aligned = end + (interval_ms - (1000 * end) % interval_ms) // 1000
+        offset = aligned % MAX_TIMESPAN
+        return aligned if offset == 0 else aligned + (MAX_TIMESPAN - offset)
+    return end + (MAX_TIMESPAN - end % MAX_TIMESPAN)
+
+
+def scan_bounds(
+    layout: KeyLayout,
+    metric_uid: bytes,
+    start_s: int,
+    end_s: int | None,
+    bucket: int | None = None,
+    *,
+    interval_ms: int = 0,
+) -> tuple[bytes, bytes]:
+    """``(start_key, stop_key)`` of the scan over one metric (QueryUtil.getMetricScanner).
+
+    ``start_s`` and ``end_s`` are the query's inclusive bounds in seconds; they are widened
+    to whole rows here (see :func:`scan_start_time_s` / :func:`scan_end_time_s`, with
+    ``interval_ms`` the downsample interval if any). ``end_s`` None scans to the end of the
+    metric (stop time 0xFFFFFFFF). With salting, pass the ``bucket`` to scan; each bucket
+    needs its own scan.
+    """
+    _check_uid(metric_uid, layout.metric_width, "metric")
+    if layout.salt_width:
+        if bucket is None:
+            raise CodecError("a salted layout needs a salt bucket for each scan")
+        if not 0 <= bucket < layout.salt_buckets:
+            raise CodecError(f"salt bucket out of range 0..{layout.salt_buckets - 1}: {bucket}")
+        prefix = salt_bytes(layout, bucket) + metric_uid
+    else:
+        prefix = metric_uid
+    start_time = scan_start_time_s(start_s, interval_ms)
+    stop_time = 0xFFFFFFFF if end_s is None else scan_end_time_s(end_s, interval_ms)
+    return prefix + _time_bytes(start_time), prefix + _time_bytes(stop_time)
