@@ -1,0 +1,373 @@
+"""The telnet-style protocol: line framing, command parsing and reply texts.
+
+Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
+``src/tsd/PipelineFactory.java``, ``WordSplitter.java``, ``RpcHandler.java``,
+``RpcManager.java``, ``PutDataPointRpc.java`` importDataPoint/execute, ``src/core/Tags.java``):
+
+* Framing. Lines end with ``\\n``, a ``\\r`` right before it is dropped. ``LineBuffer``
+  remembers how far it has searched for ``\\n`` so bytes arriving one at a time are scanned
+  once (the h11 ``_receivebuffer`` idea). OpenTSDB frames at 1024 bytes and *drops the
+  connection* on a longer line; tsd discards the long line (up to its newline, without
+  buffering it), reports it as ``BadRequestError`` once, and keeps the connection.
+* Words. A line is decoded as ISO-8859-1 and split on every single space, so double spaces
+  make empty words (Tags.splitString). The first word picks the command, case-sensitively,
+  through a dict. Commands other than ``put`` ignore their extra words.
+* ``put <metric> <timestamp> <value> <k=v>...``, checked in OpenTSDB's order: word count
+  (empty words count), empty metric, timestamp (every ``.`` removed, then the strict
+  Tags.parseLong; ``1234567890.123`` is 1234567890123 ms), timestamp > 0, empty value, tags
+  (empty words skipped), value typing (``tsd.codec.value.parse_value``), NaN/Infinite,
+  timestamp range (``bad timestamp=`` above 9999999999999), tag count and names.
+* Errors. Every failure raises ``BadRequestError`` whose message is exactly the line
+  OpenTSDB writes back, without the newline: ``put: illegal argument: ...`` for its
+  IllegalArgumentException, ``put: invalid value: ...`` for its NumberFormatException (a
+  bad timestamp is reported as an invalid *value* too, as OpenTSDB does).
+* Commands. tsd registers ``stats dropcaches version exit help put diediedie`` in
+  OpenTSDB's order (``put`` only in rw/wo mode, ``diediedie`` unless disabled). OpenTSDB
+  also lists ``rollup`` and ``histogram``, which tsd does not implement, so they are
+  unknown commands here and absent from ``help``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from tsd import __version__
+from tsd.codec.value import encode_value, format_java_bytes, parse_long, parse_value
+from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
+from tsd.model import MAX_MS_TIMESTAMP, DataPoint, make_tags
+from tsd.protocol.names import (
+    DEFAULT_NAME_RULES,
+    NameRules,
+    check_metric_and_tags,
+    format_java_map,
+    parse_tag,
+)
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "TELNET_COMMANDS",
+    "Command",
+    "DieDieDieCommand",
+    "DropCachesCommand",
+    "ExitCommand",
+    "HelpCommand",
+    "LineBuffer",
+    "PutCommand",
+    "StatsCommand",
+    "UnknownCommand",
+    "VersionCommand",
+    "check_timestamp",
+    "format_diediedie",
+    "format_drop_caches",
+    "format_error",
+    "format_help",
+    "format_unknown_command",
+    "format_version",
+    "parse_command",
+    "parse_put",
+    "telnet_command_names",
+]
+
+#: OpenTSDB's LineBasedFrameDecoder limit. tsd's default (config ``tsd.rpc.telnet.max_line``)
+#: is larger; this is only the fallback for callers that pass nothing.
+DEFAULT_MAX_LINE_BYTES: Final = 1024
+
+# --- Framing ---------------------------------------------------------------------------------
+
+
+class LineBuffer:
+    """Accumulates received bytes and hands out complete lines, without their terminator.
+
+    ``maybe_next_line()`` returns ``None`` when more bytes are needed. A line longer than
+    ``max_line_bytes`` (terminator excluded, as Netty counts) raises ``BadRequestError``
+    once; its bytes are dropped, including any that arrive later up to its newline, so the
+    buffer never holds much more than one maximal line.
+    """
+
+    __slots__ = ("_data", "_discarding", "_max", "_searched")
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
+        self._max = max_line_bytes
+        self._data = bytearray()
+        self._searched = 0  # bytes of _data already known to hold no b"\n"
+        self._discarding = False  # inside an over-long line, waiting for its newline
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def feed(self, data: bytes) -> None:
+        self._data += data
+
+    def maybe_next_line(self) -> bytes | None:
+        data = self._data
+        while True:
+            end = data.find(b"\n", self._searched)
+            if end < 0:
+                self._no_newline_yet()
+                return None
+            self._searched = 0
+            if self._discarding:  # the tail of a line already reported as too long
+                self._discarding = False
+                del data[: end + 1]
+                continue
+            length = end - 1 if end and data[end - 1] == 0x0D else end
+            line = bytes(data[:length])
+            # bytearray deletes from the front in O(1) (it keeps a start offset).
+            del data[: end + 1]
+            if length > self._max:
+                raise _line_too_long(self._max)
+            return line
+
+    def _no_newline_yet(self) -> None:
+        data = self._data
+        if self._discarding:
+            data.clear()
+            self._searched = 0
+            return None
+        # One byte of slack: a line of exactly max bytes may be waiting for "\n" after "\r".
+        if len(data) > self._max + 1:
+            data.clear()
+            self._searched = 0
+            self._discarding = True
+            raise _line_too_long(self._max)
+        self._searched = len(data)
+        return None
+
+
+def _line_too_long(max_line_bytes: int) -> BadRequestError:
+    return BadRequestError(
+        f"error: line too long: more than {max_line_bytes} bytes; line discarded"
+    )
+
+
+# --- Commands --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PutCommand:
+    point: DataPoint
+
+
+@dataclass(frozen=True, slots=True)
+class VersionCommand:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StatsCommand:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HelpCommand:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DropCachesCommand:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ExitCommand:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DieDieDieCommand:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownCommand:
+    """A first word that names no enabled command (may be empty: an empty line)."""
+
+    name: str
+
+
+Command = (
+    PutCommand
+    | VersionCommand
+    | StatsCommand
+    | HelpCommand
+    | DropCachesCommand
+    | ExitCommand
+    | DieDieDieCommand
+    | UnknownCommand
+)
+
+_VERSION: Final = VersionCommand()
+_STATS: Final = StatsCommand()
+_HELP: Final = HelpCommand()
+_DROP_CACHES: Final = DropCachesCommand()
+_EXIT: Final = ExitCommand()
+_DIEDIEDIE: Final = DieDieDieCommand()
+
+_Parser = Callable[[list[str], NameRules], Command]
+
+
+def _parse_put_command(words: list[str], rules: NameRules) -> Command:
+    return PutCommand(parse_put(words, rules))
+
+
+#: Every command tsd implements, in OpenTSDB's registration order (the ``help`` order).
+_PARSERS: Final[Mapping[str, _Parser]] = {
+    "stats": lambda words, rules: _STATS,
+    "dropcaches": lambda words, rules: _DROP_CACHES,
+    "version": lambda words, rules: _VERSION,
+    "exit": lambda words, rules: _EXIT,
+    "help": lambda words, rules: _HELP,
+    "put": _parse_put_command,
+    "diediedie": lambda words, rules: _DIEDIEDIE,
+}
+
+#: All command words, in ``help`` order.
+TELNET_COMMANDS: Final[tuple[str, ...]] = tuple(_PARSERS)
+
+
+def telnet_command_names(mode: str = "rw", allow_diediedie: bool = True) -> tuple[str, ...]:
+    """The commands OpenTSDB registers for ``tsd.mode`` and ``tsd.no_diediedie``.
+
+    ``put`` exists in ``rw`` and ``wo`` (and any unknown mode string, which OpenTSDB treats
+    as ``rw``), not in ``ro``.
+    """
+    names = ["stats", "dropcaches", "version", "exit", "help"]
+    if mode != "ro":
+        names.append("put")
+    if allow_diediedie:
+        names.append("diediedie")
+    return tuple(names)
+
+
+def parse_command(
+    line: bytes,
+    rules: NameRules = DEFAULT_NAME_RULES,
+    commands: Collection[str] = TELNET_COMMANDS,
+) -> Command:
+    """Parse one line (without its terminator) into a command.
+
+    ``commands`` is the set of enabled command words (see ``telnet_command_names``); other
+    words give ``UnknownCommand``. Raises BadRequestError with OpenTSDB's reply line.
+    """
+    words = line.decode("iso-8859-1").split(" ")
+    name = words[0]
+    parser = _PARSERS.get(name)
+    if parser is None or name not in commands:
+        return UnknownCommand(name)
+    return parser(words, rules)
+
+
+def _illegal(message: str) -> BadRequestError:
+    return BadRequestError(f"put: illegal argument: {message}")
+
+
+def _invalid_value(message: str) -> BadRequestError:
+    return BadRequestError(f"put: invalid value: {message}")
+
+
+def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPoint:
+    """PutDataPointRpc.importDataPoint over the split words (``words[0]`` is ``put``)."""
+    if len(words) < 5:
+        raise _illegal(f"not enough arguments (need least 4, got {len(words) - 1})")
+    metric = words[1]
+    if not metric:
+        raise _illegal("empty metric name")
+    try:
+        timestamp = parse_long(words[2].replace(".", ""))
+    except NumberFormatError as exc:
+        raise _invalid_value(exc.message) from None
+    if timestamp <= 0:
+        raise _illegal(f"invalid timestamp: {timestamp}")
+    text = words[3]
+    if not text:
+        raise _illegal("empty value")
+    tags: dict[str, str] = {}
+    try:
+        for word in words[4:]:
+            if word:
+                parse_tag(tags, word)
+    except BadRequestError as exc:
+        raise _illegal(exc.message) from None
+    try:
+        value = parse_value(text, metric=metric, timestamp=timestamp)
+    except NumberFormatError as exc:
+        raise _invalid_value(exc.message) from None
+    except IllegalValueError as exc:
+        raise _illegal(exc.message) from None
+    try:
+        check_timestamp(metric, timestamp, value, tags)
+        check_metric_and_tags(metric, tags, rules)
+    except BadRequestError as exc:
+        raise _illegal(exc.message) from None
+    return DataPoint(metric, timestamp, value, make_tags(tags))
+
+
+def check_timestamp(
+    metric: str, timestamp: int, value: int | float, tags: Mapping[str, str | None]
+) -> None:
+    """TSDB.checkTimestampAndTags' range check: seconds up to 2**32-1, then ms up to 13 digits.
+
+    Raises BadRequestError with OpenTSDB's IllegalArgumentException text, which shows the
+    encoded value bytes and flags.
+    """
+    # OpenTSDB: refuse < 0, and ms (any of the high 32 bits set) above 13 digits.
+    if 0 <= timestamp <= MAX_MS_TIMESTAMP:
+        return
+    flags, data = encode_value(value)
+    kind = "negative " if timestamp < 0 else "bad"  # sic: "negative  timestamp" in OpenTSDB
+    raise BadRequestError(
+        f"{kind} timestamp={timestamp} when trying to add value={format_java_bytes(data)}"
+        f"/{flags} to metric={metric}, tags={format_java_map(tags)}"
+    )
+
+
+# --- Replies ---------------------------------------------------------------------------------
+# OpenTSDB writes replies through Netty's StringEncoder, i.e. the JVM's default charset
+# (UTF-8 on Linux). Every function returns the exact bytes to write, newline included.
+
+
+def _line(text: str) -> bytes:
+    return (text + "\n").encode("utf-8", "replace")
+
+
+def format_error(error: BadRequestError) -> bytes:
+    """The reply line for a command that failed."""
+    return _line(error.message)
+
+
+def format_version(
+    *,
+    package: str = "tsd",
+    version: str = __version__,
+    short_revision: str = "unknown",
+    repo_status: str = "UNKNOWN",
+    date: str = "unknown",
+    user: str = "unknown",
+    host: str = "unknown",
+    repo: str = "unknown",
+) -> bytes:
+    """The two lines of ``version`` (BuildData.revisionString and buildString's shape)."""
+    return _line(f"{package} {version} built at revision {short_revision} ({repo_status})") + (
+        _line(f"Built on {date} by {user}@{host}:{repo}")
+    )
+
+
+def format_help(commands: Collection[str] = TELNET_COMMANDS) -> bytes:
+    """``available commands: `` then each command followed by a space (trailing space kept)."""
+    return _line("available commands: " + "".join(f"{name} " for name in commands))
+
+
+def format_unknown_command(name: str) -> bytes:
+    return _line(f"unknown command: {name}.  Try `help'.")
+
+
+def format_drop_caches() -> bytes:
+    return _line("Caches dropped.")
+
+
+def format_diediedie() -> bytes:
+    return _line("Cleaning up and exiting now.")
