@@ -1,0 +1,424 @@
+"""/api/query requests, POST JSON and GET query string, -> a validated TSQuery. Pure.
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §1.2; OpenTSDB
+src/tsd/QueryRpc.java ``parseQuery``, src/tsd/HttpJsonSerializer.java ``parseQueryV1``,
+src/core/TSQuery.java and TSSubQuery.java ``validateAndSetQuery``):
+
+* POST: the body is a JSON object bound like Jackson binds OpenTSDB's POJOs: unknown keys
+  are ignored, ``null`` means "unset", booleans may be strings (``"true"``) or numbers,
+  string fields accept numbers (``"start": 1700000000``), and a sub-query's ``tags`` and
+  ``filters`` are applied in key order, so the later one wins. Binding errors answer
+  400 "Unable to parse the given JSON" with the cause in ``details``.
+* GET: ``start`` (required), ``end``, repeatable ``tsuid=`` then ``m=`` (see m_syntax),
+  and presence-only flags. ``timezone`` and ``useCalendar`` cannot be set from a GET.
+* Both: identical sub-queries are collapsed (first wins), then the query is validated
+  in OpenTSDB's order and each sub-query gets its ``index``; validation errors answer
+  400 with OpenTSDB's message.
+
+tsd deviations: a malformed ``m=`` answers 400 (OpenTSDB: 500), and ``counterMax`` /
+``resetValue`` beyond a Java long are clamped instead of failing the whole request
+(Grafana sends 2^64 for 64-bit counters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from tsd.errors import BadRequestError
+from tsd.protocol.m_syntax import (
+    add_group_by_filter,
+    filter_from_tag_value,
+    filter_identity,
+    make_filter,
+    parse_downsample,
+    parse_m_subquery,
+    parse_tsuid_subquery,
+)
+from tsd.protocol.timespec import is_known_timezone, now_ms, parse_datetime
+from tsd.query_model import (
+    AGGREGATOR_INTERPOLATION,
+    Filter,
+    OutputOptions,
+    RateOptions,
+    SubQuery,
+    TSQuery,
+)
+
+_LONG_MAX = 2**63 - 1
+_LONG_MIN = -(2**63)
+_PARSE_ERROR = "Unable to parse the given JSON"
+
+#: TSQuery JSON keys (Jackson property names) -> TSQuery boolean fields.
+_QUERY_FLAGS = {
+    "useCalendar": "use_calendar",
+    "noAnnotations": "no_annotations",
+    "globalAnnotations": "global_annotations",
+    "showTSUIDs": "show_tsuids",
+    "msResolution": "ms_resolution",
+    "showQuery": "show_query",
+    "showStats": "show_stats",
+    "showSummary": "show_summary",
+    "delete": "delete",
+    "padding": "padding",
+    "overrideByteLimit": "override_byte_limit",
+    "overrideDataPointLimit": "override_data_point_limit",
+}
+#: GET flags (presence only) -> TSQuery boolean fields.
+_PARAM_FLAGS = {
+    "padding": "padding",
+    "no_annotations": "no_annotations",
+    "global_annotations": "global_annotations",
+    "show_tsuids": "show_tsuids",
+    "ms": "ms_resolution",
+    "show_query": "show_query",
+    "show_stats": "show_stats",
+    "show_summary": "show_summary",
+}
+
+
+class _BindError(Exception):
+    """A value of the wrong shape while binding JSON (Jackson's JsonMappingException)."""
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def parse_query_json(
+    body: bytes | str,
+    *,
+    now: int | None = None,
+    default_timezone: str = "UTC",
+) -> TSQuery:
+    """A POST /api/query body -> a validated TSQuery.
+
+    ``default_timezone`` reads absolute dates when the body gives no ``timezone``
+    (OpenTSDB: the JVM default); ``now`` defaults to the wall clock.
+    """
+    if not body or not body.strip():
+        raise BadRequestError(
+            "Missing message content",
+            "Supply valid JSON formatted data in the body of your request",
+        )
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError(_PARSE_ERROR, str(exc)) from None
+    try:
+        fields, subs = _bind_query(document)
+    except _BindError as exc:
+        raise BadRequestError(_PARSE_ERROR, str(exc)) from None
+    except BadRequestError as exc:
+        raise BadRequestError(_PARSE_ERROR, exc.message) from None
+    return validate_query(fields, subs, now=now, default_timezone=default_timezone)
+
+
+def parse_query_params(
+    params: Mapping[str, Sequence[str]],
+    *,
+    now: int | None = None,
+    default_timezone: str = "UTC",
+) -> TSQuery:
+    """GET /api/query parameters (each name -> all its values) -> a validated TSQuery."""
+    start = _last(params, "start")
+    if not start:
+        raise BadRequestError("Missing parameter <code>start</code>")
+    fields: dict[str, Any] = {"start": start, "end": _last(params, "end")}
+    for name, attr in _PARAM_FLAGS.items():
+        if name in params:
+            fields[attr] = True
+    subs = [parse_tsuid_subquery(q) for q in params.get("tsuid", ())]
+    subs += [parse_m_subquery(q) for q in params.get("m", ())]
+    if not subs:
+        raise BadRequestError("Missing sub queries")
+    return validate_query(fields, subs, now=now, default_timezone=default_timezone)
+
+
+def parse_output_options(params: Mapping[str, Sequence[str]]) -> OutputOptions:
+    """``arrays`` (presence) and ``jsonp`` (last value), read from the query string for
+    both GET and POST."""
+    return OutputOptions(arrays="arrays" in params, jsonp=_last(params, "jsonp"))
+
+
+def _last(params: Mapping[str, Sequence[str]], name: str) -> str | None:
+    values = params.get(name)
+    return values[-1] if values else None
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_query(
+    fields: Mapping[str, Any],
+    subs: Sequence[SubQuery],
+    *,
+    now: int | None = None,
+    default_timezone: str = "UTC",
+) -> TSQuery:
+    """TSQuery.validateAndSetQuery over de-duplicated sub-queries.
+
+    ``fields`` holds ``start``, ``end``, ``timezone`` and TSQuery's boolean attributes.
+    """
+    subs = dedupe_subqueries(subs)
+    start: str | None = fields.get("start")
+    end: str | None = fields.get("end")
+    timezone: str | None = fields.get("timezone")
+    details = describe_query(start, end, subs)
+    try:
+        if not start:
+            raise BadRequestError("Missing start time")
+        current = now_ms() if now is None else now
+        start_ms = parse_datetime(start, timezone, now=current, default_timezone=default_timezone)
+        end_ms = current
+        if end:
+            end_ms = parse_datetime(end, timezone, now=current, default_timezone=default_timezone)
+        if end_ms <= start_ms:
+            raise BadRequestError(
+                f"End time [{end_ms}] must be greater than the start time [{start_ms}]"
+            )
+        if not subs:
+            raise BadRequestError("Missing queries")
+        use_calendar = bool(fields.get("use_calendar", False))
+        validated = tuple(
+            _validate_subquery(sub, i, timezone, use_calendar) for i, sub in enumerate(subs)
+        )
+    except BadRequestError as exc:
+        raise BadRequestError(exc.message, details) from None
+    flags = {k: v for k, v in fields.items() if k not in ("start", "end", "timezone")}
+    return TSQuery(
+        start=start,
+        end=end,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        queries=validated,
+        timezone=timezone,
+        **flags,
+    )
+
+
+def _validate_subquery(
+    sub: SubQuery, index: int, timezone: str | None, use_calendar: bool
+) -> SubQuery:
+    if not sub.aggregator:
+        raise BadRequestError("Missing the aggregation function")
+    if sub.aggregator not in AGGREGATOR_INTERPOLATION:
+        raise BadRequestError(f"No such aggregation function: {sub.aggregator}")
+    if not sub.tsuids and not sub.metric:
+        raise BadRequestError("Missing the metric or tsuids, provide at least one")
+    spec = parse_downsample(sub.downsample) if sub.downsample else None
+    if spec is not None:
+        if timezone:
+            if not is_known_timezone(timezone):
+                raise BadRequestError("The timezone specification could not be found")
+            spec = dataclasses.replace(spec, timezone=timezone)
+        if use_calendar:
+            spec = dataclasses.replace(spec, use_calendar=True)
+        if spec.use_calendar and not spec.run_all and not spec.calendar_unit:
+            # OpenTSDB fails later with a NumberFormatException (a 500).
+            raise BadRequestError(f"Invalid calendar downsampling interval: {spec.spec}")
+    return dataclasses.replace(sub, downsample_spec=spec, index=index)
+
+
+def dedupe_subqueries(subs: Sequence[SubQuery]) -> list[SubQuery]:
+    """Drop sub-queries equal (as TSSubQuery.equals sees it) to an earlier one."""
+    seen: set[tuple[object, ...]] = set()
+    unique: list[SubQuery] = []
+    for sub in subs:
+        key = (
+            sub.aggregator,
+            sub.metric,
+            sub.tsuids,
+            sub.downsample,
+            sub.rate,
+            sub.rate_options,
+            tuple(filter_identity(f) for f in sub.filters),
+            sub.explicit_tags,
+        )
+        if key not in seen:
+            seen.add(key)
+            unique.append(sub)
+    return unique
+
+
+def describe_query(start: str | None, end: str | None, subs: Sequence[SubQuery]) -> str:
+    """A one-line description of the query for error ``details`` (OpenTSDB puts the
+    query's toString there)."""
+    parts = []
+    for sub in subs:
+        filters = ", ".join(
+            f"filter_name={f.type}, tagk={f.tagk}, group_by={str(f.group_by).lower()}"
+            for f in sub.filters
+        )
+        parts.append(
+            f"TSSubQuery(metric={sub.metric}, filters=[{filters}], tsuids=[{', '.join(sub.tsuids)}]"
+            f", agg={sub.aggregator}, downsample={sub.downsample}, rate={str(sub.rate).lower()})"
+        )
+    return f"TSQuery(start_time={start}, end_time={end}, subQueries[{', '.join(parts)}])"
+
+
+# --------------------------------------------------------------------------- JSON binding
+
+
+def _bind_query(document: object) -> tuple[dict[str, Any], list[SubQuery]]:
+    obj = _as_object(document, "TSQuery")
+    fields: dict[str, Any] = {}
+    subs: list[SubQuery] = []
+    for key, value in obj.items():
+        if key in ("start", "end", "timezone"):
+            fields[key] = _as_str(value, key)
+        elif key in _QUERY_FLAGS:
+            fields[_QUERY_FLAGS[key]] = _as_bool(value, key)
+        elif key == "queries":
+            subs = [_bind_subquery(item) for item in _as_list(value, key)]
+    return fields, subs
+
+
+def _bind_subquery(document: object) -> SubQuery:
+    obj = _as_object(document, "TSSubQuery")
+    values: dict[str, Any] = {}
+    filters: list[Filter] = []
+    for key, value in obj.items():
+        binder = _SUBQUERY_BINDERS.get(key)
+        if binder is not None:
+            values[binder[0]] = binder[1](value, key)
+        elif key == "filters":
+            filters = [_bind_filter(item) for item in _as_list(value, key)]
+        elif key == "tags":
+            filters = _bind_tags(value)
+    return SubQuery(
+        aggregator=values.get("aggregator") or "",
+        metric=values.get("metric") or "",
+        tsuids=values.get("tsuids") or (),
+        downsample=values.get("downsample"),
+        rate=values.get("rate", False),
+        rate_options=values.get("rate_options"),
+        filters=tuple(filters),
+        explicit_tags=values.get("explicit_tags", False),
+    )
+
+
+def _bind_filter(document: object) -> Filter:
+    obj = _as_object(document, "TagVFilter")
+    group_by = False
+    for key in ("groupBy", "group_by"):
+        if key in obj:
+            group_by = _as_bool(obj[key], key)
+    return make_filter(
+        _as_str(obj.get("type"), "type") or "",
+        _as_str(obj.get("tagk"), "tagk") or "",
+        _as_str(obj.get("filter"), "filter") or "",
+        group_by,
+    )
+
+
+def _bind_tags(value: object) -> list[Filter]:
+    filters: list[Filter] = []
+    if value is None:
+        return filters
+    for tagk, tagv in _as_object(value, "tags").items():
+        add_group_by_filter(filters, filter_from_tag_value(tagk, _as_str(tagv, tagk) or "", True))
+    return filters
+
+
+def _bind_rate_options(value: object, name: str) -> RateOptions | None:
+    if value is None:
+        return None
+    obj = _as_object(value, name)
+    options = RateOptions()
+    for key, item in obj.items():
+        if key in ("counter", "isCounter"):
+            options = dataclasses.replace(options, counter=_as_bool(item, key))
+        elif key == "counterMax":
+            options = dataclasses.replace(options, counter_max=_as_long(item, key))
+        elif key == "resetValue":
+            options = dataclasses.replace(options, reset_value=_as_long(item, key))
+        elif key == "dropResets":
+            options = dataclasses.replace(options, drop_resets=_as_bool(item, key))
+    return options
+
+
+def _as_object(value: object, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _BindError(f"Cannot deserialize {name} from {_kind(value)}")
+    return value
+
+
+def _as_list(value: object, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _BindError(f"Cannot deserialize '{name}' from {_kind(value)}")
+    return value
+
+
+def _as_str(value: object, name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    raise _BindError(f"Cannot deserialize '{name}' as a string from {_kind(value)}")
+
+
+def _as_tsuids(value: object, name: str) -> tuple[str, ...]:
+    return tuple(_as_str(v, name) or "" for v in _as_list(value, name))
+
+
+def _as_bool(value: object, name: str) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "false", "", "null"):
+            return text == "true"
+    raise _BindError(f"Cannot deserialize '{name}' as a boolean from {value!r}")
+
+
+def _as_long(value: object, name: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise _BindError(f"Cannot deserialize '{name}' as a long from a boolean")
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise _BindError(f"Cannot deserialize '{name}' as a long from NaN")
+        if math.isinf(value):
+            return _LONG_MAX if value > 0 else _LONG_MIN
+        value = int(value)
+    elif isinstance(value, str):
+        try:
+            value = int(value.strip() or "0")
+        except ValueError:
+            raise _BindError(f"Cannot deserialize '{name}' as a long from {value!r}") from None
+    if not isinstance(value, int):
+        raise _BindError(f"Cannot deserialize '{name}' as a long from {_kind(value)}")
+    return max(_LONG_MIN, min(_LONG_MAX, value))
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
+
+
+_Binder = tuple[str, Callable[[Any, str], Any]]
+_SUBQUERY_BINDERS: dict[str, _Binder] = {
+    "aggregator": ("aggregator", _as_str),
+    "metric": ("metric", _as_str),
+    "tsuids": ("tsuids", _as_tsuids),
+    "downsample": ("downsample", _as_str),
+    "rate": ("rate", _as_bool),
+    "rateOptions": ("rate_options", _bind_rate_options),
+    "explicitTags": ("explicit_tags", _as_bool),
+}
