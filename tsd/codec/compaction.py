@@ -173,6 +173,11 @@ def split_cell(qualifier: bytes, value: bytes) -> list[_Entry]:
 
 def _merge(data_cells: list[list[_Entry]], fix_duplicates: bool, row_key: bytes) -> list[_Entry]:
     """CompactionQueue.defaultMergeDataPoints over the cells' entries."""
+    if len(data_cells) == 1:
+        # The common read: one compacted cell, already strictly ordered.
+        entries = data_cells[0]
+        if all(entries[i][0] < entries[i + 1][0] for i in range(len(entries) - 1)):
+            return entries
     keyed = [
         (entry[0], -cell_index, position, entry)
         for cell_index, entries in enumerate(data_cells)
