@@ -1,0 +1,520 @@
+"""/api/put: the JSON body (already inflated) to data points, and the reply bodies.
+
+Theory of operation (behaviour doc §1.1; OpenTSDB 2.4.1 ``src/tsd/HttpJsonSerializer.java``
+parsePutV1, ``src/tsd/PutDataPointRpc.java`` processDataPoint, ``src/core/IncomingDataPoint.java``
+validate, ``src/utils/JSON.java``; Jackson 2.9.5 coercion rules):
+
+* Body. Empty -> "Missing request content". OpenTSDB decodes it as UTF-8 (bad bytes become
+  U+FFFD), trims it, requires ``{`` (one point) or ``[`` (a list), and gives any Jackson
+  failure, syntax or type, as "Unable to parse the given JSON". Jackson runs with
+  ALLOW_NON_NUMERIC_NUMBERS (``NaN``, ``Infinity``, ``-Infinity`` are numbers) and ignores
+  whatever follows the first JSON value. An empty list -> "No datapoints found in content".
+* Fields, as Jackson binds them into IncomingDataPoint. ``metric``, ``value``, ``tsuid`` and
+  tag values are Strings: a JSON number keeps its source text (``1e3`` stays ``"1e3"``), a
+  boolean becomes ``"true"``/``"false"``, an object or array fails the whole body.
+  ``timestamp`` is a primitive long: missing or null is 0, a float is truncated (NaN is 0),
+  a string is trimmed and parsed (empty or ``"null"`` is 0), anything out of range or of
+  another type fails the body. Unknown fields are ignored.
+* Points, in OpenTSDB's order: null element, "Metric name was empty", "Invalid timestamp"
+  (<= 0), "Empty value", "Missing tags", value typing ("Unable to parse value to a number";
+  ``tsd.codec.value.parse_value`` rules), then the IllegalArgument texts: NaN/Infinite,
+  ``bad timestamp=...``, tag count, name characters (``tsd.protocol.names``).
+
+Two parsers, one meaning. orjson loses a number's source text, which only matters in three
+places: a number where a String is expected, an int beyond 64 bits (orjson returns a
+float), and the ``datapoint`` echoed with an error. The fast path parses with orjson and
+types a JSON int as ``int`` and a JSON float as ``float``, which is OpenTSDB's rule since an
+int token has no ``.``/``e``/``E`` and a float token has one. Whenever it meets one of those
+three cases, or the body is not strict JSON, the body is parsed again by the exact path:
+the stdlib decoder with every number kept as its text, which also accepts what Jackson
+accepts and orjson does not (trailing bytes, non-numeric numbers, invalid UTF-8).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NotRequired, TypedDict, cast
+
+import orjson
+
+from tsd.codec.const import LONG_MAX, LONG_MIN
+from tsd.codec.value import parse_value
+from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
+from tsd.model import DataPoint, Tags
+from tsd.protocol.names import DEFAULT_NAME_RULES, NameRules, check_metric_and_tags
+from tsd.protocol.names import java_hash_order as _java_hash_order
+from tsd.protocol.telnet import check_timestamp
+
+__all__ = [
+    "EMPTY_BODY",
+    "EMPTY_LIST",
+    "NOT_OBJECT_OR_ARRAY",
+    "PUT_ERRORS_DETAILS",
+    "PUT_ERRORS_MESSAGE",
+    "UNPARSEABLE",
+    "DatapointEcho",
+    "PutError",
+    "PutFlags",
+    "PutResult",
+    "datapoint_echo",
+    "parse_put_body",
+    "parse_put_flags",
+    "put_errors_error",
+    "put_response",
+    "put_timeout_response",
+    "summary_body",
+]
+
+# --- OpenTSDB message texts ------------------------------------------------------------------
+
+EMPTY_BODY: Final = "Missing request content"
+NOT_OBJECT_OR_ARRAY: Final = "The JSON must start as an object or an array"
+UNPARSEABLE: Final = "Unable to parse the given JSON"
+EMPTY_LIST: Final = "No datapoints found in content"
+
+NULL_DATAPOINT: Final = "Unexpected null datapoint encountered in set."
+METRIC_EMPTY: Final = "Metric name was empty"
+INVALID_TIMESTAMP: Final = "Invalid timestamp"
+EMPTY_VALUE: Final = "Empty value"
+MISSING_TAGS: Final = "Missing tags"
+NOT_A_NUMBER: Final = "Unable to parse value to a number"
+#: Per-point texts of the write path (PutDataPointRpc), for the writer's errors.
+UNKNOWN_METRIC: Final = "Unknown metric"
+PLEASE_THROTTLE: Final = "Please throttle"
+TIMEOUT_EXCEPTION: Final = "Timeout exception"
+UNEXPECTED_EXCEPTION: Final = "Unexpected exception"
+STORAGE_EXCEPTION: Final = "Storage exception: {message}"
+WRITE_TIMEDOUT: Final = "Write timedout"
+
+PUT_ERRORS_MESSAGE: Final = "One or more data points had errors"
+PUT_ERRORS_DETAILS: Final = 'Please see the TSD logs or append "details" to the put request'
+PUT_TIMEOUT_MESSAGE: Final = (
+    "The put call has timedout with {good} successful writes, {failed} failed writes"
+    " and {timeouts} timed out writes."
+)
+
+# --- Results ---------------------------------------------------------------------------------
+
+
+class DatapointEcho(TypedDict):
+    """A point as OpenTSDB echoes it in ``errors[].datapoint`` (Jackson, NON_NULL)."""
+
+    metric: NotRequired[str]
+    timestamp: int
+    value: NotRequired[str]
+    tags: NotRequired[dict[str, str | None]]
+    tsuid: NotRequired[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PutError:
+    """A point that failed: the ``error`` text and the ``datapoint`` echo (None for null)."""
+
+    message: str
+    datapoint: DatapointEcho | None
+
+
+PutResult = DataPoint | PutError
+
+
+@dataclass(frozen=True, slots=True)
+class PutFlags:
+    """The /api/put query string: presence-only flags, and ``sync_timeout`` in ms."""
+
+    details: bool = False
+    summary: bool = False
+    sync: bool = False
+    sync_timeout_ms: int = 0
+
+
+# --- Body parsing ----------------------------------------------------------------------------
+
+
+class _NeedExact(Exception):
+    """The fast path cannot answer exactly like OpenTSDB: use the exact parser."""
+
+
+class _JsonNumber(str):
+    """A JSON number token kept as its source text (exact path only)."""
+
+    __slots__ = ()
+
+
+def _unparseable() -> BadRequestError:
+    return BadRequestError(UNPARSEABLE)
+
+
+# What Java's String.trim() removes: every char up to U+0020.
+_JAVA_WHITESPACE: Final = "".join(chr(c) for c in range(0x21))
+_EXACT_DECODER: Final = json.JSONDecoder(
+    parse_float=_JsonNumber, parse_int=_JsonNumber, parse_constant=_JsonNumber
+)
+_TWO_63: Final = float(2**63)
+
+
+def parse_put_body(body: bytes, rules: NameRules = DEFAULT_NAME_RULES) -> list[PutResult]:
+    """Parse an /api/put body into one result per element, in order.
+
+    Raises BadRequestError (status 400) for the body-level errors. Per-point failures are
+    ``PutError`` results.
+    """
+    if not body:
+        raise BadRequestError(EMPTY_BODY)
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _parse_exact(body, rules)
+    try:
+        return _parse_document(document, rules, exact=False)
+    except _NeedExact:
+        return _parse_exact(body, rules)
+
+
+def _parse_exact(body: bytes, rules: NameRules) -> list[PutResult]:
+    """The exact path alone (the tests compare it with the fast path)."""
+    return _parse_document(_load_exact(body), rules, exact=True)
+
+
+def _load_exact(body: bytes) -> object:
+    text = body.decode("utf-8", "replace").strip(_JAVA_WHITESPACE)
+    if not text:
+        # OpenTSDB fails here with a StringIndexOutOfBounds (500); tsd calls it empty.
+        raise BadRequestError(EMPTY_BODY)
+    if text[0] != "{" and text[0] != "[":
+        raise BadRequestError(NOT_OBJECT_OR_ARRAY)
+    try:
+        document, _ = _EXACT_DECODER.raw_decode(text)
+    except (ValueError, RecursionError):
+        raise _unparseable() from None
+    return document
+
+
+def _parse_document(document: object, rules: NameRules, *, exact: bool) -> list[PutResult]:
+    if isinstance(document, dict):
+        elements: list[object] = [document]
+    elif isinstance(document, list):
+        elements = document
+    else:
+        raise BadRequestError(NOT_OBJECT_OR_ARRAY)
+    if not elements:
+        raise BadRequestError(EMPTY_LIST)
+    # Jackson binds the whole body before any point is looked at: a type error anywhere
+    # fails the body even after points that would have been fine.
+    incoming = [None if e is None else _bind(e) for e in elements]
+    results: list[PutResult] = []
+    for point in incoming:
+        if point is None:
+            result: PutResult = PutError(NULL_DATAPOINT, None)
+        else:
+            result = _validate(point, rules)
+        if not exact and isinstance(result, PutError):
+            raise _NeedExact  # the echo needs the numbers' source text
+        results.append(result)
+    return results
+
+
+@dataclass(slots=True)
+class _Incoming:
+    """IncomingDataPoint after Jackson's binding. ``value`` is text, or already typed by
+    the fast path (an int or float JSON number)."""
+
+    metric: str | None
+    timestamp: int
+    value: str | int | float | None
+    tags: dict[str, str | None] | None
+    tsuid: str | None
+
+
+def _bind(element: object) -> _Incoming:
+    if not isinstance(element, dict):
+        raise _unparseable()
+    get = element.get
+    return _Incoming(
+        metric=_bind_string(get("metric")),
+        timestamp=_bind_timestamp(get("timestamp")),
+        value=_bind_value(get("value")),
+        tags=_bind_tags(get("tags")),
+        tsuid=_bind_string(get("tsuid")),
+    )
+
+
+def _bind_string(raw: object) -> str | None:
+    """Jackson's StringDeserializer."""
+    if isinstance(raw, str):  # exact path numbers are str too, holding their text
+        return raw
+    if raw is None:
+        return None
+    if raw is True:
+        return "true"
+    if raw is False:
+        return "false"
+    if isinstance(raw, int | float):
+        raise _NeedExact  # the fast path lost the number's text
+    raise _unparseable()
+
+
+def _bind_value(raw: object) -> str | int | float | None:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, float):
+        if abs(raw) >= _TWO_63:
+            raise _NeedExact  # orjson turns ints beyond 64 bits into floats
+        return raw
+    return _bind_string(raw)
+
+
+# Long.parseLong / Integer.parseInt: a sign, then digits (Character.digit accepts any Nd
+# digit, as Python's \d and int() do). Leading zeros are fine.
+_JAVA_INTEGER_TEXT: Final = re.compile(r"[+-]?\d+")
+
+
+def _parse_java_integer(text: str, low: int, high: int) -> int | None:
+    if _JAVA_INTEGER_TEXT.fullmatch(text) is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:  # more digits than Python converts: out of range anyway
+        return None
+    return value if low <= value <= high else None
+
+
+def _bind_timestamp(raw: object) -> int:
+    """Jackson 2.9's LongDeserializer for a primitive ``long``."""
+    if raw is None:
+        return 0
+    if isinstance(raw, _JsonNumber):
+        return _timestamp_from_token(raw)
+    if isinstance(raw, str):
+        text = raw.strip(_JAVA_WHITESPACE)
+        if not text or text == "null":
+            return 0
+        value = _parse_java_integer(text, LONG_MIN, LONG_MAX)
+        if value is None:
+            raise _unparseable()
+        return value
+    if isinstance(raw, bool):
+        raise _unparseable()
+    if isinstance(raw, int):
+        return _check_long(raw)
+    if isinstance(raw, float):
+        if raw == -_TWO_63:
+            raise _NeedExact  # an int token just below the long range rounds to this
+        return _truncate_double(raw)
+    raise _unparseable()
+
+
+def _timestamp_from_token(token: str) -> int:
+    if token[-1] == "N":  # NaN: (long) NaN is 0 in Java
+        return 0
+    if token[-1] == "y":  # Infinity, -Infinity: out of the long range
+        raise _unparseable()
+    if "." in token or "e" in token or "E" in token:
+        return _truncate_double(float(token))
+    if len(token) > 20:  # cheap guard before int() on a huge token
+        raise _unparseable()
+    return _check_long(int(token))
+
+
+def _check_long(value: int) -> int:
+    if LONG_MIN <= value <= LONG_MAX:
+        return value
+    raise _unparseable()
+
+
+def _truncate_double(value: float) -> int:
+    # ParserBase.convertNumberToLong: range-checked against (double) Long.MIN/MAX_VALUE,
+    # then Java's (long) cast, which truncates and saturates at 2**63 - 1.
+    if value < -_TWO_63 or value > _TWO_63:
+        raise _unparseable()
+    return min(int(value), LONG_MAX)
+
+
+def _bind_tags(raw: object) -> dict[str, str | None] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _unparseable()
+    return {key: _bind_string(value) for key, value in raw.items()}
+
+
+def _validate(point: _Incoming, rules: NameRules) -> PutResult:
+    """IncomingDataPoint.validate, then the value typing and TSDB.addPoint's checks."""
+    metric = point.metric
+    if not metric:
+        return _error(METRIC_EMPTY, point)
+    timestamp = point.timestamp
+    if timestamp <= 0:
+        return _error(INVALID_TIMESTAMP, point)
+    raw = point.value
+    if raw is None or raw == "":
+        return _error(EMPTY_VALUE, point)
+    tags = point.tags
+    if not tags:
+        return _error(MISSING_TAGS, point)
+    value: int | float
+    if isinstance(raw, str):
+        try:
+            value = parse_value(raw, metric=metric, timestamp=timestamp)
+        except NumberFormatError:
+            return _error(NOT_A_NUMBER, point)
+        except IllegalValueError as exc:
+            return _error(exc.message, point)
+    elif isinstance(raw, int) and not LONG_MIN <= raw <= LONG_MAX:
+        return _error(NOT_A_NUMBER, point)  # Tags.parseLong: "Value too long"
+    else:
+        value = raw
+    try:
+        check_timestamp(metric, timestamp, value, tags)
+        check_metric_and_tags(metric, tags, rules)
+    except BadRequestError as exc:
+        return _error(exc.message, point)
+    # check_metric_and_tags refused any None tag value.
+    pairs: Tags = tuple(sorted((k, v) for k, v in tags.items() if v is not None))
+    return DataPoint(metric, timestamp, value, pairs)
+
+
+def _error(message: str, point: _Incoming) -> PutError:
+    # Jackson writes IncomingDataPoint's non-null properties in declaration order.
+    echo: dict[str, Any] = {}
+    if point.metric is not None:
+        echo["metric"] = point.metric
+    echo["timestamp"] = point.timestamp
+    if point.value is not None:
+        echo["value"] = str(point.value)
+    if point.tags is not None:
+        echo["tags"] = {k: point.tags[k] for k in _java_hash_order(point.tags)}
+    if point.tsuid is not None:
+        echo["tsuid"] = point.tsuid
+    return PutError(message, cast(DatapointEcho, echo))
+
+
+def datapoint_echo(point: DataPoint) -> DatapointEcho:
+    """The echo of an accepted point that failed later (storage, unknown metric).
+
+    The value's source text is gone by then: an int prints as digits, a float with
+    Python's repr (OpenTSDB would show the client's text).
+    """
+    tags = dict(point.tags)
+    return {
+        "metric": point.metric,
+        "timestamp": point.timestamp,
+        "value": str(point.value),
+        "tags": {k: tags[k] for k in _java_hash_order(tags)},
+    }
+
+
+# --- Query string ----------------------------------------------------------------------------
+
+
+def parse_put_flags(query: Mapping[str, str]) -> PutFlags:
+    """The flags of an /api/put query string (pass the *last* value of a repeated key).
+
+    ``details``, ``summary``, ``sync`` count by presence, whatever their value.
+    ``sync_timeout`` goes through Java's Integer.parseInt; OpenTSDB answers a bad one with a
+    500 carrying the NumberFormatException text, tsd with a 400 carrying the same text.
+    """
+    timeout = 0
+    if "sync_timeout" in query:
+        text = query["sync_timeout"]
+        parsed = _parse_java_integer(text, -(2**31), 2**31 - 1)
+        if parsed is None:
+            raise BadRequestError(f'For input string: "{text}"')
+        timeout = parsed
+    return PutFlags(
+        details="details" in query,
+        summary="summary" in query,
+        sync="sync" in query,
+        sync_timeout_ms=timeout,
+    )
+
+
+# --- Replies ---------------------------------------------------------------------------------
+
+
+def put_errors_error() -> BadRequestError:
+    """The 400 for a put with failed points and neither ``summary`` nor ``details``."""
+    return BadRequestError(PUT_ERRORS_MESSAGE, details=PUT_ERRORS_DETAILS)
+
+
+def summary_body(
+    success: int,
+    failed: int,
+    errors: Sequence[PutError] | None,
+    details: bool,
+    timeouts: int | None,
+) -> bytes:
+    """``{"success":N,"failed":M}`` plus ``timeouts`` and, with ``details``, ``errors``.
+
+    Keys come in the order OpenTSDB's HashMap serialises them (success, timeouts, failed,
+    errors; each error is datapoint then error).
+    """
+    summary: dict[str, Any] = {"success": success}
+    if timeouts is not None:
+        summary["timeouts"] = timeouts
+    summary["failed"] = failed
+    if details:
+        summary["errors"] = [
+            {"datapoint": error.datapoint, "error": error.message} for error in errors or ()
+        ]
+    try:
+        return orjson.dumps(summary)
+    except TypeError:  # lone surrogates from \\ud800-style escapes: escape them instead
+        return json.dumps(summary, separators=(",", ":")).encode("ascii")
+
+
+def put_response(
+    flags: PutFlags,
+    *,
+    points: int,
+    queued: int,
+    good_writes: int | None = None,
+    failed_writes: int = 0,
+    errors: Sequence[PutError] = (),
+) -> tuple[int, bytes]:
+    """Status and body of an /api/put reply (PutDataPointRpc's GroupCB).
+
+    ``points`` elements were received and ``queued`` passed validation and went to the
+    writer. With ``sync``, ``good_writes``/``failed_writes`` count storage outcomes;
+    without it pass ``good_writes=None`` (success is then the queued count). Raises the
+    generic BadRequestError when points failed and neither summary nor details was asked.
+    """
+    failures = points - queued
+    if not (flags.summary or flags.details):
+        if failures + failed_writes > 0:
+            raise put_errors_error()
+        return 204, b""
+    body = summary_body(
+        queued if good_writes is None else good_writes,
+        failures + failed_writes,
+        errors,
+        flags.details,
+        0 if flags.sync_timeout_ms > 0 else None,
+    )
+    # Storage failures reported by sync do not make it a 400; only validation failures do.
+    return (400 if failures > 0 else 200), body
+
+
+def put_timeout_response(
+    flags: PutFlags,
+    *,
+    points: int,
+    queued: int,
+    good_writes: int,
+    failed_writes: int,
+    timeouts: int,
+    errors: Sequence[PutError] = (),
+) -> tuple[int, bytes]:
+    """The 400 sent when ``sync_timeout`` expires first (PutDataPointRpc's PutTimeout).
+
+    Without summary/details this raises BadRequestError with OpenTSDB's text.
+    """
+    if not (flags.summary or flags.details):
+        raise BadRequestError(
+            PUT_TIMEOUT_MESSAGE.format(good=good_writes, failed=failed_writes, timeouts=timeouts),
+            details=PUT_ERRORS_DETAILS,
+        )
+    failed = points - queued + failed_writes
+    return 400, summary_body(good_writes, failed, errors, flags.details, timeouts)
