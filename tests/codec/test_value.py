@@ -288,3 +288,12 @@ def test_format_java_bytes_is_signed() -> None:
 def test_text_to_stored_bytes(text: str, flags: int, hex_bytes: str) -> None:
     """End to end: PutDataPointRpc typing then TSDB.addPoint encoding."""
     assert encode_value(parse_value(text)) == (flags, bytes.fromhex(hex_bytes))
+
+
+def test_encode_value_accepts_numpy_scalars() -> None:
+    import numpy as np
+
+    assert encode_value(np.int64(5)) == (0x0, b"\x05")
+    assert encode_value(np.int32(-300)) == (0x1, b"\xfe\xd4")
+    assert encode_value(np.float32(0.5)) == (0xB, b"\x3f\x00\x00\x00")
+    assert encode_value(np.float64(0.1)) == (0xF, struct.pack(">d", 0.1))

@@ -25,9 +25,10 @@ The exact OpenTSDB message texts are module constants, so the protocol layer can
 from __future__ import annotations
 
 import math
+import operator
 import re
 import struct
-from typing import Final
+from typing import Final, SupportsFloat, SupportsIndex
 
 from tsd.codec.const import (
     FLAG_FLOAT,
@@ -198,7 +199,7 @@ def parse_value(
 # --- Encoding -------------------------------------------------------------------------------
 
 
-def encode_value(value: int | float) -> tuple[int, bytes]:
+def encode_value(value: int | float | SupportsIndex | SupportsFloat) -> tuple[int, bytes]:
     """Encode a value as OpenTSDB stores it: ``(flags, value_bytes)``.
 
     Integers use the smallest of 1/2/4/8 signed big-endian bytes; floats use 4 bytes when
@@ -215,7 +216,10 @@ def encode_value(value: int | float) -> tuple[int, bytes]:
         if LONG_MIN <= value <= LONG_MAX:
             return FLAGS_INT8, _Q.pack(value)
         raise CodecError(f"integer value out of the signed 64-bit range: {value!r}")
-    value = float(value)
+    if not isinstance(value, float):
+        if isinstance(value, SupportsIndex):  # integer-likes such as numpy ints
+            return encode_value(operator.index(value))
+        value = float(value)
     if not math.isfinite(value):
         raise CodecError(f"cannot store a NaN or infinite value: {value!r}")
     try:
