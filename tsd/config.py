@@ -106,6 +106,9 @@ class StorageConfig:
     thrift_protocol: str = "binary"
     thrift_pool_size: int = 8
     thrift_timeout_ms: int = 30_000
+    thrift_max_idle_ms: int = 50_000  # reuse pooled connections idle less (server drops at 60 s)
+    hbase_compression: str = "NONE"  # create-tables: create_table.sh's LZO is not in stock HBase
+    hbase_data_ttl_s: int = 0  # create-tables: TTL of the data table's family; 0 = forever
     create_tables: bool = True
 
 
@@ -239,6 +242,13 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     ),
     "tsd.storage.hbase.thrift.pool_size": ("storage", "thrift_pool_size", _range(1, 1024)),
     "tsd.storage.hbase.thrift.timeout": ("storage", "thrift_timeout_ms", _int),
+    "tsd.storage.hbase.thrift.max_idle": ("storage", "thrift_max_idle_ms", _range(0, 1 << 30)),
+    "tsd.storage.hbase.compression": (
+        "storage",
+        "hbase_compression",
+        lambda text: _choice("none", "gz", "snappy", "lz4", "lzo", "zstd", "bzip2")(text).upper(),
+    ),
+    "tsd.storage.hbase.data_ttl": ("storage", "hbase_data_ttl_s", _range(0, 2**31 - 1)),
     "tsd.storage.create_tables": ("storage", "create_tables", _bool),
     "tsd.query.timeout": ("query", "timeout_ms", _int),
     "tsd.query.skip_unresolved_tagvs": ("query", "skip_unresolved_tagvs", _bool),

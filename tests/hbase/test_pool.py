@@ -1,0 +1,205 @@
+"""The connection rules of the HBase backend (tsd/storage/hbase/pool.py), on real sockets.
+
+The faults of aiohappybase/thriftpy2's async client are reproduced for real: a
+proxy in front of the live Thrift gateway holds replies back, so a call can be
+cancelled or time out with its reply still on the way; the test HBase's gateway
+drops idle connections after a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.hbase_harness import THRIFT_READ_TIMEOUT_MS, HBaseServer, drop_tables, unique_prefix
+from tsd.config import StorageConfig
+from tsd.errors import StorageTimeout, StorageUnavailable
+from tsd.storage.base import Cell, FamilySpec, Put, Row
+from tsd.storage.hbase import HBaseStorage
+
+
+class DelayingProxy:
+    """TCP proxy to ``upstream``; holds every server->client chunk back ``delay_s``."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.delay_s = 0.0
+        self.port = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delayed: bool
+    ) -> None:
+        try:
+            while data := await reader.read(65536):
+                if delayed and self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(*self.upstream)
+        for task in (
+            asyncio.create_task(self._pump(client_r, server_w, delayed=False)),
+            asyncio.create_task(self._pump(server_r, client_w, delayed=True)),
+        ):
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[DelayingProxy]:
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        try:
+            yield self
+        finally:
+            server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[int]:
+    """A port that accepts connections and never answers."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port  # nothing listens once the socket is closed
+
+
+@pytest.fixture
+async def hbase_table(hbase_server: HBaseServer) -> AsyncIterator[str]:
+    prefix = unique_prefix()
+    storage = HBaseStorage(hbase_server.storage_config())
+    table = f"{prefix}pool"
+    await storage.create_table(table, [FamilySpec("f")])
+    await storage.put(table, [Put(b"a", "f", b"q", b"A"), Put(b"b", "f", b"q", b"B")])
+    await storage.close()
+    yield table
+    if not hbase_server.owned:
+        await drop_tables(hbase_server, prefix)
+
+
+# -- without HBase -----------------------------------------------------------------------------
+
+
+async def test_unreachable_gateway_raises_storage_unavailable() -> None:
+    storage = HBaseStorage(StorageConfig(thrift_host="127.0.0.1", thrift_port=closed_port()))
+    with pytest.raises(StorageUnavailable):
+        await storage.get("t", b"r")
+    with pytest.raises(StorageUnavailable):
+        await storage.list_tables()
+    await storage.close()
+
+
+async def test_call_past_its_deadline_raises_storage_timeout_and_drops_the_connection() -> None:
+    async with silent_server() as port:
+        cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=port, thrift_timeout_ms=100)
+        storage = HBaseStorage(cfg)
+        with pytest.raises(StorageTimeout):
+            await storage.get("t", b"r")
+        assert storage.pool.idle_count == 0
+        with pytest.raises(StorageTimeout):
+            await storage.list_tables()
+        assert storage.pool.opened == 2
+        await storage.close()
+
+
+# -- with HBase --------------------------------------------------------------------------------
+
+
+@pytest.mark.hbase
+async def test_cancelled_call_never_hands_its_reply_to_the_next(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
+        cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1)
+        storage = HBaseStorage(cfg)
+        assert await storage.get(hbase_table, b"a") is not None  # one pooled connection
+        px.delay_s = 0.5
+        call = asyncio.create_task(storage.get(hbase_table, b"a"))
+        await asyncio.sleep(0.1)  # the request is out; its reply is held for 0.5 s
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        px.delay_s = 0.0
+        # On the cancelled call's connection this would read row a's reply.
+        assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
+        assert storage.pool.opened == 2
+        await storage.close()
+
+
+@pytest.mark.hbase
+async def test_timed_out_call_never_hands_its_reply_to_the_next(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
+        cfg = StorageConfig(
+            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
+        )
+        storage = HBaseStorage(cfg)
+        px.delay_s = 0.6
+        with pytest.raises(StorageTimeout):
+            await storage.get(hbase_table, b"a")
+        px.delay_s = 0.0
+        assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
+        await storage.close()
+
+
+@pytest.mark.hbase
+async def test_connection_idle_past_max_idle_is_not_reused(hbase_server: HBaseServer) -> None:
+    storage = HBaseStorage(hbase_server.storage_config(thrift_max_idle_ms=0))
+    for _ in range(3):
+        await storage.list_tables()
+    assert storage.pool.opened == 3
+    await storage.close()
+
+
+@pytest.mark.hbase
+async def test_pool_reuses_connections(hbase_server: HBaseServer, hbase_table: str) -> None:
+    storage = HBaseStorage(hbase_server.storage_config(thrift_pool_size=4))
+    await asyncio.gather(*(storage.get(hbase_table, b"a") for _ in range(40)))
+    assert storage.pool.opened <= 4
+    await storage.close()
+
+
+@pytest.mark.hbase
+async def test_connection_the_gateway_dropped_while_idle_is_replaced(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    if not hbase_server.owned:
+        pytest.skip("needs the harness's HBase, whose gateway drops idle connections quickly")
+    # max_idle far above the gateway's timeout: the pool keeps the connection, the gateway
+    # closes it, and the next call must notice and use a new one.
+    storage = HBaseStorage(hbase_server.storage_config(thrift_max_idle_ms=3_600_000))
+    assert await storage.get(hbase_table, b"a") is not None
+    await asyncio.sleep(THRIFT_READ_TIMEOUT_MS / 1000 + 1.5)
+    assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
+    assert storage.pool.opened == 2
+    await storage.close()

@@ -1,0 +1,444 @@
+"""HBaseStorage: the Storage interface over HBase's Thrift1 gateway.
+
+Calls: ``mutate`` -> ``mutateRows`` (planned by :mod:`.batches` so that order
+holds), ``get``/``get_many`` -> ``getRow(s)[WithColumns]``, ``scan`` ->
+``scannerOpenWithScan`` + ``scannerGetList`` (scanner caching = ``batch_rows``,
+optional batch size in cells) + ``scannerClose``, ``increment`` ->
+``atomicIncrement``, ``check_and_put`` -> ``checkAndPut``, ``append`` ->
+``append``, ``create_table`` -> ``createTable`` with column descriptors.
+Connections come from :class:`~.pool.ConnectionPool`; every call runs under
+:func:`~.errors.map_errors` and, when ``tsd.storage.hbase.thrift.timeout`` is
+set, a deadline.
+
+Row filters are applied here, never pushed down. OpenTSDB matches its row-key
+regex against the key's bytes read as ISO-8859-1 (one character per byte;
+asynchbase's ``KeyRegexpFilter`` sets that charset). HBase's Thrift filter
+language cannot: ``ParseFilter`` builds ``RegexStringComparator`` with the
+default charset, UTF-8, so the server decodes each row key as UTF-8 before
+matching. A UID byte >= 0x80 then either joins its neighbours into one
+character (``c3 a9`` is one "é", shifting every position after it) or becomes
+U+FFFD (so ``80`` and ``81`` look alike). Both ways the server's answer
+differs from OpenTSDB's, with false negatives and false positives
+(``tests/hbase/test_row_filter.py`` shows each against the live server). Row
+keys hold binary UIDs, counters reach 0x80 within the first 128 names, and no
+regex can be shown safe without knowing the keys; so the backend scans the
+range (the planner already narrows it by metric and time) and applies
+``RowFilter.matches`` (a full match over the raw bytes) to each row it reads.
+
+checkAndPut: an unset ``value`` asks "must not exist"; HBase also treats an
+empty expected value as "missing or empty" (so does the embedded engine).
+
+Deletes and timestamps: cells get the region server's clock and a delete
+marker hides cells with the same or an older timestamp, so a put arriving in
+the millisecond of a delete that covers it would vanish. After any delete,
+writes wait until a later millisecond has begun (``_wait_after_delete``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import math
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from tsd.config import StorageConfig
+from tsd.errors import StorageError, TableNotFound
+from tsd.log import STORAGE, get_logger
+from tsd.storage.base import Cell, FamilySpec, Mutation, Put, Row, ScanSpec, Storage
+from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
+from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
+from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
+
+T = TypeVar("T")
+
+log = get_logger(f"{STORAGE}.hbase")
+
+#: How long after a delete completed a write must wait: more than one millisecond, so the
+#: region server stamps the write in a later millisecond than the delete (see module doc).
+DELETE_GUARD_S = 0.002
+#: rows per getRows call
+GET_MANY_CHUNK = 1000
+#: bloom filter types HBase accepts in a column descriptor
+BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
+
+Call = Callable[[Any], Awaitable[T]]
+
+
+class HBaseStorage(Storage):
+    """Tables in an HBase reached through its Thrift1 gateway (``cfg.thrift_*``).
+
+    ``scan_batch_cells`` caps the cells per scanner result (HBase's ``Scan.setBatch``);
+    a row wider than that arrives in pieces, which are joined here. 0: no cap.
+    """
+
+    def __init__(self, cfg: StorageConfig, *, scan_batch_cells: int = 0) -> None:
+        self._cfg = cfg
+        self._timeout_s = cfg.thrift_timeout_ms / 1000 if cfg.thrift_timeout_ms > 0 else None
+        self._scan_batch_cells = scan_batch_cells
+        self._pool = ConnectionPool(
+            self._open_connection, cfg.thrift_pool_size, cfg.thrift_max_idle_ms / 1000
+        )
+        self._last_delete_done = -math.inf
+
+    @property
+    def pool(self) -> ConnectionPool:
+        return self._pool
+
+    async def _open_connection(self) -> ThriftConnection:
+        cfg = self._cfg
+        return await ThriftConnection.open(
+            cfg.thrift_host,
+            cfg.thrift_port,
+            cfg.thrift_transport,
+            cfg.thrift_protocol,
+            cfg.thrift_timeout_ms or None,
+        )
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def _deadline(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        if self._timeout_s is None:
+            return contextlib.nullcontext()
+        return asyncio.timeout(self._timeout_s)
+
+    async def _attempt(self, call: Call[T], idempotent: bool) -> T:
+        """Run ``call(client)`` on a pooled connection.
+
+        A call that fails on a connection the pool had kept idle, with the
+        connection itself failing (reset, EOF), is retried once on a fresh one
+        when repeating it is harmless: that is the server having dropped the
+        connection just as it was taken. Increments, appends, checkAndPut and
+        scanner reads are never repeated.
+        """
+        reused = False
+        try:
+            async with self._pool.connection() as conn:
+                reused = conn.calls > 0
+                async with self._deadline():
+                    return await call(conn.client)
+        except TRANSPORT_ERRORS as exc:
+            if not (idempotent and reused) or isinstance(exc, TimeoutError):
+                raise
+            log.info("hbase.connection_dropped", error=repr(exc))
+        async with self._pool.connection(fresh=True) as conn, self._deadline():
+            return await call(conn.client)
+
+    async def _call(
+        self, operation: str, table: str | None, call: Call[T], *, idempotent: bool
+    ) -> T:
+        try:
+            with map_errors(operation, table):
+                return await self._attempt(call, idempotent)
+        except StorageError as exc:
+            # Some failures (mutateRows: "RetriesExhaustedWithDetailsException: Failed 1
+            # action: <table>") do not say that the table is missing; ask.
+            if (
+                table is not None
+                and type(exc) is StorageError
+                and isinstance(exc.__cause__, HBASE_THRIFT.IOError)
+                and table not in await self.list_tables()
+            ):
+                raise TableNotFound(table) from exc
+            raise
+
+    async def _wait_after_delete(self) -> None:
+        wait = self._last_delete_done + DELETE_GUARD_S - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    # -- tables ---------------------------------------------------------------------------
+
+    async def create_table(self, table: str, families: Sequence[FamilySpec]) -> bool:
+        if not families:
+            raise StorageError(f"table {table!r} needs at least one column family")
+        descriptors = [_column_descriptor(spec) for spec in families]
+        name = table.encode("ascii")
+
+        async def create(client: Any) -> bool:
+            try:
+                await client.createTable(name, descriptors)
+            except HBASE_THRIFT.AlreadyExists:
+                return False
+            except HBASE_THRIFT.IOError as exc:
+                if "TableExistsException" in hbase_message(exc):
+                    return False
+                raise
+            return True
+
+        created = await self._call("createTable", None, create, idempotent=False)
+        if created:
+            log.info("hbase.table_created", table=table, families=[f.name for f in families])
+        return created
+
+    async def list_tables(self) -> list[str]:
+        names = await self._call(
+            "getTableNames", None, lambda c: c.getTableNames(), idempotent=True
+        )
+        return sorted(name.decode("ascii") for name in names)
+
+    async def drop_table(self, table: str) -> None:
+        """Disable and delete ``table`` (HBase only: not part of the Storage interface)."""
+        name = table.encode("ascii")
+
+        async def drop(client: Any) -> None:
+            if await client.isTableEnabled(name):
+                await client.disableTable(name)
+            await client.deleteTable(name)
+
+        await self._call("deleteTable", table, drop, idempotent=False)
+
+    async def families(self, table: str) -> dict[str, Any]:
+        """Family name -> Thrift ``ColumnDescriptor`` as HBase reports it (HBase only)."""
+        name = table.encode("ascii")
+        descriptors = await self._call(
+            "getColumnDescriptors",
+            table,
+            lambda c: c.getColumnDescriptors(name),
+            idempotent=True,
+        )
+        return {key.rstrip(b":").decode("ascii"): value for key, value in descriptors.items()}
+
+    # -- writes ---------------------------------------------------------------------------
+
+    async def mutate(self, table: str, mutations: Sequence[Mutation]) -> None:
+        name = table.encode("ascii")
+        for step in plan_mutations(mutations):
+            if isinstance(step, DeleteRow):
+                call: Call[None] = functools.partial(_delete_row, name, step.row)
+                operation = "deleteAllRow"
+            else:
+                call = functools.partial(_mutate_rows, name, _batch_mutations(step))
+                operation = "mutateRows"
+                await self._wait_after_delete()
+            try:
+                await self._call(operation, table, call, idempotent=True)
+            finally:
+                if isinstance(step, DeleteRow) or step.has_deletes:
+                    self._last_delete_done = time.monotonic()
+
+    async def increment(
+        self, table: str, row: bytes, family: str, qualifier: bytes, amount: int = 1
+    ) -> int:
+        name, column = table.encode("ascii"), column_name(family, qualifier)
+        await self._wait_after_delete()
+        value: int = await self._call(
+            "atomicIncrement",
+            table,
+            lambda c: c.atomicIncrement(name, row, column, amount),
+            idempotent=False,
+        )
+        return value
+
+    async def check_and_put(
+        self,
+        table: str,
+        row: bytes,
+        family: str,
+        qualifier: bytes,
+        expected: bytes | None,
+        put: Put,
+    ) -> bool:
+        if put.row != row:
+            # Thrift1's checkAndPut takes only a column and value for the put: its row
+            # is the checked row, always.
+            raise StorageError("check_and_put: the put must be on the checked row")
+        name, column = table.encode("ascii"), column_name(family, qualifier)
+        mutation = HBASE_THRIFT.Mutation(
+            column=column_name(put.family, put.qualifier), value=put.value
+        )
+        await self._wait_after_delete()
+        # expected None: the value field stays unset, which HBase reads as "must not exist".
+        applied: bool = await self._call(
+            "checkAndPut",
+            table,
+            lambda c: c.checkAndPut(name, row, column, expected, mutation, {}),
+            idempotent=False,
+        )
+        return applied
+
+    async def append(
+        self, table: str, row: bytes, family: str, qualifier: bytes, value: bytes
+    ) -> None:
+        append = HBASE_THRIFT.TAppend(
+            table=table.encode("ascii"),
+            row=row,
+            columns=[column_name(family, qualifier)],
+            values=[value],
+        )
+        await self._wait_after_delete()
+        await self._call("append", table, lambda c: c.append(append), idempotent=False)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    async def get(self, table: str, row: bytes, families: Sequence[str] = ()) -> Row | None:
+        rows = await self._get_rows(table, [row], families)
+        return rows[0] if rows else None
+
+    async def get_many(
+        self, table: str, rows: Sequence[bytes], families: Sequence[str] = ()
+    ) -> list[Row]:
+        found: dict[bytes, Row] = {}
+        for start in range(0, len(rows), GET_MANY_CHUNK):
+            chunk = rows[start : start + GET_MANY_CHUNK]
+            for got in await self._get_rows(table, chunk, families):
+                found[got.key] = got
+        return [found[key] for key in rows if key in found]
+
+    async def _get_rows(
+        self, table: str, rows: Sequence[bytes], families: Sequence[str]
+    ) -> list[Row]:
+        name = table.encode("ascii")
+        keys = [key for key in rows if key]  # HBase has no row with an empty key, and refuses one
+        if not keys:
+            return []
+        columns = [family.encode("ascii") for family in families]
+
+        async def get_rows(client: Any) -> Any:
+            if columns:
+                return await client.getRowsWithColumns(name, keys, columns, {})
+            return await client.getRows(name, keys, {})
+
+        results = await self._call("getRows", table, get_rows, idempotent=True)
+        found = [_row_from_result(result) for result in results]
+        return [row for row in found if row.cells]
+
+    async def scan(self, table: str, spec: ScanSpec) -> AsyncIterator[Row]:
+        """Rows in key order; the scanner is closed however the iteration ends."""
+        if spec.limit is not None and spec.limit <= 0:
+            return
+        name = table.encode("ascii")
+        batch_rows = max(1, spec.batch_rows)
+        tscan = HBASE_THRIFT.TScan(
+            startRow=spec.start,
+            stopRow=spec.stop or None,
+            columns=[family.encode("ascii") for family in spec.families] or None,
+            caching=batch_rows,
+            batchSize=self._scan_batch_cells or None,
+            sortColumns=True,
+        )
+        scanner: int = await self._call(
+            "scannerOpenWithScan",
+            table,
+            lambda c: c.scannerOpenWithScan(name, tscan, {}),
+            idempotent=False,
+        )
+        try:
+            async with contextlib.aclosing(
+                self._scan_rows(table, scanner, batch_rows, spec)
+            ) as rows:
+                async for row in rows:
+                    yield row
+        finally:
+            await self._close_scanner(table, scanner)
+
+    async def _scan_rows(
+        self, table: str, scanner: int, batch_rows: int, spec: ScanSpec
+    ) -> AsyncGenerator[Row, None]:
+        # A row wider than scan_batch_cells comes in consecutive pieces with the same key:
+        # the last row of each batch is held back until the next batch shows it complete.
+        remaining = spec.limit
+        held: Row | None = None
+        while True:
+            results = await self._call(
+                "scannerGetList",
+                table,
+                lambda c: c.scannerGetList(scanner, batch_rows),
+                idempotent=False,
+            )
+            pieces = [_row_from_result(result) for result in results]
+            complete: list[Row] = []
+            for piece in pieces:
+                if held is not None and held.key == piece.key:
+                    held = Row(held.key, held.cells + piece.cells)
+                    continue
+                if held is not None:
+                    complete.append(held)
+                held = piece
+            if not pieces and held is not None:
+                complete.append(held)
+                held = None
+            for row in complete:
+                if spec.row_filter is not None and not spec.row_filter.matches(row.key):
+                    continue
+                yield row
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining == 0:
+                        return
+            if not pieces:
+                return
+
+    async def _close_scanner(self, table: str, scanner: int) -> None:
+        # Best effort: a scanner left open expires on the server (its lease), and the
+        # scan's own outcome (a result, an error, a cancellation) is what the caller needs.
+        try:
+            await self._call(
+                "scannerClose", table, lambda c: c.scannerClose(scanner), idempotent=False
+            )
+        except StorageError as exc:
+            log.info("hbase.scanner_close_failed", table=table, error=str(exc))
+
+    async def close(self) -> None:
+        self._pool.close()
+
+
+# -- Thrift structures -------------------------------------------------------------------------
+
+
+def _column_descriptor(spec: FamilySpec) -> Any:
+    bloom = spec.bloom_filter.upper()
+    if bloom not in BLOOM_TYPES:
+        raise StorageError(f"bloom filter must be one of {BLOOM_TYPES}, not {spec.bloom_filter!r}")
+    # Thrift1's defaults are 3 versions and no block cache: every field is set here.
+    return HBASE_THRIFT.ColumnDescriptor(
+        name=spec.name.encode("ascii") + b":",
+        maxVersions=spec.max_versions,
+        compression=spec.compression.upper(),
+        inMemory=False,
+        bloomFilterType=bloom,
+        blockCacheEnabled=spec.block_cache,
+        timeToLive=spec.ttl_s if spec.ttl_s else -1,
+    )
+
+
+def _batch_mutations(step: MutateRows) -> list[Any]:
+    mutation = HBASE_THRIFT.Mutation
+    return [
+        HBASE_THRIFT.BatchMutation(
+            row=row,
+            mutations=[
+                mutation(isDelete=True, column=column)
+                if value is None
+                else mutation(column=column, value=value)
+                for column, value in ops.items()
+            ],
+        )
+        for row, ops in step.rows.items()
+    ]
+
+
+async def _mutate_rows(table: bytes, batches: list[Any], client: Any) -> None:
+    await client.mutateRows(table, batches, {})
+
+
+async def _delete_row(table: bytes, row: bytes, client: Any) -> None:
+    await client.deleteAllRow(table, row, {})
+
+
+def _row_from_result(result: Any) -> Row:
+    """A TRowResult as a Row, cells sorted by (family, qualifier)."""
+    if result.sortedColumns is not None:
+        # Already in HBase's order: family bytes, then qualifier bytes.
+        pairs = [(column.columnName, column.cell.value) for column in result.sortedColumns]
+    else:
+        pairs = [(name, cell.value) for name, cell in (result.columns or {}).items()]
+    cells = []
+    for name, value in pairs:
+        family, _, qualifier = name.partition(b":")
+        cells.append(Cell(family.decode("ascii"), qualifier, value))
+    if result.sortedColumns is None:
+        cells.sort(key=lambda cell: (cell.family, cell.qualifier))
+    return Row(result.row, tuple(cells))
