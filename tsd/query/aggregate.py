@@ -1,0 +1,110 @@
+"""Cross-series aggregation and the per-group pipeline. Pure (numpy).
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §3.1-3.2; OpenTSDB
+src/core/SpanGroup.java ``iterator``, AggregationIterator.java): a group's series are
+lined up by interpolate.py, and at every emitted timestamp the group's aggregator folds
+the contributing values in series order — on the long path when the timestamp is
+all-integer (raw, not downsampled, not rate), else on the double path (reducers.py). A
+double result that is infinite fails the query, as OpenTSDB's does.
+
+``aggregate_group`` runs one group (OpenTSDB's SpanGroup) end to end in OpenTSDB's order:
+per series downsample, then rate, then aggregation across series. Its ``start_ms`` /
+``end_ms`` are the aggregation window (the scan window; OpenTSDB passes the scan start
+and end to the SpanGroup), the query bounds only matter to ``0all``; trim the result to
+the query with ``AggregatedSeries.trim``. The ``none`` aggregator is the same pipeline on
+a single-series group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tsd.errors import TsdError
+from tsd.query.downsample import downsample
+from tsd.query.interpolate import align, emission_times
+from tsd.query.rate import rate as rate_of
+from tsd.query.reducers import AGGREGATORS, run_double, run_long
+from tsd.query.series import AggregatedSeries, SeriesBatch
+from tsd.query_model import DownsampleSpec, RateOptions
+
+
+class InfiniteValueError(TsdError):
+    """An aggregated value was infinite (OpenTSDB: IllegalStateException "Got Infinity")."""
+
+
+def aggregate_series(
+    batch: SeriesBatch,
+    aggregator: str,
+    *,
+    start_ms: int,
+    end_ms: int,
+    rate: bool = False,
+) -> AggregatedSeries:
+    """Aggregate all series of ``batch`` into one, as OpenTSDB's AggregationIterator.
+
+    Points before ``start_ms`` are ignored; timestamps after ``end_ms`` are not emitted.
+    ``rate`` says the batch holds rates (from ``rate()``), which changes how missing
+    values are filled (see interpolate.py). Raises KeyError for an unknown aggregator.
+    """
+    agg = AGGREGATORS[aggregator]
+    if batch.point_count and batch.timestamps.min() < start_ms:
+        batch = batch.select_points(batch.timestamps >= start_ms)
+    times = emission_times(batch, end_ms, rate)
+    n = len(times)
+    values = np.empty(n, dtype=np.float64)
+    int_values = np.zeros(n, dtype=np.int64) if batch.has_integers and not rate else None
+    is_int = np.zeros(n, dtype=np.bool_)
+    pos = 0
+    for block in align(batch, times, agg.interpolation, rate):
+        width = len(block.timestamps)
+        cols = slice(pos, pos + width)
+        ints = block.is_int_column
+        floats = ~ints
+        if floats.any():
+            values[cols][floats] = run_double(
+                aggregator, block.values[:, floats], block.contributing[:, floats]
+            )
+        if ints.any() and block.int_values is not None and int_values is not None:
+            longs = run_long(aggregator, block.int_values[:, ints], block.contributing[:, ints])
+            int_values[cols][ints] = longs
+            values[cols][ints] = longs.astype(np.float64)
+            is_int[cols] = ints
+        pos += width
+    infinite = np.isinf(values) & ~is_int
+    if infinite.any():
+        at = int(np.flatnonzero(infinite)[0])
+        raise InfiniteValueError(f"Got Infinity: {values[at]} at timestamp {int(times[at])}")
+    if int_values is None or not is_int.any():
+        return AggregatedSeries(times, values)
+    return AggregatedSeries(times, values, int_values, is_int)
+
+
+def aggregate_group(
+    batch: SeriesBatch,
+    aggregator: str,
+    *,
+    start_ms: int,
+    end_ms: int,
+    query_start_ms: int,
+    query_end_ms: int,
+    downsample_spec: DownsampleSpec | None = None,
+    rate: bool = False,
+    rate_options: RateOptions | None = None,
+) -> AggregatedSeries:
+    """One group, OpenTSDB's order: downsample -> rate -> aggregate (untrimmed)."""
+    if downsample_spec is not None:
+        batch = downsample(
+            batch,
+            downsample_spec,
+            start_ms=start_ms,
+            end_ms=end_ms,
+            query_start_ms=query_start_ms,
+            query_end_ms=query_end_ms,
+        )
+    else:
+        # The span iterator's seek: nothing before the window reaches the rate.
+        if batch.point_count and batch.timestamps.min() < start_ms:
+            batch = batch.select_points(batch.timestamps >= start_ms)
+    if rate:
+        batch = rate_of(batch, rate_options or RateOptions())
+    return aggregate_series(batch, aggregator, start_ms=start_ms, end_ms=end_ms, rate=rate)

@@ -1,0 +1,179 @@
+"""Tag value filters: matching series by their tags, and their descriptions. Pure.
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §3.5; OpenTSDB
+src/query/filter/TagV*Filter.java ``match``):
+
+* ``literal_or`` / ``iliteral_or``: the value is one of the ``|``-separated literals
+  (the ``i`` form lower-cases both sides);
+* ``not_literal_or`` / ``not_iliteral_or``: the value is none of them;
+* ``wildcard`` / ``iwildcard``: ``*`` globs, matched as OpenTSDB does — a leading ``*``
+  anchors the last component at the end, a trailing one the first at the start, and the
+  components are then searched in order from a position that advances by each
+  component's *length* (not past the match), so ``a*b`` is not anchored at all;
+* ``regexp``: ``re.search`` (Java's ``Matcher.find``: unanchored);
+* ``not_key``: the series has no such tag key. OpenTSDB 2.4.1 never registers it; tsd
+  does.
+
+A series must carry the tag key of every filter (OpenTSDB's row-key regex always asks
+for the key), except for ``not_key``; all filters must match (AND). With
+``explicit_tags`` the series' tag keys must be exactly the filters' keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from tsd.query_model import Filter, split_literals, wildcard_pattern
+
+Matcher = Callable[[str], bool]
+
+#: /api/config/filters: name -> {"description", "examples"} (tsd's own wording).
+FILTER_DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "literal_or": {
+        "description": "Matches series whose tag value equals one of the given values, "
+        "compared case-sensitively. Separate several values with the pipe character (|).",
+        "examples": "host=literal_or(web01),  host=literal_or(web01|web02|web03)  "
+        '{"type":"literal_or","tagk":"host","filter":"web01|web02|web03","groupBy":false}',
+    },
+    "iliteral_or": {
+        "description": "Like literal_or, but the comparison ignores case. Separate several "
+        "values with the pipe character (|).",
+        "examples": "host=iliteral_or(web01),  host=iliteral_or(web01|web02|web03)  "
+        '{"type":"iliteral_or","tagk":"host","filter":"web01|web02|web03","groupBy":false}',
+    },
+    "not_literal_or": {
+        "description": "Matches series whose tag value equals none of the given values, "
+        "compared case-sensitively. The series must still have the tag key. Separate "
+        "several values with the pipe character (|).",
+        "examples": "host=not_literal_or(web01),  host=not_literal_or(web01|web02|web03)  "
+        '{"type":"not_literal_or","tagk":"host","filter":"web01|web02|web03",'
+        '"groupBy":false}',
+    },
+    "not_iliteral_or": {
+        "description": "Like not_literal_or, but the comparison ignores case. The series "
+        "must still have the tag key.",
+        "examples": "host=not_iliteral_or(web01),  host=not_iliteral_or(web01|web02|web03)  "
+        '{"type":"not_iliteral_or","tagk":"host","filter":"web01|web02|web03",'
+        '"groupBy":false}',
+    },
+    "wildcard": {
+        "description": "Glob match on the tag value with * standing for any run of "
+        "characters, case-sensitive. The expression needs at least one *; a lone * "
+        "matches every value of the tag key.",
+        "examples": "host=wildcard(web*),  host=wildcard(web*.tsdb.net)  "
+        '{"type":"wildcard","tagk":"host","filter":"web*.tsdb.net","groupBy":false}',
+    },
+    "iwildcard": {
+        "description": "Like wildcard, but both the expression and the tag value are "
+        "lower-cased before matching. The expression needs at least one *.",
+        "examples": "host=iwildcard(web*),  host=iwildcard(web*.tsdb.net)  "
+        '{"type":"iwildcard","tagk":"host","filter":"web*.tsdb.net","groupBy":false}',
+    },
+    "regexp": {
+        "description": "Regular expression searched anywhere in the tag value (anchor it "
+        "with ^ and $ to match the whole value). Curly braces do not survive in an m= URL "
+        "query; use the JSON form for them. An invalid expression fails the query.",
+        "examples": 'host=regexp(.*)  {"type":"regexp","tagk":"host","filter":".*",'
+        '"groupBy":false}',
+    },
+    "not_key": {
+        "description": "Matches only series that do not have the tag key at all, whatever "
+        "its value would be; handy when a metric has inconsistent tag sets. The filter "
+        "expression must be empty.",
+        "examples": 'host=not_key()  {"type":"not_key","tagk":"host","filter":"","groupBy":false}',
+    },
+}
+
+
+def compile_value_matcher(f: Filter) -> Matcher:
+    """A predicate on a tag value present in the series (not used for ``not_key``)."""
+    if f.type in ("literal_or", "iliteral_or", "not_literal_or", "not_iliteral_or"):
+        literals = split_literals(f.filter, f.ignore_case)
+        negate = f.type.startswith("not_")
+        if f.ignore_case:
+            return lambda v: (v.lower() in literals) != negate
+        return lambda v: (v in literals) != negate
+    if f.type in ("wildcard", "iwildcard"):
+        return _wildcard_matcher(f)
+    if f.type == "regexp":
+        pattern = re.compile(f.filter)
+        return lambda v: pattern.search(v) is not None
+    raise ValueError(f"no value matcher for filter type {f.type!r}")
+
+
+def _wildcard_matcher(f: Filter) -> Matcher:
+    pattern = wildcard_pattern(f.filter, f.ignore_case)
+    if pattern.match_all:
+        return lambda v: True
+    parts = pattern.components
+    ends_only = pattern.anchored_end and not pattern.anchored_start
+    starts_only = pattern.anchored_start and not pattern.anchored_end
+
+    def match(value: str) -> bool:
+        if f.ignore_case:
+            value = value.lower()
+        if ends_only and not value.endswith(parts[-1]):
+            return False
+        if starts_only and not value.startswith(parts[0]):
+            return False
+        position = 0
+        for part in parts:
+            if value.find(part, position) < 0:
+                return False
+            position += len(part)
+        return True
+
+    return match
+
+
+class SeriesFilter:
+    """All filters of a sub-query, compiled once; ``matches(tags)`` for one series.
+
+    Value matchers are memoised per distinct tag value, so high-cardinality scans cost
+    one evaluation per value, not per series.
+    """
+
+    def __init__(self, filters: Sequence[Filter], explicit_tags: bool = False) -> None:
+        self._absent = [f.tagk for f in filters if f.type == "not_key"]
+        self._present: list[tuple[str, Matcher, dict[str, bool]]] = [
+            (f.tagk, compile_value_matcher(f), {}) for f in filters if f.type != "not_key"
+        ]
+        wanted = frozenset(f.tagk for f in filters if f.type != "not_key")
+        self._explicit = wanted if explicit_tags else None
+
+    def matches(self, tags: Mapping[str, str]) -> bool:
+        if self._explicit is not None and frozenset(tags) != self._explicit:
+            return False
+        if any(tagk in tags for tagk in self._absent):
+            return False
+        for tagk, matcher, memo in self._present:
+            value = tags.get(tagk)
+            if value is None:
+                return False
+            hit = memo.get(value)
+            if hit is None:
+                hit = memo[value] = matcher(value)
+            if not hit:
+                return False
+        return True
+
+    def mask(self, series_tags: Sequence[Mapping[str, str]]) -> npt.NDArray[np.bool_]:
+        """``matches`` for every series, as a boolean array."""
+        return np.fromiter((self.matches(t) for t in series_tags), np.bool_, len(series_tags))
+
+
+def match_tags(
+    filters: Sequence[Filter], tags: Mapping[str, str], explicit_tags: bool = False
+) -> bool:
+    """One-off ``SeriesFilter(filters, explicit_tags).matches(tags)``."""
+    return SeriesFilter(filters, explicit_tags).matches(tags)
+
+
+def requires_tag_key(f: Filter) -> bool:
+    """True when a matching series must carry ``f.tagk`` (every type but ``not_key``);
+    a scan may push this condition into the row-key filter."""
+    return f.type != "not_key"
