@@ -1,0 +1,136 @@
+"""Tag value filters (src/query/filter/TagV*Filter.java match) and group-by (TsdbQuery
+GroupByAndAggregateCB, SpanGroup.computeTags)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tsd.protocol.m_syntax import filter_from_tag_value, make_filter
+from tsd.query.filters import FILTER_DESCRIPTIONS, SeriesFilter, match_tags, requires_tag_key
+from tsd.query.group import group_by_tag_keys, group_key, group_series, group_tags
+from tsd.query_model import FILTER_TYPES, Filter
+
+
+def f(type_name: str, expression: str, tagk: str = "host", group_by: bool = False) -> Filter:
+    return make_filter(type_name, tagk, expression, group_by)
+
+
+MATCHES = [
+    # TagVLiteralOrFilter: exact, case-sensitive; the i* form lower-cases both sides.
+    pytest.param(f("literal_or", "web01|web02"), "web02", True, id="literal_or_hit"),
+    pytest.param(f("literal_or", "web01|web02"), "WEB02", False, id="literal_or_case"),
+    pytest.param(f("literal_or", "web01|web02"), "web0", False, id="literal_or_no_prefix"),
+    pytest.param(f("iliteral_or", "Web01|web02"), "WEB01", True, id="iliteral_or"),
+    pytest.param(f("not_literal_or", "web01"), "web02", True, id="not_literal_or_hit"),
+    pytest.param(f("not_literal_or", "web01"), "web01", False, id="not_literal_or_miss"),
+    pytest.param(f("not_iliteral_or", "WEB01"), "web01", False, id="not_iliteral_or"),
+    # TagVWildcardFilter.match.
+    pytest.param(f("wildcard", "*"), "anything", True, id="wildcard_star"),
+    pytest.param(f("wildcard", "web*"), "web01", True, id="wildcard_prefix"),
+    pytest.param(f("wildcard", "web*"), "xweb01", False, id="wildcard_prefix_anchored"),
+    pytest.param(f("wildcard", "*.net"), "a.tsdb.net", True, id="wildcard_suffix"),
+    pytest.param(f("wildcard", "*.net"), "a.net.x", False, id="wildcard_suffix_anchored"),
+    pytest.param(f("wildcard", "*tsdb*"), "a.tsdb.net", True, id="wildcard_infix"),
+    pytest.param(f("wildcard", "web*"), "WEB01", False, id="wildcard_case_sensitive"),
+    pytest.param(f("iwildcard", "WEB*"), "web01", True, id="iwildcard"),
+    # Without a leading or trailing * nothing is anchored ...
+    pytest.param(f("wildcard", "a*b"), "xaxbx", True, id="wildcard_infix_unanchored"),
+    # ... and the search position advances by the component's length, so a character can
+    # serve two components: "ab*b" matches "xab".
+    pytest.param(f("wildcard", "ab*b"), "xab", True, id="wildcard_reuses_characters"),
+    pytest.param(f("wildcard", "ab*b"), "xa", False, id="wildcard_needs_components"),
+    # TagVRegexFilter: Matcher.find, unanchored.
+    pytest.param(f("regexp", "eb0[12]"), "web01", True, id="regexp_find"),
+    pytest.param(f("regexp", "^eb"), "web01", False, id="regexp_anchor"),
+]
+
+
+@pytest.mark.parametrize(("flt", "value", "expected"), MATCHES)
+def test_filter_matches_tag_value(flt: Filter, value: str, expected: bool) -> None:
+    assert match_tags([flt], {"host": value, "dc": "lga"}) is expected
+
+
+@pytest.mark.parametrize("type_name", [t for t in FILTER_TYPES if t != "not_key"])
+def test_every_filter_requires_the_tag_key(type_name: str) -> None:
+    # The scan's row-key regex always asks for the key, even for not_literal_or.
+    expression = "*" if "wildcard" in type_name else "x"
+    flt = f(type_name, expression)
+    assert requires_tag_key(flt)
+    assert match_tags([flt], {"dc": "lga"}) is False
+
+
+def test_not_key_matches_series_without_the_key() -> None:
+    flt = f("not_key", "")
+    assert not requires_tag_key(flt)
+    assert match_tags([flt], {"dc": "lga"}) is True
+    assert match_tags([flt], {"dc": "lga", "host": "web01"}) is False
+
+
+def test_filters_are_anded() -> None:
+    filters = [f("wildcard", "web*"), f("literal_or", "lga", tagk="dc")]
+    assert match_tags(filters, {"host": "web01", "dc": "lga"})
+    assert not match_tags(filters, {"host": "web01", "dc": "sjc"})
+
+
+def test_explicit_tags_require_exactly_the_filtered_keys() -> None:
+    filters = [f("wildcard", "*")]
+    assert match_tags(filters, {"host": "a"}, explicit_tags=True)
+    assert not match_tags(filters, {"host": "a", "dc": "lga"}, explicit_tags=True)
+    assert match_tags(filters, {"host": "a", "dc": "lga"}, explicit_tags=False)
+
+
+def test_bare_star_value_is_a_case_insensitive_wildcard() -> None:
+    # TagVFilter.getFilter: a bare value with * becomes TagVWildcardFilter(.., true).
+    flt = filter_from_tag_value("host", "WEB*", group_by=True)
+    assert (flt.type, flt.ignore_case, flt.group_by) == ("wildcard", True, True)
+    assert match_tags([flt], {"host": "web01"})
+
+
+def test_series_filter_mask_over_many_series() -> None:
+    sf = SeriesFilter([f("regexp", "^web")])
+    tags = [{"host": f"web{i}"} if i % 2 else {"host": f"db{i}"} for i in range(10)]
+    assert sf.mask(tags).tolist() == [bool(i % 2) for i in range(10)]
+
+
+def test_every_registered_filter_is_described() -> None:
+    # /api/config/filters lists every type with a description and examples.
+    assert set(FILTER_DESCRIPTIONS) == set(FILTER_TYPES)
+    assert "not_key" in FILTER_DESCRIPTIONS
+    for meta in FILTER_DESCRIPTIONS.values():
+        assert set(meta) == {"description", "examples"}
+        assert meta["description"]
+        assert meta["examples"]
+
+
+# ------------------------------------------------------------------ group-by
+
+
+def test_group_by_keys_come_from_group_by_filters() -> None:
+    filters = [f("wildcard", "*", tagk="host", group_by=True), f("literal_or", "a", tagk="dc"),
+               f("regexp", "x", tagk="host", group_by=True)]  # fmt: skip
+    assert group_by_tag_keys(filters) == ["host"]
+
+
+def test_series_without_a_group_by_key_are_dropped() -> None:
+    keys = [group_key(t, ["host"]) for t in ({"host": "b"}, {"dc": "x"}, {"host": "a"})]
+    assert keys == [("b",), None, ("a",)]
+    assert group_series(keys) == [(("a",), [2]), (("b",), [0])]
+
+
+def test_groups_sort_by_key_and_keep_series_order() -> None:
+    keys = [b"\x00\x02", b"\x00\x01", b"\x00\x02"]
+    assert group_series(keys) == [(b"\x00\x01", [1]), (b"\x00\x02", [0, 2])]
+
+
+def test_group_tags_and_aggregate_tags() -> None:
+    # computeTags: a key with one value everywhere it appears stays a tag (even if only
+    # some series have it); keys whose values differ become aggregateTags.
+    tags, aggregated = group_tags(
+        [{"host": "a", "dc": "lga", "rack": "r1"}, {"host": "b", "dc": "lga"}]
+    )
+    assert tags == {"dc": "lga", "rack": "r1"}
+    assert aggregated == ["host"]
+
+
+def test_group_tags_of_empty_group() -> None:
+    assert group_tags([]) == ({}, [])
