@@ -82,6 +82,11 @@ class UidCache:
         self._names_old.pop(uid, None)
         self._store_name(uid, name)
 
+    def put_id(self, name: str, uid: bytes) -> None:
+        """Cache name -> uid only (an alias whose stored name is another string)."""
+        self._ids_old.pop(name, None)
+        self._store_id(name, uid)
+
     def discard_name(self, name: str) -> None:
         """Forget ``name`` -> uid (the reverse entry is left alone)."""
         self._ids.pop(name, None)
