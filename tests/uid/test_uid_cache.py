@@ -105,3 +105,12 @@ def test_clear_drops_everything() -> None:
 def test_max_entries_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         UidCache(0)
+
+
+def test_put_id_adds_a_forward_only_alias() -> None:
+    cache = UidCache(10)
+    cache.put("??", uid(1))
+    cache.put_id("日本", uid(1))
+    assert cache.get_id("日本") == uid(1)
+    assert cache.get_name(uid(1)) == "??"
+    assert (cache.id_entries, cache.name_entries) == (2, 1)

@@ -31,6 +31,17 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tsd.codec.const import (
+    MAX_UID_WIDTH,
+    MIN_UID_WIDTH,
+    UID_ID_FAMILY,
+    UID_KIND_METRIC,
+    UID_KIND_TAGK,
+    UID_KIND_TAGV,
+    UID_MAXID_ROW,
+    UID_META_QUALIFIERS,
+    UID_NAME_FAMILY,
+)
 from tsd.errors import (
     BadRequestError,
     CodecError,
@@ -43,14 +54,14 @@ from tsd.errors import (
 from tsd.storage.base import Delete, Put, ScanSpec, Storage
 from tsd.uid.cache import UidCache
 
-#: The qualifiers of the three kinds (OpenTSDB's METRICS_QUAL, TAG_NAME_QUAL, TAG_VALUE_QUAL).
-KINDS = ("metrics", "tagk", "tagv")
+#: The qualifiers of the three kinds, as text (OpenTSDB's METRICS_QUAL, TAG_NAME_QUAL, ...).
+KINDS = tuple(kind.decode("ascii") for kind in (UID_KIND_METRIC, UID_KIND_TAGK, UID_KIND_TAGV))
 #: Family of the forward rows and of the counter row.
-ID_FAMILY = "id"
+ID_FAMILY = UID_ID_FAMILY
 #: Family of the reverse rows (and of the UIDMeta cells).
-NAME_FAMILY = "name"
+NAME_FAMILY = UID_NAME_FAMILY
 #: Row key of the counter that tracks the highest UID assigned (OpenTSDB's MAXID_ROW).
-MAXID_ROW = b"\x00"
+MAXID_ROW = UID_MAXID_ROW
 #: Tries at an assignment before giving up on storage errors (OpenTSDB's MAX_ATTEMPTS_ASSIGN_ID).
 MAX_ATTEMPTS_ASSIGN_ID = 3
 #: Default number of suggestions (OpenTSDB's MAX_SUGGESTIONS, /api/suggest's ``max``).
@@ -62,8 +73,6 @@ SUGGEST_STOP_ROW = b"~"
 MAX_SUGGEST_BATCH_ROWS = 4096
 #: The character set of names in the UID table (OpenTSDB's UniqueId.CHARSET).
 CHARSET = "iso-8859-1"
-#: The UIDMeta qualifier suffix in family ``name`` (note ``metric_meta``, singular).
-_META_QUALIFIERS = {"metrics": b"metric_meta", "tagk": b"tagk_meta", "tagv": b"tagv_meta"}
 
 _T = TypeVar("_T")
 
@@ -132,7 +141,7 @@ class UniqueId:
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
-        if not 1 <= width <= 8:
+        if not MIN_UID_WIDTH <= width <= MAX_UID_WIDTH:
             raise ValueError(f"Invalid width: {width}")
         self.storage = storage
         self.table = table
@@ -314,7 +323,7 @@ class UniqueId:
                 [
                     Delete(raw, ID_FAMILY, self._qualifier),
                     Delete(uid, NAME_FAMILY, self._qualifier),
-                    Delete(uid, NAME_FAMILY, _META_QUALIFIERS[self.kind]),
+                    Delete(uid, NAME_FAMILY, UID_META_QUALIFIERS[self._qualifier]),
                 ],
             )
         finally:
