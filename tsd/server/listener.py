@@ -1,0 +1,165 @@
+"""One listening socket for both protocols, as OpenTSDB's PipelineFactory does.
+
+The first bytes of a connection decide: an uppercase ASCII letter starts an HTTP
+request line (``GET``, ``POST``...), anything else is a telnet command. The
+:class:`SniffingProtocol` waits for those bytes, builds the real protocol
+(aiohttp's ``RequestHandler`` or our ``TelnetProtocol``), swaps it in with
+``transport.set_protocol`` and replays the bytes, the way uvicorn hands a
+connection over to its websocket protocol.
+
+A client that connects and closes without sending anything (potsdb's probe,
+Telegraf's ``Connect()``) never gets a protocol at all; nothing is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable
+from typing import Any, cast
+
+from aiohttp import web
+
+from tsd.protocol.sniff import looks_like_http
+from tsd.stats import StatsRegistry
+
+
+class TrackedProtocol(asyncio.Protocol):
+    """A protocol the listener can count and close: it reports its own end."""
+
+    on_lost: Callable[[TrackedProtocol], None] | None = None
+
+    def close(self) -> None:
+        """Finish what was received, then close (graceful shutdown)."""
+        raise NotImplementedError
+
+
+#: Builds the telnet protocol for one connection.
+TelnetFactory = Callable[[], TrackedProtocol]
+
+
+class SniffingProtocol(asyncio.Protocol):
+    """Reads the first bytes of a connection and hands it to the right protocol."""
+
+    __slots__ = ("_listener", "_transport")
+
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport: cast, do not check.
+        transport = cast(asyncio.Transport, transport)
+        if not self._listener.admit(self, transport):
+            transport.abort()
+            return
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or not data:
+            return
+        self._transport = None
+        protocol = self._listener.protocol_for(self, data)
+        # Swap first so that anything the new protocol triggers (pause_reading, a
+        # close) is delivered to it, then replay what we read.
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        protocol.data_received(data)
+
+    def eof_received(self) -> bool:
+        return False  # nothing was sent: let the transport close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._listener.forget_sniffing(self)
+        self._transport = None
+
+
+class Listener:
+    """Owns the listening socket and the choice of protocol per connection.
+
+    Open connections = those still sniffing + live telnet protocols + aiohttp's own
+    connection list; ``tsd.core.connections.limit`` (0 = unlimited) caps the sum,
+    closing connections over it as OpenTSDB's ConnectionManager does.
+    """
+
+    def __init__(
+        self,
+        telnet_factory: TelnetFactory,
+        http_server: web.Server,
+        registry: StatsRegistry,
+        connections_limit: int = 0,
+    ) -> None:
+        self._telnet_factory = telnet_factory
+        self._http_server = http_server
+        self._limit = connections_limit
+        self._sniffing: set[SniffingProtocol] = set()
+        self._telnet: set[TrackedProtocol] = set()
+        self._server: asyncio.Server | None = None
+        registry.gauge("connectionmgr.connections", self.open_connections, type="open")
+        self._rejected = registry.counter("connectionmgr.connections", type="rejected")
+        self._total = registry.counter("connectionmgr.connections", type="total")
+
+    # -- per connection ----------------------------------------------------------------------
+
+    def open_connections(self) -> int:
+        return len(self._sniffing) + len(self._telnet) + len(self._http_server.connections)
+
+    def admit(self, sniffer: SniffingProtocol, transport: asyncio.Transport) -> bool:
+        """Count a new connection; False when over ``tsd.core.connections.limit``."""
+        if self._limit > 0 and self.open_connections() >= self._limit:
+            self._rejected.inc()
+            return False
+        self._sniffing.add(sniffer)
+        self._total.inc()
+        _set_nodelay(transport)
+        return True
+
+    def forget_sniffing(self, sniffer: SniffingProtocol) -> None:
+        self._sniffing.discard(sniffer)
+
+    def protocol_for(self, sniffer: SniffingProtocol, first_bytes: bytes) -> asyncio.Protocol:
+        self._sniffing.discard(sniffer)
+        if looks_like_http(first_bytes):
+            return self._http_server()
+        protocol = self._telnet_factory()
+        protocol.on_lost = self._telnet.discard
+        self._telnet.add(protocol)
+        return protocol
+
+    @property
+    def telnet_protocols(self) -> frozenset[TrackedProtocol]:
+        return frozenset(self._telnet)
+
+    # -- the socket ---------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int, *, backlog: int = 1024) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: SniffingProtocol(self), host, port, reuse_address=True, backlog=backlog
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def stop_accepting(self) -> None:
+        """Close the listening socket; connections already open carry on."""
+        if self._server is not None:
+            self._server.close()
+
+    def close(self) -> None:
+        """Stop accepting for good and forget the socket."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+def _set_nodelay(transport: asyncio.Transport) -> None:
+    sock: Any = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):  # a socket already reset by the peer
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
