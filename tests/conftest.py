@@ -1,1 +1,84 @@
-"""Shared fixtures. Backend-parametrised fixtures live in tests/storage/conftest.py."""
+"""Shared fixtures.
+
+``storage`` is parametrised over the storage backends (``STORAGE_BACKENDS``):
+each parameter yields a fresh, empty, isolated store. Backends that share one
+server between tests (HBase) isolate by table-name prefix, so tests take table
+names from ``table_prefix`` / ``storage_config``, never hard-coded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.hbase_harness import hbase_store
+from tsd.config import StorageConfig
+from tsd.storage.base import Storage
+from tsd.storage.embedded import EmbeddedStorage
+
+#: the real HBase, started once per run by scripts/hbase (tests/hbase_harness.py)
+pytest_plugins = ["tests.hbase_harness"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreUnderTest:
+    """A fresh store and the prefix that isolates its tables."""
+
+    storage: Storage
+    table_prefix: str
+
+
+#: builds a fresh isolated store; gets the test's tmp_path
+StoreFactory = Callable[[Path], AbstractAsyncContextManager[StoreUnderTest]]
+
+
+@asynccontextmanager
+async def embedded_store(tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    storage = EmbeddedStorage(tmp_path / "embedded-store")
+    try:
+        # A prefix even here, so a test that hard-codes "tsdb" fails on every backend.
+        yield StoreUnderTest(storage, "test_")
+    finally:
+        await storage.close()
+
+
+#: backend name -> factory; add a backend here and to STORAGE_PARAMS
+STORAGE_BACKENDS: dict[str, StoreFactory] = {"embedded": embedded_store, "hbase": hbase_store}
+STORAGE_PARAMS = [
+    pytest.param("embedded", id="embedded"),
+    pytest.param("hbase", id="hbase", marks=pytest.mark.hbase),
+]
+
+
+@pytest.fixture(params=STORAGE_PARAMS)
+async def store_under_test(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StoreUnderTest]:
+    async with STORAGE_BACKENDS[request.param](tmp_path) as store:
+        yield store
+
+
+@pytest.fixture
+def storage(store_under_test: StoreUnderTest) -> Storage:
+    """A fresh empty store, once per backend."""
+    return store_under_test.storage
+
+
+@pytest.fixture
+def table_prefix(store_under_test: StoreUnderTest) -> str:
+    return store_under_test.table_prefix
+
+
+@pytest.fixture
+def storage_config(table_prefix: str) -> StorageConfig:
+    """StorageConfig naming this test's isolated tables (create them with schema.ensure_tables)."""
+    return StorageConfig(
+        data_table=f"{table_prefix}tsdb",
+        uid_table=f"{table_prefix}tsdb-uid",
+        tree_table=f"{table_prefix}tsdb-tree",
+        meta_table=f"{table_prefix}tsdb-meta",
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 
@@ -143,8 +143,11 @@ class Storage(ABC):
         return found
 
     @abstractmethod
-    def scan(self, table: str, spec: ScanSpec) -> AsyncIterator[Row]:
-        """Rows in key order. Callers that may leave early wrap it in ``contextlib.aclosing``."""
+    def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
+        """Rows in key order. Callers that may leave early wrap it in ``contextlib.aclosing``.
+
+        An async generator (not just an iterator) so that ``aclosing`` type-checks.
+        """
 
     @abstractmethod
     async def increment(
@@ -167,7 +170,8 @@ class Storage(ABC):
     ) -> bool:
         """Apply ``put`` only if the cell (row, family, qualifier) holds ``expected``.
 
-        ``expected=None`` means the cell must not exist. True when applied.
+        ``expected=None`` means the cell must not exist; as in HBase, ``None`` and ``b""``
+        both match a missing cell or an empty one. True when applied.
         """
 
     @abstractmethod

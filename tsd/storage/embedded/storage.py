@@ -44,7 +44,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -321,7 +321,7 @@ class EmbeddedStorage(Storage):
         wanted = _check_families(info, families)
         return await self._read(cells.read_rows, info, tuple(rows), wanted)
 
-    async def scan(self, table: str, spec: ScanSpec) -> AsyncIterator[Row]:
+    async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
         if spec.limit is not None and spec.limit <= 0:

@@ -1,0 +1,488 @@
+"""The storage contract: every backend passes this one suite (see tsd/storage/base.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from contextlib import aclosing
+
+import pytest
+
+from tsd.errors import StorageError, StorageUnavailable, TableNotFound
+from tsd.storage.base import Cell, Delete, FamilySpec, Put, Row, RowFilter, ScanSpec, Storage
+
+
+async def scan_all(storage: Storage, table: str, spec: ScanSpec | None = None) -> list[Row]:
+    return [row async for row in storage.scan(table, spec or ScanSpec())]
+
+
+async def scan_keys(storage: Storage, table: str, spec: ScanSpec | None = None) -> list[bytes]:
+    return [row.key for row in await scan_all(storage, table, spec)]
+
+
+async def put_rows(storage: Storage, table: str, rows: list[bytes]) -> None:
+    shuffled = list(rows)
+    random.Random(3).shuffle(shuffled)
+    await storage.put(table, [Put(row, "f", b"q", row) for row in shuffled])
+
+
+# Rows chosen to break naive encodings: every single byte, runs of 00 and FF,
+# and keys that are prefixes of each other on both sides of 00 and FF.
+BINARY_ROWS = sorted(
+    {bytes([b]) for b in range(256)}
+    | {
+        b"\x00\x00",
+        b"\x00\x00\x00",
+        b"\x00\x01",
+        b"\x00\xff",
+        b"\x00\xff\x00",
+        b"\xff\x00",
+        b"\xff\xff",
+        b"\xff\xff\xff",
+        b"\xff\x00\x00",
+        b"a\x00",
+        b"a\x00\x00",
+        b"a\x00\xff",
+        b"a\x00b",
+        b"a\x01",
+        b"a\xff",
+        b"ab",
+        b"ab\x00",
+        bytes(range(256)),
+        bytes(range(255, -1, -1)),
+    }
+)
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+async def test_create_table_is_idempotent(storage: Storage, table_prefix: str) -> None:
+    name = f"{table_prefix}idem"
+    assert await storage.create_table(name, [FamilySpec("f")]) is True
+    assert await storage.create_table(name, [FamilySpec("f")]) is False
+    assert name in await storage.list_tables()
+
+
+async def test_create_table_keeps_existing_data(storage: Storage, table: str) -> None:
+    await storage.put(table, [Put(b"r", "f", b"q", b"v")])
+    await storage.create_table(table, [FamilySpec("f"), FamilySpec("g")])
+    assert await storage.get(table, b"r") == Row(b"r", (Cell("f", b"q", b"v"),))
+
+
+async def test_list_tables_is_sorted(storage: Storage, table_prefix: str) -> None:
+    for name in ("tsdb-uid", "tsdb", "tsdb-meta"):
+        await storage.create_table(f"{table_prefix}{name}", [FamilySpec("f")])
+    ours = [name for name in await storage.list_tables() if name.startswith(table_prefix)]
+    assert ours == [f"{table_prefix}tsdb", f"{table_prefix}tsdb-meta", f"{table_prefix}tsdb-uid"]
+
+
+MISSING_TABLE_CALLS = [
+    pytest.param(lambda s, t: s.put(t, [Put(b"r", "f", b"q", b"v")]), id="put"),
+    pytest.param(lambda s, t: s.delete(t, [Delete(b"r")]), id="delete"),
+    pytest.param(lambda s, t: s.get(t, b"r"), id="get"),
+    pytest.param(lambda s, t: s.get_many(t, [b"r"]), id="get_many"),
+    pytest.param(lambda s, t: scan_all(s, t), id="scan"),
+    pytest.param(lambda s, t: s.increment(t, b"r", "f", b"q"), id="increment"),
+    pytest.param(
+        lambda s, t: s.check_and_put(t, b"r", "f", b"q", None, Put(b"r", "f", b"q", b"v")),
+        id="check_and_put",
+    ),
+    pytest.param(lambda s, t: s.append(t, b"r", "f", b"q", b"v"), id="append"),
+]
+
+
+@pytest.mark.parametrize("call", MISSING_TABLE_CALLS)
+async def test_missing_table_raises_table_not_found(storage: Storage, table_prefix, call) -> None:
+    with pytest.raises(TableNotFound):
+        await call(storage, f"{table_prefix}nosuchtable")
+
+
+# -- cells and rows ----------------------------------------------------------------------------
+
+
+async def test_get_missing_row_returns_none(storage: Storage, table: str) -> None:
+    await storage.put(table, [Put(b"a", "f", b"q", b"v"), Put(b"ab", "f", b"q", b"v")])
+    assert await storage.get(table, b"aa") is None
+    assert await storage.get(table, b"") is None
+    assert await storage.get(table, b"a\x00") is None
+
+
+async def test_cells_come_back_sorted_by_family_then_qualifier(storage: Storage, table) -> None:
+    cells = [
+        Cell("g", b"\x00", b"1"),
+        Cell("f", b"\xff", b"2"),
+        Cell("f", b"", b"3"),
+        Cell("g", b"", b"4"),
+        Cell("f", b"\x00\x00", b"5"),
+        Cell("f", b"\x00", b"6"),
+        Cell("f", b"a", b"7"),
+    ]
+    await storage.put(table, [Put(b"row", c.family, c.qualifier, c.value) for c in cells])
+    expected = tuple(sorted(cells, key=lambda c: (c.family, c.qualifier)))
+    assert await storage.get(table, b"row") == Row(b"row", expected)
+    assert await scan_all(storage, table) == [Row(b"row", expected)]
+
+
+async def test_values_keep_every_byte_and_may_be_empty(storage: Storage, table: str) -> None:
+    values = {b"empty": b"", b"all": bytes(range(256)), b"zeros": b"\x00" * 100}
+    await storage.put(table, [Put(row, "f", b"q", value) for row, value in values.items()])
+    for row, value in values.items():
+        assert await storage.get(table, row) == Row(row, (Cell("f", b"q", value),))
+
+
+async def test_put_overwrites_the_cell(storage: Storage, table: str) -> None:
+    await storage.put(table, [Put(b"r", "f", b"q", b"old")])
+    await storage.put(table, [Put(b"r", "f", b"q", b"new")])
+    assert await storage.get(table, b"r") == Row(b"r", (Cell("f", b"q", b"new"),))
+
+
+async def test_mutations_apply_in_order(storage: Storage, table: str) -> None:
+    await storage.mutate(
+        table,
+        [
+            Put(b"r", "f", b"gone", b"1"),
+            Delete(b"r", "f", b"gone"),
+            Delete(b"r", "f", b"back"),
+            Put(b"r", "f", b"back", b"2"),
+            Put(b"r", "f", b"twice", b"3"),
+            Put(b"r", "f", b"twice", b"4"),
+        ],
+    )
+    row = await storage.get(table, b"r")
+    assert row == Row(b"r", (Cell("f", b"back", b"2"), Cell("f", b"twice", b"4")))
+
+
+async def test_large_batch_of_cells(storage: Storage, table: str) -> None:
+    puts = [
+        Put(i.to_bytes(4, "big"), "f", j.to_bytes(2, "big"), (i * 100 + j).to_bytes(4, "big"))
+        for i in range(1000)
+        for j in range(20)
+    ]
+    random.Random(5).shuffle(puts)
+    await storage.put(table, puts)
+    rows = await scan_all(storage, table, ScanSpec(batch_rows=128))
+    assert [row.key for row in rows] == [i.to_bytes(4, "big") for i in range(1000)]
+    assert sum(len(row.cells) for row in rows) == 20_000
+    assert rows[777].value("f", (13).to_bytes(2, "big")) == (77713).to_bytes(4, "big")
+
+
+async def test_get_many_returns_existing_rows_in_the_order_asked(storage, table) -> None:
+    await put_rows(storage, table, [b"a", b"b", b"c"])
+    found = await storage.get_many(table, [b"c", b"x", b"a"])
+    assert [row.key for row in found] == [b"c", b"a"]
+
+
+async def test_unknown_family_is_rejected(storage: Storage, table: str) -> None:
+    with pytest.raises(StorageError):
+        await storage.put(table, [Put(b"r", "nosuchfamily", b"q", b"v")])
+    with pytest.raises(StorageError):
+        await storage.get(table, b"r", families=["nosuchfamily"])
+
+
+async def test_empty_row_key_is_rejected(storage: Storage, table: str) -> None:
+    with pytest.raises(StorageError):
+        await storage.put(table, [Put(b"", "f", b"q", b"v")])
+
+
+async def test_long_qualifiers_keep_their_order(storage: Storage, table: str) -> None:
+    # OpenTSDB's compacted columns concatenate qualifiers: thousands of bytes, sharing prefixes.
+    base = bytes(range(256)) * 3
+    qualifiers = [b"", b"\x00", b"z" * 100]
+    qualifiers += [base[:n] for n in (400, 479, 480, 481, 490, 500, 511, 512, 520)]
+    qualifiers += [base + b"\x00", base + b"\x01", base + b"\x01\x00", base * 14]
+    qualifiers += [b"\xff" * 600, b"\xff" * 601, b"\xff" * 599 + b"\x00"]
+    cells = [Cell("f", q, len(q).to_bytes(4, "big") + q[-1:]) for q in qualifiers]
+    shuffled = list(cells)
+    random.Random(9).shuffle(shuffled)
+    await storage.put(table, [Put(b"row", c.family, c.qualifier, c.value) for c in shuffled])
+    await storage.put(table, [Put(b"row0", "f", base * 14, b"other row")])
+    expected = tuple(sorted(cells, key=lambda c: c.qualifier))
+    assert await storage.get(table, b"row") == Row(b"row", expected)
+    rows = await scan_all(storage, table)
+    assert rows == [Row(b"row", expected), Row(b"row0", (Cell("f", base * 14, b"other row"),))]
+
+    await storage.delete(table, [Delete(b"row", "f", base + b"\x01")])
+    after = await storage.get(table, b"row")
+    assert after is not None
+    assert [c.qualifier for c in after.cells] == [
+        c.qualifier for c in expected if c.qualifier != base + b"\x01"
+    ]
+
+
+async def test_long_row_keys(storage: Storage, table: str) -> None:
+    rows = [b"\x00" * 200, b"\x00" * 199 + b"\x01", b"\xff" * 300, b"a" * 300 + b"\x00"]
+    await put_rows(storage, table, rows)
+    assert await scan_keys(storage, table) == sorted(rows)
+    assert await scan_keys(storage, table, ScanSpec(start=b"\x00" * 201)) == sorted(rows)[1:]
+
+
+# -- deletes -----------------------------------------------------------------------------------
+
+
+async def filled_row(storage: Storage, table: str) -> None:
+    await storage.put(
+        table,
+        [
+            Put(b"r", "f", b"a", b"1"),
+            Put(b"r", "f", b"b", b"2"),
+            Put(b"r", "g", b"a", b"3"),
+            Put(b"r\x00", "f", b"a", b"next row"),
+            Put(b"q", "f", b"a", b"previous row"),
+        ],
+    )
+
+
+async def test_delete_cell(storage: Storage, table: str) -> None:
+    await filled_row(storage, table)
+    await storage.delete(table, [Delete(b"r", "f", b"a")])
+    assert await storage.get(table, b"r") == Row(
+        b"r", (Cell("f", b"b", b"2"), Cell("g", b"a", b"3"))
+    )
+
+
+async def test_delete_family(storage: Storage, table: str) -> None:
+    await filled_row(storage, table)
+    await storage.delete(table, [Delete(b"r", "f")])
+    assert await storage.get(table, b"r") == Row(b"r", (Cell("g", b"a", b"3"),))
+
+
+async def test_delete_row_leaves_neighbours(storage: Storage, table: str) -> None:
+    await filled_row(storage, table)
+    await storage.delete(table, [Delete(b"r")])
+    assert await storage.get(table, b"r") is None
+    assert await scan_keys(storage, table) == [b"q", b"r\x00"]
+
+
+async def test_delete_of_missing_cells_is_a_no_op(storage: Storage, table: str) -> None:
+    await storage.delete(
+        table, [Delete(b"nothing"), Delete(b"nothing", "f"), Delete(b"nothing", "f", b"q")]
+    )
+    assert await scan_all(storage, table) == []
+
+
+# -- scans -------------------------------------------------------------------------------------
+
+
+async def test_scan_orders_binary_rows_by_memcmp(storage: Storage, table: str) -> None:
+    await put_rows(storage, table, BINARY_ROWS)
+    assert await scan_keys(storage, table) == BINARY_ROWS
+    assert await scan_keys(storage, table, ScanSpec(batch_rows=7)) == BINARY_ROWS
+
+
+BOUNDS = [
+    pytest.param(b"", b"", id="everything"),
+    pytest.param(b"\x00", b"", id="from_00"),
+    pytest.param(b"\x00\x00", b"\x00\xff", id="between_00_runs"),
+    pytest.param(b"a", b"b", id="prefix_a"),
+    pytest.param(b"a\x00", b"a\x01", id="a00_prefix"),
+    pytest.param(b"a\x00\x00", b"a\x00\xff", id="stop_excludes_a00ff"),
+    pytest.param(b"ab", b"ab\x00", id="one_row"),
+    pytest.param(b"\xfe", b"", id="high_to_end"),
+    pytest.param(b"\xff\xff", b"\xff\xff\xff\xff", id="ff_runs"),
+    pytest.param(b"b", b"a", id="stop_before_start"),
+    pytest.param(b"\xff\xff\xff\xff", b"", id="past_the_end"),
+]
+
+
+@pytest.mark.parametrize(("start", "stop"), BOUNDS)
+async def test_scan_bounds(storage: Storage, table: str, start: bytes, stop: bytes) -> None:
+    await put_rows(storage, table, BINARY_ROWS)
+    expected = [r for r in BINARY_ROWS if start <= r and (not stop or r < stop)]
+    assert await scan_keys(storage, table, ScanSpec(start=start, stop=stop)) == expected
+    small = ScanSpec(start=start, stop=stop, batch_rows=2)
+    assert await scan_keys(storage, table, small) == expected
+
+
+async def test_scan_selects_families(storage: Storage, table: str) -> None:
+    await storage.put(
+        table,
+        [
+            Put(b"both", "f", b"q", b"1"),
+            Put(b"both", "g", b"q", b"2"),
+            Put(b"f_only", "f", b"q", b"3"),
+            Put(b"g_only", "g", b"q", b"4"),
+        ],
+    )
+    rows = await scan_all(storage, table, ScanSpec(families=("g",)))
+    assert rows == [
+        Row(b"both", (Cell("g", b"q", b"2"),)),
+        Row(b"g_only", (Cell("g", b"q", b"4"),)),
+    ]
+    assert await storage.get(table, b"f_only", families=["g"]) is None
+    assert await storage.get(table, b"both", families=["f"]) == Row(
+        b"both", (Cell("f", b"q", b"1"),)
+    )
+    assert len(await scan_all(storage, table, ScanSpec(families=("f", "g")))) == 3
+
+
+ROW_FILTERS = [
+    pytest.param(rb"a.", [b"a\n", b"a1", b"a2", b"a\x80", b"a\xff"], id="two_bytes_from_a"),
+    pytest.param(rb"a", [b"a"], id="fullmatch_not_search"),
+    pytest.param(rb"a\d+", [b"a1", b"a2", b"a10"], id="digits"),
+    pytest.param(rb".*\x80.*", [b"a\x80", b"\x80\x81"], id="byte_80_anywhere"),
+    pytest.param(rb"[\x80-\xff]+", [b"\x80\x81", b"\xff"], id="high_bytes_only"),
+    pytest.param(rb"(?:a|b)1", [b"a1", b"b1"], id="alternation"),
+    pytest.param(
+        rb".{2}",
+        [b"a\n", b"a1", b"a2", b"a\x80", b"a\xff", b"b1", b"\x80\x81"],
+        id="dot_is_any_byte",
+    ),
+]
+FILTER_ROWS = [b"a1", b"a2", b"a10", b"a\n", b"a\x80", b"a\xff", b"b1", b"\x80\x81", b"\xff", b"a"]
+
+
+@pytest.mark.parametrize(("regex", "expected"), ROW_FILTERS)
+async def test_scan_row_filter_fullmatches_the_row_key(storage, table, regex, expected) -> None:
+    await put_rows(storage, table, FILTER_ROWS)
+    spec = ScanSpec(row_filter=RowFilter(regex))
+    assert await scan_keys(storage, table, spec) == sorted(expected)
+    spec = ScanSpec(row_filter=RowFilter(regex), batch_rows=1)
+    assert await scan_keys(storage, table, spec) == sorted(expected)
+
+
+async def test_scan_limit(storage: Storage, table: str) -> None:
+    rows = [bytes([i]) for i in range(50)]
+    await put_rows(storage, table, rows)
+    assert await scan_keys(storage, table, ScanSpec(limit=3)) == rows[:3]
+    assert await scan_keys(storage, table, ScanSpec(limit=30, batch_rows=7)) == rows[:30]
+    assert await scan_keys(storage, table, ScanSpec(start=b"\x30", limit=100)) == rows[48:]
+    odd = ScanSpec(row_filter=RowFilter(rb"[\x01\x03\x05\x07\x09]"), limit=3, batch_rows=2)
+    assert await scan_keys(storage, table, odd) == [b"\x01", b"\x03", b"\x05"]
+
+
+async def test_scan_rows_with_many_cells_across_batches(storage: Storage, table: str) -> None:
+    puts = [Put(bytes([r]), "f", q.to_bytes(2, "big"), b"v") for r in range(5) for q in range(3000)]
+    await storage.put(table, puts)
+    rows = await scan_all(storage, table, ScanSpec(batch_rows=2))
+    assert [(row.key, len(row.cells)) for row in rows] == [(bytes([r]), 3000) for r in range(5)]
+
+
+async def test_scan_can_stop_early(storage: Storage, table: str) -> None:
+    await put_rows(storage, table, [bytes([i]) for i in range(100)])
+    seen = []
+    async with aclosing(storage.scan(table, ScanSpec(batch_rows=10))) as rows:
+        async for row in rows:
+            seen.append(row.key)
+            if len(seen) == 15:
+                break
+    assert seen == [bytes([i]) for i in range(15)]
+    await storage.put(table, [Put(b"\xff", "f", b"q", b"after")])
+    assert len(await scan_keys(storage, table)) == 101
+
+
+# -- atomic operations -------------------------------------------------------------------------
+
+
+async def test_increment_counts_from_zero(storage: Storage, table: str) -> None:
+    assert await storage.increment(table, b"c", "f", b"n") == 1
+    assert await storage.increment(table, b"c", "f", b"n", 41) == 42
+    assert await storage.increment(table, b"c", "f", b"n", -50) == -8
+    assert await storage.get(table, b"c") == Row(
+        b"c", (Cell("f", b"n", (-8).to_bytes(8, "big", signed=True)),)
+    )
+
+
+async def test_increment_is_atomic_under_concurrency(storage: Storage, table: str) -> None:
+    async def bump() -> list[int]:
+        return [await storage.increment(table, b"\x00", "f", b"metrics") for _ in range(20)]
+
+    results = await asyncio.gather(*(bump() for _ in range(50)))
+    values = sorted(v for task in results for v in task)
+    assert values == list(range(1, 1001))
+    row = await storage.get(table, b"\x00")
+    assert row is not None
+    assert row.value("f", b"metrics") == (1000).to_bytes(8, "big")
+
+
+async def test_increment_refuses_a_cell_that_is_not_8_bytes(storage: Storage, table: str) -> None:
+    await storage.put(table, [Put(b"c", "f", b"n", b"\x01\x02")])
+    with pytest.raises(StorageError):
+        await storage.increment(table, b"c", "f", b"n")
+
+
+async def test_check_and_put(storage: Storage, table: str) -> None:
+    put = Put(b"r", "f", b"q", b"one")
+    assert await storage.check_and_put(table, b"r", "f", b"q", None, put) is True
+    assert await storage.check_and_put(table, b"r", "f", b"q", None, put) is False
+    two = Put(b"r", "f", b"q", b"two")
+    assert await storage.check_and_put(table, b"r", "f", b"q", b"wrong", two) is False
+    assert await storage.check_and_put(table, b"r", "f", b"q", b"one", two) is True
+    assert await storage.get(table, b"r") == Row(b"r", (Cell("f", b"q", b"two"),))
+
+
+async def test_check_and_put_may_check_another_cell_of_the_row(storage, table) -> None:
+    other = Put(b"r", "g", b"other", b"x")
+    assert await storage.check_and_put(table, b"r", "f", b"lock", None, other) is True
+    assert await storage.get(table, b"r") == Row(b"r", (Cell("g", b"other", b"x"),))
+
+
+async def test_check_and_put_treats_an_empty_cell_as_missing(storage, table) -> None:
+    # HBase's rule: a null expected value matches a missing or an empty cell.
+    await storage.put(table, [Put(b"r", "f", b"q", b"")])
+    put = Put(b"r", "f", b"q", b"v")
+    assert await storage.check_and_put(table, b"r", "f", b"q", None, put) is True
+    put = Put(b"r", "f", b"other", b"v")
+    assert await storage.check_and_put(table, b"r", "f", b"other", b"", put) is True
+    assert await storage.check_and_put(table, b"r", "f", b"other", b"", put) is False
+
+
+async def test_check_and_put_race_has_one_winner(storage: Storage, table: str) -> None:
+    async def claim(i: int) -> bool:
+        put = Put(b"name", "f", b"id", i.to_bytes(2, "big"))
+        return await storage.check_and_put(table, b"name", "f", b"id", None, put)
+
+    results = await asyncio.gather(*(claim(i) for i in range(40)))
+    assert results.count(True) == 1
+    row = await storage.get(table, b"name")
+    assert row is not None
+    assert row.value("f", b"id") == results.index(True).to_bytes(2, "big")
+
+
+async def test_append(storage: Storage, table: str) -> None:
+    await storage.append(table, b"r", "f", b"q", b"ab")
+    await storage.append(table, b"r", "f", b"q", b"")
+    await storage.append(table, b"r", "f", b"q", b"cd")
+    assert await storage.get(table, b"r") == Row(b"r", (Cell("f", b"q", b"abcd"),))
+
+
+async def test_concurrent_appends_lose_nothing(storage: Storage, table: str) -> None:
+    parts = [bytes([i]) * 3 for i in range(60)]
+    await asyncio.gather(*(storage.append(table, b"r", "f", b"q", p) for p in parts))
+    row = await storage.get(table, b"r")
+    assert row is not None
+    value = row.value("f", b"q")
+    assert value is not None
+    assert sorted(value[i : i + 3] for i in range(0, len(value), 3)) == parts
+
+
+async def test_atomic_operations_on_long_qualifiers(storage: Storage, table: str) -> None:
+    long = b"\x00\x01" * 400
+    assert await storage.increment(table, b"r", "f", long) == 1
+    assert await storage.increment(table, b"r", "f", long + b"\x00", 5) == 5
+    assert await storage.increment(table, b"r", "f", long) == 2
+    await storage.append(table, b"r", "g", long, b"x")
+    await storage.append(table, b"r", "g", long, b"y")
+    put = Put(b"r", "g", long + b"!", b"won")
+    assert await storage.check_and_put(table, b"r", "g", long + b"!", None, put) is True
+    assert await storage.check_and_put(table, b"r", "g", long + b"!", None, put) is False
+    row = await storage.get(table, b"r")
+    assert row is not None
+    assert row.value("f", long) == (2).to_bytes(8, "big")
+    assert row.value("f", long + b"\x00") == (5).to_bytes(8, "big")
+    assert row.value("g", long) == b"xy"
+    assert row.value("g", long + b"!") == b"won"
+
+
+# -- closing -----------------------------------------------------------------------------------
+
+
+async def test_calls_after_close_raise_storage_unavailable(storage: Storage, table: str) -> None:
+    await storage.close()
+    await storage.close()  # idempotent
+    with pytest.raises(StorageUnavailable):
+        await storage.get(table, b"r")
+    with pytest.raises(StorageUnavailable):
+        await storage.put(table, [Put(b"r", "f", b"q", b"v")])
+    with pytest.raises(StorageUnavailable):
+        await scan_all(storage, table)
