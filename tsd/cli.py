@@ -17,7 +17,10 @@ from tsd import __version__
 from tsd.errors import ConfigError, TsdError
 
 #: sub-command -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "create-tables": ("tsd.tools.create_tables", "Create OpenTSDB's four tables (idempotent)"),
+    "dump": ("tsd.tools.dump", "Print every raw cell of the embedded store, in storage order"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,63 @@
+"""OpenTSDB's tables from the configuration, and the backend registry."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tsd.config import Config, StorageConfig
+from tsd.errors import ConfigError
+from tsd.storage.base import FamilySpec, Put, Storage
+from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.factory import BACKENDS, open_storage
+from tsd.storage.schema import ensure_tables, opentsdb_tables
+
+
+def test_opentsdb_tables_use_the_configured_names() -> None:
+    cfg = StorageConfig(data_table="d", uid_table="u", tree_table="tr", meta_table="m")
+    assert opentsdb_tables(cfg) == {
+        "u": [FamilySpec("id"), FamilySpec("name")],
+        "d": [FamilySpec("t", max_versions=1)],
+        "tr": [FamilySpec("t", max_versions=1)],
+        "m": [FamilySpec("name")],
+    }
+
+
+def test_opentsdb_tables_default_names() -> None:
+    assert sorted(opentsdb_tables(StorageConfig())) == [
+        "tsdb",
+        "tsdb-meta",
+        "tsdb-tree",
+        "tsdb-uid",
+    ]
+
+
+async def test_ensure_tables_creates_what_is_missing(
+    storage: Storage, storage_config: StorageConfig
+) -> None:
+    created = await ensure_tables(storage, storage_config)
+    assert sorted(created) == sorted(opentsdb_tables(storage_config))
+    await storage.put(storage_config.uid_table, [Put(b"\x00", "id", b"metrics", b"\x00" * 8)])
+    await storage.put(storage_config.uid_table, [Put(b"\x00", "name", b"metrics", b"x")])
+    await storage.put(storage_config.meta_table, [Put(b"\x00", "name", b"ts_meta", b"{}")])
+    await storage.put(storage_config.tree_table, [Put(b"\x00", "t", b"tree", b"{}")])
+    assert await ensure_tables(storage, storage_config) == []
+
+
+async def test_open_storage_opens_the_embedded_store_in_data_dir(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(Config(), storage=StorageConfig(data_dir=str(tmp_path / "d")))
+    storage = open_storage(cfg)
+    try:
+        assert isinstance(storage, EmbeddedStorage)
+        assert storage.path == tmp_path / "d"
+    finally:
+        await storage.close()
+
+
+def test_open_storage_knows_both_backends() -> None:
+    assert sorted(BACKENDS) == ["embedded", "hbase"]
+    cfg = dataclasses.replace(Config(), storage=StorageConfig(backend="cassandra"))
+    with pytest.raises(ConfigError):
+        open_storage(cfg)
