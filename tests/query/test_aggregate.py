@@ -240,3 +240,29 @@ def _same(got: Sequence[tuple[int, Any, bool]], want: Sequence[tuple[int, Any, b
         if v1 != v2 or type(v1) is not type(v2):
             return False
     return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    times=st.lists(st.integers(1, 60), min_size=1, max_size=8, unique=True).map(sorted),
+    data=st.data(),
+    name=st.sampled_from([n for n in AGGREGATOR_NAMES if n != "none"]),
+    end=st.integers(0, 16000),
+    rate=st.booleans(),
+)
+def test_aligned_series_match_scalar_reference(
+    times: list[int], data: st.DataObject, name: str, end: int, rate: bool
+) -> None:
+    # Series sharing every timestamp take a shortcut (no interpolation); same answers.
+    value = st.one_of(st.integers(-1000, 1000), st.floats(-1e6, 1e6, allow_nan=False))
+    count = data.draw(st.integers(1, 4))
+    series = [[(t * 250, data.draw(value)) for t in times] for _ in range(count)]
+    if rate:
+        series = [[(t, float(v)) for t, v in s] for s in series]
+    want = ref.aggregate(series, name, 0, end, rate=rate)
+    result = aggregate_series(make_batch(_columns(series)), name, start_ms=0, end_ms=end, rate=rate)
+    got = [
+        (t, v, bool(result.is_int[i]) if result.is_int is not None else False)
+        for i, (t, v) in enumerate(result.points())
+    ]
+    assert _same(got, want)

@@ -21,7 +21,7 @@ import numpy as np
 
 from tsd.errors import TsdError
 from tsd.query.downsample import downsample
-from tsd.query.interpolate import align, emission_times
+from tsd.query.interpolate import align, align_common, common_timestamps, emission_times
 from tsd.query.rate import rate as rate_of
 from tsd.query.reducers import AGGREGATORS, run_double, run_long
 from tsd.query.series import AggregatedSeries, SeriesBatch
@@ -49,18 +49,25 @@ def aggregate_series(
     agg = AGGREGATORS[aggregator]
     if batch.point_count and batch.timestamps.min() < start_ms:
         batch = batch.select_points(batch.timestamps >= start_ms)
-    times = emission_times(batch, end_ms, rate)
+    common = common_timestamps(batch)
+    if common is not None:
+        times, blocks = align_common(batch, common, end_ms, rate)
+    else:
+        times = emission_times(batch, end_ms, rate)
+        blocks = align(batch, times, agg.interpolation, rate)
     n = len(times)
     values = np.empty(n, dtype=np.float64)
     int_values = np.zeros(n, dtype=np.int64) if batch.has_integers and not rate else None
     is_int = np.zeros(n, dtype=np.bool_)
     pos = 0
-    for block in align(batch, times, agg.interpolation, rate):
+    for block in blocks:
         width = len(block.timestamps)
         cols = slice(pos, pos + width)
         ints = block.is_int_column
         floats = ~ints
-        if floats.any():
+        if not ints.any():
+            values[cols] = run_double(aggregator, block.values, block.contributing)
+        elif floats.any():
             values[cols][floats] = run_double(
                 aggregator, block.values[:, floats], block.contributing[:, floats]
             )

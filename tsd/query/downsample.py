@@ -131,7 +131,8 @@ def _segments(batch: SeriesBatch, buckets: Int64Array) -> tuple[Int64Array, Int6
     np.not_equal(buckets[1:], buckets[:-1], out=change[1:])
     change[batch.offsets[:-1][batch.lengths > 0]] = True
     starts = np.flatnonzero(change)
-    return starts, np.searchsorted(batch.offsets, starts, side="right") - 1
+    per_series = np.diff(np.searchsorted(starts, batch.offsets))
+    return starts, np.repeat(np.arange(batch.series_count, dtype=np.int64), per_series)
 
 
 def reduce_segments(

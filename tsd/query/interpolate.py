@@ -70,6 +70,60 @@ def emission_times(batch: SeriesBatch, end_ms: int, rate: bool) -> Int64Array:
     return np.unique(ts[candidates])
 
 
+def common_timestamps(batch: SeriesBatch) -> Int64Array | None:
+    """The timestamps of every series when all series have exactly the same ones (the
+    usual shape after downsampling), else None."""
+    s_count, n = batch.series_count, batch.point_count
+    if s_count == 0 or n == 0 or n % s_count:
+        return None
+    width = n // s_count
+    if not bool((batch.lengths == width).all()):
+        return None
+    grid = batch.timestamps.reshape(s_count, width)
+    return grid[0] if bool((grid == grid[0]).all()) else None
+
+
+def align_common(
+    batch: SeriesBatch, common: Int64Array, end_ms: int, rate: bool
+) -> tuple[Int64Array, Iterator[AlignedBlock]]:
+    """``(times, blocks)`` of ``align`` for series that share the timestamps ``common``:
+    every series has a point at every emitted timestamp, so nothing is interpolated."""
+    skip = 1 if rate else 0  # a rate series' first point is never emitted
+    times = common[skip:]
+    times = times[times <= end_ms]
+    return times, _common_blocks(batch, len(common), times, skip)
+
+
+def _common_blocks(
+    batch: SeriesBatch, width: int, times: Int64Array, skip: int
+) -> Iterator[AlignedBlock]:
+    s_count = batch.series_count
+    grid = batch.values.reshape(s_count, width)
+    ints = batch.int_values.reshape(s_count, width) if batch.int_values is not None else None
+    floats = None
+    if batch.is_int is not None and not skip:
+        is_float = ~batch.is_int.reshape(s_count, width)
+        # A column is a double when any series' current or next point is one.
+        floats = np.asarray(is_float.any(axis=0), dtype=np.bool_)
+        floats[:-1] |= floats[1:]
+    block = max(1, BLOCK_CELLS // s_count)
+    for lo in range(0, len(times), block):
+        hi = min(lo + block, len(times))
+        cols = slice(lo + skip, hi + skip)
+        is_int_column = np.zeros(hi - lo, dtype=np.bool_)
+        int_values = None
+        if floats is not None and ints is not None:
+            is_int_column = ~floats[cols]
+            int_values = np.ascontiguousarray(ints[:, cols])
+        yield AlignedBlock(
+            times[lo:hi],
+            np.ones((s_count, hi - lo), dtype=np.bool_),
+            np.ascontiguousarray(grid[:, cols]),
+            int_values,
+            is_int_column,
+        )
+
+
 def align(
     batch: SeriesBatch,
     times: Int64Array,
