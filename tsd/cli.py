@@ -18,7 +18,6 @@ from tsd.errors import ConfigError, TsdError
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "create-tables": ("tsd.tools.create_tables", "Create OpenTSDB's four tables (idempotent)"),
     "dump": ("tsd.tools.dump", "Print every raw cell of the embedded store, in storage order"),
 }
 
