@@ -231,6 +231,15 @@ def test_get_parameters() -> None:
     ]
 
 
+def test_get_accepts_a_multidict_with_repeated_m() -> None:
+    from multidict import MultiDict, MultiDictProxy
+
+    params = MultiDictProxy(MultiDict([("start", "1h-ago"), ("m", "sum:a"), ("m", "avg:b"),
+                                       ("arrays", "true")]))  # fmt: skip
+    assert [s.metric for s in parse_query_params(params, now=NOW).queries] == ["a", "b"]
+    assert parse_output_options(params).arrays
+
+
 def test_get_requires_start_and_a_subquery() -> None:
     with pytest.raises(BadRequestError, match="Missing parameter <code>start</code>"):
         parse_query_params({"m": ["sum:m"]}, now=NOW)

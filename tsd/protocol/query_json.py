@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import orjson
 
@@ -118,12 +118,18 @@ def parse_query_json(
 
 
 def parse_query_params(
-    params: Mapping[str, Sequence[str]],
+    params: Mapping[str, Sequence[str]] | _MultiMapping,
     *,
     now: int | None = None,
     default_timezone: str = "UTC",
 ) -> TSQuery:
-    """GET /api/query parameters (each name -> all its values) -> a validated TSQuery."""
+    """GET /api/query parameters -> a validated TSQuery.
+
+    ``params`` maps each name to *all* its values (``{"m": ["sum:a", "sum:b"]}``), or is
+    a multidict with ``getall`` (aiohttp's ``request.query``), so repeated ``m=`` and
+    ``tsuid=`` all count.
+    """
+    params = _as_lists(params)
     start = _last(params, "start")
     if not start:
         raise BadRequestError("Missing parameter <code>start</code>")
@@ -138,10 +144,31 @@ def parse_query_params(
     return validate_query(fields, subs, now=now, default_timezone=default_timezone)
 
 
-def parse_output_options(params: Mapping[str, Sequence[str]]) -> OutputOptions:
+def parse_output_options(
+    params: Mapping[str, Sequence[str]] | _MultiMapping,
+) -> OutputOptions:
     """``arrays`` (presence) and ``jsonp`` (last value), read from the query string for
     both GET and POST."""
+    params = _as_lists(params)
     return OutputOptions(arrays="arrays" in params, jsonp=_last(params, "jsonp"))
+
+
+class _MultiMapping(Protocol):
+    """What tsd needs of a multidict (aiohttp's ``MultiDictProxy``)."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def getall(self, key: str) -> list[str]: ...
+
+
+def _as_lists(
+    params: Mapping[str, Sequence[str]] | _MultiMapping,
+) -> Mapping[str, Sequence[str]]:
+    getall = getattr(params, "getall", None)
+    if getall is None:
+        assert isinstance(params, Mapping)
+        return params
+    return {key: getall(key) for key in set(params.keys())}
 
 
 def _last(params: Mapping[str, Sequence[str]], name: str) -> str | None:
