@@ -1,0 +1,637 @@
+"""Scanned data rows -> per-series arrays, vectorised with numpy. Pure.
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §4.3-4.4; OpenTSDB 2.4.1
+src/core/Internal.java extractDataPoints, CompactionQueue.java, AppendDataPoints.java,
+Span.java / SpanCmp in TsdbQuery.java). :func:`tsd.codec.decode_cells` is the scalar
+reference of what one row holds; :func:`decode_rows` computes the same thing for many rows
+at once and must agree with it point for point (tests/query/test_decode.py checks that on
+random rows):
+
+1. All cells of all rows are laid end to end: one buffer of qualifiers, one of values,
+   with per-cell offsets. A short Python pass collects them; there is no per-point loop.
+2. Each cell is classified from its qualifier length and first byte: a single point in
+   seconds (2 bytes), a single point in ms (4 bytes, top nibble 0xF), a compacted cell
+   (other even lengths, all its qualifiers of one width), an append cell (``05 00 00``),
+   an annotation (``01``...), or something skipped.
+3. Every point gets its offset, flags, value length and value position by array arithmetic;
+   values are read as 1/2/4/8-byte big-endian integers or 4/8-byte floats at once.
+   Append cells are walked entry by entry, all cells in parallel (one numpy step per
+   entry index, not per point).
+4. A row whose points are strictly increasing is done (the common case: one compacted
+   cell, or single cells in qualifier order). Other rows are merged as compaction does:
+   ordered by offset, a point from a later cell first, identical duplicates dropped,
+   different ones an error unless ``fix_duplicates``.
+5. Rows with anything unusual (corrupt lengths, second and ms qualifiers mixed in one
+   compacted cell, legacy float fix-ups that fail, ...) are handed to the scalar decoder,
+   which either decodes them or raises OpenTSDB's exact IllegalDataError.
+
+:func:`assemble_spans` then groups rows into series (OpenTSDB's Span: the row key without
+its base time), ordered as SpanCmp orders them (salt and metric, then tags), and returns
+a :class:`~tsd.query.series.SeriesBatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
+
+from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
+from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
+from tsd.query.series import BoolArray, Float64Array, Int64Array, SeriesBatch
+from tsd.storage.base import Row
+
+__all__ = ["RowPoints", "Spans", "assemble_spans", "decode_rows", "series_key"]
+
+U8Array = npt.NDArray[np.uint8]
+U64Array = npt.NDArray[np.uint64]
+
+_MS_MARK = 0xF0
+_ANNOTATION_PREFIX = 0x01
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RowPoints:
+    """The decoded points of R rows, row after row (``row_offsets`` has R + 1 entries).
+
+    Within a row points are sorted by time with duplicates resolved. ``int_values`` holds
+    the exact value of integer points (0 for doubles); ``values`` every point as a double
+    (an integer converted as Java's ``(double) long``).
+    """
+
+    row_offsets: Int64Array
+    timestamps: Int64Array
+    values: Float64Array
+    int_values: Int64Array
+    is_int: BoolArray
+    annotations: tuple[tuple[int, AnnotationCell], ...] = ()
+
+    @property
+    def point_count(self) -> int:
+        return len(self.timestamps)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Spans:
+    """Series (OpenTSDB spans) of a scan, in SpanCmp order.
+
+    ``keys[s]`` is series ``s``'s row key without the base time (salt, metric, tags);
+    ``annotations[s]`` its annotation cells sorted by time.
+    """
+
+    keys: list[bytes]
+    batch: SeriesBatch
+    annotations: list[list[AnnotationCell]] = field(default_factory=list)
+
+    @property
+    def series_count(self) -> int:
+        return len(self.keys)
+
+
+def series_key(layout: KeyLayout, row_key: bytes) -> bytes:
+    """The row key without its base time: what all rows of one series share."""
+    start = layout.tags_start
+    return row_key[: start - TIMESTAMP_BYTES] + row_key[start:]
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(slots=True)
+class _Cells:
+    """All cells of a batch of rows, end to end."""
+
+    row: Int64Array  # row of each cell
+    qlen: Int64Array
+    vlen: Int64Array
+    voff: Int64Array
+    ufirst: Int64Array  # index of the cell's first 2-byte qualifier unit
+    units: Int64Array  # every qualifier as 2-byte big-endian units (odd ones padded), + 1 pad
+    v: U8Array  # value bytes, padded with 8 zero bytes
+    first: Int64Array  # first qualifier byte (0 for empty qualifiers)
+
+
+@dataclass(slots=True)
+class _Entries:
+    """One entry per point found in the fast path, in (cell, position) order."""
+
+    cell: Int64Array
+    pos: Int64Array  # position of the point in its cell (append cells: after sorting)
+    offset_ms: Int64Array
+    flags: Int64Array
+    vstart: Int64Array  # index of the first value byte in the value buffer
+    vlen: Int64Array  # bytes of the value
+
+
+def _collect(rows: Sequence[Row]) -> _Cells:
+    counts = np.fromiter((len(r.cells) for r in rows), np.int64, len(rows))
+    quals = [c.qualifier for r in rows for c in r.cells]
+    vals = [c.value for r in rows for c in r.cells]
+    n = len(quals)
+    qlen = np.fromiter(map(len, quals), np.int64, n)
+    vlen = np.fromiter(map(len, vals), np.int64, n)
+    if (qlen & 1).any():
+        # Pad odd qualifiers (appends, annotations) so every qualifier starts on a unit.
+        quals = [q + b"\0" if len(q) & 1 else q for q in quals]
+    nunits = (qlen + 1) // 2
+    ufirst = np.zeros(n, dtype=np.int64)
+    voff = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(nunits[:-1], out=ufirst[1:])
+        np.cumsum(vlen[:-1], out=voff[1:])
+    units = np.frombuffer(b"".join(quals) + bytes(2), dtype=">u2").astype(np.int64)
+    v = np.frombuffer(b"".join(vals) + bytes(8), dtype=np.uint8)
+    first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0)
+    row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
+
+
+def _read_be(buf: U8Array, start: Int64Array, width: int) -> Int64Array:
+    """Big-endian unsigned integers of ``width`` (2 or 4) bytes at ``start``."""
+    out = buf[start].astype(np.int64)
+    for k in range(1, width):
+        out = (out << 8) | buf[start + k]
+    return out
+
+
+def _ranges(counts: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """(owner index, position) for ``counts[i]`` consecutive items per owner ``i``."""
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    firsts = np.zeros(len(counts), dtype=np.int64)
+    if len(counts):
+        np.cumsum(counts[:-1], out=firsts[1:])
+    return owner, np.arange(total, dtype=np.int64) - firsts[owner]
+
+
+#: Readable (flags) combinations: floats on 4 or 8 bytes, integers on 1, 2, 4 or 8, with the
+#: length taken from the flags (compacted, ms and append entries).
+_VALID_FLAGS = np.array(
+    [f & 0x8 == 0 and f & 0x7 in (0, 1, 3, 7) or f in (0xB, 0xF) for f in range(16)]
+)
+
+
+def _valid_lengths(flags: Int64Array, vlen: Int64Array) -> BoolArray:
+    """Value lengths OpenTSDB can read: floats on 4 or 8 bytes, integers on 1, 2, 4, 8."""
+    is_float = (flags & 0x8) != 0
+    return np.where(is_float, (vlen == 4) | (vlen == 8), np.isin(vlen, (1, 2, 4, 8)))
+
+
+def _reduce_or(mask: BoolArray, starts: Int64Array, ncells: int, nonempty: BoolArray) -> BoolArray:
+    """Per cell: is ``mask`` set on any of its units."""
+    out = np.zeros(ncells, dtype=np.bool_)
+    if len(mask) and nonempty.any():
+        out[nonempty] = np.logical_or.reduceat(mask, starts[nonempty])
+    return out
+
+
+def _even_cells(c: _Cells, bad: BoolArray) -> _Entries:
+    """Cells with an even qualifier length: single points in seconds or ms, and compacted
+    cells whose qualifiers are all 2-byte or all 4-byte. Works on 2-byte qualifier units."""
+    ncells = len(c.qlen)
+    qlen = c.qlen
+    nunits = (qlen + 1) // 2
+    nonempty = nunits > 0
+    units = c.units[:-1]
+    even = ((qlen & 1) == 0) & nonempty
+    single_s = qlen == 2
+    single_ms = (qlen == 4) & (c.first >= _MS_MARK)
+    compacted = even & (qlen >= 4) & ~single_ms
+    unit_ms = units >= 0xF000
+    any_ms = _reduce_or(unit_ms, c.ufirst, ncells, nonempty)
+    two = single_s | (compacted & ~any_ms)
+    four = single_ms
+    ucell: Int64Array | None = None
+    evenpos: BoolArray | None = None
+    candidates = compacted & any_ms & (qlen % 4 == 0)
+    if candidates.any() or single_ms.any():
+        ucell = np.repeat(np.arange(ncells, dtype=np.int64), nunits)
+        evenpos = ((np.arange(len(units), dtype=np.int64) - c.ufirst[ucell]) & 1) == 0
+        not_head_ms = evenpos & ~unit_ms
+        four = four | (candidates & ~_reduce_or(not_head_ms, c.ufirst, ncells, nonempty))
+    bad[c.row[compacted & ~two & ~four]] = True
+    if two.all():
+        heads = np.arange(len(units), dtype=np.int64)
+        cell = np.repeat(np.arange(ncells, dtype=np.int64), nunits)
+    else:
+        if ucell is None or evenpos is None:
+            ucell = np.repeat(np.arange(ncells, dtype=np.int64), nunits)
+            evenpos = ((np.arange(len(units), dtype=np.int64) - c.ufirst[ucell]) & 1) == 0
+        heads = np.flatnonzero(two[ucell] | (four[ucell] & evenpos))
+        cell = ucell[heads]
+    hi = c.units[heads]
+    if four.any():
+        is4 = four[cell]
+        lo = c.units[heads + 1]
+        flags = np.where(is4, lo & 0xF, hi & 0xF)
+        offset = np.where(is4, (((hi << 16) | lo) & 0x0FFFFFC0) >> 6, (hi >> 4) * 1000)
+    else:
+        flags = hi & 0xF
+        offset = (hi >> 4) * 1000
+    vl = (flags & 0x7) + 1
+    n = len(cell)
+    # Value positions: running sum of lengths, restarted at each cell's value offset.
+    change = np.ones(n, dtype=np.bool_)
+    change[1:] = cell[1:] != cell[:-1]
+    firsts = np.flatnonzero(change)
+    owners = cell[firsts]
+    excl = np.cumsum(vl) - vl
+    vstart = excl + np.repeat(c.voff[owners] - excl[firsts], np.diff(np.append(firsts, n)))
+    pos = np.arange(n, dtype=np.int64) - np.repeat(firsts, np.diff(np.append(firsts, n)))
+    invalid = ~_VALID_FLAGS[flags]
+    # Compacted cells: every value byte but the trailing meta byte must be used.
+    used = np.add.reduceat(vl, firsts) if n else _EMPTY_I
+    comp_owner = compacted[owners]
+    bad[c.row[owners[comp_owner & (used != c.vlen[owners] - 1)]]] = True
+    # Single ms points: the value must hold the flags' length (extra bytes are ignored).
+    ms_owner = single_ms[owners]
+    bad[c.row[owners[ms_owner & (c.vlen[owners] < vl[firsts])]]] = True
+    s_owner = single_s[owners]
+    if s_owner.any():
+        invalid[firsts[s_owner]] = False
+        _fix_single_seconds(c, firsts[s_owner], owners[s_owner], flags, vstart, vl, bad)
+    bad[c.row[cell[invalid]]] = True
+    return _Entries(cell, pos, offset, flags, vstart, vl)
+
+
+def _fix_single_seconds(
+    c: _Cells,
+    at: Int64Array,
+    cells: Int64Array,
+    flags: Int64Array,
+    vstart: Int64Array,
+    vl: Int64Array,
+    bad: BoolArray,
+) -> None:
+    """2-byte cells take their value length from the value (ColumnDatapointIterator's
+    fix-ups), after Internal.fixFloatingPointValue's legacy 4-byte float on 8 bytes."""
+    f = flags[at]
+    length = c.vlen[cells].copy()
+    start = vstart[at]
+    legacy = ((f & 0xF) == 0xB) & (length == 8)
+    if legacy.any():
+        p = start[legacy]
+        zeros = (c.v[p] | c.v[p + 1] | c.v[p + 2] | c.v[p + 3]) == 0
+        bad[c.row[cells[legacy][~zeros]]] = True
+        start[legacy] += 4
+        length[legacy] = 4
+    fixed = (f & 0x8) | ((length - 1) & 0x7)
+    ok = (length >= 1) & (length <= 8) & _valid_lengths(fixed, length)
+    bad[c.row[cells[~ok]]] = True
+    flags[at] = fixed
+    vstart[at] = start
+    vl[at] = length
+
+
+def _append_cells(c: _Cells, idx: Int64Array, bad: BoolArray) -> _Entries:
+    """Append cells: walk the ``qualifier||value`` entries of all cells in parallel, then
+    keep the later of two entries at one offset and sort by offset (AppendDataPoints)."""
+    if not len(idx):
+        return _empty_entries()
+    pieces: list[tuple[Int64Array, ...]] = []
+    at = c.voff[idx].copy()
+    end = at + c.vlen[idx]
+    live = np.flatnonzero(at < end)
+    step = 0
+    while len(live):
+        p = at[live]
+        ms = c.v[p] >= _MS_MARK
+        qw = np.where(ms, 4, 2)
+        over = p + qw > end[live]
+        raw2 = _read_be(c.v, p, 2)
+        raw4 = _read_be(c.v, p, 4)
+        flags = np.where(ms, raw4 & 0xF, raw2 & 0xF)
+        offset = np.where(ms, (raw4 & 0x0FFFFFC0) >> 6, (raw2 >> 4) * 1000)
+        vl = (flags & 0x7) + 1
+        over |= p + qw + vl > end[live]
+        if over.any():
+            bad[c.row[idx[live[over]]]] = True
+        ok = ~over
+        good = live[ok]
+        pieces.append((good, np.full(len(good), step), offset[ok], flags[ok], (p + qw)[ok], vl[ok]))
+        at[good] = (p + qw + vl)[ok]
+        live = good[at[good] < end[good]]
+        step += 1
+    if not pieces:
+        return _empty_entries()
+    owner, step_no, offset, flags, vstart, vl = (
+        np.concatenate(x) for x in zip(*pieces, strict=True)
+    )
+    # Sort by (cell, offset, later entry first); keep the first of each (cell, offset).
+    order = np.lexsort((-step_no, offset, owner))
+    owner, offset, flags, vstart, vl = (x[order] for x in (owner, offset, flags, vstart, vl))
+    keep = np.ones(len(owner), dtype=np.bool_)
+    keep[1:] = (owner[1:] != owner[:-1]) | (offset[1:] != offset[:-1])
+    owner, offset, flags, vstart, vl = (x[keep] for x in (owner, offset, flags, vstart, vl))
+    bad[c.row[idx[owner[~_valid_lengths(flags, vl)]]]] = True
+    _, pos = _ranges(np.bincount(owner, minlength=len(idx)))
+    return _Entries(idx[owner], pos, offset, flags, vstart, vl)
+
+
+def _empty_entries() -> _Entries:
+    return _Entries(*(_EMPTY_I for _ in range(6)))
+
+
+def _concat_entries(parts: Sequence[_Entries]) -> _Entries:
+    parts = [p for p in parts if len(p.cell)]
+    if not parts:
+        return _empty_entries()
+    if len(parts) == 1:
+        return parts[0]
+    cat = [np.concatenate([getattr(p, name) for p in parts]) for name in _Entries.__slots__]
+    order = np.argsort(cat[0], kind="stable")
+    return _Entries(*(x[order] for x in cat))
+
+
+#: Canonical flags (float bit | length - 1) -> the big-endian numpy type of the value.
+_VALUE_TYPES = {0x0: ">i1", 0x1: ">i2", 0x3: ">i4", 0x7: ">i8", 0xB: ">f4", 0xF: ">f8"}
+
+
+def _values(
+    v: U8Array, vstart: Int64Array, flags: Int64Array
+) -> tuple[Float64Array, Int64Array, BoolArray]:
+    """(doubles, exact integers, is integer) of every point, read one value type at a time
+    through a strided view of the value buffer (no per-point work in Python)."""
+    n = len(vstart)
+    kind = flags & 0xF
+    counts = np.bincount(kind, minlength=16) if n else np.zeros(16, dtype=np.int64)
+    present = [k for k in _VALUE_TYPES if counts[k]]
+    if len(present) == 1:
+        return _read_type(v, vstart, present[0], n)
+    doubles = np.empty(n, dtype=np.float64)
+    ints = np.zeros(n, dtype=np.int64)
+    for k in present:
+        where = np.flatnonzero(kind == k)
+        d, i, _ = _read_type(v, vstart[where], k, len(where))
+        doubles[where] = d
+        if k < 0x8:
+            ints[where] = i
+    return doubles, ints, (kind & 0x8) == 0
+
+
+def _read_type(
+    v: U8Array, vstart: Int64Array, kind: int, n: int
+) -> tuple[Float64Array, Int64Array, BoolArray]:
+    dtype = np.dtype(_VALUE_TYPES[kind])
+    width = dtype.itemsize
+    windows = as_strided(v, shape=(max(len(v) - width + 1, 0), width), strides=(1, 1))
+    raw = windows[vstart].view(dtype).reshape(n)
+    if kind & 0x8:
+        return raw.astype(np.float64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_)
+    ints = raw.astype(np.int64)
+    return ints.astype(np.float64), ints, np.ones(n, dtype=np.bool_)
+
+
+def _value_bytes(v: U8Array, vstart: Int64Array, vl: Int64Array) -> U64Array:
+    """The value bytes of each point as one integer (with the length, its identity)."""
+    windows = as_strided(v, shape=(max(len(v) - 7, 0), 8), strides=(1, 1))
+    raw = windows[vstart].view(">u8").reshape(len(vstart)).astype(np.uint64)
+    return raw >> ((8 - vl) * 8).astype(np.uint64)
+
+
+def decode_rows(
+    rows: Sequence[Row], layout: KeyLayout, *, fix_duplicates: bool = False
+) -> RowPoints:
+    """Decode every data row of ``rows`` (see the module docstring).
+
+    Raises IllegalDataError, with the scalar decoder's message, for a row OpenTSDB could not
+    read (corrupt cells, conflicting duplicates without ``fix_duplicates``).
+    """
+    n_rows = len(rows)
+    c = _collect(rows)
+    bad = np.zeros(n_rows, dtype=np.bool_)
+    odd = (c.qlen & 1) == 1
+    bad[c.row[c.qlen == 0]] = True
+    is_append = odd & (c.first == APPEND_COLUMN_PREFIX)
+    bad[c.row[is_append & (c.qlen != 3)]] = True
+    appends = np.flatnonzero(is_append & (c.qlen == 3))
+    notes = np.flatnonzero(odd & (c.first == _ANNOTATION_PREFIX) & np.isin(c.qlen, (3, 5)))
+    entries = _even_cells(c, bad)
+    if len(appends):
+        entries = _concat_entries((entries, _append_cells(c, appends, bad)))
+    base_ms = np.fromiter((_base_time_s(layout, r.key) for r in rows), np.int64, n_rows) * 1000
+    annotations = _annotations(rows, c, notes, base_ms)
+
+    e_row = c.row[entries.cell]
+    keep = ~bad[e_row]
+    if not keep.all():
+        entries = _Entries(*(getattr(entries, n)[keep] for n in _Entries.__slots__))
+        e_row = e_row[keep]
+    doubles, ints, is_int = _values(c.v, entries.vstart, entries.flags)
+    points = _Points(e_row, entries.offset_ms, doubles, ints, is_int)
+    # Rows whose points are not strictly increasing need compaction's merge.
+    offset = entries.offset_ms
+    unordered = (e_row[1:] == e_row[:-1]) & (offset[1:] <= offset[:-1])
+    pieces = [points]
+    if unordered.any():
+        needs_merge = np.zeros(n_rows, dtype=np.bool_)
+        needs_merge[e_row[1:][unordered]] = True
+        merging = np.flatnonzero(needs_merge[e_row])
+        pieces = [
+            points.take(np.flatnonzero(~needs_merge[e_row])),
+            _merge(
+                rows,
+                layout,
+                points.take(merging),
+                entries.cell[merging],
+                entries.pos[merging],
+                _value_bytes(c.v, entries.vstart[merging], entries.vlen[merging]),
+                entries.vlen[merging],
+                fix_duplicates,
+            ),
+        ]
+    for r in np.flatnonzero(bad).tolist():
+        pieces.append(_scalar_row(rows[r], r, layout, fix_duplicates))
+    merged = _Points.concat(pieces)
+    counts = np.bincount(merged.row, minlength=n_rows)
+    row_offsets = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_offsets[1:])
+    timestamps = base_ms[merged.row] + merged.offset
+    return RowPoints(
+        row_offsets, timestamps, merged.doubles, merged.ints, merged.is_int, annotations
+    )
+
+
+def _base_time_s(layout: KeyLayout, key: bytes) -> int:
+    start = layout.tags_start
+    return int.from_bytes(key[start - TIMESTAMP_BYTES : start], "big")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Points:
+    """Decoded points with their row and offset in the row (ms)."""
+
+    row: Int64Array
+    offset: Int64Array
+    doubles: Float64Array
+    ints: Int64Array
+    is_int: BoolArray
+
+    def take(self, index: Int64Array | BoolArray) -> _Points:
+        return _Points(
+            self.row[index],
+            self.offset[index],
+            self.doubles[index],
+            self.ints[index],
+            self.is_int[index],
+        )
+
+    @staticmethod
+    def concat(pieces: Sequence[_Points]) -> _Points:
+        """The pieces' points ordered by row (each row's points come from one piece)."""
+        if len(pieces) == 1:
+            return pieces[0]
+        joined = _Points(
+            np.concatenate([p.row for p in pieces]),
+            np.concatenate([p.offset for p in pieces]),
+            np.concatenate([p.doubles for p in pieces]),
+            np.concatenate([p.ints for p in pieces]),
+            np.concatenate([p.is_int for p in pieces]),
+        )
+        return joined.take(np.argsort(joined.row, kind="stable"))
+
+
+def _merge(
+    rows: Sequence[Row],
+    layout: KeyLayout,
+    points: _Points,
+    cell: Int64Array,
+    pos: Int64Array,
+    value_bytes: U64Array,
+    value_length: Int64Array,
+    fix_duplicates: bool,
+) -> _Points:
+    """CompactionQueue's merge of rows with unordered or repeated offsets: by offset, a
+    point of a later cell first; identical duplicates dropped, others an error unless
+    ``fix_duplicates`` (which keeps the first)."""
+    order = np.lexsort((pos, -cell, points.offset, points.row))
+    points = points.take(order)
+    value_bytes, value_length = value_bytes[order], value_length[order]
+    row, offset = points.row, points.offset
+    first = np.ones(len(row), dtype=np.bool_)
+    first[1:] = (row[1:] != row[:-1]) | (offset[1:] != offset[:-1])
+    if not first.all() and not fix_duplicates:
+        kept = np.maximum.accumulate(np.where(first, np.arange(len(row)), 0))
+        conflict = ~first & (
+            (value_length != value_length[kept]) | (value_bytes != value_bytes[kept])
+        )
+        if conflict.any():
+            r = int(row[np.flatnonzero(conflict)[0]])
+            _scalar_row(rows[r], r, layout, fix_duplicates)  # raises OpenTSDB's message
+            raise AssertionError("the scalar decoder accepted a conflicting duplicate")
+    return points.take(first)
+
+
+def _scalar_row(row: Row, index: int, layout: KeyLayout, fix_duplicates: bool) -> _Points:
+    """The reference decoder for one unusual row (raises IllegalDataError when corrupt)."""
+    base_s = _base_time_s(layout, row.key)
+    decoded = decode_cells(
+        base_s,
+        [(cell.qualifier, cell.value) for cell in row.cells],
+        fix_duplicates=fix_duplicates,
+        row_key=row.key,
+    )
+    points = decoded.points
+    n = len(points)
+    offset = np.fromiter((p.timestamp_ms - base_s * 1000 for p in points), np.int64, n)
+    is_int = np.fromiter((not p.is_float for p in points), np.bool_, n)
+    ints = np.fromiter((p.value if not p.is_float else 0 for p in points), np.int64, n)
+    doubles = np.fromiter((float(p.value) for p in points), np.float64, n)
+    doubles[is_int] = ints[is_int].astype(np.float64)
+    return _Points(np.full(n, index, dtype=np.int64), offset, doubles, ints, is_int)
+
+
+def _annotations(
+    rows: Sequence[Row], c: _Cells, notes: Int64Array, base_ms: Int64Array
+) -> tuple[tuple[int, AnnotationCell], ...]:
+    if not len(notes):
+        return ()
+    flat = [cell for r in rows for cell in r.cells]
+    found = []
+    for i in notes.tolist():
+        r = int(c.row[i])
+        cell = flat[i]
+        ts = int(base_ms[r]) + decode_annotation_qualifier(cell.qualifier)
+        found.append((r, AnnotationCell(ts, cell.qualifier, cell.value)))
+    found.sort(key=lambda item: (item[0], item[1].timestamp_ms))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------- series
+
+
+def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: KeyLayout) -> Spans:
+    """Group decoded rows into series, in SpanCmp order.
+
+    ``parts`` are (row keys, their decoded points) per decoded batch, in any order. Rows of
+    one series are put in base time order; overlapping rows (points beyond the hour in a
+    row, which no writer produces) are merged keeping the first point at a time.
+    """
+    keys: list[bytes] = [k for ks, _ in parts for k in ks]
+    sk = [series_key(layout, k) for k in keys]
+    unique = sorted(set(sk))
+    rank = {key: i for i, key in enumerate(unique)}
+    row_series = np.fromiter((rank[k] for k in sk), np.int64, len(sk))
+    row_base = np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
+    points = [p for _, p in parts]
+    counts = _cat([np.diff(p.row_offsets) for p in points], np.int64)
+    ts = _cat([p.timestamps for p in points], np.int64)
+    values = _cat([p.values for p in points], np.float64)
+    int_values = _cat([p.int_values for p in points], np.int64)
+    is_int = _cat([p.is_int for p in points], np.bool_)
+    row_order = np.lexsort((row_base, row_series))
+    if (row_order != np.arange(len(row_order))).any():
+        starts = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        take = _gather_rows(starts[row_order], counts[row_order])
+        ts, values, int_values, is_int = ts[take], values[take], int_values[take], is_int[take]
+    point_series = np.repeat(row_series[row_order], counts[row_order])
+    overlap = (point_series[1:] == point_series[:-1]) & (ts[1:] <= ts[:-1])
+    if overlap.any():
+        order = np.lexsort((ts, point_series))
+        keep = np.ones(len(ts), dtype=np.bool_)
+        keep[1:] = (point_series[order][1:] != point_series[order][:-1]) | (
+            ts[order][1:] != ts[order][:-1]
+        )
+        order = order[keep]
+        ts, values, int_values, is_int = ts[order], values[order], int_values[order], is_int[order]
+        point_series = point_series[order]
+    offsets = np.zeros(len(unique) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(point_series, minlength=len(unique)), out=offsets[1:])
+    notes: list[list[AnnotationCell]] = [[] for _ in unique]
+    first_row = 0
+    for ks, p in parts:
+        for r, note in p.annotations:
+            notes[rank[sk[first_row + r]]].append(note)
+        first_row += len(ks)
+    for series_notes in notes:
+        series_notes.sort(key=lambda a: a.timestamp_ms)
+    if is_int.any():
+        batch = SeriesBatch(ts, values, offsets, int_values, is_int)
+    else:
+        batch = SeriesBatch(ts, values, offsets)
+    return Spans(unique, batch, notes)
+
+
+_T = TypeVar("_T", bound=np.generic)
+
+
+def _cat(arrays: list[npt.NDArray[_T]], dtype: type[_T]) -> npt.NDArray[_T]:
+    if not arrays:
+        return np.zeros(0, dtype=dtype)
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _gather_rows(starts: Int64Array, counts: Int64Array) -> Int64Array:
+    """Indices of ``counts[i]`` items from ``starts[i]``, row after row."""
+    total = int(counts.sum())
+    if total == 0:
+        return _EMPTY_I
+    firsts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=firsts[1:])
+    return np.repeat(starts - firsts, counts) + np.arange(total, dtype=np.int64)
