@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from tests.query import scalar_reference as ref
 from tests.query.scalar_reference import Point
 from tsd.errors import TsdError
+from tsd.protocol.m_syntax import parse_downsample
 from tsd.query import interpolate
-from tsd.query.aggregate import aggregate_series
+from tsd.query.aggregate import aggregate_series, aggregation_window
 from tsd.query.reducers import AGGREGATORS, get_aggregator
 from tsd.query.series import make_batch
 from tsd.query_model import AGGREGATOR_NAMES, Interpolation
@@ -266,3 +267,30 @@ def test_aligned_series_match_scalar_reference(
         for i, (t, v) in enumerate(result.points())
     ]
     assert _same(got, want)
+
+
+H = 3_600_000
+T = 1_356_998_400_000  # an hour boundary (2013-01-01T00:00Z)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "downsample", "expected"),
+    [
+        # TsdbQuery.getScanEndTimeSeconds: without downsampling, always the next hour.
+        pytest.param(T, T + H, None, (T, T + 2 * H), id="raw_end_on_hour"),
+        pytest.param(T + 10_000, T + H - 2_000, None, (T, T + H), id="raw_inside_hour"),
+        # The end is pushed one second first, so hh:59:59 reaches into the next hour.
+        pytest.param(T + 10_000, T + H - 1_000, None, (T, T + 2 * H), id="raw_last_second"),
+        # With downsampling an aligned end gets one more interval, then the next hour.
+        pytest.param(T + 10_000, T + H - 1_000, "1m-avg", (T, T + 2 * H), id="end_at_minute"),
+        pytest.param(T + 10_000, T + H - 60_000, "1m-avg", (T, T + H), id="end_inside_minute"),
+        # Intervals align to the UTC epoch first (a day here), then to the hour.
+        pytest.param(T + 5 * H, T + 6 * H, "1d-avg", (T, T + 24 * H), id="day_interval"),
+        pytest.param(T + 5 * H, T + 6 * H, "0all-sum", (T + 5 * H, T + 7 * H), id="all"),
+    ],
+)
+def test_aggregation_window_is_the_scan_window(
+    start: int, end: int, downsample: str | None, expected: tuple[int, int]
+) -> None:
+    spec = parse_downsample(downsample) if downsample else None
+    assert aggregation_window(start, end, spec) == expected

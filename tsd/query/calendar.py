@@ -28,7 +28,9 @@ import numpy.typing as npt
 
 from tsd.errors import BadRequestError
 
-_FIXED_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+#: Units that ``Calendar.add`` steps by a fixed duration, in ms.
+FIXED_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_FIXED_MS = FIXED_UNIT_MS
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 

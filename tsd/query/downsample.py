@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from tsd.errors import TsdError
-from tsd.query.calendar import add_interval, interval_starts, previous_interval
+from tsd.query.calendar import FIXED_UNIT_MS, add_interval, interval_starts, previous_interval
 from tsd.query.reducers import run_double
 from tsd.query.series import BoolArray, Float64Array, Int64Array, SeriesBatch
 from tsd.query_model import DownsampleSpec, FillPolicy
@@ -92,10 +92,18 @@ def bucket_starts(batch: SeriesBatch, spec: DownsampleSpec) -> Int64Array:
     unit, amount, tz = spec.calendar_unit, spec.calendar_amount, spec.timezone
     lengths = batch.lengths
     nonempty = np.flatnonzero(lengths > 0)
+    firsts = ts[batch.offsets[:-1][nonempty]]
+    # Series usually share their first timestamp: one calendar computation per distinct one.
+    distinct, which = np.unique(firsts, return_inverse=True)
+    distinct_anchors = [previous_interval(int(t), amount, unit, tz) for t in distinct.tolist()]
     anchors = np.zeros(batch.series_count, dtype=np.int64)
-    for s in nonempty.tolist():
-        anchors[s] = previous_interval(int(ts[batch.offsets[s]]), amount, unit, tz)
+    anchors[nonempty] = np.asarray(distinct_anchors, dtype=np.int64)[which]
     point_anchor = np.repeat(anchors, lengths)
+    fixed_ms = FIXED_UNIT_MS.get(unit)
+    if fixed_ms is not None:
+        # ms/s/m/h step by a fixed duration: arithmetic from each series' anchor.
+        size = amount * fixed_ms
+        return point_anchor + (ts - point_anchor) // size * size
     out = np.empty_like(ts)
     for anchor in np.unique(anchors[nonempty]).tolist():
         mine = point_anchor == anchor
