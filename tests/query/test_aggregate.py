@@ -16,10 +16,10 @@ from tests.query.scalar_reference import Point
 from tsd.errors import TsdError
 from tsd.protocol.m_syntax import parse_downsample
 from tsd.query import interpolate
-from tsd.query.aggregate import aggregate_series, aggregation_window
+from tsd.query.aggregate import aggregate_group, aggregate_series, aggregation_window
 from tsd.query.reducers import AGGREGATORS, get_aggregator
 from tsd.query.series import make_batch
-from tsd.query_model import AGGREGATOR_NAMES, Interpolation
+from tsd.query_model import AGGREGATOR_NAMES, Interpolation, RateOptions
 
 LONG_MAX = 2**63 - 1
 
@@ -294,3 +294,40 @@ def test_aggregation_window_is_the_scan_window(
 ) -> None:
     spec = parse_downsample(downsample) if downsample else None
     assert aggregation_window(start, end, spec) == expected
+
+
+PIPELINE_SPECS = [None, "1m-avg", "1m-sum-nan", "2m-max-zero", "1mc-last", "0all-sum"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    series=st.lists(_series_strategy(False), min_size=1, max_size=4),
+    name=st.sampled_from([n for n in AGGREGATOR_NAMES if n != "none"]),
+    downsample=st.sampled_from(PIPELINE_SPECS),
+    rate=st.booleans(),
+    counter=st.booleans(),
+)
+def test_group_pipeline_matches_scalar_reference(
+    series: list[list[Point]], name: str, downsample: str | None, rate: bool, counter: bool
+) -> None:
+    # downsample -> rate -> aggregate, with the windows OpenTSDB would use.
+    base = 1_356_998_400_000
+    series = [[(base + t * 100, v) for t, v in s] for s in series]
+    qstart, qend = base + 1_000, base + 14_000
+    spec = parse_downsample(downsample) if downsample else None
+    start, end = aggregation_window(qstart, qend, spec)
+    options = RateOptions(counter=counter) if rate else None
+    try:
+        want = ref.group(series, name, start=start, end=end, qstart=qstart, qend=qend,
+                         spec=spec, rate_options=options)  # fmt: skip
+    except ValueError:
+        return
+    result = aggregate_group(
+        make_batch(_columns(series)), name, start_ms=start, end_ms=end, query_start_ms=qstart,
+        query_end_ms=qend, downsample_spec=spec, rate=rate, rate_options=options,
+    )  # fmt: skip
+    got = [
+        (t, v, bool(result.is_int[i]) if result.is_int is not None else False)
+        for i, (t, v) in enumerate(result.points())
+    ]
+    assert _same(got, want)
