@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -257,8 +258,7 @@ class UniqueId:
             batch_rows=max(1, min(max_results, MAX_SUGGEST_BATCH_ROWS)),
         )
         names: list[str] = []
-        rows = self.storage.scan(self.table, spec)
-        try:
+        async with aclosing(self.storage.scan(self.table, spec)) as rows:
             async for row in rows:
                 uid = row.value(ID_FAMILY, self._qualifier)
                 if uid is None or row.key == MAXID_ROW:
@@ -269,11 +269,6 @@ class UniqueId:
                 names.append(name)
                 if len(names) >= max_results:
                     break
-        finally:
-            # Storage.scan is typed AsyncIterator; generators need closing when left early.
-            aclose = getattr(rows, "aclose", None)
-            if aclose is not None:
-                await aclose()
         return names
 
     async def rename(self, old_name: str, new_name: str) -> None:
