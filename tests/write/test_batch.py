@@ -1,0 +1,76 @@
+"""The batching policy, with an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from tsd.write.batch import Batch, BatchPolicy
+
+
+def make_batch(max_cells: int = 3, interval_s: float = 1.0) -> Batch:
+    return Batch(BatchPolicy(max_cells=max_cells, interval_s=interval_s))
+
+
+def test_empty_batch_is_never_due_or_full() -> None:
+    batch = make_batch()
+    assert batch.is_empty()
+    assert not batch.is_full()
+    assert not batch.is_due(1e12)
+    assert batch.due_in(0.0) is None
+
+
+def test_batch_is_due_interval_after_its_first_cell() -> None:
+    batch = make_batch(interval_s=1.0)
+    batch.add(b"r", b"\x00\x00", b"\x01", now=10.0)
+    batch.add(b"r", b"\x00\x10", b"\x02", now=10.9)  # later cells do not move the deadline
+    assert not batch.is_due(10.999)
+    assert batch.due_in(10.25) == pytest.approx(0.75)
+    assert batch.is_due(11.0)
+    assert batch.due_in(12.0) == 0.0
+
+
+def test_batch_is_full_at_max_cells() -> None:
+    batch = make_batch(max_cells=3)
+    for i in range(2):
+        batch.add(b"r", bytes((0, i << 4)), b"\x01", now=0.0)
+    assert not batch.is_full()
+    batch.add(b"s", b"\x00\x00", b"\x01", now=0.0)
+    assert batch.is_full()
+    assert len(batch) == 3
+
+
+def test_same_cell_twice_keeps_the_last_value_and_counts_once() -> None:
+    batch = make_batch()
+    batch.add(b"r", b"\x00\x00", b"\x01", now=0.0)
+    batch.add(b"r", b"\x00\x00", b"\x02", now=0.0)
+    assert len(batch) == 1
+    assert list(batch.sorted_cells()) == [(b"r", b"\x00\x00", b"\x02")]
+
+
+def test_cells_come_out_sorted_by_row_then_qualifier() -> None:
+    batch = make_batch(max_cells=100)
+    cells = [
+        (b"\x00\x00\x02", b"\x00\x10", b"\x01"),
+        (b"\x00\x00\x01", b"\xf0\x00\x00\x00", b"\x02"),
+        (b"\x00\x00\x01", b"\x00\x20", b"\x03"),
+        (b"\x00\x00\x01", b"\x00\x10", b"\x04"),
+    ]
+    for row, qualifier, value in cells:
+        batch.add(row, qualifier, value, now=0.0)
+    assert list(batch.sorted_cells()) == sorted(cells)
+    assert list(batch.sorted_rows()) == [
+        (
+            b"\x00\x00\x01",
+            [(b"\x00\x10", b"\x04"), (b"\x00\x20", b"\x03"), (b"\xf0\x00\x00\x00", b"\x02")],
+        ),
+        (b"\x00\x00\x02", [(b"\x00\x10", b"\x01")]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("max_cells", "interval_s"),
+    [pytest.param(0, 1.0, id="no_cells"), pytest.param(1, 0.0, id="no_interval")],
+)
+def test_policy_refuses_nonsense(max_cells: int, interval_s: float) -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        BatchPolicy(max_cells=max_cells, interval_s=interval_s)

@@ -1,0 +1,359 @@
+"""The write path: data point -> UIDs -> row key -> cell -> batch -> storage.
+
+* UIDs. A series (metric + tags) is resolved once; its row-key template
+  (:class:`tsd.codec.SeriesKey`) is cached, so a known series costs a dict lookup and the
+  qualifier/value encoding. A miss awaits :meth:`UidService.resolve_for_write` (which
+  assigns new UIDs when auto-create allows it).
+* Batching. Cells go into the current :class:`~tsd.write.batch.Batch`; a background task
+  flushes it when it is full or due (``tsd.storage.flush_interval``), at most
+  ``max_in_flight`` writes at a time, each a sorted list of puts (or, with
+  ``tsd.storage.enable_appends``, one append per row).
+* Acknowledgements. :meth:`Writer.add` returns the future of the batch the point went
+  into; it resolves once storage holds that batch (``/api/put?sync``). Nobody has to await
+  it: without ``sync`` a point is acknowledged when buffered, as OpenTSDB acknowledges once
+  its HBase client queued the RPC.
+* Memory is bounded. Buffered plus in-flight cells are capped at ``max_pending_cells``;
+  past it :meth:`is_full` is true and protocols stop reading from their sockets until
+  :meth:`wait_writable` returns, so a slow store slows the clients down instead of
+  growing the heap.
+* Failed writes are retried (``retry_delays_s``); a batch that still fails is dropped,
+  logged and its future fails ("Storage exception").
+* Compaction. Rows stored by the writer are queued in a
+  :class:`~tsd.write.schedule.CompactionSchedule`; a background task hands them to the
+  :class:`~tsd.write.compactor.Compactor` once their hour has closed.
+* :meth:`close` stops taking points, flushes what is buffered, waits for the writes in
+  flight and compacts the rows that are due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point, make_series_key
+from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
+from tsd.config import StorageConfig
+from tsd.errors import StorageError, StorageUnavailable
+from tsd.log import WRITER, get_logger
+from tsd.model import DataPoint, Tags
+from tsd.stats import StatsRegistry
+from tsd.storage.base import Put, Storage
+from tsd.uid.service import UidService
+from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
+from tsd.write.compactor import DATA_FAMILY, Compactor
+from tsd.write.schedule import CompactionSchedule
+
+log = get_logger(WRITER)
+
+#: The acknowledgement of a batch: resolves when storage holds it.
+Ack = asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class WriterLimits:
+    """Sizes of the write path (not in opentsdb.conf: OpenTSDB has no such knobs)."""
+
+    max_batch_cells: int = DEFAULT_MAX_CELLS
+    #: buffered + in-flight cells before protocols stop reading (about 40 MB of cells)
+    max_pending_cells: int = 4 * DEFAULT_MAX_CELLS
+    #: concurrent storage writes
+    max_in_flight: int = 2
+    #: series row-key templates kept; the cache is cleared when it grows past this
+    max_series: int = 1_000_000
+    #: pauses between attempts of a failed batch write
+    retry_delays_s: tuple[float, ...] = (0.1, 0.5, 2.0)
+    #: seconds a shutdown spends compacting rows that are due
+    close_compaction_budget_s: float = 30.0
+
+
+class Writer:
+    """Buffers data points into sorted batches and writes them to the data table."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        uids: UidService,
+        cfg: StorageConfig,
+        registry: StatsRegistry,
+        *,
+        limits: WriterLimits | None = None,
+        schedule: CompactionSchedule | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._storage = storage
+        self._uids = uids
+        self._table = cfg.data_table
+        self._appends = cfg.enable_appends
+        self._layout = KeyLayout.from_storage_config(cfg)
+        self._limits = limits or WriterLimits()
+        self._policy = BatchPolicy(self._limits.max_batch_cells, cfg.flush_interval_ms / 1000)
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._series: dict[tuple[str, Tags], SeriesKey] = {}
+        self._batch = Batch(self._policy)
+        self._ack: Ack | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._in_flight_cells = 0
+        self._wake = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._flush_asked = False
+        self._closing = False
+        self._closed = False
+        self._flusher: asyncio.Task[None] | None = None
+        # Compaction (never with appends: OpenTSDB does not compact append rows).
+        self._compacting = cfg.enable_compaction and not cfg.enable_appends
+        self._schedule = schedule if schedule is not None else CompactionSchedule()
+        self._compactor = Compactor(
+            storage, self._table, registry, fix_duplicates=cfg.fix_duplicates
+        )
+        self._compaction_tick_s = max(1, cfg.compaction_flush_interval_s)
+        self._compaction_task: asyncio.Task[None] | None = None
+        self._time_at = self._layout.salt_width + self._layout.metric_width
+        # Stats, under OpenTSDB's names where it has them.
+        self._added = registry.counter("datapoints.added", type="all")
+        self._stored = registry.counter("datapoints.stored", type="all")
+        self._flushes = registry.counter("hbase.rpcs", type="put")
+        self._append_rpcs = registry.counter("hbase.rpcs", type="append")
+        self._storage_errors = registry.counter("rpc.errors", type="hbase_errors")
+        self._dropped = registry.counter("datapoints.dropped", type="storage_errors")
+        registry.gauge("writer.pending_cells", self.pending_cells)
+        registry.gauge("compaction.queue.size", lambda: len(self._schedule))
+
+    @property
+    def uids(self) -> UidService:
+        return self._uids
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background flush (and compaction) tasks; call from the running loop."""
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        if self._compacting and self._compaction_task is None:
+            self._compaction_task = asyncio.get_running_loop().create_task(self._compact_loop())
+
+    async def close(self) -> None:
+        """Refuse new points, write everything buffered, compact what is due. Idempotent."""
+        if self._closed:
+            return
+        self._closing = True
+        self._wake.set()
+        if self._flusher is None:  # never started: flush inline
+            self.start()
+        assert self._flusher is not None
+        await self._flusher
+        if self._compaction_task is not None:
+            self._compaction_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compaction_task
+            rows = self._schedule.take_eligible(self._wall_clock())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._limits.close_compaction_budget_s):
+                    await self._compactor.compact(rows)
+        self._closed = True
+
+    # -- adding points ------------------------------------------------------------------------
+
+    def try_add(self, point: DataPoint) -> Ack | None:
+        """Buffer ``point`` if its series is known, without suspending; None on a miss."""
+        series = self._series.get((point.metric, point.tags))
+        if series is None:
+            return None
+        return self._buffer(series, point)
+
+    async def add(self, point: DataPoint) -> Ack:
+        """Buffer ``point``, resolving (and maybe assigning) its UIDs first.
+
+        Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError from
+        the UID lookup, StorageUnavailable once closing. The returned future resolves when
+        storage holds the point; it may fail with StorageError.
+        """
+        key = (point.metric, point.tags)
+        series = self._series.get(key)
+        if series is None:
+            metric_uid, pairs = await self._uids.resolve_for_write(point.metric, point.tags)
+            series = make_series_key(self._layout, metric_uid, pairs)
+            if len(self._series) >= self._limits.max_series:
+                self._series.clear()
+            self._series[key] = series
+        return self._buffer(series, point)
+
+    def _buffer(self, series: SeriesKey, point: DataPoint) -> Ack:
+        if self._closing:
+            raise StorageUnavailable("the writer is shutting down")
+        base_time_s, qualifier, value = encode_point(point.timestamp, point.value)
+        batch = self._batch
+        batch.add(series.row_key(base_time_s), qualifier, value, self._clock())
+        self._added.value += 1
+        cells = batch.cells
+        if cells == 1 or cells >= self._policy.max_cells:
+            self._wake.set()
+        if self._in_flight_cells + cells >= self._limits.max_pending_cells:
+            self._writable.clear()
+            self._flush_asked = True  # a full buffer goes now, whatever its age
+            self._wake.set()
+        ack = self._ack
+        if ack is None:
+            ack = self._ack = _new_ack()
+        return ack
+
+    # -- flow control and sync ----------------------------------------------------------------
+
+    def pending_cells(self) -> int:
+        """Cells buffered or being written."""
+        return self._in_flight_cells + self._batch.cells
+
+    def is_full(self) -> bool:
+        """True when protocols should stop reading until :meth:`wait_writable`."""
+        return not self._writable.is_set()
+
+    async def wait_writable(self) -> None:
+        await self._writable.wait()
+
+    def flush_soon(self) -> None:
+        """Write the current batch now rather than when due (``sync`` callers)."""
+        if not self._batch.is_empty():
+            self._flush_asked = True
+            self._wake.set()
+
+    async def flush(self) -> None:
+        """Write everything buffered so far and wait until storage holds it."""
+        ack = self._ack
+        waiting = [*self._in_flight]
+        self.flush_soon()
+        if ack is not None:
+            with contextlib.suppress(StorageError):
+                await asyncio.shield(ack)
+        if waiting:
+            await asyncio.wait(waiting)
+
+    def drop_caches(self) -> None:
+        """Forget the series templates (with the UID caches: ``dropcaches``)."""
+        self._series.clear()
+
+    # -- the flush task -----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        slots = asyncio.Semaphore(self._limits.max_in_flight)
+        while True:
+            batch = self._batch
+            if not batch.is_empty():
+                now = self._clock()
+                if self._closing or self._flush_asked or batch.is_full() or batch.is_due(now):
+                    await slots.acquire()
+                    self._start_write(slots)
+                    continue
+            elif self._closing:
+                break
+            self._wake.clear()
+            timeout = batch.due_in(self._clock())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+        if self._in_flight:
+            await asyncio.wait([*self._in_flight])
+
+    def _start_write(self, slots: asyncio.Semaphore) -> None:
+        batch, ack = self._batch, self._ack or _new_ack()
+        self._batch = Batch(self._policy)
+        self._ack = None
+        self._flush_asked = False
+        self._in_flight_cells += batch.cells
+        task = asyncio.get_running_loop().create_task(self._write(batch, ack, slots))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        try:
+            error = await self._write_with_retries(batch)
+        finally:
+            self._in_flight_cells -= batch.cells
+            slots.release()
+            if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
+                self._writable.set()
+        if error is not None:
+            self._dropped.inc(batch.cells)
+            if not ack.done():
+                ack.set_exception(error)
+            return
+        self._stored.inc(batch.cells)
+        if not ack.done():
+            ack.set_result(None)
+        if self._compacting:
+            self._note_rows(batch)
+
+    async def _write_with_retries(self, batch: Batch) -> StorageError | None:
+        """None once storage holds the batch, else the last error."""
+        delays = self._limits.retry_delays_s
+        for attempt in range(len(delays) + 1):
+            try:
+                if self._appends:
+                    await self._write_appends(batch)
+                else:
+                    await self._write_puts(batch)
+                return None
+            except StorageError as exc:
+                self._storage_errors.inc()
+                if attempt < len(delays) and not isinstance(exc, StorageUnavailable):
+                    log.warning("writer.flush_retry", cells=batch.cells, error=str(exc))
+                    await asyncio.sleep(delays[attempt])
+                    continue
+                log.error("writer.flush_failed", cells=batch.cells, error=str(exc))
+                return exc
+            except Exception as exc:  # a bug: fail the ack rather than hang sync callers
+                log.exception("writer.flush_crashed", cells=batch.cells)
+                return StorageError(f"Unexpected exception: {exc}")
+        raise AssertionError("unreachable")
+
+    async def _write_puts(self, batch: Batch) -> None:
+        puts = [Put(row, DATA_FAMILY, q, v) for row, q, v in batch.sorted_cells()]
+        await self._storage.put(self._table, puts)
+        self._flushes.inc()
+
+    async def _write_appends(self, batch: Batch) -> None:
+        # One append per row with its cells concatenated in qualifier order: the row's
+        # append column then reads as if each point had been appended on its own.
+        storage, table = self._storage, self._table
+        for row, cells in batch.sorted_rows():
+            entry = b"".join(encode_append_entry(q, v) for q, v in cells)
+            await storage.append(table, row, DATA_FAMILY, APPEND_COLUMN_QUALIFIER, entry)
+            self._append_rpcs.inc()
+
+    def _note_rows(self, batch: Batch) -> None:
+        start, end = self._time_at, self._time_at + TIMESTAMP_BYTES
+        now = self._wall_clock()
+        note = self._schedule.note
+        for row in batch.rows:
+            note(row, int.from_bytes(row[start:end], "big"), now)
+
+    # -- the compaction task ------------------------------------------------------------------
+
+    async def _compact_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._compaction_tick_s)
+            rows = self._schedule.take(self._wall_clock())
+            if rows:
+                await self._compactor.compact(rows)
+
+    async def compact_due(self) -> int:
+        """Compact the rows the schedule releases now; the number of rows handed out."""
+        rows = self._schedule.take(self._wall_clock())
+        await self._compactor.compact(rows)
+        return len(rows)
+
+
+def _new_ack() -> Ack:
+    ack: Ack = asyncio.get_running_loop().create_future()
+    # Mark a failure as seen even when nobody awaits the ack (points put without sync).
+    ack.add_done_callback(_consume)
+    return ack
+
+
+def _consume(ack: Ack) -> None:
+    if not ack.cancelled():
+        ack.exception()
