@@ -17,10 +17,16 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Cell:
+class Cell(NamedTuple):
+    """One cell as read.
+
+    A NamedTuple rather than a frozen dataclass: scans build one per cell, and a
+    frozen dataclass's ``__init__`` costs several times as much (bench/storage.py).
+    """
+
     family: str
     qualifier: bytes
     value: bytes

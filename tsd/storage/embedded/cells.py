@@ -16,6 +16,7 @@ import lmdb
 from tsd.errors import StorageError
 from tsd.storage.base import Cell, Delete, FamilySpec, Mutation, Put, Row, RowFilter
 from tsd.storage.embedded.keys import (
+    KEY_LIMIT,
     cell_key,
     cell_prefix,
     decode_bucket,
@@ -271,12 +272,22 @@ def _read_rows_from(
     """Append rows from the cursor's position; the key to seek to next, or None when done.
 
     Sets ``position.next_key`` when it stops at a row boundary with rows still to read.
+    This is the scan's inner loop, so consecutive cells of one row and family take a
+    fast path: one ``startswith`` and a slice per cell.
     """
-    prefix = b""
+    prefix = b""  # the current row's smallest key: escaped row + 00 00
     row = b""
     cells: list[Cell] = []
     stop = position.stop_key
+    family_prefix = b""  # prefix + family + 00 of the current cells
+    family = ""
+    wanted = True
+    qualifier_at = 0
     for key, value in cursor.iternext():
+        if family_prefix and key.startswith(family_prefix) and len(key) < KEY_LIMIT:
+            if wanted:
+                cells.append(Cell(family, key[qualifier_at:], value))
+            continue
         if not prefix or not key.startswith(prefix):
             if cells:
                 rows.append(Row(row, tuple(cells)))
@@ -290,7 +301,20 @@ def _read_rows_from(
                 return None
             if row_filter is not None and not row_filter.matches(row):
                 return row_after(row)
-        _add_cells(cells, key, len(prefix), value, names, families)
+        family_end = key.find(b"\x00", len(prefix))
+        name = names.get(key[len(prefix) : family_end])
+        if name is None:
+            raise StorageError(f"corrupt embedded key (unknown family): {key[:64]!r}")
+        family = name
+        qualifier_at = family_end + 1
+        family_prefix = key[:qualifier_at]
+        wanted = not families or family in families
+        if not wanted:
+            continue
+        if is_bucket(key):
+            cells.extend(Cell(family, q, v) for q, v in decode_bucket(value))
+        else:
+            cells.append(Cell(family, key[qualifier_at:], value))
     if cells:
         rows.append(Row(row, tuple(cells)))
     return None
