@@ -37,7 +37,9 @@ __all__ = [
     "DEFAULT_NAME_RULES",
     "NameRules",
     "check_metric_and_tags",
+    "PLAIN_NAME_CHARS",
     "format_java_map",
+    "is_plain_name",
     "is_valid_name",
     "java_hash_order",
     "java_string_hash",
@@ -46,7 +48,10 @@ __all__ = [
 ]
 
 #: Names made only of these characters are valid whatever the configuration (fast path).
-_PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9./_-]+")
+PLAIN_NAME_CHARS: Final = r"[A-Za-z0-9./_-]"
+_PLAIN_NAME: Final = re.compile(f"{PLAIN_NAME_CHARS}+")
+#: True when a name is non-empty and made of PLAIN_NAME_CHARS only (valid in any config).
+is_plain_name: Final = _PLAIN_NAME.fullmatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -36,12 +37,14 @@ from typing import Final
 from tsd import __version__
 from tsd.codec.value import encode_value, format_java_bytes, parse_long, parse_value
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
-from tsd.model import MAX_MS_TIMESTAMP, DataPoint, make_tags
+from tsd.model import MAX_MS_TIMESTAMP, DataPoint
 from tsd.protocol.names import (
     DEFAULT_NAME_RULES,
+    PLAIN_NAME_CHARS,
     NameRules,
     check_metric_and_tags,
     format_java_map,
+    is_plain_name,
     parse_tag,
 )
 
@@ -261,6 +264,10 @@ def parse_command(
     return parser(words, rules)
 
 
+#: A tag word that parse_tag and validate_string accept whatever the configuration.
+_PLAIN_TAG: Final = re.compile(f"{PLAIN_NAME_CHARS}+={PLAIN_NAME_CHARS}+")
+
+
 def _illegal(message: str) -> BadRequestError:
     return BadRequestError(f"put: illegal argument: {message}")
 
@@ -286,10 +293,19 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
     if not text:
         raise _illegal("empty value")
     tags: dict[str, str] = {}
+    all_plain = True  # every tag word is k=v with names valid under any configuration
     try:
         for word in words[4:]:
-            if word:
-                parse_tag(tags, word)
+            if _PLAIN_TAG.fullmatch(word) is not None:
+                key, _, tagv = word.partition("=")
+                old = tags.setdefault(key, tagv)
+                if old == tagv:
+                    continue
+            elif not word:
+                continue
+            else:
+                all_plain = False
+            parse_tag(tags, word)  # raises "invalid tag" / "duplicate tag", or adds it
     except BadRequestError as exc:
         raise _illegal(exc.message) from None
     try:
@@ -300,10 +316,12 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
         raise _illegal(exc.message) from None
     try:
         check_timestamp(metric, timestamp, value, tags)
-        check_metric_and_tags(metric, tags, rules)
+        # The common case needs no per-name work: the words were checked above.
+        if not (all_plain and 0 < len(tags) <= rules.max_tags and is_plain_name(metric)):
+            check_metric_and_tags(metric, tags, rules)
     except BadRequestError as exc:
         raise _illegal(exc.message) from None
-    return DataPoint(metric, timestamp, value, make_tags(tags))
+    return DataPoint(metric, timestamp, value, tuple(sorted(tags.items())))
 
 
 def check_timestamp(
