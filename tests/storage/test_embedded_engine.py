@@ -12,6 +12,7 @@ import pytest
 from tsd.errors import StorageError, StorageUnavailable
 from tsd.storage.base import FamilySpec, Put, ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.embedded.cells import MAX_BATCH_CELLS, ScanCursor, scan_batch
 from tsd.storage.embedded.keys import (
     KEY_LIMIT,
     cell_key,
@@ -141,3 +142,28 @@ def test_read_only_open_of_a_missing_store_is_unavailable(tmp_path: Path) -> Non
 async def test_illegal_names_are_rejected(embedded: EmbeddedStorage, table, family) -> None:
     with pytest.raises(StorageError, match="illegal"):
         await embedded.create_table(table, [FamilySpec(family)])
+
+
+async def test_scan_batches_end_at_a_row_boundary_past_the_cell_cap(
+    embedded: EmbeddedStorage,
+) -> None:
+    per_row = 3000
+    n_rows = MAX_BATCH_CELLS // per_row + 3
+    await embedded.put(
+        "t",
+        [
+            Put(b"%03d" % r, "f", q.to_bytes(2, "big"), b"v")
+            for r in range(n_rows)
+            for q in range(per_row)
+        ],
+    )
+    info = embedded._tables["t"]
+    position = ScanCursor(next_key=row_start(b""), stop_key=None, remaining=None)
+    with embedded._env.begin() as txn:
+        first = scan_batch(txn, info, position, frozenset(), None, max_rows=1024)
+    assert len(first) == MAX_BATCH_CELLS // per_row + 1
+    assert position.next_key == row_start(b"%03d" % len(first))
+    rows = [row async for row in embedded.scan("t", ScanSpec())]
+    assert [(row.key, len(row.cells)) for row in rows] == [
+        (b"%03d" % r, per_row) for r in range(n_rows)
+    ]

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     Txn: TypeAlias = lmdb.Transaction[bytes]  # generic in py-lmdb's stubs only
 else:
     Txn = lmdb.Transaction
+
+#: a scan batch ends at the first row boundary past this many cells
+MAX_BATCH_CELLS = 65_536
 _INT64 = 1 << 64
 
 
@@ -227,6 +230,8 @@ class ScanCursor:
     next_key: bytes | None
     stop_key: bytes | None
     remaining: int | None
+    #: cells read into the current batch
+    batch_cells: int = 0
 
 
 def scan_batch(
@@ -239,8 +244,10 @@ def scan_batch(
 ) -> list[Row]:
     """Read up to ``max_rows`` whole rows from ``position`` and advance it.
 
-    ``position.next_key`` becomes None at the end. Rows the filter rejects are
-    skipped with one seek past their last cell rather than read.
+    A batch also ends at the first row boundary past :data:`MAX_BATCH_CELLS`
+    cells, bounding its memory whatever the row sizes. ``position.next_key``
+    becomes None at the end. Rows the filter rejects are skipped with one seek
+    past their last cell rather than read.
     """
     names = table.names
     rows: list[Row] = []
@@ -249,7 +256,8 @@ def scan_batch(
     cursor = txn.cursor(db=table.db)
     seek = position.next_key
     position.next_key = None
-    while seek is not None and len(rows) < max_rows:
+    position.batch_cells = 0
+    while seek is not None:
         if not cursor.set_range(seek):
             break
         seek = _read_rows_from(cursor, position, names, families, row_filter, rows, max_rows)
@@ -291,12 +299,13 @@ def _read_rows_from(
         if not prefix or not key.startswith(prefix):
             if cells:
                 rows.append(Row(row, tuple(cells)))
+                position.batch_cells += len(cells)
                 cells = []
             if stop is not None and key >= stop:
                 return None
             row, family_at = split_row(key)
             prefix = key[:family_at]
-            if len(rows) >= max_rows:
+            if len(rows) >= max_rows or position.batch_cells >= MAX_BATCH_CELLS:
                 position.next_key = prefix
                 return None
             if row_filter is not None and not row_filter.matches(row):
