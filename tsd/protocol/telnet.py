@@ -6,9 +6,13 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
 
 * Framing. Lines end with ``\\n``, a ``\\r`` right before it is dropped. ``LineBuffer``
   remembers how far it has searched for ``\\n`` so bytes arriving one at a time are scanned
-  once (the h11 ``_receivebuffer`` idea). OpenTSDB frames at 1024 bytes and *drops the
-  connection* on a longer line; tsd discards the long line (up to its newline, without
-  buffering it), reports it as ``BadRequestError`` once, and keeps the connection.
+  once (the h11 ``_receivebuffer`` idea). OpenTSDB (its own ``src/tsd/LineBasedFrameDecoder``,
+  limit 1024) *closes the connection* once more than 1024 bytes sit in its buffer without a
+  newline, while a longer line that arrives whole with its newline passes: the outcome
+  depends on TCP segmentation. tsd applies its limit (``tsd.rpc.telnet.max_line``) to every
+  line however it arrives, discards a long line up to its newline without buffering it,
+  reports it once as ``BadRequestError`` (``LINE_TOO_LONG``) and keeps the connection.
+  An empty line is a command named ``""``, unknown, as in OpenTSDB.
 * Words. A line is decoded as ISO-8859-1 and split on every single space, so double spaces
   make empty words (Tags.splitString). The first word picks the command, case-sensitively,
   through a dict. Commands other than ``put`` ignore their extra words.
@@ -50,6 +54,7 @@ from tsd.protocol.names import (
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
+    "LINE_TOO_LONG",
     "TELNET_COMMANDS",
     "Command",
     "DieDieDieCommand",
@@ -141,10 +146,12 @@ class LineBuffer:
         return None
 
 
+#: The reply to an over-long line (tsd's own: OpenTSDB closes the connection instead).
+LINE_TOO_LONG: Final = "error: line too long: more than {max_line_bytes} bytes; line discarded"
+
+
 def _line_too_long(max_line_bytes: int) -> BadRequestError:
-    return BadRequestError(
-        f"error: line too long: more than {max_line_bytes} bytes; line discarded"
-    )
+    return BadRequestError(LINE_TOO_LONG.format(max_line_bytes=max_line_bytes))
 
 
 # --- Commands --------------------------------------------------------------------------------
