@@ -115,22 +115,27 @@ def _delete_prefix(txn: Txn, table: TableInfo, prefix: bytes) -> None:
 
 
 def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -> None:
-    """Apply puts and deletes in order. Runs of plain puts go through one putmulti."""
+    """Apply puts and deletes in order. Runs of plain puts go through one putmulti.
+
+    The hot path of ingest: batches arrive sorted, so the key prefix is reused
+    while the row and family stay the same.
+    """
     run: list[tuple[bytes, bytes]] = []
-    prefixes: dict[tuple[bytes, str], bytes] = {}
+    last_row: bytes | None = None
+    last_family = ""
+    prefix = b""
+    room = 0
     for mutation in mutations:
         if isinstance(mutation, Put):
-            prefix = prefixes.get((mutation.row, mutation.family))
-            if prefix is None:
+            if mutation.row != last_row or mutation.family != last_family:
                 if not mutation.row:
                     raise StorageError("row key must not be empty")
                 table.check_family(mutation.family)
-                prefix = prefixes[mutation.row, mutation.family] = cell_prefix(
-                    mutation.row, mutation.family
-                )
-            key, bucket = cell_key(prefix, mutation.qualifier)
-            if not bucket:
-                run.append((key, mutation.value))
+                prefix = cell_prefix(mutation.row, mutation.family)
+                room = KEY_LIMIT - len(prefix)
+                last_row, last_family = mutation.row, mutation.family
+            if len(mutation.qualifier) < room:  # not a bucket key: see keys.py
+                run.append((prefix + mutation.qualifier, mutation.value))
                 continue
         _flush_puts(txn, table, run)
         if isinstance(mutation, Put):
