@@ -70,6 +70,8 @@ class RowPoints:
     int_values: Int64Array
     is_int: BoolArray
     annotations: tuple[tuple[int, AnnotationCell], ...] = ()
+    #: bytes read: key, qualifier and value of every cell (the query byte limit counts these)
+    stored_bytes: int = 0
 
     @property
     def point_count(self) -> int:
@@ -452,8 +454,10 @@ def decode_rows(
     row_offsets = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(counts, out=row_offsets[1:])
     timestamps = base_ms[merged.row] + merged.offset
+    key_bytes = sum(len(r.key) * len(r.cells) for r in rows)
+    stored = key_bytes + int(c.qlen.sum()) + int(c.vlen.sum())
     return RowPoints(
-        row_offsets, timestamps, merged.doubles, merged.ints, merged.is_int, annotations
+        row_offsets, timestamps, merged.doubles, merged.ints, merged.is_int, annotations, stored
     )
 
 

@@ -1,0 +1,95 @@
+"""A real write path and query engine on one store, for the engine and case tests.
+
+Points go through the real Writer (UIDs, row keys, batching, appends when configured);
+``compact()`` runs the real Compactor over every row; queries run through the real
+QueryEngine and are answered as the HTTP handler serialises them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
+from tsd.model import DataPoint, make_tags
+from tsd.protocol.query_json import parse_query_json, parse_query_params
+from tsd.query.engine import QueryEngine
+from tsd.query.output import serialize_query_result
+from tsd.stats import StatsRegistry
+from tsd.storage.base import ScanSpec, Storage
+from tsd.storage.schema import ensure_tables
+from tsd.uid.service import UidService
+from tsd.write.compactor import Compactor
+from tsd.write.writer import Writer
+
+#: "now" for tests: far after every loaded point, so relative times are stable.
+NOW_MS = 1_400_000_000_000
+
+
+@dataclasses.dataclass
+class QueryHarness:
+    storage: Storage
+    config: Config
+    uids: UidService
+    writer: Writer
+    engine: QueryEngine
+
+    async def load(self, points: Iterable[tuple[str, Mapping[str, str], int, int | float]]) -> None:
+        """Write ``(metric, tags, timestamp, value)`` points and wait until stored."""
+        for metric, tags, timestamp, value in points:
+            await self.writer.add(DataPoint(metric, timestamp, value, make_tags(dict(tags))))
+        await self.writer.flush()
+
+    async def compact(self) -> None:
+        """Compact every row of the data table, as the writer's compaction would."""
+        table = self.config.storage.data_table
+        keys = []
+        async with contextlib.aclosing(self.storage.scan(table, ScanSpec())) as rows:
+            async for row in rows:
+                keys.append(row.key)
+        compactor = Compactor(
+            self.storage, table, StatsRegistry(), fix_duplicates=self.config.storage.fix_duplicates
+        )
+        await compactor.compact(keys)
+
+    async def query(
+        self, params: Mapping[str, Sequence[str]] | None = None, body: Any = None
+    ) -> Any:
+        """Run a GET-style (``params``) or POST (``body``) query; the parsed JSON answer."""
+        if body is not None:
+            query = parse_query_json(orjson.dumps(body), now=NOW_MS)
+        else:
+            assert params is not None
+            query = parse_query_params(params, now=NOW_MS)
+        result = await self.engine.execute(query)
+        arrays = params is not None and "arrays" in params
+        return orjson.loads(serialize_query_result(result, arrays=arrays))
+
+
+@contextlib.asynccontextmanager
+async def query_harness(
+    storage: Storage,
+    storage_config: StorageConfig,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    query_options: Mapping[str, Any] | None = None,
+) -> AsyncIterator[QueryHarness]:
+    """A harness on ``storage`` with the test's isolated tables."""
+    cfg = Config(
+        core=CoreConfig(auto_create_metrics=True),
+        storage=dataclasses.replace(storage_config, **(storage_options or {})),
+        query=QueryConfig(**(query_options or {})),
+    )
+    await ensure_tables(storage, cfg.storage)
+    uids = UidService(storage, cfg)
+    writer = Writer(storage, uids, cfg.storage, StatsRegistry())
+    writer.start()
+    engine = QueryEngine(storage, uids, cfg, wall_clock=lambda: NOW_MS / 1000)
+    try:
+        yield QueryHarness(storage, cfg, uids, writer, engine)
+    finally:
+        await writer.close()

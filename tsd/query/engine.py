@@ -1,0 +1,572 @@
+"""QueryEngine: /api/query and /api/query/last over the storage. The async edge of query/.
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §3.1; OpenTSDB 2.4.1
+src/tsd/QueryRpc.java, src/core/TsdbQuery.java, SaltScanner.java, SpanGroup.java): per
+sub-query, in OpenTSDB's order,
+
+1. resolve the metric, the filters' tag keys and literal tag values (plan.py says which);
+2. scan every salt bucket concurrently; rows are decoded batch by batch in a worker thread
+   while the next batch is read (decode.py), counting points and bytes against
+   ``tsd.query.limits.*`` (413 past them);
+3. assemble the rows into series, resolve their tag names, apply the filters;
+4. group (``none``: one group per series), and per group downsample -> rate -> aggregate
+   with interpolation over the scan window, then trim to [start, end] (the kernels);
+5. build the result series (metric, tags, aggregateTags, tsuids, annotations).
+
+Everything numeric runs in worker threads, at most ``compute_slots`` at a time, so one big
+query neither blocks the event loop (ingest keeps flowing) nor takes every core.
+``tsd.query.timeout`` (ms, 0 = none; dead in OpenTSDB 2.4.1) bounds a whole query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import orjson
+
+from tsd.codec import AnnotationCell, KeyLayout, encode_tags, salt_bucket
+from tsd.codec.const import MAX_TIMESPAN, TIMESTAMP_BYTES
+from tsd.codec.rowkey import salt_bytes
+from tsd.config import Config
+from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.query.aggregate import aggregate_group
+from tsd.query.decode import RowPoints, Spans, assemble_spans, decode_rows, series_key
+from tsd.query.filters import SeriesFilter
+from tsd.query.group import group_series, group_tags
+from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
+from tsd.query.output import LastPoint, QueryResult, SeriesResult
+from tsd.query.plan import (
+    SCAN_BATCH_ROWS,
+    ResolvedFilter,
+    ScanPlan,
+    TagCondition,
+    group_key,
+    literal_names,
+    parse_tsuids,
+    plan_metric_scan,
+    plan_tsuid_scan,
+    row_key_regex,
+    scan_window_s,
+)
+from tsd.query.series import AggregatedSeries, SeriesBatch
+from tsd.query_model import SubQuery, TSQuery
+from tsd.storage.base import Delete, Row, RowFilter, ScanSpec, Storage
+from tsd.uid.service import UidService
+
+__all__ = ["QueryEngine"]
+
+T = TypeVar("T")
+
+#: OpenTSDB's QueryException texts for tsd.query.limits.* (HTTP 413).
+TOO_MANY_POINTS = (
+    "Sorry, you have attempted to fetch more than our limit of {limit} data points. "
+    "Please try filtering using more tags or decrease your time range."
+)
+TOO_MANY_BYTES = (
+    "Sorry, you have attempted to fetch more than our maximum amount of {mb}MB from "
+    "storage. Please try filtering using more tags or decrease your time range."
+)
+#: Rows deleted per storage call when a query deletes what it read.
+DELETE_BATCH_ROWS = 1024
+
+
+@dataclass(slots=True)
+class _ScanTally:
+    """Points and bytes read so far by one sub-query, checked against the limits."""
+
+    max_points: int
+    max_bytes: int
+    points: int = 0
+    stored_bytes: int = 0
+    rows: int = 0
+
+    def add(self, part: RowPoints, rows: int) -> None:
+        self.points += part.point_count
+        self.stored_bytes += part.stored_bytes
+        self.rows += rows
+        if self.max_points > 0 and self.points > self.max_points:
+            raise BadRequestError(TOO_MANY_POINTS.format(limit=self.max_points), status=413)
+        if self.max_bytes > 0 and self.stored_bytes > self.max_bytes:
+            mb = self.max_bytes // 1024 // 1024
+            raise BadRequestError(TOO_MANY_BYTES.format(mb=mb), status=413)
+
+
+@dataclass(slots=True)
+class _Series:
+    """Per-series facts of a sub-query once its spans are read."""
+
+    tag_uids: list[dict[bytes, bytes]]
+    tags: list[dict[str, str]]
+    tsuids: list[str]
+    notes: list[list[AnnotationCell]]
+    has_points: list[bool] = field(default_factory=list)
+
+
+class QueryEngine:
+    """Runs /api/query and /api/query/last against one data table."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        uids: UidService,
+        config: Config,
+        *,
+        compute_slots: int = 2,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._storage = storage
+        self._uids = uids
+        self._layout = KeyLayout.from_storage_config(config.storage)
+        self._table = config.storage.data_table
+        self._fix_duplicates = config.storage.fix_duplicates
+        self._cfg = config.query
+        self._compute = asyncio.Semaphore(max(1, compute_slots))
+        self._wall_clock = wall_clock
+
+    # -- /api/query ---------------------------------------------------------------------------
+
+    async def execute(self, query: TSQuery) -> QueryResult:
+        """Run every sub-query (concurrently; results in sub-query order)."""
+        started = time.perf_counter()
+        async with self._timeout():
+            global_notes: list[dict[str, Any]] = []
+            if query.global_annotations and not query.no_annotations:
+                global_notes = await self._global_annotations(query)
+            per_sub = await asyncio.gather(*(self._run_sub(query, sub) for sub in query.queries))
+        series = [s for results in per_sub for s in results]
+        summary = None
+        if query.show_summary:
+            summary = {
+                "processingPreWriteTime": (time.perf_counter() - started) * 1000,
+                "queryIdx_count": len(query.queries),
+                "emittedDPs": sum(len(s.dps) for s in series),
+            }
+        return QueryResult(query, series, global_notes, summary)
+
+    @contextlib.asynccontextmanager
+    async def _timeout(self) -> Any:
+        timeout_ms = self._cfg.timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000 if timeout_ms > 0 else None):
+                yield
+        except TimeoutError:
+            raise BadRequestError(
+                f"Query timed out after {timeout_ms} ms (tsd.query.timeout)", status=408
+            ) from None
+
+    async def _run_sub(self, query: TSQuery, sub: SubQuery) -> list[SeriesResult]:
+        timings: dict[str, Any] = {}
+        t0 = time.perf_counter()
+        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
+        if sub.tsuids:
+            plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
+        else:
+            plan = await self._plan_metric(sub, start_s, end_s)
+        timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
+        if plan.is_empty:
+            return []
+        t1 = time.perf_counter()
+        tally = _ScanTally(self._cfg.limits_data_points_default, self._cfg.limits_bytes_default)
+        parts = await self._scan(plan, tally)
+        spans = await self._compute_off_loop(assemble_spans, parts, self._layout)
+        timings["queryScanTime"] = (time.perf_counter() - t1) * 1000
+        timings["rowsPreFilter"] = tally.rows
+        timings["dpsPreFilter"] = tally.points
+        if not spans.series_count:
+            return []
+        facts = await self._series_facts(spans)
+        keep = SeriesFilter(sub.filters, sub.explicit_tags).mask(facts.tags)
+        if query.delete:
+            await self._delete_rows(parts, spans, keep)
+        t2 = time.perf_counter()
+        groups = self._groups(sub, plan, facts, keep)
+        window = (start_s * 1000, end_s * 1000)
+        aggregated = await self._compute_off_loop(
+            _aggregate_all, spans.batch, groups, sub, query, window
+        )
+        timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
+        timings["dpsPostFilter"] = int(spans.batch.lengths[keep].sum())
+        return await self._results(sub, query, spans, facts, groups, aggregated, timings)
+
+    async def _plan_metric(self, sub: SubQuery, start_s: int, end_s: int) -> ScanPlan:
+        metric_uid = await self._uids.metrics.get_id(sub.metric)
+        resolved = await asyncio.gather(*(self._resolve_filter(f) for f in sub.filters))
+        return plan_metric_scan(
+            self._layout,
+            metric_uid,
+            resolved,
+            explicit_tags=sub.explicit_tags,
+            start_s=start_s,
+            end_s=end_s,
+            expansion_limit=self._cfg.filter_expansion_limit,
+        )
+
+    async def _resolve_filter(self, f: Any) -> ResolvedFilter:
+        try:
+            tagk_uid: bytes | None = await self._uids.tagk.get_id(f.tagk)
+        except NoSuchUniqueName:
+            if f.type != "not_key":
+                raise
+            tagk_uid = None  # no series carries a key that has no UID
+        names = literal_names(f, self._cfg.filter_expansion_limit)
+        if names is None:
+            return ResolvedFilter(f, tagk_uid)
+        uids = await asyncio.gather(*(self._tagv_uid(n) for n in sorted(names)))
+        return ResolvedFilter(f, tagk_uid, tuple(u for u in uids if u is not None))
+
+    async def _tagv_uid(self, name: str) -> bytes | None:
+        try:
+            return await self._uids.tagv.get_id(name)
+        except NoSuchUniqueName:
+            if self._cfg.skip_unresolved_tagvs:
+                return None
+            raise
+
+    # -- scanning -----------------------------------------------------------------------------
+
+    async def _scan(self, plan: ScanPlan, tally: _ScanTally) -> list[tuple[list[bytes], RowPoints]]:
+        parts: list[tuple[list[bytes], RowPoints]] = []
+        await asyncio.gather(*(self._scan_one(spec, tally, parts) for spec in plan.scans))
+        return parts
+
+    async def _scan_one(
+        self, spec: ScanSpec, tally: _ScanTally, parts: list[tuple[list[bytes], RowPoints]]
+    ) -> None:
+        """One salt bucket: read rows, decode each batch in a thread while reading the next."""
+        pending: asyncio.Future[None] | None = None
+
+        async def decode(batch: list[Row]) -> None:
+            points = await self._compute_off_loop(
+                decode_rows, batch, self._layout, fix_duplicates=self._fix_duplicates
+            )
+            tally.add(points, len(batch))
+            parts.append(([r.key for r in batch], points))
+
+        batch: list[Row] = []
+        try:
+            async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
+                async for row in rows:
+                    batch.append(row)
+                    if len(batch) >= spec.batch_rows:
+                        if pending is not None:
+                            await pending
+                        pending = asyncio.ensure_future(decode(batch))
+                        batch = []
+            if pending is not None:
+                await pending
+                pending = None
+            if batch:
+                await decode(batch)
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pending
+
+    async def _compute_off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run numpy work in a worker thread, at most ``compute_slots`` at once."""
+        async with self._compute:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _delete_rows(
+        self, parts: Sequence[tuple[list[bytes], RowPoints]], spans: Spans, keep: Any
+    ) -> None:
+        """``delete=true``: drop every row read for the series that passed the filters."""
+        kept = {spans.keys[i] for i in np.flatnonzero(keep).tolist()}
+        doomed = [k for keys, _ in parts for k in keys if series_key(self._layout, k) in kept]
+        for start in range(0, len(doomed), DELETE_BATCH_ROWS):
+            chunk = doomed[start : start + DELETE_BATCH_ROWS]
+            await self._storage.delete(self._table, [Delete(k) for k in chunk])
+
+    # -- series, groups, results --------------------------------------------------------------
+
+    async def _series_facts(self, spans: Spans) -> _Series:
+        layout = self._layout
+        start = layout.salt_width + layout.metric_width
+        pair, kw = layout.tag_pair_width, layout.tagk_width
+        tag_uids = [
+            {key[i : i + kw]: key[i + kw : i + pair] for i in range(start, len(key), pair)}
+            for key in spans.keys
+        ]
+        tagk_names = await self._names(self._uids.tagk, {k for t in tag_uids for k in t})
+        tagv_names = await self._names(self._uids.tagv, {v for t in tag_uids for v in t.values()})
+        tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
+        tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
+        has_points = (spans.batch.lengths > 0).tolist()
+        return _Series(tag_uids, tags, tsuids, spans.annotations, has_points)
+
+    @staticmethod
+    async def _names(uids: Any, wanted: set[bytes]) -> dict[bytes, str]:
+        names: dict[bytes, str] = {}
+        missing = []
+        for uid in wanted:
+            name = uids.cached_name(uid)
+            if name is None:
+                missing.append(uid)
+            else:
+                names[uid] = name
+        found = await asyncio.gather(*(uids.get_name(uid) for uid in missing))
+        names.update(zip(missing, found, strict=True))
+        return names
+
+    def _groups(self, sub: SubQuery, plan: ScanPlan, facts: _Series, keep: Any) -> list[list[int]]:
+        """Series indices per group, in OpenTSDB's group order."""
+        kept = np.flatnonzero(keep).tolist()
+        if sub.aggregator == "none":
+            return [[i] for i in kept]
+        keys: list[bytes | None] = [None] * len(facts.tags)
+        for i in kept:
+            keys[i] = group_key(self._layout, facts.tag_uids[i], plan.group_by)
+        return [members for _, members in group_series(keys)]
+
+    async def _results(
+        self,
+        sub: SubQuery,
+        query: TSQuery,
+        spans: Spans,
+        facts: _Series,
+        groups: list[list[int]],
+        aggregated: list[AggregatedSeries],
+        timings: dict[str, Any],
+    ) -> list[SeriesResult]:
+        metric_uid = spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
+        metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
+        out = []
+        for members, dps in zip(groups, aggregated, strict=True):
+            with_data = [i for i in members if facts.has_points[i]]
+            notes = _annotations(facts, members, query)
+            if not with_data and notes is None:
+                continue
+            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+            stats = None
+            if query.show_stats:
+                stats = dict(timings, emittedDPs=len(dps), queryIndex=sub.index)
+            out.append(
+                SeriesResult(
+                    sub=sub,
+                    metric=metric if with_data else "",
+                    tags=tags,
+                    aggregate_tags=aggregate_tags,
+                    dps=dps,
+                    tsuids=[facts.tsuids[i] for i in with_data],
+                    annotations=notes,
+                    stats=stats,
+                )
+            )
+        return out
+
+    async def _global_annotations(self, query: TSQuery) -> list[dict[str, Any]]:
+        """Annotation.getGlobalAnnotations: notes in the zero-metric rows of the window."""
+        layout = self._layout
+        start_s, end_s = query.start_ms // 1000, query.end_ms // 1000
+        prefix = bytes(layout.salt_width + layout.metric_width)
+        first = start_s - start_s % MAX_TIMESPAN
+        last = end_s - end_s % MAX_TIMESPAN + MAX_TIMESPAN
+        spec = ScanSpec(
+            start=prefix + first.to_bytes(TIMESTAMP_BYTES, "big"),
+            stop=prefix + last.to_bytes(TIMESTAMP_BYTES, "big"),
+            families=("t",),
+        )
+        notes = []
+        async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
+            async for row in rows:
+                for cell in row.cells:
+                    q = cell.qualifier
+                    if len(q) in (3, 5) and q[0] == 0x01:
+                        note = _parse_note(cell.value)
+                        if note is None:
+                            continue
+                        begin, finish = note.get("startTime", 0), note.get("endTime", 0)
+                        if begin < start_s or (finish or 0) > end_s:
+                            continue
+                        if _in_range(note, query):
+                            notes.append(note)
+        notes.sort(key=lambda n: n.get("startTime", 0))
+        return notes
+
+    # -- /api/query/last ----------------------------------------------------------------------
+
+    async def last(self, query: LastPointQuery) -> list[LastPoint]:
+        """The last data point of each series the sub-queries name (see last.py)."""
+        now_s = int(self._wall_clock())
+        top = now_s - now_s % MAX_TIMESPAN
+        hours = query.hours
+        found: list[LastPoint] = []
+        async with self._timeout():
+            for sub in query.queries:
+                if sub.tsuids:
+                    tsuids = parse_tsuids(self._layout, list(sub.tsuids))
+                    for tsuid in tsuids:
+                        point = await self._last_of_series(tsuid, top, hours)
+                        if point is not None:
+                            found.append(point)
+                elif query.exact_tags:
+                    tsuid = await self._tsuid_of(sub)
+                    point = await self._last_of_series(tsuid, top, hours)
+                    if point is not None:
+                        found.append(point)
+                else:
+                    found.extend(await self._last_of_metric(sub, top, hours))
+        if query.resolve_names:
+            found = [await self._with_names(p) for p in found]
+        return found
+
+    async def _tsuid_of(self, sub: LastPointSubQuery) -> bytes:
+        if not sub.tags:
+            raise BadRequestError("Tags cannot be null or empty when getting a TSUID")
+        metric_uid = await self._uids.metrics.get_id(sub.metric)
+        pairs = [
+            (await self._uids.tagk.get_id(k), await self._uids.tagv.get_id(v))
+            for k, v in sub.tags.items()
+        ]
+        return metric_uid + encode_tags(self._layout, pairs)
+
+    async def _last_of_series(self, tsuid: bytes, top: int, hours: int) -> LastPoint | None:
+        """GETs of the series' rows from the current hour back, newest first."""
+        layout = self._layout
+        metric_uid = tsuid[: layout.metric_width]
+        tag_bytes = tsuid[layout.metric_width :]
+        salt = b""
+        if layout.salt_width:
+            salt = salt_bytes(layout, salt_bucket(layout, metric_uid, tag_bytes))
+        step = 24
+        for first in range(0, hours + 1, step):
+            bases = [top - MAX_TIMESPAN * h for h in range(first, min(hours + 1, first + step))]
+            keys = [
+                salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
+            ]
+            rows = await self._storage.get_many(self._table, keys, ("t",))
+            for row in sorted(rows, key=lambda r: r.key, reverse=True):
+                point = await self._last_in_rows([row])
+                if point is not None:
+                    return point
+        return None
+
+    async def _last_of_metric(
+        self, sub: LastPointSubQuery, top: int, hours: int
+    ) -> list[LastPoint]:
+        """Every series of the metric carrying the given tags, each with its last point
+        within the window (tsd's stand-in for OpenTSDB's meta-table lookup)."""
+        layout = self._layout
+        metric_uid = await self._uids.metrics.get_id(sub.metric)
+        conditions = [
+            TagCondition(await self._uids.tagk.get_id(k), (await self._uids.tagv.get_id(v),))
+            for k, v in sorted(sub.tags.items())
+        ]
+        conditions.sort(key=lambda c: c.tagk_uid)
+        regex = row_key_regex(layout, conditions, False) if conditions else None
+        buckets: Sequence[int | None] = range(layout.salt_buckets) if layout.salt_width else (None,)
+        newest: dict[bytes, Row] = {}
+        first = max(0, top - MAX_TIMESPAN * hours)
+        for bucket in buckets:
+            prefix = (salt_bytes(layout, bucket) if bucket is not None else b"") + metric_uid
+            spec = ScanSpec(
+                start=prefix + first.to_bytes(4, "big"),
+                stop=prefix + (top + MAX_TIMESPAN).to_bytes(4, "big"),
+                families=("t",),
+                row_filter=RowFilter(regex) if regex is not None else None,
+                batch_rows=SCAN_BATCH_ROWS,
+            )
+            async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
+                # A series' rows come in time order: the last one with data wins.
+                async for row in rows:
+                    if _has_data(row):
+                        newest[series_key(layout, row.key)] = row
+        out = []
+        for key in sorted(newest):
+            point = await self._last_in_rows([newest[key]])
+            if point is not None:
+                out.append(point)
+        return out
+
+    async def _last_in_rows(self, rows: list[Row]) -> LastPoint | None:
+        points = await self._compute_off_loop(
+            decode_rows, rows, self._layout, fix_duplicates=self._fix_duplicates
+        )
+        if not points.point_count:
+            return None
+        i = points.point_count - 1
+        value: int | float = (
+            int(points.int_values[i]) if points.is_int[i] else float(points.values[i])
+        )
+        key = rows[-1].key
+        tsuid = key[self._layout.salt_width :]
+        tsuid = tsuid[: self._layout.metric_width] + tsuid[self._layout.metric_width + 4 :]
+        return LastPoint(int(points.timestamps[i]), format_last_value(value), tsuid.hex().upper())
+
+    async def _with_names(self, point: LastPoint) -> LastPoint:
+        layout = self._layout
+        raw = bytes.fromhex(point.tsuid)
+        metric = await self._uids.metrics.get_name(raw[: layout.metric_width])
+        tags = {}
+        pair, kw = layout.tag_pair_width, layout.tagk_width
+        for i in range(layout.metric_width, len(raw), pair):
+            tagk = await self._uids.tagk.get_name(raw[i : i + kw])
+            tags[tagk] = await self._uids.tagv.get_name(raw[i + kw : i + pair])
+        return LastPoint(point.timestamp_ms, point.value, point.tsuid, metric, tags)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _has_data(row: Row) -> bool:
+    return any(len(c.qualifier) % 2 == 0 or c.qualifier[:1] == b"\x05" for c in row.cells)
+
+
+def _aggregate_all(
+    batch: SeriesBatch,
+    groups: list[list[int]],
+    sub: SubQuery,
+    query: TSQuery,
+    window: tuple[int, int],
+) -> list[AggregatedSeries]:
+    """Every group of a sub-query through the kernels (runs in a worker thread)."""
+    out = []
+    for members in groups:
+        group = batch.select_series(members)
+        dps = aggregate_group(
+            group,
+            sub.aggregator,
+            start_ms=window[0],
+            end_ms=window[1],
+            query_start_ms=query.start_ms,
+            query_end_ms=query.end_ms,
+            downsample_spec=sub.downsample_spec,
+            rate=sub.rate,
+            rate_options=sub.effective_rate_options,
+        )
+        out.append(dps.trim(query.start_ms, query.end_ms))
+    return out
+
+
+def _parse_note(raw: bytes) -> dict[str, Any] | None:
+    try:
+        note = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return note if isinstance(note, dict) else None
+
+
+def _in_range(note: dict[str, Any], query: TSQuery) -> bool:
+    """The serializer's filter: the note's start (s or ms) within [start, end] in ms."""
+    ts = note.get("startTime", 0)
+    if not isinstance(ts, int):
+        return False
+    ts_ms = ts * 1000 if ts & 0xFFFFFFFF00000000 == 0 else ts
+    return query.start_ms <= ts_ms <= query.end_ms
+
+
+def _annotations(facts: _Series, members: list[int], query: TSQuery) -> list[dict[str, Any]] | None:
+    """A group's notes (None when it has none), sorted by start, those in range kept."""
+    cells = [note for i in members for note in facts.notes[i]]
+    if not cells:
+        return None
+    notes = [n for n in (_parse_note(c.json) for c in cells) if n is not None]
+    notes.sort(key=lambda n: n.get("startTime", 0) if isinstance(n.get("startTime"), int) else 0)
+    return [n for n in notes if _in_range(n, query)]

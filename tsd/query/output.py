@@ -1,0 +1,249 @@
+"""Query results and their JSON, byte for byte in OpenTSDB 2.4's shape. Pure (orjson).
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §1.2 "Response" and §1.3;
+OpenTSDB 2.4.1 src/tsd/HttpJsonSerializer.java formatQueryAsyncV1 /
+formatLastPointQueryV1, src/core/TSSubQuery.java and TagVFilter.java for the ``query``
+echo, src/core/IncomingDataPoint.java for last points):
+
+* /api/query answers a JSON array with one object per result series: ``metric``,
+  ``tags`` (always an object), ``aggregateTags`` (always an array), ``query`` with
+  showQuery, ``tsuids`` (sorted) with showTSUIDs, ``annotations`` (when the group has any;
+  notes outside [start, end] are left out, which can leave ``[]``), ``globalAnnotations``
+  (when requested and some exist), ``dps`` and ``stats`` with showStats; a trailing
+  ``{"statsSummary": ...}`` element with showSummary.
+* ``dps`` is an object keyed by the timestamp as a string (seconds, or ms with
+  msResolution), ascending; with ``arrays`` a list of ``[ts, value]``. Only points with
+  ``start <= ts <= end`` are written. Integers are JSON integers, doubles JSON numbers,
+  NaN the string ``"NaN"`` (Jackson quotes non-numeric numbers) or ``null`` under fill
+  policy ``null``. Without msResolution several points in one second are written as
+  duplicate keys, as OpenTSDB 2.4.1 does.
+* Doubles are written by orjson (``1e+16`` where Java writes ``1.0E16``): the same number
+  to any JSON reader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tsd.query.series import AggregatedSeries
+from tsd.query_model import FillPolicy, Filter, SubQuery, TSQuery
+
+__all__ = [
+    "LastPoint",
+    "QueryResult",
+    "SeriesResult",
+    "java_double_to_string",
+    "serialize_last_points",
+    "serialize_query_result",
+    "subquery_echo",
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SeriesResult:
+    """One result series (OpenTSDB's DataPoints after grouping and aggregation).
+
+    ``dps`` is already trimmed to the query's [start, end]. ``annotations`` is None when the
+    series' group has none (no ``annotations`` key), else the notes in range (maybe empty).
+    """
+
+    sub: SubQuery
+    metric: str
+    tags: dict[str, str]
+    aggregate_tags: list[str]
+    dps: AggregatedSeries
+    tsuids: list[str] = field(default_factory=list)
+    annotations: list[dict[str, Any]] | None = None
+    stats: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class QueryResult:
+    query: TSQuery
+    series: list[SeriesResult]
+    global_annotations: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LastPoint:
+    """One answer of /api/query/last (IncomingDataPoint): the value as Java prints it."""
+
+    timestamp_ms: int
+    value: str
+    tsuid: str
+    metric: str | None = None
+    tags: dict[str, str] | None = None
+
+
+# --------------------------------------------------------------------------- /api/query
+
+
+def serialize_query_result(
+    result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
+) -> bytes:
+    """The /api/query response body."""
+    query = result.query
+    parts = [_series_json(s, result, arrays) for s in result.series]
+    if query.show_summary:
+        parts.append(orjson.dumps({"statsSummary": result.summary or {}}))
+    body = b"[" + b",".join(parts) + b"]"
+    if jsonp:
+        return jsonp.encode() + b"(" + body + b")"
+    return body
+
+
+def _series_json(series: SeriesResult, result: QueryResult, arrays: bool) -> bytes:
+    query = result.query
+    head: dict[str, Any] = {
+        "metric": series.metric,
+        "tags": series.tags,
+        "aggregateTags": series.aggregate_tags,
+    }
+    if query.show_query:
+        head["query"] = subquery_echo(series.sub)
+    if query.show_tsuids:
+        head["tsuids"] = sorted(series.tsuids)
+    if not query.no_annotations:
+        if series.annotations is not None:
+            head["annotations"] = series.annotations
+        if result.global_annotations:
+            head["globalAnnotations"] = result.global_annotations
+    fill_null = (
+        series.sub.downsample_spec is not None
+        and series.sub.downsample_spec.fill_policy is FillPolicy.NULL
+    )
+    dps = _dps_json(series.dps, query.ms_resolution, arrays, fill_null)
+    tail = b""
+    if query.show_stats:
+        tail = b',"stats":' + orjson.dumps(series.stats or {})
+    return orjson.dumps(head)[:-1] + b',"dps":' + dps + tail + b"}"
+
+
+def _dps_json(dps: AggregatedSeries, ms_resolution: bool, arrays: bool, fill_null: bool) -> bytes:
+    """``dps`` as an object (or list of pairs); see the module docstring."""
+    n = len(dps)
+    if n == 0:
+        return b"[]" if arrays else b"{}"
+    ts = dps.timestamps if ms_resolution else dps.timestamps // 1000
+    values = _value_texts(dps, fill_null)
+    stamps = ts.tolist()
+    if arrays:
+        return (
+            b"[" + b",".join(b"[%d,%s]" % pair for pair in zip(stamps, values, strict=True)) + b"]"
+        )
+    return b"{" + b",".join(b'"%d":%s' % pair for pair in zip(stamps, values, strict=True)) + b"}"
+
+
+def _value_texts(dps: AggregatedSeries, fill_null: bool) -> list[bytes]:
+    """Each value's JSON text: integers exact, doubles via orjson, NaN quoted or null."""
+    values: list[Any] = dps.values.tolist()
+    nan = np.isnan(dps.values)
+    if nan.any():
+        marker = None if fill_null else "NaN"
+        for i in np.flatnonzero(nan).tolist():
+            values[i] = marker
+    if dps.is_int is not None and dps.int_values is not None and dps.is_int.any():
+        ints = dps.int_values.tolist()
+        for i in np.flatnonzero(dps.is_int).tolist():
+            values[i] = ints[i]
+    # One orjson call for all values; no JSON text of a number, null or "NaN" has a comma.
+    return orjson.dumps(values)[1:-1].split(b",")
+
+
+def subquery_echo(sub: SubQuery) -> dict[str, Any]:
+    """The ``query`` object of showQuery: TSSubQuery as Jackson writes it."""
+    rate_options = None
+    if sub.rate_options is not None:
+        rate_options = {
+            "counter": sub.rate_options.counter,
+            "counterMax": sub.rate_options.counter_max,
+            "resetValue": sub.rate_options.reset_value,
+            "dropResets": sub.rate_options.drop_resets,
+        }
+    return {
+        "aggregator": sub.aggregator,
+        "metric": sub.metric or None,
+        "tsuids": list(sub.tsuids) or None,
+        "downsample": sub.downsample,
+        "rate": sub.rate,
+        "filters": [_filter_echo(f) for f in sub.filters],
+        "explicitTags": sub.explicit_tags,
+        "index": sub.index,
+        "rateOptions": rate_options,
+        "tags": sub.tags,
+        "percentiles": None,
+        "useFuzzyFilter": True,
+        "preAggregate": False,
+        "rollupUsage": None,
+        "rollupTable": "raw",
+        "showHistogramBuckets": False,
+        "useMultiGets": True,
+        "histogramQuery": False,
+    }
+
+
+def _filter_echo(f: Filter) -> dict[str, Any]:
+    return {"tagk": f.tagk, "filter": f.filter, "group_by": f.group_by, "type": f.type}
+
+
+# --------------------------------------------------------------------------- /api/query/last
+
+
+def serialize_last_points(points: Sequence[LastPoint], *, jsonp: str | None = None) -> bytes:
+    """The /api/query/last body: IncomingDataPoint objects, null fields left out."""
+    items = []
+    for p in points:
+        item: dict[str, Any] = {}
+        if p.metric is not None:
+            item["metric"] = p.metric
+        item["timestamp"] = p.timestamp_ms
+        item["value"] = p.value
+        if p.tags is not None:
+            item["tags"] = p.tags
+        item["tsuid"] = p.tsuid
+        items.append(item)
+    body = orjson.dumps(items)
+    return jsonp.encode() + b"(" + body + b")" if jsonp else body
+
+
+def java_double_to_string(value: float) -> str:
+    """Java's ``Double.toString``: plain notation for 1e-3 <= |x| < 1e7 (always with a
+    fraction digit), else ``d.dddE<exp>``; shortest round-trip digits."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    digits, exponent = _shortest_digits(abs(value))
+    if 1e-3 <= abs(value) < 1e7:
+        if exponent >= 0:
+            whole = digits[: exponent + 1].ljust(exponent + 1, "0")
+            fraction = digits[exponent + 1 :] or "0"
+        else:
+            whole = "0"
+            fraction = "0" * (-exponent - 1) + digits
+        return f"{sign}{whole}.{fraction}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """(significant digits, decimal exponent of the first) of repr's shortest form."""
+    shortest = repr(value)
+    if "e" in shortest:
+        mantissa, _, exp_text = shortest.partition("e")
+        digits = mantissa.replace(".", "").rstrip("0") or "0"
+        return digits, int(exp_text)
+    whole, _, fraction = shortest.partition(".")
+    raw = (whole + fraction).lstrip("0")
+    leading_zeros = len(fraction) - len(fraction.lstrip("0"))
+    exponent = len(whole) - 1 if whole != "0" else -(leading_zeros + 1)
+    return raw.rstrip("0") or "0", exponent
