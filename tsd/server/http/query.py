@@ -1,0 +1,76 @@
+"""/api/query and /api/query/last (QueryRpc): parse, run the QueryEngine, serialise.
+
+GET reads the query string, POST the JSON body; DELETE (or ``?method_override=delete``)
+and a body's ``"delete": true`` need ``tsd.http.query.allow_delete``. ``arrays`` and
+``jsonp`` always come from the query string. ``/api/query/exp`` and ``/gexp`` are not
+implemented yet (501).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aiohttp import web
+
+from tsd.errors import BadRequestError
+from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
+from tsd.query.engine import QueryEngine
+from tsd.query.last import parse_last_query_json, parse_last_query_params
+from tsd.query.output import serialize_last_points, serialize_query_result
+from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.errors import json_response
+
+_DELETE_DISABLED = BadRequestError(
+    "Bad request", "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
+)
+
+
+def _api_method(request: web.Request) -> str:
+    """HttpQuery.getAPIMethod: a GET may say ``method_override=post|put|delete``."""
+    override = request.query.get("method_override", "")
+    if request.method == "GET" and override:
+        return override.upper()
+    return request.method
+
+
+async def handle_query(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    method = _api_method(request)
+    if method not in ("GET", "POST", "DELETE"):
+        raise method_not_allowed(request.method)
+    services = request.app[SERVICES]
+    allow_delete = services.config.http.allow_delete
+    if method == "DELETE" and not allow_delete:
+        raise _DELETE_DISABLED
+    engine: QueryEngine = services.query_engine
+    endpoint = path.parts[1].lower() if len(path.parts) > 1 else ""
+    if endpoint == "last":
+        return await _handle_last(request, engine)
+    if endpoint in ("exp", "gexp"):
+        raise BadRequestError(f"/api/query/{endpoint} is not implemented", status=501)
+    services.registry.counter("http.query", type="received").inc()
+    timezone = services.config.core.timezone or "UTC"
+    if request.method == "POST":
+        query = parse_query_json(await request.read(), default_timezone=timezone)
+    else:
+        query = parse_query_params(request.query, default_timezone=timezone)
+    if method == "DELETE":
+        query = dataclasses.replace(query, delete=True)
+    if query.delete and not allow_delete:
+        raise _DELETE_DISABLED
+    options = parse_output_options(request.query)
+    result = await engine.execute(query)
+    body = serialize_query_result(result, arrays=options.arrays, jsonp=options.jsonp)
+    return json_response(body)
+
+
+async def _handle_last(request: web.Request, engine: QueryEngine) -> web.StreamResponse:
+    if request.method == "POST":
+        query = parse_last_query_json(await request.read())
+    else:
+        params = {key: request.query.getall(key) for key in request.query}
+        query = parse_last_query_params(params)
+    points = await engine.last(query)
+    return json_response(serialize_last_points(points, jsonp=request.query.get("jsonp")))
+
+
+ROUTES = {"api/query": Route(handle_query, modes=frozenset({"rw", "ro"}))}
