@@ -18,7 +18,11 @@ from tsd.errors import ConfigError, TsdError
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "tsd": ("tsd.daemon", "Run the TSD: telnet and HTTP on one port"),
+    "create-tables": ("tsd.tools.create_tables", "Create OpenTSDB's four tables (idempotent)"),
     "dump": ("tsd.tools.dump", "Print every raw cell of the embedded store, in storage order"),
+    "mkmetric": ("tsd.tools.mkmetric", "Assign UIDs to metric names (tsdb uid assign metrics)"),
+    "uid": ("tsd.tools.uid", "Find, assign, rename and delete UIDs (OpenTSDB's tsdb uid)"),
 }
 
 

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
 
 import pytest
 import uvloop
+
+from tsd.config import build_config
+from tsd.daemon import Daemon
+from tsd.storage.base import Storage
+from tsd.write.writer import WriterLimits
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -33,3 +39,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if str(item.path).startswith(here) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(120, method="thread"))
+
+
+# -- a running daemon -------------------------------------------------------------------------
+
+MakeTsd = Callable[..., Awaitable["Daemon"]]
+
+
+@pytest.fixture
+async def make_tsd(tmp_path: Path) -> AsyncIterator[MakeTsd]:
+    """``await make_tsd(storage=None, writer_limits=None, **{"tsd.key": "value"})``: a
+    started in-process daemon on 127.0.0.1, an ephemeral port and a fresh data dir."""
+    started: list[Daemon] = []
+
+    async def make(
+        storage: Storage | None = None, writer_limits: WriterLimits | None = None, **keys: str
+    ) -> Daemon:
+        values = {
+            "tsd.network.bind": "127.0.0.1",
+            "tsd.network.port": "0",
+            "tsd.storage.data_dir": str(tmp_path / f"data{len(started)}"),
+            "tsd.core.auto_create_metrics": "true",
+        }
+        values.update(keys)
+        daemon = Daemon(build_config(values), storage=storage, writer_limits=writer_limits)
+        await daemon.start()
+        started.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in started:
+        await daemon.stop()
+
+
+@pytest.fixture
+async def tsd(make_tsd: MakeTsd) -> Daemon:
+    """A running daemon with OpenTSDB's defaults (metrics auto-created)."""
+    return await make_tsd()

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
+
+from tests.write.readback import StoredPoint, stored_points
+from tsd.daemon import Daemon
 
 
 async def eventually(condition: Callable[[], bool], attempts: int = 1000) -> None:
@@ -17,3 +21,52 @@ async def eventually(condition: Callable[[], bool], attempts: int = 1000) -> Non
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"condition never held: {condition}")
+
+
+class TelnetClient:
+    """A telnet connection to the daemon, as collectors open one."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, port: int) -> TelnetClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def line(self) -> bytes:
+        """The next reply line, without its newline."""
+        line = await self.reader.readline()
+        assert line.endswith(b"\n"), f"connection closed: {line!r}"
+        return line[:-1]
+
+    async def sync(self) -> list[bytes]:
+        """Send ``version`` and return the reply lines before its answer: every line sent
+        earlier has been handled once it comes back."""
+        await self.send(b"version\n")
+        lines = []
+        while not (line := await self.line()).startswith(b"tsd "):
+            lines.append(line)
+        await self.line()  # "Built on ..."
+        return lines
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+async def stored(daemon: Daemon) -> list[StoredPoint]:
+    """Everything the daemon's storage holds, after writing what is buffered."""
+    await daemon.writer.flush()
+    return await stored_points(daemon.storage, daemon.config.storage, daemon.uids)
+
+
+async def telnet_idle(daemon: Daemon) -> None:
+    """Wait until every telnet connection is finished (closed and fully handled)."""
+    await eventually(lambda: not daemon.listener.telnet_protocols)

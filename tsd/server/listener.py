@@ -34,6 +34,10 @@ class TrackedProtocol(asyncio.Protocol):
         """Finish what was received, then close (graceful shutdown)."""
         raise NotImplementedError
 
+    async def wait_closed(self) -> None:
+        """Return once the connection is gone and nothing is left to handle."""
+        raise NotImplementedError
+
 
 #: Builds the telnet protocol for one connection.
 TelnetFactory = Callable[[], TrackedProtocol]

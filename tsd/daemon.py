@@ -1,0 +1,298 @@
+"""``tsdb tsd``: the composition root and the daemon's lifecycle.
+
+Start: Config -> Storage (tables created if missing) -> UidService -> Writer -> QueryEngine
+-> aiohttp app + telnet -> one listening socket. Stop (SIGTERM, SIGINT, ``diediedie``), in
+an order that loses nothing accepted (uvicorn's server.shutdown is the model):
+
+1. stop accepting connections;
+2. let every telnet connection handle the lines it already read, then close it;
+3. let HTTP requests in progress finish (``/api/put?sync`` waits for its writes), close
+   idle keep-alive connections;
+4. close the writer: write everything buffered, compact the hours that are due;
+5. close storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+from pathlib import Path
+
+import uvloop
+from aiohttp import web
+
+from tsd.config import Config, load_config
+from tsd.log import DAEMON, configure_logging, get_logger
+from tsd.protocol.names import NameRules
+from tsd.protocol.telnet import telnet_command_names
+from tsd.server.http.app import Services, make_app
+from tsd.server.http.version import version_reply
+from tsd.server.listener import Listener
+from tsd.server.telnet import TelnetContext, telnet_factory
+from tsd.stats import StatsRegistry, host_tag
+from tsd.storage.base import Storage
+from tsd.storage.factory import open_storage
+from tsd.storage.schema import ensure_tables
+from tsd.uid.service import UidService
+from tsd.uid.uniqueid import UniqueId
+from tsd.write.writer import Writer, WriterLimits
+
+log = get_logger(DAEMON)
+
+#: Seconds a stop waits for telnet connections, then for HTTP requests, to finish.
+TELNET_DRAIN_TIMEOUT_S = 15.0
+HTTP_SHUTDOWN_TIMEOUT_S = 15.0
+
+
+class Daemon:
+    """One TSD: build with a Config, ``await start()``, later ``await stop()``."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        storage: Storage | None = None,
+        writer_limits: WriterLimits | None = None,
+        hostname: str | None = None,
+    ) -> None:
+        """``storage``: use this store instead of opening the configured one (the caller
+        closes it); ``writer_limits``: the write path's sizes."""
+        self.config = config
+        self.registry = StatsRegistry()
+        self._hostname = hostname or socket.gethostname()
+        self._stop_requested = asyncio.Event()
+        self._storage: Storage | None = storage
+        self._owns_storage = storage is None
+        self._writer_limits = writer_limits
+        self._writer: Writer | None = None
+        self._uids: UidService | None = None
+        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
+        self._stopped = False
+
+    # -- start --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        config = self.config
+        if self._storage is None:
+            self._storage = open_storage(config)
+        storage = self._storage
+        if config.storage.create_tables:
+            created = await ensure_tables(storage, config.storage)
+            if created:
+                log.info("daemon.tables_created", tables=created)
+        uids = self._uids = UidService(storage, config)
+        writer = self._writer = Writer(
+            storage, uids, config.storage, self.registry, limits=self._writer_limits
+        )
+        writer.start()
+        services = self._services(storage, uids, writer)
+        self._runner = web.AppRunner(
+            make_app(services), access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S
+        )
+        await self._runner.setup()
+        assert self._runner.server is not None
+        self._listener = Listener(
+            telnet_factory(self._telnet_context(services)),
+            self._runner.server,
+            self.registry,
+            config.network.connections_limit,
+        )
+        await self._listener.start(config.network.bind, config.network.port)
+        self._register_stats(uids)
+        log.info(
+            "daemon.started",
+            bind=config.network.bind,
+            port=self.port,
+            mode=config.core.mode,
+            backend=config.storage.backend,
+        )
+
+    def _services(self, storage: Storage, uids: UidService, writer: Writer) -> Services:
+        config = self.config
+        services = Services(
+            config=config,
+            writer=writer,
+            uids=uids,
+            registry=self.registry,
+            stats_tags=self._stats_tags(),
+            rules=NameRules(config.core.tag_allow_specialchars, config.storage.max_tags),
+            request_shutdown=self.request_shutdown,
+        )
+        if config.core.mode != "wo":
+            from tsd.query.engine import QueryEngine
+
+            services.query_engine = QueryEngine(storage, uids, config)
+        return services
+
+    def _telnet_context(self, services: Services) -> TelnetContext:
+        core = self.config.core
+        return TelnetContext(
+            writer=services.writer,
+            uids=services.uids,
+            registry=self.registry,
+            stats_tags=services.stats_tags,
+            version_reply=version_reply(),
+            commands=telnet_command_names(core.mode, allow_diediedie=not core.no_diediedie),
+            rules=services.rules,
+            max_line_bytes=self.config.telnet.max_line_bytes,
+            return_errors=self.config.telnet.return_errors,
+            diediedie_loopback_only=core.diediedie_loopback_only,
+            request_shutdown=self.request_shutdown,
+        )
+
+    def _stats_tags(self) -> tuple[tuple[str, str], ...]:
+        core = self.config.core
+        tags = [host_tag(self._hostname, core.stats_canonical)]
+        if core.stats_with_port:
+            tags.append(("port", str(self.config.network.port)))
+        return tuple(tags)
+
+    def _register_stats(self, uids: UidService) -> None:
+        for unique_id in (uids.metrics, uids.tagk, uids.tagv):
+            self._register_uid_stats(unique_id)
+
+    def _register_uid_stats(self, unique_id: UniqueId) -> None:
+        stats, kind = unique_id.stats, unique_id.kind
+        self.registry.gauge("uid.cache-hit", lambda: stats.cache_hits, kind=kind)
+        self.registry.gauge("uid.cache-miss", lambda: stats.cache_misses, kind=kind)
+        self.registry.gauge("uid.cache-size", lambda: len(unique_id.cache), kind=kind)
+
+    @property
+    def writer(self) -> Writer:
+        assert self._writer is not None, "not started"
+        return self._writer
+
+    @property
+    def uids(self) -> UidService:
+        assert self._uids is not None, "not started"
+        return self._uids
+
+    @property
+    def storage(self) -> Storage:
+        assert self._storage is not None, "not started"
+        return self._storage
+
+    @property
+    def listener(self) -> Listener:
+        assert self._listener is not None, "not started"
+        return self._listener
+
+    @property
+    def port(self) -> int:
+        assert self._listener is not None
+        return self._listener.port
+
+    # -- stop ---------------------------------------------------------------------------------
+
+    def request_shutdown(self) -> None:
+        """Ask :meth:`run_until_stopped` to stop (signals, ``diediedie``)."""
+        self._stop_requested.set()
+
+    async def wait_for_shutdown_request(self) -> None:
+        await self._stop_requested.wait()
+
+    async def stop(self) -> None:
+        """Stop in order, losing nothing accepted. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("daemon.stopping")
+        if self._listener is not None:
+            self._listener.stop_accepting()
+            protocols = self._listener.telnet_protocols
+            for protocol in protocols:
+                protocol.close()
+            if protocols:
+                await asyncio.wait(
+                    [asyncio.ensure_future(p.wait_closed()) for p in protocols],
+                    timeout=TELNET_DRAIN_TIMEOUT_S,
+                )
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._writer is not None:
+            await self._writer.close()
+        if self._listener is not None:
+            self._listener.close()
+        if self._storage is not None and self._owns_storage:
+            await self._storage.close()
+        log.info("daemon.stopped")
+
+    async def run_until_stopped(self) -> int:
+        """Start, serve until SIGTERM/SIGINT/diediedie, stop; the exit status."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_shutdown)
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(signum)
+            await self.stop()
+        return 0
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, help="listening port (default 4242)")
+    parser.add_argument("--bind", help="listening address (default 0.0.0.0)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="opentsdb.conf (default: ./opentsdb.conf, /etc/opentsdb.conf, "
+        "/etc/opentsdb/opentsdb.conf, /opt/opentsdb/opentsdb.conf, the first found)",
+    )
+    parser.add_argument(
+        "--auto-metric", action="store_true", help="create UIDs for new metrics on write"
+    )
+    parser.add_argument(
+        "--mode", choices=("rw", "ro", "wo"), help="read-write, read-only, write-only"
+    )
+    parser.add_argument("--data-dir", metavar="DIR", help="embedded store directory (./data)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any opentsdb.conf key, overriding the file (repeatable)",
+    )
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """Command-line flags as opentsdb.conf keys (they win over the file)."""
+    values: dict[str, str] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            from tsd.errors import ConfigError
+
+            raise ConfigError(item, "--set takes KEY=VALUE")
+        values[key.strip()] = value.strip()
+    if args.port is not None:
+        values["tsd.network.port"] = str(args.port)
+    if args.bind is not None:
+        values["tsd.network.bind"] = args.bind
+    if args.auto_metric:
+        values["tsd.core.auto_create_metrics"] = "true"
+    if args.mode is not None:
+        values["tsd.mode"] = args.mode
+    if args.data_dir is not None:
+        values["tsd.storage.data_dir"] = str(Path(args.data_dir))
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    unknown: list[str] = []
+    config = load_config(args.config, overrides_from_args(args), warn=unknown.append)
+    configure_logging(config.log.format, config.log.level)
+    for key in unknown:
+        log.warning("config.unknown_key", key=key)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(Daemon(config).run_until_stopped())

@@ -1,0 +1,86 @@
+"""Small endpoints: /api/aggregators, /api/config (+/filters), /api/dropcaches, /diediedie."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tsd.config import KEYS, Config
+from tsd.errors import BadRequestError
+from tsd.log import HTTP, get_logger
+from tsd.protocol.names import java_hash_order
+from tsd.query.filters import FILTER_DESCRIPTIONS
+from tsd.query.reducers import AGGREGATORS
+from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.errors import json_response
+
+log = get_logger(HTTP)
+
+
+async def handle_aggregators(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    if request.method not in ("GET", "POST"):
+        raise method_not_allowed(request.method)
+    # OpenTSDB serialises the key set of its HashMap: Java's bucket order, unsorted.
+    return json_response(orjson.dumps(java_hash_order(AGGREGATORS)))
+
+
+async def handle_config(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    if request.method not in ("GET", "POST"):
+        raise method_not_allowed(request.method)
+    if len(path.parts) > 1 and path.parts[1].lower() == "filters":
+        return json_response(orjson.dumps(FILTER_DESCRIPTIONS))
+    return json_response(orjson.dumps(config_values(request.app[SERVICES].config)))
+
+
+def config_values(config: Config) -> dict[str, str]:
+    """Every key tsd reads with its effective value, sorted; ``PASS`` keys masked."""
+    values: dict[str, str] = {}
+    for key, (section, attr, _) in KEYS.items():
+        raw = config.raw.get(key)
+        values[key] = raw if raw is not None else _text(getattr(getattr(config, section), attr))
+    for key, raw in config.raw.items():
+        values.setdefault(key, raw)
+    return {k: ("********" if "PASS" in k.upper() else v) for k, v in sorted(values.items())}
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+async def handle_dropcaches(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    if request.method not in ("GET", "DELETE"):
+        raise method_not_allowed(request.method)
+    services = request.app[SERVICES]
+    services.uids.drop_caches()
+    services.writer.drop_caches()
+    return json_response(orjson.dumps({"status": "200", "message": "Caches dropped"}))
+
+
+async def handle_diediedie(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    services = request.app[SERVICES]
+    peer = request.remote or ""
+    if services.config.core.diediedie_loopback_only and not _is_loopback(peer):
+        log.warning("http.diediedie_refused", peer=peer)
+        raise BadRequestError("diediedie is only allowed from the loopback interface", status=403)
+    log.warning("http.diediedie", peer=peer)
+    services.request_shutdown()
+    return web.Response(text="Cleaning up and exiting now.\n", content_type="text/plain")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+ROUTES = {
+    "api/aggregators": Route(handle_aggregators),
+    "aggregators": Route(handle_aggregators, api=False),
+    "api/config": Route(handle_config),
+    "api/dropcaches": Route(handle_dropcaches),
+    "diediedie": Route(handle_diediedie, api=False, needs_diediedie=True),
+}

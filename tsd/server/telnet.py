@@ -1,0 +1,307 @@
+"""TelnetProtocol: OpenTSDB's line protocol on an asyncio transport. Thin: parsing and reply
+texts live in :mod:`tsd.protocol.telnet`, the write path in :mod:`tsd.write.writer`.
+
+Lines are handled as they arrive, in order, without suspending while every ``put`` is for
+a known series: :meth:`Writer.try_add` buffers it at once. A put for a new series (UIDs to
+look up or assign), or a writer whose buffer is full, needs to await; reading is then
+paused and a task carries on with the buffered lines until none is left, then resumes
+reading. So one connection never holds more than what the kernel and one read gave us,
+and back-pressure from storage reaches the client's socket.
+
+A client that closes right after its last line (Telegraf, potsdb) loses nothing: the
+lines already received are handled before the connection is finished. A final line without
+its newline is dropped, as OpenTSDB's framer drops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
+from tsd.log import TELNET, get_logger
+from tsd.model import DataPoint
+from tsd.protocol.names import NameRules
+from tsd.protocol.telnet import (
+    DieDieDieCommand,
+    DropCachesCommand,
+    ExitCommand,
+    HelpCommand,
+    LineBuffer,
+    PutCommand,
+    StatsCommand,
+    UnknownCommand,
+    VersionCommand,
+    format_diediedie,
+    format_drop_caches,
+    format_error,
+    format_help,
+    format_unknown_command,
+    parse_command,
+)
+from tsd.server.listener import TrackedProtocol
+from tsd.stats import StatsRegistry, format_lines
+from tsd.uid.service import UidService
+from tsd.write.writer import Ack, Writer
+
+log = get_logger(TELNET)
+
+#: OpenTSDB's reply prefixes for put failures found after parsing (PutDataPointRpc).
+UNKNOWN_METRIC = "put: unknown metric: "
+HBASE_ERROR = "put: HBase error: "
+UNEXPECTED = "put: Unexpected runtime exception: "
+#: tsd's refusal of diediedie from a remote client (OpenTSDB has no such check).
+DIEDIEDIE_REFUSED = "diediedie: refused: only allowed from the loopback interface"
+
+
+@dataclass(frozen=True, slots=True)
+class TelnetContext:
+    """What every telnet connection of one daemon shares."""
+
+    writer: Writer
+    uids: UidService
+    registry: StatsRegistry
+    #: the extra tags of every ``stats`` line (``host=<name>``)
+    stats_tags: tuple[tuple[str, str], ...]
+    version_reply: bytes
+    #: enabled commands (``telnet_command_names(mode, allow_diediedie)``)
+    commands: tuple[str, ...]
+    rules: NameRules
+    max_line_bytes: int
+    return_errors: bool
+    diediedie_loopback_only: bool
+    request_shutdown: Callable[[], None]
+
+
+class TelnetStats:
+    """The counters the telnet side keeps (OpenTSDB's names)."""
+
+    def __init__(self, registry: StatsRegistry) -> None:
+        self.received = registry.counter("rpc.received", type="telnet")
+        self.invalid_values = registry.counter("rpc.errors", type="invalid_values")
+        self.illegal_arguments = registry.counter("rpc.errors", type="illegal_arguments")
+        self.unknown_metrics = registry.counter("rpc.errors", type="unknown_metrics")
+        self.exceptions = registry.counter("rpc.exceptions")
+
+
+def telnet_factory(context: TelnetContext) -> Callable[[], TelnetProtocol]:
+    """A protocol factory for the listener; the counters are shared by all connections."""
+    stats = TelnetStats(context.registry)
+    return lambda: TelnetProtocol(context, stats)
+
+
+class TelnetProtocol(TrackedProtocol):
+    """One telnet connection."""
+
+    def __init__(self, context: TelnetContext, stats: TelnetStats) -> None:
+        self._context = context
+        self._stats = stats
+        self._writer = context.writer
+        self._lines = LineBuffer(context.max_line_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._peer = ""
+        self._loopback = False
+        self._task: asyncio.Task[None] | None = None
+        self._last_ack: Ack | None = None
+        self._exiting = False  # exit/diediedie/shutdown: no more lines
+        self._eof = False
+        self._lost = False
+        self._finished = asyncio.get_running_loop().create_future()
+
+    # -- asyncio callbacks --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) and peer else ""
+        self._peer = f"{host}:{peer[1]}" if host else str(peer)
+        self._loopback = _is_loopback(host)
+
+    def data_received(self, data: bytes) -> None:
+        if self._exiting:
+            return
+        self._lines.feed(data)
+        if self._task is None:
+            self._handle_available()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        # While a task handles lines already read, keep the socket (half-closed) open.
+        return self._task is not None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._transport = None
+        self._maybe_finished()
+
+    # -- graceful shutdown --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Handle what was received, then close (daemon shutdown)."""
+        self._eof = True
+        if self._task is None and self._transport is not None:
+            self._transport.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._finished)
+
+    # -- line handling ------------------------------------------------------------------------
+
+    def _handle_available(self) -> None:
+        """Handle every complete line without suspending; hand over to a task if one must."""
+        blocked = self._run_lines()
+        if blocked is not None:
+            if self._transport is not None:
+                self._transport.pause_reading()
+            self._task = asyncio.get_running_loop().create_task(self._run_blocked(blocked))
+        elif (self._eof or self._exiting) and self._transport is not None:
+            self._transport.close()
+
+    def _run_lines(self) -> DataPoint | bool | None:
+        """Handle lines until none is complete (None), a put needs a UID lookup (that
+        point), or the writer is full (True)."""
+        lines = self._lines
+        writer = self._writer
+        context = self._context
+        while not self._exiting:
+            try:
+                line = lines.maybe_next_line()
+            except BadRequestError as exc:  # a line over tsd.rpc.telnet.max_line
+                self._stats.illegal_arguments.inc()
+                self._write(format_error(exc))
+                continue
+            if line is None:
+                return None
+            self._stats.received.value += 1
+            try:
+                command = parse_command(line, context.rules, context.commands)
+            except BadRequestError as exc:
+                self._count_parse_error(exc)
+                self._write(format_error(exc))
+                continue
+            if type(command) is PutCommand:
+                try:
+                    ack = writer.try_add(command.point)
+                except TsdError as exc:  # shutting down
+                    self._write_line(HBASE_ERROR + exc.message)
+                    continue
+                if ack is None:
+                    return command.point
+                self._watch(ack)
+                if writer.is_full():
+                    return True
+            else:
+                self._run_command(command)
+        return None
+
+    async def _run_blocked(self, first: DataPoint | bool) -> None:
+        blocked: DataPoint | bool | None = first
+        try:
+            while blocked is not None:
+                if isinstance(blocked, DataPoint):
+                    await self._put_slow(blocked)
+                if self._writer.is_full():
+                    await self._writer.wait_writable()
+                blocked = self._run_lines()
+        except Exception:
+            self._stats.exceptions.inc()
+            log.exception("telnet.crashed", peer=self._peer)
+            self._exiting = True
+        finally:
+            self._task = None
+        transport = self._transport
+        if transport is None:
+            self._maybe_finished()
+        elif self._eof or self._exiting:
+            transport.close()
+        else:
+            transport.resume_reading()
+
+    async def _put_slow(self, point: DataPoint) -> None:
+        try:
+            ack = await self._writer.add(point)
+        except NoSuchUniqueName as exc:
+            self._stats.unknown_metrics.inc()
+            self._write_line(UNKNOWN_METRIC + exc.message)
+        except TsdError as exc:
+            if self._context.return_errors:
+                self._write_line(HBASE_ERROR + exc.message)
+        else:
+            self._watch(ack)
+
+    def _watch(self, ack: Ack) -> None:
+        """Report a failed storage write once per batch, as OpenTSDB's PutErrback does."""
+        if ack is not self._last_ack:
+            self._last_ack = ack
+            if self._context.return_errors:
+                ack.add_done_callback(self._report_storage_error)
+
+    def _report_storage_error(self, ack: Ack) -> None:
+        if not ack.cancelled() and (exc := ack.exception()) is not None:
+            message = exc.message if isinstance(exc, TsdError) else str(exc)
+            self._write_line(HBASE_ERROR + message)
+
+    def _count_parse_error(self, exc: BadRequestError) -> None:
+        if exc.message.startswith("put: invalid value"):
+            self._stats.invalid_values.inc()
+        else:
+            self._stats.illegal_arguments.inc()
+
+    # -- the other commands -------------------------------------------------------------------
+
+    def _run_command(self, command: object) -> None:
+        context = self._context
+        if isinstance(command, VersionCommand):
+            self._write(context.version_reply)
+        elif isinstance(command, StatsCommand):
+            stats = context.registry.collect()
+            self._write(format_lines(stats, int(time.time()), context.stats_tags).encode())
+        elif isinstance(command, HelpCommand):
+            self._write(format_help(context.commands))
+        elif isinstance(command, DropCachesCommand):
+            context.uids.drop_caches()
+            self._writer.drop_caches()
+            self._write(format_drop_caches())
+        elif isinstance(command, ExitCommand):
+            self._exiting = True
+        elif isinstance(command, DieDieDieCommand):
+            self._diediedie()
+        elif isinstance(command, UnknownCommand):
+            self._write(format_unknown_command(command.name))
+
+    def _diediedie(self) -> None:
+        if self._context.diediedie_loopback_only and not self._loopback:
+            log.warning("telnet.diediedie_refused", peer=self._peer)
+            self._write_line(DIEDIEDIE_REFUSED)
+            return
+        log.warning("telnet.diediedie", peer=self._peer)
+        self._write(format_diediedie())
+        self._exiting = True
+        self._context.request_shutdown()
+
+    # -- output -------------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _write_line(self, text: str) -> None:
+        self._write((text + "\n").encode("utf-8", "replace"))
+
+    def _maybe_finished(self) -> None:
+        if self._lost and self._task is None and not self._finished.done():
+            self._finished.set_result(None)
+            if self.on_lost is not None:
+                self.on_lost(self)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "" or host.startswith("/")  # a Unix socket
