@@ -64,6 +64,14 @@ async def test_create_table_is_idempotent(storage: Storage, table_prefix: str) -
     assert name in await storage.list_tables()
 
 
+async def test_concurrent_create_table_creates_once(storage: Storage, table_prefix: str) -> None:
+    name = f"{table_prefix}race"
+    results = await asyncio.gather(
+        *(storage.create_table(name, [FamilySpec("f")]) for _ in range(5))
+    )
+    assert sorted(results) == [False, False, False, False, True]
+
+
 async def test_create_table_keeps_existing_data(storage: Storage, table: str) -> None:
     await storage.put(table, [Put(b"r", "f", b"q", b"v")])
     await storage.create_table(table, [FamilySpec("f"), FamilySpec("g")])

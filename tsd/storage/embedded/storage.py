@@ -187,9 +187,8 @@ class EmbeddedStorage(Storage):
             entries = [(k, v) for k, v in txn.cursor() if k != _FORMAT_KEY]
         for key, value in entries:
             name = key.decode("ascii")
-            families = tuple(FamilySpec(**spec) for spec in json.loads(value))
             db = self._env.open_db(_TABLE_PREFIX + key, create=False)
-            tables[name] = TableInfo(name, db, families)
+            tables[name] = TableInfo(name, db, _decode_families(value))
         return tables
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -255,12 +254,13 @@ class EmbeddedStorage(Storage):
     def _create_in_txn(
         self, table: str, families: tuple[FamilySpec, ...], txn: Txn
     ) -> tuple[bool, TableInfo]:
-        existing = self._tables.get(table)
-        if existing is not None:  # created by a create_table queued just before
-            return False, existing
-        db = self._env.open_db(_TABLE_PREFIX + table.encode("ascii"), txn=txn, create=True)
-        specs = json.dumps([dataclasses.asdict(spec) for spec in families]).encode()
-        txn.put(table.encode("ascii"), specs, db=self._catalog)
+        key = table.encode("ascii")
+        stored = txn.get(key, db=self._catalog)
+        if stored is not None:  # created by a create_table queued just before this one
+            db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=False)
+            return False, TableInfo(table, db, _decode_families(stored))
+        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=True)
+        txn.put(key, _encode_families(families), db=self._catalog)
         return True, TableInfo(table, db, families)
 
     async def list_tables(self) -> list[str]:
@@ -366,3 +366,11 @@ def _check_families(info: TableInfo, families: Sequence[str]) -> frozenset[str]:
     for family in families:
         info.check_family(family)
     return frozenset(families)
+
+
+def _encode_families(families: Sequence[FamilySpec]) -> bytes:
+    return json.dumps([dataclasses.asdict(spec) for spec in families]).encode()
+
+
+def _decode_families(stored: bytes) -> tuple[FamilySpec, ...]:
+    return tuple(FamilySpec(**spec) for spec in json.loads(stored))
