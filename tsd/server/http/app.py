@@ -91,6 +91,8 @@ class Services:
 
 SERVICES = web.AppKey("services", Services)
 ROUTES = web.AppKey("routes", dict)
+#: True for requests under /api: their replies are JSON, errors included.
+IS_API = web.RequestKey("tsd.is_api", bool)
 
 
 def split_path(path: str) -> list[str]:
@@ -152,7 +154,7 @@ def enabled_routes(config: Config) -> dict[str, Handler]:
 async def dispatch(request: web.Request) -> web.StreamResponse:
     """The one aiohttp route: find OpenTSDB's handler for the path."""
     path = parse_api_path(request.path)
-    request["tsd.api"] = path.is_api or path.route == "api"
+    request[IS_API] = path.is_api or path.route == "api"
     handler: Handler | None = request.app[ROUTES].get(path.route)
     if handler is None:
         raise BadRequestError("Endpoint not found", status=404)

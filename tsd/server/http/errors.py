@@ -15,10 +15,11 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from tsd.errors import TsdError
 from tsd.log import HTTP, get_logger
-from tsd.server.http.app import SERVICES
+from tsd.server.http.app import IS_API, SERVICES
 
 log = get_logger(HTTP)
 
@@ -56,6 +57,10 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return error_response(exc.status, exc.message or type(exc).__name__, details)
     except web.HTTPRequestEntityTooLarge as exc:
         return error_response(413, "Request entity too large", exc.text or "")
+    except RequestPayloadError as exc:  # a body that does not inflate, a broken chunk
+        response = error_response(400, "Unable to read the request body", str(exc.__cause__ or exc))
+        response.force_close()  # the rest of the body cannot be read either
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -65,6 +70,6 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         show_trace = request.app[SERVICES].config.http.show_stack_trace
         trace = traceback.format_exc() if show_trace else ""
         return error_response(500, str(exc) or type(exc).__name__, trace=trace)
-    if request.get("tsd.api") and "Content-Type" not in response.headers:
+    if request.get(IS_API) and "Content-Type" not in response.headers:
         response.headers["Content-Type"] = JSON_CONTENT_TYPE
     return response
