@@ -34,7 +34,6 @@ A row whose ``prefix`` (escaped row, terminator, family, separator) exceeds
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 from tsd.errors import StorageError
 
@@ -115,7 +114,3 @@ def decode_bucket(value: bytes) -> list[tuple[bytes, bytes]]:
 
 def encode_bucket(pairs: dict[bytes, bytes]) -> bytes:
     return b"".join(_LEN.pack(len(q)) + q + _LEN.pack(len(v)) + v for q, v in sorted(pairs.items()))
-
-
-def iter_bucket(value: bytes) -> Iterator[tuple[bytes, bytes]]:
-    return iter(decode_bucket(value))

@@ -1,23 +1,26 @@
 """EmbeddedStorage: the Storage interface over LMDB, for a single-node tsd.
 
-Why LMDB (``python -m bench.embedded_choice``, this machine, 2 cores, virtio
-disk; 1,000,000 inserts of 16-byte keys, one fsynced commit per 10,000-key
-batch, then a 100,000-key range scan)::
+Why LMDB: ``python -m bench.embedded_choice`` on this machine (2 shared cores,
+virtio disk; several runs while other work ran, so ranges): 1,000,000 inserts of
+16-byte keys committed durably (fsync) in batches of 10,000, then a
+100,000-key range scan::
 
-                    sorted batches   random batches   series-shaped   scan 100k
-    LMDB (py-lmdb)      4.2-6.1 s        4.9 s             4.2 s        18 ms
-    RocksDB (rocksdict) 1.5 s            2.4 s               -          28-37 ms
-    SQLite (WAL, FULL)  8.0 s            13.1 s              -          56-61 ms
+                         sorted batch   random batch   series-shaped   scan 100k
+    LMDB (py-lmdb)       4.2-7.0 s      4.6-5.6 s      1.3-1.8 s       18-33 ms
+    RocksDB (rocksdict)  1.5-2.1 s      2.3-2.8 s      0.7 s           25-43 ms
+    SQLite (WAL, FULL)   8.0-12.7 s     13.1-18.7 s    6.6-12.8 s      55-83 ms
 
-(The issue measured LMDB 0.38/4.7 s, RocksDB 0.29/2.4 s, SQLite 2.2/9.6 s and
-scans of 18-22/31-45/49-61 ms on other hardware.) RocksDB writes 2-3x faster
-here, but LMDB scans 1.6-2x faster and reads are what queries wait on; LMDB's
-~200,000 durable cells/s is above what the Python write path feeds it; a
-committed LMDB transaction needs no recovery step after a crash; other
-processes can read a live store (``tsdb dump``) with LMDB's reader table; and
-LMDB's one-writer model makes increment and check-and-put atomic with no
-locking of our own. py-lmdb was already a dependency; RocksDB's bindings would
-add a large native wheel and background compaction threads.
+("series-shaped": 1,000 series, each batch the next timestamps of every series,
+as tsd's writer produces. The issue measured LMDB 0.38/4.7 s, RocksDB
+0.29/2.4 s, SQLite 2.2/9.6 s and scans of 18-22/31-45/49-61 ms elsewhere.)
+RocksDB writes 2-3x faster here, but LMDB scans as fast or up to 1.8x faster
+and reads are what queries wait on; LMDB's 150,000-800,000 durable cells/s is
+above what the Python write path feeds it; a committed LMDB transaction needs
+no recovery step after a crash; other processes can read a live store (``tsdb
+dump``) through LMDB's reader table; and LMDB's single writer makes increment
+and check-and-put atomic without locks of our own. py-lmdb was already a
+dependency; RocksDB's bindings would add a large native wheel and background
+compaction threads.
 
 Layout: the store is one LMDB environment in ``path`` (``data.mdb``,
 ``lock.mdb``) plus ``tsd.lock``, an flock held by the one read-write opener.
