@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.query.tsdb_harness import NOW_MS, QueryHarness, query_harness
 from tsd.codec import KeyLayout, encode_annotation_qualifier, encode_row_key, salt_bucket
-from tsd.config import StorageConfig
+from tsd.config import StorageConfig, build_config
+from tsd.daemon import Daemon
 from tsd.errors import BadRequestError, NoSuchUniqueName
 from tsd.query.last import LastPointQuery, LastPointSubQuery, parse_last_query_params
 from tsd.query.output import serialize_last_points
@@ -269,3 +272,147 @@ async def test_salted_tables_scan_every_bucket(
     }
     expected = sorted(salt, key=lambda name: (salt[name], name))
     assert [a["tags"]["host"] for a in answer[1:]] == expected
+
+
+# -- over real HTTP, as Grafana asks ---------------------------------------------------------
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:
+    config = build_config(
+        {
+            "tsd.network.bind": "127.0.0.1",
+            "tsd.network.port": "0",
+            "tsd.storage.data_dir": str(tmp_path / "data"),
+            "tsd.core.auto_create_metrics": "true",
+            "tsd.http.query.allow_delete": "true",
+        }
+    )
+    tsd = Daemon(config)
+    await tsd.start()
+    try:
+        yield tsd
+    finally:
+        await tsd.stop()
+
+
+async def _put(session: aiohttp.ClientSession, base: str, points: list[Point]) -> None:
+    body = [{"metric": m, "tags": t, "timestamp": ts, "value": v} for m, t, ts, v in points]
+    async with session.post(f"{base}/api/put?sync", json=body) as reply:
+        assert reply.status == 204, await reply.text()
+
+
+async def test_grafana_queries_over_http(daemon: Daemon) -> None:
+    base = f"http://127.0.0.1:{daemon.port}"
+    async with aiohttp.ClientSession() as session:
+        await _put(
+            session,
+            base,
+            [
+                ("sys.cpu.user", {"host": h, "dc": "lga"}, T0 + 10 * i, 10 * n + i)
+                for n, h in enumerate(("web01", "web02"))
+                for i in range(12)
+            ],
+        )
+        # G1-like: legacy frontend, ms start, filters with group-by, unknown keys ignored.
+        g1 = {
+            "start": T0 * 1000,
+            "end": (T0 + 119) * 1000,
+            "queries": [
+                {
+                    "refId": "A",
+                    "datasource": {"type": "opentsdb", "uid": "tsd1"},
+                    "metric": "sys.cpu.user",
+                    "aggregator": "sum",
+                    "downsampleAggregator": "avg",
+                    "filters": [
+                        {"type": "wildcard", "tagk": "host", "filter": "*", "groupBy": True},
+                        {"type": "literal_or", "tagk": "dc", "filter": "lga|sjc", "groupBy": False},
+                    ],
+                    "downsample": "1m-avg",
+                }
+            ],
+            "msResolution": False,
+            "globalAnnotations": True,
+            "showQuery": True,
+        }
+        async with session.post(f"{base}/api/query", json=g1) as reply:
+            assert reply.status == 200
+            assert reply.headers["Content-Type"] == "application/json; charset=UTF-8"
+            answer = await reply.json()
+        assert [(a["tags"], a["query"]["index"]) for a in answer] == [
+            ({"host": "web01", "dc": "lga"}, 0),
+            ({"host": "web02", "dc": "lga"}, 0),
+        ]
+        assert answer[0]["dps"] == {str(T0): 2.5, str(T0 + 60): 8.5}
+        # G4-like: Go backend, seconds, ?arrays=true, rate with dropResets.
+        g4 = {
+            "start": T0,
+            "end": T0 + 119,
+            "queries": [
+                {
+                    "aggregator": "sum",
+                    "downsample": "30s-avg",
+                    "filters": [
+                        {"filter": "web01", "groupBy": True, "tagk": "host", "type": "literal_or"}
+                    ],
+                    "metric": "sys.cpu.user",
+                    "rate": True,
+                    "rateOptions": {"counter": True, "dropResets": True},
+                }
+            ],
+        }
+        async with session.post(f"{base}/api/query?arrays=true", json=g4) as reply:
+            answer = await reply.json()
+        assert answer == [
+            {
+                "metric": "sys.cpu.user",
+                "tags": {"host": "web01", "dc": "lga"},
+                "aggregateTags": [],
+                "dps": [[T0 + 30, 0.1], [T0 + 60, 0.1], [T0 + 90, 0.1]],
+            }
+        ]
+        # Errors are OpenTSDB's JSON.
+        bad = {"start": T0, "queries": [{"aggregator": "sum", "metric": "nope"}]}
+        async with session.post(f"{base}/api/query", json=bad) as reply:
+            assert reply.status == 400
+            error = (await reply.json())["error"]
+        assert error["message"] == "No such name for 'metrics': 'nope'"
+        # GET with fill policies: NaN as a string, null under fill null.
+        url = (
+            f"{base}/api/query?start={T0}&end={T0 + 239}"
+            "&m=sum:1m-avg-nan:sys.cpu.user&m=sum:1m-avg-null:sys.cpu.user"
+        )
+        async with session.get(url) as reply:
+            text = await reply.text()
+        assert f'"{T0 + 180}":"NaN"' in text
+        assert f'"{T0 + 180}":null' in text
+
+
+async def test_last_and_delete_over_http(daemon: Daemon) -> None:
+    base = f"http://127.0.0.1:{daemon.port}"
+    now_s = int(time.time())
+    async with aiohttp.ClientSession() as session:
+        await _put(session, base, [("m", {"host": "a"}, now_s - 5, 1.5)])
+        async with session.get(f"{base}/api/query/last?timeseries=m%7Bhost=a%7D&resolve") as reply:
+            assert await reply.json() == [
+                {
+                    "metric": "m",
+                    "timestamp": (now_s - 5) * 1000,
+                    "value": "1.5",
+                    "tags": {"host": "a"},
+                    "tsuid": "000001000001000001",
+                }
+            ]
+        body = {"queries": [{"tsuids": ["000001000001000001"]}], "backScan": 2}
+        async with session.post(f"{base}/api/query/last", json=body) as reply:
+            assert [p["value"] for p in await reply.json()] == ["1.5"]
+        async with session.post(f"{base}/api/query/last", json={"queries": []}) as reply:
+            assert reply.status == 400
+            assert (await reply.json())["error"]["message"] == "Missing sub queries"
+        query = f"{base}/api/query?start={now_s - 60}&m=sum:m"
+        async with session.delete(query) as reply:
+            assert reply.status == 200
+            assert len(await reply.json()) == 1
+        async with session.get(query) as reply:
+            assert await reply.json() == []
