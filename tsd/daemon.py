@@ -20,6 +20,7 @@ import contextlib
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import uvloop
 from aiohttp import web
@@ -90,8 +91,14 @@ class Daemon:
         )
         writer.start()
         services = self._services(storage, uids, writer)
+        http_options: dict[str, Any] = {}
+        if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
+            http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
         self._runner = web.AppRunner(
-            make_app(services), access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S
+            make_app(services),
+            access_log=None,
+            shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S,
+            **http_options,
         )
         await self._runner.setup()
         assert self._runner.server is not None
@@ -142,6 +149,7 @@ class Daemon:
             return_errors=self.config.telnet.return_errors,
             diediedie_loopback_only=core.diediedie_loopback_only,
             request_shutdown=self.request_shutdown,
+            idle_timeout_s=float(self.config.network.socket_timeout_s),
         )
 
     def _stats_tags(self) -> tuple[tuple[str, str], ...]:

@@ -364,3 +364,30 @@ async def test_config_shows_effective_values(tsd: Daemon, http: aiohttp.ClientSe
     assert config["tsd.core.auto_create_metrics"] == "true"
     assert config["tsd.storage.flush_interval"] == "1000"
     assert list(config) == sorted(config)
+
+
+# -- CORS -------------------------------------------------------------------------------------
+
+
+async def test_options_without_cors_is_405(tsd: Daemon, http: aiohttp.ClientSession) -> None:
+    async with http.options(url(tsd, "/api/put")) as r:
+        assert r.status == 405
+
+
+async def test_cors_allowed_origin_gets_the_headers(
+    make_tsd: MakeTsd, http: aiohttp.ClientSession
+) -> None:
+    daemon = await make_tsd(**{"tsd.http.request.cors_domains": "grafana.example, other.example"})
+    origin = {"Origin": "http://grafana.example"}
+    async with http.options(url(daemon, "/api/query"), headers={"Origin": "grafana.example"}) as r:
+        assert r.status == 200
+        assert r.headers["Access-Control-Allow-Origin"] == "grafana.example"
+        assert r.headers["Access-Control-Allow-Methods"] == "GET, POST, PUT, DELETE"
+    async with http.get(url(daemon, "/api/version"), headers=origin) as r:
+        assert r.status == 200  # OpenTSDB: not an allowed origin, still 200, refused in the body
+        assert orjson.loads(await r.read())["error"]["message"] == "CORS domain not allowed"
+        assert "Access-Control-Allow-Origin" not in r.headers
+    async with http.get(url(daemon, "/api/version"), headers={"Origin": "OTHER.example"}) as r:
+        assert r.status == 200
+        assert r.headers["Access-Control-Allow-Origin"] == "OTHER.example"
+        assert "version" in orjson.loads(await r.read())

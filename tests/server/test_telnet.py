@@ -279,3 +279,12 @@ async def test_many_connections_at_once(tsd: Daemon) -> None:
     await asyncio.gather(*(one(n) for n in range(20)))
     assert len(await stored(tsd)) == 1000
     await eventually(lambda: tsd.listener.open_connections() == 0)
+
+
+async def test_idle_connection_is_closed_after_socket_timeout(make_tsd: MakeTsd) -> None:
+    daemon = await make_tsd(**{"tsd.core.socket.timeout": "1"})
+    client = await TelnetClient.connect(daemon.port)
+    await client.send(b"put idle.m 1356998400 1 h=a\n")
+    assert await client.reader.read() == b""  # closed by the server once idle
+    await client.close()
+    assert [p.value for p in await stored(daemon)] == [1]

@@ -75,6 +75,8 @@ class TelnetContext:
     return_errors: bool
     diediedie_loopback_only: bool
     request_shutdown: Callable[[], None]
+    #: tsd.core.socket.timeout: close a connection idle this long (0 = never)
+    idle_timeout_s: float = 0.0
 
 
 class TelnetStats:
@@ -110,7 +112,10 @@ class TelnetProtocol(TrackedProtocol):
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
-        self._finished = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._finished = self._loop.create_future()
+        self._last_read = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
@@ -120,10 +125,14 @@ class TelnetProtocol(TrackedProtocol):
         host = peer[0] if isinstance(peer, tuple) and peer else ""
         self._peer = f"{host}:{peer[1]}" if host else str(peer)
         self._loopback = _is_loopback(host)
+        if self._context.idle_timeout_s > 0:
+            self._last_read = self._loop.time()
+            self._idle_timer = self._loop.call_later(self._context.idle_timeout_s, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
         if self._exiting:
             return
+        self._last_read = self._loop.time()
         self._lines.feed(data)
         if self._task is None:
             self._handle_available()
@@ -134,9 +143,22 @@ class TelnetProtocol(TrackedProtocol):
         return self._task is not None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         self._lost = True
         self._transport = None
         self._maybe_finished()
+
+    def _check_idle(self) -> None:
+        """tsd.core.socket.timeout: close after that long without receiving anything."""
+        timeout = self._context.idle_timeout_s
+        idle_since = self._last_read
+        if self._task is None and self._loop.time() - idle_since >= timeout:
+            log.info("telnet.idle_timeout", peer=self._peer)
+            self.close()
+            return
+        due = max(idle_since + timeout, self._loop.time() + 0.001)
+        self._idle_timer = self._loop.call_at(due, self._check_idle)
 
     # -- graceful shutdown --------------------------------------------------------------------
 

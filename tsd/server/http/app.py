@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from tsd.config import Config
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, ConfigError
 from tsd.protocol.names import NameRules
 from tsd.stats import StatsRegistry
 from tsd.uid.service import UidService
@@ -176,16 +176,67 @@ def query_params(request: web.Request) -> dict[str, str]:
     return {key: value for key, value in request.query.items()}
 
 
+def parse_cors_domains(text: str) -> frozenset[str] | None:
+    """``tsd.http.request.cors_domains``: None when empty (CORS off), else the upper-cased
+    domains; ``*`` cannot be mixed with domains (RpcHandler's constructor refuses it)."""
+    domains = frozenset(d.strip().upper() for d in text.split(",") if d.strip())
+    if not domains:
+        return None
+    if "*" in domains and len(domains) > 1:
+        raise ConfigError(
+            "tsd.http.request.cors_domains",
+            "must be a public resource (*) or a list of specific domains, you cannot mix both",
+        )
+    return domains
+
+
+CORS_DOMAINS = web.AppKey("cors_domains", frozenset)
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """RpcHandler.applyCorsConfig: OPTIONS and cross-origin requests."""
+    from tsd.server.http.errors import error_response
+
+    domains: frozenset[str] | None = request.app.get(CORS_DOMAINS)
+    origin = request.headers.get("Origin", "")
+    if request.method != "OPTIONS" and (domains is None or not origin):
+        response: web.StreamResponse = await handler(request)
+        return response
+    if domains is None or not origin:
+        details = f"The HTTP method [{request.method}] is not permitted"
+        return error_response(405, "Method not allowed", details)
+    if "*" not in domains and origin.upper() not in domains:
+        # OpenTSDB: a 200 without the allow-origin header, the refusal in the body.
+        return error_response(
+            200, "CORS domain not allowed", f"The domain [{origin}] is not permitted access"
+        )
+    headers = {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE",
+        "Access-Control-Allow-Headers": request.app[SERVICES].config.http.cors_headers,
+    }
+    if request.method == "OPTIONS":
+        return web.Response(status=200, headers=headers)
+    response = await handler(request)
+    response.headers.update(headers)
+    return response
+
+
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
     from tsd.server.http.errors import error_middleware
 
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
-        middlewares=[error_middleware],
+        # CORS outside: its headers go on error replies too.
+        middlewares=[cors_middleware, error_middleware],
         handler_args={"max_field_size": 65536, "max_line_size": 65536},
     )
     app[SERVICES] = services
     app[ROUTES] = enabled_routes(services.config)
+    cors = parse_cors_domains(services.config.http.cors_domains)
+    if cors is not None:
+        app[CORS_DOMAINS] = cors
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
