@@ -312,7 +312,9 @@ async def test_grafana_queries_over_http(daemon: Daemon) -> None:
                 ("sys.cpu.user", {"host": h, "dc": "lga"}, T0 + 10 * i, 10 * n + i)
                 for n, h in enumerate(("web01", "web02"))
                 for i in range(12)
-            ],
+            ]
+            # "sjc" must exist as a tag value (of any metric), or the filter fails the query.
+            + [("other", {"host": "db01", "dc": "sjc"}, T0, 1)],
         )
         # G1-like: legacy frontend, ms start, filters with group-by, unknown keys ignored.
         g1 = {
@@ -337,7 +339,7 @@ async def test_grafana_queries_over_http(daemon: Daemon) -> None:
             "showQuery": True,
         }
         async with session.post(f"{base}/api/query", json=g1) as reply:
-            assert reply.status == 200
+            assert reply.status == 200, await reply.text()
             assert reply.headers["Content-Type"] == "application/json; charset=UTF-8"
             answer = await reply.json()
         assert [(a["tags"], a["query"]["index"]) for a in answer] == [
