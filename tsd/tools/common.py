@@ -1,0 +1,102 @@
+"""What the store-using tools share: their options, the config, storage and UIDs, the loop.
+
+A tool runs against a *stopped* embedded store (the daemon holds an exclusive lock on
+it; opening it for writing while a daemon runs fails with StorageUnavailable) or the
+configured HBase, which is shared with running daemons as OpenTSDB's tools share it.
+Tools that only read can open the embedded store read-only, which works beside a
+running daemon.
+
+Like the daemon, a tool creates the tables that are missing when
+``tsd.storage.create_tables`` is on, so ``tsdb mkmetric`` works on a fresh data
+directory; OpenTSDB's tools instead refuse to start without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvloop
+
+from tsd.config import Config, load_config
+from tsd.log import configure_logging
+from tsd.protocol.names import NameRules
+from tsd.storage.base import Storage
+from tsd.storage.factory import open_storage
+from tsd.storage.schema import ensure_tables
+from tsd.uid.service import UidService
+
+T = TypeVar("T")
+
+
+def add_store_options(parser: argparse.ArgumentParser, *, auto_metric: bool = False) -> None:
+    """``--config FILE`` and ``--data-dir DIR`` (and ``--auto-metric`` when asked)."""
+    parser.add_argument("--config", metavar="FILE", help="opentsdb.conf to read")
+    parser.add_argument(
+        "--data-dir", metavar="DIR", help="the embedded store (default: tsd.storage.data_dir)"
+    )
+    if auto_metric:
+        parser.add_argument(
+            "--auto-metric",
+            action="store_true",
+            help="create the UIDs of new metrics (tsd.core.auto_create_metrics = true)",
+        )
+
+
+def tool_config(args: argparse.Namespace, extra: dict[str, str] | None = None) -> Config:
+    """The configuration a tool runs with: the file, then its flags, then ``extra``."""
+    overrides: dict[str, str] = {}
+    if getattr(args, "data_dir", None) is not None:
+        overrides["tsd.storage.data_dir"] = args.data_dir
+    if getattr(args, "auto_metric", False):
+        overrides["tsd.core.auto_create_metrics"] = "true"
+    overrides.update(extra or {})
+    cfg = load_config(args.config, overrides)
+    configure_logging(cfg.log.format, cfg.log.level)  # log lines to stderr; stdout is the report
+    return cfg
+
+
+def name_rules(cfg: Config) -> NameRules:
+    """The name rules of ``cfg`` (``tsd.core.tag.allow_specialchars``, ``tsd.storage.max_tags``)."""
+    return NameRules(cfg.core.tag_allow_specialchars, cfg.storage.max_tags)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStore:
+    """An open store with its UIDs."""
+
+    cfg: Config
+    storage: Storage
+    uids: UidService
+
+
+def _open(cfg: Config, read_only: bool) -> Storage:
+    if read_only and cfg.storage.backend == "embedded":
+        from tsd.storage.embedded import EmbeddedStorage
+
+        return EmbeddedStorage(Path(cfg.storage.data_dir), read_only=True)
+    return open_storage(cfg)
+
+
+@asynccontextmanager
+async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[ToolStore]:
+    """Storage (tables created when missing, unless read-only) and a UidService over it;
+    storage is closed on the way out."""
+    storage = _open(cfg, read_only)
+    try:
+        if cfg.storage.create_tables and not read_only:
+            await ensure_tables(storage, cfg.storage)
+        yield ToolStore(cfg, storage, UidService(storage, cfg))
+    finally:
+        await storage.close()
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """Run a tool's coroutine on uvloop, as the daemon runs."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
