@@ -27,9 +27,11 @@ from aiohttp import web
 
 from tsd.config import Config, load_config
 from tsd.log import DAEMON, configure_logging, get_logger
+from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.server.http.app import Services, make_app
+from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener
 from tsd.server.telnet import TelnetContext, telnet_factory
@@ -70,6 +72,7 @@ class Daemon:
         self._writer_limits = writer_limits
         self._writer: Writer | None = None
         self._uids: UidService | None = None
+        self._meta: MetaService | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
         self._stopped = False
@@ -86,11 +89,19 @@ class Daemon:
             if created:
                 log.info("daemon.tables_created", tables=created)
         uids = self._uids = UidService(storage, config)
+        meta = self._meta = MetaService(storage, uids, config, self.registry)
         writer = self._writer = Writer(
-            storage, uids, config.storage, self.registry, limits=self._writer_limits
+            storage,
+            uids,
+            config.storage,
+            self.registry,
+            limits=self._writer_limits,
+            on_new_series=meta.tracker.on_new_series,
         )
         writer.start()
+        meta.start()
         services = self._services(storage, uids, writer)
+        services.extra[META_KEY] = meta
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
@@ -223,6 +234,8 @@ class Daemon:
             await self._runner.cleanup()
         if self._writer is not None:
             await self._writer.close()
+        if self._meta is not None:  # after the writer: its last new series get written
+            await self._meta.close()
         if self._listener is not None:
             self._listener.close()
         if self._storage is not None and self._owns_storage:

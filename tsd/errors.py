@@ -69,6 +69,13 @@ class UidAlreadyExists(BadRequestError):
         self.uid = uid
 
 
+class NotModified(TsdError):
+    """An update that changes nothing: OpenTSDB's IllegalStateException ("No changes
+    detected"), which its meta and annotation endpoints answer with a bare 304."""
+
+    status = 304
+
+
 class CodecError(TsdError, ValueError):
     """Malformed stored bytes, or a value that cannot be encoded."""
 

@@ -297,7 +297,7 @@ async def test_uid_assign_needs_values(tsd: Daemon, http: aiohttp.ClientSession)
 
 
 async def test_other_uid_endpoints_are_501(tsd: Daemon, http: aiohttp.ClientSession) -> None:
-    async with http.get(url(tsd, "/api/uid/uidmeta?uid=000001&type=metric")) as r:
+    async with http.get(url(tsd, "/api/uid/treemeta?uid=000001&type=metric")) as r:
         assert r.status == 501
 
 

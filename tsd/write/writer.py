@@ -83,7 +83,11 @@ class Writer:
         schedule: CompactionSchedule | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]]], None] | None = None,
     ) -> None:
+        """``on_new_series(metric_uid, tag_uid_pairs)`` is called (synchronously) when a
+        series gets its row-key template, i.e. once per series until the template cache is
+        cleared: meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
         self._storage = storage
         self._uids = uids
         self._table = cfg.data_table
@@ -93,6 +97,7 @@ class Writer:
         self._policy = BatchPolicy(self._limits.max_batch_cells, cfg.flush_interval_ms / 1000)
         self._clock = clock
         self._wall_clock = wall_clock
+        self._on_new_series = on_new_series
         self._series: dict[tuple[str, Tags], SeriesKey] = {}
         self._batch = Batch(self._policy)
         self._ack: Ack | None = None
@@ -178,6 +183,8 @@ class Writer:
         if series is None:
             metric_uid, pairs = await self._uids.resolve_for_write(point.metric, point.tags)
             series = make_series_key(self._layout, metric_uid, pairs)
+            if self._on_new_series is not None:
+                self._on_new_series(metric_uid, pairs)
             if len(self._series) >= self._limits.max_series:
                 self._series.clear()
             self._series[key] = series

@@ -39,6 +39,10 @@ ROUTE_MODULES = (
     "tsd.server.http.stats",
     "tsd.server.http.misc",
     "tsd.server.http.query",
+    "tsd.server.http.suggest",
+    "tsd.server.http.search",
+    "tsd.server.http.annotation",
+    "tsd.server.http.ui",
 )
 
 
@@ -226,11 +230,12 @@ async def cors_middleware(request: web.Request, handler: Any) -> web.StreamRespo
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
     from tsd.server.http.errors import error_middleware
+    from tsd.server.http.middleware import response_middleware
 
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
         # CORS outside: its headers go on error replies too.
-        middlewares=[cors_middleware, error_middleware],
+        middlewares=[response_middleware, cors_middleware, error_middleware],
         handler_args={"max_field_size": 65536, "max_line_size": 65536},
     )
     app[SERVICES] = services

@@ -27,6 +27,10 @@ async def handle_uid(request: web.Request, path: ApiPath) -> web.StreamResponse:
     endpoint = path.parts[1].lower() if len(path.parts) > 1 else ""
     if endpoint == "assign":
         return await handle_assign(request)
+    from tsd.server.http.uid_meta import UID_ENDPOINTS
+
+    if endpoint in UID_ENDPOINTS:
+        return await UID_ENDPOINTS[endpoint](request)
     raise BadRequestError("Other UID endpoints have not been implemented yet", status=501)
 
 

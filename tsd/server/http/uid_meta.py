@@ -150,9 +150,7 @@ async def _save_tsmeta(
     elif params.get("create") == "true":
         saved = await store.create(tsuid, update.changes)
     else:
-        raise BadRequestError(
-            'Could not find TSMeta, specify "create=true" to create a new one.'
-        )
+        raise BadRequestError('Could not find TSMeta, specify "create=true" to create a new one.')
     return json_response(orjson.dumps(saved.to_json()))
 
 
@@ -198,9 +196,7 @@ async def handle_rename(request: web.Request) -> web.StreamResponse:
         body = await body_of(request)
         require_body(body)
         document = loads(body)
-        if not isinstance(document, dict) or not all(
-            isinstance(v, str) for v in document.values()
-        ):
+        if not isinstance(document, dict) or not all(isinstance(v, str) for v in document.values()):
             raise BadRequestError("Unable to parse the given JSON")
         source: dict[str, str] = document
     else:

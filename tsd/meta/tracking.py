@@ -1,0 +1,219 @@
+"""Meta tracking: the meta table rows (and UIDMeta) written once per new series.
+
+The writer calls :meth:`MetaTracker.on_new_series` when it builds the row-key template of a
+series it has not seen (once per series per process, again only after its cache is cleared).
+The call only queues the TSUID; a background task writes what is queued, in batches. What it
+writes follows OpenTSDB's keys (``TSDB.addPointInternal``, behaviour doc §4.6):
+
+====================  ==========================================================================
+tracking off          one ``tsd_series`` cell (8-byte first-seen epoch seconds) in the series'
+                      meta row: tsd's series index, so ``/api/search/lookup`` and Grafana's
+                      template variables work without meta tracking (OpenTSDB writes nothing
+                      and its lookups find nothing)
+enable_tsuid_tracking ``ts_ctr`` = 1 (8 bytes)
++ tsuid_incrementing  ``ts_ctr`` incremented
++ realtime_ts         the ``ts_meta`` TSMeta when missing (with incrementing: when the counter
+                      was new, i.e. reached 1)
+enable_realtime_uid   the UIDMeta of the metric, tag keys and values when missing
+====================  ==========================================================================
+
+Departure, on purpose: OpenTSDB does this once per *data point*, the classic way realtime meta
+overloads HBase (issue #783); tsd does it once per new series. So ``ts_ctr`` (TSMeta
+``totalDatapoints``) counts how often the series was (re)discovered by a TSD, not points.
+UIDMeta is written when a UID is first used by a series rather than at assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+
+from tsd.codec import KeyLayout, tsuid_from_parts
+from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
+from tsd.config import CoreConfig
+from tsd.errors import CodecError, StorageError, TsdError
+from tsd.log import get_logger
+from tsd.meta.tsmeta import TsMetaStore
+from tsd.meta.uidmeta import UidMetaStore
+from tsd.stats import StatsRegistry
+from tsd.storage.base import Put, Storage
+from tsd.uid.service import UidService
+from tsd.uid.uniqueid import UniqueId
+
+log = get_logger("tsd.meta")
+
+#: tsd's own index cell in a meta row, written when tracking is off.
+INDEX_QUALIFIER = b"tsd_series"
+#: TSUIDs remembered as written; past this the memory is cleared (rewrites are idempotent).
+MAX_REMEMBERED = 1_000_000
+#: TSUIDs written per storage round.
+BATCH_SIZE = 512
+#: Attempts at a batch that fails on storage errors before its TSUIDs are given up.
+MAX_ATTEMPTS = 3
+#: Pause after a failed round, so a storage outage is not hammered.
+RETRY_PAUSE_S = 1.0
+
+_Pairs = tuple[tuple[bytes, bytes], ...]
+
+
+class MetaTracker:
+    """Queues new series from the writer and writes their meta rows in the background."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        meta_table: str,
+        layout: KeyLayout,
+        core: CoreConfig,
+        uids: UidService,
+        tsmetas: TsMetaStore,
+        uid_metas: UidMetaStore,
+        registry: StatsRegistry | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._storage = storage
+        self._table = meta_table
+        self._layout = layout
+        self._core = core
+        self._uids = uids
+        self._tsmetas = tsmetas
+        self._uid_metas = uid_metas
+        self._wall_clock = wall_clock
+        self._pending: dict[bytes, tuple[bytes, _Pairs, int]] = {}
+        self._written: set[bytes] = set()
+        self._uids_written: set[tuple[str, bytes]] = set()
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        registry = registry or StatsRegistry()
+        self._tracked = registry.counter("meta.series_tracked")
+        self._errors = registry.counter("meta.errors", type="storage")
+        self._dropped = registry.counter("meta.series_dropped")
+
+    # -- the writer's hook --------------------------------------------------------------------
+
+    def on_new_series(self, metric_uid: bytes, tag_uids: Sequence[tuple[bytes, bytes]]) -> None:
+        """Queue a series the writer has just seen (sync, cheap, never raises)."""
+        try:
+            tsuid = tsuid_from_parts(self._layout, metric_uid, tag_uids)
+        except CodecError:
+            return
+        if tsuid in self._written or tsuid in self._pending:
+            return
+        self._pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
+        self._wake.set()
+
+    def pending(self) -> int:
+        """Series queued and not yet written."""
+        return len(self._pending)
+
+    def forget(self) -> None:
+        """Drop the memory of written series (``/api/dropcaches``): they are rewritten when
+        the writer reports them again."""
+        self._written.clear()
+        self._uids_written.clear()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        """Write what is queued, then stop the background task."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything queued now (lookups call this to see the newest series).
+
+        Storage errors are counted and logged; their series stay queued for a retry.
+        """
+        async with self._lock:
+            rounds = 0
+            while self._pending and rounds < MAX_ATTEMPTS * 4:
+                rounds += 1
+                if not await self._write_round():
+                    break
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+            if self._pending:  # a failed round: retry after a pause
+                await asyncio.sleep(RETRY_PAUSE_S)
+                self._wake.set()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def _write_round(self) -> bool:
+        """Write one batch; False when storage failed."""
+        batch = list(self._pending.items())[:BATCH_SIZE]
+        for tsuid, _ in batch:
+            del self._pending[tsuid]
+        try:
+            await self._write_batch(batch)
+        except (StorageError, TsdError) as exc:
+            self._errors.inc()
+            log.warning("meta.write_failed", error=str(exc), series=len(batch))
+            for tsuid, (metric_uid, pairs, attempts) in batch:
+                if attempts + 1 < MAX_ATTEMPTS:
+                    self._pending.setdefault(tsuid, (metric_uid, pairs, attempts + 1))
+                else:
+                    self._dropped.inc()
+            return False
+        if len(self._written) + len(batch) > MAX_REMEMBERED:
+            self._written.clear()
+        self._written.update(tsuid for tsuid, _ in batch)
+        self._tracked.inc(len(batch))
+        return True
+
+    async def _write_batch(self, batch: list[tuple[bytes, tuple[bytes, _Pairs, int]]]) -> None:
+        core = self._core
+        now_s = int(self._wall_clock())
+        tsuids = [tsuid for tsuid, _ in batch]
+        if not core.meta_enable_tsuid_tracking:
+            stamp = now_s.to_bytes(8, "big", signed=True)
+            await self._storage.put(
+                self._table, [Put(t, TSMETA_FAMILY, INDEX_QUALIFIER, stamp) for t in tsuids]
+            )
+        elif core.meta_enable_tsuid_incrementing:
+            for tsuid in tsuids:
+                count = await self._storage.increment(
+                    self._table, tsuid, TSMETA_FAMILY, TSMETA_COUNTER_QUALIFIER
+                )
+                if core.meta_enable_realtime_ts and count == 1:
+                    await self._tsmetas.store_new_if_missing(tsuid, now_s)
+        elif core.meta_enable_realtime_ts:
+            for tsuid in tsuids:
+                await self._tsmetas.store_new_if_missing(tsuid, now_s)
+        else:
+            one = (1).to_bytes(8, "big")
+            await self._storage.put(
+                self._table, [Put(t, TSMETA_FAMILY, TSMETA_COUNTER_QUALIFIER, one) for t in tsuids]
+            )
+        if core.meta_enable_realtime_uid:
+            for _, (metric_uid, pairs, _attempts) in batch:
+                await self._write_uid_metas(metric_uid, pairs, now_s)
+
+    async def _write_uid_metas(self, metric_uid: bytes, pairs: _Pairs, now_s: int) -> None:
+        todo: list[tuple[UniqueId, bytes]] = [(self._uids.metrics, metric_uid)]
+        for tagk, tagv in pairs:
+            todo += [(self._uids.tagk, tagk), (self._uids.tagv, tagv)]
+        for unique_id, uid in todo:
+            key = (unique_id.kind, uid)
+            if key in self._uids_written:
+                continue
+            name = await unique_id.get_name(uid)
+            await self._uid_metas.store_new_if_missing(unique_id, uid, name, now_s)
+            if len(self._uids_written) >= MAX_REMEMBERED:
+                self._uids_written.clear()
+            self._uids_written.add(key)

@@ -1,0 +1,69 @@
+"""The query page at ``/`` and its static files under ``/s/`` (OpenTSDB serves its GWT UI
+the same way: ``/`` and ``/s/<file>``, registered when the UI is enabled in ``rw``/``ro``).
+
+The page is plain HTML and JavaScript in ``tsd/server/static`` (no build step): pick a
+metric (from ``/api/suggest``), tags, aggregator, downsample and time range, and it draws the
+``/api/query`` answer as an SVG line chart; the page URL reproduces the query.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from aiohttp import web
+
+from tsd.errors import BadRequestError
+from tsd.server.http.app import ApiPath, Route, method_not_allowed
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+CONTENT_TYPES = {
+    ".html": "text/html; charset=UTF-8",
+    ".js": "text/javascript; charset=UTF-8",
+    ".css": "text/css; charset=UTF-8",
+    ".ico": "image/x-icon",
+    ".png": "image/png",
+}
+
+
+@functools.cache
+def _static_file(name: str) -> tuple[bytes, str] | None:
+    """(content, content type) of a file shipped in the static folder, read once."""
+    path = STATIC_DIR / name
+    content_type = CONTENT_TYPES.get(path.suffix)
+    # Only plain files directly in the static folder: no traversal, no hidden files.
+    if content_type is None or "/" in name or name.startswith(".") or not path.is_file():
+        return None
+    return path.read_bytes(), content_type
+
+
+def _serve(name: str) -> web.Response:
+    found = _static_file(name)
+    if found is None:
+        raise BadRequestError("Endpoint not found", status=404)
+    body, content_type = found
+    return web.Response(
+        body=body, headers={"Content-Type": content_type, "Cache-Control": "max-age=60"}
+    )
+
+
+async def handle_home(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    if request.method not in ("GET", "HEAD"):
+        raise method_not_allowed(request.method)
+    if path.parts not in (("",), ()):
+        raise BadRequestError("Endpoint not found", status=404)
+    return _serve("index.html")
+
+
+async def handle_static(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    if request.method not in ("GET", "HEAD"):
+        raise method_not_allowed(request.method)
+    return _serve("/".join(path.parts[1:]))
+
+
+READ_MODES = frozenset({"rw", "ro"})
+
+ROUTES = {
+    "": Route(handle_home, modes=READ_MODES, api=False),
+    "s": Route(handle_static, modes=READ_MODES, api=False),
+}
