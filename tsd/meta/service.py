@@ -7,6 +7,9 @@ by the last points are written).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from tsd.codec import KeyLayout
 from tsd.config import Config
 from tsd.meta.annotations import AnnotationStore
@@ -28,7 +31,10 @@ class MetaService:
         uids: UidService,
         config: Config,
         registry: StatsRegistry | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``wall_clock``: the time written as ``created`` by meta tracking."""
         cfg = config.storage
         self.layout = KeyLayout.from_storage_config(cfg)
         self.uids = uids
@@ -44,6 +50,7 @@ class MetaService:
             self.tsmetas,
             self.uid_metas,
             registry,
+            wall_clock=wall_clock,
         )
         self.lookup = SeriesLookup(
             storage, cfg.meta_table, self.layout, uids, before_read=self.tracker.flush

@@ -1,0 +1,146 @@
+"""Meta tracking: what a new series leaves in the meta and UID tables, per tsd.core.meta.*
+setting, written once per series (not per point), on every backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.meta.conftest import NOW_S, MakeEnv
+from tests.uid.hooked_storage import HookedStorage
+from tsd.errors import StorageUnavailable
+from tsd.model import DataPoint, make_tags
+from tsd.storage.base import Put, Storage
+
+# The first series of a fresh store: metric 000001, host=web01 -> 000001/000001.
+TSUID = bytes.fromhex("000001000001000001")
+TSMETA_JSON = (
+    b'{"tsuid":"000001000001000001","displayName":"","description":"","notes":"",'
+    b'"created":1700000000,"custom":null,"units":"","dataType":"","retention":0,'
+    b'"max":"NaN","min":"NaN"}'
+)
+ONE = (1).to_bytes(8, "big")
+
+
+async def meta_row(env: Any, tsuid: bytes = TSUID) -> dict[bytes, bytes]:
+    row = await env.storage.get(env.config.storage.meta_table, tsuid)
+    return {} if row is None else {cell.qualifier: cell.value for cell in row.cells}
+
+
+@pytest.mark.parametrize(
+    ("core", "expected"),
+    [
+        pytest.param({}, {b"tsd_series": NOW_S.to_bytes(8, "big")}, id="tracking_off_index"),
+        pytest.param({"meta_enable_tsuid_tracking": True}, {b"ts_ctr": ONE}, id="tracking"),
+        pytest.param(
+            {"meta_enable_tsuid_tracking": True, "meta_enable_tsuid_incrementing": True},
+            {b"ts_ctr": ONE},
+            id="incrementing_once_per_series",
+        ),
+        pytest.param(
+            {"meta_enable_tsuid_tracking": True, "meta_enable_realtime_ts": True},
+            {b"ts_meta": TSMETA_JSON},
+            id="realtime_ts",
+        ),
+        pytest.param(
+            {
+                "meta_enable_tsuid_tracking": True,
+                "meta_enable_realtime_ts": True,
+                "meta_enable_tsuid_incrementing": True,
+            },
+            {b"ts_ctr": ONE, b"ts_meta": TSMETA_JSON},
+            id="realtime_ts_incrementing",
+        ),
+        pytest.param(
+            # OpenTSDB ignores realtime_ts/incrementing without tsuid tracking.
+            {"meta_enable_realtime_ts": True, "meta_enable_tsuid_incrementing": True},
+            {b"tsd_series": NOW_S.to_bytes(8, "big")},
+            id="realtime_without_tracking_is_off",
+        ),
+    ],
+)
+async def test_new_series_writes_opentsdb_meta_cells(
+    make_env: MakeEnv, core: dict[str, bool], expected: dict[bytes, bytes]
+) -> None:
+    env = await make_env(**core)
+    for ts in (NOW_S, NOW_S + 10, NOW_S + 3600):
+        await env.write("sys.cpu.user", ts, 1, host="web01")
+    assert await meta_row(env) == expected
+
+
+async def test_realtime_uid_writes_uidmeta_once_and_keeps_existing(make_env: MakeEnv) -> None:
+    env = await make_env(meta_enable_realtime_uid=True)
+    table = env.config.storage.uid_table
+    # A UIDMeta the user wrote before the tag value was first used must survive.
+    await env.uids.tagv.assign("web01")
+    custom = (
+        b'{"type":"TAGV","displayName":"W1","description":"","notes":"","created":5,"custom":null}'
+    )
+    await env.storage.put(table, [Put(b"\x00\x00\x01", "name", b"tagv_meta", custom)])
+    await env.write("sys.cpu.user", NOW_S, 1, host="web01")
+    cells = {
+        kind: (await env.storage.get(table, b"\x00\x00\x01")).value("name", kind)  # type: ignore[union-attr]
+        for kind in (b"metric_meta", b"tagk_meta", b"tagv_meta")
+    }
+    assert cells == {
+        b"metric_meta": b'{"type":"METRIC","displayName":"","description":"","notes":"",'
+        b'"created":1700000000,"custom":null}',
+        b"tagk_meta": b'{"type":"TAGK","displayName":"","description":"","notes":"",'
+        b'"created":1700000000,"custom":null}',
+        b"tagv_meta": custom,
+    }
+
+
+async def test_meta_is_written_once_per_series_not_per_point(
+    make_env: MakeEnv, storage: Storage
+) -> None:
+    hooked = HookedStorage(storage)
+    meta_writes: list[int] = []
+
+    async def count(table: str, mutations: Any) -> None:
+        if table.endswith("tsdb-meta"):
+            meta_writes.append(len(mutations))
+
+    hooked.hooks["mutate"] = count
+    env = await make_env(store=hooked, meta_enable_tsuid_tracking=True)
+    for i in range(40):
+        await env.write("sys.cpu.user", NOW_S + i, i, host="web01")
+    await env.write("sys.cpu.user", NOW_S, 1, host="web02")
+    assert meta_writes == [1, 1]
+
+
+async def test_incrementing_counts_discoveries_and_keeps_the_first_tsmeta(
+    make_env: MakeEnv,
+) -> None:
+    core = {
+        "meta_enable_tsuid_tracking": True,
+        "meta_enable_realtime_ts": True,
+        "meta_enable_tsuid_incrementing": True,
+    }
+    first = await make_env(**core)
+    await first.write("sys.cpu.user", NOW_S, 1, host="web01")
+    # Another TSD (or this one restarted) sees the same series again.
+    second = await make_env(**core)
+    await second.write("sys.cpu.user", NOW_S + 1, 2, host="web01")
+    assert await meta_row(second) == {b"ts_ctr": (2).to_bytes(8, "big"), b"ts_meta": TSMETA_JSON}
+
+
+async def test_storage_errors_are_retried(make_env: MakeEnv, storage: Storage) -> None:
+    hooked = HookedStorage(storage)
+    failures = [StorageUnavailable("region server down")]
+
+    async def fail_once(table: str, mutations: Any) -> None:
+        if table.endswith("tsdb-meta") and failures:
+            raise failures.pop()
+
+    hooked.hooks["mutate"] = fail_once
+    # No background task: this test drives every round itself.
+    env = await make_env(store=hooked, start_tracker=False, meta_enable_tsuid_tracking=True)
+    await env.writer.add(DataPoint("sys.cpu.user", NOW_S, 1, make_tags({"host": "web01"})))
+    await env.writer.flush()
+    await env.meta.tracker.flush()  # the first round fails and keeps the series queued
+    assert env.meta.tracker.pending() == 1
+    await env.meta.tracker.flush()
+    assert env.meta.tracker.pending() == 0
+    assert await meta_row(env) == {b"ts_ctr": ONE}
