@@ -88,7 +88,7 @@ def _update_from_params(request: web.Request) -> AnnotationUpdate:
         raise BadRequestError("Missing start time")
     changes: dict[str, Any] = {}
     end_ms = parse_datetime(params.get("end_time", ""))
-    if end_ms // 1000:
+    if end_ms >= 1000:  # absent is -1, which Java's division turns into 0
         changes["end_time"] = end_ms // 1000
     for key in ("description", "notes"):
         if params.get(key):
