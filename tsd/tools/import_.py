@@ -1,0 +1,319 @@
+"""``tsdb import FILE...``: load OpenTSDB's text import format through the daemon's write path.
+
+The format (OpenTSDB ``src/tools/TextImporter.java``): one data point per line,
+``metric timestamp value tagk=tagv ...``, which is a telnet ``put`` line without ``put``.
+Each line is parsed by the telnet put parser (:func:`tsd.protocol.telnet.parse_put`) and
+handed to the daemon's :class:`~tsd.write.writer.Writer`, so a point is typed, checked,
+encoded, batched and (later) compacted exactly as if a collector had sent it. Where
+OpenTSDB's importer has its own parsing, tsd follows its telnet parser instead: a
+timestamp may contain dots (``1356998400.500`` is in milliseconds) and a decimal value
+becomes a float32 only when that keeps it exact (the importer always stores float32).
+
+Reading, as OpenTSDB's importer reads: text in UTF-8; lines end with ``\\n``, ``\\r\\n`` or
+``\\r``; ``-`` is standard input; a ``.gz`` name is gunzipped, and so (beyond OpenTSDB) is
+any file that starts with gzip's magic bytes.
+
+Errors, as OpenTSDB's importer handles them: the first bad line (unparseable, or a new
+metric while ``tsd.core.auto_create_metrics`` is off: pass ``--auto-metric``) stops the
+import; ``--skip-errors`` reports it and goes on. Each is reported on stderr with its file
+and line number: ``points.txt:12: illegal argument: invalid tag: x line=[...]``. The points
+read before a stop are still written. Exit status 0 when every line was imported (or
+skipped with ``--skip-errors``), 1 after a stop or when storage lost points.
+
+Output: a progress bar on stderr while stderr is a terminal; on stdout one line per file
+and a total, with OpenTSDB's wording: ``Total: imported 1000000 data points in 7.412s
+(134916.4 points/s)``. A file's time covers reading, parsing and buffering its points; the
+total also covers writing the last of them to storage (``sync``: the store holds every
+point when the line is printed). Rows whose hour has closed are then compacted, as the
+daemon does when it stops, which the total does not include.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import gzip
+import io
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, TextIO, cast
+
+from tsd.config import Config
+from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.protocol.names import NameRules
+from tsd.protocol.telnet import parse_put
+from tsd.stats import StatsRegistry
+from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
+from tsd.write.writer import Writer
+
+#: bytes read per block (a block is decoded and split into lines at once)
+BLOCK_BYTES = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+#: seconds between progress bar updates
+PROGRESS_EVERY_S = 0.2
+#: characters of a bad line shown in its error report
+SHOWN_LINE_CHARS = 200
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Gzipped files (.gz, or gzip's magic bytes) are read directly."
+    add_store_options(parser, auto_metric=True)
+    parser.add_argument(
+        "--skip-errors",
+        action="store_true",
+        help="report bad lines and go on (default: stop at the first)",
+    )
+    parser.add_argument("paths", nargs="+", metavar="FILE", help="files to import; - is stdin")
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+class LineSource:
+    """The lines of one file (plain or gzip), read in blocks, with the position read so far."""
+
+    def __init__(self, path: str, stdin: BinaryIO | None = None) -> None:
+        self.path = path
+        raw: BinaryIO = stdin if stdin is not None and path == "-" else open(path, "rb")  # noqa: SIM115
+        self._raw = raw
+        buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
+        compressed = path.endswith(".gz") or buffered.peek(2)[:2] == GZIP_MAGIC
+        self._stream: io.BufferedIOBase = (
+            gzip.GzipFile(fileobj=buffered) if compressed else buffered
+        )
+        try:
+            self.size: int | None = os.fstat(raw.fileno()).st_size if path != "-" else None
+        except (OSError, ValueError):
+            self.size = None
+
+    def position(self) -> int:
+        """Bytes of the file (compressed, for gzip) consumed so far."""
+        try:
+            return self._raw.tell()
+        except OSError:
+            return 0
+
+    def blocks(self) -> Iterator[list[str]]:
+        """Lists of complete lines, in order, split at Java's readLine line ends (LF, CRLF,
+        CR); UTF-8 is decoded incrementally, so a character split between blocks survives."""
+        read = self._stream.read
+        decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        pending = ""  # the start of a line whose end is not read yet
+        while True:
+            data = read(BLOCK_BYTES)
+            final = not data
+            text = pending + decode(data, final)
+            held = ""
+            if not final and text.endswith("\r"):  # maybe the first half of a CRLF
+                text, held = text[:-1], "\r"
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            if final:
+                lines = text.split("\n")
+                if lines[-1] == "":
+                    lines.pop()
+                if lines:
+                    yield lines
+                return
+            cut = text.rfind("\n")
+            if cut < 0:
+                pending = text + held
+                continue
+            pending = text[cut + 1 :] + held
+            yield text[:cut].split("\n")
+
+    def close(self) -> None:
+        self._stream.close()
+        if self._raw is not sys.stdin.buffer:
+            self._raw.close()
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Progress:
+    """A one-line progress bar redrawn on a terminal (stderr), at most every 0.2 s."""
+
+    out: TextIO
+    enabled: bool
+    _next: float = 0.0
+    _shown: bool = field(default=False)
+
+    def update(self, source: LineSource, points: int, started: float) -> None:
+        now = time.monotonic()
+        if not self.enabled or now < self._next:
+            return
+        self._next = now + PROGRESS_EVERY_S
+        elapsed = max(now - started, 1e-9)
+        text = f"{source.path}: {points:,} points, {points / elapsed:,.0f} points/s"
+        if source.size:
+            done = min(1.0, source.position() / source.size)
+            bar = "#" * int(done * 30)
+            text = f"{source.path}: {done:6.1%} [{bar:<30}] {points:,} points, " + (
+                f"{points / elapsed:,.0f} points/s"
+            )
+        self.out.write("\r\x1b[K" + text)
+        self.out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self._shown = False
+
+
+# -- importing --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Counts of an import so far."""
+
+    points: int = 0
+    bad_lines: int = 0
+    stopped: bool = False
+
+
+def report_bad_line(path: str, lineno: int, reason: str, line: str) -> None:
+    shown = line if len(line) <= SHOWN_LINE_CHARS else line[:SHOWN_LINE_CHARS] + "..."
+    print(f"{path}:{lineno}: {reason} line=[{shown}]", file=sys.stderr)
+
+
+def _reason(exc: BadRequestError) -> str:
+    # The telnet parser's messages are its reply lines, "put: <reason>".
+    return exc.message.removeprefix("put: ")
+
+
+async def import_source(
+    source: LineSource,
+    writer: Writer,
+    rules: NameRules,
+    *,
+    skip_errors: bool,
+    progress: Progress,
+) -> Outcome:
+    """Parse every line of ``source`` into ``writer``; stops at the first bad line unless
+    ``skip_errors``. Returns when the points are buffered (not necessarily stored)."""
+    outcome = Outcome()
+    started = time.monotonic()
+    lineno = 0
+    points = 0
+    try_add = writer.try_add
+    for lines in source.blocks():
+        for line in lines:
+            lineno += 1
+            try:
+                point = parse_put(("put " + line).split(" "), rules)
+                if try_add(point) is None:
+                    await writer.add(point)
+            except (BadRequestError, NoSuchUniqueName) as exc:
+                reason = _reason(exc) if isinstance(exc, BadRequestError) else exc.message
+                report_bad_line(source.path, lineno, reason, line)
+                outcome.bad_lines += 1
+                if skip_errors:
+                    continue
+                outcome.stopped = True
+                outcome.points = points
+                return outcome
+            points += 1
+            if writer.is_full():
+                await writer.wait_writable()
+        progress.update(source, points, started)
+    outcome.points = points
+    return outcome
+
+
+async def import_files(
+    cfg: Config, paths: list[str], *, skip_errors: bool, out: TextIO, err: TextIO
+) -> int:
+    """Import ``paths`` in order through one Writer; prints the rate lines; the exit status."""
+    registry = StatsRegistry()
+    rules = name_rules(cfg)
+    progress = Progress(err, enabled=err.isatty())
+    total = Outcome()
+    async with open_store(cfg) as store:
+        writer = Writer(store.storage, store.uids, cfg.storage, registry)
+        writer.start()
+        started = time.monotonic()
+        try:
+            for path in paths:
+                outcome = await _import_path(path, writer, rules, skip_errors, progress, out, err)
+                total.points += outcome.points
+                total.bad_lines += outcome.bad_lines
+                if outcome.stopped:
+                    total.stopped = True
+                    break
+            await writer.flush()  # every point is in storage from here
+            elapsed = max(time.monotonic() - started, 1e-9)
+            stored = total.points - _count(registry, "datapoints.dropped", "storage_errors")
+            print(
+                f"Total: imported {stored} data points in {elapsed:.3f}s"
+                f" ({stored / elapsed:.1f} points/s)",
+                file=out,
+                flush=True,
+            )
+        finally:
+            progress.clear()
+            compacting = time.monotonic()
+            await writer.close()  # compacts the rows whose hour has closed
+    rows = _count(registry, "compaction.count", "rows")
+    if rows:
+        print(f"Compacted {rows} rows in {time.monotonic() - compacting:.3f}s", file=out)
+    if total.bad_lines:
+        print(f"{total.bad_lines} bad line(s){'' if skip_errors else ': import stopped'}", file=err)
+    if stored < total.points:
+        print(f"storage failed to write {total.points - stored} data points", file=err)
+    return 1 if total.stopped or stored < total.points else 0
+
+
+def _count(registry: StatsRegistry, name: str, kind: str) -> int:
+    return registry.counter(name, type=kind).value
+
+
+async def _import_path(
+    path: str,
+    writer: Writer,
+    rules: NameRules,
+    skip_errors: bool,
+    progress: Progress,
+    out: TextIO,
+    err: TextIO,
+) -> Outcome:
+    started = time.monotonic()
+    source = LineSource(path, sys.stdin.buffer)
+    try:
+        outcome = await import_source(
+            source, writer, rules, skip_errors=skip_errors, progress=progress
+        )
+    except (OSError, EOFError) as exc:  # unreadable, or a damaged or truncated gzip stream
+        progress.clear()
+        print(f"tsdb import: {path}: {exc}", file=err)
+        return Outcome(stopped=True)
+    finally:
+        source.close()
+    progress.clear()
+    elapsed_ms = max(int((time.monotonic() - started) * 1000), 1)
+    print(
+        f"Processed {path} in {elapsed_ms} ms, {outcome.points} data points"
+        f" ({outcome.points * 1000 / elapsed_ms:.1f} points/s)",
+        file=out,
+    )
+    return outcome
+
+
+def run(args: argparse.Namespace) -> int:
+    for path in args.paths:
+        if path != "-" and not os.path.isfile(path):
+            print(f"tsdb import: {path}: no such file", file=sys.stderr)
+            return 1
+    cfg = tool_config(args)
+    return run_async(
+        import_files(
+            cfg, list(args.paths), skip_errors=args.skip_errors, out=sys.stdout, err=sys.stderr
+        )
+    )
