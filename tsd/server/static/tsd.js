@@ -79,14 +79,20 @@
     return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
   }
 
+  // Only the newest answer of each list is shown: an older request may finish later.
+  const asked = { metrics: 0, tags: 0 };
+
   const suggestMetrics = debounce(async () => {
+    const ticket = ++asked.metrics;
     try {
       const q = encodeURIComponent($("metric").value.trim());
-      fillDatalist("metric-suggestions", await getJson("/api/suggest?type=metrics&max=25&q=" + q));
+      const names = await getJson("/api/suggest?type=metrics&max=25&q=" + q);
+      if (ticket === asked.metrics) fillDatalist("metric-suggestions", names);
     } catch (e) { /* suggestions are a convenience */ }
   }, 150);
 
   const suggestTags = debounce(async () => {
+    const ticket = ++asked.tags;
     const text = $("tags").value;
     const cut = text.lastIndexOf(",");
     const head = cut < 0 ? "" : text.slice(0, cut + 1);
@@ -102,7 +108,7 @@
         const names = await getJson("/api/suggest?type=tagv&max=25&q=" + encodeURIComponent(last.slice(eq + 1)));
         values = names.map((v) => head + key + v);
       }
-      fillDatalist("tag-suggestions", values);
+      if (ticket === asked.tags) fillDatalist("tag-suggestions", values);
     } catch (e) { /* ignore */ }
   }, 150);
 
@@ -179,7 +185,8 @@
       svg.appendChild(el("line", { class: "grid", x1: MARGIN.left, x2: WIDTH - MARGIN.right, y1: y, y2: y }));
       svg.appendChild(el("text", { x: MARGIN.left - 6, y: y + 4, "text-anchor": "end" }, niceNumber(v)));
       const t = x0 + ((x1 - x0) * i) / 4;
-      svg.appendChild(el("text", { x: sx(t), y: HEIGHT - 12, "text-anchor": "middle" }, timeLabel(t)));
+      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+      svg.appendChild(el("text", { x: sx(t), y: HEIGHT - 12, "text-anchor": anchor }, timeLabel(t)));
     }
     svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: MARGIN.left, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom }));
     svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: WIDTH - MARGIN.right, y1: HEIGHT - MARGIN.bottom, y2: HEIGHT - MARGIN.bottom }));
