@@ -118,6 +118,9 @@ def _bits(value: int | float) -> bytes:
 
 def _fast(rows_: list[Row], fix_duplicates: bool) -> list[list[tuple[int, bytes, bool]]]:
     points = decode_rows(rows_, LAYOUT, fix_duplicates=fix_duplicates)
+    n = points.point_count
+    is_int = points.is_int if points.is_int is not None else [False] * n
+    ints = points.int_values if points.int_values is not None else [0] * n
     out = []
     for r in range(len(rows_)):
         lo, hi = int(points.row_offsets[r]), int(points.row_offsets[r + 1])
@@ -125,17 +128,15 @@ def _fast(rows_: list[Row], fix_duplicates: bool) -> list[list[tuple[int, bytes,
             [
                 (
                     int(points.timestamps[i]),
-                    _bits(int(points.int_values[i]))
-                    if points.is_int[i]
-                    else _bits(float(points.values[i])),
-                    bool(points.is_int[i]),
+                    _bits(int(ints[i])) if is_int[i] else _bits(float(points.values[i])),
+                    bool(is_int[i]),
                 )
                 for i in range(lo, hi)
             ]
         )
         for i in range(lo, hi):
-            if points.is_int[i]:  # the double of an integer point is Java's (double) long
-                assert points.values[i] == float(int(points.int_values[i]))
+            if is_int[i]:  # the double of an integer point is Java's (double) long
+                assert points.values[i] == float(int(ints[i]))
     return out
 
 
@@ -210,6 +211,7 @@ def test_duplicates_keep_the_newest_cell_with_fix_duplicates() -> None:
     assert compacted is not None
     row = Row(key, (Cell("t", b"\x00\x00", b"\x01"), Cell("t", *compacted)))
     points = decode_rows([row], LAYOUT, fix_duplicates=True)
+    assert points.int_values is not None
     assert points.int_values.tolist() == [7, 8]
     assert points.timestamps.tolist() == [BASE * 1000, BASE * 1000 + 1000]
 

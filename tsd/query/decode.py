@@ -34,11 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import as_strided
 
 from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
@@ -48,6 +47,8 @@ from tsd.storage.base import Row
 __all__ = ["RowPoints", "Spans", "assemble_spans", "decode_rows", "series_key"]
 
 U8Array = npt.NDArray[np.uint8]
+#: int32 or int64 arrays (per-point work uses the narrower type where values fit)
+IntArray = npt.NDArray[np.signedinteger[Any]]
 U64Array = npt.NDArray[np.uint64]
 
 _MS_MARK = 0xF0
@@ -60,15 +61,16 @@ class RowPoints:
     """The decoded points of R rows, row after row (``row_offsets`` has R + 1 entries).
 
     Within a row points are sorted by time with duplicates resolved. ``int_values`` holds
-    the exact value of integer points (0 for doubles); ``values`` every point as a double
-    (an integer converted as Java's ``(double) long``).
+    the exact value of integer points (0 for doubles), ``is_int`` which points are integers
+    (both None when none is); ``values`` every point as a double (an integer converted as
+    Java's ``(double) long``).
     """
 
     row_offsets: Int64Array
     timestamps: Int64Array
     values: Float64Array
-    int_values: Int64Array
-    is_int: BoolArray
+    int_values: Int64Array | None  # None (with is_int) when no point is an integer
+    is_int: BoolArray | None
     annotations: tuple[tuple[int, AnnotationCell], ...] = ()
     #: bytes read: key, qualifier and value of every cell (the query byte limit counts these)
     stored_bytes: int = 0
@@ -113,21 +115,20 @@ class _Cells:
     vlen: Int64Array
     voff: Int64Array
     ufirst: Int64Array  # index of the cell's first 2-byte qualifier unit
-    units: Int64Array  # every qualifier as 2-byte big-endian units (odd ones padded), + 1 pad
+    units: IntArray  # every qualifier as 2-byte big-endian units (odd ones padded), + 1 pad
     v: U8Array  # value bytes, padded with 8 zero bytes
     first: Int64Array  # first qualifier byte (0 for empty qualifiers)
 
 
 @dataclass(slots=True)
 class _Entries:
-    """One entry per point found in the fast path, in (cell, position) order."""
+    """One entry per point found in the fast path, in (cell, stored position) order."""
 
-    cell: Int64Array
-    pos: Int64Array  # position of the point in its cell (append cells: after sorting)
-    offset_ms: Int64Array
-    flags: Int64Array
+    cell: IntArray
+    offset_ms: IntArray
+    flags: IntArray
     vstart: Int64Array  # index of the first value byte in the value buffer
-    vlen: Int64Array  # bytes of the value
+    vlen: IntArray  # bytes of the value
 
 
 def _collect(rows: Sequence[Row]) -> _Cells:
@@ -146,9 +147,9 @@ def _collect(rows: Sequence[Row]) -> _Cells:
     if n:
         np.cumsum(nunits[:-1], out=ufirst[1:])
         np.cumsum(vlen[:-1], out=voff[1:])
-    units = np.frombuffer(b"".join(quals) + bytes(2), dtype=">u2").astype(np.int64)
+    units = np.frombuffer(b"".join(quals) + bytes(2), dtype=">u2").astype(np.int32)
     v = np.frombuffer(b"".join(vals) + bytes(8), dtype=np.uint8)
-    first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0)
+    first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0).astype(np.int64)
     row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
     return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
 
@@ -159,16 +160,6 @@ def _read_be(buf: U8Array, start: Int64Array, width: int) -> Int64Array:
     for k in range(1, width):
         out = (out << 8) | buf[start + k]
     return out
-
-
-def _ranges(counts: Int64Array) -> tuple[Int64Array, Int64Array]:
-    """(owner index, position) for ``counts[i]`` consecutive items per owner ``i``."""
-    total = int(counts.sum())
-    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    firsts = np.zeros(len(counts), dtype=np.int64)
-    if len(counts):
-        np.cumsum(counts[:-1], out=firsts[1:])
-    return owner, np.arange(total, dtype=np.int64) - firsts[owner]
 
 
 #: Readable (flags) combinations: floats on 4 or 8 bytes, integers on 1, 2, 4 or 8, with the
@@ -198,8 +189,11 @@ def _even_cells(c: _Cells, bad: BoolArray) -> _Entries:
     ncells = len(c.qlen)
     qlen = c.qlen
     nunits = (qlen + 1) // 2
-    nonempty = nunits > 0
     units = c.units[:-1]
+    if ncells and (qlen % 2 == 0).all() and qlen.min() > 0 and units.max() < 0xF000:
+        # The common read: every qualifier is made of 2-byte (seconds) qualifiers.
+        return _seconds_cells(c, bad, units, nunits)
+    nonempty = nunits > 0
     even = ((qlen & 1) == 0) & nonempty
     single_s = qlen == 2
     single_ms = (qlen == 4) & (c.first >= _MS_MARK)
@@ -226,10 +220,10 @@ def _even_cells(c: _Cells, bad: BoolArray) -> _Entries:
             evenpos = ((np.arange(len(units), dtype=np.int64) - c.ufirst[ucell]) & 1) == 0
         heads = np.flatnonzero(two[ucell] | (four[ucell] & evenpos))
         cell = ucell[heads]
-    hi = c.units[heads]
+    hi = c.units[heads].astype(np.int64)
     if four.any():
         is4 = four[cell]
-        lo = c.units[heads + 1]
+        lo = c.units[heads + 1].astype(np.int64)
         flags = np.where(is4, lo & 0xF, hi & 0xF)
         offset = np.where(is4, (((hi << 16) | lo) & 0x0FFFFFC0) >> 6, (hi >> 4) * 1000)
     else:
@@ -237,17 +231,24 @@ def _even_cells(c: _Cells, bad: BoolArray) -> _Entries:
         offset = (hi >> 4) * 1000
     vl = (flags & 0x7) + 1
     n = len(cell)
+    if n == 0:
+        return _empty_entries()
+    # Entries per cell (cells without entries are skipped by ``owners``).
+    if two.all():
+        owners = np.flatnonzero(nunits > 0)
+        firsts = c.ufirst[owners]
+    else:
+        change = np.ones(n, dtype=np.bool_)
+        change[1:] = cell[1:] != cell[:-1]
+        firsts = np.flatnonzero(change)
+        owners = cell[firsts]
+    per_cell = np.diff(np.append(firsts, n))
     # Value positions: running sum of lengths, restarted at each cell's value offset.
-    change = np.ones(n, dtype=np.bool_)
-    change[1:] = cell[1:] != cell[:-1]
-    firsts = np.flatnonzero(change)
-    owners = cell[firsts]
-    excl = np.cumsum(vl) - vl
-    vstart = excl + np.repeat(c.voff[owners] - excl[firsts], np.diff(np.append(firsts, n)))
-    pos = np.arange(n, dtype=np.int64) - np.repeat(firsts, np.diff(np.append(firsts, n)))
-    invalid = ~_VALID_FLAGS[flags]
+    excl = np.cumsum(vl)
+    used = excl[firsts + per_cell - 1] - (excl[firsts] - vl[firsts])
+    excl -= vl
+    vstart = excl + np.repeat(c.voff[owners] - excl[firsts], per_cell)
     # Compacted cells: every value byte but the trailing meta byte must be used.
-    used = np.add.reduceat(vl, firsts) if n else _EMPTY_I
     comp_owner = compacted[owners]
     bad[c.row[owners[comp_owner & (used != c.vlen[owners] - 1)]]] = True
     # Single ms points: the value must hold the flags' length (extra bytes are ignored).
@@ -255,10 +256,38 @@ def _even_cells(c: _Cells, bad: BoolArray) -> _Entries:
     bad[c.row[owners[ms_owner & (c.vlen[owners] < vl[firsts])]]] = True
     s_owner = single_s[owners]
     if s_owner.any():
-        invalid[firsts[s_owner]] = False
         _fix_single_seconds(c, firsts[s_owner], owners[s_owner], flags, vstart, vl, bad)
-    bad[c.row[cell[invalid]]] = True
-    return _Entries(cell, pos, offset, flags, vstart, vl)
+    # Flags that cannot be read (single second cells are fixed up above).
+    kinds = np.bincount(flags, minlength=16)
+    if kinds[~_VALID_FLAGS].any():
+        invalid = ~_VALID_FLAGS[flags]
+        bad[c.row[cell[invalid]]] = True
+    return _Entries(cell, offset, flags, vstart, vl)
+
+
+def _seconds_cells(
+    c: _Cells, bad: BoolArray, units: npt.NDArray[np.int32], nunits: Int64Array
+) -> _Entries:
+    """_even_cells when every qualifier unit is a seconds qualifier: one point per unit."""
+    ncells = len(c.qlen)
+    flags = units & 0xF
+    offset = (units >> 4) * 1000
+    vl = (flags & 0x7) + 1
+    cell = np.repeat(np.arange(ncells, dtype=np.int32), nunits)
+    firsts = c.ufirst
+    csum = np.cumsum(vl, dtype=np.int64)
+    used = csum[firsts + nunits - 1] - csum[firsts] + vl[firsts]
+    csum -= vl
+    vstart = csum + np.repeat(c.voff - csum[firsts], nunits)
+    compacted = c.qlen > 2
+    bad[c.row[compacted & (used != c.vlen - 1)]] = True
+    single = np.flatnonzero(~compacted)
+    if len(single):
+        _fix_single_seconds(c, firsts[single], single, flags, vstart, vl, bad)
+    kinds = np.bincount(flags, minlength=16)
+    if kinds[~_VALID_FLAGS].any():
+        bad[c.row[cell[~_VALID_FLAGS[flags]]]] = True
+    return _Entries(cell, offset, flags, vstart, vl)
 
 
 def _fix_single_seconds(
@@ -285,6 +314,8 @@ def _fix_single_seconds(
     fixed = (f & 0x8) | ((length - 1) & 0x7)
     ok = (length >= 1) & (length <= 8) & _valid_lengths(fixed, length)
     bad[c.row[cells[~ok]]] = True
+    # Unreadable cells keep a readable kind here; their rows are decoded by the reference.
+    fixed[~ok] = 0
     flags[at] = fixed
     vstart[at] = start
     vl[at] = length
@@ -331,12 +362,11 @@ def _append_cells(c: _Cells, idx: Int64Array, bad: BoolArray) -> _Entries:
     keep[1:] = (owner[1:] != owner[:-1]) | (offset[1:] != offset[:-1])
     owner, offset, flags, vstart, vl = (x[keep] for x in (owner, offset, flags, vstart, vl))
     bad[c.row[idx[owner[~_valid_lengths(flags, vl)]]]] = True
-    _, pos = _ranges(np.bincount(owner, minlength=len(idx)))
-    return _Entries(idx[owner], pos, offset, flags, vstart, vl)
+    return _Entries(idx[owner], offset, flags, vstart, vl)
 
 
 def _empty_entries() -> _Entries:
-    return _Entries(*(_EMPTY_I for _ in range(6)))
+    return _Entries(*(_EMPTY_I for _ in range(5)))
 
 
 def _concat_entries(parts: Sequence[_Entries]) -> _Entries:
@@ -355,44 +385,49 @@ _VALUE_TYPES = {0x0: ">i1", 0x1: ">i2", 0x3: ">i4", 0x7: ">i8", 0xB: ">f4", 0xF:
 
 
 def _values(
-    v: U8Array, vstart: Int64Array, flags: Int64Array
-) -> tuple[Float64Array, Int64Array, BoolArray]:
+    v: U8Array, vstart: Int64Array, flags: IntArray
+) -> tuple[Float64Array, Int64Array | None, BoolArray | None]:
     """(doubles, exact integers, is integer) of every point, read one value type at a time
-    through a strided view of the value buffer (no per-point work in Python)."""
+    through a typed view of the value buffer (no per-point work in Python). The integer
+    arrays are None when no point is an integer."""
     n = len(vstart)
     kind = flags & 0xF
     counts = np.bincount(kind, minlength=16) if n else np.zeros(16, dtype=np.int64)
     present = [k for k in _VALUE_TYPES if counts[k]]
     if len(present) == 1:
-        return _read_type(v, vstart, present[0], n)
+        doubles, ints = _read_type(v, vstart, present[0])
+        return doubles, ints, None if ints is None else np.ones(n, dtype=np.bool_)
     doubles = np.empty(n, dtype=np.float64)
-    ints = np.zeros(n, dtype=np.int64)
+    any_int = any(k < 0x8 for k in present)
+    all_ints = np.zeros(n, dtype=np.int64) if any_int else None
     for k in present:
         where = np.flatnonzero(kind == k)
-        d, i, _ = _read_type(v, vstart[where], k, len(where))
+        d, i = _read_type(v, vstart[where], k)
         doubles[where] = d
-        if k < 0x8:
-            ints[where] = i
-    return doubles, ints, (kind & 0x8) == 0
+        if all_ints is not None and i is not None:
+            all_ints[where] = i
+    return doubles, all_ints, (kind & 0x8) == 0 if any_int else None
 
 
-def _read_type(
-    v: U8Array, vstart: Int64Array, kind: int, n: int
-) -> tuple[Float64Array, Int64Array, BoolArray]:
-    dtype = np.dtype(_VALUE_TYPES[kind])
-    width = dtype.itemsize
-    windows = as_strided(v, shape=(max(len(v) - width + 1, 0), width), strides=(1, 1))
-    raw = windows[vstart].view(dtype).reshape(n)
+def _read_type(v: U8Array, vstart: Int64Array, kind: int) -> tuple[Float64Array, Int64Array | None]:
+    raw = _typed_view(v, _VALUE_TYPES[kind])[vstart]
     if kind & 0x8:
-        return raw.astype(np.float64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_)
+        return raw.astype(np.float64), None
     ints = raw.astype(np.int64)
-    return ints.astype(np.float64), ints, np.ones(n, dtype=np.bool_)
+    return ints.astype(np.float64), ints
 
 
-def _value_bytes(v: U8Array, vstart: Int64Array, vl: Int64Array) -> U64Array:
+def _typed_view(v: U8Array, type_code: str) -> npt.NDArray[Any]:
+    """The buffer seen as a value of ``type_code`` starting at *every* byte (stride 1,
+    unaligned): element ``i`` is the value whose first byte is ``v[i]``."""
+    dtype = np.dtype(type_code)
+    count = max(len(v) - dtype.itemsize + 1, 0)
+    return np.ndarray(shape=(count,), dtype=dtype, buffer=v, strides=(1,))
+
+
+def _value_bytes(v: U8Array, vstart: Int64Array, vl: IntArray) -> U64Array:
     """The value bytes of each point as one integer (with the length, its identity)."""
-    windows = as_strided(v, shape=(max(len(v) - 7, 0), 8), strides=(1, 1))
-    raw = windows[vstart].view(">u8").reshape(len(vstart)).astype(np.uint64)
+    raw = _typed_view(v, ">u8")[vstart].astype(np.uint64)
     return raw >> ((8 - vl) * 8).astype(np.uint64)
 
 
@@ -420,28 +455,30 @@ def decode_rows(
     annotations = _annotations(rows, c, notes, base_ms)
 
     e_row = c.row[entries.cell]
-    keep = ~bad[e_row]
-    if not keep.all():
+    if bad.any():
+        keep = ~bad[e_row]
         entries = _Entries(*(getattr(entries, n)[keep] for n in _Entries.__slots__))
         e_row = e_row[keep]
     doubles, ints, is_int = _values(c.v, entries.vstart, entries.flags)
     points = _Points(e_row, entries.offset_ms, doubles, ints, is_int)
-    # Rows whose points are not strictly increasing need compaction's merge.
+    # Rows whose points are not strictly increasing need compaction's merge (cheap test
+    # first: offsets fall at every row boundary anyway).
     offset = entries.offset_ms
-    unordered = (e_row[1:] == e_row[:-1]) & (offset[1:] <= offset[:-1])
+    falls = np.flatnonzero(offset[1:] <= offset[:-1])
+    falls = falls[e_row[falls] == e_row[falls + 1]]
     pieces = [points]
-    if unordered.any():
+    if len(falls):
         needs_merge = np.zeros(n_rows, dtype=np.bool_)
-        needs_merge[e_row[1:][unordered]] = True
-        merging = np.flatnonzero(needs_merge[e_row])
+        needs_merge[e_row[falls]] = True
+        in_merge = needs_merge[e_row]
+        merging = np.flatnonzero(in_merge)
         pieces = [
-            points.take(np.flatnonzero(~needs_merge[e_row])),
+            points.take(np.flatnonzero(~in_merge)),
             _merge(
                 rows,
                 layout,
                 points.take(merging),
                 entries.cell[merging],
-                entries.pos[merging],
                 _value_bytes(c.v, entries.vstart[merging], entries.vlen[merging]),
                 entries.vlen[merging],
                 fix_duplicates,
@@ -450,14 +487,19 @@ def decode_rows(
     for r in np.flatnonzero(bad).tolist():
         pieces.append(_scalar_row(rows[r], r, layout, fix_duplicates))
     merged = _Points.concat(pieces)
-    counts = np.bincount(merged.row, minlength=n_rows)
-    row_offsets = np.zeros(n_rows + 1, dtype=np.int64)
-    np.cumsum(counts, out=row_offsets[1:])
-    timestamps = base_ms[merged.row] + merged.offset
+    # Points are in row order: the row boundaries by binary search.
+    row_offsets = np.searchsorted(merged.row, np.arange(n_rows + 1, dtype=np.int64))
+    timestamps = np.repeat(base_ms, np.diff(row_offsets)) + merged.offset
     key_bytes = sum(len(r.key) * len(r.cells) for r in rows)
     stored = key_bytes + int(c.qlen.sum()) + int(c.vlen.sum())
     return RowPoints(
-        row_offsets, timestamps, merged.doubles, merged.ints, merged.is_int, annotations, stored
+        row_offsets.astype(np.int64),
+        timestamps,
+        merged.doubles,
+        merged.ints,
+        merged.is_int,
+        annotations,
+        stored,
     )
 
 
@@ -470,19 +512,19 @@ def _base_time_s(layout: KeyLayout, key: bytes) -> int:
 class _Points:
     """Decoded points with their row and offset in the row (ms)."""
 
-    row: Int64Array
-    offset: Int64Array
+    row: IntArray
+    offset: IntArray
     doubles: Float64Array
-    ints: Int64Array
-    is_int: BoolArray
+    ints: Int64Array | None
+    is_int: BoolArray | None
 
     def take(self, index: Int64Array | BoolArray) -> _Points:
         return _Points(
             self.row[index],
             self.offset[index],
             self.doubles[index],
-            self.ints[index],
-            self.is_int[index],
+            None if self.ints is None else self.ints[index],
+            None if self.is_int is None else self.is_int[index],
         )
 
     @staticmethod
@@ -490,14 +532,23 @@ class _Points:
         """The pieces' points ordered by row (each row's points come from one piece)."""
         if len(pieces) == 1:
             return pieces[0]
+        has_ints = any(p.ints is not None for p in pieces)
         joined = _Points(
             np.concatenate([p.row for p in pieces]),
             np.concatenate([p.offset for p in pieces]),
             np.concatenate([p.doubles for p in pieces]),
-            np.concatenate([p.ints for p in pieces]),
-            np.concatenate([p.is_int for p in pieces]),
+            np.concatenate([_ints_of(p) for p in pieces]) if has_ints else None,
+            np.concatenate([_is_int_of(p) for p in pieces]) if has_ints else None,
         )
         return joined.take(np.argsort(joined.row, kind="stable"))
+
+
+def _ints_of(p: _Points) -> Int64Array:
+    return p.ints if p.ints is not None else np.zeros(len(p.row), dtype=np.int64)
+
+
+def _is_int_of(p: _Points) -> BoolArray:
+    return p.is_int if p.is_int is not None else np.zeros(len(p.row), dtype=np.bool_)
 
 
 def _merge(
@@ -505,7 +556,6 @@ def _merge(
     layout: KeyLayout,
     points: _Points,
     cell: Int64Array,
-    pos: Int64Array,
     value_bytes: U64Array,
     value_length: Int64Array,
     fix_duplicates: bool,
@@ -513,7 +563,8 @@ def _merge(
     """CompactionQueue's merge of rows with unordered or repeated offsets: by offset, a
     point of a later cell first; identical duplicates dropped, others an error unless
     ``fix_duplicates`` (which keeps the first)."""
-    order = np.lexsort((pos, -cell, points.offset, points.row))
+    # lexsort is stable: within one cell, points keep their stored order.
+    order = np.lexsort((-cell, points.offset, points.row))
     points = points.take(order)
     value_bytes, value_length = value_bytes[order], value_length[order]
     row, offset = points.row, points.offset
@@ -547,6 +598,8 @@ def _scalar_row(row: Row, index: int, layout: KeyLayout, fix_duplicates: bool) -
     ints = np.fromiter((p.value if not p.is_float else 0 for p in points), np.int64, n)
     doubles = np.fromiter((float(p.value) for p in points), np.float64, n)
     doubles[is_int] = ints[is_int].astype(np.float64)
+    if not is_int.any():
+        return _Points(np.full(n, index, dtype=np.int64), offset, doubles, None, None)
     return _Points(np.full(n, index, dtype=np.int64), offset, doubles, ints, is_int)
 
 
@@ -574,7 +627,8 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
 
     ``parts`` are (row keys, their decoded points) per decoded batch, in any order. Rows of
     one series are put in base time order; overlapping rows (points beyond the hour in a
-    row, which no writer produces) are merged keeping the first point at a time.
+    row, which no writer produces) are merged keeping the first point at a time. Work is
+    per row: points move as whole row slices, straight from the parts.
     """
     keys: list[bytes] = [k for ks, _ in parts for k in ks]
     sk = [series_key(layout, k) for k in keys]
@@ -584,29 +638,40 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     row_base = np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
     points = [p for _, p in parts]
     counts = _cat([np.diff(p.row_offsets) for p in points], np.int64)
-    ts = _cat([p.timestamps for p in points], np.int64)
-    values = _cat([p.values for p in points], np.float64)
-    int_values = _cat([p.int_values for p in points], np.int64)
-    is_int = _cat([p.is_int for p in points], np.bool_)
-    row_order = np.lexsort((row_base, row_series))
-    if (row_order != np.arange(len(row_order))).any():
-        starts = np.zeros(len(counts), dtype=np.int64)
-        np.cumsum(counts[:-1], out=starts[1:])
-        take = _gather_rows(starts[row_order], counts[row_order])
-        ts, values, int_values, is_int = ts[take], values[take], int_values[take], is_int[take]
-    point_series = np.repeat(row_series[row_order], counts[row_order])
-    overlap = (point_series[1:] == point_series[:-1]) & (ts[1:] <= ts[:-1])
-    if overlap.any():
-        order = np.lexsort((ts, point_series))
-        keep = np.ones(len(ts), dtype=np.bool_)
-        keep[1:] = (point_series[order][1:] != point_series[order][:-1]) | (
-            ts[order][1:] != ts[order][:-1]
+    row_part = _cat(
+        [np.full(len(p.row_offsets) - 1, i, np.int64) for i, p in enumerate(points)], np.int64
+    )
+    row_start = _cat([p.row_offsets[:-1] for p in points], np.int64)
+    order = np.lexsort((row_base, row_series))
+    moves = _RowMoves(row_part[order], row_start[order], counts[order])
+    ts = moves.gather([p.timestamps for p in points], np.int64)
+    values = moves.gather([p.values for p in points], np.float64)
+    int_values: Int64Array | None = None
+    is_int: BoolArray | None = None
+    if any(p.is_int is not None for p in points):
+        int_values = moves.gather(
+            [
+                p.int_values if p.int_values is not None else np.zeros(p.point_count, np.int64)
+                for p in points
+            ],
+            np.int64,
         )
-        order = order[keep]
-        ts, values, int_values, is_int = ts[order], values[order], int_values[order], is_int[order]
-        point_series = point_series[order]
+        is_int = moves.gather(
+            [
+                p.is_int if p.is_int is not None else np.zeros(p.point_count, np.bool_)
+                for p in points
+            ],
+            np.bool_,
+        )
+    series_of_row = row_series[order]
+    series_counts = np.bincount(series_of_row, weights=moves.counts, minlength=len(unique))
     offsets = np.zeros(len(unique) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(point_series, minlength=len(unique)), out=offsets[1:])
+    np.cumsum(series_counts.astype(np.int64), out=offsets[1:])
+    if _rows_overlap(ts, series_of_row, moves.counts):
+        keep, offsets = _first_of_overlaps(ts, np.repeat(series_of_row, moves.counts), len(unique))
+        ts, values = ts[keep], values[keep]
+        if int_values is not None and is_int is not None:
+            int_values, is_int = int_values[keep], is_int[keep]
     notes: list[list[AnnotationCell]] = [[] for _ in unique]
     first_row = 0
     for ks, p in parts:
@@ -615,7 +680,7 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
         first_row += len(ks)
     for series_notes in notes:
         series_notes.sort(key=lambda a: a.timestamp_ms)
-    if is_int.any():
+    if int_values is not None and is_int is not None and is_int.any():
         batch = SeriesBatch(ts, values, offsets, int_values, is_int)
     else:
         batch = SeriesBatch(ts, values, offsets)
@@ -623,6 +688,61 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
 
 
 _T = TypeVar("_T", bound=np.generic)
+
+#: Below this many points per row, moving rows as slices costs more than one fancy index.
+_SLICE_MIN_POINTS = 32
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _RowMoves:
+    """Rows to copy, in output order: from which part, where there, how many points."""
+
+    part: Int64Array
+    start: Int64Array
+    counts: Int64Array
+
+    def gather(self, arrays: list[npt.NDArray[_T]], dtype: type[_T]) -> npt.NDArray[_T]:
+        total = int(self.counts.sum())
+        if total == 0:
+            return np.zeros(0, dtype=dtype)
+        if total < _SLICE_MIN_POINTS * len(self.counts):
+            # Small rows: one fancy index over the parts laid end to end.
+            sizes = np.array([len(a) for a in arrays], dtype=np.int64)
+            part_base = np.cumsum(sizes) - sizes
+            whole = _cat(arrays, dtype)
+            return whole[_gather_rows(part_base[self.part] + self.start, self.counts)]
+        out = np.empty(total, dtype=dtype)
+        at = 0
+        rows = zip(self.part.tolist(), self.start.tolist(), self.counts.tolist(), strict=True)
+        for part, start, count in rows:
+            out[at : at + count] = arrays[part][start : start + count]
+            at += count
+        return out
+
+
+def _rows_overlap(ts: Int64Array, series_of_row: Int64Array, counts: Int64Array) -> bool:
+    """True when a row of a series does not start after the previous row of it ended."""
+    nonempty = counts > 0
+    if nonempty.sum() < 2:
+        return False
+    ends = np.cumsum(counts)[nonempty]
+    firsts = ends - counts[nonempty]
+    series = series_of_row[nonempty]
+    same = series[1:] == series[:-1]
+    return bool((same & (ts[firsts[1:]] <= ts[ends[:-1] - 1])).any())
+
+
+def _first_of_overlaps(
+    ts: Int64Array, point_series: Int64Array, n_series: int
+) -> tuple[Int64Array, Int64Array]:
+    """(indices to keep, new series offsets): per series, time order, first point at a time."""
+    order = np.lexsort((ts, point_series))
+    sorted_ts, sorted_series = ts[order], point_series[order]
+    keep = np.ones(len(order), dtype=np.bool_)
+    keep[1:] = (sorted_series[1:] != sorted_series[:-1]) | (sorted_ts[1:] != sorted_ts[:-1])
+    offsets = np.zeros(n_series + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sorted_series[keep], minlength=n_series), out=offsets[1:])
+    return order[keep], offsets
 
 
 def _cat(arrays: list[npt.NDArray[_T]], dtype: type[_T]) -> npt.NDArray[_T]:

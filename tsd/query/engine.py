@@ -492,9 +492,9 @@ class QueryEngine:
         if not points.point_count:
             return None
         i = points.point_count - 1
-        value: int | float = (
-            int(points.int_values[i]) if points.is_int[i] else float(points.values[i])
-        )
+        value: int | float = float(points.values[i])
+        if points.is_int is not None and points.int_values is not None and points.is_int[i]:
+            value = int(points.int_values[i])
         key = rows[-1].key
         tsuid = key[self._layout.salt_width :]
         tsuid = tsuid[: self._layout.metric_width] + tsuid[self._layout.metric_width + 4 :]
