@@ -21,6 +21,7 @@ from tests.tools.toolkit import (
     tsdb,
 )
 from tests.write.readback import StoredPoint, data_rows, stored_points
+from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 
 HOUR = 1_356_998_400  # 2013-01-01T00:00:00Z, long closed: its rows are compacted at the end
@@ -84,6 +85,37 @@ async def test_rows_of_closed_hours_are_compacted_as_the_daemon_does(target: Tar
     [cell] = rows[0].cells  # one compacted cell: 100 two-byte qualifiers
     assert len(cell.qualifier) == 200
     assert [p.value for p in await stored(target)] == list(range(100))
+
+
+@embedded_only
+@pytest.mark.parametrize(
+    ("extra", "qualifiers"),
+    [
+        pytest.param("", {b"tsd_series"}, id="series-index"),
+        pytest.param(
+            "tsd.core.meta.enable_tsuid_tracking = true\n",
+            {b"ts_ctr"},
+            id="tsuid-tracking",
+        ),
+    ],
+)
+async def test_new_series_reach_the_meta_table_as_from_the_daemon(
+    target: Target, extra: str, qualifiers: set[bytes]
+) -> None:
+    target.write_config(extra)
+    lines = [f"a.b {HOUR} 1 host=web01 cpu=0", f"a.b {HOUR} 1 host=web02 cpu=0"]
+    (target.cwd / "p.txt").write_text("\n".join(lines * 3))
+    done = await target.run("import", "p.txt", "--auto-metric")
+    assert (done.code, done.err) == (0, "")
+    async with open_target(target) as store:
+        table = store.cfg.storage.meta_table
+        rows = [row async for row in store.storage.scan(table, ScanSpec())]
+    # one row per series, keyed by its TSUID: metric 1, tagk cpu=1 host=2, tagv 0=1 web0N=N+1
+    assert [row.key.hex() for row in rows] == [
+        "000001000001000001000002000002",
+        "000001000001000001000002000003",
+    ]
+    assert all({cell.qualifier for cell in row.cells} == qualifiers for row in rows)
 
 
 @embedded_only

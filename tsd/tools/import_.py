@@ -43,6 +43,7 @@ from typing import Any, BinaryIO, TextIO, cast
 
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import parse_put
 from tsd.stats import StatsRegistry
@@ -237,8 +238,17 @@ async def import_files(
     progress = Progress(err, enabled=err.isatty())
     total = Outcome()
     async with open_store(cfg) as store:
-        writer = Writer(store.storage, store.uids, cfg.storage, registry)
+        # Wired as the daemon wires it: meta tracking (tsd.core.meta.*) sees each new series.
+        meta = MetaService(store.storage, store.uids, cfg, registry)
+        writer = Writer(
+            store.storage,
+            store.uids,
+            cfg.storage,
+            registry,
+            on_new_series=meta.tracker.on_new_series,
+        )
         writer.start()
+        meta.start()
         started = time.monotonic()
         try:
             for path in paths:
@@ -261,9 +271,11 @@ async def import_files(
             progress.clear()
             compacting = time.monotonic()
             await writer.close()  # compacts the rows whose hour has closed
+            compacting = time.monotonic() - compacting
+            await meta.close()  # after the writer: its last new series get their meta
     rows = _count(registry, "compaction.count", "rows")
     if rows:
-        print(f"Compacted {rows} rows in {time.monotonic() - compacting:.3f}s", file=out)
+        print(f"Compacted {rows} rows in {compacting:.3f}s", file=out)
     if total.bad_lines:
         print(f"{total.bad_lines} bad line(s){'' if skip_errors else ': import stopped'}", file=err)
     if stored < total.points:
