@@ -21,7 +21,7 @@ from tsd.query.engine import QueryEngine
 from tsd.query.output import serialize_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
-from tsd.storage.schema import ensure_tables
+from tsd.storage.schema import opentsdb_tables
 from tsd.uid.service import UidService
 from tsd.write.compactor import Compactor
 from tsd.write.writer import Writer
@@ -84,7 +84,10 @@ async def query_harness(
         storage=dataclasses.replace(storage_config, **(storage_options or {})),
         query=QueryConfig(**(query_options or {})),
     )
-    await ensure_tables(storage, cfg.storage)
+    # Only the tables the write and query paths use: creating one on HBase takes a second.
+    tables = opentsdb_tables(cfg.storage)
+    for table in (cfg.storage.uid_table, cfg.storage.data_table):
+        await storage.create_table(table, tables[table])
     uids = UidService(storage, cfg)
     writer = Writer(storage, uids, cfg.storage, StatsRegistry())
     writer.start()

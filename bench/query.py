@@ -1,0 +1,252 @@
+"""Query latency: ``sum:1m-avg`` over a day of data through the whole engine, against a
+numpy-only computation of the same answer over the same arrays.
+
+A day of ``--series`` series (default 1,000) at ``--step`` seconds (default 10: 8,640 points
+per series) is written to an embedded store as single cells (the bytes the writer stores),
+queried warm ``--repeat`` times, then compacted (one cell per row, as the compaction queue
+leaves it) and queried again. The baseline takes the same values as numpy arrays already
+in memory and computes the 1-minute averages and their sum: no storage, no decoding, no
+grouping; the ratio is what reading OpenTSDB's format from a store costs on top. Both
+answers are checked equal before timing. Also reported: the engine's phases on the
+compacted data (scan + decode, assemble, aggregate) and the decode rate.
+
+Run: ``python -m bench.query [--series N] [--step S] [--repeat N] [--skip-single]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
+from tsd.config import Config, CoreConfig, StorageConfig
+from tsd.protocol.query_json import parse_query_params
+from tsd.query.decode import assemble_spans, decode_rows
+from tsd.query.engine import QueryEngine
+from tsd.query.output import serialize_query_result
+from tsd.query.plan import plan_metric_scan, scan_window_s
+from tsd.storage.base import Delete, Put, Row, Storage
+from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.schema import ensure_tables
+from tsd.uid.service import UidService
+
+BASE = 1356998400  # 2013-01-01 00:00:00 UTC
+DAY = 86400
+METRIC = "bench.cpu"
+
+
+def make_values(n_series: int, n_points: int, seed: int = 3) -> npt.NDArray[np.float64]:
+    """Random walks with two decimals: realistic doubles (8-byte values)."""
+    rng = np.random.default_rng(seed)
+    steps = np.round(rng.normal(0, 1, size=(n_series, n_points)), 2)
+    return np.asarray(np.round(50 + np.cumsum(steps, axis=1), 2), dtype=np.float64)
+
+
+async def load(
+    storage: Storage, cfg: Config, values: npt.NDArray[np.float64], step: int, compacted: bool
+) -> list[bytes]:
+    """Single cells for every point (sorted puts), as the writer stores them, or directly
+    the compacted cell of each row; the row keys."""
+    uids = UidService(storage, cfg)
+    layout = KeyLayout.from_storage_config(cfg.storage)
+    metric_uid = await uids.metrics.assign(METRIC)
+    host_uid = await uids.tagk.assign("host")
+    n_series, n_points = values.shape
+    per_hour = 3600 // step
+    rows: list[bytes] = []
+    for s in range(n_series):
+        series = make_series_key(
+            layout, metric_uid, [(host_uid, await uids.tagv.assign(f"h{s:05d}"))]
+        )
+        puts: list[Put] = []
+        series_values = values[s].tolist()
+        for hour in range(n_points // per_hour):
+            base = BASE + hour * 3600
+            key = series.row_key(base)
+            rows.append(key)
+            cells = [
+                encode_point(base + i * step, series_values[hour * per_hour + i])[1:]
+                for i in range(per_hour)
+            ]
+            if compacted:
+                cell = compact_row(cells)
+                assert cell is not None
+                cells = [cell]
+            puts += [Put(key, "t", qualifier, value) for qualifier, value in cells]
+        await storage.put(cfg.storage.data_table, puts)
+    return rows
+
+
+async def compact(storage: Storage, table: str, rows: list[bytes]) -> None:
+    """Replace every row's cells by its compacted cell (what the compaction queue writes)."""
+    for start in range(0, len(rows), 512):
+        chunk = rows[start : start + 512]
+        found = await storage.get_many(table, chunk, ("t",))
+        puts, deletes = [], []
+        for row in found:
+            cell = compact_row([(c.qualifier, c.value) for c in row.cells])
+            assert cell is not None
+            deletes.append(Delete(row.key, "t"))
+            puts.append(Put(row.key, "t", cell[0], cell[1]))
+        await storage.delete(table, deletes)
+        await storage.put(table, puts)
+
+
+def reference(values: npt.NDArray[np.float64], step: int) -> npt.NDArray[np.float64]:
+    """sum across series of the 1-minute averages, numpy only."""
+    per_minute = 60 // step
+    minutes = values.reshape(values.shape[0], -1, per_minute).mean(axis=2)
+    return np.asarray(minutes.sum(axis=0), dtype=np.float64)
+
+
+async def timed(repeat: int, fn: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """(p50 wall seconds, p50 process CPU seconds, all threads): on a shared machine the
+    CPU time is the steadier figure."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        await fn()
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+async def phases(storage: Storage, cfg: Config, end: int) -> dict[str, float]:
+    """Scan, decode (in the engine's 1,024-row batches), assemble of the compacted data,
+    each on its own, in process CPU seconds (one run)."""
+    layout = KeyLayout.from_storage_config(cfg.storage)
+    uids = UidService(storage, cfg)
+    metric_uid = await uids.metrics.get_id(METRIC)
+    start_s, end_s = scan_window_s(BASE * 1000, end * 1000, None)
+    plan = plan_metric_scan(
+        layout,
+        metric_uid,
+        [],
+        explicit_tags=False,
+        start_s=start_s,
+        end_s=end_s,
+        expansion_limit=4096,
+    )
+    t0 = time.process_time()
+    rows: list[Row] = []
+    for spec in plan.scans:
+        async with contextlib.aclosing(storage.scan(cfg.storage.data_table, spec)) as scanned:
+            rows += [row async for row in scanned]
+    t1 = time.process_time()
+    parts = [
+        ([r.key for r in rows[i : i + 1024]], decode_rows(rows[i : i + 1024], layout))
+        for i in range(0, len(rows), 1024)
+    ]
+    t2 = time.process_time()
+    assemble_spans(parts, layout)
+    t3 = time.process_time()
+    return {
+        "scan_s": t1 - t0,
+        "decode_s": t2 - t1,
+        "assemble_s": t3 - t2,
+        "points": float(sum(p.point_count for _, p in parts)),
+        "rows": float(len(rows)),
+    }
+
+
+async def main(n_series: int, step: int, repeat: int, skip_single: bool) -> None:
+    n_points = DAY // step
+    values = make_values(n_series, n_points)
+    end = BASE + DAY - 1
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-query-") as tmp:
+        cfg = Config(core=CoreConfig(auto_create_metrics=True), storage=StorageConfig(data_dir=tmp))
+        storage = EmbeddedStorage(Path(tmp))
+        try:
+            await ensure_tables(storage, cfg.storage)
+            t0 = time.perf_counter()
+            rows = await load(storage, cfg, values, step, compacted=skip_single)
+            load_s = time.perf_counter() - t0
+            engine = QueryEngine(storage, UidService(storage, cfg), cfg)
+            params = {"start": [str(BASE)], "end": [str(end)], "m": [f"sum:1m-avg:{METRIC}"]}
+            query = parse_query_params(params)
+
+            async def run_query() -> object:
+                result = await engine.execute(query)
+                return serialize_query_result(result)
+
+            # Same answer as the reference, then time both.
+            result = await engine.execute(query)
+            got = result.series[0].dps.values
+            want = reference(values, step)
+            assert np.allclose(got, want, rtol=1e-9), "engine and reference disagree"
+            t_ref = statistics.median(
+                [_time(lambda: reference(values, step)) for _ in range(max(3, repeat))]
+            )
+            c_ref = statistics.median(
+                [_cpu(lambda: reference(values, step)) for _ in range(max(3, repeat))]
+            )
+            total = n_series * n_points
+            print(f"data: {n_series} series x {n_points} points at {step}s = {total:,} points")
+            form = "compacted cells" if skip_single else "single cells"
+            print(f"load ({form}, direct puts): {load_s:.1f} s")
+            print(
+                f"numpy reference (same arrays in memory): {t_ref * 1000:.1f} ms "
+                f"(cpu {c_ref * 1000:.1f} ms)"
+            )
+            if not skip_single:
+                await run_query()  # warm
+                wall, cpu = await timed(repeat, run_query)
+                print(
+                    f"engine, single cells ({len(rows):,} rows, {total:,} cells): p50 "
+                    f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
+                    f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
+                )
+                t0 = time.perf_counter()
+                await compact(storage, cfg.storage.data_table, rows)
+                print(f"compaction of {len(rows):,} rows: {time.perf_counter() - t0:.1f} s")
+            result = await engine.execute(query)
+            assert np.allclose(result.series[0].dps.values, want, rtol=1e-9)
+            await run_query()  # warm
+            wall, cpu = await timed(repeat, run_query)
+            print(
+                f"engine, compacted ({len(rows):,} rows, 1 cell each): p50 "
+                f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
+                f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
+            )
+            p = await phases(storage, cfg, end)
+            print(
+                f"  phases (cpu): scan {p['scan_s'] * 1000:.0f} ms, "
+                f"decode {p['decode_s'] * 1000:.0f} ms "
+                f"({p['points'] / p['decode_s'] / 1e6:.1f} M points/s), "
+                f"assemble {p['assemble_s'] * 1000:.0f} ms"
+            )
+        finally:
+            await storage.close()
+
+
+def _time(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _cpu(fn: Callable[[], object]) -> float:
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=1000)
+    parser.add_argument("--step", type=int, default=10, help="seconds between points")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--skip-single", action="store_true", help="write compacted rows directly; time only those"
+    )
+    args = parser.parse_args()
+    asyncio.run(main(args.series, args.step, args.repeat, args.skip_single))
