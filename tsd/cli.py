@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dump": ("tsd.tools.dump", "Print every raw cell of the embedded store, in storage order"),
     "mkmetric": ("tsd.tools.mkmetric", "Assign UIDs to metric names (tsdb uid assign metrics)"),
     "uid": ("tsd.tools.uid", "Find, assign, rename and delete UIDs (OpenTSDB's tsdb uid)"),
+    "meta-sync": ("tsd.tools.meta_sync", "Index the series already stored, for lookups"),
     "import": ("tsd.tools.import_", "Import data points from text files (OpenTSDB's format)"),
 }
 

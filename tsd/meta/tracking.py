@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from tsd.codec import KeyLayout, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
 from tsd.config import CoreConfig
-from tsd.errors import CodecError, StorageError, TsdError
+from tsd.errors import CodecError, TsdError
 from tsd.log import get_logger
 from tsd.meta.tsmeta import TsMetaStore
 from tsd.meta.uidmeta import UidMetaStore
@@ -84,6 +84,7 @@ class MetaTracker:
         self._wall_clock = wall_clock
         self._pending: dict[bytes, tuple[bytes, _Pairs, int]] = {}
         self._written: set[bytes] = set()
+        self._writing: set[bytes] = set()
         self._uids_written: set[tuple[str, bytes]] = set()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -101,7 +102,7 @@ class MetaTracker:
             tsuid = tsuid_from_parts(self._layout, metric_uid, tag_uids)
         except CodecError:
             return
-        if tsuid in self._written or tsuid in self._pending:
+        if tsuid in self._written or tsuid in self._pending or tsuid in self._writing:
             return
         self._pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
         self._wake.set()
@@ -155,21 +156,28 @@ class MetaTracker:
     # -- writing ------------------------------------------------------------------------------
 
     async def _write_round(self) -> bool:
-        """Write one batch; False when storage failed."""
+        """Write one batch; False when it failed (its series are queued again, up to
+        MAX_ATTEMPTS times)."""
         batch = list(self._pending.items())[:BATCH_SIZE]
         for tsuid, _ in batch:
             del self._pending[tsuid]
+        self._writing.update(tsuid for tsuid, _ in batch)
         try:
             await self._write_batch(batch)
-        except (StorageError, TsdError) as exc:
+        except Exception as exc:  # storage errors, and anything else: the task must live on
             self._errors.inc()
-            log.warning("meta.write_failed", error=str(exc), series=len(batch))
+            if isinstance(exc, TsdError):
+                log.warning("meta.write_failed", error=str(exc), series=len(batch))
+            else:
+                log.exception("meta.write_failed", series=len(batch))
             for tsuid, (metric_uid, pairs, attempts) in batch:
                 if attempts + 1 < MAX_ATTEMPTS:
                     self._pending.setdefault(tsuid, (metric_uid, pairs, attempts + 1))
                 else:
                     self._dropped.inc()
             return False
+        finally:
+            self._writing.clear()
         if len(self._written) + len(batch) > MAX_REMEMBERED:
             self._written.clear()
         self._written.update(tsuid for tsuid, _ in batch)
