@@ -54,7 +54,7 @@ from tsd.query.plan import (
     row_key_regex,
     scan_window_s,
 )
-from tsd.query.series import AggregatedSeries, SeriesBatch
+from tsd.query.series import AggregatedSeries, BoolArray, SeriesBatch
 from tsd.query_model import SubQuery, TSQuery
 from tsd.storage.base import Delete, Row, RowFilter, ScanSpec, Storage
 from tsd.uid.service import UidService
@@ -181,11 +181,11 @@ class QueryEngine:
         if not spans.series_count:
             return []
         facts = await self._series_facts(spans)
-        keep = SeriesFilter(sub.filters, sub.explicit_tags).mask(facts.tags)
+        # Filters (regexps included) and grouping run per series: off the event loop too.
+        keep, groups = await self._compute_off_loop(self._filter_and_group, sub, plan, facts)
         if query.delete:
             await self._delete_rows(parts, spans, keep)
         t2 = time.perf_counter()
-        groups = self._groups(sub, plan, facts, keep)
         window = (start_s * 1000, end_s * 1000)
         aggregated = await self._compute_off_loop(
             _aggregate_all, spans.batch, groups, sub, query, window
@@ -287,19 +287,12 @@ class QueryEngine:
     # -- series, groups, results --------------------------------------------------------------
 
     async def _series_facts(self, spans: Spans) -> _Series:
-        layout = self._layout
-        start = layout.salt_width + layout.metric_width
-        pair, kw = layout.tag_pair_width, layout.tagk_width
-        tag_uids = [
-            {key[i : i + kw]: key[i + kw : i + pair] for i in range(start, len(key), pair)}
-            for key in spans.keys
-        ]
+        tag_uids = await self._compute_off_loop(_tag_uids, self._layout, spans.keys)
         tagk_names = await self._names(self._uids.tagk, {k for t in tag_uids for k in t})
         tagv_names = await self._names(self._uids.tagv, {v for t in tag_uids for v in t.values()})
-        tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
-        tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
-        has_points = (spans.batch.lengths > 0).tolist()
-        return _Series(tag_uids, tags, tsuids, spans.annotations, has_points)
+        return await self._compute_off_loop(
+            _facts, self._layout, spans, tag_uids, tagk_names, tagv_names
+        )
 
     @staticmethod
     async def _names(uids: Any, wanted: set[bytes]) -> dict[bytes, str]:
@@ -315,15 +308,18 @@ class QueryEngine:
         names.update(zip(missing, found, strict=True))
         return names
 
-    def _groups(self, sub: SubQuery, plan: ScanPlan, facts: _Series, keep: Any) -> list[list[int]]:
-        """Series indices per group, in OpenTSDB's group order."""
+    def _filter_and_group(
+        self, sub: SubQuery, plan: ScanPlan, facts: _Series
+    ) -> tuple[BoolArray, list[list[int]]]:
+        """The series passing the filters, and their groups in OpenTSDB's group order."""
+        keep = SeriesFilter(sub.filters, sub.explicit_tags).mask(facts.tags)
         kept = np.flatnonzero(keep).tolist()
         if sub.aggregator == "none":
-            return [[i] for i in kept]
+            return keep, [[i] for i in kept]
         keys: list[bytes | None] = [None] * len(facts.tags)
         for i in kept:
             keys[i] = group_key(self._layout, facts.tag_uids[i], plan.group_by)
-        return [members for _, members in group_series(keys)]
+        return keep, [members for _, members in group_series(keys)]
 
     async def _results(
         self,
@@ -513,6 +509,29 @@ class QueryEngine:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _tag_uids(layout: KeyLayout, keys: Sequence[bytes]) -> list[dict[bytes, bytes]]:
+    """Each series key's tag pairs, tagk UID -> tagv UID."""
+    start = layout.salt_width + layout.metric_width
+    pair, kw = layout.tag_pair_width, layout.tagk_width
+    return [
+        {key[i : i + kw]: key[i + kw : i + pair] for i in range(start, len(key), pair)}
+        for key in keys
+    ]
+
+
+def _facts(
+    layout: KeyLayout,
+    spans: Spans,
+    tag_uids: list[dict[bytes, bytes]],
+    tagk_names: dict[bytes, str],
+    tagv_names: dict[bytes, str],
+) -> _Series:
+    tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
+    tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
+    has_points = (spans.batch.lengths > 0).tolist()
+    return _Series(tag_uids, tags, tsuids, spans.annotations, has_points)
 
 
 def _has_data(row: Row) -> bool:

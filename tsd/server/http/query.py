@@ -12,7 +12,7 @@ import dataclasses
 
 from aiohttp import web
 
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
@@ -47,19 +47,26 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         return await _handle_last(request, engine)
     if endpoint in ("exp", "gexp"):
         raise BadRequestError(f"/api/query/{endpoint} is not implemented", status=501)
-    services.registry.counter("http.query", type="received").inc()
-    timezone = services.config.core.timezone or "UTC"
-    if request.method == "POST":
-        query = parse_query_json(await request.read(), default_timezone=timezone)
-    else:
-        query = parse_query_params(request.query, default_timezone=timezone)
-    if method == "DELETE":
-        query = dataclasses.replace(query, delete=True)
-    if query.delete and not allow_delete:
-        raise _DELETE_DISABLED
-    options = parse_output_options(request.query)
-    result = await engine.execute(query)
+    registry = services.registry
+    try:
+        timezone = services.config.core.timezone or "UTC"
+        if request.method == "POST":
+            query = parse_query_json(await request.read(), default_timezone=timezone)
+        else:
+            query = parse_query_params(request.query, default_timezone=timezone)
+        if method == "DELETE":
+            query = dataclasses.replace(query, delete=True)
+        if query.delete and not allow_delete:
+            raise _DELETE_DISABLED
+        options = parse_output_options(request.query)
+        result = await engine.execute(query)
+    except TsdError as exc:
+        # QueryRpc's counters: bad requests apart from failures.
+        kind = "invalid_requests" if 400 <= exc.status < 500 else "exceptions"
+        registry.counter(f"http.query.{kind}").inc()
+        raise
     body = serialize_query_result(result, arrays=options.arrays, jsonp=options.jsonp)
+    registry.counter("http.query.success").inc()
     return json_response(body)
 
 
