@@ -22,11 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
+from tsd.codec import SeriesKey, parse_value
+from tsd.errors import BadRequestError, CodecError, NoSuchUniqueName, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import (
+    Command,
     DieDieDieCommand,
     DropCachesCommand,
     ExitCommand,
@@ -79,6 +81,50 @@ class TelnetContext:
     idle_timeout_s: float = 0.0
 
 
+#: UID lookups one connection runs at once (new series arriving in a burst).
+SLOW_PUT_WINDOW = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _SlowPut:
+    """A put whose series is not cached yet, and the raw words its line can be remembered by."""
+
+    point: DataPoint
+    alias: tuple[bytes, bytes] | None
+
+
+def _fast_numbers(words: list[bytes]) -> tuple[int, int | float] | None:
+    """Timestamp and value of ``put <metric> <ts> <value> <tags>`` in their usual forms, or
+    None to let the full parser decide (and word any error) exactly as OpenTSDB does.
+
+    Only forms whose meaning is not in doubt are taken here: a timestamp of 1 to 13 ASCII
+    digits (no dot, sign or leading junk; every such value is within OpenTSDB's range once
+    it is above 0), an integer value of up to 18 digits with an optional minus sign (always
+    within a long), and anything else ``parse_value`` (the codec's OpenTSDB typing) accepts.
+    """
+    timestamp_text = words[2]
+    if not timestamp_text.isdigit() or len(timestamp_text) > 13:
+        return None
+    timestamp = int(timestamp_text)
+    if timestamp == 0:
+        return None
+    text = words[3]
+    digits = text[1:] if text[:1] == b"-" else text
+    if digits.isdigit() and len(digits) <= 18:
+        return timestamp, int(text)
+    try:
+        return timestamp, parse_value(text.decode("iso-8859-1"))
+    except CodecError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Barrier:
+    """A command that must wait for the UID lookups of the puts before it."""
+
+    command: Command
+
+
 class TelnetStats:
     """The counters the telnet side keeps (OpenTSDB's names)."""
 
@@ -109,6 +155,8 @@ class TelnetProtocol(TrackedProtocol):
         self._loopback = False
         self._task: asyncio.Task[None] | None = None
         self._last_ack: Ack | None = None
+        self._put_enabled = "put" in context.commands
+        self._pending: set[asyncio.Task[None]] = set()  # puts waiting for their UIDs
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
@@ -183,12 +231,16 @@ class TelnetProtocol(TrackedProtocol):
         elif (self._eof or self._exiting) and self._transport is not None:
             self._transport.close()
 
-    def _run_lines(self) -> DataPoint | bool | None:
-        """Handle lines until none is complete (None), a put needs a UID lookup (that
-        point), or the writer is full (True)."""
+    def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
+        """Handle lines until none is complete (None), a put needs a UID lookup (a
+        :class:`_SlowPut`), or the writer is full (True)."""
         lines = self._lines
         writer = self._writer
         context = self._context
+        received = self._stats.received
+        fast = self._put_enabled
+        series_for_alias = writer.series_for_alias
+        add_to = writer.add_to
         while not self._exiting:
             try:
                 line = lines.maybe_next_line()
@@ -198,7 +250,25 @@ class TelnetProtocol(TrackedProtocol):
                 continue
             if line is None:
                 return None
-            self._stats.received.value += 1
+            received.value += 1
+            alias: tuple[bytes, bytes] | None = None
+            if fast and line[:4] == b"put ":
+                # The hot path: a series whose words were seen before (see _fast_numbers).
+                words = line.split(b" ", 4)
+                if len(words) == 5:
+                    alias = (words[1], words[4])
+                    series = series_for_alias(alias)
+                    if series is not None and (numbers := _fast_numbers(words)) is not None:
+                        try:
+                            ack = add_to(series, numbers[0], numbers[1])
+                        except TsdError as exc:  # shutting down
+                            self._write_line(HBASE_ERROR + exc.message)
+                            continue
+                        if ack is not self._last_ack:
+                            self._watch(ack)
+                        if writer.is_full():
+                            return True
+                        continue
             try:
                 command = parse_command(line, context.rules, context.commands)
             except BadRequestError as exc:
@@ -206,29 +276,56 @@ class TelnetProtocol(TrackedProtocol):
                 self._write(format_error(exc))
                 continue
             if type(command) is PutCommand:
-                try:
-                    ack = writer.try_add(command.point)
-                except TsdError as exc:  # shutting down
-                    self._write_line(HBASE_ERROR + exc.message)
-                    continue
-                if ack is None:
-                    return command.point
-                self._watch(ack)
-                if writer.is_full():
+                point = command.point
+                series = writer.cached_series(point.metric, point.tags)
+                if series is None:
+                    return _SlowPut(point, alias)
+                if alias is not None:
+                    writer.remember_alias(alias, series)
+                if not self._add(series, point.timestamp, point.value):
                     return True
+            elif self._pending:
+                # Commands answer after the puts before them (tcollector's version probe
+                # then means "everything sent so far is handled").
+                return _Barrier(command)
             else:
                 self._run_command(command)
         return None
 
-    async def _run_blocked(self, first: DataPoint | bool) -> None:
-        blocked: DataPoint | bool | None = first
+    def _add(self, series: SeriesKey, timestamp: int, value: int | float) -> bool:
+        """Buffer a point; False when the writer is now full (stop reading)."""
+        writer = self._writer
+        try:
+            ack = writer.add_to(series, timestamp, value)
+        except TsdError as exc:  # shutting down
+            self._write_line(HBASE_ERROR + exc.message)
+            return True
+        if ack is not self._last_ack:
+            self._watch(ack)
+        return not writer.is_full()
+
+    async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
+        """Handle lines that need awaiting. UID lookups run concurrently (up to
+        ``SLOW_PUT_WINDOW`` per connection) so that new series do not go one by one."""
+        blocked: _SlowPut | _Barrier | bool | None = first
+        pending = self._pending
+        loop = asyncio.get_running_loop()
         try:
             while blocked is not None:
-                if isinstance(blocked, DataPoint):
-                    await self._put_slow(blocked)
-                if self._writer.is_full():
+                if isinstance(blocked, _SlowPut):
+                    task = loop.create_task(self._put_slow(blocked))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    if len(pending) >= SLOW_PUT_WINDOW:
+                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                elif isinstance(blocked, _Barrier):
+                    await asyncio.wait(pending)
+                    self._run_command(blocked.command)
+                elif self._writer.is_full():
                     await self._writer.wait_writable()
                 blocked = self._run_lines()
+            if pending:
+                await asyncio.wait(pending)
         except Exception:
             self._stats.exceptions.inc()
             log.exception("telnet.crashed", peer=self._peer)
@@ -243,9 +340,12 @@ class TelnetProtocol(TrackedProtocol):
         else:
             transport.resume_reading()
 
-    async def _put_slow(self, point: DataPoint) -> None:
+    async def _put_slow(self, slow: _SlowPut) -> None:
+        point = slow.point
+        writer = self._writer
         try:
-            ack = await self._writer.add(point)
+            series = await writer.series_of(point.metric, point.tags)
+            ack = writer.add_to(series, point.timestamp, point.value)
         except NoSuchUniqueName as exc:
             self._stats.unknown_metrics.inc()
             self._write_line(UNKNOWN_METRIC + exc.message)
@@ -253,6 +353,8 @@ class TelnetProtocol(TrackedProtocol):
             if self._context.return_errors:
                 self._write_line(HBASE_ERROR + exc.message)
         else:
+            if slow.alias is not None:
+                writer.remember_alias(slow.alias, series)
             self._watch(ack)
 
     def _watch(self, ack: Ack) -> None:
@@ -275,7 +377,7 @@ class TelnetProtocol(TrackedProtocol):
 
     # -- the other commands -------------------------------------------------------------------
 
-    def _run_command(self, command: object) -> None:
+    def _run_command(self, command: Command) -> None:
         context = self._context
         if isinstance(command, VersionCommand):
             self._write(context.version_reply)

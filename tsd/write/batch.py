@@ -46,18 +46,24 @@ class Batch:
     #: ``now`` when the first cell was added (None while empty)
     started_at: float | None = None
 
-    def add(self, row: bytes, qualifier: bytes, value: bytes, now: float) -> None:
-        """Buffer one cell; ``now`` is only read for the first cell."""
+    def add(self, row: bytes, qualifier: bytes, value: bytes, now: float | None = None) -> None:
+        """Buffer one cell. The batch's age starts at ``now``, or at :meth:`start` (callers
+        on a hot path call ``start(clock())`` only when :attr:`started_at` is None)."""
+        if self.started_at is None and now is not None:
+            self.started_at = now
         cells = self.rows.get(row)
         if cells is None:
             cells = self.rows[row] = {}
-            if self.started_at is None:
-                self.started_at = now
         elif qualifier in cells:
             cells[qualifier] = value
             return
         cells[qualifier] = value
         self.cells += 1
+
+    def start(self, now: float) -> None:
+        """Start the batch's age (the time of its first cell)."""
+        if self.started_at is None:
+            self.started_at = now
 
     def __len__(self) -> int:
         return self.cells

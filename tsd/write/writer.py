@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point, make_series_key
@@ -99,6 +99,9 @@ class Writer:
         self._wall_clock = wall_clock
         self._on_new_series = on_new_series
         self._series: dict[tuple[str, Tags], SeriesKey] = {}
+        self._aliases: dict[Hashable, SeriesKey] = {}
+        self._max_batch_cells = self._policy.max_cells
+        self._max_pending_cells = self._limits.max_pending_cells
         self._batch = Batch(self._policy)
         self._ack: Ack | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -169,7 +172,7 @@ class Writer:
         series = self._series.get((point.metric, point.tags))
         if series is None:
             return None
-        return self._buffer(series, point)
+        return self.add_to(series, point.timestamp, point.value)
 
     async def add(self, point: DataPoint) -> Ack:
         """Buffer ``point``, resolving (and maybe assigning) its UIDs first.
@@ -178,29 +181,53 @@ class Writer:
         the UID lookup, StorageUnavailable once closing. The returned future resolves when
         storage holds the point; it may fail with StorageError.
         """
-        key = (point.metric, point.tags)
+        series = await self.series_of(point.metric, point.tags)
+        return self.add_to(series, point.timestamp, point.value)
+
+    async def series_of(self, metric: str, tags: Tags) -> SeriesKey:
+        """The row-key template of a series, resolving (maybe assigning) its UIDs once."""
+        key = (metric, tags)
         series = self._series.get(key)
         if series is None:
-            metric_uid, pairs = await self._uids.resolve_for_write(point.metric, point.tags)
+            metric_uid, pairs = await self._uids.resolve_for_write(metric, tags)
             series = make_series_key(self._layout, metric_uid, pairs)
             if self._on_new_series is not None:
                 self._on_new_series(metric_uid, pairs)
             if len(self._series) >= self._limits.max_series:
                 self._series.clear()
             self._series[key] = series
-        return self._buffer(series, point)
+        return series
 
-    def _buffer(self, series: SeriesKey, point: DataPoint) -> Ack:
+    def cached_series(self, metric: str, tags: Tags) -> SeriesKey | None:
+        """The template of a series already resolved, without suspending; None on a miss."""
+        return self._series.get((metric, tags))
+
+    def series_for_alias(self, alias: Hashable) -> SeriesKey | None:
+        """A template remembered under a protocol's own key (raw telnet words), or None."""
+        return self._aliases.get(alias)
+
+    def remember_alias(self, alias: Hashable, series: SeriesKey) -> None:
+        """Remember ``series`` under ``alias``: the caller guarantees that the alias always
+        stands for that series (same bytes, same parse). Cleared with the series cache."""
+        aliases = self._aliases
+        if len(aliases) >= self._limits.max_series:
+            aliases.clear()
+        aliases[alias] = series
+
+    def add_to(self, series: SeriesKey, timestamp: int, value: int | float) -> Ack:
+        """Buffer one point of a known series (the hot path: no suspension, no lookups)."""
         if self._closing:
             raise StorageUnavailable("the writer is shutting down")
-        base_time_s, qualifier, value = encode_point(point.timestamp, point.value)
+        base_time_s, qualifier, value_bytes = encode_point(timestamp, value)
         batch = self._batch
-        batch.add(series.row_key(base_time_s), qualifier, value, self._clock())
+        if batch.started_at is None:
+            batch.start(self._clock())
+        batch.add(series.row_key(base_time_s), qualifier, value_bytes)
         self._added.value += 1
         cells = batch.cells
-        if cells == 1 or cells >= self._policy.max_cells:
+        if cells == 1 or cells >= self._max_batch_cells:
             self._wake.set()
-        if self._in_flight_cells + cells >= self._limits.max_pending_cells:
+        if self._in_flight_cells + cells >= self._max_pending_cells:
             self._writable.clear()
             self._flush_asked = True  # a full buffer goes now, whatever its age
             self._wake.set()
@@ -242,6 +269,7 @@ class Writer:
     def drop_caches(self) -> None:
         """Forget the series templates (with the UID caches: ``dropcaches``)."""
         self._series.clear()
+        self._aliases.clear()
 
     # -- the flush task -----------------------------------------------------------------------
 

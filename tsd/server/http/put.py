@@ -14,6 +14,7 @@ import contextlib
 
 from aiohttp import web
 
+from tsd.codec import SeriesKey
 from tsd.errors import NoSuchUniqueName, TsdError
 from tsd.model import DataPoint
 from tsd.protocol.put_json import (
@@ -31,6 +32,12 @@ from tsd.protocol.put_json import (
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
 from tsd.write.writer import Ack, Writer
+
+#: UID lookups one request runs at once. 1: new names get their UIDs in the order of the
+#: body, as OpenTSDB hands them out, so that a body always assigns the same UIDs. (Several
+#: at once would be faster for bodies full of new series, but the UID layer does not order
+#: concurrent assignments.)
+MISS_WINDOW = 1
 
 
 async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
@@ -52,27 +59,60 @@ async def _add_points(
     writer: Writer, results: list[DataPoint | PutError], errors: list[PutError]
 ) -> list[tuple[DataPoint, Ack]]:
     """Buffer every valid point; invalid ones and those the writer refuses go to ``errors``,
-    in the order of the body."""
+    in the order of the body. Series not cached yet are resolved after the cached ones."""
     accepted: list[tuple[DataPoint, Ack]] = []
-    for point in results:
+    failed: list[tuple[int, PutError]] = []
+    misses: list[tuple[int, DataPoint]] = []
+    for index, point in enumerate(results):
         if isinstance(point, PutError):
-            errors.append(point)
+            failed.append((index, point))
             continue
         if writer.is_full():
             await writer.wait_writable()  # back-pressure: this client waits
-        ack = writer.try_add(point)
-        if ack is None:
-            try:
-                ack = await writer.add(point)
-            except NoSuchUniqueName:
-                errors.append(PutError(UNKNOWN_METRIC, datapoint_echo(point)))
-                continue
-            except TsdError as exc:
-                message = STORAGE_EXCEPTION.format(message=exc.message)
-                errors.append(PutError(message, datapoint_echo(point)))
-                continue
-        accepted.append((point, ack))
+        series = writer.cached_series(point.metric, point.tags)
+        if series is None:
+            misses.append((index, point))
+        else:
+            _add(writer, series, index, point, accepted, failed)
+    if misses:
+        slots = asyncio.Semaphore(MISS_WINDOW)
+
+        async def resolve(index: int, point: DataPoint) -> None:
+            async with slots:
+                try:
+                    series = await writer.series_of(point.metric, point.tags)
+                except NoSuchUniqueName:
+                    failed.append((index, PutError(UNKNOWN_METRIC, datapoint_echo(point))))
+                    return
+                except TsdError as exc:
+                    failed.append((index, _storage_error(exc, point)))
+                    return
+            if writer.is_full():
+                await writer.wait_writable()
+            _add(writer, series, index, point, accepted, failed)
+
+        await asyncio.gather(*(resolve(index, point) for index, point in misses))
+    failed.sort(key=lambda item: item[0])
+    errors.extend(error for _, error in failed)
     return accepted
+
+
+def _add(
+    writer: Writer,
+    series: SeriesKey,
+    index: int,
+    point: DataPoint,
+    accepted: list[tuple[DataPoint, Ack]],
+    failed: list[tuple[int, PutError]],
+) -> None:
+    try:
+        accepted.append((point, writer.add_to(series, point.timestamp, point.value)))
+    except TsdError as exc:  # shutting down
+        failed.append((index, _storage_error(exc, point)))
+
+
+def _storage_error(exc: TsdError, point: DataPoint) -> PutError:
+    return PutError(STORAGE_EXCEPTION.format(message=exc.message), datapoint_echo(point))
 
 
 async def _reply_when_stored(

@@ -1,0 +1,333 @@
+"""Ingest throughput of the running daemon: telnet lines/s and /api/put points/s.
+
+tsd runs as ``tsdb tsd`` in a subprocess on the embedded store, pinned to CPU 0 (taskset)
+when the machine has two CPUs or more; this load generator pins itself to CPU 1. Every
+scenario sends pre-built bytes as fast as the server takes them and ends when the
+server's counter of accepted points reaches the total (tsd ``/api/stats``
+``tsd.datapoints.added``; VictoriaMetrics ``vm_rows_inserted_total``). Scenarios:
+
+* telnet, steady state: the series were sent once before (UIDs and row keys cached);
+* telnet, cold: every point starts a new series (a new tag value: a UID assignment);
+* /api/put with 1,000-point bodies and with 50-point bodies, steady state.
+
+Baselines measured in the same run: VictoriaMetrics (Debian's ``victoria-metrics``, its
+OpenTSDB listener, GOMAXPROCS=1 on the same CPU) when installed, with the same generator;
+and ``Storage.put`` of the same cells pre-encoded, in process (the storage's own ceiling).
+
+Run: ``python -m bench.ingest [--points N] [--connections C] [--no-vm]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from tsd.codec import KeyLayout, encode_point, make_series_key
+from tsd.storage.base import Put
+from tsd.storage.embedded import EmbeddedStorage
+
+BASE_TS = int(time.time()) - 7200  # two hours back: stays in open and closed hours alike
+CHUNK = 64 * 1024
+
+
+# -- the servers ------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    process: asyncio.subprocess.Process
+    port: int
+    count: Callable[[aiohttp.ClientSession], Awaitable[int]]
+
+    async def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.terminate()
+        await self.process.wait()
+
+
+def pin(cpu: int) -> list[str]:
+    """A taskset prefix when there are two CPUs to spread over."""
+    if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
+async def start_tsd(data_dir: Path) -> Server:
+    process = await asyncio.create_subprocess_exec(
+        *pin(0),
+        sys.executable,
+        "-m",
+        "tsd",
+        "tsd",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--auto-metric",
+        "--data-dir",
+        str(data_dir),
+        "--set",
+        "tsd.logging.format=json",
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    while line := await process.stderr.readline():
+        event = json.loads(line)
+        if event.get("event") == "daemon.started":
+            port = int(event["port"])
+            asyncio.ensure_future(process.stderr.read())  # keep draining its log
+            return Server("tsd", process, port, functools.partial(tsd_added, port=port))
+    raise RuntimeError("tsd did not start")
+
+
+async def tsd_added(session: aiohttp.ClientSession, port: int) -> int:
+    async with session.get(f"http://127.0.0.1:{port}/api/stats") as response:
+        records = orjson.loads(await response.read())
+    return sum(int(r["value"]) for r in records if r["metric"] == "tsd.datapoints.added")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def start_vm(data_dir: Path) -> Server | None:
+    binary = shutil.which("victoria-metrics")
+    if binary is None:
+        return None
+    http_port, tsdb_port = free_port(), free_port()
+    process = await asyncio.create_subprocess_exec(
+        *pin(0),
+        binary,
+        f"-storageDataPath={data_dir}",
+        f"-httpListenAddr=127.0.0.1:{http_port}",
+        f"-opentsdbListenAddr=127.0.0.1:{tsdb_port}",
+        "-loggerLevel=ERROR",
+        env={**os.environ, "GOMAXPROCS": "1"},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):
+            with contextlib.suppress(aiohttp.ClientError):
+                await vm_rows(session, http_port)
+                return Server(
+                    "victoria-metrics", process, tsdb_port, lambda s: vm_rows(s, http_port)
+                )
+            await asyncio.sleep(0.05)
+    raise RuntimeError("victoria-metrics did not start")
+
+
+_VM_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="opentsdb(?:http)?"\} (\d+)', re.M)
+
+
+async def vm_rows(session: aiohttp.ClientSession, port: int) -> int:
+    async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.read()
+    return sum(int(m) for m in _VM_ROWS.findall(text))
+
+
+# -- the load ---------------------------------------------------------------------------------
+
+
+def telnet_lines(count: int, offset: int, series: int, prefix: str) -> list[bytes]:
+    """``count`` put lines; point i goes to series ``i % series`` (all new when series=count)."""
+    return [
+        b"put %s.cpu %d %d host=%s%d dc=lga cpu=%d\n"
+        % (prefix.encode(), BASE_TS + (offset + i) // series, i, prefix.encode(), i % series, i % 8)
+        for i in range(count)
+    ]
+
+
+def json_bodies(count: int, per_body: int, offset: int, series: int) -> list[bytes]:
+    bodies = []
+    for start in range(0, count, per_body):
+        points = [
+            {
+                "metric": "http.cpu",
+                "timestamp": BASE_TS + (offset + i) // series,
+                "value": i if i % 2 else i + 0.5,
+                "tags": {"host": f"h{i % series}", "dc": "lga", "cpu": str(i % 8)},
+            }
+            for i in range(start, min(count, start + per_body))
+        ]
+        bodies.append(orjson.dumps(points))
+    return bodies
+
+
+def chunks_per_connection(lines: list[bytes], connections: int) -> list[list[bytes]]:
+    per: list[list[bytes]] = [[] for _ in range(connections)]
+    for n in range(connections):
+        data = b"".join(lines[n::connections])
+        per[n] = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
+    return per
+
+
+async def send_telnet(port: int, chunks: list[bytes]) -> None:
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    for chunk in chunks:
+        writer.write(chunk)
+        await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+
+async def send_http(session: aiohttp.ClientSession, port: int, bodies: list[bytes]) -> None:
+    for body in bodies:
+        async with session.post(f"http://127.0.0.1:{port}/api/put", data=body) as response:
+            if response.status not in (200, 204):
+                raise RuntimeError(f"/api/put answered {response.status}: {await response.text()}")
+
+
+async def wait_count(server: Server, session: aiohttp.ClientSession, target: int) -> None:
+    """Poll the server's counter (it has no way to tell us; 20 ms adds little to seconds)."""
+    for _ in range(100_000):
+        if await server.count(session) >= target:
+            return
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"{server.name} never counted {target} points")
+
+
+async def timed(
+    server: Server,
+    session: aiohttp.ClientSession,
+    expected: int,
+    senders: Sequence[Awaitable[None]],
+) -> float:
+    """Points per second from the first byte sent until the server counted them all."""
+    first = await server.count(session)
+    start = time.perf_counter()
+    await asyncio.gather(*senders)
+    await wait_count(server, session, expected)
+    return (expected - first) / (time.perf_counter() - start)
+
+
+# -- scenarios --------------------------------------------------------------------------------
+
+
+async def run_scenarios(server: Server, args: argparse.Namespace) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    n, conns, series = args.points, args.connections, args.series
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=conns)) as session:
+        total = await server.count(session)
+
+        async def telnet(name: str, lines: list[bytes]) -> None:
+            nonlocal total
+            per = chunks_per_connection(lines, conns)
+            total += len(lines)
+            rate = await timed(server, session, total, [send_telnet(server.port, c) for c in per])
+            rates[name] = rate
+
+        async def http(name: str, bodies: list[bytes], points: int) -> None:
+            nonlocal total
+            total += points
+            senders = [send_http(session, server.port, bodies[i::conns]) for i in range(conns)]
+            rates[name] = await timed(server, session, total, senders)
+
+        await telnet("warm-up", telnet_lines(series, 0, series, "tel"))
+        await telnet("telnet steady", telnet_lines(n, series, series, "tel"))
+        await telnet("telnet cold", telnet_lines(args.cold_points, 0, args.cold_points, "cold"))
+        warm = json_bodies(series, 1000, 0, series)
+        await http("warm-up http", warm, series)
+        await http("/api/put 1000/body", json_bodies(n, 1000, series, series), n)
+        await http("/api/put 50/body", json_bodies(n // 4, 50, series + n, series), n // 4)
+    rates.pop("warm-up", None)
+    rates.pop("warm-up http", None)
+    return rates
+
+
+def storage_baseline(data_dir: Path, points: int, series: int) -> float:
+    """Cells/s of ``EmbeddedStorage.put`` with the cells already encoded, in 50k batches."""
+    layout = KeyLayout()
+    keys = [
+        make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", i.to_bytes(3, "big"))])
+        for i in range(series)
+    ]
+    puts = []
+    for i in range(points):
+        base, qualifier, value = encode_point(BASE_TS + i // series, i)
+        puts.append(Put(keys[i % series].row_key(base), "t", qualifier, value))
+    puts.sort(key=lambda p: (p.row, p.qualifier))
+
+    async def run() -> float:
+        storage = EmbeddedStorage(data_dir)
+        from tsd.storage.base import FamilySpec
+
+        await storage.create_table("tsdb", [FamilySpec("t")])
+        start = time.perf_counter()
+        for i in range(0, len(puts), 50_000):
+            await storage.put("tsdb", puts[i : i + 50_000])
+        elapsed = time.perf_counter() - start
+        await storage.close()
+        return points / elapsed
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=200_000)
+    parser.add_argument("--cold-points", type=int, default=20_000)
+    parser.add_argument("--series", type=int, default=1_000)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--no-vm", action="store_true")
+    args = parser.parse_args()
+    if pin(1):
+        os.sched_setaffinity(0, {1})
+
+    async def measure() -> tuple[dict[str, float], dict[str, float] | None]:
+        with tempfile.TemporaryDirectory() as tmp:
+            tsd = await start_tsd(Path(tmp) / "tsd")
+            try:
+                tsd_rates = await run_scenarios(tsd, args)
+            finally:
+                await tsd.stop()
+            vm_rates = None
+            vm = None if args.no_vm else await start_vm(Path(tmp) / "vm")
+            if vm is not None:
+                try:
+                    vm_rates = await run_scenarios(vm, args)
+                finally:
+                    await vm.stop()
+        return tsd_rates, vm_rates
+
+    tsd_rates, vm_rates = asyncio.run(measure())
+    with tempfile.TemporaryDirectory() as tmp:
+        put_rate = storage_baseline(Path(tmp) / "s", args.points, args.series)
+    cpus = "daemon on CPU 0, generator on CPU 1" if pin(1) else "no pinning (one CPU)"
+    shape = f"{args.points:,} points, {args.series:,} series, {args.connections} connections"
+    print(f"ingest: {shape}; {cpus}")
+    header = f"  {'scenario':24} {'tsd':>14}"
+    if vm_rates:
+        header += f" {'victoria-metrics':>18} {'tsd/VM':>8}"
+    print(header)
+    for name, rate in tsd_rates.items():
+        row = f"  {name:24} {rate:12,.0f}/s"
+        if vm_rates:
+            vm_rate = vm_rates[name]
+            row += f" {vm_rate:16,.0f}/s {rate / vm_rate:8.2f}"
+        print(row)
+    print(f"  {'Storage.put baseline':24} {put_rate:12,.0f}/s  (pre-encoded cells, in process)")
+    print(f"  telnet steady / Storage.put: {tsd_rates['telnet steady'] / put_rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()
