@@ -371,9 +371,12 @@ class Writer:
     async def _compact_loop(self) -> None:
         while True:
             await asyncio.sleep(self._compaction_tick_s)
-            rows = self._schedule.take(self._wall_clock())
-            if rows:
-                await self._compactor.compact(rows)
+            try:
+                rows = self._schedule.take(self._wall_clock())
+                if rows:
+                    await self._compactor.compact(rows)
+            except Exception:  # a bug must not end compaction for the daemon's lifetime
+                log.exception("compaction.crashed")
 
     async def compact_due(self) -> int:
         """Compact the rows the schedule releases now; the number of rows handed out."""
