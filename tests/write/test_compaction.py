@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import pytest
@@ -160,3 +161,19 @@ async def test_disabled_compaction_leaves_rows(
     await put_points(writer, [(T0, 1), (T0 + 1, 2)])
     await writer.close()
     assert len(await cells_of_only_row(storage, tables)) == 2
+
+
+async def test_background_pass_compacts_without_being_asked(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    writer = make_writer(
+        schedule=at_once(), wall_clock=Clock(T0 + 7200), compaction_flush_interval_s=1
+    )
+    await put_points(writer, [(T0, 1), (T0 + 1, 2)])
+    for _ in range(400):  # one pass a second; poll the store meanwhile
+        if len(await cells_of_only_row(storage, tables)) == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert await cells_of_only_row(storage, tables) == [
+        (bytes.fromhex("00000010"), bytes.fromhex("010200"))
+    ]
