@@ -391,3 +391,64 @@ async def test_cors_allowed_origin_gets_the_headers(
         assert r.status == 200
         assert r.headers["Access-Control-Allow-Origin"] == "OTHER.example"
         assert "version" in orjson.loads(await r.read())
+
+
+# -- more client replays ----------------------------------------------------------------------
+
+
+async def test_telegraf_http_gzip_go_encoder_body(tsd: Daemon, http: aiohttp.ClientSession) -> None:
+    """Telegraf: gzip of '[' + json.Encoder objects (each ending in a newline) + ',' + ']'."""
+    objects = [
+        b'{"metric":"mem_used","timestamp":%d,"value":0.5,"tags":{"host":"vm"}}' % T,
+        b'{"metric":"big","timestamp":%d,"value":1e+21,"tags":{"host":"vm"}}' % T,
+        b'{"metric":"cnt","timestamp":%d,"value":42,"tags":{"host":"vm"}}' % T,
+    ]
+    body = b"[" + b",".join(o + b"\n" for o in objects) + b"]"
+    status, _, _ = await post(
+        http,
+        tsd,
+        "/api/put",
+        gzip.compress(body),
+        **{"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert status == 204
+    assert await stored(tsd) == [
+        sp("big", T * 1000, 1e21, host="vm"),
+        sp("cnt", T * 1000, 42, host="vm"),
+        sp("mem_used", T * 1000, 0.5, host="vm"),
+    ]
+
+
+async def test_tcollector_http_floats_and_connection_close(
+    tsd: Daemon, http: aiohttp.ClientSession
+) -> None:
+    """tcollector --http: plain JSON, Connection: close, every value a float (42 -> 42.0)."""
+    points = [
+        dp("test.const", 1795236834, 42.0, dev="sda", host="vm"),
+        dp("test.ms", 1795236834123, 0.0, host="vm"),
+    ]
+    status, _, _ = await post(
+        http,
+        tsd,
+        "/api/put",
+        orjson.dumps(points),
+        **{"Content-Type": "application/json", "Connection": "close"},
+    )
+    assert status == 204
+    assert await stored(tsd) == [
+        sp("test.const", 1795236834_000, 42.0, dev="sda", host="vm"),
+        sp("test.ms", 1795236834123, 0.0, host="vm"),
+    ]
+
+
+async def test_prometheus_adapter_gets_204_or_a_summary(
+    tsd: Daemon, http: aiohttp.ClientSession
+) -> None:
+    """remote_storage_adapter: success only on exactly 204; otherwise it parses
+    {"success": n, "failed": m}, which OpenTSDB gives only with summary/details."""
+    good = [dp("prom_up", T, 1.0, instance="a_.9090", job="node")]
+    status, _, reply = await post(http, tsd, "/api/put", orjson.dumps(good))
+    assert (status, reply) == (204, b"")
+    bad = [*good, dp("prom up", T, 1.0, job="node")]
+    status, _, reply = await post(http, tsd, "/api/put?summary", orjson.dumps(bad))
+    assert (status, orjson.loads(reply)) == (400, {"success": 1, "failed": 1})
