@@ -16,7 +16,7 @@ from tests.query.tsdb_harness import NOW_MS, QueryHarness, query_harness
 from tsd.codec import KeyLayout, encode_annotation_qualifier, encode_row_key, salt_bucket
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
-from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.errors import BadRequestError, IllegalDataError, NoSuchUniqueName
 from tsd.query.last import LastPointQuery, LastPointSubQuery, parse_last_query_params
 from tsd.query.output import serialize_last_points
 from tsd.storage.base import Put, Row, ScanSpec, Storage
@@ -201,6 +201,27 @@ async def test_delete_removes_the_rows_it_read(harness: QueryHarness) -> None:
     assert await harness.query(params) == []
     others = await harness.query({**params, "m": ["sum:m{host=b}"]})
     assert others[0]["dps"] == {str(T0): 3, str(T0 + 10): 4}
+
+
+async def test_conflicting_duplicates_fail_unless_fixed(
+    storage: Storage, storage_config: StorageConfig
+) -> None:
+    # The same second written as a 1-byte and a 2-byte integer (two qualifiers).
+    layout = KeyLayout()
+    key = encode_row_key(layout, b"\x00\x00\x01", T0, [(b"\x00\x00\x01", b"\x00\x00\x01")])
+    cells = [Put(key, "t", b"\x00\x00", b"\x01"), Put(key, "t", b"\x00\x01", b"\x00\x02")]
+    params = {"start": [str(T0)], "end": [str(T0 + 60)], "m": ["sum:m"]}
+    async with query_harness(storage, storage_config) as strict:
+        await strict.load(_series("m", {"host": "a"}, T0 + 10, 10, [5]))
+        await storage.put(storage_config.data_table, cells)
+        with pytest.raises(IllegalDataError, match="Duplicate timestamp for key="):
+            await strict.query(params)
+    async with query_harness(
+        storage, storage_config, storage_options={"fix_duplicates": True}
+    ) as lenient:
+        answer = await lenient.query(params)
+    # The later cell (qualifier 00 01, value 2) wins.
+    assert answer[0]["dps"] == {str(T0): 2, str(T0 + 10): 5}
 
 
 class _StuckScans(EmbeddedStorage):

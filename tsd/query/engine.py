@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -138,7 +138,7 @@ class QueryEngine:
             global_notes: list[dict[str, Any]] = []
             if query.global_annotations and not query.no_annotations:
                 global_notes = await self._global_annotations(query)
-            per_sub = await asyncio.gather(*(self._run_sub(query, sub) for sub in query.queries))
+            per_sub = await _all_or_none([self._run_sub(query, sub) for sub in query.queries])
         series = [s for results in per_sub for s in results]
         summary = None
         if query.show_summary:
@@ -196,7 +196,7 @@ class QueryEngine:
 
     async def _plan_metric(self, sub: SubQuery, start_s: int, end_s: int) -> ScanPlan:
         metric_uid = await self._uids.metrics.get_id(sub.metric)
-        resolved = await asyncio.gather(*(self._resolve_filter(f) for f in sub.filters))
+        resolved = await _all_or_none([self._resolve_filter(f) for f in sub.filters])
         return plan_metric_scan(
             self._layout,
             metric_uid,
@@ -217,7 +217,7 @@ class QueryEngine:
         names = literal_names(f, self._cfg.filter_expansion_limit)
         if names is None:
             return ResolvedFilter(f, tagk_uid)
-        uids = await asyncio.gather(*(self._tagv_uid(n) for n in sorted(names)))
+        uids = await _all_or_none([self._tagv_uid(n) for n in sorted(names)])
         return ResolvedFilter(f, tagk_uid, tuple(u for u in uids if u is not None))
 
     async def _tagv_uid(self, name: str) -> bytes | None:
@@ -232,7 +232,7 @@ class QueryEngine:
 
     async def _scan(self, plan: ScanPlan, tally: _ScanTally) -> list[tuple[list[bytes], RowPoints]]:
         parts: list[tuple[list[bytes], RowPoints]] = []
-        await asyncio.gather(*(self._scan_one(spec, tally, parts) for spec in plan.scans))
+        await _all_or_none([self._scan_one(spec, tally, parts) for spec in plan.scans])
         return parts
 
     async def _scan_one(
@@ -304,7 +304,7 @@ class QueryEngine:
                 missing.append(uid)
             else:
                 names[uid] = name
-        found = await asyncio.gather(*(uids.get_name(uid) for uid in missing))
+        found = await _all_or_none([uids.get_name(uid) for uid in missing])
         names.update(zip(missing, found, strict=True))
         return names
 
@@ -509,6 +509,32 @@ class QueryEngine:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+async def _all_or_none(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run concurrently; the results in order, or the first failure with the others
+    cancelled (a failed bucket scan must not leave its siblings reading)."""
+    if not coros:
+        return []
+    if len(coros) == 1:
+        return [await coros[0]]
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        if pending:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending)
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                if error is not None:
+                    raise error
+        return [task.result() for task in tasks]
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 def _tag_uids(layout: KeyLayout, keys: Sequence[bytes]) -> list[dict[bytes, bytes]]:

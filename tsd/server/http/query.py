@@ -12,7 +12,7 @@ import dataclasses
 
 from aiohttp import web
 
-from tsd.errors import BadRequestError, TsdError
+from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
@@ -64,6 +64,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         # QueryRpc's counters: bad requests apart from failures.
         kind = "invalid_requests" if 400 <= exc.status < 500 else "exceptions"
         registry.counter(f"http.query.{kind}").inc()
+        if exc.status == 500 and not isinstance(exc, StorageError):
+            # QueryRpc answers anything but storage trouble with a 400 (corrupt or
+            # duplicate data, an infinite aggregate...), the message as is.
+            raise BadRequestError(exc.message) from exc
         raise
     body = serialize_query_result(result, arrays=options.arrays, jsonp=options.jsonp)
     registry.counter("http.query.success").inc()
