@@ -214,6 +214,7 @@ async def import_source(
                     await writer.add(point)
             except (BadRequestError, NoSuchUniqueName) as exc:
                 reason = _reason(exc) if isinstance(exc, BadRequestError) else exc.message
+                progress.clear()  # the report goes on a line of its own
                 report_bad_line(source.path, lineno, reason, line)
                 outcome.bad_lines += 1
                 if skip_errors:
