@@ -147,8 +147,10 @@ def _collect(rows: Sequence[Row]) -> _Cells:
     if n:
         np.cumsum(nunits[:-1], out=ufirst[1:])
         np.cumsum(vlen[:-1], out=voff[1:])
-    units = np.frombuffer(b"".join(quals) + bytes(2), dtype=">u2").astype(np.int32)
-    v = np.frombuffer(b"".join(vals) + bytes(8), dtype=np.uint8)
+    quals.append(bytes(2))  # padding, joined in rather than appended (one copy)
+    vals.append(bytes(8))
+    units = np.frombuffer(b"".join(quals), dtype=">u2").astype(np.int32)
+    v = np.frombuffer(b"".join(vals), dtype=np.uint8)
     first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0).astype(np.int64)
     row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
     return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
@@ -167,6 +169,17 @@ def _read_be(buf: U8Array, start: Int64Array, width: int) -> Int64Array:
 _VALID_FLAGS = np.array(
     [f & 0x8 == 0 and f & 0x7 in (0, 1, 3, 7) or f in (0xB, 0xF) for f in range(16)]
 )
+
+
+#: _VALID_FLAGS as a bit mask over the 16 flag values.
+_VALID_MASK = sum(1 << f for f in range(16) if _VALID_FLAGS[f])
+
+
+def _present_kinds(flags: IntArray) -> int:
+    """The set of flag values (0..15) present, as a bit mask (one OR-reduction, no counts)."""
+    if not len(flags):
+        return 0
+    return int(np.bitwise_or.reduce(np.left_shift(1, flags & 0xF)))
 
 
 def _valid_lengths(flags: Int64Array, vlen: Int64Array) -> BoolArray:
@@ -258,8 +271,7 @@ def _even_cells(c: _Cells, bad: BoolArray) -> _Entries:
     if s_owner.any():
         _fix_single_seconds(c, firsts[s_owner], owners[s_owner], flags, vstart, vl, bad)
     # Flags that cannot be read (single second cells are fixed up above).
-    kinds = np.bincount(flags, minlength=16)
-    if kinds[~_VALID_FLAGS].any():
+    if _present_kinds(flags) & ~_VALID_MASK:
         invalid = ~_VALID_FLAGS[flags]
         bad[c.row[cell[invalid]]] = True
     return _Entries(cell, offset, flags, vstart, vl)
@@ -284,8 +296,7 @@ def _seconds_cells(
     single = np.flatnonzero(~compacted)
     if len(single):
         _fix_single_seconds(c, firsts[single], single, flags, vstart, vl, bad)
-    kinds = np.bincount(flags, minlength=16)
-    if kinds[~_VALID_FLAGS].any():
+    if _present_kinds(flags) & ~_VALID_MASK:
         bad[c.row[cell[~_VALID_FLAGS[flags]]]] = True
     return _Entries(cell, offset, flags, vstart, vl)
 
@@ -392,8 +403,8 @@ def _values(
     arrays are None when no point is an integer."""
     n = len(vstart)
     kind = flags & 0xF
-    counts = np.bincount(kind, minlength=16) if n else np.zeros(16, dtype=np.int64)
-    present = [k for k in _VALUE_TYPES if counts[k]]
+    mask = _present_kinds(kind)
+    present = [k for k in _VALUE_TYPES if mask >> k & 1]
     if len(present) == 1:
         doubles, ints = _read_type(v, vstart, present[0])
         return doubles, ints, None if ints is None else np.ones(n, dtype=np.bool_)
