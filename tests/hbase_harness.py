@@ -13,9 +13,10 @@ the ``hbase_server`` fixture; both are marked ``hbase``.
   there are dropped after each test.
 - Without java or mvn the HBase tests skip, saying what to install. With
   ``TSD_REQUIRE_HBASE=1`` (set by ``.ci/run``) any failure to start is an error.
-- Isolation: each test gets a table-name prefix of its own. In an HBase this
-  harness started, tables are not dropped (creating one takes about 1 s,
-  dropping another 1 s; the whole instance is thrown away at the end).
+- Isolation: each test sees a fresh store under a table-name prefix; prefixes are
+  recycled with their tables emptied (tests/hbase/recycling.py), since creating
+  a table takes about 0.5 s. An external HBase gets its test tables dropped at
+  the end; the harness's own is thrown away whole.
 
 PYTEST_DONT_REWRITE: tests/conftest.py imports this module before pytest loads
 it as a plugin; it has no asserts to rewrite, and this marker keeps pytest from
@@ -85,6 +86,10 @@ class HBaseHarness:
     """Starts HBase at most once per process; remembers a failure to start."""
 
     def __init__(self) -> None:
+        #: prefixes whose tables are empty, with those tables' families (hbase_store)
+        self.recycled: list[tuple[str, dict[str, Any]]] = []
+        #: every prefix handed out (dropped at the end in an external HBase)
+        self.prefixes: set[str] = set()
         self._server: HBaseServer | None = None
         self._failure: BaseException | None = None
         self._env: dict[str, str] = {}
@@ -152,6 +157,9 @@ class HBaseHarness:
             self._env = {}
 
     def shutdown(self) -> None:
+        if self._server is not None and not self._server.owned:
+            for prefix in self.prefixes:
+                asyncio.run(drop_tables(self._server, prefix))
         if self._server is not None and self._server.owned:
             self._stop()
             if self._server.var_dir is not None:
@@ -189,19 +197,26 @@ def unique_prefix() -> str:
 
 @asynccontextmanager
 async def hbase_store(tmp_path: Path) -> AsyncIterator[Any]:
-    """The ``hbase`` entry of tests/conftest.py's STORAGE_BACKENDS."""
+    """The ``hbase`` entry of tests/conftest.py's STORAGE_BACKENDS.
+
+    The store's prefix is one an earlier test used, its tables emptied and hidden
+    until created again (tests/hbase/recycling.py): a fresh store without paying
+    for ``createTable`` in every test.
+    """
     from tests.conftest import StoreUnderTest
-    from tsd.storage.hbase import HBaseStorage
+    from tests.hbase.recycling import RecyclingHBaseStorage, empty_tables
 
     server = await asyncio.to_thread(HARNESS.server)  # the first call waits for start-up
-    storage = HBaseStorage(server.storage_config())
-    prefix = unique_prefix()
+    prefix, leftovers = HARNESS.recycled.pop() if HARNESS.recycled else (unique_prefix(), {})
+    HARNESS.prefixes.add(prefix)
+    cfg = server.storage_config()
+    storage = RecyclingHBaseStorage(cfg, prefix, leftovers)
     try:
         yield StoreUnderTest(storage, prefix)
     finally:
-        if not server.owned:
-            await drop_tables(server, prefix)
         await storage.close()
+        # A prefix whose tables could not be emptied is not used again.
+        HARNESS.recycled.append((prefix, await empty_tables(cfg, prefix)))
 
 
 async def drop_tables(server: HBaseServer, prefix: str) -> None:

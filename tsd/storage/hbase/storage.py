@@ -41,7 +41,7 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from tsd.config import StorageConfig
@@ -305,7 +305,7 @@ class HBaseStorage(Storage):
         found = [_row_from_result(result) for result in results]
         return [row for row in found if row.cells]
 
-    async def scan(self, table: str, spec: ScanSpec) -> AsyncIterator[Row]:
+    async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
         """Rows in key order; the scanner is closed however the iteration ends."""
         if spec.limit is not None and spec.limit <= 0:
             return
