@@ -462,7 +462,7 @@ def decode_rows(
     entries = _even_cells(c, bad)
     if len(appends):
         entries = _concat_entries((entries, _append_cells(c, appends, bad)))
-    base_ms = np.fromiter((_base_time_s(layout, r.key) for r in rows), np.int64, n_rows) * 1000
+    base_ms = _base_times_s(layout, [r.key for r in rows]) * 1000
     annotations = _annotations(rows, c, notes, base_ms)
 
     e_row = c.row[entries.cell]
@@ -512,6 +512,16 @@ def decode_rows(
         annotations,
         stored,
     )
+
+
+def _base_times_s(layout: KeyLayout, keys: list[bytes]) -> Int64Array:
+    """The base time of each row key (one byte matrix when the keys have one length)."""
+    at = layout.tags_start - TIMESTAMP_BYTES
+    if keys and len({len(k) for k in keys}) == 1:
+        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)
+        stamps = np.ascontiguousarray(matrix[:, at : at + TIMESTAMP_BYTES])
+        return stamps.view(">u4").reshape(len(keys)).astype(np.int64)
+    return np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
 
 
 def _base_time_s(layout: KeyLayout, key: bytes) -> int:
@@ -642,11 +652,7 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     per row: points move as whole row slices, straight from the parts.
     """
     keys: list[bytes] = [k for ks, _ in parts for k in ks]
-    sk = [series_key(layout, k) for k in keys]
-    unique = sorted(set(sk))
-    rank = {key: i for i, key in enumerate(unique)}
-    row_series = np.fromiter((rank[k] for k in sk), np.int64, len(sk))
-    row_base = np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
+    unique, row_series, row_base = _series_of_rows(layout, keys)
     points = [p for _, p in parts]
     counts = _cat([np.diff(p.row_offsets) for p in points], np.int64)
     row_part = _cat(
@@ -687,7 +693,7 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     first_row = 0
     for ks, p in parts:
         for r, note in p.annotations:
-            notes[rank[sk[first_row + r]]].append(note)
+            notes[int(row_series[first_row + r])].append(note)
         first_row += len(ks)
     for series_notes in notes:
         series_notes.sort(key=lambda a: a.timestamp_ms)
@@ -698,10 +704,36 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     return Spans(unique, batch, notes)
 
 
+def _series_of_rows(
+    layout: KeyLayout, keys: list[bytes]
+) -> tuple[list[bytes], Int64Array, Int64Array]:
+    """(series keys sorted as SpanCmp sorts them, each row's series, each row's base time).
+
+    Keys of one length (the usual case: one tag set shape) are handled as a byte matrix;
+    others one by one.
+    """
+    time_at = layout.tags_start - TIMESTAMP_BYTES
+    if keys and len({len(k) for k in keys}) == 1:
+        width = len(keys[0])
+        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+        row_base = _base_times_s(layout, keys)
+        rest = np.ascontiguousarray(np.delete(matrix, np.s_[time_at : time_at + 4], axis=1))
+        # Void rows compare as memcmp, which is the order of the series keys.
+        as_void = rest.view(np.dtype((np.void, width - TIMESTAMP_BYTES))).reshape(len(keys))
+        uniques, row_series = np.unique(as_void, return_inverse=True)
+        return [u.tobytes() for u in uniques], row_series.reshape(-1).astype(np.int64), row_base
+    sk = [series_key(layout, k) for k in keys]
+    unique = sorted(set(sk))
+    rank = {key: i for i, key in enumerate(unique)}
+    row_series = np.fromiter((rank[k] for k in sk), np.int64, len(sk))
+    row_base = np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
+    return unique, row_series, row_base
+
+
 _T = TypeVar("_T", bound=np.generic)
 
 #: Below this many points per row, moving rows as slices costs more than one fancy index.
-_SLICE_MIN_POINTS = 32
+_SLICE_MIN_POINTS = 256
 
 
 @dataclass(frozen=True, slots=True, eq=False)
