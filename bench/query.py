@@ -32,7 +32,6 @@ from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.protocol.query_json import parse_query_params
 from tsd.query.decode import assemble_spans, decode_rows
 from tsd.query.engine import QueryEngine
-from tsd.query.output import serialize_query_result
 from tsd.query.plan import plan_metric_scan, scan_window_s
 from tsd.storage.base import Delete, Put, Row, Storage
 from tsd.storage.embedded import EmbeddedStorage
@@ -120,6 +119,28 @@ async def timed(repeat: int, fn: Callable[[], Awaitable[object]]) -> tuple[float
     return statistics.median(walls), statistics.median(cpus)
 
 
+async def loop_stall(fn: Callable[[], Awaitable[object]]) -> float:
+    """The longest the event loop went without running a 5 ms ticker during ``fn``: what
+    ingest on the same loop would wait at worst."""
+    worst = 0.0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal worst
+        last = time.perf_counter()
+        while not done:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            worst = max(worst, now - last - 0.005)
+            last = now
+
+    task = asyncio.ensure_future(ticker())
+    await fn()
+    done = True
+    await task
+    return worst
+
+
 async def phases(storage: Storage, cfg: Config, end: int) -> dict[str, float]:
     """Scan, decode (in the engine's 1,024-row batches), assemble of the compacted data,
     each on its own, in process CPU seconds (one run)."""
@@ -175,8 +196,7 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool) -> None
             query = parse_query_params(params)
 
             async def run_query() -> object:
-                result = await engine.execute(query)
-                return serialize_query_result(result)
+                return await engine.render(await engine.execute(query))
 
             # Same answer as the reference, then time both.
             result = await engine.execute(query)
@@ -216,6 +236,10 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool) -> None
                 f"engine, compacted ({len(rows):,} rows, 1 cell each): p50 "
                 f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
                 f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
+            )
+            stall = await loop_stall(run_query)
+            print(
+                f"  event loop while it runs: longest gap between 5 ms ticks {stall * 1000:.0f} ms"
             )
             p = await phases(storage, cfg, end)
             print(

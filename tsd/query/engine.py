@@ -40,7 +40,7 @@ from tsd.query.decode import RowPoints, Spans, assemble_spans, decode_rows, seri
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
-from tsd.query.output import LastPoint, QueryResult, SeriesResult
+from tsd.query.output import LastPoint, QueryResult, SeriesResult, serialize_query_result
 from tsd.query.plan import (
     SCAN_BATCH_ROWS,
     ResolvedFilter,
@@ -148,6 +148,15 @@ class QueryEngine:
                 "emittedDPs": sum(len(s.dps) for s in series),
             }
         return QueryResult(query, series, global_notes, summary)
+
+    async def render(
+        self, result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
+    ) -> bytes:
+        """The JSON body of ``result``, built in a worker thread (a big answer is millions
+        of values to format)."""
+        return await self._compute_off_loop(
+            serialize_query_result, result, arrays=arrays, jsonp=jsonp
+        )
 
     @contextlib.asynccontextmanager
     async def _timeout(self) -> Any:

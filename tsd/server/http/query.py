@@ -16,7 +16,7 @@ from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
-from tsd.query.output import serialize_last_points, serialize_query_result
+from tsd.query.output import serialize_last_points
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
 
@@ -69,7 +69,7 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             # duplicate data, an infinite aggregate...), the message as is.
             raise BadRequestError(exc.message) from exc
         raise
-    body = serialize_query_result(result, arrays=options.arrays, jsonp=options.jsonp)
+    body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
     registry.counter("http.query.success").inc()
     return json_response(body)
 
