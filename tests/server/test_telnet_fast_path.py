@@ -73,7 +73,7 @@ NUMBERISH = st.binary(min_size=0, max_size=24).map(bytes) | st.text(
 ).map(str.encode)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(NUMBERISH, NUMBERISH)
 def test_random_numbers(timestamp: bytes, value: bytes) -> None:
     if b" " in timestamp + value or b"\n" in timestamp + value:
