@@ -10,7 +10,12 @@ grouping; the ratio is what reading OpenTSDB's format from a store costs on top.
 answers are checked equal before timing. Also reported: the engine's phases on the
 compacted data (scan + decode, assemble, aggregate) and the decode rate.
 
-Run: ``python -m bench.query [--series N] [--step S] [--repeat N] [--skip-single]``.
+Baseline two, when Debian's ``victoria-metrics`` is installed: the same values imported
+into VictoriaMetrics (``/api/v1/import``) and the equivalent MetricsQL query
+``sum(avg_over_time(bench_cpu[1m]))`` at a 60 s step over the day, result cache off
+(``nocache=1``), timed over HTTP on 127.0.0.1 (both use both CPUs).
+
+Run: ``python -m bench.query [--series N] [--step S] [--repeat N] [--skip-single] [--no-vm]``.
 """
 
 from __future__ import annotations
@@ -18,14 +23,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
+import socket
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
@@ -98,6 +107,88 @@ async def compact(storage: Storage, table: str, rows: list[bytes]) -> None:
             puts.append(Put(row.key, "t", cell[0], cell[1]))
         await storage.delete(table, deletes)
         await storage.put(table, puts)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def victoria_metrics(
+    values: npt.NDArray[np.float64], step: int, repeat: int
+) -> tuple[float, int] | None:
+    """(p50 seconds of the equivalent query, points answered), or None without the binary."""
+    binary = shutil.which("victoria-metrics")
+    if binary is None:
+        return None
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-vm-") as data:
+        process = await asyncio.create_subprocess_exec(
+            binary,
+            f"-storageDataPath={data}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",  # the data is from 2013
+            "-loggerLevel=ERROR",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as session:
+                await _wait_for(session, f"{base}/health")
+                stamps = ((BASE + np.arange(values.shape[1]) * step) * 1000).tolist()
+                for start in range(0, values.shape[0], 50):
+                    lines = b"\n".join(
+                        orjson.dumps(
+                            {
+                                "metric": {"__name__": "bench_cpu", "host": f"h{s:05d}"},
+                                "values": values[s].tolist(),
+                                "timestamps": stamps,
+                            }
+                        )
+                        for s in range(start, min(start + 50, values.shape[0]))
+                    )
+                    async with session.post(f"{base}/api/v1/import", data=lines) as reply:
+                        assert reply.status == 204, await reply.text()
+                async with session.get(f"{base}/internal/force_flush"):
+                    pass
+                params = {
+                    "query": "sum(avg_over_time(bench_cpu[1m]))",
+                    "start": str(BASE + 60),
+                    "end": str(BASE + DAY),
+                    "step": "60",
+                    "nocache": "1",
+                }
+                url = f"{base}/api/v1/query_range"
+                points = 0
+                for _ in range(50):  # until the imported data is searchable
+                    async with session.get(url, params=params) as reply:
+                        result = (await reply.json())["data"]["result"]
+                    points = len(result[0]["values"]) if result else 0
+                    if points >= DAY // 60 - 1:
+                        break
+                    await asyncio.sleep(0.2)
+                samples = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    async with session.get(url, params=params) as reply:
+                        await reply.read()
+                    samples.append(time.perf_counter() - t0)
+                return statistics.median(samples), points
+        finally:
+            process.terminate()
+            await process.wait()
+
+
+async def _wait_for(session: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(200):
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.get(url) as reply:
+                if reply.status == 200:
+                    return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("victoria-metrics did not start")
 
 
 def reference(values: npt.NDArray[np.float64], step: int) -> npt.NDArray[np.float64]:
@@ -179,7 +270,7 @@ async def phases(storage: Storage, cfg: Config, end: int) -> dict[str, float]:
     }
 
 
-async def main(n_series: int, step: int, repeat: int, skip_single: bool) -> None:
+async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: bool) -> None:
     n_points = DAY // step
     values = make_values(n_series, n_points)
     end = BASE + DAY - 1
@@ -237,6 +328,17 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool) -> None
                 f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
                 f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
             )
+            if vm:
+                found = await victoria_metrics(values, step, repeat)
+                if found is None:
+                    print("victoria-metrics: not installed")
+                else:
+                    vm_wall, vm_points = found
+                    print(
+                        f"victoria-metrics, same data, sum(avg_over_time(bench_cpu[1m])) "
+                        f"step 60s ({vm_points} points): p50 {vm_wall * 1000:.0f} ms  "
+                        f"tsd/vm ratio {wall / vm_wall:.2f}x"
+                    )
             stall = await loop_stall(run_query)
             print(
                 f"  event loop while it runs: longest gap between 5 ms ticks {stall * 1000:.0f} ms"
@@ -272,5 +374,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--skip-single", action="store_true", help="write compacted rows directly; time only those"
     )
+    parser.add_argument("--no-vm", action="store_true", help="skip the VictoriaMetrics baseline")
     args = parser.parse_args()
-    asyncio.run(main(args.series, args.step, args.repeat, args.skip_single))
+    asyncio.run(main(args.series, args.step, args.repeat, args.skip_single, not args.no_vm))
