@@ -16,6 +16,11 @@ sub-query, in OpenTSDB's order,
 Everything numeric runs in worker threads, at most ``compute_slots`` at a time, so one big
 query neither blocks the event loop (ingest keeps flowing) nor takes every core.
 ``tsd.query.timeout`` (ms, 0 = none; dead in OpenTSDB 2.4.1) bounds a whole query.
+
+tsd deviations: the data point limit counts decoded points (OpenTSDB counts cells, so a
+compacted row of 360 points counted as one); /api/query/last needs no meta table (see
+last.py); rows are never written back compacted by a query (OpenTSDB's read-triggered
+compaction, a source of hourly write bursts).
 """
 
 from __future__ import annotations
