@@ -588,7 +588,9 @@ def _aggregate_all(
     """Every group of a sub-query through the kernels (runs in a worker thread)."""
     out = []
     for members in groups:
-        group = batch.select_series(members)
+        # Members are increasing series indices: all of them is the batch as it is.
+        whole = len(members) == batch.series_count
+        group = batch if whole else batch.select_series(members)
         dps = aggregate_group(
             group,
             sub.aggregator,
