@@ -52,6 +52,8 @@ MAX_REMEMBERED = 1_000_000
 BATCH_SIZE = 512
 #: Attempts at a batch that fails on storage errors before its TSUIDs are given up.
 MAX_ATTEMPTS = 3
+#: How long the background task lets new series gather before writing them.
+LINGER_S = 0.1
 #: Pause after a failed round, so a storage outage is not hammered.
 RETRY_PAUSE_S = 1.0
 
@@ -147,6 +149,8 @@ class MetaTracker:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            # Let a burst of new series gather into one write (lookups flush on their own).
+            await asyncio.sleep(LINGER_S)
             self._wake.clear()
             await self.flush()
             if self._pending:  # a failed round: retry after a pause
