@@ -9,8 +9,8 @@ the ``hbase_server`` fixture; both are marked ``hbase``.
   under pytest's basetemp, on free loopback ports; it runs until the session
   ends, and ``scripts/hbase`` stops it by itself if this process dies.
 - ``TSD_HBASE_THRIFT=host:port`` uses an HBase that is already running instead
-  (``scripts/hbase start`` once, then fast test runs); tables the tests create
-  there are dropped after each test.
+  (``scripts/hbase start`` once, then fast test runs; ``TSD_HBASE_ZK_PORT`` if its
+  ZooKeeper is not on 2181); the test tables made there are dropped at the end.
 - Without java or mvn the HBase tests skip, saying what to install. With
   ``TSD_REQUIRE_HBASE=1`` (set by ``.ci/run``) any failure to start is an error.
 - Isolation: each test sees a fresh store under a table-name prefix; prefixes are
@@ -59,7 +59,7 @@ class HBaseServer:
 
     thrift_host: str
     thrift_port: int
-    zk_port: int | None  # None when external
+    zk_port: int  # ZooKeeper's client port (external: TSD_HBASE_ZK_PORT, else 2181)
     var_dir: Path | None  # None when external
     owned: bool  # started by this harness (and stopped at the end)
     start_s: float  # how long starting took; 0 when external
@@ -115,7 +115,8 @@ class HBaseHarness:
         external = os.environ.get("TSD_HBASE_THRIFT", "")
         if external:
             host, _, port = external.rpartition(":")
-            return HBaseServer(host or "127.0.0.1", int(port), None, None, False, 0.0)
+            zk_port = int(os.environ.get("TSD_HBASE_ZK_PORT", "2181"))
+            return HBaseServer(host or "127.0.0.1", int(port), zk_port, None, False, 0.0)
         missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
         if missing:
             message = f"{' and '.join(missing)} not found: {INSTALL_HINT}"
