@@ -23,19 +23,32 @@ from tsd.storage.hbase import HBaseStorage
 
 
 class DelayingProxy:
-    """TCP proxy to ``upstream``; holds every server->client chunk back ``delay_s``."""
+    """TCP proxy to ``upstream``; holds every server->client chunk back ``delay_s``.
+
+    ``drop_next_request``: the next request is not forwarded; its connection is closed
+    instead, as a server closing an idle connection just as a call is sent.
+    """
 
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.delay_s = 0.0
+        self.drop_next_request = False
         self.port = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delayed: bool
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        delayed: bool,
+        peer: asyncio.StreamWriter,
     ) -> None:
         try:
             while data := await reader.read(65536):
+                if not delayed and self.drop_next_request:
+                    self.drop_next_request = False
+                    peer.close()
+                    break
                 if delayed and self.delay_s:
                     await asyncio.sleep(self.delay_s)
                 writer.write(data)
@@ -48,8 +61,8 @@ class DelayingProxy:
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(*self.upstream)
         for task in (
-            asyncio.create_task(self._pump(client_r, server_w, delayed=False)),
-            asyncio.create_task(self._pump(server_r, client_w, delayed=True)),
+            asyncio.create_task(self._pump(client_r, server_w, delayed=False, peer=client_w)),
+            asyncio.create_task(self._pump(server_r, client_w, delayed=True, peer=server_w)),
         ):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -203,3 +216,24 @@ async def test_connection_the_gateway_dropped_while_idle_is_replaced(
     assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
     assert storage.pool.opened == 2
     await storage.close()
+
+
+@pytest.mark.hbase
+async def test_call_on_a_connection_dropped_as_it_is_sent_is_retried_only_if_harmless(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
+        cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1)
+        storage = HBaseStorage(cfg)
+        assert await storage.get(hbase_table, b"a") is not None  # one pooled connection
+        px.drop_next_request = True
+        # A read is repeated on a new connection, unseen by the caller.
+        assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
+        assert storage.pool.opened == 2
+        # An increment is not: the caller learns it failed, and it was not applied.
+        px.drop_next_request = True
+        with pytest.raises(StorageUnavailable):
+            await storage.increment(hbase_table, b"n", "f", b"q")
+        assert await storage.get(hbase_table, b"n") is None
+        assert await storage.increment(hbase_table, b"n", "f", b"q") == 1
+        await storage.close()
