@@ -94,7 +94,7 @@ def encoded_batches(path: Path) -> list[list[Put]]:
     cells: list[Put] = []
     for lines in LineSource(str(path)).blocks():
         for line in lines:
-            point = parse_put(("put " + line).split(" "))
+            point = parse_put(("put " + line.decode()).split(" "))
             key = keys.get((point.metric, point.tags))
             if key is None:
                 pairs = [(uid("k" + k), uid("v" + v)) for k, v in point.tags]
@@ -126,7 +126,7 @@ def parse_only(path: Path) -> tuple[int, float, float]:
     source = LineSource(str(path))
     for lines in source.blocks():
         for line in lines:
-            parse_put(("put " + line).split(" "))
+            parse_put(("put " + line.decode()).split(" "))
             count += 1
     source.close()
     return count, time.perf_counter() - started, time.process_time() - cpu

@@ -21,6 +21,8 @@ from tests.tools.toolkit import (
     tsdb,
 )
 from tests.write.readback import StoredPoint, data_rows, stored_points
+from tsd.errors import BadRequestError
+from tsd.protocol.telnet import parse_put
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 
@@ -71,6 +73,60 @@ async def test_import_stores_each_line_as_a_telnet_put(target: Target) -> None:
         point(HOUR * 1000 + 2250, -7),
         point(HOUR * 1000 + 3500, 1000.0),
     ]
+
+
+#: values and timestamps of one series: after the first line, each takes the hot path
+#: (series known from its words) unless the hot path declines its numbers
+HOT = [
+    ("1356998400", "1"),
+    ("1356998401", "-1"),
+    ("1356998402", "1.5"),
+    ("1356998403", "1e3"),
+    ("1356998404", "9223372036854775807"),
+    ("1356998405", "-9223372036854775808"),
+    ("1356998406", "0.1"),
+    ("1356998407", "+5"),
+    ("1356998408", "1E-2"),
+    ("1356998409", ".5"),
+    ("1356998410", "5."),
+    ("1356998411", "00042"),
+    ("1356998412000", "7"),
+    ("1356998412.5", "8"),
+    ("1356998413", "abc"),
+    ("1356998414", "1e999"),
+    ("0", "1"),
+    ("1356998415", "9223372036854775808"),
+    ("99999999999999", "1"),
+    ("1356998416", "0x1p3"),
+]
+
+
+@embedded_only
+async def test_known_series_lines_store_what_the_full_parser_reads(target: Target) -> None:
+    lines = [f"sys.cpu.user {ts} {value} host=web01 cpu=0" for ts, value in HOT]
+    (target.cwd / "hot.txt").write_text("\n".join(lines) + "\n")
+    expected: list[StoredPoint] = []
+    reports = []
+    for lineno, line in enumerate(lines, start=1):
+        try:
+            parsed = parse_put(f"put {line}".split(" "))
+        except BadRequestError as exc:
+            reason = exc.message.removeprefix("put: ")
+            reports.append(f"hot.txt:{lineno}: {reason} line=[{line}]")
+            continue
+        expected.append(point(parsed.timestamp_ms, parsed.value))
+    assert len(reports) == 6  # the table has both kinds of line
+    done = await target.run("import", "hot.txt", "--auto-metric", "--skip-errors")
+    assert done.code == 0
+    assert done.err.splitlines() == [*reports, "6 bad line(s)"]
+    got = await stored(target)
+    assert [(p.timestamp_ms, p.value, type(p.value)) for p in got] == [
+        (p.timestamp_ms, p.value, type(p.value)) for p in sorted(expected, key=_time)
+    ]
+
+
+def _time(p: StoredPoint) -> int:
+    return p.timestamp_ms
 
 
 async def test_rows_of_closed_hours_are_compacted_as_the_daemon_does(target: Target) -> None:

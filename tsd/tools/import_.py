@@ -31,7 +31,6 @@ daemon does when it stops, which the total does not include.
 from __future__ import annotations
 
 import argparse
-import codecs
 import gzip
 import io
 import os
@@ -46,6 +45,7 @@ from tsd.errors import BadRequestError, NoSuchUniqueName
 from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import parse_put
+from tsd.server.telnet import _fast_numbers as fast_numbers
 from tsd.stats import StatsRegistry
 from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
 from tsd.write.writer import Writer
@@ -97,34 +97,33 @@ class LineSource:
         except OSError:
             return 0
 
-    def blocks(self) -> Iterator[list[str]]:
-        """Lists of complete lines, in order, split at Java's readLine line ends (LF, CRLF,
-        CR); UTF-8 is decoded incrementally, so a character split between blocks survives."""
+    def blocks(self) -> Iterator[list[bytes]]:
+        """Lists of complete lines (bytes), in order, split at Java's readLine line ends
+        (LF, CRLF, CR). Lines are decoded (UTF-8) only when the full parser needs them."""
         read = self._stream.read
-        decode = codecs.getincrementaldecoder("utf-8")("replace").decode
-        pending = ""  # the start of a line whose end is not read yet
+        pending = b""  # the start of a line whose end is not read yet
         while True:
             data = read(BLOCK_BYTES)
             final = not data
-            text = pending + decode(data, final)
-            held = ""
-            if not final and text.endswith("\r"):  # maybe the first half of a CRLF
-                text, held = text[:-1], "\r"
-            if "\r" in text:
-                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            text = pending + data if pending else data
+            held = b""
+            if not final and text.endswith(b"\r"):  # maybe the first half of a CRLF
+                text, held = text[:-1], b"\r"
+            if b"\r" in text:
+                text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             if final:
-                lines = text.split("\n")
-                if lines[-1] == "":
+                lines = text.split(b"\n")
+                if lines[-1] == b"":
                     lines.pop()
                 if lines:
                     yield lines
                 return
-            cut = text.rfind("\n")
+            cut = text.rfind(b"\n")
             if cut < 0:
                 pending = text + held
                 continue
             pending = text[cut + 1 :] + held
-            yield text[:cut].split("\n")
+            yield text[:cut].split(b"\n")
 
     def close(self) -> None:
         self._stream.close()
@@ -190,6 +189,29 @@ def _reason(exc: BadRequestError) -> str:
     return exc.message.removeprefix("put: ")
 
 
+class _BadLine(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def _add_parsed(writer: Writer, line: bytes, rules: NameRules) -> None:
+    """The full path: decode, parse with the telnet put parser, resolve the series (maybe
+    assigning UIDs), buffer; remember the line's metric and tag words for the hot path."""
+    try:
+        point = parse_put(("put " + line.decode("utf-8", "replace")).split(" "), rules)
+        series = writer.cached_series(point.metric, point.tags)
+        if series is None:
+            series = await writer.series_of(point.metric, point.tags)
+    except BadRequestError as exc:
+        raise _BadLine(_reason(exc)) from None
+    except NoSuchUniqueName as exc:
+        raise _BadLine(exc.message) from None
+    writer.add_to(series, point.timestamp, point.value)
+    words = line.split(b" ", 3)
+    writer.remember_alias((words[0], words[3]), series)
+
+
 async def import_source(
     source: LineSource,
     writer: Writer,
@@ -199,23 +221,37 @@ async def import_source(
     progress: Progress,
 ) -> Outcome:
     """Parse every line of ``source`` into ``writer``; stops at the first bad line unless
-    ``skip_errors``. Returns when the points are buffered (not necessarily stored)."""
+    ``skip_errors``. Returns when the points are buffered (not necessarily stored).
+
+    A line whose metric and tag words (as bytes) were seen in an earlier good line takes
+    the daemon's telnet hot path: its series is known, only the timestamp and value are
+    typed (:func:`tsd.server.telnet._fast_numbers`, which declines anything unusual); every
+    other line goes through the full parser.
+    """
     outcome = Outcome()
     started = time.monotonic()
     lineno = 0
     points = 0
-    try_add = writer.try_add
+    series_for_alias = writer.series_for_alias
+    add_to = writer.add_to
     for lines in source.blocks():
         for line in lines:
             lineno += 1
+            words = (b"put " + line).split(b" ", 4)
+            if len(words) == 5:
+                series = series_for_alias((words[1], words[4]))
+                if series is not None and (numbers := fast_numbers(words)) is not None:
+                    add_to(series, numbers[0], numbers[1])
+                    points += 1
+                    if writer.is_full():
+                        await writer.wait_writable()
+                    continue
             try:
-                point = parse_put(("put " + line).split(" "), rules)
-                if try_add(point) is None:
-                    await writer.add(point)
-            except (BadRequestError, NoSuchUniqueName) as exc:
-                reason = _reason(exc) if isinstance(exc, BadRequestError) else exc.message
+                await _add_parsed(writer, line, rules)
+            except _BadLine as bad:
                 progress.clear()  # the report goes on a line of its own
-                report_bad_line(source.path, lineno, reason, line)
+                text = line.decode("utf-8", "replace")
+                report_bad_line(source.path, lineno, bad.reason, text)
                 outcome.bad_lines += 1
                 if skip_errors:
                     continue
