@@ -40,7 +40,7 @@ from tsd.meta.binding import (
     as_text,
     json_double,
 )
-from tsd.meta.uidmeta import UidMeta, UidMetaStore, java_map
+from tsd.meta.uidmeta import UidMeta, UidMetaStore, java_map, sync_meta
 from tsd.storage.base import Delete, Put, RowFilter, ScanSpec, Storage
 from tsd.uid.service import UidService
 
@@ -217,15 +217,7 @@ def merge_tsmeta(
 ) -> TsMeta:
     """TSMeta.syncMeta: the object to store given the client's changes and the stored one."""
     local = TsMeta(tsuid=tsuid, **changes)
-    if stored is None:
-        return local
-    if stored.created > 0 and (stored.created < local.created or local.created == 0):
-        local.created = stored.created
-    if not overwrite:
-        for attr in USER_FIELDS:
-            if attr not in changes:
-                setattr(local, attr, getattr(stored, attr))
-    return local
+    return sync_meta(local, stored, changes, overwrite, USER_FIELDS)
 
 
 # -- storage ----------------------------------------------------------------------------------

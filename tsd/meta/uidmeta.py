@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -164,12 +164,31 @@ def merge_uidmeta(
 ) -> UidMeta:
     """UIDMeta.syncMeta: the object to store given the client's changes and the stored one."""
     local = UidMeta(uid=uid, type=type_name, **changes)
+    return sync_meta(local, stored, changes, overwrite, USER_FIELDS)
+
+
+class _Meta(Protocol):
+    created: int
+
+
+_M = TypeVar("_M", bound=_Meta)
+
+
+def sync_meta(
+    local: _M,
+    stored: _M | None,
+    changes: Mapping[str, Any],
+    overwrite: bool,
+    user_fields: tuple[str, ...],
+) -> _M:
+    """OpenTSDB's syncMeta rule shared by UIDMeta and TSMeta: keep the older creation time
+    and, unless overwriting, every user field the client did not send."""
     if stored is None:
         return local
     if stored.created > 0 and (stored.created < local.created or local.created == 0):
         local.created = stored.created
     if not overwrite:
-        for attr in USER_FIELDS:
+        for attr in user_fields:
             if attr not in changes:
                 setattr(local, attr, getattr(stored, attr))
     return local
