@@ -19,7 +19,9 @@ from tsd.codec.qualifier import (
     decode_qualifier,
     encode_ms_qualifier,
     encode_point,
+    encode_points_into,
     encode_seconds_qualifier,
+    reference_encode_point,
 )
 from tsd.codec.rowkey import KeyLayout, decode_row_key, encode_row_key, make_series_key
 from tsd.codec.tsuid import parse_tsuid_hex, tsuid_from_row_key, tsuid_to_hex
@@ -129,6 +131,70 @@ def test_encode_point_decodes_back(timestamp: int, value: int | float) -> None:
     expected_ms = timestamp if is_ms else timestamp * 1000
     assert base_time_s * 1000 + offset_ms == expected_ms
     assert same(decode_value(flags, data), value)
+
+
+#: Values around every width the inline encoder switches on, besides random ones.
+EDGE_VALUES = st.sampled_from(
+    [
+        *(
+            sign * edge + d
+            for edge in (2**7, 2**15, 2**31, 2**63)
+            for sign in (1, -1)
+            for d in (-1, 0, 1)
+        ),
+        0.0,
+        -0.0,
+        3.4028234663852886e38,  # float32 max
+        3.4028235677973366e38,  # rounds to float32 max, still packs
+        3.402823669209385e38,  # beyond float32 (packing overflows)
+        1e-45,
+        5e-324,
+        float("inf"),
+        float("nan"),
+    ]
+)
+
+
+@codec_settings
+@given(TIMESTAMPS | st.integers(-(2**63), -1), VALUES | EDGE_VALUES)
+def test_encode_point_matches_the_reference(timestamp: int, value: int | float) -> None:
+    """The inline hot-path encoder gives the same bytes (or the same error) as
+    encode_value + build_qualifier."""
+    try:
+        expected: object = reference_encode_point(timestamp, value)
+    except CodecError as exc:
+        expected = type(exc)
+    try:
+        got: object = encode_point(timestamp, value)
+    except CodecError as exc:
+        got = type(exc)
+    assert got == expected
+
+
+@codec_settings
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), TIMESTAMPS | st.sampled_from([1356998400, 1356998401]), VALUES)
+    )
+)
+def test_bulk_encoding_matches_one_point_at_a_time(
+    points: list[tuple[int, int, int | float]],
+) -> None:
+    """encode_points_into gives the cells encode_point gives, the last point of a cell
+    winning, and counts the distinct cells."""
+    layout = KeyLayout()
+    series = [
+        make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", bytes((0, 0, i)))])
+        for i in range(3)
+    ]
+    expected: dict[bytes, dict[bytes, bytes]] = {}
+    for index, timestamp, value in points:
+        base_time_s, qualifier, data = encode_point(timestamp, value)
+        expected.setdefault(series[index].row_key(base_time_s), {})[qualifier] = data
+    rows: dict[bytes, dict[bytes, bytes]] = {}
+    added = encode_points_into(rows, [(series[i], t, v) for i, t, v in points])
+    assert rows == expected
+    assert added == sum(len(cells) for cells in expected.values())
 
 
 def uid(width: int) -> st.SearchStrategy[bytes]:

@@ -35,6 +35,7 @@ from tsd.protocol.telnet import (
     format_help,
     format_unknown_command,
     format_version,
+    line_too_long,
     parse_command,
     telnet_command_names,
 )
@@ -65,13 +66,29 @@ def _lines_fed(chunks: Iterable[bytes], max_line_bytes: int) -> list[bytes | str
     return out
 
 
+def _lines_taken(chunks: Iterable[bytes], max_line_bytes: int) -> list[bytes | str]:
+    """The same through take_lines (a whole read at a time, None for a line too long)."""
+    buffer = LineBuffer(max_line_bytes)
+    out: list[bytes | str] = []
+    for chunk in chunks:
+        buffer.feed(chunk)
+        for line in buffer.take_lines():
+            out.append(
+                format_error(line_too_long(max_line_bytes))[:-1].decode() if line is None else line
+            )
+    return out
+
+
 def split_lines(data: bytes, max_line_bytes: int = 1024) -> list[bytes | str]:
-    """Lines (or too-long error texts) from ``data``, identical whichever way it is fed."""
+    """Lines (or too-long error texts) from ``data``, identical whichever way it is fed,
+    one line at a time (maybe_next_line) or a read at a time (take_lines)."""
     whole = _lines_fed([data], max_line_bytes)
-    bytewise = _lines_fed([data[i : i + 1] for i in range(len(data))], max_line_bytes)
-    trailing = _lines_fed([data + b"put m"[:max_line_bytes]], max_line_bytes)
-    assert bytewise == whole
-    assert trailing == whole
+    bytewise = [data[i : i + 1] for i in range(len(data))]
+    trailing = [data + b"put m"[:max_line_bytes]]
+    assert _lines_fed(bytewise, max_line_bytes) == whole
+    assert _lines_fed(trailing, max_line_bytes) == whole
+    for chunks in ([data], bytewise, trailing):
+        assert _lines_taken(chunks, max_line_bytes) == whole
     return whole
 
 
@@ -153,6 +170,18 @@ def test_line_buffer_keeps_memory_bounded_while_discarding() -> None:
     buffer.feed(b"tail\nput m 1 1 k=v\n")
     assert buffer.maybe_next_line() == b"put m 1 1 k=v"
     assert errors == 1
+
+
+def test_line_buffer_take_lines_keeps_memory_bounded_while_discarding() -> None:
+    buffer = LineBuffer(64)
+    taken: list[bytes | None] = []
+    for _ in range(1000):
+        buffer.feed(b"y" * 1000)
+        taken += buffer.take_lines()
+        assert len(buffer) <= 65
+    buffer.feed(b"tail\nput m 1 1 k=v\nnext")
+    taken += buffer.take_lines()
+    assert taken == [None, b"put m 1 1 k=v"]
 
 
 def test_line_buffer_refuses_a_zero_limit() -> None:

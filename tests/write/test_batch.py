@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tsd.codec import KeyLayout, make_series_key
 from tsd.write.batch import Batch, BatchPolicy
 
 
@@ -74,3 +75,17 @@ def test_cells_come_out_sorted_by_row_then_qualifier() -> None:
 def test_policy_refuses_nonsense(max_cells: int, interval_s: float) -> None:
     with pytest.raises(ValueError, match="must be positive"):
         BatchPolicy(max_cells=max_cells, interval_s=interval_s)
+
+
+def test_points_in_bulk_are_encoded_into_cells() -> None:
+    layout = KeyLayout()
+    series = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x02")])
+    batch = make_batch(max_cells=100)
+    t0 = 1356998400
+    batch.add_points([(series, t0, 1), (series, t0 + 1, 0.5), (series, t0, 2)])
+    assert len(batch) == 2  # the third point replaced the first's cell
+    row = series.row_key(t0)
+    assert list(batch.sorted_cells()) == [
+        (row, b"\x00\x00", b"\x02"),
+        (row, b"\x00\x1b", b"\x3f\x00\x00\x00"),
+    ]

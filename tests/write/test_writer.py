@@ -218,3 +218,30 @@ async def test_appends_write_one_sorted_append_cell_per_row(
     )
     assert cell.value == expected
     assert [p.value for p in await stored_points(storage, tables, writer.uids)] == [1, 2, 3, 4]
+
+
+async def test_points_added_in_bulk_are_stored_and_bounded_by_room(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    hooked = HookedStorage(storage)
+    gate = Gate(hooked, tables.data_table)
+    limits = WriterLimits(max_batch_cells=4, max_pending_cells=8, max_in_flight=1)
+    writer = make_writer(hooked, limits=limits, flush_interval_ms=3_600_000)
+    series = await writer.series_of("sys.cpu", HOST_A)
+    assert writer.room() == 8
+    ack = writer.add_points([(series, T0 + i, i * 1.5) for i in range(3)])
+    assert writer.room() == 5
+    assert not writer.is_full()
+    writer.add_points([(series, T0 + 3 + i, i) for i in range(writer.room())])
+    assert writer.is_full()
+    assert writer.room() == 0
+    gate.opened.set()
+    await ack
+    await writer.flush()
+    assert await stored_points(storage, tables, writer.uids) == [
+        *(stored((T0 + i) * 1000, i * 1.5) for i in range(3)),
+        *(stored((T0 + 3 + i) * 1000, i) for i in range(5)),
+    ]
+    await writer.close()
+    with pytest.raises(StorageUnavailable):
+        writer.add_points([(series, T0, 1)])

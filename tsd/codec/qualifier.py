@@ -19,12 +19,18 @@ buildQualifier / getOffsetFromQualifier / getQualifierLength / getFlagsFromQuali
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
 
 from tsd.codec.const import (
     ANNOTATION_PREFIX,
     FLAG_BITS,
     FLAG_FLOAT,
+    FLAGS_FLOAT32,
+    FLAGS_FLOAT64,
+    FLAGS_INT1,
+    FLAGS_INT2,
+    FLAGS_INT4,
     FLAGS_MASK,
     LENGTH_MASK,
     MAX_MS_OFFSET,
@@ -39,6 +45,9 @@ from tsd.codec.const import (
 from tsd.codec.value import encode_value
 from tsd.errors import CodecError, IllegalDataError
 
+if TYPE_CHECKING:
+    from tsd.codec.rowkey import SeriesKey
+
 __all__ = [
     "build_qualifier",
     "decode_annotation_qualifier",
@@ -46,6 +55,7 @@ __all__ = [
     "encode_annotation_qualifier",
     "encode_ms_qualifier",
     "encode_point",
+    "encode_points_into",
     "encode_seconds_qualifier",
     "flags_from_qualifier",
     "is_float_flags",
@@ -53,12 +63,23 @@ __all__ = [
     "is_ms_timestamp",
     "offset_ms_from_qualifier",
     "qualifier_length",
+    "reference_encode_point",
     "split_timestamp",
     "value_length_from_flags",
 ]
 
 _H = struct.Struct(">H")
 _I = struct.Struct(">I")
+_PACK_SHORT = struct.Struct(">h").pack
+_PACK_INT = struct.Struct(">i").pack
+_PACK_FLOAT = struct.Struct(">f").pack
+_UNPACK_FLOAT = struct.Struct(">f").unpack
+_PACK_DOUBLE = struct.Struct(">d").pack
+#: One-byte values by their unsigned byte (index ``value & 0xFF``).
+_INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
+#: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
+#: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
+_SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))
 
 #: Internal.validateQualifier's IllegalDataException text.
 OFFSET_OUT_OF_BOUNDS: Final = (
@@ -126,18 +147,106 @@ def encode_point(timestamp: int, value: int | float) -> tuple[int, bytes, bytes]
     """Encode one data point as OpenTSDB writes it: ``(base_time_s, qualifier, value_bytes)``.
 
     ``timestamp`` is seconds when it fits in 32 bits, else milliseconds (ms qualifier).
+    Raises CodecError as :func:`tsd.codec.value.encode_value` does, and for a negative
+    timestamp.
+
+    The ingest hot path calls this once per point, so the usual cases are inline: an int
+    of 1 to 8 bytes, a float (one call to the float encoder), a seconds timestamp whose
+    qualifier comes from a table; :func:`reference_encode_point` is the plain composition
+    of :func:`encode_value` and :func:`build_qualifier`, which the tests compare it with.
     """
-    flags, value_bytes = encode_value(value)
+    if type(value) is int:
+        if -0x80 <= value <= 0x7F:
+            flags = FLAGS_INT1
+            value_bytes = _INT1_BYTES[value & 0xFF]
+        elif -0x8000 <= value <= 0x7FFF:
+            flags = FLAGS_INT2
+            value_bytes = _PACK_SHORT(value)
+        elif -0x80000000 <= value <= 0x7FFFFFFF:
+            flags = FLAGS_INT4
+            value_bytes = _PACK_INT(value)
+        else:
+            flags, value_bytes = encode_value(value)  # 8 bytes, or out of range
+    elif type(value) is float and value - value == 0.0:  # finite (inf - inf and NaN are NaN)
+        try:
+            single = _PACK_FLOAT(value)
+        except OverflowError:  # beyond float32's range
+            flags, value_bytes = FLAGS_FLOAT64, _PACK_DOUBLE(value)
+        else:
+            if _UNPACK_FLOAT(single)[0] == value:
+                flags, value_bytes = FLAGS_FLOAT32, single
+            else:
+                flags, value_bytes = FLAGS_FLOAT64, _PACK_DOUBLE(value)
+    else:
+        flags, value_bytes = encode_value(value)  # errors, numpy scalars and the like
+    if 0 <= timestamp <= 0xFFFFFFFF:
+        base_time_s = timestamp - timestamp % MAX_TIMESPAN
+        return (
+            base_time_s,
+            _SECONDS_QUALIFIERS[(timestamp - base_time_s) << FLAG_BITS | flags],
+            value_bytes,
+        )
     if timestamp < 0:
         raise CodecError(f"negative timestamp: {timestamp!r}")
-    if timestamp & SECOND_MASK:
-        seconds = timestamp // 1000
-        base_time_s = seconds - seconds % MAX_TIMESPAN
-        qualifier = _I.pack(MS_FLAG | (timestamp - base_time_s * 1000) << MS_FLAG_BITS | flags)
-    else:
-        base_time_s = timestamp - timestamp % MAX_TIMESPAN
-        qualifier = _H.pack((timestamp - base_time_s) << FLAG_BITS | flags)
+    seconds = timestamp // 1000
+    base_time_s = seconds - seconds % MAX_TIMESPAN
+    qualifier = _I.pack(MS_FLAG | (timestamp - base_time_s * 1000) << MS_FLAG_BITS | flags)
     return base_time_s, qualifier, value_bytes
+
+
+def encode_points_into(
+    rows: dict[bytes, dict[bytes, bytes]],
+    points: Iterable[tuple[SeriesKey, int, int | float]],
+) -> int:
+    """Encode ``(series, timestamp, value)`` points into ``rows`` (row key -> qualifier ->
+    value bytes), in order, a later point replacing an earlier one's cell; the number of
+    cells added. Raises CodecError as :func:`encode_point` does (the points before the bad
+    one are in ``rows``).
+
+    The bulk form of :func:`encode_point` for the ingest hot path (every put of one socket
+    read or request body): the common cases are inline, without a call per point.
+    """
+    added = 0
+    qualifiers = _SECONDS_QUALIFIERS
+    int1 = _INT1_BYTES
+    pack_short = _PACK_SHORT
+    pack_int = _PACK_INT
+    for series, timestamp, value in points:
+        if type(value) is int and -0x80000000 <= value <= 0x7FFFFFFF:
+            if -0x80 <= value <= 0x7F:
+                qualifier_flags = FLAGS_INT1
+                value_bytes = int1[value & 0xFF]
+            elif -0x8000 <= value <= 0x7FFF:
+                qualifier_flags = FLAGS_INT2
+                value_bytes = pack_short(value)
+            else:
+                qualifier_flags = FLAGS_INT4
+                value_bytes = pack_int(value)
+            if 0 <= timestamp <= 0xFFFFFFFF:
+                base_time_s = timestamp - timestamp % MAX_TIMESPAN
+                qualifier = qualifiers[(timestamp - base_time_s) << FLAG_BITS | qualifier_flags]
+            else:
+                base_time_s, qualifier, value_bytes = encode_point(timestamp, value)
+        else:
+            base_time_s, qualifier, value_bytes = encode_point(timestamp, value)
+        row = series.row_key(base_time_s)
+        cells = rows.get(row)
+        if cells is None:
+            rows[row] = {qualifier: value_bytes}
+            added += 1
+        elif qualifier in cells:
+            cells[qualifier] = value_bytes
+        else:
+            cells[qualifier] = value_bytes
+            added += 1
+    return added
+
+
+def reference_encode_point(timestamp: int, value: int | float) -> tuple[int, bytes, bytes]:
+    """:func:`encode_point` written plainly (the tests check that both agree)."""
+    flags, value_bytes = encode_value(value)
+    base_time_s, _, _ = split_timestamp(timestamp)
+    return base_time_s, build_qualifier(timestamp, flags), value_bytes
 
 
 def _validate(qualifier: bytes, offset: int) -> None:

@@ -34,9 +34,9 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar, cast
 
 from tsd import __version__
 from tsd.codec.value import encode_value, format_java_bytes, parse_long, parse_value
@@ -73,9 +73,12 @@ __all__ = [
     "format_help",
     "format_unknown_command",
     "format_version",
+    "line_too_long",
     "parse_command",
     "parse_put",
+    "take_known_puts",
     "telnet_command_names",
+    "type_put_numbers",
 ]
 
 #: OpenTSDB's LineBasedFrameDecoder limit. tsd's default (config ``tsd.rpc.telnet.max_line``)
@@ -127,8 +130,49 @@ class LineBuffer:
             # bytearray deletes from the front in O(1) (it keeps a start offset).
             del data[: end + 1]
             if length > self._max:
-                raise _line_too_long(self._max)
+                raise line_too_long(self._max)
             return line
+
+    def take_lines(self) -> list[bytes | None]:
+        """Every complete line buffered, in order, as :meth:`maybe_next_line` would hand
+        them out one by one; a line over the limit is ``None`` in its place (reported once,
+        as the BadRequestError of ``maybe_next_line`` is: see :func:`line_too_long`).
+
+        The usual case, whole lines of a sane length, costs a few C-level passes over the
+        buffer (split, strip of the CRs), not a Python step per line.
+        """
+        data = self._data
+        end = data.rfind(b"\n")
+        if end < 0 or self._discarding:
+            return self._take_one_by_one()
+        chunk = bytes(data[:end])
+        del data[: end + 1]
+        self._searched = 0
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+            if chunk[-1:] == b"\r":  # the last line's CR (its LF was cut off above)
+                chunk = chunk[:-1]
+        lines = cast("list[bytes | None]", chunk.split(b"\n"))
+        limit = self._max
+        if len(chunk) > limit and max(map(len, chunk.split(b"\n"))) > limit:
+            lines = [None if len(line) > limit else line for line in chunk.split(b"\n")]
+        try:
+            self._no_newline_yet()
+        except BadRequestError:  # the unfinished line is already over the limit
+            lines.append(None)
+        return lines
+
+    def _take_one_by_one(self) -> list[bytes | None]:
+        lines: list[bytes | None] = []
+        while True:
+            try:
+                line = self.maybe_next_line()
+            except BadRequestError:
+                lines.append(None)
+                continue
+            if line is None:
+                return lines
+            lines.append(line)
 
     def _no_newline_yet(self) -> None:
         data = self._data
@@ -141,7 +185,7 @@ class LineBuffer:
             data.clear()
             self._searched = 0
             self._discarding = True
-            raise _line_too_long(self._max)
+            raise line_too_long(self._max)
         self._searched = len(data)
         return None
 
@@ -150,7 +194,7 @@ class LineBuffer:
 LINE_TOO_LONG: Final = "error: line too long: more than {max_line_bytes} bytes; line discarded"
 
 
-def _line_too_long(max_line_bytes: int) -> BadRequestError:
+def line_too_long(max_line_bytes: int) -> BadRequestError:
     return BadRequestError(LINE_TOO_LONG.format(max_line_bytes=max_line_bytes))
 
 
@@ -329,6 +373,114 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
     except BadRequestError as exc:
         raise _illegal(exc.message) from None
     return DataPoint(metric, timestamp, value, tuple(sorted(tags.items())))
+
+
+# --- The hot path: puts of known series -----------------------------------------------------
+# A put line whose metric word and tag text (the bytes after the value) were seen in an
+# earlier line that parsed cleanly stands for the same series: the split, the decoding and
+# the tag rules give the same answer for the same bytes. Only its timestamp and value are
+# new, and those are typed here in their usual forms only; anything else (and every error)
+# is left to parse_command, so replies stay OpenTSDB's.
+
+#: Decimal and exponent forms of a double that Java and Python read alike (with a '.' or
+#: an 'e', so OpenTSDB types them as floats); '+', hex, suffixes and spaces are left out.
+_PLAIN_FLOAT: Final = re.compile(
+    rb"-?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|-?[0-9]+[eE][-+]?[0-9]+"
+)
+_DOUBLE_MAX: Final = 1.7976931348623157e308
+
+
+def type_put_numbers(timestamp_text: bytes, value_text: bytes) -> tuple[int, int | float] | None:
+    """Timestamp and value of a put line in their usual forms, exactly as
+    :func:`parse_put` types them, or None to let the full parser decide (and word any
+    error) as OpenTSDB does.
+
+    Taken here: a timestamp of 1 to 13 ASCII digits above 0 (always within OpenTSDB's
+    range), an integer of up to 18 digits with an optional minus sign (always within a
+    long), a plain decimal or exponent float that is finite.
+    """
+    if not timestamp_text.isdigit() or len(timestamp_text) > 13:
+        return None
+    timestamp = int(timestamp_text)
+    if not timestamp:
+        return None
+    value = _type_value(value_text)
+    if value is None:
+        return None
+    return timestamp, value
+
+
+def _type_value(text: bytes) -> int | float | None:
+    digits = text[1:] if text[:1] == b"-" else text
+    if digits.isdigit():
+        return int(text) if len(digits) <= 18 else None
+    if _PLAIN_FLOAT.fullmatch(text) is None:
+        return None
+    value = float(text)
+    return value if -_DOUBLE_MAX <= value <= _DOUBLE_MAX else None
+
+
+_Series = TypeVar("_Series")
+
+
+def take_known_puts(
+    lines: Sequence[bytes | None],
+    start: int,
+    known: Mapping[Any, _Series],
+    out: list[tuple[_Series, int, int | float]],
+    limit: int,
+) -> int:
+    """Type the put lines of known series from ``lines[start:]``, at most ``limit`` of
+    them, appending ``(series, timestamp, value)`` to ``out``; the index of the first line
+    not taken (``len(lines)`` when all were).
+
+    ``known`` maps ``(metric word, tag text)`` (``line.split(b" ", 4)[1]`` and ``[4]``) to
+    the series of a line that :func:`parse_put` accepted. A line is not taken when it is
+    not such a put or its numbers are unusual (:func:`type_put_numbers`): the caller parses
+    it with :func:`parse_command` and carries on from the next one. ``None`` (a line over
+    the limit, from :meth:`LineBuffer.take_lines`) is never taken.
+    """
+    get = known.get
+    append = out.append
+    is_float = _PLAIN_FLOAT.fullmatch
+    index = start
+    # Collectors send a whole round of series with one timestamp: type each text once.
+    last_text = b""
+    timestamp = 0
+    value: int | float
+    try:
+        for line in lines[start : start + limit]:
+            # type_put_numbers, inline: a call per line costs a tenth of the whole line.
+            command, metric, text, value_text, tags = line.split(b" ", 4)  # type: ignore[union-attr]
+            series = get((metric, tags))
+            if series is None or command != b"put":
+                return index
+            if text != last_text:
+                if not text.isdigit() or len(text) > 13:
+                    return index
+                timestamp = int(text)
+                if not timestamp:
+                    return index
+                last_text = text
+            if value_text.isdigit():
+                if len(value_text) > 18:
+                    return index
+                value = int(value_text)
+            elif value_text[:1] == b"-" and value_text[1:].isdigit():
+                if len(value_text) > 19:
+                    return index
+                value = int(value_text)
+            elif is_float(value_text) is not None:
+                value = float(value_text)
+                if not -_DOUBLE_MAX <= value <= _DOUBLE_MAX:
+                    return index
+            else:
+                return index
+            append((series, timestamp, value))
+            index += 1
+    except (ValueError, AttributeError):  # fewer than 5 words; None (a line too long)
+        return index
+    return index
 
 
 def check_timestamp(

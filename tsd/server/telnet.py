@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from tsd.codec import SeriesKey, parse_value
-from tsd.errors import BadRequestError, CodecError, NoSuchUniqueName, TsdError
+from tsd.codec import SeriesKey
+from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
@@ -43,7 +43,10 @@ from tsd.protocol.telnet import (
     format_error,
     format_help,
     format_unknown_command,
+    line_too_long,
     parse_command,
+    take_known_puts,
+    type_put_numbers,
 )
 from tsd.server.listener import TrackedProtocol
 from tsd.stats import StatsRegistry, format_lines
@@ -94,28 +97,9 @@ class _SlowPut:
 
 
 def _fast_numbers(words: list[bytes]) -> tuple[int, int | float] | None:
-    """Timestamp and value of ``put <metric> <ts> <value> <tags>`` in their usual forms, or
-    None to let the full parser decide (and word any error) exactly as OpenTSDB does.
-
-    Only forms whose meaning is not in doubt are taken here: a timestamp of 1 to 13 ASCII
-    digits (no dot, sign or leading junk; every such value is within OpenTSDB's range once
-    it is above 0), an integer value of up to 18 digits with an optional minus sign (always
-    within a long), and anything else ``parse_value`` (the codec's OpenTSDB typing) accepts.
-    """
-    timestamp_text = words[2]
-    if not timestamp_text.isdigit() or len(timestamp_text) > 13:
-        return None
-    timestamp = int(timestamp_text)
-    if timestamp == 0:
-        return None
-    text = words[3]
-    digits = text[1:] if text[:1] == b"-" else text
-    if digits.isdigit() and len(digits) <= 18:
-        return timestamp, int(text)
-    try:
-        return timestamp, parse_value(text.decode("iso-8859-1"))
-    except CodecError:
-        return None
+    """Timestamp and value of ``put <metric> <ts> <value> <tags>`` split in words, in their
+    usual forms, or None to let the full parser decide (:func:`type_put_numbers`)."""
+    return type_put_numbers(words[2], words[3])
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +134,8 @@ class TelnetProtocol(TrackedProtocol):
         self._stats = stats
         self._writer = context.writer
         self._lines = LineBuffer(context.max_line_bytes)
+        self._batch: list[bytes | None] = []  # lines of the last read, handled up to _next
+        self._next = 0
         self._transport: asyncio.Transport | None = None
         self._peer = ""
         self._loopback = False
@@ -233,42 +219,42 @@ class TelnetProtocol(TrackedProtocol):
 
     def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
         """Handle lines until none is complete (None), a put needs a UID lookup (a
-        :class:`_SlowPut`), or the writer is full (True)."""
-        lines = self._lines
+        :class:`_SlowPut`), a command must wait for those (a :class:`_Barrier`), or the
+        writer is full (True).
+
+        Lines come from the buffer a whole read at a time. Runs of puts of known series go
+        to the writer in bulk (:func:`take_known_puts`, :meth:`Writer.add_points`), at most
+        as many as it has room for; any other line takes the full parser on its own.
+        """
         writer = self._writer
         context = self._context
         received = self._stats.received
         fast = self._put_enabled
-        series_for_alias = writer.series_for_alias
-        add_to = writer.add_to
+        aliases = writer.aliases
         while not self._exiting:
-            try:
-                line = lines.maybe_next_line()
-            except BadRequestError as exc:  # a line over tsd.rpc.telnet.max_line
-                self._stats.illegal_arguments.inc()
-                self._write(format_error(exc))
-                continue
-            if line is None:
-                return None
+            lines, index = self._batch, self._next
+            if index >= len(lines):
+                lines = self._batch = self._lines.take_lines()
+                index = self._next = 0
+                if not lines:
+                    return None
+            if fast:
+                if writer.is_full():
+                    return True
+                points: list[tuple[SeriesKey, int, int | float]] = []
+                index = take_known_puts(lines, index, aliases, points, writer.room())
+                if points:
+                    self._next = index
+                    received.value += len(points)
+                    self._add_points(points)
+                    continue
+            line = lines[index]
+            self._next = index + 1
             received.value += 1
-            alias: tuple[bytes, bytes] | None = None
-            if fast and line[:4] == b"put ":
-                # The hot path: a series whose words were seen before (see _fast_numbers).
-                words = line.split(b" ", 4)
-                if len(words) == 5:
-                    alias = (words[1], words[4])
-                    series = series_for_alias(alias)
-                    if series is not None and (numbers := _fast_numbers(words)) is not None:
-                        try:
-                            ack = add_to(series, numbers[0], numbers[1])
-                        except TsdError as exc:  # shutting down
-                            self._write_line(HBASE_ERROR + exc.message)
-                            continue
-                        if ack is not self._last_ack:
-                            self._watch(ack)
-                        if writer.is_full():
-                            return True
-                        continue
+            if line is None:  # over tsd.rpc.telnet.max_line
+                self._stats.illegal_arguments.inc()
+                self._write(format_error(line_too_long(context.max_line_bytes)))
+                continue
             try:
                 command = parse_command(line, context.rules, context.commands)
             except BadRequestError as exc:
@@ -277,13 +263,13 @@ class TelnetProtocol(TrackedProtocol):
                 continue
             if type(command) is PutCommand:
                 point = command.point
+                words = line.split(b" ", 4)
+                alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
                 series = writer.cached_series(point.metric, point.tags)
                 if series is None:
                     return _SlowPut(point, alias)
-                if alias is not None:
-                    writer.remember_alias(alias, series)
-                if not self._add(series, point.timestamp, point.value):
-                    return True
+                writer.remember_alias(alias, series)
+                self._add(series, point.timestamp, point.value)
             elif self._pending:
                 # Commands answer after the puts before them (tcollector's version probe
                 # then means "everything sent so far is handled").
@@ -292,17 +278,24 @@ class TelnetProtocol(TrackedProtocol):
                 self._run_command(command)
         return None
 
-    def _add(self, series: SeriesKey, timestamp: int, value: int | float) -> bool:
-        """Buffer a point; False when the writer is now full (stop reading)."""
-        writer = self._writer
+    def _add_points(self, points: list[tuple[SeriesKey, int, int | float]]) -> None:
         try:
-            ack = writer.add_to(series, timestamp, value)
-        except TsdError as exc:  # shutting down
-            self._write_line(HBASE_ERROR + exc.message)
-            return True
+            ack = self._writer.add_points(points)
+        except TsdError as exc:  # shutting down: one reply per refused point, as for one
+            self._write(((HBASE_ERROR + exc.message + "\n") * len(points)).encode())
+            return
         if ack is not self._last_ack:
             self._watch(ack)
-        return not writer.is_full()
+
+    def _add(self, series: SeriesKey, timestamp: int, value: int | float) -> None:
+        """Buffer one point (the next line checks whether the writer is full)."""
+        try:
+            ack = self._writer.add_to(series, timestamp, value)
+        except TsdError as exc:  # shutting down
+            self._write_line(HBASE_ERROR + exc.message)
+            return
+        if ack is not self._last_ack:
+            self._watch(ack)
 
     async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
         """Handle lines that need awaiting. UID lookups run concurrently (up to

@@ -10,12 +10,19 @@ sorted keys fastest, and HBase groups them by region).
 
 A second cell for the same (row, qualifier) replaces the first, as a second HBase put of
 the same cell does: the point sent last wins.
+
+Points arrive in bulk on the ingest hot path (:meth:`Batch.add_points`: every put line of
+one socket read, every point of one /api/put body): one loop encodes them straight into
+the rows, with no per-point call into the writer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+from tsd.codec import SeriesKey
+from tsd.codec.qualifier import encode_points_into
 
 #: Cells in one storage write. Large enough that a flush costs little per cell, small
 #: enough that one write does not hold the storage (or one HBase RPC) for long.
@@ -59,6 +66,12 @@ class Batch:
             return
         cells[qualifier] = value
         self.cells += 1
+
+    def add_points(self, points: Iterable[tuple[SeriesKey, int, int | float]]) -> None:
+        """Encode and buffer ``(series, timestamp, value)`` points, in order (a later point
+        for the same cell wins). Values and timestamps must be valid (as the parsers type
+        them): a CodecError leaves the points before it buffered."""
+        self.cells += encode_points_into(self.rows, points)
 
     def start(self, now: float) -> None:
         """Start the batch's age (the time of its first cell)."""
