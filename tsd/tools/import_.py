@@ -40,12 +40,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO, cast
 
+from tsd.codec import SeriesKey
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName
 from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import parse_put
-from tsd.server.telnet import _fast_numbers as fast_numbers
+from tsd.protocol.telnet import parse_put, take_known_puts
 from tsd.stats import StatsRegistry
 from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
 from tsd.write.writer import Writer
@@ -97,9 +97,9 @@ class LineSource:
         except OSError:
             return 0
 
-    def blocks(self) -> Iterator[list[bytes]]:
+    def blocks(self, prefix: bytes = b"") -> Iterator[list[bytes]]:
         """Lists of complete lines (bytes), in order, split at Java's readLine line ends
-        (LF, CRLF, CR). Lines are decoded (UTF-8) only when the full parser needs them."""
+        (LF, CRLF, CR), each starting with ``prefix``. Lines are not decoded here."""
         read = self._stream.read
         pending = b""  # the start of a line whose end is not read yet
         while True:
@@ -112,23 +112,29 @@ class LineSource:
             if b"\r" in text:
                 text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             if final:
-                lines = text.split(b"\n")
-                if lines[-1] == b"":
-                    lines.pop()
-                if lines:
-                    yield lines
+                if text.endswith(b"\n"):
+                    text = text[:-1]
+                elif not text:
+                    return
+                yield _split(text, prefix)
                 return
             cut = text.rfind(b"\n")
             if cut < 0:
                 pending = text + held
                 continue
             pending = text[cut + 1 :] + held
-            yield text[:cut].split(b"\n")
+            yield _split(text[:cut], prefix)
 
     def close(self) -> None:
         self._stream.close()
         if self._raw is not sys.stdin.buffer:
             self._raw.close()
+
+
+def _split(text: bytes, prefix: bytes) -> list[bytes]:
+    if prefix:  # one pass over the block rather than a concatenation per line
+        text = prefix + text.replace(b"\n", b"\n" + prefix)
+    return text.split(b"\n")
 
 
 # -- progress ---------------------------------------------------------------------------------
@@ -195,11 +201,17 @@ class _BadLine(Exception):
         self.reason = reason
 
 
+#: what turns an import line into a telnet put line
+PUT = b"put "
+
+
 async def _add_parsed(writer: Writer, line: bytes, rules: NameRules) -> None:
-    """The full path: decode, parse with the telnet put parser, resolve the series (maybe
-    assigning UIDs), buffer; remember the line's metric and tag words for the hot path."""
+    """The full path for one put line, as the daemon's telnet takes it: the telnet put
+    parser (on the line decoded as UTF-8, as OpenTSDB's importer reads files), the series
+    (UIDs resolved, maybe assigned), the point buffered and the line's metric and tag words
+    remembered for the hot path."""
     try:
-        point = parse_put(("put " + line.decode("utf-8", "replace")).split(" "), rules)
+        point = parse_put(line.decode("utf-8", "replace").split(" "), rules)
         series = writer.cached_series(point.metric, point.tags)
         if series is None:
             series = await writer.series_of(point.metric, point.tags)
@@ -208,8 +220,8 @@ async def _add_parsed(writer: Writer, line: bytes, rules: NameRules) -> None:
     except NoSuchUniqueName as exc:
         raise _BadLine(exc.message) from None
     writer.add_to(series, point.timestamp, point.value)
-    words = line.split(b" ", 3)
-    writer.remember_alias((words[0], words[3]), series)
+    words = line.split(b" ", 4)  # parse_put accepted it: 5 words at least
+    writer.remember_alias((words[1], words[4]), series)
 
 
 async def import_source(
@@ -223,35 +235,37 @@ async def import_source(
     """Parse every line of ``source`` into ``writer``; stops at the first bad line unless
     ``skip_errors``. Returns when the points are buffered (not necessarily stored).
 
-    A line whose metric and tag words (as bytes) were seen in an earlier good line takes
-    the daemon's telnet hot path: its series is known, only the timestamp and value are
-    typed (:func:`tsd.server.telnet._fast_numbers`, which declines anything unusual); every
-    other line goes through the full parser.
+    Each line becomes a telnet put line and is handled as the daemon's telnet handles it:
+    runs of lines whose metric and tag words an earlier good line left in the writer's
+    aliases are typed in bulk (:func:`tsd.protocol.telnet.take_known_puts`, which leaves
+    every unusual or bad line to the full parser) and buffered at once
+    (:meth:`Writer.add_points`, never more than :meth:`Writer.room`); any other line goes
+    through the full parser on its own.
     """
     outcome = Outcome()
     started = time.monotonic()
-    lineno = 0
+    first_lineno = 1  # of the block's first line
     points = 0
-    series_for_alias = writer.series_for_alias
-    add_to = writer.add_to
-    for lines in source.blocks():
-        for line in lines:
-            lineno += 1
-            words = (b"put " + line).split(b" ", 4)
-            if len(words) == 5:
-                series = series_for_alias((words[1], words[4]))
-                if series is not None and (numbers := fast_numbers(words)) is not None:
-                    add_to(series, numbers[0], numbers[1])
-                    points += 1
-                    if writer.is_full():
-                        await writer.wait_writable()
-                    continue
+    aliases = writer.aliases
+    for lines in source.blocks(PUT):
+        index, end = 0, len(lines)
+        while index < end:
+            if writer.is_full():
+                await writer.wait_writable()
+            known: list[tuple[SeriesKey, int, int | float]] = []
+            index = take_known_puts(lines, index, aliases, known, writer.room())
+            if known:
+                writer.add_points(known)
+                points += len(known)
+                continue
+            line = lines[index]
+            index += 1
             try:
                 await _add_parsed(writer, line, rules)
             except _BadLine as bad:
                 progress.clear()  # the report goes on a line of its own
-                text = line.decode("utf-8", "replace")
-                report_bad_line(source.path, lineno, bad.reason, text)
+                text = line[len(PUT) :].decode("utf-8", "replace")
+                report_bad_line(source.path, first_lineno + index - 1, bad.reason, text)
                 outcome.bad_lines += 1
                 if skip_errors:
                     continue
@@ -259,8 +273,7 @@ async def import_source(
                 outcome.points = points
                 return outcome
             points += 1
-            if writer.is_full():
-                await writer.wait_writable()
+        first_lineno += end
         progress.update(source, points, started)
     outcome.points = points
     return outcome
