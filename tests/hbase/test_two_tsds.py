@@ -1,0 +1,151 @@
+"""Two tsd processes assigning UIDs at once on one HBase (issue 4, item 8).
+
+Both daemons (``python -m tsd tsd`` with the hbase backend, on the same tables) receive
+the same put lines at the same moment: 200 new metrics, 200 new tag keys and 200 new tag
+values, plus one tag pair every line shares. Each process resolves new names
+concurrently, so both race for every name: an increment of the counter row, a
+check-and-put of the reverse row, a check-and-put of the forward row; the loser of the
+forward check-and-put reads the winner's UID and leaks its own (as OpenTSDB does). On this
+machine 60 to 190 of the 200 names of each kind were lost races in a run (leaked IDs).
+
+Afterwards tsdb-uid must give every name exactly one UID and every UID at most one name,
+every forward row's UID must map back to its name, every allocated ID must be either used
+or a leaked reverse row, and the data rows both processes wrote must use only the UIDs the
+forward rows hold: one row per series, written identically by both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
+from tests.hbase_harness import ROOT, HBaseServer
+from tsd.config import StorageConfig
+from tsd.storage.base import ScanSpec
+from tsd.storage.hbase import HBaseStorage
+
+pytestmark = pytest.mark.hbase
+
+H0 = 1356998400
+NAMES = 200
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
+
+
+def put_lines() -> list[str]:
+    return [f"put race.metric.{i} {H0 + i} {i} racek{i}=racev{i} shared=both" for i in range(NAMES)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def tsd_process(cfg: StorageConfig, log: Path) -> AsyncIterator[int]:
+    """``python -m tsd tsd`` on ``cfg``'s tables; yields its port once it answers HTTP, and
+    stops it with SIGTERM (which drains what it accepted) afterwards."""
+    port = free_port()
+    keys = {
+        "tsd.storage.backend": "hbase",
+        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
+        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
+        "tsd.storage.hbase.data_table": cfg.data_table,
+        "tsd.storage.hbase.uid_table": cfg.uid_table,
+        "tsd.storage.hbase.tree_table": cfg.tree_table,
+        "tsd.storage.hbase.meta_table": cfg.meta_table,
+        "tsd.storage.enable_compaction": "false",
+    }
+    settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
+            *["--auto-metric", *settings],
+            cwd=ROOT,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    try:
+        await wait_ready(process, port, log)
+        yield port
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+
+
+async def wait_ready(process: asyncio.subprocess.Process, port: int, log: Path) -> None:
+    async with asyncio.timeout(START_TIMEOUT_S), aiohttp.ClientSession() as http:
+        while True:
+            if process.returncode is not None:
+                output = await asyncio.to_thread(log.read_text)
+                raise RuntimeError(f"tsd exited ({process.returncode}):\n{output}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"http://127.0.0.1:{port}/api/version") as reply:
+                    if reply.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+
+
+async def test_two_tsds_assigning_the_same_names_at_once_agree_on_every_uid(
+    hbase_server: HBaseServer, tmp_path: Path
+) -> None:
+    lines = put_lines()
+    async with fresh_tables(hbase_server) as cfg:
+        async with (
+            tsd_process(cfg, tmp_path / "tsd1.log") as first,
+            tsd_process(cfg, tmp_path / "tsd2.log") as second,
+        ):
+            replies = await asyncio.gather(put_telnet(first, lines), put_telnet(second, lines))
+            assert list(replies) == [[], []]
+        # Both have stopped, having written every point they accepted.
+        storage = HBaseStorage(cfg)
+        try:
+            uids = await read_uid_table(storage, cfg)
+            async with contextlib.aclosing(storage.scan(cfg.data_table, ScanSpec())) as scan:
+                rows = [row async for row in scan]
+        finally:
+            await storage.close()
+
+    assert uids.problems() == []
+    for kind, names in [
+        ("metrics", {f"race.metric.{i}" for i in range(NAMES)}),
+        ("tagk", {f"racek{i}" for i in range(NAMES)} | {"shared"}),
+        ("tagv", {f"racev{i}" for i in range(NAMES)} | {"both"}),
+    ]:
+        assert {name.decode() for name in uids.forward[kind]} == names
+        # every ID the counter handed out is used, or leaked by a lost race
+        assert uids.counters[kind] == len(names) + len(uids.leaked(kind)), kind
+
+    def row_key(i: int) -> bytes:
+        pairs = sorted(
+            [
+                uids.uid("tagk", f"racek{i}") + uids.uid("tagv", f"racev{i}"),
+                uids.uid("tagk", "shared") + uids.uid("tagv", "both"),
+            ]
+        )
+        return uids.uid("metrics", f"race.metric.{i}") + H0.to_bytes(4, "big") + b"".join(pairs)
+
+    def cell(i: int) -> list[bytes]:  # point i: offset i s, the integer i on 1 or 2 bytes
+        width = 1 if i < 128 else 2
+        return [((i << 4) | (width - 1)).to_bytes(2, "big"), i.to_bytes(width, "big")]
+
+    expected = sorted((row_key(i), cell(i)) for i in range(NAMES))
+    got = [(row.key, [cell.qualifier, cell.value]) for row in rows for cell in row.cells]
+    assert got == expected
