@@ -2,9 +2,12 @@
 
 The format (OpenTSDB ``src/tools/TextImporter.java``): one data point per line,
 ``metric timestamp value tagk=tagv ...``, which is a telnet ``put`` line without ``put``.
-Each line is parsed by the telnet put parser (:func:`tsd.protocol.telnet.parse_put`) and
-handed to the daemon's :class:`~tsd.write.writer.Writer`, so a point is typed, checked,
-encoded, batched and (later) compacted exactly as if a collector had sent it. Where
+Each line is taken as the daemon's telnet takes a ``put`` line (the telnet put parser,
+:func:`tsd.protocol.telnet.parse_put`, and for lines of series already seen its hot path,
+:func:`~tsd.protocol.telnet.take_known_puts`) and handed to the daemon's
+:class:`~tsd.write.writer.Writer` (with meta tracking wired as the daemon wires it), so a
+point is typed, checked, encoded, batched and compacted exactly as if a collector had sent
+it. Where
 OpenTSDB's importer has its own parsing, tsd follows its telnet parser instead: a
 timestamp may contain dots (``1356998400.500`` is in milliseconds) and a decimal value
 becomes a float32 only when that keeps it exact (the importer always stores float32).
@@ -25,7 +28,8 @@ and a total, with OpenTSDB's wording: ``Total: imported 1000000 data points in 7
 (134916.4 points/s)``. A file's time covers reading, parsing and buffering its points; the
 total also covers writing the last of them to storage (``sync``: the store holds every
 point when the line is printed). Rows whose hour has closed are then compacted, as the
-daemon does when it stops, which the total does not include.
+daemon does when it stops (within the writer's shutdown budget; rows left over stay
+uncompacted, which every reader accepts), which the total does not include.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from tsd.stats import StatsRegistry
 from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
 from tsd.write.writer import Writer
 
-#: bytes read per block (a block is decoded and split into lines at once)
+#: bytes read per block (a block is split into lines at once)
 BLOCK_BYTES = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 #: seconds between progress bar updates
@@ -185,9 +189,9 @@ class Outcome:
     stopped: bool = False
 
 
-def report_bad_line(path: str, lineno: int, reason: str, line: str) -> None:
+def report_bad_line(err: TextIO, path: str, lineno: int, reason: str, line: str) -> None:
     shown = line if len(line) <= SHOWN_LINE_CHARS else line[:SHOWN_LINE_CHARS] + "..."
-    print(f"{path}:{lineno}: {reason} line=[{shown}]", file=sys.stderr)
+    print(f"{path}:{lineno}: {reason} line=[{shown}]", file=err)
 
 
 def _reason(exc: BadRequestError) -> str:
@@ -231,6 +235,7 @@ async def import_source(
     *,
     skip_errors: bool,
     progress: Progress,
+    err: TextIO,
 ) -> Outcome:
     """Parse every line of ``source`` into ``writer``; stops at the first bad line unless
     ``skip_errors``. Returns when the points are buffered (not necessarily stored).
@@ -247,34 +252,39 @@ async def import_source(
     first_lineno = 1  # of the block's first line
     points = 0
     aliases = writer.aliases
-    for lines in source.blocks(PUT):
-        index, end = 0, len(lines)
-        while index < end:
-            if writer.is_full():
-                await writer.wait_writable()
-            known: list[tuple[SeriesKey, int, int | float]] = []
-            index = take_known_puts(lines, index, aliases, known, writer.room())
-            if known:
-                writer.add_points(known)
-                points += len(known)
-                continue
-            line = lines[index]
-            index += 1
-            try:
-                await _add_parsed(writer, line, rules)
-            except _BadLine as bad:
-                progress.clear()  # the report goes on a line of its own
-                text = line[len(PUT) :].decode("utf-8", "replace")
-                report_bad_line(source.path, first_lineno + index - 1, bad.reason, text)
-                outcome.bad_lines += 1
-                if skip_errors:
+    try:
+        for lines in source.blocks(PUT):
+            index, end = 0, len(lines)
+            while index < end:
+                if writer.is_full():
+                    await writer.wait_writable()
+                known: list[tuple[SeriesKey, int, int | float]] = []
+                index = take_known_puts(lines, index, aliases, known, writer.room())
+                if known:
+                    writer.add_points(known)
+                    points += len(known)
                     continue
-                outcome.stopped = True
-                outcome.points = points
-                return outcome
-            points += 1
-        first_lineno += end
-        progress.update(source, points, started)
+                line = lines[index]
+                index += 1
+                try:
+                    await _add_parsed(writer, line, rules)
+                except _BadLine as bad:
+                    progress.clear()  # the report goes on a line of its own
+                    text = line[len(PUT) :].decode("utf-8", "replace")
+                    report_bad_line(err, source.path, first_lineno + index - 1, bad.reason, text)
+                    outcome.bad_lines += 1
+                    if skip_errors:
+                        continue
+                    outcome.stopped = True
+                    outcome.points = points
+                    return outcome
+                points += 1
+            first_lineno += end
+            progress.update(source, points, started)
+    except (OSError, EOFError) as exc:  # unreadable, or a damaged or truncated gzip stream
+        progress.clear()
+        print(f"tsdb import: {source.path}: {exc}", file=err)
+        outcome.stopped = True
     outcome.points = points
     return outcome
 
@@ -347,15 +357,15 @@ async def _import_path(
     err: TextIO,
 ) -> Outcome:
     started = time.monotonic()
-    source = LineSource(path, sys.stdin.buffer)
+    try:
+        source = LineSource(path, sys.stdin.buffer)
+    except OSError as exc:
+        print(f"tsdb import: {path}: {exc.strerror or exc}", file=err)
+        return Outcome(stopped=True)
     try:
         outcome = await import_source(
-            source, writer, rules, skip_errors=skip_errors, progress=progress
+            source, writer, rules, skip_errors=skip_errors, progress=progress, err=err
         )
-    except (OSError, EOFError) as exc:  # unreadable, or a damaged or truncated gzip stream
-        progress.clear()
-        print(f"tsdb import: {path}: {exc}", file=err)
-        return Outcome(stopped=True)
     finally:
         source.close()
     progress.clear()
