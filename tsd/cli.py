@@ -28,19 +28,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that sub-command's module is imported and
+    configured (the others are listed by name), so a tool does not pay for aiohttp."""
     parser = argparse.ArgumentParser(prog="tsdb", description="tsd, an OpenTSDB-compatible TSD")
     parser.add_argument("--version", action="version", version=f"tsd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        module.configure(sub.add_parser(name, help=help_text, description=help_text))
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if command is None or name == command:
+            importlib.import_module(module_name).configure(sub_parser)
     return parser
 
 
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The first word that names a sub-command (options come only after it)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_chosen_command(words)).parse_args(words)
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args))
