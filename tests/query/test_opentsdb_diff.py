@@ -32,6 +32,54 @@ pytestmark = pytest.mark.hbase
 
 COMPARED = [c for c in ALL_CASES if not (c.storage_options or c.query_options or c.tsd_only)]
 
+#: Whole answers compared as parsed JSON (showQuery's echo, tsuids, arrays, NaN and null,
+#: ms keys), on data sets the cases load.
+FORMAT_QUERIES: list[tuple[dict[str, list[str]] | None, Any]] = [
+    (
+        None,
+        {
+            "start": 1356998400000,
+            "end": 1356998419000,
+            "msResolution": True,
+            "showQuery": True,
+            "showTSUIDs": True,
+            "queries": [
+                {
+                    "aggregator": "sum",
+                    "metric": "f.m",
+                    "filters": [
+                        {"type": "wildcard", "tagk": "dc", "filter": "*", "groupBy": True},
+                        {"type": "literal_or", "tagk": "host", "filter": "web01|db01"},
+                    ],
+                    "rate": True,
+                    "rateOptions": {"counter": True, "counterMax": 1000, "resetValue": 5},
+                },
+                {"aggregator": "max", "metric": "ds.m", "downsample": "1m-avg-nan"},
+            ],
+        },
+    ),
+    (
+        {
+            "start": ["1356998400"],
+            "end": ["1356998579"],
+            "m": ["sum:1m-avg-null:ds.m", "sum:1m-avg-zero:ds.g{host=*}"],
+            "arrays": [""],
+            "show_query": [""],
+        },
+        None,
+    ),
+    (
+        {
+            "start": ["1356998400"],
+            "end": ["1356998419"],
+            "tsuid": ["sum:000001000001000001"],
+            "show_query": [""],
+            "show_tsuids": [""],
+        },
+        None,
+    ),
+]
+
 
 @pytest.fixture
 async def tables(hbase_server: HBaseServer) -> AsyncIterator[StorageConfig]:
@@ -99,6 +147,12 @@ async def test_cases_agree_with_opentsdb(
                 disagreements.append(
                     f"{case.id} {case.text}\n  tsd:      {ours}\n  OpenTSDB: {theirs}"
                 )
+        for params, body in FORMAT_QUERIES:
+            case = Case("format", 0, "", [], {}, {}, params, body)
+            ours = await loaded.query(params, body)
+            theirs = await _theirs(http, opentsdb, case, raw=True)
+            if ours != theirs:
+                disagreements.append(f"{params or body}\n  tsd:      {ours}\n  OpenTSDB: {theirs}")
     assert not disagreements, "\n".join(disagreements)
     assert answered > 50  # OpenTSDB really answered series
 
@@ -110,7 +164,7 @@ async def _ours(harness: QueryHarness, case: Case) -> Any:
         return ("error", exc.status, exc.message)
 
 
-async def _theirs(http: aiohttp.ClientSession, opentsdb: Any, case: Case) -> Any:
+async def _theirs(http: aiohttp.ClientSession, opentsdb: Any, case: Case, raw: bool = False) -> Any:
     if case.body is not None:
         request = http.post(f"{opentsdb.url}/api/query", data=orjson.dumps(case.body))
     else:
@@ -124,7 +178,7 @@ async def _theirs(http: aiohttp.ClientSession, opentsdb: Any, case: Case) -> Any
         return ("no reply",)  # OpenTSDB answers nothing when a callback throws
     if reply.status != 200:
         return ("error", reply.status, body["error"]["message"])
-    return _normal(body)
+    return body if raw else _normal(body)
 
 
 def _normal(answer: Any) -> Any:

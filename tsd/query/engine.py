@@ -113,6 +113,17 @@ class _Series:
     has_points: list[bool] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Found:
+    """What a sub-query found: its spans, their facts, groups and aggregated series."""
+
+    spans: Spans
+    facts: _Series
+    groups: list[list[int]]
+    aggregated: list[AggregatedSeries]
+    filter_tagks: tuple[bytes, ...]
+
+
 class QueryEngine:
     """Runs /api/query and /api/query/last against one data table."""
 
@@ -178,10 +189,11 @@ class QueryEngine:
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
         start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
+        filter_tagks: tuple[bytes, ...] = ()
         if sub.tsuids:
             plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
         else:
-            plan = await self._plan_metric(sub, start_s, end_s)
+            plan, filter_tagks = await self._plan_metric(sub, start_s, end_s)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
             return []
@@ -206,12 +218,17 @@ class QueryEngine:
         )
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
         timings["dpsPostFilter"] = int(spans.batch.lengths[keep].sum())
-        return await self._results(sub, query, spans, facts, groups, aggregated, timings)
+        found = _Found(spans, facts, groups, aggregated, filter_tagks)
+        return await self._results(sub, query, found, timings)
 
-    async def _plan_metric(self, sub: SubQuery, start_s: int, end_s: int) -> ScanPlan:
+    async def _plan_metric(
+        self, sub: SubQuery, start_s: int, end_s: int
+    ) -> tuple[ScanPlan, tuple[bytes, ...]]:
+        """The scan plan and the filters' tag key UIDs."""
         metric_uid = await self._uids.metrics.get_id(sub.metric)
         resolved = await _all_or_none([self._resolve_filter(f) for f in sub.filters])
-        return plan_metric_scan(
+        tagks = tuple(r.tagk_uid for r in resolved if r.tagk_uid is not None)
+        plan = plan_metric_scan(
             self._layout,
             metric_uid,
             resolved,
@@ -220,6 +237,7 @@ class QueryEngine:
             end_s=end_s,
             expansion_limit=self._cfg.filter_expansion_limit,
         )
+        return plan, tagks
 
     async def _resolve_filter(self, f: Any) -> ResolvedFilter:
         try:
@@ -336,19 +354,13 @@ class QueryEngine:
         return keep, [members for _, members in group_series(keys)]
 
     async def _results(
-        self,
-        sub: SubQuery,
-        query: TSQuery,
-        spans: Spans,
-        facts: _Series,
-        groups: list[list[int]],
-        aggregated: list[AggregatedSeries],
-        timings: dict[str, Any],
+        self, sub: SubQuery, query: TSQuery, found: _Found, timings: dict[str, Any]
     ) -> list[SeriesResult]:
-        metric_uid = spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
+        facts = found.facts
+        metric_uid = found.spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
         metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
         out = []
-        for members, dps in zip(groups, aggregated, strict=True):
+        for members, dps in zip(found.groups, found.aggregated, strict=True):
             with_data = [i for i in members if facts.has_points[i]]
             notes = _annotations(facts, members, query)
             if not with_data and notes is None:
@@ -367,6 +379,7 @@ class QueryEngine:
                     tsuids=[facts.tsuids[i] for i in with_data],
                     annotations=notes,
                     stats=stats,
+                    filter_tagks=found.filter_tagks,
                 )
             )
         return out

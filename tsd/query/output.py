@@ -23,6 +23,7 @@ echo, src/core/IncomingDataPoint.java for last points):
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ class SeriesResult:
     tsuids: list[str] = field(default_factory=list)
     annotations: list[dict[str, Any]] | None = None
     stats: dict[str, Any] | None = None
+    #: tag key UIDs of the sub-query's filters (showQuery's ``filterTagKs``)
+    filter_tagks: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -107,7 +110,7 @@ def _series_json(series: SeriesResult, result: QueryResult, arrays: bool) -> byt
         "aggregateTags": series.aggregate_tags,
     }
     if query.show_query:
-        head["query"] = subquery_echo(series.sub)
+        head["query"] = subquery_echo(series.sub, series.filter_tagks)
     if query.show_tsuids:
         head["tsuids"] = sorted(series.tsuids)
     if not query.no_annotations:
@@ -157,8 +160,12 @@ def _value_texts(dps: AggregatedSeries, fill_null: bool) -> list[bytes]:
     return orjson.dumps(values)[1:-1].split(b",")
 
 
-def subquery_echo(sub: SubQuery) -> dict[str, Any]:
-    """The ``query`` object of showQuery: TSSubQuery as Jackson writes it."""
+def subquery_echo(sub: SubQuery, filter_tagks: Sequence[bytes] = ()) -> dict[str, Any]:
+    """The ``query`` object of showQuery: TSSubQuery as Jackson writes it, in its order.
+
+    ``filter_tagks`` are the resolved tag key UIDs of the filters (``filterTagKs``, byte
+    arrays written as base64 by Jackson; null without filters).
+    """
     rate_options = None
     if sub.rate_options is not None:
         rate_options = {
@@ -167,6 +174,7 @@ def subquery_echo(sub: SubQuery) -> dict[str, Any]:
             "resetValue": sub.rate_options.reset_value,
             "dropResets": sub.rate_options.drop_resets,
         }
+    tagks = sorted(set(filter_tagks))
     return {
         "aggregator": sub.aggregator,
         "metric": sub.metric or None,
@@ -174,17 +182,18 @@ def subquery_echo(sub: SubQuery) -> dict[str, Any]:
         "downsample": sub.downsample,
         "rate": sub.rate,
         "filters": [_filter_echo(f) for f in sub.filters],
-        "explicitTags": sub.explicit_tags,
+        "percentiles": None,
         "index": sub.index,
         "rateOptions": rate_options,
-        "tags": sub.tags,
-        "percentiles": None,
+        "filterTagKs": [base64.b64encode(t).decode() for t in tagks] if sub.filters else None,
+        "explicitTags": sub.explicit_tags,
         "useFuzzyFilter": True,
         "preAggregate": False,
         "rollupUsage": None,
         "rollupTable": "raw",
         "showHistogramBuckets": False,
         "useMultiGets": True,
+        "tags": sub.tags,
         "histogramQuery": False,
     }
 
