@@ -27,7 +27,6 @@ from aiohttp import web
 
 from tsd.config import Config, load_config
 from tsd.log import DAEMON, configure_logging, get_logger
-from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.server.http.app import Services, make_app
@@ -41,6 +40,7 @@ from tsd.storage.factory import open_storage
 from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
+from tsd.write.pipeline import WritePath
 from tsd.write.writer import Writer, WriterLimits
 
 log = get_logger(DAEMON)
@@ -70,9 +70,8 @@ class Daemon:
         self._storage: Storage | None = storage
         self._owns_storage = storage is None
         self._writer_limits = writer_limits
-        self._writer: Writer | None = None
+        self._write_path: WritePath | None = None
         self._uids: UidService | None = None
-        self._meta: MetaService | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
         self._stopped = False
@@ -89,17 +88,11 @@ class Daemon:
             if created:
                 log.info("daemon.tables_created", tables=created)
         uids = self._uids = UidService(storage, config)
-        meta = self._meta = MetaService(storage, uids, config, self.registry)
-        writer = self._writer = Writer(
-            storage,
-            uids,
-            config.storage,
-            self.registry,
-            limits=self._writer_limits,
-            on_new_series=meta.tracker.on_new_series,
+        write_path = self._write_path = WritePath.build(
+            storage, uids, config, self.registry, self._writer_limits
         )
-        writer.start()
-        meta.start()
+        write_path.start()
+        writer, meta = write_path.writer, write_path.meta
         services = self._services(storage, uids, writer)
         services.extra[META_KEY] = meta
         http_options: dict[str, Any] = {}
@@ -182,8 +175,8 @@ class Daemon:
 
     @property
     def writer(self) -> Writer:
-        assert self._writer is not None, "not started"
-        return self._writer
+        assert self._write_path is not None, "not started"
+        return self._write_path.writer
 
     @property
     def uids(self) -> UidService:
@@ -232,10 +225,8 @@ class Daemon:
                 )
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._writer is not None:
-            await self._writer.close()
-        if self._meta is not None:  # after the writer: its last new series get written
-            await self._meta.close()
+        if self._write_path is not None:
+            await self._write_path.close()
         if self._listener is not None:
             self._listener.close()
         if self._storage is not None and self._owns_storage:

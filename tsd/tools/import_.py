@@ -47,11 +47,11 @@ from typing import Any, BinaryIO, TextIO, cast
 from tsd.codec import SeriesKey
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName
-from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import parse_put, take_known_puts
 from tsd.stats import StatsRegistry
 from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
+from tsd.write.pipeline import WritePath
 from tsd.write.writer import Writer
 
 #: bytes read per block (a block is split into lines at once)
@@ -299,16 +299,9 @@ async def import_files(
     total = Outcome()
     async with open_store(cfg) as store:
         # Wired as the daemon wires it: meta tracking (tsd.core.meta.*) sees each new series.
-        meta = MetaService(store.storage, store.uids, cfg, registry)
-        writer = Writer(
-            store.storage,
-            store.uids,
-            cfg.storage,
-            registry,
-            on_new_series=meta.tracker.on_new_series,
-        )
-        writer.start()
-        meta.start()
+        write_path = WritePath.build(store.storage, store.uids, cfg, registry)
+        write_path.start()
+        writer = write_path.writer
         started = time.monotonic()
         try:
             for path in paths:
@@ -330,9 +323,8 @@ async def import_files(
         finally:
             progress.clear()
             compacting = time.monotonic()
-            await writer.close()  # compacts the rows whose hour has closed
+            await write_path.close()  # compacts the rows whose hour has closed
             compacting = time.monotonic() - compacting
-            await meta.close()  # after the writer: its last new series get their meta
     rows = _count(registry, "compaction.count", "rows")
     if rows:
         print(f"Compacted {rows} rows in {compacting:.3f}s", file=out)
