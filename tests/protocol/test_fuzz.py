@@ -12,12 +12,13 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.protocol.test_put_json import check_known_path
 from tsd.errors import BadRequestError
 from tsd.model import DataPoint
 from tsd.protocol import put_json
 from tsd.protocol.names import NameRules, is_valid_name
 from tsd.protocol.put_json import PutError, parse_put_body
-from tsd.protocol.telnet import Command, LineBuffer, PutCommand, parse_command
+from tsd.protocol.telnet import Command, LineBuffer, PutCommand, line_too_long, parse_command
 
 fuzz_settings = settings(max_examples=300, deadline=None)
 RULES = NameRules(max_tags=3)
@@ -91,6 +92,23 @@ def _answers(chunks: list[bytes], max_line_bytes: int) -> list[Command | str]:
     return out
 
 
+def _answers_taken(chunks: list[bytes], max_line_bytes: int) -> list[Command | str]:
+    """The same, a read at a time (LineBuffer.take_lines, as the daemon frames)."""
+    buffer = LineBuffer(max_line_bytes)
+    out: list[Command | str] = []
+    for chunk in chunks:
+        buffer.feed(chunk)
+        for line in buffer.take_lines():
+            if line is None:
+                out.append(line_too_long(max_line_bytes).message)
+                continue
+            try:
+                out.append(parse_command(line, RULES))
+            except BadRequestError as exc:
+                out.append(exc.message)
+    return out
+
+
 def _assert_storable(point: DataPoint) -> None:
     assert 0 < point.timestamp <= 9_999_999_999_999
     if isinstance(point.value, int):
@@ -107,8 +125,9 @@ def _assert_storable(point: DataPoint) -> None:
 def _check_telnet(data: bytes, cuts: list[int], max_line_bytes: int) -> None:
     whole = _answers([data], max_line_bytes)
     edges = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    chunked = _answers([data[a:b] for a, b in zip(edges, edges[1:], strict=False)], max_line_bytes)
-    assert chunked == whole
+    chunks = [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    assert _answers(chunks, max_line_bytes) == whole
+    assert _answers_taken(chunks, max_line_bytes) == whole
     for answer in whole:
         if isinstance(answer, PutCommand):
             _assert_storable(answer.point)
@@ -141,8 +160,13 @@ def _parse_both(body: bytes) -> object:
         exact: object = put_json._parse_exact(body, RULES)
     except BadRequestError as exc:
         exact = ("error", exc.message)
+    try:
+        known: object = put_json.parse_put_body_known(body, {}, RULES)
+    except BadRequestError as exc:
+        known = ("error", exc.message)
     if isinstance(fast, list):
         assert isinstance(exact, list)
+        check_known_path(body, RULES, fast)
         typed = [(type(r.value) if isinstance(r, DataPoint) else None, r) for r in fast]
         assert typed == [(type(r.value) if isinstance(r, DataPoint) else None, r) for r in exact]
         for result in fast:
@@ -152,7 +176,7 @@ def _parse_both(body: bytes) -> object:
                 assert isinstance(result, PutError)
                 put_json.summary_body(0, 1, [result], details=True, timeouts=None)
     else:
-        assert fast == exact
+        assert fast == exact == known
     return fast
 
 

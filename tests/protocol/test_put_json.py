@@ -16,17 +16,19 @@ import orjson
 import pytest
 
 from tsd.errors import BadRequestError
-from tsd.model import DataPoint
+from tsd.model import DataPoint, Tags
 from tsd.protocol import put_json
 from tsd.protocol.names import NameRules
 from tsd.protocol.put_json import (
     PUT_ERRORS_DETAILS,
     PUT_ERRORS_MESSAGE,
+    KnownPut,
     PutError,
     PutFlags,
     PutResult,
     datapoint_echo,
     parse_put_body,
+    parse_put_body_known,
     parse_put_flags,
     put_response,
     put_timeout_response,
@@ -44,22 +46,77 @@ def _typed(results: list[PutResult]) -> list[object]:
     ]
 
 
+def _rebuilt(split: KnownPut[tuple[str, Tags]]) -> list[PutResult]:
+    """parse_put_body's list from parse_put_body_known's split (series = (metric, tags))."""
+    results: list[PutResult | None] = [None] * split.count
+    for index, _, result, _ in split.others:
+        results[index] = result
+    points = iter(split.points)
+    for index in split.point_indexes():
+        (metric, tags), timestamp, value = next(points)
+        results[index] = DataPoint(metric, timestamp, value, tags)
+    assert next(points, None) is None
+    assert [at for _, at, _, _ in split.others] == [
+        sum(1 for i in split.point_indexes() if i < index) for index, _, _, _ in split.others
+    ]
+    return [r for r in results if r is not None]
+
+
+def check_known_path(body: bytes, rules: NameRules, results: list[PutResult]) -> None:
+    """parse_put_body_known gives parse_put_body's answer, with no series known, then with
+    the series of every point it returned a key for known (the hot path)."""
+    first: KnownPut[tuple[str, Tags]] = parse_put_body_known(body, {}, rules)
+    assert first.points == []
+    assert _typed(_rebuilt(first)) == _typed(results)
+    known = {
+        key: (result.metric, result.tags)
+        for _, _, result, key in first.others
+        if key is not None and isinstance(result, DataPoint)
+    }
+    again = parse_put_body_known(body, known, rules)
+    assert _typed(_rebuilt(again)) == _typed(results)
+
+
+def test_known_series_take_the_hot_path() -> None:
+    points = [
+        (1, 1, {"k": "v"}),
+        (2.5, 2, {"k": "v", "h": "a"}),
+        ("3", 3, {"k": "v"}),  # a string value: typed by the general path once
+        (-(2**63), 4, {"h": "a", "k": "v"}),  # tags in another order: another key
+        (5, 5, {"k": True}),  # a boolean tag value is "true": valid, but never keyed
+    ]
+    body = b"[" + b",".join(point(value=v, timestamp=t, tags=tags) for v, t, tags in points) + b"]"
+    results = parse(body)
+    first: KnownPut[str] = parse_put_body_known(body, {}, DEFAULT_RULES)
+    keys = [key for _, _, _, key in first.others]
+    assert keys[4] is None
+    known = {keys[0]: "kv", keys[1]: "kv-ha", keys[3]: "kv-ha"}
+    assert keys[2] == keys[0]
+    again = parse_put_body_known(body, known, DEFAULT_RULES)
+    assert again.points == [("kv", 1, 1), ("kv-ha", 2, 2.5), ("kv-ha", 4, -(2**63))]
+    # A string value is typed by the general path each time.
+    assert again.others == [(2, 2, results[2], keys[2]), (4, 3, results[4], None)]
+
+
 def parse(body: bytes, rules: NameRules = DEFAULT_RULES) -> list[PutResult]:
-    """parse_put_body, checked against the exact path and against trailing bytes."""
+    """parse_put_body, checked against the exact path, the hot path and trailing bytes."""
     results = parse_put_body(body, rules)
     assert _typed(put_json._parse_exact(body, rules)) == _typed(results)
+    check_known_path(body, rules, results)
     for tail in (b"\n", b"  \r\n\t", b" trailing garbage {", b"]]"):
         assert _typed(parse_put_body(body + tail, rules)) == _typed(results)
     return results
 
 
 def parse_error(body: bytes) -> str:
-    """The body-level error message, the same from both paths."""
+    """The body-level error message, the same from every path."""
     with pytest.raises(BadRequestError) as fast:
         parse_put_body(body)
     with pytest.raises(BadRequestError) as exact:
         put_json._parse_exact(body, DEFAULT_RULES)
-    assert fast.value.message == exact.value.message
+    with pytest.raises(BadRequestError) as known:
+        parse_put_body_known(body, {}, DEFAULT_RULES)
+    assert fast.value.message == exact.value.message == known.value.message
     assert fast.value.status == 400
     return fast.value.message
 

@@ -452,3 +452,46 @@ async def test_prometheus_adapter_gets_204_or_a_summary(
     bad = [*good, dp("prom up", T, 1.0, job="node")]
     status, _, reply = await post(http, tsd, "/api/put?summary", orjson.dumps(bad))
     assert (status, orjson.loads(reply)) == (400, {"success": 1, "failed": 1})
+
+
+async def test_known_series_answer_and_store_as_new_ones(
+    tsd: Daemon, http: aiohttp.ClientSession
+) -> None:
+    """The second body goes through the known-series path: same reply, same cells, bad
+    points in the middle still reported in body order."""
+
+    def body(ts: int) -> bytes:
+        return orjson.dumps(
+            [
+                dp("known.a", ts, 1, host="web01", dc="lga"),
+                dp("known.a", ts, "x", host="web01", dc="lga"),
+                dp("known.a", ts + 1, 2.5, dc="lga", host="web01"),  # same series, tags reordered
+                dp("known.b", ts, -(2**40), host="web02"),
+                dp("known.b", ts, 7, host="bad value!"),
+                dp("known.c", ts * 1000 + 5, 3, host="web01"),
+            ]
+        )
+
+    replies = []
+    for ts in (T, T + 3600):
+        status, _, reply = await post(http, tsd, "/api/put?details", body(ts))
+        replies.append((status, orjson.loads(reply)))
+    for ts, (status, reply) in zip((T, T + 3600), replies, strict=True):
+        assert status == 400
+        assert reply["success"] == 4
+        assert [e["datapoint"]["value"] for e in reply["errors"]] == ["x", "7"]
+        assert [e["datapoint"]["timestamp"] for e in reply["errors"]] == [ts, ts]
+    assert await stored(tsd) == [
+        *(
+            sp("known.a", ms, v, dc="lga", host="web01")
+            for ms, v in (
+                (T * 1000, 1),
+                ((T + 1) * 1000, 2.5),
+                ((T + 3600) * 1000, 1),
+                ((T + 3601) * 1000, 2.5),
+            )
+        ),
+        *(sp("known.b", ts * 1000, -(2**40), host="web02") for ts in (T, T + 3600)),
+        *(sp("known.c", ts * 1000 + 5, 3, host="web01") for ts in (T, T + 3600)),
+    ]
+    assert len(tsd.writer.aliases) >= 4  # the second body took the hot path

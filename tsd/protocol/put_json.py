@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NotRequired, TypedDict, cast
+from typing import Any, Final, Generic, NotRequired, TypedDict, TypeVar, cast
 
 import orjson
 
@@ -61,15 +61,18 @@ __all__ = [
     "PUT_ERRORS_MESSAGE",
     "UNPARSEABLE",
     "DatapointEcho",
+    "KnownPut",
     "PutError",
     "PutFlags",
     "PutResult",
     "datapoint_echo",
     "parse_put_body",
+    "parse_put_body_known",
     "parse_put_flags",
     "put_errors_error",
     "put_response",
     "put_timeout_response",
+    "series_key",
     "summary_body",
 ]
 
@@ -176,6 +179,163 @@ def parse_put_body(body: bytes, rules: NameRules = DEFAULT_NAME_RULES) -> list[P
         return _parse_document(document, rules, exact=False)
     except _NeedExact:
         return _parse_exact(body, rules)
+
+
+_Series = TypeVar("_Series")
+#: A tsuid the fast checks let through: absent (or null) or a string.
+_TSUID_TYPES: Final = (str, type(None))
+
+
+@dataclass(slots=True)
+class KnownPut(Generic[_Series]):
+    """An /api/put body split for the write hot path (:func:`parse_put_body_known`).
+
+    ``points`` are the points of series found in ``known``, in body order, as
+    ``(series, timestamp, value)``. Every other element is in ``others`` as ``(index in
+    the body, len(points) when it came, result, key)``: the result is what
+    :func:`parse_put_body` gives for it, and ``key`` is its key in ``known`` when the
+    point is valid and has one (remember the point's series under it). Together they are
+    :func:`parse_put_body`'s answer, element for element.
+    """
+
+    count: int
+    points: list[tuple[_Series, int, int | float]]
+    others: list[tuple[int, int, PutResult, Hashable | None]]
+    #: the parsed elements (for echoing points of ``points`` whose write failed)
+    elements: Sequence[object]
+
+    def point_indexes(self) -> list[int]:
+        """The body index of each of ``points`` (for error echoes; not the hot path)."""
+        other = {index for index, _, _, _ in self.others}
+        return [index for index in range(self.count) if index not in other]
+
+    def result_at(self, index: int) -> PutResult:
+        """What :func:`parse_put_body` gives for the element at ``index`` of ``points``."""
+        point = _fast_point(self.elements[index], LONG_MAX)
+        assert point is not None, "a known-series point passes the fast check"
+        return point
+
+
+def series_key(metric: str, tags: Mapping[str, str]) -> Hashable:
+    """The key :func:`parse_put_body_known` looks a point's series up by: its metric and
+    its tags in the body's order (a client sends its series the same way each time)."""
+    return (metric, *tags.items())
+
+
+def parse_put_body_known(
+    body: bytes, known: Mapping[Any, _Series], rules: NameRules = DEFAULT_NAME_RULES
+) -> KnownPut[_Series]:
+    """:func:`parse_put_body` for the write hot path: the usual points of series already
+    seen (``known``, keyed by :func:`series_key` of points this function returned as
+    valid) come back without a DataPoint, as ``(series, timestamp, value)``.
+
+    A known point must still have an int timestamp in range, an int64 or float value and
+    no tsuid other than a string; its names were checked when its key was remembered.
+    Raises BadRequestError for the body-level errors.
+    """
+    if not body:
+        raise BadRequestError(EMPTY_BODY)
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _known_others(_parse_exact(body, rules), [])
+    elements = document if type(document) is list else [document]
+    if type(document) is list or type(document) is dict:
+        split = _split_known(elements, known, rules)
+        if split is not None:
+            return split
+    try:
+        results = _parse_document(document, rules, exact=False)
+    except _NeedExact:
+        results = _parse_exact(body, rules)
+    return _known_others(results, elements)
+
+
+def _known_others(results: list[PutResult], elements: Sequence[object]) -> KnownPut[Any]:
+    """Every result as an "other", with the key of each valid point (see _string_key)."""
+    others: list[tuple[int, int, PutResult, Hashable | None]] = []
+    for index, result in enumerate(results):
+        key: Hashable | None = None
+        if isinstance(result, DataPoint) and index < len(elements):
+            key = _string_key(elements[index])
+        others.append((index, 0, result, key))
+    return KnownPut(len(results), [], others, elements)
+
+
+def _string_key(element: object) -> Hashable | None:
+    """series_key of a valid point whose metric and tag values are JSON strings, else None:
+    equal keys then mean equal names (no ``1 == True == 1.0`` confusion, no number whose
+    source text orjson lost)."""
+    if type(element) is not dict:
+        return None
+    metric, tags = element.get("metric"), element.get("tags")
+    if type(metric) is str and type(tags) is dict and all(type(v) is str for v in tags.values()):
+        return series_key(metric, tags)
+    return None
+
+
+def _bound_point(element: object, rules: NameRules) -> DataPoint | None:
+    """A point the general path accepts without needing the exact parser (a value given
+    as a string, say), or None: then the general path must answer for the whole body."""
+    if element is None:
+        return None
+    try:
+        result = _validate(_bind(element), rules)
+    except (BadRequestError, _NeedExact):
+        return None
+    return result if isinstance(result, DataPoint) else None
+
+
+def _split_known(
+    elements: list[object], known: Mapping[Any, _Series], rules: NameRules
+) -> KnownPut[_Series] | None:
+    """The hot loop; None when an element needs the general path (which may fail the
+    whole body, or need the exact parser)."""
+    if not elements:
+        return None
+    points: list[tuple[_Series, int, int | float]] = []
+    others: list[tuple[int, int, PutResult, Hashable | None]] = []
+    get = known.get
+    append = points.append
+    max_tags = rules.max_tags
+    index = -1
+    try:
+        for element in elements:
+            index += 1
+            key: Hashable | None = None
+            if type(element) is dict:
+                fields = cast(dict[str, Any], element)
+                tags = fields.get("tags")
+                if type(tags) is dict:
+                    key = (fields.get("metric"), *tags.items())  # series_key(); may raise
+                    series = get(key)
+                    if series is not None:
+                        # The checks of _fast_point that the names' do not cover.
+                        timestamp: Any = fields.get("timestamp")
+                        value: Any = fields.get("value")
+                        value_type = type(value)
+                        if (
+                            type(timestamp) is int
+                            and 0 < timestamp <= MAX_MS_TIMESTAMP
+                            and (
+                                (value_type is float and -_TWO_63 < value < _TWO_63)
+                                or (value_type is int and LONG_MIN <= value <= LONG_MAX)
+                            )
+                            # four fields are the four above: no tsuid
+                            and (len(fields) == 4 or type(fields.get("tsuid")) in _TSUID_TYPES)
+                        ):
+                            append((series, timestamp, value))
+                            continue
+            point = _fast_point(element, max_tags)
+            if point is None:
+                point = _bound_point(element, rules)
+                if point is None:
+                    return None
+                key = _string_key(element)
+            others.append((index, len(points), point, key))
+    except TypeError:  # an unhashable metric or tag value: the general path words it
+        return None
+    return KnownPut(len(elements), points, others, elements)
 
 
 def _parse_exact(body: bytes, rules: NameRules) -> list[PutResult]:

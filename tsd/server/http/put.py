@@ -5,12 +5,17 @@ Content-Type, up to ``tsd.http.request.max_body`` bytes once inflated (OpenTSDB 
 anything over about 8 KiB: "Chunked request not supported"). With ``sync`` the reply
 waits until storage holds every accepted point (``sync_timeout`` ms at most); without it
 a point counts as a success once buffered, as OpenTSDB counts it once queued.
+
+Without ``sync`` (the usual case) the points of series seen before go to the writer in
+bulk (:func:`tsd.protocol.put_json.parse_put_body_known`, :meth:`Writer.add_points`);
+with it each point keeps its own acknowledgement for the per-point outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Hashable
 
 from aiohttp import web
 
@@ -21,10 +26,12 @@ from tsd.protocol.put_json import (
     STORAGE_EXCEPTION,
     UNKNOWN_METRIC,
     WRITE_TIMEDOUT,
+    KnownPut,
     PutError,
     PutFlags,
     datapoint_echo,
     parse_put_body,
+    parse_put_body_known,
     parse_put_flags,
     put_response,
     put_timeout_response,
@@ -46,20 +53,131 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     services = request.app[SERVICES]
     services.registry.counter("rpc.received", type="put").inc()
     flags = parse_put_flags(query_params(request))
-    results = parse_put_body(await request.read(), services.rules)
+    body = await request.read()
     errors: list[PutError] = []
-    accepted = await _add_points(services.writer, results, errors)
     if not flags.sync:
-        status, body = put_response(flags, points=len(results), queued=len(accepted), errors=errors)
-        return json_response(body, status)
+        split = parse_put_body_known(body, services.writer.aliases, services.rules)
+        queued = await _add_split(services.writer, split, errors)
+        status, reply = put_response(flags, points=split.count, queued=queued, errors=errors)
+        return json_response(reply, status)
+    results = parse_put_body(body, services.rules)
+    accepted = await _add_points(services.writer, results, errors)
     return await _reply_when_stored(services.writer, flags, len(results), accepted, errors)
+
+
+async def _add_split(writer: Writer, split: KnownPut[SeriesKey], errors: list[PutError]) -> int:
+    """Buffer the points of a body split by parse_put_body_known, in body order; the number
+    queued. Failures go to ``errors`` in body order; series not cached yet are resolved
+    after the others (see :func:`_resolve_misses`), and remembered under their key."""
+    failed: list[tuple[int, PutError]] = []
+    misses: list[tuple[int, DataPoint, Hashable | None]] = []
+    queued = done = 0
+    for index, at, result, key in split.others:
+        if at > done:
+            queued += await _add_run(writer, split, done, at, failed)
+            done = at
+        if isinstance(result, PutError):
+            failed.append((index, result))
+            continue
+        if writer.is_full():
+            await writer.wait_writable()
+        series = writer.cached_series(result.metric, result.tags)
+        if series is None:
+            misses.append((index, result, key))
+            continue
+        if key is not None:
+            writer.remember_alias(key, series)
+        queued += _add_one(writer, series, index, result, failed)
+    if done < len(split.points):
+        queued += await _add_run(writer, split, done, len(split.points), failed)
+    if misses:
+        queued += await _resolve_misses(writer, misses, failed)
+    failed.sort(key=lambda item: item[0])
+    errors.extend(error for _, error in failed)
+    return queued
+
+
+async def _add_run(
+    writer: Writer,
+    split: KnownPut[SeriesKey],
+    start: int,
+    stop: int,
+    failed: list[tuple[int, PutError]],
+) -> int:
+    """Buffer ``split.points[start:stop]`` in bulk, as much at a time as the writer has
+    room for (waiting while it is full); the number queued."""
+    points = split.points
+    index = start
+    while index < stop:
+        if writer.is_full():
+            await writer.wait_writable()
+        end = min(stop, index + max(1, writer.room()))
+        run = points if index == 0 and end == len(points) else points[index:end]
+        try:
+            writer.add_points(run)
+        except TsdError as exc:  # shutting down: each point fails with its echo
+            indexes = split.point_indexes()
+            for position in range(index, stop):
+                point = split.result_at(indexes[position])
+                assert isinstance(point, DataPoint)
+                failed.append((indexes[position], _storage_error(exc, point)))
+            break
+        index = end
+    return index - start
+
+
+async def _resolve_misses(
+    writer: Writer,
+    misses: list[tuple[int, DataPoint, Hashable | None]],
+    failed: list[tuple[int, PutError]],
+) -> int:
+    """Resolve (maybe assign) the UIDs of points whose series is not cached, then buffer
+    them; the number queued."""
+    slots = asyncio.Semaphore(MISS_WINDOW)
+    queued = 0
+
+    async def resolve(index: int, point: DataPoint, key: Hashable | None) -> None:
+        nonlocal queued
+        async with slots:
+            try:
+                series = await writer.series_of(point.metric, point.tags)
+            except NoSuchUniqueName:
+                failed.append((index, PutError(UNKNOWN_METRIC, datapoint_echo(point))))
+                return
+            except TsdError as exc:
+                failed.append((index, _storage_error(exc, point)))
+                return
+        if key is not None:
+            writer.remember_alias(key, series)
+        if writer.is_full():
+            await writer.wait_writable()
+        queued += _add_one(writer, series, index, point, failed)
+
+    await asyncio.gather(*(resolve(index, point, key) for index, point, key in misses))
+    return queued
+
+
+def _add_one(
+    writer: Writer,
+    series: SeriesKey,
+    index: int,
+    point: DataPoint,
+    failed: list[tuple[int, PutError]],
+) -> int:
+    try:
+        writer.add_to(series, point.timestamp, point.value)
+    except TsdError as exc:  # shutting down
+        failed.append((index, _storage_error(exc, point)))
+        return 0
+    return 1
 
 
 async def _add_points(
     writer: Writer, results: list[DataPoint | PutError], errors: list[PutError]
 ) -> list[tuple[DataPoint, Ack]]:
-    """Buffer every valid point; invalid ones and those the writer refuses go to ``errors``,
-    in the order of the body. Series not cached yet are resolved after the cached ones."""
+    """``sync``: buffer every valid point, keeping each one's ack; invalid ones and those
+    the writer refuses go to ``errors``, in the order of the body. Series not cached yet
+    are resolved after the cached ones."""
     accepted: list[tuple[DataPoint, Ack]] = []
     failed: list[tuple[int, PutError]] = []
     misses: list[tuple[int, DataPoint]] = []
