@@ -18,7 +18,11 @@ client, as observed):
 
 The Thrift IDL is the one aiohappybase ships (HBase's ``Hbase.thrift``), loaded
 by importing aiohappybase; its transport and protocol factories are the ones
-aiohappybase configures (binary fields stay ``bytes``). aiohappybase's
+aiohappybase configures (binary fields stay ``bytes``), except that the binary
+protocol *writes* calls with thriftpy2's compiled encoder (cybin) when it is
+built: the pure-Python encoder spends about 7 ms on a 1,000-cell ``mutateRows``
+(about half of tsd's CPU when ingesting into HBase), cybin 0.4 ms, for the same
+bytes. Replies are still read by thriftpy2's asyncio protocol. aiohappybase's
 Table/Batch layer is not used: the backend needs the raw calls (sorted
 columns, scanner caching, checkAndPut with an unset value) and its own error
 mapping.
@@ -27,6 +31,7 @@ mapping.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 import time
 import warnings
@@ -42,13 +47,41 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     import aiohappybase
     from thriftpy2.contrib.aio.client import TAsyncClient
+    from thriftpy2.contrib.aio.protocol.binary import TAsyncBinaryProtocol
     from thriftpy2.contrib.aio.socket import TAsyncSocket
+
+try:  # thriftpy2's Cython extension; absent when it was installed without a compiler
+    CYBIN: Any = importlib.import_module("thriftpy2.protocol.cybin")
+except ImportError:  # pragma: no cover - the wheels ship it
+    CYBIN = None
+_MEMORY: Any = importlib.import_module("thriftpy2.transport.memory")
 
 #: the Thrift module thriftpy2 built from aiohappybase's Hbase.thrift on import
 HBASE_THRIFT: Any = sys.modules["Hbase_thrift"]
 
 TRANSPORTS: dict[str, Any] = aiohappybase.Connection.THRIFT_TRANSPORTS
-PROTOCOLS: dict[str, Any] = aiohappybase.Connection.THRIFT_PROTOCOLS
+PROTOCOLS: dict[str, Any] = dict(aiohappybase.Connection.THRIFT_PROTOCOLS)
+
+
+class CompiledWriteBinaryProtocol(TAsyncBinaryProtocol):
+    """The asyncio binary protocol, encoding each call's arguments with cybin in one go
+    (the same bytes as the pure-Python encoder, tens of times faster)."""
+
+    def write_struct(self, obj: Any) -> None:
+        buffer = _MEMORY.TCyMemoryBuffer()
+        CYBIN.TCyBinaryProtocol(buffer).write_struct(obj)
+        self.trans.write(buffer.getvalue())
+
+
+class CompiledWriteBinaryProtocolFactory:
+    """aiohappybase's binary protocol settings (bytes stay bytes), compiled writes."""
+
+    def get_protocol(self, trans: Any) -> CompiledWriteBinaryProtocol:
+        return CompiledWriteBinaryProtocol(trans, decode_response=False)  # type: ignore[no-untyped-call]
+
+
+if CYBIN is not None:
+    PROTOCOLS["binary"] = CompiledWriteBinaryProtocolFactory()
 
 
 class ThriftConnection:
