@@ -39,9 +39,10 @@ import orjson
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.protocol.query_json import parse_query_params
-from tsd.query.decode import assemble_spans, decode_rows
+from tsd.query.decode import decode_rows
 from tsd.query.engine import QueryEngine
 from tsd.query.plan import plan_metric_scan, scan_window_s
+from tsd.query.spans import assemble_spans
 from tsd.storage.base import Delete, Put, Row, Storage
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.schema import ensure_tables

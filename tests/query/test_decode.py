@@ -23,7 +23,8 @@ from tsd.codec import (
     encode_row_key,
 )
 from tsd.errors import CodecError
-from tsd.query.decode import assemble_spans, decode_rows, series_key
+from tsd.query.decode import decode_rows, series_key
+from tsd.query.spans import assemble_spans
 from tsd.storage.base import Cell, Row
 
 decode_settings = settings(max_examples=200, deadline=None)

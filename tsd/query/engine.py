@@ -41,7 +41,7 @@ from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName
 from tsd.query.aggregate import aggregate_group
-from tsd.query.decode import RowPoints, Spans, assemble_spans, decode_rows, series_key
+from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
@@ -60,6 +60,7 @@ from tsd.query.plan import (
     scan_window_s,
 )
 from tsd.query.series import AggregatedSeries, BoolArray, SeriesBatch
+from tsd.query.spans import Spans, assemble_spans
 from tsd.query_model import SubQuery, TSQuery
 from tsd.storage.base import Delete, Row, RowFilter, ScanSpec, Storage
 from tsd.uid.service import UidService

@@ -1,0 +1,206 @@
+"""Decoded rows -> series (OpenTSDB's spans), in SpanCmp order. Pure (numpy).
+
+Theory of operation (OpenTSDB 2.4.1 src/core/TsdbQuery.java SpanCmp, Span.addRow): a
+series is the row key without its base time (salt, metric, tags); series are ordered by
+those bytes, salt first, so with salting the buckets come in order. A series' rows are put
+in base time order and their points moved as whole row slices (or one fancy index for
+small rows) into one :class:`~tsd.query.series.SeriesBatch`. Rows whose points overlap
+(offsets beyond the hour, which no writer produces) are merged keeping the first point at
+a time, as Span does by merging into the earlier row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from tsd.codec import AnnotationCell, KeyLayout
+from tsd.codec.const import TIMESTAMP_BYTES
+from tsd.query.decode import RowPoints, base_times_s, series_key
+from tsd.query.series import BoolArray, Int64Array, SeriesBatch
+
+__all__ = ["Spans", "assemble_spans"]
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Spans:
+    """Series (OpenTSDB spans) of a scan, in SpanCmp order.
+
+    ``keys[s]`` is series ``s``'s row key without the base time (salt, metric, tags);
+    ``annotations[s]`` its annotation cells sorted by time.
+    """
+
+    keys: list[bytes]
+    batch: SeriesBatch
+    annotations: list[list[AnnotationCell]] = field(default_factory=list)
+
+    @property
+    def series_count(self) -> int:
+        return len(self.keys)
+
+
+def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: KeyLayout) -> Spans:
+    """Group decoded rows into series, in SpanCmp order.
+
+    ``parts`` are (row keys, their decoded points) per decoded batch, in any order. Rows of
+    one series are put in base time order; overlapping rows (points beyond the hour in a
+    row, which no writer produces) are merged keeping the first point at a time. Work is
+    per row: points move as whole row slices, straight from the parts.
+    """
+    keys: list[bytes] = [k for ks, _ in parts for k in ks]
+    unique, row_series, row_base = _series_of_rows(layout, keys)
+    points = [p for _, p in parts]
+    counts = _cat([np.diff(p.row_offsets) for p in points], np.int64)
+    row_part = _cat(
+        [np.full(len(p.row_offsets) - 1, i, np.int64) for i, p in enumerate(points)], np.int64
+    )
+    row_start = _cat([p.row_offsets[:-1] for p in points], np.int64)
+    order = np.lexsort((row_base, row_series))
+    moves = _RowMoves(row_part[order], row_start[order], counts[order])
+    ts = moves.gather([p.timestamps for p in points], np.int64)
+    values = moves.gather([p.values for p in points], np.float64)
+    int_values: Int64Array | None = None
+    is_int: BoolArray | None = None
+    if any(p.is_int is not None for p in points):
+        int_values = moves.gather(
+            [
+                p.int_values if p.int_values is not None else np.zeros(p.point_count, np.int64)
+                for p in points
+            ],
+            np.int64,
+        )
+        is_int = moves.gather(
+            [
+                p.is_int if p.is_int is not None else np.zeros(p.point_count, np.bool_)
+                for p in points
+            ],
+            np.bool_,
+        )
+    series_of_row = row_series[order]
+    series_counts = np.bincount(series_of_row, weights=moves.counts, minlength=len(unique))
+    offsets = np.zeros(len(unique) + 1, dtype=np.int64)
+    np.cumsum(series_counts.astype(np.int64), out=offsets[1:])
+    if _rows_overlap(ts, series_of_row, moves.counts):
+        keep, offsets = _first_of_overlaps(ts, np.repeat(series_of_row, moves.counts), len(unique))
+        ts, values = ts[keep], values[keep]
+        if int_values is not None and is_int is not None:
+            int_values, is_int = int_values[keep], is_int[keep]
+    notes: list[list[AnnotationCell]] = [[] for _ in unique]
+    first_row = 0
+    for ks, p in parts:
+        for r, note in p.annotations:
+            notes[int(row_series[first_row + r])].append(note)
+        first_row += len(ks)
+    for series_notes in notes:
+        series_notes.sort(key=lambda a: a.timestamp_ms)
+    if int_values is not None and is_int is not None and is_int.any():
+        batch = SeriesBatch(ts, values, offsets, int_values, is_int)
+    else:
+        batch = SeriesBatch(ts, values, offsets)
+    return Spans(unique, batch, notes)
+
+
+def _series_of_rows(
+    layout: KeyLayout, keys: list[bytes]
+) -> tuple[list[bytes], Int64Array, Int64Array]:
+    """(series keys sorted as SpanCmp sorts them, each row's series, each row's base time).
+
+    Keys of one length (the usual case: one tag set shape) are handled as a byte matrix;
+    others one by one.
+    """
+    time_at = layout.tags_start - TIMESTAMP_BYTES
+    if keys and len({len(k) for k in keys}) == 1:
+        width = len(keys[0])
+        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+        row_base = base_times_s(layout, keys)
+        rest = np.ascontiguousarray(np.delete(matrix, np.s_[time_at : time_at + 4], axis=1))
+        # Void rows compare as memcmp, which is the order of the series keys.
+        as_void = rest.view(np.dtype((np.void, width - TIMESTAMP_BYTES))).reshape(len(keys))
+        uniques, row_series = np.unique(as_void, return_inverse=True)
+        return [u.tobytes() for u in uniques], row_series.reshape(-1).astype(np.int64), row_base
+    sk = [series_key(layout, k) for k in keys]
+    unique = sorted(set(sk))
+    rank = {key: i for i, key in enumerate(unique)}
+    row_series = np.fromiter((rank[k] for k in sk), np.int64, len(sk))
+    row_base = base_times_s(layout, keys)
+    return unique, row_series, row_base
+
+
+_T = TypeVar("_T", bound=np.generic)
+
+#: Below this many points per row, moving rows as slices costs more than one fancy index.
+_SLICE_MIN_POINTS = 256
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _RowMoves:
+    """Rows to copy, in output order: from which part, where there, how many points."""
+
+    part: Int64Array
+    start: Int64Array
+    counts: Int64Array
+
+    def gather(self, arrays: list[npt.NDArray[_T]], dtype: type[_T]) -> npt.NDArray[_T]:
+        total = int(self.counts.sum())
+        if total == 0:
+            return np.zeros(0, dtype=dtype)
+        if total < _SLICE_MIN_POINTS * len(self.counts):
+            # Small rows: one fancy index over the parts laid end to end.
+            sizes = np.array([len(a) for a in arrays], dtype=np.int64)
+            part_base = np.cumsum(sizes) - sizes
+            whole = _cat(arrays, dtype)
+            return whole[_gather_rows(part_base[self.part] + self.start, self.counts)]
+        out = np.empty(total, dtype=dtype)
+        at = 0
+        rows = zip(self.part.tolist(), self.start.tolist(), self.counts.tolist(), strict=True)
+        for part, start, count in rows:
+            out[at : at + count] = arrays[part][start : start + count]
+            at += count
+        return out
+
+
+def _rows_overlap(ts: Int64Array, series_of_row: Int64Array, counts: Int64Array) -> bool:
+    """True when a row of a series does not start after the previous row of it ended."""
+    nonempty = counts > 0
+    if nonempty.sum() < 2:
+        return False
+    ends = np.cumsum(counts)[nonempty]
+    firsts = ends - counts[nonempty]
+    series = series_of_row[nonempty]
+    same = series[1:] == series[:-1]
+    return bool((same & (ts[firsts[1:]] <= ts[ends[:-1] - 1])).any())
+
+
+def _first_of_overlaps(
+    ts: Int64Array, point_series: Int64Array, n_series: int
+) -> tuple[Int64Array, Int64Array]:
+    """(indices to keep, new series offsets): per series, time order, first point at a time."""
+    order = np.lexsort((ts, point_series))
+    sorted_ts, sorted_series = ts[order], point_series[order]
+    keep = np.ones(len(order), dtype=np.bool_)
+    keep[1:] = (sorted_series[1:] != sorted_series[:-1]) | (sorted_ts[1:] != sorted_ts[:-1])
+    offsets = np.zeros(n_series + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sorted_series[keep], minlength=n_series), out=offsets[1:])
+    return order[keep], offsets
+
+
+def _cat(arrays: list[npt.NDArray[_T]], dtype: type[_T]) -> npt.NDArray[_T]:
+    if not arrays:
+        return np.zeros(0, dtype=dtype)
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _gather_rows(starts: Int64Array, counts: Int64Array) -> Int64Array:
+    """Indices of ``counts[i]`` items from ``starts[i]``, row after row."""
+    total = int(counts.sum())
+    if total == 0:
+        return _EMPTY_I
+    firsts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=firsts[1:])
+    return np.repeat(starts - firsts, counts) + np.arange(total, dtype=np.int64)
