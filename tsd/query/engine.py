@@ -29,18 +29,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-import orjson
 
-from tsd.codec import AnnotationCell, KeyLayout, encode_tags, salt_bucket
+from tsd.codec import KeyLayout, encode_tags, salt_bucket
 from tsd.codec.const import MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName
-from tsd.query.aggregate import aggregate_group
 from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
@@ -59,7 +57,17 @@ from tsd.query.plan import (
     row_key_regex,
     scan_window_s,
 )
-from tsd.query.series import AggregatedSeries, BoolArray, SeriesBatch
+from tsd.query.results import (
+    SeriesFacts,
+    aggregate_groups,
+    group_annotations,
+    has_data,
+    in_range,
+    parse_note,
+    series_facts,
+    series_tag_uids,
+)
+from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query_model import SubQuery, TSQuery
 from tsd.storage.base import Delete, Row, RowFilter, ScanSpec, Storage
@@ -104,22 +112,11 @@ class _ScanTally:
 
 
 @dataclass(slots=True)
-class _Series:
-    """Per-series facts of a sub-query once its spans are read."""
-
-    tag_uids: list[dict[bytes, bytes]]
-    tags: list[dict[str, str]]
-    tsuids: list[str]
-    notes: list[list[AnnotationCell]]
-    has_points: list[bool] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class _Found:
     """What a sub-query found: its spans, their facts, groups and aggregated series."""
 
     spans: Spans
-    facts: _Series
+    facts: SeriesFacts
     groups: list[list[int]]
     aggregated: list[AggregatedSeries]
     filter_tagks: tuple[bytes, ...]
@@ -215,7 +212,7 @@ class QueryEngine:
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
         aggregated = await self._compute_off_loop(
-            _aggregate_all, spans.batch, groups, sub, query, window
+            aggregate_groups, spans.batch, groups, sub, query, window
         )
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
         timings["dpsPostFilter"] = int(spans.batch.lengths[keep].sum())
@@ -319,12 +316,12 @@ class QueryEngine:
 
     # -- series, groups, results --------------------------------------------------------------
 
-    async def _series_facts(self, spans: Spans) -> _Series:
-        tag_uids = await self._compute_off_loop(_tag_uids, self._layout, spans.keys)
+    async def _series_facts(self, spans: Spans) -> SeriesFacts:
+        tag_uids = await self._compute_off_loop(series_tag_uids, self._layout, spans.keys)
         tagk_names = await self._names(self._uids.tagk, {k for t in tag_uids for k in t})
         tagv_names = await self._names(self._uids.tagv, {v for t in tag_uids for v in t.values()})
         return await self._compute_off_loop(
-            _facts, self._layout, spans, tag_uids, tagk_names, tagv_names
+            series_facts, self._layout, spans, tag_uids, tagk_names, tagv_names
         )
 
     @staticmethod
@@ -342,7 +339,7 @@ class QueryEngine:
         return names
 
     def _filter_and_group(
-        self, sub: SubQuery, plan: ScanPlan, facts: _Series
+        self, sub: SubQuery, plan: ScanPlan, facts: SeriesFacts
     ) -> tuple[BoolArray, list[list[int]]]:
         """The series passing the filters, and their groups in OpenTSDB's group order."""
         keep = SeriesFilter(sub.filters, sub.explicit_tags).mask(facts.tags)
@@ -363,7 +360,7 @@ class QueryEngine:
         out = []
         for members, dps in zip(found.groups, found.aggregated, strict=True):
             with_data = [i for i in members if facts.has_points[i]]
-            notes = _annotations(facts, members, query)
+            notes = group_annotations(facts, members, query)
             if not with_data and notes is None:
                 continue
             tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
@@ -403,13 +400,13 @@ class QueryEngine:
                 for cell in row.cells:
                     q = cell.qualifier
                     if len(q) in (3, 5) and q[0] == 0x01:
-                        note = _parse_note(cell.value)
+                        note = parse_note(cell.value)
                         if note is None:
                             continue
                         begin, finish = note.get("startTime", 0), note.get("endTime", 0)
                         if begin < start_s or (finish or 0) > end_s:
                             continue
-                        if _in_range(note, query):
+                        if in_range(note, query):
                             notes.append(note)
         notes.sort(key=lambda n: n.get("startTime", 0))
         return notes
@@ -500,7 +497,7 @@ class QueryEngine:
             async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
                 # A series' rows come in time order: the last one with data wins.
                 async for row in rows:
-                    if _has_data(row):
+                    if has_data(row):
                         newest[series_key(layout, row.key)] = row
         out = []
         for key in sorted(newest):
@@ -563,85 +560,3 @@ async def _all_or_none(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
         for task in tasks:
             task.cancel()
         raise
-
-
-def _tag_uids(layout: KeyLayout, keys: Sequence[bytes]) -> list[dict[bytes, bytes]]:
-    """Each series key's tag pairs, tagk UID -> tagv UID."""
-    start = layout.salt_width + layout.metric_width
-    pair, kw = layout.tag_pair_width, layout.tagk_width
-    return [
-        {key[i : i + kw]: key[i + kw : i + pair] for i in range(start, len(key), pair)}
-        for key in keys
-    ]
-
-
-def _facts(
-    layout: KeyLayout,
-    spans: Spans,
-    tag_uids: list[dict[bytes, bytes]],
-    tagk_names: dict[bytes, str],
-    tagv_names: dict[bytes, str],
-) -> _Series:
-    tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
-    tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
-    has_points = (spans.batch.lengths > 0).tolist()
-    return _Series(tag_uids, tags, tsuids, spans.annotations, has_points)
-
-
-def _has_data(row: Row) -> bool:
-    return any(len(c.qualifier) % 2 == 0 or c.qualifier[:1] == b"\x05" for c in row.cells)
-
-
-def _aggregate_all(
-    batch: SeriesBatch,
-    groups: list[list[int]],
-    sub: SubQuery,
-    query: TSQuery,
-    window: tuple[int, int],
-) -> list[AggregatedSeries]:
-    """Every group of a sub-query through the kernels (runs in a worker thread)."""
-    out = []
-    for members in groups:
-        # Members are increasing series indices: all of them is the batch as it is.
-        whole = len(members) == batch.series_count
-        group = batch if whole else batch.select_series(members)
-        dps = aggregate_group(
-            group,
-            sub.aggregator,
-            start_ms=window[0],
-            end_ms=window[1],
-            query_start_ms=query.start_ms,
-            query_end_ms=query.end_ms,
-            downsample_spec=sub.downsample_spec,
-            rate=sub.rate,
-            rate_options=sub.effective_rate_options,
-        )
-        out.append(dps.trim(query.start_ms, query.end_ms))
-    return out
-
-
-def _parse_note(raw: bytes) -> dict[str, Any] | None:
-    try:
-        note = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return note if isinstance(note, dict) else None
-
-
-def _in_range(note: dict[str, Any], query: TSQuery) -> bool:
-    """The serializer's filter: the note's start (s or ms) within [start, end] in ms."""
-    ts = note.get("startTime", 0)
-    if not isinstance(ts, int):
-        return False
-    ts_ms = ts * 1000 if ts & 0xFFFFFFFF00000000 == 0 else ts
-    return query.start_ms <= ts_ms <= query.end_ms
-
-
-def _annotations(facts: _Series, members: list[int], query: TSQuery) -> list[dict[str, Any]] | None:
-    """A group's notes (None when it has none), sorted by start, those in range kept."""
-    cells = [note for i in members for note in facts.notes[i]]
-    if not cells:
-        return None
-    notes = [n for n in (_parse_note(c.json) for c in cells) if n is not None]
-    notes.sort(key=lambda n: n.get("startTime", 0) if isinstance(n.get("startTime"), int) else 0)
-    return [n for n in notes if _in_range(n, query)]

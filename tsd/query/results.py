@@ -1,0 +1,128 @@
+"""Pure steps of the engine between the scan and the answer: the facts of each series
+(tags, TSUIDs), running the kernels over every group, and annotations. Pure (numpy).
+
+Theory of operation (OpenTSDB 2.4.1 src/core/SpanGroup.java, TsdbQuery.java,
+HttpJsonSerializer.java for the annotation filter): these run in worker threads, called
+by :class:`~tsd.query.engine.QueryEngine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tsd.codec import AnnotationCell, KeyLayout
+from tsd.query.aggregate import aggregate_group
+from tsd.query.series import AggregatedSeries, SeriesBatch
+from tsd.query.spans import Spans
+from tsd.query_model import SubQuery, TSQuery
+from tsd.storage.base import Row
+
+__all__ = [
+    "SeriesFacts",
+    "aggregate_groups",
+    "group_annotations",
+    "has_data",
+    "in_range",
+    "parse_note",
+    "series_facts",
+    "series_tag_uids",
+]
+
+
+@dataclass(slots=True)
+class SeriesFacts:
+    """Per-series facts of a sub-query once its spans are read."""
+
+    tag_uids: list[dict[bytes, bytes]]
+    tags: list[dict[str, str]]
+    tsuids: list[str]
+    notes: list[list[AnnotationCell]]
+    has_points: list[bool] = field(default_factory=list)
+
+
+def series_tag_uids(layout: KeyLayout, keys: Sequence[bytes]) -> list[dict[bytes, bytes]]:
+    """Each series key's tag pairs, tagk UID -> tagv UID."""
+    start = layout.salt_width + layout.metric_width
+    pair, kw = layout.tag_pair_width, layout.tagk_width
+    return [
+        {key[i : i + kw]: key[i + kw : i + pair] for i in range(start, len(key), pair)}
+        for key in keys
+    ]
+
+
+def series_facts(
+    layout: KeyLayout,
+    spans: Spans,
+    tag_uids: list[dict[bytes, bytes]],
+    tagk_names: dict[bytes, str],
+    tagv_names: dict[bytes, str],
+) -> SeriesFacts:
+    tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
+    tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
+    has_points = (spans.batch.lengths > 0).tolist()
+    return SeriesFacts(tag_uids, tags, tsuids, spans.annotations, has_points)
+
+
+def has_data(row: Row) -> bool:
+    return any(len(c.qualifier) % 2 == 0 or c.qualifier[:1] == b"\x05" for c in row.cells)
+
+
+def aggregate_groups(
+    batch: SeriesBatch,
+    groups: list[list[int]],
+    sub: SubQuery,
+    query: TSQuery,
+    window: tuple[int, int],
+) -> list[AggregatedSeries]:
+    """Every group of a sub-query through the kernels (runs in a worker thread)."""
+    out = []
+    for members in groups:
+        # Members are increasing series indices: all of them is the batch as it is.
+        whole = len(members) == batch.series_count
+        group = batch if whole else batch.select_series(members)
+        dps = aggregate_group(
+            group,
+            sub.aggregator,
+            start_ms=window[0],
+            end_ms=window[1],
+            query_start_ms=query.start_ms,
+            query_end_ms=query.end_ms,
+            downsample_spec=sub.downsample_spec,
+            rate=sub.rate,
+            rate_options=sub.effective_rate_options,
+        )
+        out.append(dps.trim(query.start_ms, query.end_ms))
+    return out
+
+
+def parse_note(raw: bytes) -> dict[str, Any] | None:
+    try:
+        note = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return note if isinstance(note, dict) else None
+
+
+def in_range(note: dict[str, Any], query: TSQuery) -> bool:
+    """The serializer's filter: the note's start (s or ms) within [start, end] in ms."""
+    ts = note.get("startTime", 0)
+    if not isinstance(ts, int):
+        return False
+    ts_ms = ts * 1000 if ts & 0xFFFFFFFF00000000 == 0 else ts
+    return query.start_ms <= ts_ms <= query.end_ms
+
+
+def group_annotations(
+    facts: SeriesFacts, members: list[int], query: TSQuery
+) -> list[dict[str, Any]] | None:
+    """A group's notes (None when it has none), sorted by start, those in range kept."""
+    cells = [note for i in members for note in facts.notes[i]]
+    if not cells:
+        return None
+    notes = [n for n in (parse_note(c.json) for c in cells) if n is not None]
+    notes.sort(key=lambda n: n.get("startTime", 0) if isinstance(n.get("startTime"), int) else 0)
+    return [n for n in notes if in_range(n, query)]
