@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tsd.storage.base import Delete, Put
 from tsd.storage.hbase.batches import (
@@ -10,6 +12,8 @@ from tsd.storage.hbase.batches import (
     DeleteRow,
     MutateRows,
     Step,
+    _plan_in_order,
+    _plan_puts,
     plan_mutations,
 )
 
@@ -88,3 +92,26 @@ def test_large_batches_are_cut_by_cells_and_bytes() -> None:
     ]
     big = [Put(bytes([i]), "f", b"q", b"x" * 400_000) for i in range(5)]
     assert [len(s.rows) for s in plan_mutations(big) if isinstance(s, MutateRows)] == [2, 2, 1]
+
+
+_PUTS = st.lists(
+    st.builds(
+        Put,
+        st.sampled_from([b"r1", b"r2", b"r3"]),
+        st.sampled_from(["t", "id"]),
+        st.binary(max_size=3),
+        st.binary(max_size=3),
+    ),
+    max_size=40,
+)
+
+
+@given(_PUTS)
+def test_puts_alone_are_planned_as_the_general_planner_plans_them(puts: list[Put]) -> None:
+    # plan_mutations takes a fast path for batches of puts alone (the write path's).
+    assert _plan_puts(puts) == _plan_in_order(puts)
+
+
+def test_puts_alone_are_cut_as_the_general_planner_cuts_them() -> None:
+    puts = [Put(bytes([i % 7]), "t", i.to_bytes(3, "big"), b"v" * 150) for i in range(25_000)]
+    assert _plan_puts(puts) == _plan_in_order(puts)
