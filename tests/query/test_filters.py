@@ -134,3 +134,15 @@ def test_group_tags_and_aggregate_tags() -> None:
 
 def test_group_tags_of_empty_group() -> None:
     assert group_tags([]) == ({}, [])
+
+
+def test_catastrophic_regexp_is_stopped_with_a_bad_request() -> None:
+    # (a|aa)+$ against a long run of a's and one other character backtracks exponentially;
+    # the regexp filter gives up after REGEXP_TIMEOUT_S instead of running for hours.
+    from tsd.errors import BadRequestError
+    from tsd.query.filters import compile_value_matcher
+
+    matcher = compile_value_matcher(make_filter("regexp", "host", "(a|aa)+$", False))
+    assert matcher("aaaa")
+    with pytest.raises(BadRequestError, match="regexp filter took longer"):
+        matcher("a" * 60 + "-")
