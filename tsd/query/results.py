@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from tsd.codec import AnnotationCell, KeyLayout
+from tsd.meta.annotations import annotation_json
 from tsd.query.aggregate import aggregate_group
 from tsd.query.series import AggregatedSeries, SeriesBatch
 from tsd.query.spans import Spans
@@ -100,11 +99,8 @@ def aggregate_groups(
 
 
 def parse_note(raw: bytes) -> dict[str, Any] | None:
-    try:
-        note = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return note if isinstance(note, dict) else None
+    """A stored note cell as ``/api/query`` shows it (None when unreadable)."""
+    return annotation_json(raw)
 
 
 def in_range(note: dict[str, Any], query: TSQuery) -> bool:
