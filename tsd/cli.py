@@ -9,6 +9,7 @@ place that turns errors into exit codes.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -50,10 +51,26 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _tune_gc() -> None:
+    """Keep the cyclic garbage collector out of the ingest path's way.
+
+    Ingest keeps tens of thousands of acyclic objects alive for a moment (a batch's Puts,
+    a body's parsed points). At CPython's default threshold (700) they set off a young
+    collection every 700 and, pushed into the oldest generation, a full one about every
+    batch: bench/ingest measured a quarter of the daemon's CPU time in the collector.
+    The imported modules are frozen (never scanned again) and young collections wait for
+    50,000 new objects: 1.3 s -> 0.3 s of collector time for 400,000 telnet points.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 10, 10)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(_chosen_command(words)).parse_args(words)
     module = importlib.import_module(COMMANDS[args.command][0])
+    _tune_gc()
     try:
         return int(module.run(args))
     except ConfigError as exc:

@@ -174,7 +174,10 @@ def test_encode_point_matches_the_reference(timestamp: int, value: int | float) 
 @codec_settings
 @given(
     st.lists(
-        st.tuples(st.integers(0, 2), TIMESTAMPS | st.sampled_from([1356998400, 1356998401]), VALUES)
+        st.tuples(
+            st.integers(0, 2), TIMESTAMPS | st.sampled_from([1356998400, 1356998401]), VALUES
+        ),
+        max_size=12,
     )
 )
 def test_bulk_encoding_matches_one_point_at_a_time(

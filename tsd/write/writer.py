@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -432,17 +433,30 @@ _set_value = vars(Put)["value"].__set__
 
 
 def _make_puts(batch: Batch) -> list[Put]:
-    """The batch's cells as Puts on the data family, sorted by row then qualifier."""
+    """The batch's cells as Puts on the data family, sorted by row then qualifier.
+
+    The cyclic garbage collector is held off meanwhile: tens of thousands of new objects
+    that live until storage has them would set off a collection every 700, each pushing
+    the Puts one generation older, and once they reach the oldest a full collection
+    follows (about once a batch, measured: 21 full collections for 400,000 points, a
+    third of the daemon's CPU time in the collector). Puts hold no cycles.
+    """
     puts: list[Put] = []
     append = puts.append
-    for row, cells in batch.sorted_rows():
-        for qualifier, value in cells:
-            put = _new_put(Put)
-            _set_row(put, row)
-            _set_family(put, DATA_FAMILY)
-            _set_qualifier(put, qualifier)
-            _set_value(put, value)
-            append(put)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for row, cells in batch.sorted_rows():
+            for qualifier, value in cells:
+                put = _new_put(Put)
+                _set_row(put, row)
+                _set_family(put, DATA_FAMILY)
+                _set_qualifier(put, qualifier)
+                _set_value(put, value)
+                append(put)
+    finally:
+        if collecting:
+            gc.enable()
     return puts
 
 
