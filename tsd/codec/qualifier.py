@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tsd.codec.const import (
     ANNOTATION_PREFIX,
@@ -211,8 +211,13 @@ def encode_points_into(
     int1 = _INT1_BYTES
     pack_short = _PACK_SHORT
     pack_int = _PACK_INT
+    pack_float = _PACK_FLOAT
+    unpack_float = _UNPACK_FLOAT
+    pack_double = _PACK_DOUBLE
+    value: Any  # narrowed by type() checks, which mypy does not follow
     for series, timestamp, value in points:
-        if type(value) is int and -0x80000000 <= value <= 0x7FFFFFFF:
+        value_type = type(value)
+        if value_type is int and -0x80000000 <= value <= 0x7FFFFFFF:
             if -0x80 <= value <= 0x7F:
                 qualifier_flags = FLAGS_INT1
                 value_bytes = int1[value & 0xFF]
@@ -222,11 +227,24 @@ def encode_points_into(
             else:
                 qualifier_flags = FLAGS_INT4
                 value_bytes = pack_int(value)
-            if 0 <= timestamp <= 0xFFFFFFFF:
-                base_time_s = timestamp - timestamp % MAX_TIMESPAN
-                qualifier = qualifiers[(timestamp - base_time_s) << FLAG_BITS | qualifier_flags]
+        elif value_type is float and value - value == 0.0:  # finite
+            try:
+                value_bytes = pack_float(value)
+            except OverflowError:  # beyond float32's range
+                qualifier_flags = FLAGS_FLOAT64
+                value_bytes = pack_double(value)
             else:
-                base_time_s, qualifier, value_bytes = encode_point(timestamp, value)
+                if unpack_float(value_bytes)[0] == value:
+                    qualifier_flags = FLAGS_FLOAT32
+                else:
+                    qualifier_flags = FLAGS_FLOAT64
+                    value_bytes = pack_double(value)
+        else:
+            qualifier_flags = -1  # 8-byte ints and errors: encode_point below
+            value_bytes = b""
+        if qualifier_flags >= 0 and 0 <= timestamp <= 0xFFFFFFFF:
+            base_time_s = timestamp - timestamp % MAX_TIMESPAN
+            qualifier = qualifiers[(timestamp - base_time_s) << FLAG_BITS | qualifier_flags]
         else:
             base_time_s, qualifier, value_bytes = encode_point(timestamp, value)
         row = series.row_key(base_time_s)

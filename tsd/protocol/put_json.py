@@ -300,19 +300,21 @@ def _split_known(
     max_tags = rules.max_tags
     index = -1
     try:
+        element: Any  # no cast(): a call per element
         for element in elements:
             index += 1
             key: Hashable | None = None
             if type(element) is dict:
-                fields = cast(dict[str, Any], element)
-                tags = fields.get("tags")
+                # Subscripts, not get(): a point missing a field is an error, and errors
+                # are the general path's to word (KeyError below).
+                tags = element["tags"]
                 if type(tags) is dict:
-                    key = (fields.get("metric"), *tags.items())  # series_key(); may raise
+                    key = (element["metric"], *tags.items())  # series_key(); may raise
                     series = get(key)
                     if series is not None:
                         # The checks of _fast_point that the names' do not cover.
-                        timestamp: Any = fields.get("timestamp")
-                        value: Any = fields.get("value")
+                        timestamp = element["timestamp"]
+                        value = element["value"]
                         value_type = type(value)
                         if (
                             type(timestamp) is int
@@ -322,7 +324,7 @@ def _split_known(
                                 or (value_type is int and LONG_MIN <= value <= LONG_MAX)
                             )
                             # four fields are the four above: no tsuid
-                            and (len(fields) == 4 or type(fields.get("tsuid")) in _TSUID_TYPES)
+                            and (len(element) == 4 or type(element.get("tsuid")) in _TSUID_TYPES)
                         ):
                             append((series, timestamp, value))
                             continue
@@ -333,7 +335,7 @@ def _split_known(
                     return None
                 key = _string_key(element)
             others.append((index, len(points), point, key))
-    except TypeError:  # an unhashable metric or tag value: the general path words it
+    except (TypeError, KeyError):  # unhashable names, missing fields: the general path
         return None
     return KnownPut(len(elements), points, others, elements)
 
