@@ -60,6 +60,7 @@ class OpenTSDB:
 
     port: int
     log: Path
+    pid: int = 0  # the java process
 
     @property
     def url(self) -> str:
@@ -113,7 +114,7 @@ async def running_opentsdb(
     process = await asyncio.to_thread(_launch, classpath, conf, log)
     try:
         await _wait_ready(process, port, log)
-        yield OpenTSDB(port, log)
+        yield OpenTSDB(port, log, process.pid)
     finally:
         process.terminate()
         try:
