@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from tests.conftest import STORAGE_BACKENDS, STORAGE_PARAMS
 from tsd.config import build_config
 from tsd.daemon import Daemon
 from tsd.storage.base import Storage
@@ -30,6 +31,7 @@ def pytest_asyncio_loop_factories(
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "both_loops: run under asyncio's loop and uvloop")
+    config.addinivalue_line("markers", "each_backend: run the tsd fixture on every backend")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -44,6 +46,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # -- a running daemon -------------------------------------------------------------------------
 
 MakeTsd = Callable[..., Awaitable["Daemon"]]
+
+#: OpenTSDB's table keys (tsd.storage.hbase.<key>_table) and their default names
+TABLES = {"data": "tsdb", "uid": "tsdb-uid", "tree": "tsdb-tree", "meta": "tsdb-meta"}
 
 
 @pytest.fixture
@@ -72,7 +77,31 @@ async def make_tsd(tmp_path: Path) -> AsyncIterator[MakeTsd]:
         await daemon.stop()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Tests marked each_backend run their ``tsd`` on every storage backend: the embedded
+    # store and the real HBase (tsdb tsd with tsd.storage.backend=hbase behaves the same).
+    marked = metafunc.definition.get_closest_marker("each_backend") is not None
+    if marked and "tsd" in metafunc.fixturenames:
+        metafunc.parametrize("tsd_backend", STORAGE_PARAMS, indirect=True)
+
+
 @pytest.fixture
-async def tsd(make_tsd: MakeTsd) -> Daemon:
-    """A running daemon with OpenTSDB's defaults (metrics auto-created)."""
-    return await make_tsd()
+def tsd_backend(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "embedded"))
+
+
+@pytest.fixture
+async def tsd(make_tsd: MakeTsd, tsd_backend: str, tmp_path: Path) -> AsyncIterator[Daemon]:
+    """A running daemon with OpenTSDB's defaults (metrics auto-created), on the embedded
+    store unless the test is marked each_backend."""
+    if tsd_backend == "embedded":
+        yield await make_tsd()
+        return
+    async with STORAGE_BACKENDS[tsd_backend](tmp_path / "store") as store:
+        prefix = store.table_prefix
+        tables = {f"tsd.storage.hbase.{t}_table": f"{prefix}{n}" for t, n in TABLES.items()}
+        daemon = await make_tsd(storage=store.storage, **tables)
+        try:
+            yield daemon
+        finally:
+            await daemon.stop()  # before its store closes (stop is idempotent)

@@ -49,6 +49,7 @@ async def post(
 # -- /api/put ---------------------------------------------------------------------------------
 
 
+@pytest.mark.each_backend
 async def test_put_one_object_answers_204_and_stores(
     tsd: Daemon, http: aiohttp.ClientSession
 ) -> None:
@@ -59,6 +60,7 @@ async def test_put_one_object_answers_204_and_stores(
     assert await stored(tsd) == [sp("sys.cpu.nice", 1346846400_000, 18, dc="lga", host="web01")]
 
 
+@pytest.mark.each_backend
 async def test_opentsdb_py_gzip_no_content_type_details(
     tsd: Daemon, http: aiohttp.ClientSession
 ) -> None:
@@ -79,6 +81,7 @@ async def test_opentsdb_py_gzip_no_content_type_details(
     ]
 
 
+@pytest.mark.each_backend
 async def test_scollector_gzip_expects_exactly_204(
     tsd: Daemon, http: aiohttp.ClientSession
 ) -> None:
@@ -396,6 +399,7 @@ async def test_cors_allowed_origin_gets_the_headers(
 # -- more client replays ----------------------------------------------------------------------
 
 
+@pytest.mark.each_backend
 async def test_telegraf_http_gzip_go_encoder_body(tsd: Daemon, http: aiohttp.ClientSession) -> None:
     """Telegraf: gzip of '[' + json.Encoder objects (each ending in a newline) + ',' + ']'."""
     objects = [

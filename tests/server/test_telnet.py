@@ -19,6 +19,7 @@ def sp(metric: str, ts_ms: int, value: int | float, **tags: str) -> StoredPoint:
     return StoredPoint(metric, make_tags(tags), ts_ms, value)
 
 
+@pytest.mark.each_backend
 async def test_put_is_silent_and_stored(tsd: Daemon) -> None:
     client = await TelnetClient.connect(tsd.port)
     await client.send(b"put sys.cpu.user 1356998400 42.5 host=web01 cpu=0\n")
@@ -27,6 +28,7 @@ async def test_put_is_silent_and_stored(tsd: Daemon) -> None:
     await client.close()
 
 
+@pytest.mark.each_backend
 async def test_collectd_write_tsdb_replay(tsd: Daemon) -> None:
     """CRLF, double and trailing spaces, unsigned counters above 2**63 refused line by line."""
     client = await TelnetClient.connect(tsd.port)
@@ -47,6 +49,7 @@ async def test_collectd_write_tsdb_replay(tsd: Daemon) -> None:
     await client.close()
 
 
+@pytest.mark.each_backend
 async def test_tcollector_replay(tsd: Daemon) -> None:
     """The version probe, one sendall of LF lines, 13-digit millisecond timestamps."""
     client = await TelnetClient.connect(tsd.port)
@@ -69,6 +72,7 @@ async def test_tcollector_replay(tsd: Daemon) -> None:
     await client.close()
 
 
+@pytest.mark.each_backend
 async def test_telegraf_replay_closes_right_after_its_last_line(tsd: Daemon) -> None:
     """Connect-and-close at start-up, then a connection per flush: one write per line,
     fixed six decimals, no tags -> a trailing space, then close without reading."""
@@ -92,6 +96,7 @@ async def test_telegraf_replay_closes_right_after_its_last_line(tsd: Daemon) -> 
     assert sp("cpu_usage_idle", (T + 199) * 1000, 199.25, cpu="cpu-total", host="vm") in points
 
 
+@pytest.mark.each_backend
 async def test_potsdb_replay(tsd: Daemon) -> None:
     """A probe connection closed without sending, then one sendall per line, never read."""
     probe = await TelnetClient.connect(tsd.port)
