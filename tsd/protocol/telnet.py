@@ -448,10 +448,11 @@ def take_known_puts(
     last_text = b""
     timestamp = 0
     value: int | float
+    line: Any  # None (a line too long) fails the split below
     try:
         for line in lines[start : start + limit]:
             # type_put_numbers, inline: a call per line costs a tenth of the whole line.
-            command, metric, text, value_text, tags = line.split(b" ", 4)  # type: ignore[union-attr]
+            command, metric, text, value_text, tags = line.split(b" ", 4)
             series = get((metric, tags))
             if series is None or command != b"put":
                 return index

@@ -68,9 +68,11 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
 async def _add_split(writer: Writer, split: KnownPut[SeriesKey], errors: list[PutError]) -> int:
     """Buffer the points of a body split by parse_put_body_known, in body order; the number
     queued. Failures go to ``errors`` in body order; series not cached yet are resolved
-    after the others (see :func:`_resolve_misses`), and remembered under their key."""
+    after the others (see :func:`_resolve_misses`). Valid points' series are remembered
+    under the keys the split gives, for the next body."""
     failed: list[tuple[int, PutError]] = []
-    misses: list[tuple[int, DataPoint, Hashable | None]] = []
+    misses: list[tuple[int, DataPoint, tuple[Hashable, ...]]] = []
+    raw_keys = split.raw_keys
     queued = done = 0
     for index, at, result, key in split.others:
         if at > done:
@@ -79,17 +81,21 @@ async def _add_split(writer: Writer, split: KnownPut[SeriesKey], errors: list[Pu
         if isinstance(result, PutError):
             failed.append((index, result))
             continue
+        keys = (*(() if key is None else (key,)), *(() if raw_keys is None else (raw_keys[index],)))
         if writer.is_full():
             await writer.wait_writable()
         series = writer.cached_series(result.metric, result.tags)
         if series is None:
-            misses.append((index, result, key))
+            misses.append((index, result, keys))
             continue
-        if key is not None:
-            writer.remember_alias(key, series)
+        for alias in keys:
+            writer.remember_alias(alias, series)
         queued += _add_one(writer, series, index, result, failed)
     if done < len(split.points):
         queued += await _add_run(writer, split, done, len(split.points), failed)
+    if raw_keys is not None:  # known under one key only: learn the other
+        for (series, _, _), index in zip(split.points, split.point_indexes(), strict=True):
+            writer.remember_alias(raw_keys[index], series)
     if misses:
         queued += await _resolve_misses(writer, misses, failed)
     failed.sort(key=lambda item: item[0])
@@ -117,8 +123,9 @@ async def _add_run(
             writer.add_points(run)
         except TsdError as exc:  # shutting down: each point fails with its echo
             indexes = split.point_indexes()
+            results = split.results()
             for position in range(index, stop):
-                point = split.result_at(indexes[position])
+                point = results[indexes[position]]
                 assert isinstance(point, DataPoint)
                 failed.append((indexes[position], _storage_error(exc, point)))
             break
@@ -128,7 +135,7 @@ async def _add_run(
 
 async def _resolve_misses(
     writer: Writer,
-    misses: list[tuple[int, DataPoint, Hashable | None]],
+    misses: list[tuple[int, DataPoint, tuple[Hashable, ...]]],
     failed: list[tuple[int, PutError]],
 ) -> int:
     """Resolve (maybe assign) the UIDs of points whose series is not cached, then buffer
@@ -136,7 +143,7 @@ async def _resolve_misses(
     slots = asyncio.Semaphore(MISS_WINDOW)
     queued = 0
 
-    async def resolve(index: int, point: DataPoint, key: Hashable | None) -> None:
+    async def resolve(index: int, point: DataPoint, keys: tuple[Hashable, ...]) -> None:
         nonlocal queued
         async with slots:
             try:
@@ -147,13 +154,13 @@ async def _resolve_misses(
             except TsdError as exc:
                 failed.append((index, _storage_error(exc, point)))
                 return
-        if key is not None:
-            writer.remember_alias(key, series)
+        for alias in keys:
+            writer.remember_alias(alias, series)
         if writer.is_full():
             await writer.wait_writable()
         queued += _add_one(writer, series, index, point, failed)
 
-    await asyncio.gather(*(resolve(index, point, key) for index, point, key in misses))
+    await asyncio.gather(*(resolve(index, point, keys) for index, point, keys in misses))
     return queued
 
 
