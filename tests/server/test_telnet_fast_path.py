@@ -1,4 +1,6 @@
-"""The telnet hot path types timestamps and values exactly as the full parser does."""
+"""The telnet hot path types timestamps and values exactly as the full parser does
+(type_put_numbers; take_known_puts inlines the same rules: tests/protocol/
+test_telnet_known_puts.py compares whole connections)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsd.errors import BadRequestError
-from tsd.protocol.telnet import PutCommand, parse_command
-from tsd.server.telnet import _fast_numbers
+from tsd.protocol.telnet import PutCommand, parse_command, type_put_numbers
 
 
 def full_parse(timestamp: bytes, value: bytes) -> tuple[int, int | float] | None:
@@ -33,7 +34,7 @@ def same(a: tuple[int, int | float] | None, b: tuple[int, int | float] | None) -
 
 
 def check(timestamp: bytes, value: bytes) -> None:
-    fast = _fast_numbers([b"put", b"m", timestamp, value, b"h=a"])
+    fast = type_put_numbers(timestamp, value)
     if fast is not None:  # the hot path may decline; when it answers, it answers the same
         assert same(fast, full_parse(timestamp, value)), (timestamp, value, fast)
 

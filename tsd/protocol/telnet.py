@@ -25,6 +25,11 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
   OpenTSDB writes back, without the newline: ``put: illegal argument: ...`` for its
   IllegalArgumentException, ``put: invalid value: ...`` for its NumberFormatException (a
   bad timestamp is reported as an invalid *value* too, as OpenTSDB does).
+* The hot path. ``LineBuffer.take_lines`` hands out every complete line of a read at once,
+  and ``take_known_puts`` types runs of put lines of series already seen (same raw metric
+  word and tag text as a line that parsed cleanly) without ``parse_command``: only their
+  timestamp and value, in their usual forms; anything else stops the run and goes
+  through the full parser, so every answer stays the one above.
 * Commands. tsd registers ``stats dropcaches version exit help put diediedie`` in
   OpenTSDB's order (``put`` only in rw/wo mode, ``diediedie`` unless disabled). OpenTSDB
   also lists ``rollup`` and ``histogram``, which tsd does not implement, so they are

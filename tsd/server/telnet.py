@@ -1,12 +1,16 @@
 """TelnetProtocol: OpenTSDB's line protocol on an asyncio transport. Thin: parsing and reply
 texts live in :mod:`tsd.protocol.telnet`, the write path in :mod:`tsd.write.writer`.
 
-Lines are handled as they arrive, in order, without suspending while every ``put`` is for
-a known series: :meth:`Writer.try_add` buffers it at once. A put for a new series (UIDs to
-look up or assign), or a writer whose buffer is full, needs to await; reading is then
-paused and a task carries on with the buffered lines until none is left, then resumes
-reading. So one connection never holds more than what the kernel and one read gave us,
-and back-pressure from storage reaches the client's socket.
+Lines are handled as they arrive, in order, a read at a time, without suspending while
+every ``put`` is for a known series: a run of those is typed by
+:func:`~tsd.protocol.telnet.take_known_puts` and buffered by one
+:meth:`Writer.add_points` call (no DataPoint, no parse per line; the writer's alias map,
+keyed by the raw metric and tag words of lines the full parser accepted, gives each
+line's series). A put for a new series (UIDs to look up or assign), or a writer whose
+buffer is full, needs to await; reading is then paused and a task carries on with the
+buffered lines until none is left, then resumes reading. So one connection never holds
+more than what the kernel and one read gave us, and back-pressure from storage reaches
+the client's socket.
 
 A client that closes right after its last line (Telegraf, potsdb) loses nothing: the
 lines already received are handled before the connection is finished. A final line without
@@ -46,7 +50,6 @@ from tsd.protocol.telnet import (
     line_too_long,
     parse_command,
     take_known_puts,
-    type_put_numbers,
 )
 from tsd.server.listener import TrackedProtocol
 from tsd.stats import StatsRegistry, format_lines
@@ -94,12 +97,6 @@ class _SlowPut:
 
     point: DataPoint
     alias: tuple[bytes, bytes] | None
-
-
-def _fast_numbers(words: list[bytes]) -> tuple[int, int | float] | None:
-    """Timestamp and value of ``put <metric> <ts> <value> <tags>`` split in words, in their
-    usual forms, or None to let the full parser decide (:func:`type_put_numbers`)."""
-    return type_put_numbers(words[2], words[3])
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,11 @@
   (:class:`tsd.codec.SeriesKey`) is cached, so a known series costs a dict lookup and the
   qualifier/value encoding. A miss awaits :meth:`UidService.resolve_for_write` (which
   assigns new UIDs when auto-create allows it).
+* The hot path. Protocols remember a template under their own key for a series
+  (:meth:`remember_alias`: raw telnet words, /api/put keys) and look runs of points up
+  in :attr:`aliases` themselves; :meth:`add_points` then buffers a whole run (a socket
+  read, a request body) in one call, encoded by
+  :func:`tsd.codec.qualifier.encode_points_into`, at most :meth:`room` points at a time.
 * Batching. Cells go into the current :class:`~tsd.write.batch.Batch`; a background task
   flushes it when it is full or due (``tsd.storage.flush_interval``), at most
   ``max_in_flight`` writes at a time, each a sorted list of puts (or, with
