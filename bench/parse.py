@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 import orjson
 
-from tsd.protocol.put_json import PutError, parse_put_body
+from tsd.protocol.put_json import parse_put_body
+from tsd.protocol.put_reply import PutError
 from tsd.protocol.telnet import LineBuffer, PutCommand, parse_command
 
 CHUNK = 64 * 1024

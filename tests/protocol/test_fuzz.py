@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from tests.protocol.test_put_json import check_known_path
 from tsd.errors import BadRequestError
 from tsd.model import DataPoint
-from tsd.protocol import put_json
+from tsd.protocol import put_json, put_reply
 from tsd.protocol.names import NameRules, is_valid_name
-from tsd.protocol.put_json import PutError, parse_put_body
+from tsd.protocol.put_json import parse_put_body
+from tsd.protocol.put_reply import PutError
 from tsd.protocol.telnet import Command, LineBuffer, PutCommand, line_too_long, parse_command
 
 fuzz_settings = settings(max_examples=300, deadline=None)
@@ -174,7 +175,7 @@ def _parse_both(body: bytes) -> object:
                 _assert_storable(result)
             else:
                 assert isinstance(result, PutError)
-                put_json.summary_body(0, 1, [result], details=True, timeouts=None)
+                put_reply.summary_body(0, 1, [result], details=True, timeouts=None)
     else:
         assert fast == exact == known
     return fast

@@ -21,16 +21,13 @@ from tsd.errors import BadRequestError
 from tsd.model import DataPoint, Tags
 from tsd.protocol import put_json
 from tsd.protocol.names import NameRules
-from tsd.protocol.put_json import (
+from tsd.protocol.put_json import KnownPut, PutResult, parse_put_body, parse_put_body_known
+from tsd.protocol.put_reply import (
     PUT_ERRORS_DETAILS,
     PUT_ERRORS_MESSAGE,
-    KnownPut,
     PutError,
     PutFlags,
-    PutResult,
     datapoint_echo,
-    parse_put_body,
-    parse_put_body_known,
     parse_put_flags,
     put_response,
     put_timeout_response,

@@ -1,4 +1,4 @@
-"""POST /api/put (PutDataPointRpc): parse with protocol.put_json, hand points to the writer.
+"""POST /api/put (PutDataPointRpc): parse with protocol.put_json, hand points to the writer, answer with protocol.put_reply.
 
 Bodies may be gzip or deflate (aiohttp inflates them), chunked or not, of any or no
 Content-Type, up to ``tsd.http.request.max_body`` bytes once inflated (OpenTSDB refuses
@@ -22,16 +22,14 @@ from aiohttp import web
 from tsd.codec import SeriesKey
 from tsd.errors import NoSuchUniqueName, TsdError
 from tsd.model import DataPoint
-from tsd.protocol.put_json import (
+from tsd.protocol.put_json import KnownPut, parse_put_body, parse_put_body_known
+from tsd.protocol.put_reply import (
     STORAGE_EXCEPTION,
     UNKNOWN_METRIC,
     WRITE_TIMEDOUT,
-    KnownPut,
     PutError,
     PutFlags,
     datapoint_echo,
-    parse_put_body,
-    parse_put_body_known,
     parse_put_flags,
     put_response,
     put_timeout_response,
