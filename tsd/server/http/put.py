@@ -1,4 +1,4 @@
-"""POST /api/put (PutDataPointRpc): parse with protocol.put_json, hand points to the writer, answer with protocol.put_reply.
+"""POST /api/put (PutDataPointRpc): parse (protocol.put_json), write, answer (put_reply).
 
 Bodies may be gzip or deflate (aiohttp inflates them), chunked or not, of any or no
 Content-Type, up to ``tsd.http.request.max_body`` bytes once inflated (OpenTSDB refuses
