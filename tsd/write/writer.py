@@ -239,17 +239,7 @@ class Writer:
         was_empty = batch.cells == 0
         batch.add_points(points)
         self._added.value += len(points)
-        cells = batch.cells
-        if was_empty or cells >= self._max_batch_cells:
-            self._wake.set()
-        if self._in_flight_cells + cells >= self._max_pending_cells:
-            self._writable.clear()
-            self._flush_asked = True  # a full buffer goes now, whatever its age
-            self._wake.set()
-        ack = self._ack
-        if ack is None:
-            ack = self._ack = _new_ack()
-        return ack
+        return self._added_to_batch(was_empty)
 
     def room(self) -> int:
         """Points that can still be buffered before the writer is full (0 when it is)."""
@@ -267,12 +257,17 @@ class Writer:
             batch.start(self._clock())
         batch.add(series.row_key(base_time_s), qualifier, value_bytes)
         self._added.value += 1
-        cells = batch.cells
-        if cells == 1 or cells >= self._max_batch_cells:
+        return self._added_to_batch(batch.cells == 1)
+
+    def _added_to_batch(self, was_empty: bool) -> Ack:
+        """After points joined the batch: wake the flusher for a new or full batch, mark
+        the writer full (a full buffer goes now, whatever its age); the batch's ack."""
+        cells = self._batch.cells
+        if was_empty or cells >= self._max_batch_cells:
             self._wake.set()
         if self._in_flight_cells + cells >= self._max_pending_cells:
             self._writable.clear()
-            self._flush_asked = True  # a full buffer goes now, whatever its age
+            self._flush_asked = True
             self._wake.set()
         ack = self._ack
         if ack is None:
