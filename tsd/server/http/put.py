@@ -143,15 +143,9 @@ async def _resolve_misses(
 
     async def resolve(index: int, point: DataPoint, keys: tuple[Hashable, ...]) -> None:
         nonlocal queued
-        async with slots:
-            try:
-                series = await writer.series_of(point.metric, point.tags)
-            except NoSuchUniqueName:
-                failed.append((index, PutError(UNKNOWN_METRIC, datapoint_echo(point))))
-                return
-            except TsdError as exc:
-                failed.append((index, _storage_error(exc, point)))
-                return
+        series = await _series_or_error(writer, slots, index, point, failed)
+        if series is None:
+            return
         for alias in keys:
             writer.remember_alias(alias, series)
         if writer.is_full():
@@ -160,6 +154,25 @@ async def _resolve_misses(
 
     await asyncio.gather(*(resolve(index, point, keys) for index, point, keys in misses))
     return queued
+
+
+async def _series_or_error(
+    writer: Writer,
+    slots: asyncio.Semaphore,
+    index: int,
+    point: DataPoint,
+    failed: list[tuple[int, PutError]],
+) -> SeriesKey | None:
+    """The point's series, its UIDs resolved (maybe assigned) within the request's window
+    of lookups; None, with the point's OpenTSDB error recorded, when that fails."""
+    async with slots:
+        try:
+            return await writer.series_of(point.metric, point.tags)
+        except NoSuchUniqueName:
+            failed.append((index, PutError(UNKNOWN_METRIC, datapoint_echo(point))))
+        except TsdError as exc:
+            failed.append((index, _storage_error(exc, point)))
+    return None
 
 
 def _add_one(
@@ -201,15 +214,9 @@ async def _add_points(
         slots = asyncio.Semaphore(MISS_WINDOW)
 
         async def resolve(index: int, point: DataPoint) -> None:
-            async with slots:
-                try:
-                    series = await writer.series_of(point.metric, point.tags)
-                except NoSuchUniqueName:
-                    failed.append((index, PutError(UNKNOWN_METRIC, datapoint_echo(point))))
-                    return
-                except TsdError as exc:
-                    failed.append((index, _storage_error(exc, point)))
-                    return
+            series = await _series_or_error(writer, slots, index, point, failed)
+            if series is None:
+                return
             if writer.is_full():
                 await writer.wait_writable()
             _add(writer, series, index, point, accepted, failed)
