@@ -41,6 +41,7 @@ from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, de
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
 from tsd.query.series import BoolArray, Float64Array, Int64Array
 from tsd.storage.base import Row
+from tsd.storage.cells import CellBlock
 
 __all__ = ["RowPoints", "base_times_s", "decode_rows", "series_key"]
 
@@ -113,6 +114,8 @@ class _Entries:
 
 
 def _collect(rows: Sequence[Row]) -> _Cells:
+    if isinstance(rows, CellBlock) and not (rows.qualifier_lengths & 1).any():
+        return _collect_block(rows)
     counts = np.fromiter((len(r.cells) for r in rows), np.int64, len(rows))
     quals = [c.qualifier for r in rows for c in r.cells]
     vals = [c.value for r in rows for c in r.cells]
@@ -134,6 +137,23 @@ def _collect(rows: Sequence[Row]) -> _Cells:
     v = np.frombuffer(b"".join(vals), dtype=np.uint8)
     first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0).astype(np.int64)
     row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
+
+
+def _collect_block(block: CellBlock) -> _Cells:
+    """_collect for cells already end to end, all qualifiers of even length (no copy per
+    cell: the joined qualifiers and values are read as they are)."""
+    n = block.cell_count
+    qlen, vlen = block.qualifier_lengths, block.value_lengths
+    ufirst = np.zeros(n, dtype=np.int64)
+    voff = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(qlen[:-1] // 2, out=ufirst[1:])
+        np.cumsum(vlen[:-1], out=voff[1:])
+    units = np.frombuffer(block.qualifiers + bytes(2), dtype=">u2").astype(np.int32)
+    v = np.frombuffer(block.values + bytes(8), dtype=np.uint8)
+    first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0).astype(np.int64)
+    row = np.repeat(np.arange(len(block), dtype=np.int64), block.counts)
     return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
 
 
@@ -443,7 +463,8 @@ def decode_rows(
     entries = _even_cells(c, bad)
     if len(appends):
         entries = _concat_entries((entries, _append_cells(c, appends, bad)))
-    base_ms = base_times_s(layout, [r.key for r in rows]) * 1000
+    keys = rows.keys if isinstance(rows, CellBlock) else [r.key for r in rows]
+    base_ms = base_times_s(layout, keys) * 1000
     annotations = _annotations(rows, c, notes, base_ms)
 
     e_row = c.row[entries.cell]
@@ -482,8 +503,11 @@ def decode_rows(
     # Points are in row order: the row boundaries by binary search.
     row_offsets = np.searchsorted(merged.row, np.arange(n_rows + 1, dtype=np.int64))
     timestamps = np.repeat(base_ms, np.diff(row_offsets)) + merged.offset
-    key_bytes = sum(len(r.key) * len(r.cells) for r in rows)
-    stored = key_bytes + int(c.qlen.sum()) + int(c.vlen.sum())
+    if isinstance(rows, CellBlock):
+        stored = rows.stored_bytes
+    else:
+        key_bytes = sum(len(r.key) * len(r.cells) for r in rows)
+        stored = key_bytes + int(c.qlen.sum()) + int(c.vlen.sum())
     return RowPoints(
         row_offsets.astype(np.int64),
         timestamps,

@@ -13,11 +13,15 @@ exceptions to :mod:`tsd.errors` (``StorageError`` and its subclasses,
 
 from __future__ import annotations
 
+import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tsd.storage.cells import CellBlock, ReadStats
 
 
 class Cell(NamedTuple):
@@ -154,6 +158,65 @@ class Storage(ABC):
 
         An async generator (not just an iterator) so that ``aclosing`` type-checks.
         """
+
+    # -- bulk reads (the query path): cells end to end, see tsd/storage/cells.py ------------
+
+    async def scan_blocks(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[CellBlock, None]:
+        """The rows of :meth:`scan`, ``spec.batch_rows`` at a time, as CellBlocks (row
+        filter applied). Backends that read replies in bulk override it."""
+        from tsd.storage.cells import CellBlock
+
+        batch: list[Row] = []
+        async with contextlib.aclosing(self.scan(table, spec)) as rows:
+            async for row in rows:
+                batch.append(row)
+                if len(batch) >= spec.batch_rows:
+                    block = CellBlock.from_rows(batch)
+                    if stats is not None:
+                        stats.add(block, 0.0)
+                    yield block
+                    batch = []
+        if batch:
+            block = CellBlock.from_rows(batch)
+            if stats is not None:
+                stats.add(block, 0.0)
+            yield block
+
+    async def get_blocks(
+        self,
+        table: str,
+        rows: Sequence[bytes],
+        families: Sequence[str] = (),
+        stats: ReadStats | None = None,
+    ) -> CellBlock:
+        """:meth:`get_many` as one CellBlock (the rows that exist, in the order asked)."""
+        from tsd.storage.cells import CellBlock
+
+        block = CellBlock.from_rows(await self.get_many(table, rows, families))
+        if stats is not None:
+            stats.add(block, 0.0)
+        return block
+
+    async def scan_keys(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[list[bytes], None]:
+        """The keys of the rows :meth:`scan` would return (row filter applied), in batches,
+        without their cells' values where the backend can leave them out."""
+        batch: list[bytes] = []
+        async with contextlib.aclosing(self.scan(table, spec)) as rows:
+            async for row in rows:
+                batch.append(row.key)
+                if len(batch) >= spec.batch_rows:
+                    if stats is not None:
+                        stats.key_rows += len(batch)
+                    yield batch
+                    batch = []
+        if batch:
+            if stats is not None:
+                stats.key_rows += len(batch)
+            yield batch
 
     @abstractmethod
     async def increment(

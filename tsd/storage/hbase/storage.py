@@ -44,13 +44,17 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from tsd.config import StorageConfig
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
-from tsd.storage.base import Cell, FamilySpec, Mutation, Put, Row, ScanSpec, Storage
+from tsd.storage.base import FamilySpec, Mutation, Put, Row, ScanSpec, Storage
+from tsd.storage.cells import CellBlock, ReadStats
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
 from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
+from tsd.storage.hbase.rows import rows_call
 
 T = TypeVar("T")
 
@@ -61,10 +65,18 @@ log = get_logger(f"{STORAGE}.hbase")
 DELETE_GUARD_S = 0.002
 #: rows per getRows call
 GET_MANY_CHUNK = 1000
+#: the filter of a key-only pass: one cell per row, its value left out
+KEYS_ONLY_FILTER = b"KeyOnlyFilter() AND FirstKeyOnlyFilter()"
 #: bloom filter types HBase accepts in a column descriptor
 BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 
 Call = Callable[[Any], Awaitable[T]]
+
+
+def read_slots(pool_size: int) -> int:
+    """Bulk reads allowed in flight: a quarter of the pool (at least one connection) is
+    left to writes, so a big query cannot starve ingest."""
+    return max(1, pool_size - max(1, pool_size // 4))
 
 
 class HBaseStorage(Storage):
@@ -82,6 +94,8 @@ class HBaseStorage(Storage):
             self._open_connection, cfg.thrift_pool_size, cfg.thrift_max_idle_ms / 1000
         )
         self._last_delete_done = -math.inf
+        #: bulk reads (scan batches, multi-gets) in flight at once, all queries together
+        self._read_slots = asyncio.Semaphore(read_slots(cfg.thrift_pool_size))
 
     @property
     def pool(self) -> ConnectionPool:
@@ -274,48 +288,117 @@ class HBaseStorage(Storage):
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, table: str, row: bytes, families: Sequence[str] = ()) -> Row | None:
-        rows = await self._get_rows(table, [row], families)
-        return rows[0] if rows else None
+        block = await self.get_blocks(table, [row], families)
+        return block[0] if len(block) else None
 
     async def get_many(
         self, table: str, rows: Sequence[bytes], families: Sequence[str] = ()
     ) -> list[Row]:
-        found: dict[bytes, Row] = {}
-        for start in range(0, len(rows), GET_MANY_CHUNK):
-            chunk = rows[start : start + GET_MANY_CHUNK]
-            for got in await self._get_rows(table, chunk, families):
-                found[got.key] = got
+        found = {row.key: row for row in await self.get_blocks(table, rows, families)}
         return [found[key] for key in rows if key in found]
 
-    async def _get_rows(
-        self, table: str, rows: Sequence[bytes], families: Sequence[str]
-    ) -> list[Row]:
+    async def get_blocks(
+        self,
+        table: str,
+        rows: Sequence[bytes],
+        families: Sequence[str] = (),
+        stats: ReadStats | None = None,
+    ) -> CellBlock:
+        """``getRows`` (``getRowsWithColumns`` for some families), GET_MANY_CHUNK rows per
+        call; the gateway leaves out rows without cells and keeps the order asked."""
         name = table.encode("ascii")
         keys = [key for key in rows if key]  # HBase has no row with an empty key, and refuses one
-        if not keys:
-            return []
         columns = [family.encode("ascii") for family in families]
+        blocks = []
+        for start in range(0, len(keys), GET_MANY_CHUNK):
+            chunk = keys[start : start + GET_MANY_CHUNK]
 
-        async def get_rows(client: Any) -> Any:
-            if columns:
-                return await client.getRowsWithColumns(name, keys, columns, {})
-            return await client.getRows(name, keys, {})
+            async def get_rows(client: Any, chunk: list[bytes] = chunk) -> CellBlock:
+                if columns:
+                    return await rows_call(
+                        client,
+                        "getRowsWithColumns",
+                        stats,
+                        tableName=name,
+                        rows=chunk,
+                        columns=columns,
+                        attributes={},
+                    )
+                return await rows_call(
+                    client, "getRows", stats, tableName=name, rows=chunk, attributes={}
+                )
 
-        results = await self._call("getRows", table, get_rows, idempotent=True)
-        found = [_row_from_result(result) for result in results]
-        return [row for row in found if row.cells]
+            async with self._read_slots:
+                blocks.append(await self._call("getRows", table, get_rows, idempotent=True))
+        block = CellBlock.concat(blocks)
+        empty = np.flatnonzero(block.counts == 0)
+        if len(empty):
+            block = block.take(np.flatnonzero(block.counts > 0))
+        return block
 
     async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
         """Rows in key order; the scanner is closed however the iteration ends."""
         if spec.limit is not None and spec.limit <= 0:
             return
-        name = table.encode("ascii")
+        if not self._scan_batch_cells:
+            async with contextlib.aclosing(self.scan_blocks(table, spec)) as blocks:
+                async for block in blocks:
+                    for row in block:
+                        yield row
+            return
         batch_rows = max(1, spec.batch_rows)
+        scanner = await self._open_scanner(table, spec)
+        try:
+            async with contextlib.aclosing(
+                self._scan_rows(table, scanner, batch_rows, spec)
+            ) as rows:
+                async for row in rows:
+                    yield row
+        finally:
+            await self._close_scanner(table, scanner)
+
+    async def scan_blocks(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[CellBlock, None]:
+        """``scannerGetList`` replies read straight into CellBlocks (tsd/storage/hbase/rows.py),
+        the row filter applied to each block's keys."""
+        if self._scan_batch_cells:  # rows may come in pieces: joined by scan()
+            async with contextlib.aclosing(super().scan_blocks(table, spec, stats)) as blocks:
+                async for block in blocks:
+                    yield block
+            return
+        async with contextlib.aclosing(self._scanner_blocks(table, spec, stats)) as blocks:
+            async for block in blocks:
+                yield block
+
+    async def scan_keys(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[list[bytes], None]:
+        """A key-only pass: ``KeyOnlyFilter() AND FirstKeyOnlyFilter()`` makes the region
+        server send one value-less cell per row; the row filter is applied here."""
+        counted = ReadStats()
+        try:
+            blocks = self._scanner_blocks(table, spec, counted, KEYS_ONLY_FILTER)
+            async with contextlib.aclosing(blocks) as keyed:
+                async for block in keyed:
+                    yield block.keys
+        finally:
+            if stats is not None:
+                stats.key_rows += counted.rows
+                stats.wire_bytes += counted.wire_bytes
+                stats.decode_s += counted.decode_s
+                stats.calls += counted.calls
+
+    async def _open_scanner(
+        self, table: str, spec: ScanSpec, filter_string: bytes | None = None
+    ) -> int:
+        name = table.encode("ascii")
         tscan = HBASE_THRIFT.TScan(
             startRow=spec.start,
             stopRow=spec.stop or None,
             columns=[family.encode("ascii") for family in spec.families] or None,
-            caching=batch_rows,
+            caching=max(1, spec.batch_rows),
+            filterString=filter_string,
             batchSize=self._scan_batch_cells or None,
             sortColumns=True,
         )
@@ -325,12 +408,43 @@ class HBaseStorage(Storage):
             lambda c: c.scannerOpenWithScan(name, tscan, {}),
             idempotent=False,
         )
+        return scanner
+
+    async def _scanner_blocks(
+        self,
+        table: str,
+        spec: ScanSpec,
+        stats: ReadStats | None,
+        filter_string: bytes | None = None,
+    ) -> AsyncGenerator[CellBlock, None]:
+        if spec.limit is not None and spec.limit <= 0:
+            return
+        batch_rows = max(1, spec.batch_rows)
+        remaining = spec.limit
+        scanner = await self._open_scanner(table, spec, filter_string)
         try:
-            async with contextlib.aclosing(
-                self._scan_rows(table, scanner, batch_rows, spec)
-            ) as rows:
-                async for row in rows:
-                    yield row
+            while True:
+                async with self._read_slots:
+                    block = await self._call(
+                        "scannerGetList",
+                        table,
+                        lambda c: rows_call(
+                            c, "scannerGetList", stats, id=scanner, nbRows=batch_rows
+                        ),
+                        idempotent=False,
+                    )
+                if not len(block):
+                    return
+                if spec.row_filter is not None:
+                    matches = spec.row_filter.matches
+                    block = block.take([i for i, k in enumerate(block.keys) if matches(k)])
+                if remaining is not None and len(block) >= remaining:
+                    yield block.take(range(remaining))
+                    return
+                if remaining is not None:
+                    remaining -= len(block)
+                if len(block):
+                    yield block
         finally:
             await self._close_scanner(table, scanner)
 
@@ -342,13 +456,13 @@ class HBaseStorage(Storage):
         remaining = spec.limit
         held: Row | None = None
         while True:
-            results = await self._call(
+            block = await self._call(
                 "scannerGetList",
                 table,
-                lambda c: c.scannerGetList(scanner, batch_rows),
+                lambda c: rows_call(c, "scannerGetList", id=scanner, nbRows=batch_rows),
                 idempotent=False,
             )
-            pieces = [_row_from_result(result) for result in results]
+            pieces = list(block)
             complete: list[Row] = []
             for piece in pieces:
                 if held is not None and held.key == piece.key:
@@ -434,19 +548,3 @@ async def _mutate_rows(table: bytes, batches: list[Any], client: Any) -> None:
 
 async def _delete_row(table: bytes, row: bytes, client: Any) -> None:
     await client.deleteAllRow(table, row, {})
-
-
-def _row_from_result(result: Any) -> Row:
-    """A TRowResult as a Row, cells sorted by (family, qualifier)."""
-    if result.sortedColumns is not None:
-        # Already in HBase's order: family bytes, then qualifier bytes.
-        pairs = [(column.columnName, column.cell.value) for column in result.sortedColumns]
-    else:
-        pairs = [(name, cell.value) for name, cell in (result.columns or {}).items()]
-    cells = []
-    for name, value in pairs:
-        family, _, qualifier = name.partition(b":")
-        cells.append(Cell(family.decode("ascii"), qualifier, value))
-    if result.sortedColumns is None:
-        cells.sort(key=lambda cell: (cell.family, cell.qualifier))
-    return Row(result.row, tuple(cells))
