@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from tsd.codec.const import MAX_TIMESPAN
 from tsd.codec.rowkey import salt_bucket, salt_bytes
 from tsd.query.plan import ScanPlan, TagCondition
 from tsd.query.tasks import all_or_none
-from tsd.storage.base import ScanSpec, Storage
+from tsd.storage.base import RowFilter, ScanSpec, Storage
 from tsd.storage.cells import CellBlock, ReadStats
 
 __all__ = [
@@ -72,6 +73,8 @@ KEY_ONLY = "key-only"
 PARALLEL_READS = 4
 #: row keys per getRows call of the key-only and multi-get paths
 GET_CHUNK = 1000
+#: rows per round trip of a key-only pass
+KEY_BATCH_ROWS = 10_000
 #: more exact row keys than this: the key-only pass instead of a multi-get
 MULTI_GET_MAX_ROWS = 100_000
 
@@ -89,24 +92,26 @@ class ReadRequest:
 
     exact_series: tuple[bytes, ...] | None = None
     pinned: bool = False
+    #: per pinned tag key, the tag pairs (key UID + value UID) a matching row key contains
+    pinned_pairs: tuple[tuple[bytes, ...], ...] = ()
 
 
 def request_for_filters(
     conditions: Sequence[TagCondition], explicit_tags: bool, has_not_key: bool
 ) -> ReadRequest:
     """The read request of a metric sub-query's tag conditions (plan.tag_conditions)."""
-    pinned = any(c.tagv_uids for c in conditions)
+    pairs = tuple(tuple(c.tagk_uid + v for v in c.tagv_uids) for c in conditions if c.tagv_uids)
+    pinned = bool(pairs)
     if not (explicit_tags and conditions and not has_not_key):
-        return ReadRequest(None, pinned)
+        return ReadRequest(None, pinned, pairs)
     if not all(c.tagv_uids for c in conditions):
-        return ReadRequest(None, pinned)
+        return ReadRequest(None, pinned, pairs)
     count = 1
     for cond in conditions:
         count *= len(cond.tagv_uids or ())
     if count > MULTI_GET_MAX_ROWS:
-        return ReadRequest(None, pinned)
-    value_sets = [[c.tagk_uid + v for v in c.tagv_uids or ()] for c in conditions]
-    return ReadRequest(tuple(b"".join(p) for p in itertools.product(*value_sets)), pinned)
+        return ReadRequest(None, pinned, pairs)
+    return ReadRequest(tuple(b"".join(p) for p in itertools.product(*pairs)), pinned, pairs)
 
 
 def request_for_tsuids(layout: KeyLayout, tsuids: Sequence[bytes]) -> ReadRequest:
@@ -183,6 +188,7 @@ async def read_rows(
         return
     specs = _sliced(plan)
     if path == KEY_ONLY:
+        specs = [_key_pass(spec, request) for spec in specs]
         found: list[list[bytes]] = [[] for _ in specs]
 
         async def keys_of(i: int) -> None:
@@ -194,6 +200,15 @@ async def read_rows(
         await _get_all(storage, table, [k for ks in found for k in ks], plan, consume, stats)
         return
     await all_or_none([_scan_one(storage, table, spec, consume, stats) for spec in specs])
+
+
+def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:
+    """The key-only pass of ``spec``: bigger batches (keys are small), and the pinned tag
+    pairs given to storage as a pre-filter it may push down (HBase does)."""
+    row_filter = spec.row_filter
+    if row_filter is not None and request.pinned_pairs:
+        row_filter = RowFilter(row_filter.regex, request.pinned_pairs)
+    return dataclasses.replace(spec, row_filter=row_filter, batch_rows=KEY_BATCH_ROWS)
 
 
 def _sliced(plan: ScanPlan) -> list[ScanSpec]:

@@ -83,6 +83,10 @@ class RowFilter:
     """
 
     regex: bytes
+    #: A necessary condition the regex implies, which a backend may push down as a
+    #: pre-filter (never instead of the regex): for every entry, the key contains one of its
+    #: byte strings. Empty: none given.
+    contains: tuple[tuple[bytes, ...], ...] = ()
     _compiled: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

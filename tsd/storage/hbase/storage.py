@@ -54,6 +54,7 @@ from tsd.storage.cells import CellBlock, ReadStats
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
 from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
+from tsd.storage.hbase.prefilter import contains_filter
 from tsd.storage.hbase.rows import rows_call
 
 T = TypeVar("T")
@@ -393,6 +394,12 @@ class HBaseStorage(Storage):
         self, table: str, spec: ScanSpec, filter_string: bytes | None = None
     ) -> int:
         name = table.encode("ascii")
+        if spec.row_filter is not None and spec.row_filter.contains:
+            pushed = contains_filter(spec.row_filter.contains)
+            if pushed is not None:
+                filter_string = (
+                    pushed if filter_string is None else filter_string + b" AND " + pushed
+                )
         tscan = HBASE_THRIFT.TScan(
             startRow=spec.start,
             stopRow=spec.stop or None,
