@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import math
 import shutil
 import statistics
@@ -310,10 +311,15 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
                         t.cpu_s.append(spent)
                 progress(f"round {number + 1} of {args.rounds} done")
             await check_cells(cfg, metric_uids)
+            breakdown = {}
+            for query in queries():
+                shown = dataclasses.replace(query, params=query.params + "&show_summary=true")
+                _, answer = await ask(http, tsd_port, shown)
+                breakdown[query.name] = answer[-1].get("statsSummary", {})
     finally:
         process.terminate()
         await process.wait()
-    return {"timings": timings}
+    return {"timings": timings, "breakdown": breakdown}
 
 
 def report(found: dict[str, Any], args: argparse.Namespace) -> None:
@@ -335,6 +341,31 @@ def report(found: dict[str, Any], args: argparse.Namespace) -> None:
         )
 
 
+def report_breakdown(found: dict[str, Any]) -> None:
+    """Where tsd's time went, from its showSummary (one more run of each query)."""
+    keys = [
+        ("readPath", "path"),
+        ("rowsFromStorage", "rows"),
+        ("columnsFromStorage", "cells"),
+        ("keyOnlyRows", "key rows"),
+        ("bytesFromStorage", "bytes"),
+        ("decodeTime", "decode ms"),
+    ]
+    print("\n  tsd's showSummary: " + ", ".join(label for _, label in keys))
+    for name, summary in found["breakdown"].items():
+        values = []
+        for key, _ in keys:
+            value = summary.get(key, "-")
+            values.append(
+                f"{value:,.1f}"
+                if isinstance(value, float)
+                else f"{value:,}"
+                if isinstance(value, int)
+                else str(value)
+            )
+        print(f"  {name:14} " + ", ".join(values))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (at least 5)")
@@ -349,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             hbase.stop()
     report(found, args)
+    report_breakdown(found)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 import tsd.query.engine as engine_module
 from tests.query.tsdb_harness import QueryHarness, query_harness
 from tsd.config import StorageConfig
-from tsd.query.read_path import KEY_ONLY, MULTI_GET, SCAN, time_slices
+from tsd.query.read_path import KEY_ONLY, MULTI_GET, SCAN, split_keys, time_slices
 from tsd.storage.base import ScanSpec, Storage
 
 T0 = 1356998400  # an hour boundary
@@ -146,3 +146,18 @@ async def test_pinning_one_series_of_10000_reads_only_its_cells(
         assert 1 <= stats["keyOnlyRows"] <= 10_000
     else:
         assert stats["keyOnlyRows"] == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "last"),
+    [
+        (b"\x00\x00\x01ABCD\x00\x00\x01\x00\x00\x05", b"\x00\x00\x01ABCD\x00\x00\x01\x00\x27\x10"),
+        (b"m\x00", b"m\x00\x00"),
+        (b"a", b"b"),
+        (b"\x01\xff\xff", b"\x02"),
+    ],
+)
+def test_split_keys_fall_strictly_between(first: bytes, last: bytes) -> None:
+    keys = split_keys(first, last, 4)
+    assert keys == sorted(set(keys))
+    assert all(first < k < last for k in keys)

@@ -219,13 +219,13 @@ class QueryEngine:
         read = ReadStats()
         if reads is not None:
             reads.append(read)
-        path = choose_path(plan, request)
+        path = read.path = choose_path(plan, request)
         parts = await self._read(plan, path, request, tally, read)
         spans = await self._compute_off_loop(assemble_spans, parts, self._layout)
         timings["queryScanTime"] = (time.perf_counter() - t1) * 1000
         timings["rowsPreFilter"] = tally.rows
         timings["dpsPreFilter"] = tally.points
-        timings.update(read_stats_json(read, path))
+        timings.update(read_stats_json(read))
         if not spans.series_count:
             return []
         facts = await self._series_facts(spans)

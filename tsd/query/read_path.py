@@ -63,6 +63,7 @@ __all__ = [
     "request_for_filters",
     "request_for_tsuids",
     "read_rows",
+    "split_keys",
     "time_slices",
 ]
 
@@ -199,6 +200,10 @@ async def read_rows(
         await all_or_none([keys_of(i) for i in range(len(specs))])
         await _get_all(storage, table, [k for ks in found for k in ks], plan, consume, stats)
         return
+    if len(specs) < PARALLEL_READS:
+        per_slice = -(-PARALLEL_READS // len(specs))
+        cut = await all_or_none([_key_ranges(storage, table, s, per_slice) for s in specs])
+        specs = [s for pieces in cut for s in pieces]
     await all_or_none([_scan_one(storage, table, spec, consume, stats) for spec in specs])
 
 
@@ -209,6 +214,45 @@ def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:
     if row_filter is not None and request.pinned_pairs:
         row_filter = RowFilter(row_filter.regex, request.pinned_pairs)
     return dataclasses.replace(spec, row_filter=row_filter, batch_rows=KEY_BATCH_ROWS)
+
+
+async def _key_ranges(storage: Storage, table: str, spec: ScanSpec, pieces: int) -> list[ScanSpec]:
+    """``spec`` cut into up to ``pieces`` key ranges between its first and last row keys
+    (evenly over the bytes where they differ), when storage can tell the last key cheaply.
+    The ranges partition the scan exactly; only their balance depends on the guess."""
+    last = await storage.last_key(table, spec.start, spec.stop)
+    if last is None:
+        return [spec]
+    first_spec = dataclasses.replace(spec, row_filter=None, limit=1, batch_rows=1)
+    first = None
+    async with contextlib.aclosing(storage.scan_keys(table, first_spec)) as batches:
+        async for batch in batches:
+            first = batch[0] if batch else None
+            break
+    if first is None or first >= last:
+        return [spec]
+    points = split_keys(first, last, pieces)
+    bounds = [spec.start, *points, spec.stop]
+    return [
+        dataclasses.replace(spec, start=a, stop=b) for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
+
+
+def split_keys(first: bytes, last: bytes, pieces: int) -> list[bytes]:
+    """Up to ``pieces - 1`` increasing keys strictly between ``first`` and ``last`` (first <
+    last), spread evenly over the 8 bytes after their common prefix."""
+    common = 0
+    while common < min(len(first), len(last)) and first[common] == last[common]:
+        common += 1
+    lo = int.from_bytes(first[common : common + 8].ljust(8, b"\0"), "big")
+    hi = int.from_bytes(last[common : common + 8].ljust(8, b"\0"), "big")
+    prefix = first[:common]
+    keys: list[bytes] = []
+    for i in range(1, pieces):
+        point = prefix + (lo + (hi - lo) * i // pieces).to_bytes(8, "big")
+        if first < point < last and (not keys or keys[-1] < point):
+            keys.append(point)
+    return keys
 
 
 def _sliced(plan: ScanPlan) -> list[ScanSpec]:
@@ -269,10 +313,11 @@ def sum_reads(reads: Sequence[ReadStats]) -> ReadStats:
         total.wire_bytes += r.wire_bytes
         total.decode_s += r.decode_s
         total.calls += r.calls
+    total.path = ",".join(r.path for r in reads if r.path)
     return total
 
 
-def read_stats_json(stats: ReadStats, path: str | None = None) -> dict[str, object]:
+def read_stats_json(stats: ReadStats) -> dict[str, object]:
     """``showStats`` / ``showSummary`` entries for what was read: OpenTSDB's QueryStats
     names where it has one (rowsFromStorage, columnsFromStorage, bytesFromStorage), tsd's
     own for the rest (keyOnlyRows: rows of a key-only pass; decodeTime: ms of CPU turning
@@ -284,6 +329,6 @@ def read_stats_json(stats: ReadStats, path: str | None = None) -> dict[str, obje
         "keyOnlyRows": stats.key_rows,
         "decodeTime": stats.decode_s * 1000,
     }
-    if path is not None:
-        out["readPath"] = path
+    if stats.path:
+        out["readPath"] = stats.path
     return out

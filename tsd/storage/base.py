@@ -222,6 +222,12 @@ class Storage(ABC):
                 stats.key_rows += len(batch)
             yield batch
 
+    async def last_key(self, table: str, start: bytes, stop: bytes) -> bytes | None:
+        """The greatest row key in ``[start, stop)``, when the backend can tell it cheaply
+        (HBase: a reversed scan of one row); None: no row, or not known cheaply. Used to cut
+        a big scan into key ranges read in parallel."""
+        return None
+
     @abstractmethod
     async def increment(
         self, table: str, row: bytes, family: str, qualifier: bytes, amount: int = 1

@@ -195,6 +195,8 @@ class ReadStats:
     wire_bytes: int = 0
     decode_s: float = 0.0
     calls: int = 0
+    #: how the rows were chosen (the query layer's read path), for showStats
+    path: str = ""
 
     def add(self, block: CellBlock, decode_s: float) -> None:
         self.rows += len(block)

@@ -10,7 +10,7 @@ Connections come from :class:`~.pool.ConnectionPool`; every call runs under
 :func:`~.errors.map_errors` and, when ``tsd.storage.hbase.thrift.timeout`` is
 set, a deadline.
 
-Row filters are applied here, never pushed down. OpenTSDB matches its row-key
+Row filters are applied here; only a pre-filter is pushed down. OpenTSDB matches its row-key
 regex against the key's bytes read as ISO-8859-1 (one character per byte;
 asynchbase's ``KeyRegexpFilter`` sets that charset). HBase's Thrift filter
 language cannot: ``ParseFilter`` builds ``RegexStringComparator`` with the
@@ -24,6 +24,8 @@ keys hold binary UIDs, counters reach 0x80 within the first 128 names, and no
 regex can be shown safe without knowing the keys; so the backend scans the
 range (the planner already narrows it by metric and time) and applies
 ``RowFilter.matches`` (a full match over the raw bytes) to each row it reads.
+``RowFilter.contains`` (the tag pairs a query pins) is pushed down as a UTF-8-safe
+pre-filter (prefilter.py): it can let other keys through, never drop a matching one.
 
 checkAndPut: an unset ``value`` asks "must not exist"; HBase also treats an
 empty expected value as "missing or empty" (so does the embedded engine).
@@ -97,6 +99,8 @@ class HBaseStorage(Storage):
         self._last_delete_done = -math.inf
         #: bulk reads (scan batches, multi-gets) in flight at once, all queries together
         self._read_slots = asyncio.Semaphore(read_slots(cfg.thrift_pool_size))
+        #: scanners being closed in the background (rows read, close not awaited)
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def pool(self) -> ConnectionPool:
@@ -390,6 +394,35 @@ class HBaseStorage(Storage):
                 stats.decode_s += counted.decode_s
                 stats.calls += counted.calls
 
+    async def last_key(self, table: str, start: bytes, stop: bytes) -> bytes | None:
+        """A reversed key-only scan from ``stop`` down to ``start``: its first row below
+        ``stop`` (a reversed scan starts at its start row inclusive)."""
+        name = table.encode("ascii")
+        tscan = HBASE_THRIFT.TScan(
+            startRow=stop,
+            stopRow=start or None,
+            caching=2,
+            filterString=KEYS_ONLY_FILTER,
+            reversed=True,
+        )
+        scanner: int = await self._call(
+            "scannerOpenWithScan",
+            table,
+            lambda c: c.scannerOpenWithScan(name, tscan, {}),
+            idempotent=False,
+        )
+        try:
+            block = await self._call(
+                "scannerGetList",
+                table,
+                lambda c: rows_call(c, "scannerGetList", id=scanner, nbRows=2),
+                idempotent=False,
+            )
+        finally:
+            await self._close_scanner(table, scanner)
+        below = [key for key in block.keys if start <= key and (not stop or key < stop)]
+        return max(below) if below else None
+
     async def _open_scanner(
         self, table: str, spec: ScanSpec, filter_string: bytes | None = None
     ) -> int:
@@ -442,6 +475,8 @@ class HBaseStorage(Storage):
                     )
                 if not len(block):
                     return
+                # fewer rows than asked: the scanner is exhausted (no empty call to learn it)
+                exhausted = len(block) < batch_rows
                 if spec.row_filter is not None:
                     matches = spec.row_filter.matches
                     block = block.take([i for i, k in enumerate(block.keys) if matches(k)])
@@ -452,8 +487,13 @@ class HBaseStorage(Storage):
                     remaining -= len(block)
                 if len(block):
                     yield block
+                if exhausted:
+                    return
         finally:
-            await self._close_scanner(table, scanner)
+            # off the reader's path: the rows are all read, closing is the server's cleanup
+            task = asyncio.ensure_future(self._close_scanner(table, scanner))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def _scan_rows(
         self, table: str, scanner: int, batch_rows: int, spec: ScanSpec
@@ -503,6 +543,8 @@ class HBaseStorage(Storage):
             log.info("hbase.scanner_close_failed", table=table, error=str(exc))
 
     async def close(self) -> None:
+        if self._closing:
+            await asyncio.wait(list(self._closing))
         self._pool.close()
 
 
