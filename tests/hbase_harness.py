@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "hbase"
@@ -224,7 +225,7 @@ async def drop_tables(server: HBaseServer, prefix: str) -> None:
     """Drop every table whose name starts with ``prefix`` (an external HBase's cleanup)."""
     from tsd.storage.hbase import HBaseStorage
 
-    admin = HBaseStorage(server.storage_config())
+    admin = HBaseStorage(hbase_settings(server.storage_config()))
     try:
         for table in await admin.list_tables():
             if table.startswith(prefix):

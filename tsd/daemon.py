@@ -29,6 +29,7 @@ from tsd.config import Config, load_config
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
+from tsd.schema import ensure_tables, storage_settings
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
@@ -37,7 +38,6 @@ from tsd.server.telnet import TelnetContext, telnet_factory
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.pipeline import WritePath
@@ -81,7 +81,7 @@ class Daemon:
     async def start(self) -> None:
         config = self.config
         if self._storage is None:
-            self._storage = open_storage(config)
+            self._storage = open_storage(storage_settings(config.storage))
         storage = self._storage
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
