@@ -235,5 +235,10 @@ async def drop_tables(server: HBaseServer, prefix: str) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the HBase tests last, so a failing start does not delay the fast feedback."""
+    """Run the HBase tests last, so a failing start does not delay the fast feedback; and
+    mark them ``slow`` as well (an HBase start alone is 30-60 s), so that
+    ``-m "not slow"`` is the fast loop without naming HBase."""
+    for item in items:
+        if item.get_closest_marker("hbase") is not None:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("hbase") is not None)

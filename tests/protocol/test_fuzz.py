@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,8 @@ from tsd.protocol.names import NameRules, is_valid_name
 from tsd.protocol.put_json import parse_put_body
 from tsd.protocol.put_reply import PutError
 from tsd.protocol.telnet import Command, LineBuffer, PutCommand, line_too_long, parse_command
+
+pytestmark = pytest.mark.slow  # many generated inputs
 
 fuzz_settings = settings(max_examples=300, deadline=None)
 RULES = NameRules(max_tags=3)

@@ -104,6 +104,7 @@ async def test_deflate_body(tsd: Daemon, http: aiohttp.ClientSession) -> None:
     assert await stored(tsd) == [sp("z.m", T * 1000, 1, h="a")]
 
 
+@pytest.mark.slow
 async def test_large_chunked_body_is_accepted(tsd: Daemon, http: aiohttp.ClientSession) -> None:
     """OpenTSDB refuses anything over ~8 KiB ("Chunked request not supported")."""
     points = [dp("big.m", T + i, i, host=f"h{i % 10}") for i in range(20_000)]
