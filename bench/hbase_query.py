@@ -64,6 +64,7 @@ from bench.hbase_ingest import (
 from tests.hbase.opentsdb import running_opentsdb
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
+from tsd.schema import hbase_settings
 from tsd.storage.base import Put
 from tsd.storage.hbase import HBaseStorage
 from tsd.uid.service import UidService
@@ -157,7 +158,7 @@ def queries() -> list[Query]:
 async def load(cfg: StorageConfig) -> dict[str, bytes]:
     """Write every metric's cells; the metric name -> UID."""
     config = Config(core=CoreConfig(auto_create_metrics=True), storage=cfg)
-    storage = HBaseStorage(cfg)
+    storage = HBaseStorage(hbase_settings(cfg))
     uids = UidService(storage, config)
     layout = KeyLayout.from_storage_config(cfg)
     metric_uids = {}

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
+from tsd.schema import hbase_settings
 from tsd.storage.base import FamilySpec, Put, RowFilter, ScanSpec
 from tsd.storage.cells import ReadStats
 from tsd.storage.hbase import HBaseStorage
@@ -29,7 +30,7 @@ KEYS = [b"r\xc3\xa9", b"r\x80", b"r\x81"]
 @pytest.fixture
 async def filter_table(hbase_server: HBaseServer) -> AsyncIterator[tuple[HBaseStorage, str]]:
     prefix = unique_prefix()
-    storage = HBaseStorage(hbase_server.storage_config())
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config()))
     table = f"{prefix}filter"
     await storage.create_table(table, [FamilySpec("f")])
     keys = KEYS + [bytes([b, c]) for b in range(256) for c in (0x00, 0x41, 0x80, 0xC3, 0xFF)]
@@ -106,7 +107,7 @@ async def prefilter_table(hbase_server: HBaseServer) -> AsyncIterator[tuple[HBas
     """Keys like data row keys: 3 bytes, 4 of time, then two tag pairs of 3 + 3 bytes, with
     every byte value in the pairs (high bytes next to each other and next to ASCII)."""
     prefix = unique_prefix()
-    storage = HBaseStorage(hbase_server.storage_config())
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config()))
     table = f"{prefix}prefilter"
     await storage.create_table(table, [FamilySpec("t")])
     rng = random.Random(16)

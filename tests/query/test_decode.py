@@ -143,6 +143,7 @@ def _fast(rows_: Sequence[Row], fix_duplicates: bool) -> list[list[tuple[int, by
     return out
 
 
+@pytest.mark.slow
 @decode_settings
 @given(rows(), st.booleans())
 def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bool) -> None:
@@ -163,6 +164,7 @@ def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bo
     assert _fast(CellBlock.from_rows(readable), fix_duplicates) == expected
 
 
+@pytest.mark.slow
 @decode_settings
 @given(rows(count=6))
 def test_row_annotations_match_the_reference(rows_: list[Row]) -> None:
