@@ -16,8 +16,7 @@ import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
 from tsd.schema import hbase_settings
-from tsd.storage.base import FamilySpec, Put, RowFilter, ScanSpec
-from tsd.storage.cells import ReadStats
+from tsd.storage.base import FamilySpec, Put, ReadStats, RowFilter, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import HBASE_THRIFT, ThriftConnection
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from thriftpy2.thrift import TApplicationException
 
-from tsd.storage.cells import CellBlock, ReadStats
+from tsd.storage.base import CellBlock, ReadStats
 from tsd.storage.hbase import rows as rows_module
 from tsd.storage.hbase.pool import HBASE_THRIFT, PROTOCOLS
 from tsd.storage.hbase.rows import _Chunks, _ReplyReader, block_from_results

@@ -26,8 +26,7 @@ from tsd.codec import (
 from tsd.errors import CodecError
 from tsd.query.decode import decode_rows, series_key
 from tsd.query.spans import assemble_spans
-from tsd.storage.base import Cell, Row
-from tsd.storage.cells import CellBlock
+from tsd.storage.base import Cell, CellBlock, Row
 
 decode_settings = settings(max_examples=200, deadline=None)
 

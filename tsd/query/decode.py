@@ -40,8 +40,7 @@ import numpy.typing as npt
 from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
 from tsd.query.series import BoolArray, Float64Array, Int64Array
-from tsd.storage.base import Row
-from tsd.storage.cells import CellBlock
+from tsd.storage.base import CellBlock, Row
 
 __all__ = ["RowPoints", "base_times_s", "decode_rows", "series_key"]
 
@@ -409,9 +408,11 @@ def _values(
     if len(present) == 1:
         doubles, ints = _read_type(v, vstart, present[0])
         return doubles, ints, None if ints is None else np.ones(n, dtype=np.bool_)
+    if any(k < 0x8 for k in present):
+        return _mixed_values(v, vstart, kind)
     doubles = np.empty(n, dtype=np.float64)
-    any_int = any(k < 0x8 for k in present)
-    all_ints = np.zeros(n, dtype=np.int64) if any_int else None
+    any_int = False
+    all_ints: Int64Array | None = None
     for k in present:
         where = np.flatnonzero(kind == k)
         d, i = _read_type(v, vstart[where], k)
@@ -419,6 +420,26 @@ def _values(
         if all_ints is not None and i is not None:
             all_ints[where] = i
     return doubles, all_ints, (kind & 0x8) == 0 if any_int else None
+
+
+def _mixed_values(
+    v: U8Array, vstart: Int64Array, kind: IntArray
+) -> tuple[Float64Array, Int64Array, BoolArray]:
+    """_values for integers mixed with other types, in one pass: the 8 bytes at each value's
+    start read as one big-endian word hold the value in their top bytes, so an arithmetic
+    shift gives every integer sign-extended, and the words of floats are reinterpreted."""
+    word = _typed_view(v, ">i8")[vstart].astype(np.int64)
+    is_int = (kind & 0x8) == 0
+    shift = (64 - 8 * ((kind & 0x7) + 1)).astype(np.int64)
+    ints = np.where(is_int, word >> shift, 0)
+    doubles = ints.astype(np.float64)
+    f8 = np.flatnonzero(kind == 0xF)
+    if len(f8):
+        doubles[f8] = word[f8].view(np.float64)
+    f4 = np.flatnonzero(kind == 0xB)
+    if len(f4):
+        doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
+    return doubles, ints, is_int
 
 
 def _read_type(v: U8Array, vstart: Int64Array, kind: int) -> tuple[Float64Array, Int64Array | None]:

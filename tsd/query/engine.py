@@ -81,8 +81,7 @@ from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
-from tsd.storage.base import Delete, Row, RowFilter, ScanSpec, Storage
-from tsd.storage.cells import CellBlock, ReadStats
+from tsd.storage.base import CellBlock, Delete, ReadStats, Row, RowFilter, ScanSpec, Storage
 from tsd.uid.service import UidService
 
 __all__ = ["QueryEngine"]

@@ -50,8 +50,7 @@ from tsd.codec.const import MAX_TIMESPAN
 from tsd.codec.rowkey import salt_bucket, salt_bytes
 from tsd.query.plan import ScanPlan, TagCondition
 from tsd.query.tasks import all_or_none
-from tsd.storage.base import RowFilter, ScanSpec, Storage
-from tsd.storage.cells import CellBlock, ReadStats
+from tsd.storage.base import CellBlock, ReadStats, RowFilter, ScanSpec, Storage
 
 __all__ = [
     "KEY_ONLY",

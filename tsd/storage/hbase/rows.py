@@ -1,5 +1,5 @@
 """Thrift1 calls that return rows (``scannerGetList``, ``getRows``, ...), read straight into a
-:class:`~tsd.storage.cells.CellBlock`.
+:class:`~tsd.storage.base.CellBlock`.
 
 thriftpy2 decodes a reply field by field into objects: three per cell (TColumn, TCell, the
 bytes), about 8 us of CPU per cell with its asyncio protocol and 1.2 us with its compiled one
@@ -30,8 +30,7 @@ import numpy as np
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TTransportException
 
-from tsd.storage.base import Cell, Row
-from tsd.storage.cells import CellBlock, ReadStats
+from tsd.storage.base import Cell, CellBlock, ReadStats, Row
 
 try:
     _C: Any = importlib.import_module("tsd.storage.hbase._rows")

@@ -50,8 +50,7 @@ import numpy as np
 
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
-from tsd.storage.base import FamilySpec, Mutation, Put, Row, ScanSpec, Storage
-from tsd.storage.cells import CellBlock, ReadStats
+from tsd.storage.base import CellBlock, FamilySpec, Mutation, Put, ReadStats, Row, ScanSpec, Storage
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
 from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
