@@ -123,8 +123,8 @@ class QueryConfig:
     limits_bytes_default: int = 0
     limits_buckets: int = 20_000_000
     limits_output_points: int = 20_000_000
-    limits_memory_bytes: int = 1 << 30
-    memory_budget_bytes: int = 2 << 30
+    limits_memory_bytes: int = 2 << 30
+    memory_budget_bytes: int = 4 << 30
     compute_slots: int = 0  # 0: one less than the CPUs, at least one
 
 

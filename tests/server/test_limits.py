@@ -294,3 +294,26 @@ async def test_telnet_client_that_does_not_read_is_paused(tsd: Daemon) -> None:
     assert received.count(b"tsd.rpc.received") == count
     assert not flow.reading_paused
     writer.close()
+
+
+async def test_large_answer_is_streamed_in_pieces(tsd: Daemon) -> None:
+    n = 1100  # more series than one piece holds
+    await put(
+        tsd,
+        [
+            {"metric": "big.m", "timestamp": T0, "value": i, "tags": {"h": f"{i:05d}"}}
+            for i in range(n)
+        ],
+    )
+    url = f"http://127.0.0.1:{tsd.port}/api/query?start={T0}&end={T0 + 10}&m=sum:big.m{{h=*}}"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        assert resp.status == 200
+        assert resp.headers.get("Transfer-Encoding") == "chunked"
+        assert resp.headers.get("Content-Encoding") == "gzip"
+        answer = await resp.json()
+    assert [s["tags"]["h"] for s in answer] == [f"{i:05d}" for i in range(n)]
+    assert [s["dps"] for s in answer[:2]] == [{str(T0): 0}, {str(T0): 1}]
+    # jsonp wraps the pieces too
+    async with aiohttp.ClientSession() as http, http.get(url + "&jsonp=cb") as resp:
+        text = await resp.text()
+    assert text.startswith("cb([{") and text.endswith("}])")

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,6 +53,7 @@ from tsd.query.limits import (
     BYTES_PER_CELL,
     BYTES_PER_OUTPUT_POINT,
     BYTES_PER_POINT,
+    BYTES_PER_SERIES,
     MemoryPool,
     QueryCancelled,
     QueryControl,
@@ -60,7 +61,14 @@ from tsd.query.limits import (
     buckets_per_series,
     fills,
 )
-from tsd.query.output import LastPoint, QueryResult, SeriesResult, serialize_query_result
+from tsd.query.output import (
+    LastPoint,
+    QueryResult,
+    SeriesResult,
+    query_result_frame,
+    serialize_query_result,
+    serialize_series_range,
+)
 from tsd.query.plan import (
     SCAN_BATCH_ROWS,
     ResolvedFilter,
@@ -107,8 +115,12 @@ TOO_MANY_BYTES = (
 DELETE_BATCH_ROWS = 1024
 #: Series aggregated per worker-thread call (between two cancel checks and slot turns).
 AGGREGATE_CHUNK_SERIES = 8192
-#: Result groups built on the event loop before it is given back to other work.
-RESULTS_CHUNK = 1024
+#: Result groups (or names) handled on the event loop before it is given back.
+RESULTS_CHUNK = 256
+#: Series serialised per piece of a large answer, and the answer size (points) from which
+#: it is written in pieces.
+RENDER_CHUNK_SERIES = 1024
+STREAM_POINTS = 200_000
 
 
 @dataclass(slots=True)
@@ -190,6 +202,7 @@ class QueryEngine:
         self.stats = QueryStats()
         #: running queries: their control and task (cancel_all stops them)
         self._running: dict[QueryControl, asyncio.Task[Any]] = {}
+        self._closing = ""
 
     # -- /api/query ---------------------------------------------------------------------------
 
@@ -204,14 +217,18 @@ class QueryEngine:
         return self._busy
 
     def cancel_all(self, reason: str = "the TSD is shutting down") -> None:
-        """Stop every running query at its next chunk (daemon shutdown): it answers 503."""
+        """Stop every running query at its next chunk (daemon shutdown): it answers 503,
+        and so does every query started later."""
+        self._closing = reason
         for control, task in list(self._running.items()):
             control.cancel(reason)
             task.cancel()
 
     async def execute(self, query: TSQuery) -> QueryResult:
-        """Run every sub-query (concurrently; results in sub-query order)."""
+        """Run every sub-query (a few at once; results in sub-query order)."""
         started = time.perf_counter()
+        if self._closing:
+            raise QueryCancelled(f"The query was cancelled ({self._closing})")
         cfg = self._cfg
         control = QueryControl(
             self._limits,
@@ -228,9 +245,16 @@ class QueryEngine:
                 global_notes: list[dict[str, Any]] = []
                 if query.global_annotations and not query.no_annotations:
                     global_notes = await self._global_annotations(query)
-                per_sub = await _all_or_none(
-                    [self._run_sub(query, sub, control) for sub in query.queries]
-                )
+                # A few sub-queries at a time: a thousand of them scanning at once would
+                # each hold a batch of rows waiting for a compute slot, uncounted.
+                gate = asyncio.Semaphore(self.compute_slots + 1)
+
+                async def gated(sub: SubQuery) -> list[SeriesResult]:
+                    async with gate:
+                        control.check()
+                        return await self._run_sub(query, sub, control)
+
+                per_sub = await _all_or_none([gated(sub) for sub in query.queries])
         except asyncio.CancelledError:
             if control.reason and task.uncancel() == 0:
                 # cancel_all, not the client: answer instead of vanishing.
@@ -269,6 +293,31 @@ class QueryEngine:
         return await self._compute_off_loop(
             serialize_query_result, result, arrays=arrays, jsonp=jsonp
         )
+
+    async def render_chunks(
+        self, result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """The JSON body of ``result`` in pieces of ``RENDER_CHUNK_SERIES`` series, each
+        built in a worker thread: a big answer is written as it is built, with the
+        connection's backpressure, instead of being held whole (and compressed whole)."""
+        head, summary, tail = query_result_frame(result, jsonp)
+        pending = head
+        count = len(result.series)
+        for lo in range(0, count, RENDER_CHUNK_SERIES):
+            body = await self._compute_off_loop(
+                serialize_series_range, result, lo, lo + RENDER_CHUNK_SERIES, arrays
+            )
+            yield pending + (b"," if lo else b"") + body
+            pending = b""
+        if summary is not None:
+            pending += (b"," if count else b"") + summary
+        yield pending + tail
+
+    @staticmethod
+    def is_large(result: QueryResult) -> bool:
+        """True when the answer is worth writing piece by piece (``render_chunks``)."""
+        points = sum(len(s.dps) for s in result.series)
+        return len(result.series) > RENDER_CHUNK_SERIES or points > STREAM_POINTS
 
     @contextlib.asynccontextmanager
     async def _timeout(self, control: QueryControl | None = None) -> Any:
@@ -310,6 +359,7 @@ class QueryEngine:
         parts = await self._scan(plan, tally)
         spans = await self._compute_off_loop(assemble_spans, parts, self._layout)
         control.check_buckets(per_series, spans.series_count, filled)
+        control.charge(spans.series_count * BYTES_PER_SERIES)
         timings["queryScanTime"] = (time.perf_counter() - t1) * 1000
         timings["rowsPreFilter"] = tally.rows
         timings["dpsPreFilter"] = tally.points
@@ -490,9 +540,11 @@ class QueryEngine:
     # -- series, groups, results --------------------------------------------------------------
 
     async def _series_facts(self, spans: Spans) -> SeriesFacts:
-        tag_uids = await self._compute_off_loop(series_tag_uids, self._layout, spans.keys)
-        tagk_names = await self._names(self._uids.tagk, {k for t in tag_uids for k in t})
-        tagv_names = await self._names(self._uids.tagv, {v for t in tag_uids for v in t.values()})
+        tag_uids, tagks, tagvs = await self._compute_off_loop(
+            _tag_uids_and_sets, self._layout, spans.keys
+        )
+        tagk_names = await self._names(self._uids.tagk, tagks)
+        tagv_names = await self._names(self._uids.tagv, tagvs)
         return await self._compute_off_loop(
             series_facts, self._layout, spans, tag_uids, tagk_names, tagv_names
         )
@@ -501,14 +553,18 @@ class QueryEngine:
     async def _names(uids: Any, wanted: set[bytes]) -> dict[bytes, str]:
         names: dict[bytes, str] = {}
         missing = []
-        for uid in wanted:
+        for n, uid in enumerate(wanted):
+            if n and n % RESULTS_CHUNK == 0:
+                await asyncio.sleep(0)  # 200,000 tag values: let the loop serve others
             name = uids.cached_name(uid)
             if name is None:
                 missing.append(uid)
             else:
                 names[uid] = name
-        found = await _all_or_none([uids.get_name(uid) for uid in missing])
-        names.update(zip(missing, found, strict=True))
+        for lo in range(0, len(missing), RESULTS_CHUNK):
+            part = missing[lo : lo + RESULTS_CHUNK]
+            found = await _all_or_none([uids.get_name(uid) for uid in part])
+            names.update(zip(part, found, strict=True))
         return names
 
     def _filter_and_group(
@@ -709,6 +765,16 @@ class QueryEngine:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _tag_uids_and_sets(
+    layout: KeyLayout, keys: Sequence[bytes]
+) -> tuple[list[dict[bytes, bytes]], set[bytes], set[bytes]]:
+    """Each series' tag UIDs, and the distinct tag keys and values (in a worker thread)."""
+    tag_uids = series_tag_uids(layout, keys)
+    tagks = {k for t in tag_uids for k in t}
+    tagvs = {v for t in tag_uids for v in t.values()}
+    return tag_uids, tagks, tagvs
 
 
 def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) -> int:

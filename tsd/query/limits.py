@@ -39,6 +39,7 @@ __all__ = [
     "BYTES_PER_CELL",
     "BYTES_PER_OUTPUT_POINT",
     "BYTES_PER_POINT",
+    "BYTES_PER_SERIES",
     "MemoryPool",
     "QueryCancelled",
     "QueryControl",
@@ -49,6 +50,8 @@ __all__ = [
 #: Estimated bytes a decoded point costs until the answer is built: the decoded arrays
 #: (timestamp, double, integer, flag: 25 bytes), the assembled spans (a copy) and slack.
 BYTES_PER_POINT = 48
+#: Estimated bytes per series read: its key, tags, TSUID, result objects and arrays.
+BYTES_PER_SERIES = 2048
 #: Estimated bytes per point of the answer until it is written (the series' arrays and
 #: their JSON text).
 BYTES_PER_OUTPUT_POINT = 24

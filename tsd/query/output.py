@@ -40,8 +40,10 @@ __all__ = [
     "QueryResult",
     "SeriesResult",
     "java_double_to_string",
+    "query_result_frame",
     "serialize_last_points",
     "serialize_query_result",
+    "serialize_series_range",
     "subquery_echo",
 ]
 
@@ -92,14 +94,30 @@ def serialize_query_result(
     result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
 ) -> bytes:
     """The /api/query response body."""
-    query = result.query
+    head, summary, tail = query_result_frame(result, jsonp)
     parts = [_series_json(s, result, arrays) for s in result.series]
-    if query.show_summary:
-        parts.append(orjson.dumps({"statsSummary": result.summary or {}}))
-    body = b"[" + b",".join(parts) + b"]"
+    if summary is not None:
+        parts.append(summary)
+    return head + b",".join(parts) + tail
+
+
+def query_result_frame(
+    result: QueryResult, jsonp: str | None = None
+) -> tuple[bytes, bytes | None, bytes]:
+    """What surrounds the series of an /api/query body: the opening, the trailing
+    ``statsSummary`` element (None without showSummary) and the closing. With
+    :func:`serialize_series_range` an answer can be written piece by piece."""
+    summary = None
+    if result.query.show_summary:
+        summary = orjson.dumps({"statsSummary": result.summary or {}})
     if jsonp:
-        return jsonp.encode() + b"(" + body + b")"
-    return body
+        return jsonp.encode() + b"([", summary, b"])"
+    return b"[", summary, b"]"
+
+
+def serialize_series_range(result: QueryResult, lo: int, hi: int, arrays: bool = False) -> bytes:
+    """The JSON of ``result.series[lo:hi]``, comma-separated (no brackets)."""
+    return b",".join(_series_json(s, result, arrays) for s in result.series[lo:hi])
 
 
 def _series_json(series: SeriesResult, result: QueryResult, arrays: bool) -> bytes:

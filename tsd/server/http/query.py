@@ -19,6 +19,7 @@ from tsd.query.last import parse_last_query_json, parse_last_query_params
 from tsd.query.output import serialize_last_points
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.http.streaming import stream_json
 
 _DELETE_DISABLED = BadRequestError(
     "Bad request", "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
@@ -69,8 +70,11 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             # duplicate data, an infinite aggregate...), the message as is.
             raise BadRequestError(exc.message) from exc
         raise
-    body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
     registry.counter("http.query.success").inc()
+    if engine.is_large(result):
+        pieces = engine.render_chunks(result, arrays=options.arrays, jsonp=options.jsonp)
+        return await stream_json(request, pieces)
+    body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
     return json_response(body)
 
 
