@@ -316,4 +316,5 @@ async def test_large_answer_is_streamed_in_pieces(tsd: Daemon) -> None:
     # jsonp wraps the pieces too
     async with aiohttp.ClientSession() as http, http.get(url + "&jsonp=cb") as resp:
         text = await resp.text()
-    assert text.startswith("cb([{") and text.endswith("}])")
+    assert text.startswith("cb([{")
+    assert text.endswith("}])")
