@@ -561,10 +561,10 @@ class QueryEngine:
                 missing.append(uid)
             else:
                 names[uid] = name
-        for lo in range(0, len(missing), RESULTS_CHUNK):
-            part = missing[lo : lo + RESULTS_CHUNK]
-            found = await _all_or_none([uids.get_name(uid) for uid in part])
-            names.update(zip(part, found, strict=True))
+        if len(missing) == 1:  # the common case: one name, through the shared lookup
+            names[missing[0]] = await uids.get_name(missing[0])
+        elif missing:
+            names.update(await uids.get_names(missing))
         return names
 
     def _filter_and_group(
@@ -583,33 +583,13 @@ class QueryEngine:
     async def _results(
         self, sub: SubQuery, query: TSQuery, found: _Found, timings: dict[str, Any]
     ) -> list[SeriesResult]:
-        facts = found.facts
         metric_uid = found.spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
         metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
-        out = []
-        for n, (members, dps) in enumerate(zip(found.groups, found.aggregated, strict=True)):
-            if n and n % RESULTS_CHUNK == 0:
-                await asyncio.sleep(0)  # a million groups: let the loop serve others
-            with_data = [i for i in members if facts.has_points[i]]
-            notes = group_annotations(facts, members, query)
-            if not with_data and notes is None:
-                continue
-            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
-            stats = None
-            if query.show_stats:
-                stats = dict(timings, emittedDPs=len(dps), queryIndex=sub.index)
-            out.append(
-                SeriesResult(
-                    sub=sub,
-                    metric=metric if with_data else "",
-                    tags=tags,
-                    aggregate_tags=aggregate_tags,
-                    dps=dps,
-                    tsuids=[facts.tsuids[i] for i in with_data],
-                    annotations=notes,
-                    stats=stats,
-                    filter_tagks=found.filter_tagks,
-                )
+        out: list[SeriesResult] = []
+        for lo in range(0, len(found.groups), AGGREGATE_CHUNK_SERIES):
+            hi = lo + AGGREGATE_CHUNK_SERIES
+            out += await self._compute_off_loop(
+                _build_results, sub, query, found, metric, timings, lo, hi
             )
         return out
 
@@ -765,6 +745,44 @@ class QueryEngine:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _build_results(
+    sub: SubQuery,
+    query: TSQuery,
+    found: _Found,
+    metric: str,
+    timings: dict[str, Any],
+    lo: int,
+    hi: int,
+) -> list[SeriesResult]:
+    """The result series of groups ``lo:hi`` (in a worker thread: 200,000 groups of
+    Python objects would hold the event loop for seconds)."""
+    facts = found.facts
+    out = []
+    for members, dps in zip(found.groups[lo:hi], found.aggregated[lo:hi], strict=True):
+        with_data = [i for i in members if facts.has_points[i]]
+        notes = group_annotations(facts, members, query)
+        if not with_data and notes is None:
+            continue
+        tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+        stats = None
+        if query.show_stats:
+            stats = dict(timings, emittedDPs=len(dps), queryIndex=sub.index)
+        out.append(
+            SeriesResult(
+                sub=sub,
+                metric=metric if with_data else "",
+                tags=tags,
+                aggregate_tags=aggregate_tags,
+                dps=dps,
+                tsuids=[facts.tsuids[i] for i in with_data],
+                annotations=notes,
+                stats=stats,
+                filter_tagks=found.filter_tagks,
+            )
+        )
+    return out
 
 
 def _tag_uids_and_sets(
