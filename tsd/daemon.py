@@ -27,6 +27,7 @@ from aiohttp import web
 
 from tsd.config import Config, load_config
 from tsd.log import DAEMON, configure_logging, get_logger
+from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.server.http.app import Services, make_app
@@ -179,6 +180,11 @@ class Daemon:
         return self._write_path.writer
 
     @property
+    def meta(self) -> MetaService:
+        assert self._write_path is not None, "not started"
+        return self._write_path.meta
+
+    @property
     def uids(self) -> UidService:
         assert self._uids is not None, "not started"
         return self._uids
@@ -203,6 +209,10 @@ class Daemon:
     def request_shutdown(self) -> None:
         """Ask :meth:`run_until_stopped` to stop (signals, ``diediedie``)."""
         self._stop_requested.set()
+
+    @property
+    def shutdown_requested(self) -> bool:
+        return self._stop_requested.is_set()
 
     async def wait_for_shutdown_request(self) -> None:
         await self._stop_requested.wait()

@@ -230,12 +230,13 @@ async def cors_middleware(request: web.Request, handler: Any) -> web.StreamRespo
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
     from tsd.server.http.errors import error_middleware
+    from tsd.server.http.guard import origin_guard
     from tsd.server.http.middleware import response_middleware
 
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
         # CORS outside: its headers go on error replies too.
-        middlewares=[response_middleware, cors_middleware, error_middleware],
+        middlewares=[response_middleware, cors_middleware, origin_guard, error_middleware],
         handler_args={"max_field_size": 65536, "max_line_size": 65536},
     )
     app[SERVICES] = services
