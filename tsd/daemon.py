@@ -30,11 +30,14 @@ from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
-from tsd.server.http.app import Services, make_app
+from tsd.server.credentials import Credentials
+from tsd.server.http.app import CREDENTIALS_KEY, Services, make_app
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener
 from tsd.server.telnet import TelnetContext, telnet_factory
+from tsd.server.telnet_auth import authenticated_telnet_factory
+from tsd.server.tls import server_context
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
@@ -96,6 +99,9 @@ class Daemon:
         writer, meta = write_path.writer, write_path.meta
         services = self._services(storage, uids, writer)
         services.extra[META_KEY] = meta
+        credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
+        if credentials is not None:
+            services.extra[CREDENTIALS_KEY] = credentials
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
@@ -107,11 +113,17 @@ class Daemon:
         )
         await self._runner.setup()
         assert self._runner.server is not None
+        telnet_context = self._telnet_context(services)
+        network = config.network
         self._listener = Listener(
-            telnet_factory(self._telnet_context(services)),
+            telnet_factory(telnet_context)
+            if credentials is None
+            else authenticated_telnet_factory(telnet_context, credentials),
             self._runner.server,
             self.registry,
-            config.network.connections_limit,
+            network.connections_limit,
+            tls=server_context(network.tls_cert, network.tls_key) if network.tls_cert else None,
+            tls_required=network.tls_required,
         )
         await self._listener.start(config.network.bind, config.network.port)
         self._register_stats(uids)
@@ -121,6 +133,8 @@ class Daemon:
             port=self.port,
             mode=config.core.mode,
             backend=config.storage.backend,
+            tls=bool(config.network.tls_cert),
+            authentication=credentials is not None,
         )
 
     def _services(self, storage: Storage, uids: UidService, writer: Writer) -> Services:

@@ -94,6 +94,8 @@ class Services:
 
 
 SERVICES = web.AppKey("services", Services)
+#: Key of the loaded credentials in ``Services.extra`` when authentication is on.
+CREDENTIALS_KEY = "credentials"
 ROUTES = web.AppKey("routes", dict)
 #: True for requests under /api: their replies are JSON, errors included.
 IS_API = web.RequestKey("tsd.is_api", bool)
@@ -229,17 +231,22 @@ async def cors_middleware(request: web.Request, handler: Any) -> web.StreamRespo
 
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
+    from tsd.server.http.auth import CREDENTIALS, auth_middleware
     from tsd.server.http.errors import error_middleware
     from tsd.server.http.guard import origin_guard
     from tsd.server.http.middleware import response_middleware
 
+    credentials = services.extra.get(CREDENTIALS_KEY)
+    guards = [origin_guard] if credentials is None else [origin_guard, auth_middleware]
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
         # CORS outside: its headers go on error replies too.
-        middlewares=[response_middleware, cors_middleware, origin_guard, error_middleware],
+        middlewares=[response_middleware, cors_middleware, *guards, error_middleware],
         handler_args={"max_field_size": 65536, "max_line_size": 65536},
     )
     app[SERVICES] = services
+    if credentials is not None:
+        app[CREDENTIALS] = credentials
     app[ROUTES] = enabled_routes(services.config)
     cors = parse_cors_domains(services.config.http.cors_domains)
     if cors is not None:

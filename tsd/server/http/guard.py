@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from tsd.log import HTTP, get_logger
-from tsd.server.http.access import FOREIGN_ORIGIN, Right, cross_origin_refused, required_right
+from tsd.server.credentials import Right
+from tsd.server.http.access import FOREIGN_ORIGIN, cross_origin_refused, required_right
 from tsd.server.http.app import CORS_DOMAINS, SERVICES
 from tsd.server.http.errors import error_response
 
@@ -44,7 +45,7 @@ async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResp
     foreign = foreign_origin(request, request.app.get(CORS_DOMAINS))
     if foreign:
         request[FOREIGN_ORIGIN] = foreign
-        if required_right(request) > Right.READ:
+        if required_right(request) != Right.READ:
             log.warning(
                 "http.cross_origin_refused",
                 origin=foreign,

@@ -17,7 +17,8 @@ from tsd.protocol.query_json import parse_output_options, parse_query_json, pars
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
 from tsd.query.output import serialize_last_points
-from tsd.server.http.access import Right, require_right
+from tsd.server.credentials import Right
+from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
 
