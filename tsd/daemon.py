@@ -31,7 +31,8 @@ from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.server.credentials import Credentials
-from tsd.server.http.app import CREDENTIALS_KEY, Services, make_app
+from tsd.server.http.app import Services, make_app
+from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener

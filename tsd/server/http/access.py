@@ -21,17 +21,8 @@ from aiohttp import web
 
 from tsd.errors import BadRequestError
 from tsd.server.credentials import Right
-from tsd.server.http.app import ROUTES, ApiPath, parse_api_path
-
-_OVERRIDES = frozenset({"GET", "POST", "PUT", "DELETE"})
-
-
-def effective_method(request: web.Request) -> str:
-    """The verb acted on: a GET may name another with ``method_override`` (the last one)."""
-    if request.method != "GET" or "method_override" not in request.query:
-        return request.method
-    override = request.query.getall("method_override")[-1].upper()
-    return override if override in _OVERRIDES else "GET"
+from tsd.server.http.app import ApiPath, api_method, parse_api_path
+from tsd.server.http.context import ROUTES
 
 
 def _read_on_get(method: str, path: ApiPath) -> Right:
@@ -89,16 +80,17 @@ ROUTE_RIGHTS: Mapping[str, Callable[[str, ApiPath], Right]] = {
 
 
 def required_right(request: web.Request) -> Right:
-    """The right ``request`` needs; an unparseable path needs only ``read`` (it is answered
-    with an error before any handler runs)."""
+    """The right ``request`` needs; an unparseable path or ``method_override`` needs only
+    ``read`` (it is answered with an error before any handler acts)."""
     try:
         path = parse_api_path(request.path)
-    except BadRequestError:
+        method = api_method(request)
+    except BadRequestError:  # answered with its error before any handler acts
         return Right.READ
     rule = ROUTE_RIGHTS.get(path.route)
     if rule is None:  # a route missing from the table: admin, unless it is not served (404)
         return Right.ADMIN if path.route in request.app[ROUTES] else Right.READ
-    return rule(effective_method(request), path)
+    return rule(method, path)
 
 
 #: What the guard and authentication learnt about a request, for handlers that find out

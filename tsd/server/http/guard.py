@@ -32,7 +32,7 @@ from aiohttp import web
 from tsd.log import HTTP, get_logger
 from tsd.server.credentials import Right
 from tsd.server.http.access import FOREIGN_ORIGIN, cross_origin_refused, required_right
-from tsd.server.http.app import CORS_DOMAINS, SERVICES
+from tsd.server.http.context import CORS_DOMAINS, SERVICES
 from tsd.server.http.errors import error_response
 
 log = get_logger(HTTP)
