@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from tests.server.conftest import MakeTsd
-from tests.server.support import storage_snapshot, stored
+from tests.server.support import eventually, storage_snapshot, stored
 from tsd.config import build_config
 from tsd.daemon import Daemon
 from tsd.errors import ConfigError
@@ -202,6 +202,22 @@ async def test_telnet_refuses_bad_first_line(secured: Daemon, first: bytes) -> N
     assert await reader.read() == b"AUTH_FAIL\r\n"  # then closed
     writer.close()
     assert [p.metric for p in await stored(secured)] == ["good.m"]
+
+
+async def test_telnet_without_credential_line_is_closed_after_socket_timeout(
+    make_tsd: MakeTsd, tmp_path: Path
+) -> None:
+    daemon = await make_tsd(
+        **{
+            "tsd.core.authentication.enable": "true",
+            "tsd.core.authentication.users_file": str(users_file(tmp_path)),
+            "tsd.core.socket.timeout": "1",
+        }
+    )
+    reader, writer = await telnet(daemon, b"auth basic ops")  # and never the newline
+    assert await reader.read() == b""  # closed by the server, nothing answered
+    writer.close()
+    await eventually(lambda: not daemon.listener.telnet_protocols)
 
 
 async def test_telnet_rights(secured: Daemon) -> None:

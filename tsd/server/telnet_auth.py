@@ -59,9 +59,9 @@ def authenticated_telnet_factory(context: TelnetContext, credentials: Credential
             )
         return factory()
 
-    registry = context.registry
-    failures = registry.counter("rpc.auth", type="telnet_failed")
-    return lambda: TelnetAuthProtocol(credentials, protocol_for, failures.inc)
+    failures = context.registry.counter("rpc.auth", type="telnet_failed")
+    timeout_s = context.idle_timeout_s
+    return lambda: TelnetAuthProtocol(credentials, protocol_for, failures.inc, timeout_s)
 
 
 class TelnetAuthProtocol(TrackedProtocol):
@@ -72,8 +72,13 @@ class TelnetAuthProtocol(TrackedProtocol):
         credentials: Credentials,
         protocol_for: Callable[[Right], TelnetProtocol],
         on_failure: Callable[[], None],
+        timeout_s: float = 0.0,
     ) -> None:
+        """``timeout_s``: close a connection that sends no credential line this long
+        (``tsd.core.socket.timeout``; 0 = never)."""
         self._credentials = credentials
+        self._timeout_s = timeout_s
+        self._timer: asyncio.TimerHandle | None = None
         self._protocol_for = protocol_for
         self._on_failure = on_failure
         self._buffer = bytearray()
@@ -83,6 +88,13 @@ class TelnetAuthProtocol(TrackedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        if self._timeout_s > 0:
+            self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._timed_out)
+
+    def _timed_out(self) -> None:
+        if self._inner is None and self._transport is not None:
+            log.info("telnet.auth_timeout", peer=str(self._transport.get_extra_info("peername")))
+            self._transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._inner is not None:
@@ -106,6 +118,8 @@ class TelnetAuthProtocol(TrackedProtocol):
             return
         rest = bytes(self._buffer[end + 1 :])
         self._buffer.clear()
+        if self._timer is not None:
+            self._timer.cancel()
         transport.write(AUTH_SUCCESS)
         inner = self._inner = self._protocol_for(principal.rights)
         inner.on_lost = self._inner_finished
@@ -126,6 +140,8 @@ class TelnetAuthProtocol(TrackedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
         if self._inner is not None:
             self._inner.connection_lost(exc)  # reports through _inner_finished
         else:

@@ -19,6 +19,7 @@ from aiohttp import web
 from tsd.log import HTTP, get_logger
 from tsd.server.credentials import Credentials
 from tsd.server.http.access import GRANTED, missing_right, required_right
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import error_response
 
 log = get_logger(HTTP)
@@ -38,6 +39,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     principal = credentials.authorization(header) if header else None
     if principal is None:
         log.info("http.unauthenticated", path=request.path, peer=request.remote, sent=bool(header))
+        if header:
+            request.app[SERVICES].registry.counter("rpc.auth", type="http_failed").inc()
         details = "Wrong credentials" if header else "This TSD needs credentials"
         response = error_response(401, "Unauthorized", details)
         response.headers["WWW-Authenticate"] = CHALLENGE
