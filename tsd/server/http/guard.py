@@ -60,7 +60,8 @@ async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResp
             response = await handler(request)
     else:
         response = await handler(request)
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    if not response.prepared:  # a streamed reply sent its headers already
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
     return response
 
 
