@@ -85,6 +85,11 @@ class Daemon:
 
     async def start(self) -> None:
         config = self.config
+        network = config.network
+        # Security settings first: a bad credentials file or certificate stops the start
+        # before storage is opened.
+        credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
+        tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
         if self._storage is None:
             self._storage = open_storage(config)
         storage = self._storage
@@ -100,7 +105,6 @@ class Daemon:
         writer, meta = write_path.writer, write_path.meta
         services = self._services(storage, uids, writer)
         services.extra[META_KEY] = meta
-        credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
         if credentials is not None:
             services.extra[CREDENTIALS_KEY] = credentials
         http_options: dict[str, Any] = {}
@@ -115,7 +119,6 @@ class Daemon:
         await self._runner.setup()
         assert self._runner.server is not None
         telnet_context = self._telnet_context(services)
-        network = config.network
         self._listener = Listener(
             telnet_factory(telnet_context)
             if credentials is None
@@ -123,7 +126,7 @@ class Daemon:
             self._runner.server,
             self.registry,
             network.connections_limit,
-            tls=server_context(network.tls_cert, network.tls_key) if network.tls_cert else None,
+            tls=tls,
             tls_required=network.tls_required,
         )
         await self._listener.start(config.network.bind, config.network.port)
@@ -134,7 +137,7 @@ class Daemon:
             port=self.port,
             mode=config.core.mode,
             backend=config.storage.backend,
-            tls=bool(config.network.tls_cert),
+            tls=tls is not None,
             authentication=credentials is not None,
         )
 
