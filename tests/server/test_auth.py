@@ -360,3 +360,14 @@ def test_users_file_secret_is_only_a_digest() -> None:
     assert principal is not None
     assert principal.rights == Right.READ | Right.WRITE
     assert secret not in repr(vars(credentials))
+
+
+def test_an_opentsdb_plugin_class_is_refused_at_load() -> None:
+    """An opentsdb.conf naming a Java plugin must not start an open TSD by mistake."""
+    keys = {
+        "tsd.core.authentication.enable": "true",
+        "tsd.core.authentication.plugin": "net.opentsdb.auth.SomePlugin",
+    }
+    with pytest.raises(ConfigError, match="built-in authentication"):
+        build_config(keys)
+    assert build_config({**keys, "tsd.core.authentication.plugin": ""}).auth.enable
