@@ -26,10 +26,13 @@ import uvloop
 from aiohttp import web
 
 from tsd.config import Config, load_config
+from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
+from tsd.query.engine import QueryEngine
+from tsd.schema import ensure_tables, storage_settings
 from tsd.server.credentials import Credentials
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.auth import CREDENTIALS_KEY
@@ -42,7 +45,6 @@ from tsd.server.tls import server_context
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.pipeline import WritePath
@@ -91,7 +93,7 @@ class Daemon:
         credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
         tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
         if self._storage is None:
-            self._storage = open_storage(config)
+            self._storage = open_storage(storage_settings(config.storage))
         storage = self._storage
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
@@ -153,8 +155,6 @@ class Daemon:
             request_shutdown=self.request_shutdown,
         )
         if config.core.mode != "wo":
-            from tsd.query.engine import QueryEngine
-
             services.query_engine = QueryEngine(storage, uids, config)
         return services
 
@@ -311,8 +311,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
-            from tsd.errors import ConfigError
-
             raise ConfigError(item, "--set takes KEY=VALUE")
         values[key.strip()] = value.strip()
     if args.port is not None:
