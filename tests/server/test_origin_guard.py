@@ -20,6 +20,7 @@ STATE_CHANGES = [
     pytest.param("GET", "/diediedie", None, id="diediedie"),
     pytest.param("GET", "/api/dropcaches", None, id="dropcaches"),
     pytest.param("GET", "/api/uid/assign?metric=evil.m", None, id="uid_assign_get"),
+    pytest.param("GET", "/api/uid/assign?metric=evil.m&method_override=x", None, id="bad_override"),
     pytest.param("POST", "/api/uid/assign", '{"metric":["evil.m"]}', id="uid_assign_post"),
     pytest.param("GET", "/api/uid/rename?metric=good.m&name=evil.m", None, id="uid_rename"),
     pytest.param(

@@ -80,13 +80,16 @@ ROUTE_RIGHTS: Mapping[str, Callable[[str, ApiPath], Right]] = {
 
 
 def required_right(request: web.Request) -> Right:
-    """The right ``request`` needs; an unparseable path or ``method_override`` needs only
-    ``read`` (it is answered with an error before any handler acts)."""
+    """The right ``request`` needs; an unparseable path needs only ``read`` (it is answered
+    with an error before any handler acts)."""
     try:
         path = parse_api_path(request.path)
-        method = api_method(request)
-    except BadRequestError:  # answered with its error before any handler acts
+    except BadRequestError:
         return Right.READ
+    try:
+        method = api_method(request)
+    except BadRequestError:  # a bad method_override: some handlers ignore it and act on GET
+        method = request.method
     rule = ROUTE_RIGHTS.get(path.route)
     if rule is None:  # a route missing from the table: admin, unless it is not served (404)
         return Right.ADMIN if path.route in request.app[ROUTES] else Right.READ
