@@ -35,6 +35,10 @@ class NetworkConfig:
     socket_timeout_s: int = 300  # tsd departs: OpenTSDB's default is 0 (never)
     connections_limit: int = 10_000  # tsd departs: OpenTSDB's default is 0 (unlimited)
     header_timeout_s: int = 30
+    #: PEM files; TLS is served on the same port when a certificate is set (new)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,15 @@ class CoreConfig:
     meta_enable_realtime_ts: bool = False
     meta_enable_realtime_uid: bool = False
     meta_enable_tsuid_incrementing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """OpenTSDB's authentication switch and plugin name; tsd's built-in credentials file."""
+
+    enable: bool = False
+    plugin: str = ""
+    users_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +153,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     telnet: TelnetConfig = field(default_factory=TelnetConfig)
     core: CoreConfig = field(default_factory=CoreConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     uid: UidConfig = field(default_factory=UidConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
@@ -186,6 +200,16 @@ def _range(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _builtin_plugin(text: str) -> str:
+    # OpenTSDB names a Java class here; tsd has one implementation, its credentials file.
+    value = text.strip()
+    if value not in ("", "builtin"):
+        raise ValueError(
+            f"tsd has only its built-in authentication (empty or builtin), not {text!r}"
+        )
+    return value
+
+
 #: key -> (section, attribute, parser)
 KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.network.port": ("network", "port", _range(0, 65535)),
@@ -193,6 +217,12 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.socket.timeout": ("network", "socket_timeout_s", _int),
     "tsd.core.connections.limit": ("network", "connections_limit", _int),
     "tsd.network.header_timeout": ("network", "header_timeout_s", _range(0, 86_400)),
+    "tsd.network.tls.cert": ("network", "tls_cert", _str),
+    "tsd.network.tls.key": ("network", "tls_key", _str),
+    "tsd.network.tls.required": ("network", "tls_required", _bool),
+    "tsd.core.authentication.enable": ("auth", "enable", _bool),
+    "tsd.core.authentication.plugin": ("auth", "plugin", _builtin_plugin),
+    "tsd.core.authentication.users_file": ("auth", "users_file", _str),
     "tsd.http.request.max_body": ("http", "max_body_bytes", _int),
     "tsd.http.request.cors_domains": ("http", "cors_domains", _str),
     "tsd.http.request.cors_headers": ("http", "cors_headers", _str),

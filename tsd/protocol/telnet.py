@@ -22,7 +22,8 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
   (empty words skipped), value typing (``tsd.codec.value.parse_value``), NaN/Infinite,
   timestamp range (``bad timestamp=`` above 9999999999999), tag count and names.
 * Errors. Every failure raises ``BadRequestError`` whose message is exactly the line
-  OpenTSDB writes back, without the newline: ``put: illegal argument: ...`` for its
+  OpenTSDB writes back, without the newline; a refused put line raises its subclass
+  ``PutLineError``, whose ``kind`` says which: ``put: illegal argument: ...`` for its
   IllegalArgumentException, ``put: invalid value: ...`` for its NumberFormatException (a
   bad timestamp is reported as an invalid *value* too, as OpenTSDB does).
 * The hot path. ``LineBuffer.take_lines`` hands out every complete line of a read at once,
@@ -44,8 +45,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from tsd import __version__
-from tsd.codec.value import encode_value, format_java_bytes, parse_long, parse_value
-from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
+from tsd.codec.value import encode_value, parse_long, parse_value
+from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError, PutLineError
+from tsd.java_text import format_java_bytes
 from tsd.model import MAX_MS_TIMESTAMP, DataPoint
 from tsd.protocol.names import (
     DEFAULT_NAME_RULES,
@@ -83,7 +85,6 @@ __all__ = [
     "parse_put",
     "take_known_puts",
     "telnet_command_names",
-    "type_put_numbers",
 ]
 
 #: OpenTSDB's LineBasedFrameDecoder limit. tsd's default (config ``tsd.rpc.telnet.max_line``)
@@ -324,12 +325,12 @@ def parse_command(
 _PLAIN_TAG: Final = re.compile(f"{PLAIN_NAME_CHARS}+={PLAIN_NAME_CHARS}+")
 
 
-def _illegal(message: str) -> BadRequestError:
-    return BadRequestError(f"put: illegal argument: {message}")
+def _illegal(message: str) -> PutLineError:
+    return PutLineError(PutLineError.ILLEGAL_ARGUMENT, message)
 
 
-def _invalid_value(message: str) -> BadRequestError:
-    return BadRequestError(f"put: invalid value: {message}")
+def _invalid_value(message: str) -> PutLineError:
+    return PutLineError(PutLineError.INVALID_VALUE, message)
 
 
 def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPoint:
@@ -395,36 +396,6 @@ _PLAIN_FLOAT: Final = re.compile(
 _DOUBLE_MAX: Final = 1.7976931348623157e308
 
 
-def type_put_numbers(timestamp_text: bytes, value_text: bytes) -> tuple[int, int | float] | None:
-    """Timestamp and value of a put line in their usual forms, exactly as
-    :func:`parse_put` types them, or None to let the full parser decide (and word any
-    error) as OpenTSDB does.
-
-    Taken here: a timestamp of 1 to 13 ASCII digits above 0 (always within OpenTSDB's
-    range), an integer of up to 18 digits with an optional minus sign (always within a
-    long), a plain decimal or exponent float that is finite.
-    """
-    if not timestamp_text.isdigit() or len(timestamp_text) > 13:
-        return None
-    timestamp = int(timestamp_text)
-    if not timestamp:
-        return None
-    value = _type_value(value_text)
-    if value is None:
-        return None
-    return timestamp, value
-
-
-def _type_value(text: bytes) -> int | float | None:
-    digits = text[1:] if text[:1] == b"-" else text
-    if digits.isdigit():
-        return int(text) if len(digits) <= 18 else None
-    if _PLAIN_FLOAT.fullmatch(text) is None:
-        return None
-    value = float(text)
-    return value if -_DOUBLE_MAX <= value <= _DOUBLE_MAX else None
-
-
 _Series = TypeVar("_Series")
 
 
@@ -441,8 +412,11 @@ def take_known_puts(
 
     ``known`` maps ``(metric word, tag text)`` (``line.split(b" ", 4)[1]`` and ``[4]``) to
     the series of a line that :func:`parse_put` accepted. A line is not taken when it is
-    not such a put or its numbers are unusual (:func:`type_put_numbers`): the caller parses
-    it with :func:`parse_command` and carries on from the next one. ``None`` (a line over
+    not such a put or its numbers are unusual: the caller parses it with
+    :func:`parse_command` and carries on from the next one. Taken: a timestamp of 1 to 13
+    ASCII digits above 0 (always within OpenTSDB's range), an integer of up to 18 digits
+    with an optional minus sign (always within a long), a plain decimal or exponent float
+    that is finite; each typed exactly as :func:`parse_put` types it. ``None`` (a line over
     the limit, from :meth:`LineBuffer.take_lines`) is never taken.
     """
     get = known.get
@@ -450,13 +424,13 @@ def take_known_puts(
     is_float = _PLAIN_FLOAT.fullmatch
     index = start
     # Collectors send a whole round of series with one timestamp: type each text once.
-    last_text = b""
+    last_text = b" "  # no timestamp word has a space: the first line is always typed
     timestamp = 0
     value: int | float
     line: Any  # None (a line too long) fails the split below
     try:
         for line in lines[start : start + limit]:
-            # type_put_numbers, inline: a call per line costs a tenth of the whole line.
+            # Inline, not a helper per line: a call per line costs a tenth of the whole line.
             command, metric, text, value_text, tags = line.split(b" ", 4)
             series = get((metric, tags))
             if series is None or command != b"put":

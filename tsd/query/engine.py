@@ -34,14 +34,14 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
 from tsd.codec import KeyLayout, encode_tags, salt_bucket
-from tsd.codec.const import MAX_TIMESPAN, TIMESTAMP_BYTES
+from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
@@ -61,14 +61,7 @@ from tsd.query.limits import (
     buckets_per_series,
     fills,
 )
-from tsd.query.output import (
-    LastPoint,
-    QueryResult,
-    SeriesResult,
-    query_result_frame,
-    serialize_query_result,
-    serialize_series_range,
-)
+from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.plan import (
     SCAN_BATCH_ROWS,
     ResolvedFilter,
@@ -117,10 +110,6 @@ DELETE_BATCH_ROWS = 1024
 AGGREGATE_CHUNK_SERIES = 8192
 #: Result groups (or names) handled on the event loop before it is given back.
 RESULTS_CHUNK = 256
-#: Series serialised per piece of a large answer, and the answer size (points) from which
-#: it is written in pieces.
-RENDER_CHUNK_SERIES = 1024
-STREAM_POINTS = 200_000
 
 
 @dataclass(slots=True)
@@ -285,39 +274,10 @@ class QueryEngine:
             }
         return QueryResult(query, series, global_notes, summary)
 
-    async def render(
-        self, result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
-    ) -> bytes:
-        """The JSON body of ``result``, built in a worker thread (a big answer is millions
-        of values to format)."""
-        return await self._compute_off_loop(
-            serialize_query_result, result, arrays=arrays, jsonp=jsonp
-        )
-
-    async def render_chunks(
-        self, result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
-    ) -> AsyncIterator[bytes]:
-        """The JSON body of ``result`` in pieces of ``RENDER_CHUNK_SERIES`` series, each
-        built in a worker thread: a big answer is written as it is built, with the
-        connection's backpressure, instead of being held whole (and compressed whole)."""
-        head, summary, tail = query_result_frame(result, jsonp)
-        pending = head
-        count = len(result.series)
-        for lo in range(0, count, RENDER_CHUNK_SERIES):
-            body = await self._compute_off_loop(
-                serialize_series_range, result, lo, lo + RENDER_CHUNK_SERIES, arrays
-            )
-            yield pending + (b"," if lo else b"") + body
-            pending = b""
-        if summary is not None:
-            pending += (b"," if count else b"") + summary
-        yield pending + tail
-
-    @staticmethod
-    def is_large(result: QueryResult) -> bool:
-        """True when the answer is worth writing piece by piece (``render_chunks``)."""
-        points = sum(len(s.dps) for s in result.series)
-        return len(result.series) > RENDER_CHUNK_SERIES or points > STREAM_POINTS
+    async def compute(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` in a worker thread within the engine's compute slots (the server
+        renders a big answer, millions of values to format, this way)."""
+        return await self._compute_off_loop(fn, *args, **kwargs)
 
     @contextlib.asynccontextmanager
     async def _timeout(self, control: QueryControl | None = None) -> Any:
@@ -603,7 +563,7 @@ class QueryEngine:
         spec = ScanSpec(
             start=prefix + first.to_bytes(TIMESTAMP_BYTES, "big"),
             stop=prefix + last.to_bytes(TIMESTAMP_BYTES, "big"),
-            families=("t",),
+            families=(FAMILY,),
         )
         notes = []
         async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
@@ -673,7 +633,7 @@ class QueryEngine:
             keys = [
                 salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
             ]
-            rows = await self._storage.get_many(self._table, keys, ("t",))
+            rows = await self._storage.get_many(self._table, keys, (FAMILY,))
             for row in sorted(rows, key=lambda r: r.key, reverse=True):
                 point = await self._last_in_rows([row])
                 if point is not None:
@@ -701,7 +661,7 @@ class QueryEngine:
             spec = ScanSpec(
                 start=prefix + first.to_bytes(4, "big"),
                 stop=prefix + (top + MAX_TIMESPAN).to_bytes(4, "big"),
-                families=("t",),
+                families=(FAMILY,),
                 row_filter=RowFilter(regex) if regex is not None else None,
                 batch_rows=SCAN_BATCH_ROWS,
             )

@@ -233,16 +233,3 @@ class SeriesFilter:
 
 #: Series a filter looks at between two checks of the query's cancel flag.
 CHECK_EVERY = 4096
-
-
-def match_tags(
-    filters: Sequence[Filter], tags: Mapping[str, str], explicit_tags: bool = False
-) -> bool:
-    """One-off ``SeriesFilter(filters, explicit_tags).matches(tags)``."""
-    return SeriesFilter(filters, explicit_tags).matches(tags)
-
-
-def requires_tag_key(f: Filter) -> bool:
-    """True when a matching series must carry ``f.tagk`` (every type but ``not_key``);
-    a scan may push this condition into the row-key filter."""
-    return f.type != "not_key"
