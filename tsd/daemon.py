@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import signal
 import socket
 from pathlib import Path
@@ -28,15 +29,20 @@ from aiohttp import web
 from tsd.config import Config, load_config
 from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
+from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.query.engine import QueryEngine
 from tsd.schema import ensure_tables, storage_settings
+from tsd.server.credentials import Credentials
 from tsd.server.http.app import Services, make_app
+from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener
 from tsd.server.telnet import TelnetContext, telnet_factory
+from tsd.server.telnet_auth import authenticated_telnet_factory
+from tsd.server.tls import server_context
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
@@ -76,12 +82,18 @@ class Daemon:
         self._uids: UidService | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
+        self._query_engine: Any = None
         self._stopped = False
 
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
         config = self.config
+        network = config.network
+        # Security settings first: a bad credentials file or certificate stops the start
+        # before storage is opened.
+        credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
+        tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
         if self._storage is None:
             self._storage = open_storage(storage_settings(config.storage))
         storage = self._storage
@@ -97,22 +109,33 @@ class Daemon:
         writer, meta = write_path.writer, write_path.meta
         services = self._services(storage, uids, writer)
         services.extra[META_KEY] = meta
+        if credentials is not None:
+            services.extra[CREDENTIALS_KEY] = credentials
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
+        self._query_engine = services.query_engine
         self._runner = web.AppRunner(
             make_app(services),
             access_log=None,
             shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S,
+            # A client that goes away cancels its handler: its query stops (issue 13).
+            handler_cancellation=True,
             **http_options,
         )
         await self._runner.setup()
         assert self._runner.server is not None
+        telnet_context = self._telnet_context(services)
         self._listener = Listener(
-            telnet_factory(self._telnet_context(services)),
+            telnet_factory(telnet_context)
+            if credentials is None
+            else authenticated_telnet_factory(telnet_context, credentials),
             self._runner.server,
             self.registry,
-            config.network.connections_limit,
+            network.connections_limit,
+            header_timeout_s=float(network.header_timeout_s),
+            tls=tls,
+            tls_required=network.tls_required,
         )
         await self._listener.start(config.network.bind, config.network.port)
         self._register_stats(uids)
@@ -122,6 +145,8 @@ class Daemon:
             port=self.port,
             mode=config.core.mode,
             backend=config.storage.backend,
+            tls=tls is not None,
+            authentication=credentials is not None,
         )
 
     def _services(self, storage: Storage, uids: UidService, writer: Writer) -> Services:
@@ -166,6 +191,14 @@ class Daemon:
     def _register_stats(self, uids: UidService) -> None:
         for unique_id in (uids.metrics, uids.tagk, uids.tagv):
             self._register_uid_stats(unique_id)
+        engine = self._query_engine
+        if engine is not None:
+            stats = engine.stats
+            gauge = self.registry.gauge
+            gauge("query.running", lambda: engine.running)
+            gauge("query.memory", lambda: engine.memory.charged, type="charged")
+            for kind in ("started", "refused", "cancelled", "timed_out", "scans"):
+                gauge("query.count", functools.partial(getattr, stats, kind), type=kind)
 
     def _register_uid_stats(self, unique_id: UniqueId) -> None:
         stats, kind = unique_id.stats, unique_id.kind
@@ -177,6 +210,11 @@ class Daemon:
     def writer(self) -> Writer:
         assert self._write_path is not None, "not started"
         return self._write_path.writer
+
+    @property
+    def meta(self) -> MetaService:
+        assert self._write_path is not None, "not started"
+        return self._write_path.meta
 
     @property
     def uids(self) -> UidService:
@@ -204,6 +242,10 @@ class Daemon:
         """Ask :meth:`run_until_stopped` to stop (signals, ``diediedie``)."""
         self._stop_requested.set()
 
+    @property
+    def shutdown_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
     async def wait_for_shutdown_request(self) -> None:
         await self._stop_requested.wait()
 
@@ -213,6 +255,8 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
+        if self._query_engine is not None:
+            self._query_engine.cancel_all()  # running queries stop at their next chunk
         if self._listener is not None:
             self._listener.stop_accepting()
             protocols = self._listener.telnet_protocols
