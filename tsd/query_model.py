@@ -320,3 +320,22 @@ class ExpQuery:
     outputs: tuple[ExpOutput, ...] | None
     #: metric and expression ids (filled by validation)
     variable_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+# -- /api/query/gexp expressions (src/parser.jj) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GexpMetric:
+    """A metric query parameter: its text (rebuilt as the grammar does) and its number."""
+
+    query: str
+    index: int
+
+
+@dataclass(slots=True)
+class GexpCall:
+    """A function call: its name and parameters (calls, metric refs, or words)."""
+
+    name: str
+    params: list[GexpCall | GexpMetric | str] = field(default_factory=list)

@@ -14,6 +14,7 @@ above them)::
     clear                                      # forget the points loaded so far
     eval start=1356998400 end=1356998460 m=sum:sys.cpu        # GET parameters ...
     eval json {"start":1356998400,"queries":[...]}            # ... or a POST body
+    gexp start=1356998400 exp=scale(sum:sys.cpu,2)           # /api/query/gexp (GET)
       {dc=x} [host] 1356998400=1 1356998410=2.5   # tags, optional aggregateTags, points
         1356998420+10x3=0.5+1                     # more points: 4 at 10 s steps, 0.5, 1.5...
       error 400 No such name for 'metrics': 'x'   # or the error expected
@@ -81,6 +82,8 @@ class Case(Located):
     error: tuple[int, str] | None = None
     #: why OpenTSDB 2.4.1 answers differently (test_opentsdb_diff skips the case)
     tsd_only: str = ""
+    #: "query", or "gexp" for a ``gexp`` command (/api/query/gexp)
+    endpoint: str = "query"
 
 
 def _value(text: str) -> int | float:
@@ -230,11 +233,12 @@ def parse_cases(path: Path) -> list[Case]:
         command = line.split()[0]
         if command in DATA_COMMANDS:
             steps = data_command(line, body, steps, storage_options, query_options)
-        elif command == "eval":
+        elif command in ("eval", "gexp"):
             case = Case(
                 path.name, number, line, list(steps), dict(storage_options), dict(query_options)
             )
-            rest = line[len("eval") :].strip()
+            case.endpoint = "gexp" if command == "gexp" else "query"
+            rest = line[len(command) :].strip()
             if rest.startswith("json "):
                 case.body = orjson.loads(rest[len("json ") :])
             else:
@@ -274,10 +278,10 @@ async def test_case(case: Case, storage: Storage, storage_config: StorageConfig)
         await harness.replay(case.steps)
         if case.error is not None:
             with pytest.raises(TsdError) as caught:
-                await harness.query(case.params, case.body)
+                await harness.query(case.params, case.body, case.endpoint)
             assert (caught.value.status, caught.value.message) == case.error
             return
-        answer = await harness.query(case.params, case.body)
+        answer = await harness.query(case.params, case.body, case.endpoint)
     got = [
         (
             a["tags"],

@@ -180,7 +180,7 @@ async def test_cases_agree_with_opentsdb(
 
 async def _ours(harness: QueryHarness, case: Case) -> Any:
     try:
-        return _normal(await harness.query(case.params, case.body))
+        return _normal(await harness.query(case.params, case.body, case.endpoint))
     except TsdError as exc:
         return ("error", exc.status, exc.message)
 
@@ -191,7 +191,8 @@ async def _theirs(http: aiohttp.ClientSession, opentsdb: Any, case: Case, raw: b
     else:
         assert case.params is not None
         query = [(k, v) for k, values in case.params.items() for v in values]
-        request = http.get(f"{opentsdb.url}/api/query", params=query)
+        path = "/api/query/gexp" if case.endpoint == "gexp" else "/api/query"
+        request = http.get(f"{opentsdb.url}{path}", params=query)
     try:
         async with request as reply:
             body = orjson.loads(await reply.read())

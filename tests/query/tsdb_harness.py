@@ -21,7 +21,7 @@ from tsd.protocol.query_json import parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.expression.executor import expression_variables, run_exp_query
 from tsd.schema import opentsdb_tables
-from tsd.server.http.exp import render_exp_answer
+from tsd.server.http.exp import answer_gexp, render_exp_answer
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
@@ -68,9 +68,17 @@ class QueryHarness:
         await compactor.compact(keys)
 
     async def query(
-        self, params: Mapping[str, Sequence[str]] | None = None, body: Any = None
+        self,
+        params: Mapping[str, Sequence[str]] | None = None,
+        body: Any = None,
+        endpoint: str = "query",
     ) -> Any:
-        """Run a GET-style (``params``) or POST (``body``) query; the parsed JSON answer."""
+        """Run a GET-style (``params``) or POST (``body``) query; the parsed JSON answer.
+        ``endpoint`` "gexp" asks /api/query/gexp (GET only)."""
+        if endpoint == "gexp":
+            assert params is not None
+            result = await answer_gexp(self.engine, self.uids, params, now=NOW_MS)
+            return orjson.loads(render_query_result(result, arrays="arrays" in params))
         if body is not None:
             query = parse_query_json(orjson.dumps(body), now=NOW_MS)
         else:

@@ -91,6 +91,19 @@ async def test_exp_errors_carry_opentsdb_status_and_message(
     assert error["message"].startswith(message)
 
 
-async def test_gexp_is_still_not_implemented(tsd: Daemon, http: aiohttp.ClientSession) -> None:
-    async with http.get(url(tsd, "/api/query/gexp?start=1h-ago")) as response:
-        assert response.status == 501
+async def test_gexp_answers_in_the_query_format(tsd: Daemon, http: aiohttp.ClientSession) -> None:
+    now = int(time.time()) // 60 * 60 - 600
+    points = [dp("g.m", now + 60 * i, i - 1, host=h) for i in range(3) for h in ("a", "b")]
+    assert (await post(http, tsd, "/api/put?sync", orjson.dumps(points)))[0] == 204
+    path = f"/api/query/gexp?start={now}&end={now + 120}&exp=alias(scale(sum:g.m,-2),twice)"
+    async with http.get(url(tsd, path)) as response:
+        assert response.status == 200
+        raw = await response.read()
+    assert raw == (
+        b'[{"metric":"twice","tags":{},"aggregateTags":[],"dps":{"%d":4,"%d":0,"%d":4}}]'
+        % (now, now + 60, now + 120)
+    )
+    body = orjson.dumps({"start": now, "queries": [{"metric": "g.m", "aggregator": "sum"}]})
+    status, _, raw = await post(http, tsd, "/api/query/gexp", body)
+    assert status == 400
+    assert b"expressions" in raw  # 2.4.1 reads a POST without expressions and fails

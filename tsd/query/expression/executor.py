@@ -11,9 +11,12 @@ are resolved back to UIDs (joins key and sort on them); then each output is eval
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from tsd.errors import BadRequestError, TsdError
 from tsd.query.engine import QueryEngine
@@ -26,13 +29,21 @@ from tsd.query.expression.exp import (
     evaluate_expression,
     metric_output,
 )
+from tsd.query.expression.graphite import GSeries, evaluate_call
 from tsd.query.expression.javamap import java_hash_order
 from tsd.query.expression.jexl import JexlError, parse_script
 from tsd.query.output import SeriesResult
-from tsd.query_model import ExpQuery, SubQuery, TSQuery
+from tsd.query.series import AggregatedSeries
+from tsd.query_model import ExpQuery, GexpCall, GexpMetric, SubQuery, TSQuery
 from tsd.uid.service import UidService
 
-__all__ = ["ExpAnswer", "ExpOutputAnswer", "expression_variables", "run_exp_query"]
+__all__ = [
+    "ExpAnswer",
+    "ExpOutputAnswer",
+    "expression_variables",
+    "run_exp_query",
+    "run_gexp_query",
+]
 
 
 def expression_variables(expr: str) -> list[str]:
@@ -175,3 +186,109 @@ def _outputs(query: ExpQuery, inputs: ExpInputs) -> list[ExpOutputAnswer]:
             last = table.rows[-1][0] if table.rows else 0
             out.append(ExpOutputAnswer(oid, alias, table.rows, table.series, first, last))
     return out
+
+
+# -- /api/query/gexp ------------------------------------------------------------------------
+
+
+async def run_gexp_query(
+    engine: QueryEngine, uids: UidService, ts_query: TSQuery, trees: Sequence[GexpCall]
+) -> list[SeriesResult]:
+    """The series of every ``exp=`` tree, in order (QueryRpc with expressions).
+
+    A metric query parameter numbered ``i`` reads the results of the ``i``-th sub-query
+    of the de-duplicated TSQuery, ``m=`` sub-queries first, as OpenTSDB 2.4.1 does (so
+    ``m=`` next to ``exp=`` shifts what the expressions read). Functions see every point
+    of the scan window; the answer is trimmed to [start, end].
+    """
+    if not trees:
+        return []
+    result = await engine.execute(dataclasses.replace(ts_query, trim_to_range=False))
+    per_sub: list[list[GSeries]] = [[] for _ in ts_query.queries]
+    for s in result.series:
+        if s.metric:
+            per_sub[s.sub.index].append(await _gseries(uids, s))
+    window = (ts_query.start_ms, ts_query.end_ms)
+    out = []
+    for tree in trees:
+        for g in _evaluate(tree, per_sub, window):
+            out.append(_series_result(g, ts_query))
+    return out
+
+
+def _evaluate(
+    call: GexpCall, per_sub: list[list[GSeries]], window: tuple[int, int]
+) -> list[GSeries]:
+    inputs: list[list[GSeries]] = []
+    words: list[str] = []
+    for p in call.params:
+        if isinstance(p, GexpCall):
+            inputs.append(_evaluate(p, per_sub, window))
+        elif isinstance(p, GexpMetric):
+            if p.index >= len(per_sub):
+                raise BadRequestError(
+                    f"Index {p.index} out of bounds for length {len(per_sub)}",
+                    f"Index {p.index} out of bounds for length {len(per_sub)}",
+                )
+            inputs.append(per_sub[p.index])
+        else:
+            words.append(p)
+    try:
+        return evaluate_call(call.name, inputs, words, window)
+    except BadRequestError as exc:
+        if exc.status == 400 and not exc.details:
+            raise BadRequestError(exc.message, exc.message) from None
+        raise
+
+
+async def _gseries(uids: UidService, s: SeriesResult) -> GSeries:
+    names: dict[str, dict[bytes, str]] = {"metric": {}, "tagk": {}, "tagv": {}}
+    e = await _exp_series(uids, s, names)
+    dps = s.dps
+    ints: list[int | None] = [None] * len(dps)
+    if dps.is_int is not None and dps.int_values is not None:
+        ints = [
+            int(v) if flag else None
+            for v, flag in zip(dps.int_values.tolist(), dps.is_int.tolist(), strict=True)
+        ]
+    return GSeries(
+        base=s,
+        metric=s.metric,
+        tags=dict(s.tags),
+        aggregated=list(s.aggregate_tags),
+        timestamps=list(e.timestamps),
+        values=list(e.values),
+        ints=ints,
+        metric_uid=e.metric_uid,
+        tag_uids=dict(e.tag_uids),
+        aggregated_uids=list(e.aggregated_uids),
+        tagk_names=names["tagk"],
+        tagv_names=names["tagv"],
+    )
+
+
+def _series_result(g: GSeries, ts_query: TSQuery) -> SeriesResult:
+    keep = [ts_query.start_ms <= ts <= ts_query.end_ms for ts in g.timestamps]
+    stamps = np.array([t for t, k in zip(g.timestamps, keep, strict=True) if k], dtype=np.int64)
+    values = np.array([v for v, k in zip(g.values, keep, strict=True) if k], dtype=np.float64)
+    ints = [i for i, k in zip(g.ints, keep, strict=True) if k]
+    is_int = np.array([i is not None for i in ints], dtype=np.bool_)
+    int_values = np.array([i if i is not None else 0 for i in ints], dtype=np.int64)
+    dps = AggregatedSeries(
+        stamps,
+        values,
+        int_values if is_int.any() else None,
+        is_int if is_int.any() else None,
+    )
+    base: SeriesResult = g.base
+    sub = ts_query.queries[0] if g.synthetic else base.sub
+    return dataclasses.replace(
+        base,
+        sub=sub,
+        metric=g.metric,
+        tags=g.tags,
+        aggregate_tags=g.aggregated,
+        dps=dps,
+        tsuids=[] if g.synthetic else base.tsuids,
+        annotations=None if g.synthetic else base.annotations,
+    )

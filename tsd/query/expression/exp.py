@@ -30,6 +30,8 @@ from tsd.query.expression.jexl import JexlError, JexlScript, JexlValue
 
 __all__ = [
     "ExpInputs",
+    "ExpressionIterator",
+    "TimeSyncedSeries",
     "ExpSeries",
     "MetricInput",
     "ExpressionSpec",
@@ -121,11 +123,14 @@ class _Iterator:
     def query_tagks(self) -> frozenset[bytes]:
         return frozenset()
 
+    def has_next_at(self, index: int) -> bool:
+        return False
+
     def describe(self) -> str:
         raise NotImplementedError
 
 
-class _Synced(_Iterator):
+class TimeSyncedSeries(_Iterator):
     """TimeSyncedIterator over one sub-query's series."""
 
     def __init__(
@@ -172,6 +177,19 @@ class _Synced(_Iterator):
     def null_series(self, index: int) -> None:
         self._pos[index] = -1
 
+    def has_next_at(self, index: int) -> bool:
+        return self._pos[index] >= 0
+
+    def next_at(self, index: int) -> _Point:
+        """Series ``index``'s next point, whatever the others' timestamps."""
+        p, point = self._pos[index], self._emit[index]
+        if p < 0 or point is None:
+            raise BadRequestError("No more elements")
+        s = self._series[index]
+        point.ts, point.value = s.timestamps[p], s.values[p]
+        self._pos[index] = p + 1 if p + 1 < len(s.timestamps) else -1
+        return point
+
     def query_tagks(self) -> frozenset[bytes]:
         return self._tagks
 
@@ -190,7 +208,7 @@ def _join_key(point: _Point, tagks: frozenset[bytes] | None, agg: bool) -> bytes
     return b"".join(parts)
 
 
-class _Expression(_Iterator):
+class ExpressionIterator(_Iterator):
     """ExpressionIterator with its Union/IntersectionIterator."""
 
     def __init__(self, spec: ExpressionSpec, fill: float | None) -> None:
@@ -200,8 +218,11 @@ class _Expression(_Iterator):
         self.results: dict[str, _Iterator] = {}
         self._order: list[str] = []
         self._columns: dict[str, list[_Point]] = {}
+        #: per variable, per output series: the variable's series index (-1: none)
+        self._sources: dict[str, list[int]] = {}
         self._points: list[_Point] = []
         self._union_fill = _Point(OutputSeries())
+        self._union_fill.value = 0.0  # a fresh MutableDataPoint: the long 0
         self._timestamp = LONG_MAX
 
     # -- building ------------------------------------------------------------------------------
@@ -219,7 +240,7 @@ class _Expression(_Iterator):
             sub = self.results.get(name.lower())
             if sub is None:
                 raise BadRequestError(f"Missing results for variable {name}")
-            if isinstance(sub, _Expression):
+            if isinstance(sub, ExpressionIterator):
                 sub.compile()
         # ExpressionIterator.results is a HashMap; the set iterators copy it into HashMaps
         # sized for it (QueryExecutor adds the metrics first, then nested expressions).
@@ -230,10 +251,14 @@ class _Expression(_Iterator):
             self.results[name].index = i
         keyed = self._union() if self.spec.union else self._intersection()
         self._columns = {name: [] for name in self._order}
+        self._sources = {name: [] for name in self._order}
         for key in sorted(keyed):
             row = keyed[key]
             for name in self._order:
-                self._columns[name].append(row.get(name) or self._union_fill)
+                point = row.get(name)
+                self._columns[name].append(point or self._union_fill)
+                values = self.results[name].values()
+                self._sources[name].append(values.index(point) if point is not None else -1)
         self._points = []
         for i in range(len(keyed)):
             first = keyed[sorted(keyed)[i]].get(self._order[0])
@@ -337,6 +362,36 @@ class _Expression(_Iterator):
                 context[name] = JexlValue("Double", value)
             point.ts, point.value = ts, self._run(script, context)
 
+    def series_points(self, index: int) -> list[tuple[int, float]]:
+        """Output series ``index`` walked on its own (ExpressionIterator.next(int), as
+        EDPtoDPS does): each step takes the next point of every variable's series for
+        it, whatever their timestamps, and stamps the result with the smallest."""
+        out = []
+        while any(
+            src[index] >= 0 and self.results[n].has_next_at(src[index])
+            for n, src in self._sources.items()
+        ):
+            if not self.has_next():
+                raise BadRequestError("No more data")
+            ts = LONG_MAX
+            context: dict[str, JexlValue] = {}
+            for name in self._order:
+                src = self._sources[name][index]
+                sub = self.results[name]
+                if src >= 0:
+                    if not isinstance(sub, TimeSyncedSeries):
+                        raise BadRequestError("No more elements")
+                    point = sub.next_at(src)
+                    ts = min(ts, point.ts)
+                    value = point.value
+                else:
+                    value = self._union_fill.value
+                if math.isnan(value):
+                    value = sub.fill if sub.fill is not None else math.nan
+                context[name] = JexlValue("Double", value)
+            out.append((ts, self._run(self.spec.script, context)))
+        return out
+
     def _run(self, script: JexlScript, context: dict[str, JexlValue]) -> float:
         try:
             out = script.execute(context)
@@ -438,15 +493,15 @@ def evaluate_expression(spec_id: str, inputs: ExpInputs) -> OutputTable:
     return OutputTable(rows, [p.ident for p in points if p is not None])
 
 
-def _build(spec_id: str, inputs: ExpInputs, *, top_level: bool) -> _Expression:
+def _build(spec_id: str, inputs: ExpInputs, *, top_level: bool) -> ExpressionIterator:
     specs = inputs.specs
     spec = specs[spec_id]
-    it = _Expression(spec, spec.fill if top_level else None)
+    it = ExpressionIterator(spec, spec.fill if top_level else None)
     names = set(spec.script.variables)
     for var in inputs.variable_order:
         if var in names:
             m = inputs.metrics[var]
-            it.results[var] = _Synced(var, m.series, m.tagks, m.fill)
+            it.results[var] = TimeSyncedSeries(var, m.series, m.tagks, m.fill)
     for var in spec.script.variables:
         if var in specs:
             if var == spec_id:
@@ -458,7 +513,7 @@ def _build(spec_id: str, inputs: ExpInputs, *, top_level: bool) -> _Expression:
 def metric_output(series: Sequence[ExpSeries]) -> tuple[OutputTable, int]:
     """A metric's rows as an output (QueryExecutor.SerializeSubIterator): every timestamp
     of its series, zero where a series has none; and ``firstTimestamp``."""
-    synced = _Synced("", series, frozenset(), 0.0)
+    synced = TimeSyncedSeries("", series, frozenset(), 0.0)
     first = synced.next_timestamp()
     rows: list[tuple[int, list[float]]] = []
     points = synced.values()

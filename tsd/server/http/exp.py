@@ -1,4 +1,5 @@
-"""/api/query/exp (QueryRpc.handleExpressionQuery, QueryExecutor's serializer).
+"""/api/query/exp (QueryRpc.handleExpressionQuery, QueryExecutor's serializer) and
+/api/query/gexp (QueryRpc.handleQuery with expressions).
 
 Any method: the body is bound and validated (tsd.protocol.exp_json), run
 (tsd.query.expression.executor) and written as OpenTSDB 2.4.1 writes it: per output
@@ -10,26 +11,35 @@ then the request echoed as ``query``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from tsd.errors import BadRequestError
 from tsd.java_text import jackson_double
 from tsd.protocol.exp_json import echo_exp_query, exp_ts_query, parse_exp_json, validate_exp_query
+from tsd.protocol.gexp import parse_gexp
+from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
+from tsd.query.engine import QueryEngine
 from tsd.query.expression.executor import (
     ExpAnswer,
     ExpOutputAnswer,
     expression_variables,
     run_exp_query,
+    run_gexp_query,
 )
 from tsd.query.expression.exp import OutputSeries
 from tsd.query.expression.javamap import java_hash_order
+from tsd.query.output import QueryResult
 from tsd.query_model import ExpQuery
 from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
+from tsd.server.http.render import render_query_result
+from tsd.uid.service import UidService
 
-__all__ = ["handle_exp", "render_exp_answer"]
+__all__ = ["answer_gexp", "handle_exp", "handle_gexp", "render_exp_answer"]
 
 LONG_MAX = 2**63 - 1
 
@@ -41,6 +51,41 @@ async def handle_exp(request: web.Request) -> web.StreamResponse:
     ts_query, positions = exp_ts_query(query, default_timezone=timezone)
     answer = await run_exp_query(services.query_engine, services.uids, query, ts_query, positions)
     return json_response(render_exp_answer(query, answer))
+
+
+async def handle_gexp(request: web.Request) -> web.StreamResponse:
+    """/api/query/gexp: a GET /api/query whose ``exp=`` expressions are the answer."""
+    services = request.app[SERVICES]
+    timezone = services.config.core.timezone or "UTC"
+    if request.method == "POST":
+        # QueryRpc runs a POST body's query without expressions, then iterates them (2.4.1).
+        query = parse_query_json(await request.read(), default_timezone=timezone)
+        await services.query_engine.execute(query)
+        raise BadRequestError(_NULL_EXPRESSIONS, _NULL_EXPRESSIONS)
+    params = {key: request.query.getall(key) for key in request.query}
+    result = await answer_gexp(services.query_engine, services.uids, params, timezone)
+    options = parse_output_options(request.query)
+    return json_response(render_query_result(result, arrays=options.arrays))
+
+
+async def answer_gexp(
+    engine: QueryEngine,
+    uids: UidService,
+    params: Mapping[str, Sequence[str]],
+    timezone: str = "UTC",
+    *,
+    now: int | None = None,
+) -> QueryResult:
+    """The result of a gexp query string: its ``exp=`` metric queries become ``m=``
+    sub-queries after the given ones (QueryRpc.parseQuery)."""
+    fields = {key: list(values) for key, values in params.items()}
+    trees, metric_queries = parse_gexp(fields.pop("exp", []))
+    fields["m"] = fields.get("m", []) + metric_queries
+    query = parse_query_params(fields, default_timezone=timezone, now=now)
+    return QueryResult(query, await run_gexp_query(engine, uids, query, trees))
+
+
+_NULL_EXPRESSIONS = 'Cannot invoke "java.util.List.size()" because "this.val$expressions" is null'
 
 
 def render_exp_answer(query: ExpQuery, answer: ExpAnswer) -> bytes:
