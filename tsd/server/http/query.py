@@ -4,7 +4,7 @@ GET reads the query string, POST the JSON body; the engine answers result object
 :mod:`tsd.server.http.render` writes them (jsonp is the response middleware's); DELETE
 (or ``?method_override=delete``) and a body's ``"delete": true`` need
 ``tsd.http.query.allow_delete``. ``arrays`` always comes from the query string.
-``/api/query/exp`` and ``/gexp`` are not implemented yet (501).
+``/api/query/exp`` and ``/gexp`` are :mod:`tsd.server.http.exp`'s.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tsd.server.credentials import Right
 from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.http.exp import handle_exp, handle_gexp
 from tsd.server.http.render import render_last_points, render_query_result
 from tsd.server.http.streaming import is_large, stream_query_result
 
@@ -41,8 +42,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     endpoint = path.parts[1].lower() if len(path.parts) > 1 else ""
     if endpoint == "last":
         return await _handle_last(request, engine)
-    if endpoint in ("exp", "gexp"):
-        raise BadRequestError(f"/api/query/{endpoint} is not implemented", status=501)
+    if endpoint == "exp":
+        return await handle_exp(request)
+    if endpoint == "gexp":
+        return await handle_gexp(request)
     registry = services.registry
     try:
         timezone = services.config.core.timezone or "UTC"
