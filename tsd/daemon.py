@@ -37,6 +37,7 @@ from tsd.server.telnet import TelnetContext, telnet_factory
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
+from tsd.storage.instrumented import InstrumentedStorage
 from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
@@ -82,7 +83,7 @@ class Daemon:
         config = self.config
         if self._storage is None:
             self._storage = open_storage(config)
-        storage = self._storage
+        storage: Storage = InstrumentedStorage(self._storage, self.registry)
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
             if created:
@@ -169,8 +170,8 @@ class Daemon:
 
     def _register_uid_stats(self, unique_id: UniqueId) -> None:
         stats, kind = unique_id.stats, unique_id.kind
-        self.registry.gauge("uid.cache-hit", lambda: stats.cache_hits, kind=kind)
-        self.registry.gauge("uid.cache-miss", lambda: stats.cache_misses, kind=kind)
+        self.registry.gauge("uid.cache-hit", lambda: stats.cache_hits, monotonic=True, kind=kind)
+        self.registry.gauge("uid.cache-miss", lambda: stats.cache_misses, monotonic=True, kind=kind)
         self.registry.gauge("uid.cache-size", lambda: len(unique_id.cache), kind=kind)
 
     @property

@@ -43,6 +43,7 @@ ROUTE_MODULES = (
     "tsd.server.http.search",
     "tsd.server.http.annotation",
     "tsd.server.http.ui",
+    "tsd.server.http.metrics",
 )
 
 

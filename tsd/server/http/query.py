@@ -9,6 +9,7 @@ implemented yet (501).
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from aiohttp import web
 
@@ -48,6 +49,7 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     if endpoint in ("exp", "gexp"):
         raise BadRequestError(f"/api/query/{endpoint} is not implemented", status=501)
     registry = services.registry
+    started = time.perf_counter()
     try:
         timezone = services.config.core.timezone or "UTC"
         if request.method == "POST":
@@ -64,6 +66,9 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         # QueryRpc's counters: bad requests apart from failures.
         kind = "invalid_requests" if 400 <= exc.status < 500 else "exceptions"
         registry.counter(f"http.query.{kind}").inc()
+        registry.histogram("http.query.latency", outcome=kind).observe(
+            time.perf_counter() - started
+        )
         if exc.status == 500 and not isinstance(exc, StorageError):
             # QueryRpc answers anything but storage trouble with a 400 (corrupt or
             # duplicate data, an infinite aggregate...), the message as is.
@@ -71,6 +76,9 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         raise
     body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
     registry.counter("http.query.success").inc()
+    registry.histogram("http.query.latency", outcome="success").observe(
+        time.perf_counter() - started
+    )
     return json_response(body)
 
 
