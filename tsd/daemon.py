@@ -29,6 +29,7 @@ from tsd.config import Config, load_config
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
+from tsd.query.tracking import QUERY_TRACKER, QueryTracker
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
@@ -37,7 +38,7 @@ from tsd.server.telnet import TelnetContext, telnet_factory
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.instrumented import InstrumentedStorage
+from tsd.storage.instrumented import INSTRUMENTED_STORAGE, InstrumentedStorage
 from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
@@ -83,7 +84,7 @@ class Daemon:
         config = self.config
         if self._storage is None:
             self._storage = open_storage(config)
-        storage: Storage = InstrumentedStorage(self._storage, self.registry)
+        storage = InstrumentedStorage(self._storage, self.registry)
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
             if created:
@@ -96,6 +97,9 @@ class Daemon:
         writer, meta = write_path.writer, write_path.meta
         services = self._services(storage, uids, writer)
         services.extra[META_KEY] = meta
+        services.extra[INSTRUMENTED_STORAGE] = storage
+        tracker = services.extra[QUERY_TRACKER] = QueryTracker()
+        self.registry.gauge("query.count", lambda: tracker.running_count, type="running")
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)

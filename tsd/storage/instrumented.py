@@ -15,6 +15,9 @@ from typing import Any
 from tsd.stats import Counter, Histogram, StatsRegistry
 from tsd.storage.base import Delete, FamilySpec, Mutation, Put, Row, ScanSpec, Storage
 
+#: The instrumented store's key in ``Services.extra`` (``/api/stats/region_clients``).
+INSTRUMENTED_STORAGE = "instrumented_storage"
+
 #: The operations counted, each its own ``op`` tag value.
 OPERATIONS = (
     "get",
@@ -46,10 +49,21 @@ class InstrumentedStorage(Storage):
     def __init__(self, inner: Storage, registry: StatsRegistry) -> None:
         self.inner = inner
         self._ops = {name: _Op(registry, name) for name in OPERATIONS}
+        #: calls started and not finished (scans until their caller leaves them)
+        self.in_flight = 0
+
+    @property
+    def calls(self) -> int:
+        return sum(op.calls.value for op in self._ops.values())
+
+    @property
+    def errors(self) -> int:
+        return sum(op.errors.value for op in self._ops.values())
 
     async def _timed(self, name: str, call: Any) -> Any:
         op = self._ops[name]
         op.calls.value += 1
+        self.in_flight += 1
         started = time.perf_counter()
         try:
             return await call
@@ -57,6 +71,7 @@ class InstrumentedStorage(Storage):
             op.errors.value += 1
             raise
         finally:
+            self.in_flight -= 1
             op.latency.observe(time.perf_counter() - started)
 
     async def create_table(self, table: str, families: Sequence[FamilySpec]) -> bool:
@@ -91,6 +106,7 @@ class InstrumentedStorage(Storage):
     async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
         op = self._ops["scan"]
         op.calls.value += 1
+        self.in_flight += 1
         started = time.perf_counter()
         rows = self.inner.scan(table, spec)
         try:
@@ -100,6 +116,7 @@ class InstrumentedStorage(Storage):
             op.errors.value += 1
             raise
         finally:
+            self.in_flight -= 1
             await rows.aclose()
             op.latency.observe(time.perf_counter() - started)
 

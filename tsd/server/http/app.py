@@ -44,6 +44,7 @@ ROUTE_MODULES = (
     "tsd.server.http.annotation",
     "tsd.server.http.ui",
     "tsd.server.http.metrics",
+    "tsd.server.http.serializers",
 )
 
 

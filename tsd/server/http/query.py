@@ -17,7 +17,8 @@ from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
-from tsd.query.output import serialize_last_points
+from tsd.query.output import query_echo, serialize_last_points
+from tsd.query.tracking import QUERY_TRACKER, QueryTracker, TrackedQuery
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
 
@@ -49,6 +50,8 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     if endpoint in ("exp", "gexp"):
         raise BadRequestError(f"/api/query/{endpoint} is not implemented", status=501)
     registry = services.registry
+    tracker: QueryTracker | None = services.extra.get(QUERY_TRACKER)
+    tracked: TrackedQuery | None = None
     started = time.perf_counter()
     try:
         timezone = services.config.core.timezone or "UTC"
@@ -61,7 +64,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         if query.delete and not allow_delete:
             raise _DELETE_DISABLED
         options = parse_output_options(request.query)
+        if tracker is not None:  # from here on, as QueryRpc creates its QueryStats
+            tracked = tracker.start(_remote(request), query_echo(query), request.headers)
         result = await engine.execute(query)
+        body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
     except TsdError as exc:
         # QueryRpc's counters: bad requests apart from failures.
         kind = "invalid_requests" if 400 <= exc.status < 500 else "exceptions"
@@ -69,17 +75,36 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         registry.histogram("http.query.latency", outcome=kind).observe(
             time.perf_counter() - started
         )
+        answer: TsdError = exc
         if exc.status == 500 and not isinstance(exc, StorageError):
             # QueryRpc answers anything but storage trouble with a 400 (corrupt or
             # duplicate data, an infinite aggregate...), the message as is.
-            raise BadRequestError(exc.message) from exc
+            answer = BadRequestError(exc.message)
+        if tracker is not None and tracked is not None:
+            tracker.finish(tracked, answer.status, exception=answer.message)
+        if answer is not exc:
+            raise answer from exc
         raise
-    body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
+    except BaseException as exc:  # a bug or a cancelled request: never left "running"
+        if tracker is not None and tracked is not None:
+            tracker.finish(tracked, 500, exception=repr(exc))
+        raise
     registry.counter("http.query.success").inc()
     registry.histogram("http.query.latency", outcome="success").observe(
         time.perf_counter() - started
     )
+    if tracker is not None and tracked is not None:
+        emitted = sum(len(series.dps) for series in result.series)
+        tracker.finish(tracked, 200, stats={"emittedDPs": emitted})
     return json_response(body)
+
+
+def _remote(request: web.Request) -> str:
+    """``<ip>:<port>`` of the client, as QueryStats' remote address."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return request.remote or ""
 
 
 async def _handle_last(request: web.Request, engine: QueryEngine) -> web.StreamResponse:
