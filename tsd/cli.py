@@ -15,7 +15,10 @@ import sys
 from collections.abc import Sequence
 
 from tsd import __version__
-from tsd.errors import ConfigError, TsdError
+from tsd.errors import ConfigError, ListenError, TsdError
+
+#: ``tsdb tsd`` could not open its listening socket (the port in use, most often).
+EXIT_CANNOT_LISTEN = 3
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -76,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
         return 2
+    except ListenError as exc:
+        print(f"tsdb {args.command}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
     except TsdError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
         return 1

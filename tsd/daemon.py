@@ -257,7 +257,18 @@ class Daemon:
 # -- the command line -------------------------------------------------------------------------
 
 
+#: ``tsdb tsd --help``'s closing lines (tsd.cli maps the errors to these statuses).
+EXIT_STATUS = """exit status:
+  0  stopped by SIGTERM, SIGINT or diediedie, everything accepted written
+  1  a runtime error (storage unavailable, ...), said on one line on stderr
+  2  bad arguments or configuration
+  3  cannot listen: the port is in use, the address is not on this host, or not permitted
+"""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_STATUS
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--port", type=int, help="listening port (default 4242)")
     parser.add_argument("--bind", help="listening address (default 0.0.0.0)")
     parser.add_argument(

@@ -131,6 +131,10 @@ class TableNotFound(StorageError):
         self.table = table
 
 
+class ListenError(TsdError):
+    """The daemon cannot listen on its address: in use, not on this host, not permitted."""
+
+
 class ConfigError(TsdError):
     """A configuration key has a bad value."""
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
 
+from tsd.errors import ListenError
 from tsd.protocol.sniff import looks_like_http
 from tsd.stats import StatsRegistry
 
@@ -140,9 +142,12 @@ class Listener:
 
     async def start(self, host: str, port: int, *, backlog: int = 1024) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: SniffingProtocol(self), host, port, reuse_address=True, backlog=backlog
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: SniffingProtocol(self), host, port, reuse_address=True, backlog=backlog
+            )
+        except OSError as exc:
+            raise ListenError(_listen_failure(host, port, exc)) from exc
 
     @property
     def port(self) -> int:
@@ -167,3 +172,19 @@ def _set_nodelay(transport: asyncio.Transport) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):  # a socket already reset by the peer
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _listen_failure(host: str, port: int, exc: OSError) -> str:
+    """One line saying why the socket could not be bound and what to change."""
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the port is already in use (another tsd or "
+            "OpenTSDB?); stop it or choose another port with --port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need root)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: no such address on this host (see --bind)"
+    reason = exc.strerror or str(exc)
+    return f"cannot listen on {where}: {reason}"
