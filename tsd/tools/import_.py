@@ -46,7 +46,7 @@ from typing import Any, BinaryIO, TextIO, cast
 
 from tsd.codec import SeriesKey
 from tsd.config import Config
-from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.errors import NoSuchUniqueName, PutLineError
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import parse_put, take_known_puts
 from tsd.stats import StatsRegistry
@@ -194,11 +194,6 @@ def report_bad_line(err: TextIO, path: str, lineno: int, reason: str, line: str)
     print(f"{path}:{lineno}: {reason} line=[{shown}]", file=err)
 
 
-def _reason(exc: BadRequestError) -> str:
-    # The telnet parser's messages are its reply lines, "put: <reason>".
-    return exc.message.removeprefix("put: ")
-
-
 class _BadLine(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -219,8 +214,8 @@ async def _add_parsed(writer: Writer, line: bytes, rules: NameRules) -> None:
         series = writer.cached_series(point.metric, point.tags)
         if series is None:
             series = await writer.series_of(point.metric, point.tags)
-    except BadRequestError as exc:
-        raise _BadLine(_reason(exc)) from None
+    except PutLineError as exc:
+        raise _BadLine(exc.without_command) from None
     except NoSuchUniqueName as exc:
         raise _BadLine(exc.message) from None
     writer.add_to(series, point.timestamp, point.value)
