@@ -10,6 +10,7 @@ Docker image) the revision fields are empty and ``repo_status`` is ``UNKNOWN``.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import getpass
 import socket
@@ -18,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from tsd import __version__
+from tsd.protocol.telnet import format_version
 
 #: where the tsd package lives: the work tree, when it is a checkout
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -89,3 +91,26 @@ def _safe(read: object) -> str:
         return str(read())  # type: ignore[operator]
     except Exception:  # no user name in a bare container, no resolvable host name
         return "unknown"
+
+
+def version_reply() -> bytes:
+    """The two lines of telnet ``version``, /version and ``tsdb version`` (BuildData's
+    revisionString and buildString)."""
+    info = build_info()
+    return format_version(
+        version=info["version"],
+        short_revision=info["short_revision"] or "unknown",
+        repo_status=info["repo_status"],
+        date=_date(info["timestamp"]),
+        user=info["user"],
+        host=info["host"],
+        repo=info["repo"] or "unknown",
+    )
+
+
+def _date(timestamp: str) -> str:
+    """BuildData's date form (``2019/01/21 18:17:20 +0000``) of the commit's Unix time."""
+    if not timestamp.isdigit():
+        return "unknown"
+    moment = datetime.datetime.fromtimestamp(int(timestamp), datetime.UTC)
+    return moment.strftime("%Y/%m/%d %H:%M:%S +0000")

@@ -25,6 +25,7 @@ from typing import Any
 import uvloop
 from aiohttp import web
 
+from tsd.buildinfo import version_reply
 from tsd.config import Config, load_config
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.protocol.names import NameRules
@@ -32,7 +33,6 @@ from tsd.protocol.telnet import telnet_command_names
 from tsd.query.tracking import QUERY_TRACKER, QueryTracker
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.meta_support import META_KEY
-from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener
 from tsd.server.telnet import TelnetContext, telnet_factory
 from tsd.stats import StatsRegistry, host_tag

@@ -182,12 +182,7 @@ class QueryEngine:
     async def _run_sub(self, query: TSQuery, sub: SubQuery) -> list[SeriesResult]:
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
-        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
-        filter_tagks: tuple[bytes, ...] = ()
-        if sub.tsuids:
-            plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
-        else:
-            plan, filter_tagks = await self._plan_metric(sub, start_s, end_s)
+        plan, filter_tagks = await self._plan(query, sub)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
             return []
@@ -206,7 +201,7 @@ class QueryEngine:
         if query.delete:
             await self._delete_rows(parts, spans, keep)
         t2 = time.perf_counter()
-        window = (start_s * 1000, end_s * 1000)
+        window = (plan.start_s * 1000, plan.end_s * 1000)
         aggregated = await self._compute_off_loop(
             aggregate_groups, spans.batch, groups, sub, query, window
         )
@@ -214,6 +209,18 @@ class QueryEngine:
         timings["dpsPostFilter"] = int(spans.batch.lengths[keep].sum())
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings)
+
+    async def scan_plan(self, query: TSQuery, sub: SubQuery) -> ScanPlan:
+        """The row scans that ``sub`` of ``query`` reads (``tsdb scan`` prints their rows)."""
+        plan, _ = await self._plan(query, sub)
+        return plan
+
+    async def _plan(self, query: TSQuery, sub: SubQuery) -> tuple[ScanPlan, tuple[bytes, ...]]:
+        """The scan plan of ``sub`` and its filters' tag key UIDs."""
+        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
+        if sub.tsuids:
+            return plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s), ()
+        return await self._plan_metric(sub, start_s, end_s)
 
     async def _plan_metric(
         self, sub: SubQuery, start_s: int, end_s: int
