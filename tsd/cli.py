@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("tsd.tools.import_", "Import data points from text files (OpenTSDB's format)"),
     "query": ("tsd.tools.query", "Query data points and print them (OpenTSDB's tsdb query)"),
     "scan": ("tsd.tools.scan", "Print the stored cells a query reads, or --import lines"),
+    "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
     "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
     "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
 }
