@@ -27,10 +27,13 @@ from aiohttp import web
 
 from tsd.buildinfo import version_reply
 from tsd.config import Config, load_config
+from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
+from tsd.query.engine import QueryEngine
 from tsd.query.tracking import QUERY_TRACKER, QueryTracker
+from tsd.schema import ensure_tables, storage_settings
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.listener import Listener
@@ -39,7 +42,6 @@ from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
 from tsd.storage.instrumented import INSTRUMENTED_STORAGE, InstrumentedStorage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.pipeline import WritePath
@@ -83,7 +85,7 @@ class Daemon:
     async def start(self) -> None:
         config = self.config
         if self._storage is None:
-            self._storage = open_storage(config)
+            self._storage = open_storage(storage_settings(config.storage))
         storage = InstrumentedStorage(self._storage, self.registry)
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
@@ -139,8 +141,6 @@ class Daemon:
             request_shutdown=self.request_shutdown,
         )
         if config.core.mode != "wo":
-            from tsd.query.engine import QueryEngine
-
             services.query_engine = QueryEngine(storage, uids, config)
         return services
 
@@ -299,8 +299,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
-            from tsd.errors import ConfigError
-
             raise ConfigError(item, "--set takes KEY=VALUE")
         values[key.strip()] = value.strip()
     if args.port is not None:

@@ -33,8 +33,8 @@ from typing import TextIO
 from tsd.config import Config, StorageConfig, load_config
 from tsd.errors import ConfigError
 from tsd.log import configure_logging
+from tsd.schema import ensure_tables
 from tsd.storage.base import Put, ScanSpec, Storage
-from tsd.storage.schema import ensure_tables
 from tsd.tools.common import open_store, run_async
 
 #: the tables, by role, in copy order (UIDs first: data rows name them)
