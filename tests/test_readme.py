@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a daemon in a subprocess
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLE = re.compile(r"^<!-- example: ([\w-]+) -->\n```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tsd.cli import EXIT_CANNOT_LISTEN
 from tsd.daemon import EXIT_STATUS
+
+pytestmark = pytest.mark.slow  # daemons in subprocesses
 
 
 def run_tsd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,8 @@ from tests.tools.toolkit import Target, make_target, open_target, tsdb
 from tsd.storage.base import ScanSpec
 from tsd.tools.copy import ROLES, table_of
 
+pytestmark = pytest.mark.slow  # dozens of tool runs in subprocesses
+
 HOUR = 1_356_998_400
 #: two metrics, several series and hours, ints and floats: UID, data and meta rows
 POINTS = "\n".join(
