@@ -48,8 +48,8 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def get_json(http: aiohttp.ClientSession, daemon: Daemon, path: str) -> Any:
-    async with http.get(f"http://127.0.0.1:{daemon.port}{path}") as response:
+async def get_json(http: aiohttp.ClientSession, daemon: Daemon, path: str, **headers: str) -> Any:
+    async with http.get(f"http://127.0.0.1:{daemon.port}{path}", headers=headers) as response:
         assert response.status == 200, await response.text()
         assert response.headers["Content-Type"] == "application/json; charset=UTF-8"
         return orjson.loads(await response.read())
@@ -87,7 +87,7 @@ async def test_query_stats_completed(tsd: Daemon, http: aiohttp.ClientSession) -
     await put(http, tsd, {"metric": "q.m", "timestamp": T, "value": 1, "tags": {"h": "a"}})
     ok = f"/api/query?start={T - 10}&end={T + 10}&m=sum:q.m"
     for _ in range(2):
-        await get_json(http, tsd, ok)
+        await get_json(http, tsd, ok, Authorization="Basic c2VjcmV0OnNlY3JldA==")
     async with http.get(f"http://127.0.0.1:{tsd.port}/api/query?start={T}&m=sum:no.such") as r:
         assert r.status == 400
         message = orjson.loads(await r.read())["error"]["message"]
@@ -110,6 +110,7 @@ async def test_query_stats_completed(tsd: Daemon, http: aiohttp.ClientSession) -
     assert done["stats"]["totalTime"] >= done["stats"]["processingPreWriteTime"] > 0
     assert done["queryCompletedTimestamp"] >= done["queryStartTimestamp"]
     assert "Host" in done["requestHeaders"]
+    assert done["requestHeaders"]["Authorization"] == "********"  # never shown
     failed = by_code[400]
     assert failed["exception"] == message
     assert failed["sentToClient"] is False

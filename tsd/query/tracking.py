@@ -21,6 +21,9 @@ import orjson
 #: The tracker's key in ``Services.extra``.
 QUERY_TRACKER = "query_tracker"
 
+#: Request headers kept masked: /api/stats/query shows the others to anyone who may ask.
+SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
+
 #: QueryStats.COMPLETED_QUERY_CACHE_SIZE
 COMPLETED_QUERIES = 256
 
@@ -80,7 +83,10 @@ class QueryTracker:
         tracked = TrackedQuery(
             remote=remote,
             query=query,
-            headers={str(key): str(value) for key, value in headers.items()},
+            headers={
+                str(key): "********" if key.lower() in SECRET_HEADERS else str(value)
+                for key, value in headers.items()
+            },
             start_ms=int(self._wall_clock() * 1000),
             start_s=self._clock(),
             serial=next(self._serials),

@@ -19,6 +19,8 @@ from tsd.protocol.query_json import parse_output_options, parse_query_json, pars
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
 from tsd.query.tracking import QUERY_TRACKER, QueryTracker, TrackedQuery
+from tsd.server.credentials import Right
+from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
 from tsd.server.http.render import query_echo, render_last_points, render_query_result
@@ -54,8 +56,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             query = parse_query_params(request.query, default_timezone=timezone)
         if method == "DELETE":
             query = dataclasses.replace(query, delete=True)
-        if query.delete and not allow_delete:
-            raise _DELETE_DISABLED
+        if query.delete:
+            if not allow_delete:
+                raise _DELETE_DISABLED
+            require_right(request, Right.ADMIN)  # a body's "delete": true
         options = parse_output_options(request.query)
         if tracker is not None:  # from here on, as QueryRpc creates its QueryStats
             tracked = tracker.start(_remote(request), query_echo(query), request.headers)
