@@ -24,6 +24,7 @@ from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
 from tsd.server.http.render import query_echo, render_last_points, render_query_result
+from tsd.server.http.streaming import is_large, stream_query_result
 
 _DELETE_DISABLED = BadRequestError(
     "Bad request", "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
@@ -64,7 +65,6 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         if tracker is not None:  # from here on, as QueryRpc creates its QueryStats
             tracked = tracker.start(_remote(request), query_echo(query), request.headers)
         result = await engine.execute(query)
-        body = await engine.compute(render_query_result, result, arrays=options.arrays)
     except TsdError as exc:
         # QueryRpc's counters: bad requests apart from failures.
         kind = "invalid_requests" if 400 <= exc.status < 500 else "exceptions"
@@ -87,13 +87,23 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             tracker.finish(tracked, 500, exception=repr(exc))
         raise
     registry.counter("http.query.success").inc()
+    try:
+        if is_large(result):
+            response = await stream_query_result(request, engine, result, arrays=options.arrays)
+        else:
+            body = await engine.compute(render_query_result, result, arrays=options.arrays)
+            response = json_response(body)
+    except BaseException as exc:  # the client left while a large answer streamed...
+        if tracker is not None and tracked is not None:
+            tracker.finish(tracked, 500, exception=repr(exc))
+        raise
     registry.histogram("http.query.latency", outcome="success").observe(
         time.perf_counter() - started
     )
     if tracker is not None and tracked is not None:
         emitted = sum(len(series.dps) for series in result.series)
         tracker.finish(tracked, 200, stats={"emittedDPs": emitted})
-    return json_response(body)
+    return response
 
 
 def _remote(request: web.Request) -> str:
