@@ -106,17 +106,6 @@ async def test_copy_reports_a_destination_that_differs(tmp_path: Path) -> None:
     assert "DIFFERENT" in done.out
 
 
-async def test_copy_refuses_another_copys_state(tmp_path: Path) -> None:
-    with targets(tmp_path, "embedded", "embedded", "embedded") as (source, first, second):
-        await filled(source)
-        state = str(tmp_path / "state")
-        base = ("copy", "--from", str(source.config), "--state", state, "--max-rows", "3")
-        assert (await tsdb(tmp_path, *base, "--to", str(first.config))).code == 0
-        other = await tsdb(tmp_path, *base, "--to", str(second.config))
-    assert other.code == 2
-    assert "records the copy" in other.err
-
-
 async def test_copy_refuses_stores_with_other_row_keys(tmp_path: Path) -> None:
     with targets(tmp_path, "embedded", "embedded") as (source, destination):
         destination.write_config("tsd.storage.salt.width = 1\n")

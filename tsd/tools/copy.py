@@ -10,8 +10,7 @@ are not rewritten.
 Resumable: after each batch the last row copied is recorded in a state file (``--state``,
 by default ``tsdb-copy.state`` in the current directory); run the same command again after
 an interruption and it carries on after that row (rows are copied whole, and copying a row
-twice writes the same cells). The state names the two configuration files; a state left by
-another copy is refused. ``--max-rows N`` stops after N rows, to copy in steps.
+twice writes the same cells). ``--max-rows N`` stops after N rows, to copy in steps.
 Once every table is copied, the rows and cells of each source and destination table are
 counted and compared (exit 1 when they differ; the destination had other rows, or
 the source changed during the copy). The source store is opened read-only when embedded,
@@ -72,31 +71,20 @@ def check_layouts(source: StorageConfig, target: StorageConfig) -> None:
 
 @dataclass
 class Progress:
-    """The state file: which copy it is (the two configuration files) and per role the
-    last row copied (hex) or True once done."""
+    """The state file: per role, the last row copied (hex) or True once done."""
 
     path: Path
-    copy: list[str]
     tables: dict[str, str | bool]
 
     @classmethod
-    def load(cls, path: Path, copy: list[str]) -> Progress:
-        """The progress of the copy ``copy`` (from, to); ConfigError when ``path`` holds
-        another copy's."""
+    def load(cls, path: Path) -> Progress:
         if not path.exists():
-            return cls(path, copy, {})
-        state = json.loads(path.read_text())
-        if state.get("copy") != copy:
-            raise ConfigError(
-                "--state",
-                f"{path} records the copy {state.get('copy')}, not {copy}: "
-                "remove it or name another --state file",
-            )
-        return cls(path, copy, dict(state["tables"]))
+            return cls(path, {})
+        return cls(path, dict(json.loads(path.read_text())["tables"]))
 
     def save(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"copy": self.copy, "tables": self.tables}, indent=1) + "\n")
+        tmp.write_text(json.dumps({"tables": self.tables}, indent=1) + "\n")
         tmp.replace(self.path)  # never a half-written state
 
     def resume_key(self, role: str) -> bytes:
@@ -229,8 +217,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--batch-rows/--max-rows", "must be at least 1")
     source, target = load_config(args.source), load_config(args.target)
     configure_logging(source.log.format, source.log.level)
-    pair = [str(Path(args.source).resolve()), str(Path(args.target).resolve())]
-    progress = Progress.load(Path(args.state), pair)
+    progress = Progress.load(Path(args.state))
     return run_async(
         copy(
             source,
