@@ -41,7 +41,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("tsd.tools.query", "Query data points and print them (OpenTSDB's tsdb query)"),
     "scan": ("tsd.tools.scan", "Print the stored cells a query reads, or --import lines"),
     "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
-    "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
     "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
 }
 
