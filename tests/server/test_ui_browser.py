@@ -107,26 +107,19 @@ def open_link(link: str) -> list[dict[str, Any]]:
         return wait_for_chart(driver)
 
 
-async def store(base: str, more: list[dict[str, Any]]) -> None:
-    """The sys.cpu.user points of VALUES, and ``more``, stored (``?sync``)."""
+async def test_the_page_draws_the_stored_values(make_tsd: MakeTsd) -> None:
+    daemon = await make_tsd()
+    base = f"http://127.0.0.1:{daemon.port}"
     points = [
         {"metric": "sys.cpu.user", "timestamp": T0 + 60 * i, "value": v, "tags": {"host": h}}
         for h, values in VALUES.items()
         for i, v in enumerate(values)
-    ] + more
+    ] + [{"metric": "sys.mem.free", "timestamp": T0, "value": 1, "tags": {"host": "web01"}}]
     async with (
         aiohttp.ClientSession() as http,
         http.post(base + "/api/put?sync", json=points) as reply,
     ):
         assert reply.status == 204
-
-
-async def test_the_page_draws_the_stored_values(make_tsd: MakeTsd) -> None:
-    daemon = await make_tsd()
-    base = f"http://127.0.0.1:{daemon.port}"
-    await store(
-        base, [{"metric": "sys.mem.free", "timestamp": T0, "value": 1, "tags": {"host": "web01"}}]
-    )
 
     suggestions, drawn, link = await asyncio.to_thread(use_the_form, base)
 
@@ -162,131 +155,3 @@ async def test_the_page_shows_query_errors(make_tsd: MakeTsd) -> None:
     state, status = await asyncio.to_thread(ask_for_unknown_metric)
     assert state == "error"
     assert status == "No such name for 'metrics': 'nope' (400)"
-
-
-def chart_geometry(driver: Any) -> dict[str, float]:
-    svg = driver.find_element("css selector", "#chart svg")
-    names = ("x-min", "x-max", "plot-left", "plot-width", "x-step", "y-step")
-    return {name: float(svg.get_attribute(f"data-{name}")) for name in names}
-
-
-def x_offset(geometry: dict[str, float], t: float) -> int:
-    """Selenium's pointer offset (from the SVG's centre, 800 px wide) of time ``t``."""
-    frac = (t - geometry["x-min"]) / (geometry["x-max"] - geometry["x-min"])
-    return round(geometry["plot-left"] + frac * geometry["plot-width"] - 400)
-
-
-def explore(base: str) -> dict[str, Any]:
-    """Two queries on one chart; read the ticks; hover; drag to zoom; zoom out."""
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    seen: dict[str, Any] = {}
-    with browser() as driver:
-        driver.set_window_size(1280, 1024)  # the whole chart in view: offsets are from its centre
-        driver.get(
-            f"{base}/?metric=sys.cpu.user&tags=host%3D*&aggregator=sum&start={T0}&end={T0 + 600}"
-        )
-        wait_for_chart(driver)
-        driver.find_element("id", "add-query").click()
-        driver.find_element("css selector", ".extra-m").send_keys("sum:sys.mem.free")
-        driver.find_element("id", "graph").click()
-        WebDriverWait(driver, 30).until(
-            lambda d: d.find_element("id", "chart").get_attribute("data-loads") == "2"
-        )
-        seen["two"] = wait_for_chart(driver)
-        seen["link"] = driver.find_element("id", "permalink").get_attribute("href")
-        seen["y_ticks"] = [
-            float(t.get_attribute("data-value"))
-            for t in driver.find_elements("css selector", "#chart text.y-tick")
-        ]
-        seen["x_ticks"] = [
-            int(t.get_attribute("data-time"))
-            for t in driver.find_elements("css selector", "#chart text.x-tick")
-        ]
-        geometry = seen["geometry"] = chart_geometry(driver)
-        svg = driver.find_element("css selector", "#chart svg")
-
-        ActionChains(driver).move_to_element_with_offset(
-            svg, x_offset(geometry, T0 + 120), 0
-        ).perform()
-        WebDriverWait(driver, 10).until(lambda d: d.find_element("id", "hover").is_displayed())
-        hover = driver.find_element("id", "hover")
-        seen["hover"] = (hover.get_attribute("data-time"), hover.text)
-
-        (
-            ActionChains(driver)
-            .move_to_element_with_offset(svg, x_offset(geometry, T0 + 55), 0)
-            .click_and_hold()
-            .move_to_element_with_offset(svg, x_offset(geometry, T0 + 185), 0)
-            .release()
-            .perform()
-        )
-        WebDriverWait(driver, 30).until(
-            lambda d: d.find_element("id", "chart").get_attribute("data-loads") == "3"
-        )
-        seen["zoomed"] = wait_for_chart(driver)
-        seen["range"] = (
-            driver.find_element("id", "start").get_attribute("value"),
-            driver.find_element("id", "end").get_attribute("value"),
-        )
-        driver.find_element("id", "unzoom").click()
-        WebDriverWait(driver, 30).until(
-            lambda d: d.find_element("id", "chart").get_attribute("data-loads") == "4"
-        )
-        seen["unzoomed"] = wait_for_chart(driver)
-        WebDriverWait(driver, 30).until(
-            lambda d: d.find_element("id", "stat-uids").get_attribute("data-metrics") is not None
-        )
-        seen["uids"] = driver.find_element("id", "stat-uids").get_attribute("data-metrics")
-    return seen
-
-
-async def test_two_queries_ticks_hover_and_zoom(make_tsd: MakeTsd) -> None:
-    daemon = await make_tsd()
-    base = f"http://127.0.0.1:{daemon.port}"
-    await store(
-        base,
-        [
-            {
-                "metric": "sys.mem.free",
-                "timestamp": T0 + 60 * i,
-                "value": 0.25 * i,
-                "tags": {"host": "web01"},
-            }
-            for i in range(6)
-        ],
-    )
-
-    seen = await asyncio.to_thread(explore, base)
-
-    labels = {series["label"] for series in seen["two"]}
-    assert labels == {
-        "sys.cpu.user{host=web01}",
-        "sys.cpu.user{host=web02}",
-        "sys.mem.free{host=web01}",
-    }
-    assert "m=sum%3Asys.mem.free" in seen["link"]
-    # Round ticks: evenly spaced whole steps of 1, 2 or 5 times a power of ten, covering the data.
-    step = seen["geometry"]["y-step"]
-    assert step in (1.0, 2.0, 0.5)
-    assert all(abs(v / step - round(v / step)) < 1e-9 for v in seen["y_ticks"])
-    assert seen["y_ticks"][0] <= 0
-    assert seen["y_ticks"][-1] >= 8
-    time_step = seen["geometry"]["x-step"]
-    assert all(t % time_step == 0 for t in seen["x_ticks"])
-    assert 2 <= len(seen["x_ticks"]) <= 7
-    # Hover: the values of every series at the nearest time.
-    moment, text = seen["hover"]
-    assert moment == str(T0 + 120)
-    assert "sys.cpu.user{host=web01}: 4" in text.splitlines()
-    assert "sys.cpu.user{host=web02}: 2" in text.splitlines()
-    assert "sys.mem.free{host=web01}: 0.5" in text.splitlines()
-    # Zoom: the dragged span becomes the query's range.
-    start, end = (int(v) for v in seen["range"])
-    assert T0 + 50 <= start <= T0 + 60
-    assert T0 + 180 <= end <= T0 + 190
-    for series in seen["zoomed"]:
-        assert [t for t, _ in series["points"]] == [T0 + 60, T0 + 120, T0 + 180]
-    assert {len(series["points"]) for series in seen["unzoomed"]} == {6}
-    assert int(seen["uids"]) >= 2

@@ -3,9 +3,7 @@ the same way: ``/`` and ``/s/<file>``, registered when the UI is enabled in ``rw
 
 The page is plain HTML and JavaScript in ``tsd/server/static`` (no build step): pick a
 metric (from ``/api/suggest``), tags, aggregator, downsample and time range, and it draws the
-``/api/query`` answer as an SVG line chart; more queries (``m=`` expressions) share the
-chart; round ticks, values on hover, drag to zoom, relative ranges, auto-refresh, and the
-TSD's own figures from ``/api/stats``. The page URL reproduces the query.
+``/api/query`` answer as an SVG line chart; the page URL reproduces the query.
 """
 
 from __future__ import annotations
