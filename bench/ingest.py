@@ -28,7 +28,9 @@ When the clock stops (the method, printed with the figures):
   acknowledges a put too: queued for HBase). Then one point to ``/api/put?sync``: its
   reply comes once the batch holding it is in storage, and the embedded store writes
   batches one at a time in order through one thread with a synced LMDB commit, so every
-  point of the round is on disk (fsync) when the clock stops. The time at the ``version``
+  point of the round is on disk (fsync) when the clock stops (on a store that writes
+  batches concurrently, HBase, the clock also waits until ``tsd.datapoints.stored``
+  reaches ``.added``). The time at the ``version``
   replies is reported as well ("acked").
 * tsd, /api/put: the reply to the last body (points buffered), then the same ``sync``
   point.
@@ -69,7 +71,6 @@ import aiohttp
 import orjson
 
 from tsd.codec import KeyLayout, encode_point, make_series_key
-from tsd.server.http.version import version_reply
 from tsd.storage.base import FamilySpec, Put
 from tsd.storage.embedded import EmbeddedStorage
 
@@ -148,8 +149,16 @@ class Server:
 
 
 class Tsd(Server):
-    reply = version_reply()
+    #: the telnet ``version`` reply (GET /version answers the same text)
+    reply = b""
     sentinels = 0
+
+    async def learn_version_reply(self) -> None:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{self.port}/version") as response,
+        ):
+            self.reply = await response.read()
 
     async def end_telnet(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"version\n")
@@ -172,6 +181,14 @@ class Tsd(Server):
         async with session.post(url, data=orjson.dumps(point)) as response:
             if response.status != 204:
                 raise RuntimeError(f"/api/put?sync answered {response.status}")
+        # A store that writes batches concurrently (HBase) may still be writing an earlier
+        # one: then wait (tsd's counters are exact, computed when asked) until all are.
+        for _ in range(100_000):
+            stats = await self.stats(session)
+            if stats.get("tsd.datapoints.stored", 0) >= stats.get("tsd.datapoints.added", 0):
+                return
+            await asyncio.sleep(0.005)
+        raise RuntimeError("tsd never stored every point it added")
 
     async def stats(self, session: aiohttp.ClientSession) -> dict[str, int]:
         async with session.get(f"http://127.0.0.1:{self.port}/api/stats") as response:
@@ -208,7 +225,19 @@ class Victoria(Server):
 _VM_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="opentsdb(?:http)?"\} (\d+)', re.M)
 
 
-async def start_tsd(data_dir: Path, mode: Mode) -> Server:
+async def start_tsd(
+    data_dir: Path,
+    mode: Mode,
+    *,
+    source: Path | None = None,
+    settings: dict[str, str] | None = None,
+) -> Tsd:
+    """``tsdb tsd`` on the embedded store in ``data_dir`` (or as ``settings`` say), from
+    this checkout or from the tsd sources under ``source`` (another commit's)."""
+    keys = {"tsd.logging.format": "json", **(settings or {})}
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     process = await asyncio.create_subprocess_exec(
         *taskset(mode.server_cpus),
         sys.executable,
@@ -222,17 +251,21 @@ async def start_tsd(data_dir: Path, mode: Mode) -> Server:
         "--auto-metric",
         "--data-dir",
         str(data_dir),
-        "--set",
-        "tsd.logging.format=json",
+        *[arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")],
         stderr=asyncio.subprocess.PIPE,
+        cwd=source,
+        env=env,
     )
     assert process.stderr is not None
     while line := await process.stderr.readline():
-        event = json.loads(line)
-        if event.get("event") == "daemon.started":
-            port = int(event["port"])
-            asyncio.ensure_future(process.stderr.read())  # keep draining its log
-            return Tsd("tsd", process, port, port)
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "daemon.started":
+                port = int(event["port"])
+                asyncio.ensure_future(process.stderr.read())  # keep draining its log
+                server = Tsd("tsd", process, port, port)
+                await server.learn_version_reply()
+                return server
     raise RuntimeError("tsd did not start")
 
 

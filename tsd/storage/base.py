@@ -70,10 +70,10 @@ class Delete:
 Mutation = Put | Delete
 
 
-@dataclass(frozen=True, slots=True)
-class CheckAndPut:
+class CheckAndPut(NamedTuple):
     """One check-and-put of :meth:`Storage.check_and_put_many`: apply ``put`` only if the
-    cell (``put.row``, family, qualifier) holds ``expected`` (None: must not exist)."""
+    cell (``put.row``, family, qualifier) holds ``expected`` (None: must not exist).
+    A NamedTuple: a batch of new UIDs builds two per name."""
 
     family: str
     qualifier: bytes

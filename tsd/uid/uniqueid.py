@@ -129,6 +129,21 @@ class UidStats:
     refused_creations: int = 0
 
 
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """Names resolved together, and their outcome once done: per name, its UID or the
+    exception its callers get."""
+
+    names: list[str]
+    done: asyncio.Future[dict[str, bytes | BaseException]]
+
+    def result(self, name: str) -> bytes:
+        outcome = self.done.result()[name]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
 class UniqueId:
     """The UID mapping of one kind in one UID table, with its cache."""
 
@@ -155,11 +170,11 @@ class UniqueId:
         self.stats = UidStats()
         self._qualifier = kind.encode("ascii")
         self._max_id = (1 << (8 * width)) - 1
-        # name -> the future of its pending resolution (lookup, then assignment when missing)
-        self._creating: dict[str, asyncio.Future[bytes]] = {}
-        # names claimed this loop turn, waiting for the next batch
-        self._queued: list[str] = []
-        self._batches: set[asyncio.Task[None]] = set()
+        # name -> the batch resolving it (lookup, then assignment when missing)
+        self._creating: dict[str, _Batch] = {}
+        # batches filled this loop turn, started at the next
+        self._filling: list[_Batch] = []
+        self._running: set[asyncio.Task[None]] = set()
         # name -> the task looking it up in storage
         self._looking_up: dict[str, asyncio.Task[bytes | None]] = {}
         # UIDs (as bytes) and new names with a rename under way (OpenTSDB's renaming_id_names)
@@ -205,7 +220,7 @@ class UniqueId:
                 self.stats.refused_creations += 1
                 raise NoSuchUniqueName(self.kind, name)
             return uid
-        return await asyncio.shield(self._claim([name])[name])
+        return await self._resolved(name)
 
     async def get_or_create_ids(self, names: Iterable[str]) -> dict[str, bytes]:
         """The UIDs of many names, assigning those without one in batches (see the module
@@ -233,10 +248,11 @@ class UniqueId:
             self.stats.refused_creations += len(misses) - len(looked)
             found.update(looked)
             return found
-        pending = self._claim(misses)
-        await asyncio.shield(asyncio.gather(*pending.values(), return_exceptions=True))
-        for name, future in pending.items():
-            found[name] = future.result()  # raises the first failure
+        claimed = self._claim(misses)
+        for batch in {id(batch): batch for batch in claimed.values()}.values():
+            await asyncio.shield(batch.done)
+        for name, batch in claimed.items():
+            found[name] = batch.result(name)  # raises the first failure
         return found
 
     async def assign(self, name: str) -> bytes:
@@ -245,7 +261,7 @@ class UniqueId:
         try:
             uid = await self.get_id(name)
         except NoSuchUniqueName:
-            return await asyncio.shield(self._claim([name])[name])
+            return await self._resolved(name)
         raise UidAlreadyExists(self.kind, name, uid)
 
     # -- UID -> name --------------------------------------------------------------------------
@@ -428,49 +444,48 @@ class UniqueId:
 
     # -- batched assignment -------------------------------------------------------------------
 
-    def _claim(self, names: Iterable[str]) -> dict[str, asyncio.Future[bytes]]:
-        """The futures of the names' resolutions: a pending one is shared, the others join
-        the batch that starts at the next loop turn."""
-        loop = asyncio.get_running_loop()
-        futures: dict[str, asyncio.Future[bytes]] = {}
-        queued = self._queued
+    async def _resolved(self, name: str) -> bytes:
+        batch = self._claim([name])[name]
+        await asyncio.shield(batch.done)  # a cancelled caller leaves the batch running
+        return batch.result(name)
+
+    def _claim(self, names: Iterable[str]) -> dict[str, _Batch]:
+        """The batches resolving ``names``: a pending one is shared, the others join a
+        batch that starts at the next loop turn."""
+        claimed: dict[str, _Batch] = {}
+        creating, filling = self._creating, self._filling
         for name in names:
-            future = self._creating.get(name)
-            if future is None:
-                future = self._creating[name] = loop.create_future()
-                future.add_done_callback(_consume)
-                if not queued:
-                    loop.call_soon(self._start_batches)
-                queued.append(name)
-            futures[name] = future
-        return futures
+            batch = creating.get(name)
+            if batch is None:
+                if not filling or len(filling[-1].names) >= MAX_ASSIGN_BATCH:
+                    loop = asyncio.get_running_loop()
+                    if not filling:
+                        loop.call_soon(self._start_batches)
+                    filling.append(_Batch([], loop.create_future()))
+                batch = creating[name] = filling[-1]
+                batch.names.append(name)
+            claimed[name] = batch
+        return claimed
 
     def _start_batches(self) -> None:
-        names, self._queued = self._queued, []
-        for start in range(0, len(names), MAX_ASSIGN_BATCH):
-            task = asyncio.get_running_loop().create_task(
-                self._run_batch(names[start : start + MAX_ASSIGN_BATCH])
-            )
-            self._batches.add(task)
-            task.add_done_callback(self._batches.discard)
+        batches, self._filling = self._filling, []
+        for batch in batches:
+            task = asyncio.get_running_loop().create_task(self._run_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
 
-    async def _run_batch(self, names: list[str]) -> None:
-        """Resolve ``names`` and settle their futures (with the UID, or the error)."""
+    async def _run_batch(self, batch: _Batch) -> None:
+        """Resolve the batch's names and settle it (every name: its UID, or its error)."""
         try:
-            results = await self._lookup_or_assign_many(names)
+            results = await self._lookup_or_assign_many(batch.names)
         except BaseException as exc:  # cancelled (loop closing) included: no waiter hangs
-            results = dict.fromkeys(names, exc)
-        for name in names:
-            future = self._creating.pop(name)
-            if future.done():
-                continue
-            result = results[name]
-            if isinstance(result, bytes):
-                future.set_result(result)
-            elif isinstance(result, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(result)
+            results = dict.fromkeys(batch.names, exc)
+        creating = self._creating
+        for name in batch.names:
+            if creating.get(name) is batch:
+                del creating[name]
+        if not batch.done.done():
+            batch.done.set_result(results)
 
     async def _lookup_or_assign_many(self, names: list[str]) -> dict[str, bytes | BaseException]:
         """Forward rows first; assign the names still missing; again for the names a
@@ -571,12 +586,6 @@ class UniqueId:
             self._has_aliases = False
         else:
             self.cache.discard_name(name)
-
-
-def _consume(future: asyncio.Future[bytes]) -> None:
-    """Mark a resolution's failure as seen: its callers may all have been cancelled."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _forget(pending: dict[str, asyncio.Task[_T]], name: str, done: asyncio.Task[_T]) -> None:
