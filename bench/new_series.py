@@ -35,7 +35,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.hbase_ingest import HBase, make_tables, start_hbase, tables
+from bench.hbase_ingest import HBase, make_tables, start_hbase, tables, tsd_settings
 from bench.ingest import (
     BASE_TS,
     Rate,
@@ -72,20 +72,6 @@ def export(ref: str, into: Path) -> Path:
     return into
 
 
-def hbase_settings(hbase: HBase, prefix: str) -> dict[str, str]:
-    cfg = tables(hbase.server, prefix)
-    return {
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
-    }
-
-
 @contextlib.asynccontextmanager
 async def daemon(
     source: Path | None, data_dir: Path, hbase: HBase | None, prefix: str
@@ -93,7 +79,7 @@ async def daemon(
     settings: dict[str, str] = {}
     if hbase is not None:
         await make_tables(tables(hbase.server, prefix))
-        settings = hbase_settings(hbase, prefix)
+        settings = tsd_settings(tables(hbase.server, prefix))
     mode = next(iter(modes().values()))
     server = await start_tsd(data_dir, mode, source=source, settings=settings)
     try:
