@@ -149,6 +149,24 @@ class StorageTimeout(StorageError):
     status = 503
 
 
+class StorageRefused(StorageError):
+    """The store takes no writes until space or write access returns (nothing was written).
+    Writes keep being tried, so the TSD recovers by itself when it does."""
+
+
+class StorageFull(StorageRefused):
+    """No space left: disk or quota full (ENOSPC, EDQUOT), or the LMDB map size reached.
+    HTTP 507 Insufficient Storage (RFC 4918)."""
+
+    status = 507
+
+
+class StorageReadOnly(StorageRefused):
+    """The store's filesystem went read-only (EROFS) or lost write permission."""
+
+    status = 503
+
+
 class TableNotFound(StorageError):
     """The named table does not exist."""
 

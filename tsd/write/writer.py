@@ -23,7 +23,9 @@
   :meth:`wait_writable` returns, so a slow store slows the clients down instead of
   growing the heap.
 * Failed writes are retried (``retry_delays_s``); a batch that still fails is dropped,
-  logged and its future fails ("Storage exception").
+  logged and its future fails ("Storage exception"). While storage refuses writes (disk
+  full, read-only: :class:`~tsd.errors.StorageRefused`) :attr:`storage_refusal` says so,
+  until a write succeeds; every new batch is still tried, so recovery needs no restart.
 * Compaction. Rows stored by the writer are queued in a
   :class:`~tsd.write.schedule.CompactionSchedule`; a background task hands them to the
   :class:`~tsd.write.compactor.Compactor` once their hour has closed.
@@ -45,7 +47,13 @@ from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point, m
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.codec.const import FAMILY as DATA_FAMILY
 from tsd.config import StorageConfig
-from tsd.errors import NoSuchUniqueName, StorageError, StorageUnavailable, TsdError
+from tsd.errors import (
+    NoSuchUniqueName,
+    StorageError,
+    StorageRefused,
+    StorageUnavailable,
+    TsdError,
+)
 from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
 from tsd.stats import StatsRegistry
@@ -121,6 +129,7 @@ class Writer:
         self._flush_asked = False
         self._closing = False
         self._closed = False
+        self._refusal: StorageRefused | None = None
         self._flusher: asyncio.Task[None] | None = None
         # Compaction (never with appends: OpenTSDB does not compact append rows).
         self._compacting = cfg.enable_compaction and not cfg.enable_appends
@@ -271,6 +280,13 @@ class Writer:
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
 
+    @property
+    def storage_refusal(self) -> StorageRefused | None:
+        """The error of the last write when storage refused it (full, read-only); None
+        again once a write succeeds. Protocols use it to stop acknowledging points before
+        they are stored while the store refuses writes."""
+        return self._refusal
+
     def room(self) -> int:
         """Points that can still be buffered before the writer is full (0 when it is)."""
         if not self._writable.is_set():
@@ -381,9 +397,12 @@ class Writer:
                 self._writable.set()
         if error is not None:
             self._dropped.inc(batch.cells)
+            if isinstance(error, StorageRefused):
+                self._refusal = error
             if not ack.done():
                 ack.set_exception(error)
             return
+        self._refusal = None
         self._stored.inc(batch.cells)
         if not ack.done():
             ack.set_result(None)

@@ -20,7 +20,7 @@ from collections.abc import Hashable
 from aiohttp import web
 
 from tsd.codec import SeriesKey
-from tsd.errors import NoSuchUniqueName, TsdError
+from tsd.errors import NoSuchUniqueName, StorageRefused, TsdError
 from tsd.model import DataPoint
 from tsd.protocol.put_json import KnownPut, parse_put_body, parse_put_body_known
 from tsd.protocol.put_reply import (
@@ -47,7 +47,9 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     flags = parse_put_flags(query_params(request))
     body = await request.read()
     errors: list[PutError] = []
-    if not flags.sync:
+    # While storage refuses writes (disk full), a put is answered once its points are
+    # stored or refused, as with sync: nothing is acknowledged that may be lost.
+    if not flags.sync and services.writer.storage_refusal is None:
         split = parse_put_body_known(body, services.writer.aliases, services.rules)
         queued = await _add_split(services.writer, split, errors)
         status, reply = put_response(flags, points=split.count, queued=queued, errors=errors)
@@ -249,6 +251,7 @@ async def _reply_when_stored(
             async with asyncio.timeout(timeout):
                 await asyncio.wait(pending)
     good = failed = timeouts = 0
+    refusal: StorageRefused | None = None
     for point, ack in accepted:
         if not ack.done():
             timeouts += 1
@@ -259,6 +262,8 @@ async def _reply_when_stored(
         else:
             failed += 1
             exc = ack.exception()
+            if isinstance(exc, StorageRefused):
+                refusal = exc
             message = exc.message if isinstance(exc, TsdError) else str(exc)
             errors.append(
                 PutError(STORAGE_EXCEPTION.format(message=message), datapoint_echo(point))
@@ -282,6 +287,7 @@ async def _reply_when_stored(
             good_writes=good,
             failed_writes=failed,
             errors=errors,
+            refusal=refusal,
         )
     return json_response(body, status)
 
