@@ -119,6 +119,11 @@ def taskset(cpus: frozenset[int]) -> list[str]:
     return ["taskset", "-c", _cpus(cpus)] if shutil.which("taskset") else []
 
 
+def pin(cpu: int) -> list[str]:
+    """A taskset prefix to one CPU when there are two CPUs to spread over."""
+    return taskset(frozenset({cpu})) if (os.cpu_count() or 1) >= 2 else []
+
+
 # -- the servers ------------------------------------------------------------------------------
 
 
