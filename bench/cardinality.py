@@ -89,6 +89,8 @@ class Load:
     intervals: int
     sustained: bool
     why: str
+    #: the first interval: every series new (UID assignment, series index)
+    first_s: float
     slowest_s: float
     p99_s: float
     probe_p99_s: float
@@ -150,6 +152,7 @@ async def drive(server: Server, series: int, args: argparse.Namespace) -> Load:
         len(accepted),
         not why,
         why,
+        accepted[0],
         max(accepted),
         p99(accepted),
         p99(probes),
@@ -162,7 +165,8 @@ def report(load: Load) -> None:
     verdict = "sustained" if load.sustained else f"NOT sustained ({load.why})"
     print(
         f"  {load.server:16} N={load.series:>10,}: {verdict}; {load.intervals} intervals,"
-        f" accept p99 {load.p99_s:.2f} s (max {load.slowest_s:.2f} s), probe put p99"
+        f" first (all new) {load.first_s:.2f} s, accept p99 {load.p99_s:.2f} s (max"
+        f" {load.slowest_s:.2f} s), probe put p99"
         f" {load.probe_p99_s * 1000:.0f} ms, RSS {load.rss / 2**20:,.0f} MiB,"
         f" {load.rss_per_series:,.0f} bytes/series",
         flush=True,
