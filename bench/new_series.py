@@ -16,7 +16,8 @@ machine has two.
 ``--hbase``: the same against one standalone HBase (``scripts/hbase``, as
 bench/hbase_ingest.py starts it; fresh tables each round).
 
-Run: ``python -m bench.new_series [--series N] [--rounds R] [--baseline REF] [--hbase]``.
+Run: ``python -m bench.new_series [--series N] [--rounds R] [--baseline REF] [--hbase]
+[--set KEY=VALUE ...]`` (``--set``: a config key for both daemons).
 """
 
 from __future__ import annotations
@@ -74,12 +75,12 @@ def export(ref: str, into: Path) -> Path:
 
 @contextlib.asynccontextmanager
 async def daemon(
-    source: Path | None, data_dir: Path, hbase: HBase | None, prefix: str
+    source: Path | None, data_dir: Path, hbase: HBase | None, prefix: str, extra: dict[str, str]
 ) -> AsyncIterator[Tsd]:
-    settings: dict[str, str] = {}
+    settings: dict[str, str] = dict(extra)
     if hbase is not None:
         await make_tables(tables(hbase.server, prefix))
-        settings = tsd_settings(tables(hbase.server, prefix))
+        settings |= tsd_settings(tables(hbase.server, prefix))
     mode = next(iter(modes().values()))
     server = await start_tsd(data_dir, mode, source=source, settings=settings)
     try:
@@ -91,7 +92,11 @@ async def daemon(
 async def one_round(
     source: Path | None, data_dir: Path, hbase: HBase | None, prefix: str, args: argparse.Namespace
 ) -> Rate:
-    async with daemon(source, data_dir, hbase, prefix) as server, aiohttp.ClientSession() as http:
+    extra = dict(item.split("=", 1) for item in args.set)
+    async with (
+        daemon(source, data_dir, hbase, prefix, extra) as server,
+        aiohttp.ClientSession() as http,
+    ):
         warm = [b"put cold.cpu %d 0 host=warm dc=lga\n" % BASE_TS]
         await timed(server, http, 1, lambda acked: [send_telnet(server, warm, acked)])
         lines = cold_lines(args.series, prefix)
@@ -132,6 +137,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", default="main", help="git ref of the 'before' daemon")
     parser.add_argument("--hbase", action="store_true", help="on a standalone HBase")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="to both daemons"
+    )
     args = parser.parse_args()
     os.sched_setaffinity(0, next(iter(modes().values())).generator_cpus)
     store = "HBase" if args.hbase else "the embedded store"
