@@ -61,6 +61,7 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "LINE_TOO_LONG",
     "TELNET_COMMANDS",
+    "TELNET_REF_CACHE",
     "Command",
     "DieDieDieCommand",
     "DropCachesCommand",
@@ -427,6 +428,10 @@ def _type_value(text: bytes) -> int | float | None:
 
 _Series = TypeVar("_Series")
 
+#: The name under which the ingest service keeps the keys :func:`take_known_puts` looks
+#: series up by (the daemon's telnet and ``tsdb import`` share the form).
+TELNET_REF_CACHE: Final = "telnet"
+
 
 def take_known_puts(
     lines: Sequence[bytes | None],
@@ -450,7 +455,8 @@ def take_known_puts(
     is_float = _PLAIN_FLOAT.fullmatch
     index = start
     # Collectors send a whole round of series with one timestamp: type each text once.
-    last_text = b""
+    # None, not b"": an empty timestamp word must take the checks (and fail them).
+    last_text: bytes | None = None
     timestamp = 0
     value: int | float
     line: Any  # None (a line too long) fails the split below
