@@ -18,7 +18,12 @@ Baselines measured in the same run: VictoriaMetrics (Debian's ``victoria-metrics
 OpenTSDB listener, GOMAXPROCS=1 on the same CPU) when installed, with the same generator;
 and ``Storage.put`` of the same cells pre-encoded, in process (the storage's own ceiling).
 
-Run: ``python -m bench.ingest [--points N] [--connections C] [--repeat R] [--no-vm]``.
+With ``--baseline-src DIR`` (a directory holding another checkout's ``tsd`` package, e.g.
+``git archive main tsd | tar -x -C DIR``) that tsd runs too, alternating with this one,
+and the ratios this/baseline are printed: how a change moves ingest, in one run.
+
+Run: ``python -m bench.ingest [--points N] [--connections C] [--repeat R] [--no-vm]
+[--baseline-src DIR]``.
 """
 
 from __future__ import annotations
@@ -76,7 +81,11 @@ def pin(cpu: int) -> list[str]:
     return []
 
 
-async def start_tsd(data_dir: Path) -> Server:
+async def start_tsd(data_dir: Path, source: Path | None = None) -> Server:
+    """tsd from this checkout, or from the ``tsd`` package under ``source``."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     process = await asyncio.create_subprocess_exec(
         *pin(0),
         sys.executable,
@@ -93,6 +102,8 @@ async def start_tsd(data_dir: Path) -> Server:
         "--set",
         "tsd.logging.format=json",
         stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=source,  # python -m puts the working directory first on sys.path
     )
     assert process.stderr is not None
     while line := await process.stderr.readline():
@@ -320,6 +331,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2, help="runs per server, best kept")
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument(
+        "--baseline-src", type=Path, help="also run the tsd package under this directory"
+    )
     args = parser.parse_args()
     if pin(1):
         os.sched_setaffinity(0, {1})
@@ -334,9 +348,11 @@ def main() -> None:
             finally:
                 await server.stop()
 
-    async def measure() -> tuple[dict[str, Rate], dict[str, Rate]]:
-        best: dict[str, dict[str, Rate]] = {"tsd": {}, "vm": {}}
+    async def measure() -> tuple[dict[str, Rate], dict[str, Rate], dict[str, Rate]]:
+        best: dict[str, dict[str, Rate]] = {"tsd": {}, "vm": {}, "base": {}}
         servers: list[tuple[str, Callable[[Path], Awaitable[Server | None]]]] = [("tsd", start_tsd)]
+        if args.baseline_src is not None:
+            servers.append(("base", functools.partial(start_tsd, source=args.baseline_src)))
         if not args.no_vm:
             servers.append(("vm", start_vm))
         for _ in range(args.repeat):  # alternate, so that both see the same machine load
@@ -344,9 +360,9 @@ def main() -> None:
                 rates = await one_run(start)
                 for scenario, rate in (rates or {}).items():
                     best[name][scenario] = rate.best(best[name].get(scenario))
-        return best["tsd"], best["vm"]
+        return best["tsd"], best["vm"], best["base"]
 
-    tsd_rates, vm_rates = asyncio.run(measure())
+    tsd_rates, vm_rates, base_rates = asyncio.run(measure())
     with tempfile.TemporaryDirectory() as tmp:
         put_rate = storage_baseline(Path(tmp) / "s", args.points, args.series)
     cpus = "daemon on CPU 0, generator on CPU 1" if pin(1) else "no pinning (one CPU)"
@@ -364,6 +380,15 @@ def main() -> None:
             row += f" {vm.wall:10,.0f} {vm.cpu:10,.0f} {rate.wall / vm.wall:7.2f}"
             row += f" {rate.cpu / vm.cpu:9.2f}"
         print(row)
+    if base_rates:
+        print(f"  against the baseline tsd ({args.baseline_src}), this/baseline:")
+        for name, rate in tsd_rates.items():
+            base = base_rates[name]
+            print(
+                f"    {name:20} wall {rate.wall / base.wall:5.2f}  per CPU-second"
+                f" {rate.cpu / base.cpu:5.2f}  (baseline {base.wall:,.0f} wall,"
+                f" {base.cpu:,.0f}/cpu)"
+            )
     print(f"  Storage.put of pre-encoded cells, in process: {put_rate:,.0f} cells/s")
     print(f"  telnet steady / Storage.put: {tsd_rates['telnet steady'].wall / put_rate:.2f}")
     for scenario, goal in GOALS.items():

@@ -40,6 +40,7 @@ from tsd.storage.factory import open_storage
 from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
+from tsd.write.ingest import IngestService
 from tsd.write.pipeline import WritePath
 from tsd.write.writer import Writer, WriterLimits
 
@@ -92,9 +93,8 @@ class Daemon:
             storage, uids, config, self.registry, self._writer_limits
         )
         write_path.start()
-        writer, meta = write_path.writer, write_path.meta
-        services = self._services(storage, uids, writer)
-        services.extra[META_KEY] = meta
+        services = self._services(storage, uids, write_path.ingest)
+        services.extra[META_KEY] = write_path.meta
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
@@ -122,11 +122,11 @@ class Daemon:
             backend=config.storage.backend,
         )
 
-    def _services(self, storage: Storage, uids: UidService, writer: Writer) -> Services:
+    def _services(self, storage: Storage, uids: UidService, ingest: IngestService) -> Services:
         config = self.config
         services = Services(
             config=config,
-            writer=writer,
+            ingest=ingest,
             uids=uids,
             registry=self.registry,
             stats_tags=self._stats_tags(),
@@ -142,7 +142,7 @@ class Daemon:
     def _telnet_context(self, services: Services) -> TelnetContext:
         core = self.config.core
         return TelnetContext(
-            writer=services.writer,
+            ingest=services.ingest,
             uids=services.uids,
             registry=self.registry,
             stats_tags=services.stats_tags,
@@ -177,6 +177,11 @@ class Daemon:
     def writer(self) -> Writer:
         assert self._write_path is not None, "not started"
         return self._write_path.writer
+
+    @property
+    def ingest(self) -> IngestService:
+        assert self._write_path is not None, "not started"
+        return self._write_path.ingest
 
     @property
     def uids(self) -> UidService:

@@ -13,6 +13,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.storage.schema import opentsdb_tables
 from tsd.uid.service import UidService
+from tsd.write.ingest import IngestService
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.writer import Writer, WriterLimits
 
@@ -27,12 +28,13 @@ async def tables(storage: Storage, storage_config: StorageConfig) -> StorageConf
     return storage_config
 
 
-MakeWriter = Callable[..., Writer]
+MakeWriter = Callable[..., IngestService]
 
 
 @pytest.fixture
 async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[MakeWriter]:
-    """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, **storage_cfg)``.
+    """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, **storage_cfg)``:
+    a started Writer behind its ingest service (``.writer``).
 
     Metrics are auto-created unless ``auto_create_metrics=False`` is given.
     """
@@ -46,7 +48,7 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
         wall_clock: Callable[[], float] | None = None,
         auto_create_metrics: bool = True,
         **storage_cfg: Any,
-    ) -> Writer:
+    ) -> IngestService:
         base = Config()
         cfg = dataclasses.replace(
             base,
@@ -58,17 +60,11 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
         if wall_clock is not None:
             extra["wall_clock"] = wall_clock
         writer = Writer(
-            target,
-            UidService(target, cfg),
-            cfg.storage,
-            StatsRegistry(),
-            limits=limits,
-            schedule=schedule,
-            **extra,
+            target, cfg.storage, StatsRegistry(), limits=limits, schedule=schedule, **extra
         )
         writer.start()
         made.append(writer)
-        return writer
+        return IngestService(writer, UidService(target, cfg), cfg.storage)
 
     yield make
     for writer in made:

@@ -1,16 +1,16 @@
 """TelnetProtocol: OpenTSDB's line protocol on an asyncio transport. Thin: parsing and reply
-texts live in :mod:`tsd.protocol.telnet`, the write path in :mod:`tsd.write.writer`.
+texts live in :mod:`tsd.protocol.telnet`, the write path behind :mod:`tsd.write.ingest`.
 
-Lines are handled as they arrive, in order, a read at a time, without suspending while
-every ``put`` is for a known series: a run of those is typed by
-:func:`~tsd.protocol.telnet.take_known_puts` and buffered by one
-:meth:`Writer.add_points` call (no DataPoint, no parse per line; the writer's alias map,
-keyed by the raw metric and tag words of lines the full parser accepted, gives each
-line's series). A put for a new series (UIDs to look up or assign), or a writer whose
-buffer is full, needs to await; reading is then paused and a task carries on with the
-buffered lines until none is left, then resumes reading. So one connection never holds
-more than what the kernel and one read gave us, and back-pressure from storage reaches
-the client's socket.
+Each connection is a loop of frame -> parse -> ingest -> reply over one
+:class:`~tsd.write.ingest.IngestSession`. Lines are handled as they arrive, in order, a
+read at a time, without suspending while every ``put`` is for a known series: a run of
+those is typed by :func:`~tsd.protocol.telnet.take_known_puts` (keyed by the raw metric
+and tag words of lines the full parser accepted, in the service's ``telnet`` ref cache)
+and appended by ref in one call. A put for a new series (UIDs to look up or assign), a
+command after such puts, or a full writer needs to await; reading is then paused and a
+task carries on with the buffered lines until none is left, then resumes reading. So one
+connection never holds more than what the kernel and one read gave us, and back-pressure
+from storage reaches the client's socket.
 
 A client that closes right after its last line (Telegraf, potsdb) loses nothing: the
 lines already received are handled before the connection is finished. A final line without
@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from tsd.codec import SeriesKey
-from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
+from tsd.errors import BadRequestError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import (
+    TELNET_REF_CACHE,
     Command,
     DieDieDieCommand,
     DropCachesCommand,
@@ -54,7 +54,7 @@ from tsd.protocol.telnet import (
 from tsd.server.listener import TrackedProtocol
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
-from tsd.write.writer import Ack, Writer
+from tsd.write.ingest import IngestService, IngestSession, RefPoint, RefusalKind, Refused
 
 log = get_logger(TELNET)
 
@@ -70,7 +70,7 @@ DIEDIEDIE_REFUSED = "diediedie: refused: only allowed from the loopback interfac
 class TelnetContext:
     """What every telnet connection of one daemon shares."""
 
-    writer: Writer
+    ingest: IngestService
     uids: UidService
     registry: StatsRegistry
     #: the extra tags of every ``stats`` line (``host=<name>``)
@@ -93,10 +93,10 @@ SLOW_PUT_WINDOW = 64
 
 @dataclass(frozen=True, slots=True)
 class _SlowPut:
-    """A put whose series is not cached yet, and the raw words its line can be remembered by."""
+    """A put whose series is not resolved yet, and the raw words its line is known by."""
 
     point: DataPoint
-    alias: tuple[bytes, bytes] | None
+    alias: tuple[bytes, bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,13 @@ class TelnetProtocol(TrackedProtocol):
     def __init__(self, context: TelnetContext, stats: TelnetStats) -> None:
         self._context = context
         self._stats = stats
-        self._writer = context.writer
+        self._refs = context.ingest.ref_cache(TELNET_REF_CACHE)
+        self._session: IngestSession[None] = context.ingest.session(
+            cache=self._refs,
+            window=SLOW_PUT_WINDOW,
+            on_refused=self._refused,
+            on_batch_failed=self._batch_failed if context.return_errors else None,
+        )
         self._lines = LineBuffer(context.max_line_bytes)
         self._batch: list[bytes | None] = []  # lines of the last read, handled up to _next
         self._next = 0
@@ -137,9 +143,7 @@ class TelnetProtocol(TrackedProtocol):
         self._peer = ""
         self._loopback = False
         self._task: asyncio.Task[None] | None = None
-        self._last_ack: Ack | None = None
         self._put_enabled = "put" in context.commands
-        self._pending: set[asyncio.Task[None]] = set()  # puts waiting for their UIDs
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
@@ -220,14 +224,12 @@ class TelnetProtocol(TrackedProtocol):
         writer is full (True).
 
         Lines come from the buffer a whole read at a time. Runs of puts of known series go
-        to the writer in bulk (:func:`take_known_puts`, :meth:`Writer.add_points`), at most
-        as many as it has room for; any other line takes the full parser on its own.
+        to the session by ref (:func:`take_known_puts`), at most as many as the writer has
+        room for; any other line takes the full parser on its own.
         """
-        writer = self._writer
-        context = self._context
+        session, context, refs = self._session, self._context, self._refs
         received = self._stats.received
         fast = self._put_enabled
-        aliases = writer.aliases
         while not self._exiting:
             lines, index = self._batch, self._next
             if index >= len(lines):
@@ -236,14 +238,14 @@ class TelnetProtocol(TrackedProtocol):
                 if not lines:
                     return None
             if fast:
-                if writer.is_full():
+                if session.is_full():
                     return True
-                points: list[tuple[SeriesKey, int, int | float]] = []
-                index = take_known_puts(lines, index, aliases, points, writer.room())
+                points: list[RefPoint] = []
+                index = take_known_puts(lines, index, refs, points, session.room())
                 if points:
                     self._next = index
                     received.value += len(points)
-                    self._add_points(points)
+                    session.append_by_ref(points)
                     continue
             line = lines[index]
             self._next = index + 1
@@ -259,15 +261,11 @@ class TelnetProtocol(TrackedProtocol):
                 self._write(format_error(exc))
                 continue
             if type(command) is PutCommand:
-                point = command.point
                 words = line.split(b" ", 4)
                 alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
-                series = writer.cached_series(point.metric, point.tags)
-                if series is None:
-                    return _SlowPut(point, alias)
-                writer.remember_alias(alias, series)
-                self._add(series, point.timestamp, point.value)
-            elif self._pending:
+                if not session.try_append(command.point, None, (alias,)):
+                    return _SlowPut(command.point, alias)
+            elif session.has_pending():
                 # Commands answer after the puts before them (tcollector's version probe
                 # then means "everything sent so far is handled").
                 return _Barrier(command)
@@ -275,47 +273,21 @@ class TelnetProtocol(TrackedProtocol):
                 self._run_command(command)
         return None
 
-    def _add_points(self, points: list[tuple[SeriesKey, int, int | float]]) -> None:
-        try:
-            ack = self._writer.add_points(points)
-        except TsdError as exc:  # shutting down: one reply per refused point, as for one
-            self._write(((HBASE_ERROR + exc.message + "\n") * len(points)).encode())
-            return
-        if ack is not self._last_ack:
-            self._watch(ack)
-
-    def _add(self, series: SeriesKey, timestamp: int, value: int | float) -> None:
-        """Buffer one point (the next line checks whether the writer is full)."""
-        try:
-            ack = self._writer.add_to(series, timestamp, value)
-        except TsdError as exc:  # shutting down
-            self._write_line(HBASE_ERROR + exc.message)
-            return
-        if ack is not self._last_ack:
-            self._watch(ack)
-
     async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
-        """Handle lines that need awaiting. UID lookups run concurrently (up to
-        ``SLOW_PUT_WINDOW`` per connection) so that new series do not go one by one."""
+        """Handle lines that need awaiting (UID lookups run in the session's window)."""
         blocked: _SlowPut | _Barrier | bool | None = first
-        pending = self._pending
-        loop = asyncio.get_running_loop()
+        session = self._session
         try:
             while blocked is not None:
                 if isinstance(blocked, _SlowPut):
-                    task = loop.create_task(self._put_slow(blocked))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                    if len(pending) >= SLOW_PUT_WINDOW:
-                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    await session.append(blocked.point, None, (blocked.alias,))
                 elif isinstance(blocked, _Barrier):
-                    await asyncio.wait(pending)
+                    await session.settle()
                     self._run_command(blocked.command)
-                elif self._writer.is_full():
-                    await self._writer.wait_writable()
+                else:
+                    await session.wait_room()
                 blocked = self._run_lines()
-            if pending:
-                await asyncio.wait(pending)
+            await session.settle()
         except Exception:
             self._stats.exceptions.inc()
             log.exception("telnet.crashed", peer=self._peer)
@@ -330,34 +302,16 @@ class TelnetProtocol(TrackedProtocol):
         else:
             transport.resume_reading()
 
-    async def _put_slow(self, slow: _SlowPut) -> None:
-        point = slow.point
-        writer = self._writer
-        try:
-            series = await writer.series_of(point.metric, point.tags)
-            ack = writer.add_to(series, point.timestamp, point.value)
-        except NoSuchUniqueName as exc:
+    def _refused(self, tag: None, point: DataPoint | None, refused: Refused) -> None:
+        """OpenTSDB's reply to a put it could not take (PutDataPointRpc's errbacks)."""
+        if refused.kind is RefusalKind.UNKNOWN_METRIC:
             self._stats.unknown_metrics.inc()
-            self._write_line(UNKNOWN_METRIC + exc.message)
-        except TsdError as exc:
-            if self._context.return_errors:
-                self._write_line(HBASE_ERROR + exc.message)
-        else:
-            if slow.alias is not None:
-                writer.remember_alias(slow.alias, series)
-            self._watch(ack)
+            self._write_line(UNKNOWN_METRIC + refused.message)
+        elif self._context.return_errors:  # tsd.rpc.telnet.return_errors
+            self._write_line(HBASE_ERROR + refused.message)
 
-    def _watch(self, ack: Ack) -> None:
-        """Report a failed storage write once per batch, as OpenTSDB's PutErrback does."""
-        if ack is not self._last_ack:
-            self._last_ack = ack
-            if self._context.return_errors:
-                ack.add_done_callback(self._report_storage_error)
-
-    def _report_storage_error(self, ack: Ack) -> None:
-        if not ack.cancelled() and (exc := ack.exception()) is not None:
-            message = exc.message if isinstance(exc, TsdError) else str(exc)
-            self._write_line(HBASE_ERROR + message)
+    def _batch_failed(self, error: TsdError) -> None:
+        self._write_line(HBASE_ERROR + error.message)
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
         if exc.message.startswith("put: invalid value"):
@@ -378,7 +332,7 @@ class TelnetProtocol(TrackedProtocol):
             self._write(format_help(context.commands))
         elif isinstance(command, DropCachesCommand):
             context.uids.drop_caches()
-            self._writer.drop_caches()
+            context.ingest.drop_caches()
             self._write(format_drop_caches())
         elif isinstance(command, ExitCommand):
             self._exiting = True

@@ -1,5 +1,6 @@
-"""The write path as the daemon and ``tsdb import`` both build it: a Writer whose new
-series reach meta tracking (tsd.core.meta.*), started and closed in the right order."""
+"""The write path as the daemon and ``tsdb import`` both build it: a Writer, the ingest
+service in front of it (whose new series reach meta tracking, tsd.core.meta.*), started
+and closed in the right order."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from tsd.meta.service import MetaService
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
+from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer, WriterLimits
 
 
 @dataclass(slots=True)
 class WritePath:
     writer: Writer
+    ingest: IngestService
     meta: MetaService
 
     @classmethod
@@ -28,15 +31,11 @@ class WritePath:
         limits: WriterLimits | None = None,
     ) -> WritePath:
         meta = MetaService(storage, uids, config, registry)
-        writer = Writer(
-            storage,
-            uids,
-            config.storage,
-            registry,
-            limits=limits,
-            on_new_series=meta.tracker.on_new_series,
+        writer = Writer(storage, config.storage, registry, limits=limits)
+        ingest = IngestService(
+            writer, uids, config.storage, on_new_series=meta.tracker.on_new_series
         )
-        return cls(writer, meta)
+        return cls(writer, ingest, meta)
 
     def start(self) -> None:
         self.writer.start()

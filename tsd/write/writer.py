@@ -1,19 +1,15 @@
-"""The write path: data point -> UIDs -> row key -> cell -> batch -> storage.
+"""The storage side of the write path: points of resolved series -> cells -> batch -> storage.
 
-* UIDs. A series (metric + tags) is resolved once; its row-key template
-  (:class:`tsd.codec.SeriesKey`) is cached, so a known series costs a dict lookup and the
-  qualifier/value encoding. A miss awaits :meth:`UidService.resolve_for_write` (which
-  assigns new UIDs when auto-create allows it).
-* The hot path. Protocols remember a template under their own key for a series
-  (:meth:`remember_alias`: raw telnet words, /api/put keys) and look runs of points up
-  in :attr:`aliases` themselves; :meth:`add_points` then buffers a whole run (a socket
-  read, a request body) in one call, encoded by
-  :func:`tsd.codec.qualifier.encode_points_into`, at most :meth:`room` points at a time.
+* Input. Series are resolved (UIDs, row-key template) by the ingest service
+  (:mod:`tsd.write.ingest`), the only caller: :meth:`add_points` buffers a whole run of
+  ``(series, timestamp, value)`` (a socket read, a request body) in one call, encoded by
+  :func:`tsd.codec.qualifier.encode_points_into`, at most :meth:`room` points at a time;
+  :meth:`add_to` buffers one.
 * Batching. Cells go into the current :class:`~tsd.write.batch.Batch`; a background task
   flushes it when it is full or due (``tsd.storage.flush_interval``), at most
   ``max_in_flight`` writes at a time, each a sorted list of puts (or, with
   ``tsd.storage.enable_appends``, one append per row).
-* Acknowledgements. :meth:`Writer.add` returns the future of the batch the point went
+* Acknowledgements. :meth:`add_points` returns the future of the batch the point went
   into; it resolves once storage holds that batch (``/api/put?sync``). Nobody has to await
   it: without ``sync`` a point is acknowledged when buffered, as OpenTSDB acknowledges once
   its HBase client queued the RPC.
@@ -36,18 +32,16 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point, make_series_key
+from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.config import StorageConfig
 from tsd.errors import StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
-from tsd.model import DataPoint, Tags
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
-from tsd.uid.service import UidService
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import DATA_FAMILY, Compactor
 from tsd.write.schedule import CompactionSchedule
@@ -67,8 +61,6 @@ class WriterLimits:
     max_pending_cells: int = 4 * DEFAULT_MAX_CELLS
     #: concurrent storage writes
     max_in_flight: int = 2
-    #: series row-key templates kept; the cache is cleared when it grows past this
-    max_series: int = 1_000_000
     #: pauses between attempts of a failed batch write
     retry_delays_s: tuple[float, ...] = (0.1, 0.5, 2.0)
     #: seconds a shutdown spends compacting rows that are due
@@ -81,7 +73,6 @@ class Writer:
     def __init__(
         self,
         storage: Storage,
-        uids: UidService,
         cfg: StorageConfig,
         registry: StatsRegistry,
         *,
@@ -89,13 +80,8 @@ class Writer:
         schedule: CompactionSchedule | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]]], None] | None = None,
     ) -> None:
-        """``on_new_series(metric_uid, tag_uid_pairs)`` is called (synchronously) when a
-        series gets its row-key template, i.e. once per series until the template cache is
-        cleared: meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
         self._storage = storage
-        self._uids = uids
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
@@ -103,9 +89,6 @@ class Writer:
         self._policy = BatchPolicy(self._limits.max_batch_cells, cfg.flush_interval_ms / 1000)
         self._clock = clock
         self._wall_clock = wall_clock
-        self._on_new_series = on_new_series
-        self._series: dict[tuple[str, Tags], SeriesKey] = {}
-        self._aliases: dict[Hashable, SeriesKey] = {}
         self._max_batch_cells = self._policy.max_cells
         self._max_pending_cells = self._limits.max_pending_cells
         self._batch = Batch(self._policy)
@@ -138,10 +121,6 @@ class Writer:
         registry.gauge("writer.pending_cells", self.pending_cells)
         registry.gauge("compaction.queue.size", lambda: len(self._schedule))
 
-    @property
-    def uids(self) -> UidService:
-        return self._uids
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -172,59 +151,6 @@ class Writer:
         self._closed = True
 
     # -- adding points ------------------------------------------------------------------------
-
-    def try_add(self, point: DataPoint) -> Ack | None:
-        """Buffer ``point`` if its series is known, without suspending; None on a miss."""
-        series = self._series.get((point.metric, point.tags))
-        if series is None:
-            return None
-        return self.add_to(series, point.timestamp, point.value)
-
-    async def add(self, point: DataPoint) -> Ack:
-        """Buffer ``point``, resolving (and maybe assigning) its UIDs first.
-
-        Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError from
-        the UID lookup, StorageUnavailable once closing. The returned future resolves when
-        storage holds the point; it may fail with StorageError.
-        """
-        series = await self.series_of(point.metric, point.tags)
-        return self.add_to(series, point.timestamp, point.value)
-
-    async def series_of(self, metric: str, tags: Tags) -> SeriesKey:
-        """The row-key template of a series, resolving (maybe assigning) its UIDs once."""
-        key = (metric, tags)
-        series = self._series.get(key)
-        if series is None:
-            metric_uid, pairs = await self._uids.resolve_for_write(metric, tags)
-            series = make_series_key(self._layout, metric_uid, pairs)
-            if self._on_new_series is not None:
-                self._on_new_series(metric_uid, pairs)
-            if len(self._series) >= self._limits.max_series:
-                self._series.clear()
-            self._series[key] = series
-        return series
-
-    def cached_series(self, metric: str, tags: Tags) -> SeriesKey | None:
-        """The template of a series already resolved, without suspending; None on a miss."""
-        return self._series.get((metric, tags))
-
-    def series_for_alias(self, alias: Hashable) -> SeriesKey | None:
-        """A template remembered under a protocol's own key (raw telnet words), or None."""
-        return self._aliases.get(alias)
-
-    def remember_alias(self, alias: Hashable, series: SeriesKey) -> None:
-        """Remember ``series`` under ``alias``: the caller guarantees that the alias always
-        stands for that series (same bytes, same parse). Cleared with the series cache."""
-        aliases = self._aliases
-        if len(aliases) >= self._limits.max_series:
-            aliases.clear()
-        aliases[alias] = series
-
-    @property
-    def aliases(self) -> Mapping[Hashable, SeriesKey]:
-        """The templates remembered under protocols' own keys (see :meth:`remember_alias`),
-        for hot loops that look many points up at once."""
-        return self._aliases
 
     def add_points(self, points: Sequence[tuple[SeriesKey, int, int | float]]) -> Ack:
         """Buffer points of known series, in order: the bulk form of :meth:`add_to` (one
@@ -303,11 +229,6 @@ class Writer:
                 await asyncio.shield(ack)
         if waiting:
             await asyncio.wait(waiting)
-
-    def drop_caches(self) -> None:
-        """Forget the series templates (with the UID caches: ``dropcaches``)."""
-        self._series.clear()
-        self._aliases.clear()
 
     # -- the flush task -----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from tsd.errors import BadRequestError, ConfigError
 from tsd.protocol.names import NameRules
 from tsd.stats import StatsRegistry
 from tsd.uid.service import UidService
-from tsd.write.writer import Writer
+from tsd.write.ingest import IngestService
 
 #: OpenTSDB's HttpQuery.MAX_API_VERSION.
 MAX_API_VERSION = 1
@@ -82,7 +82,7 @@ class Services:
     """Everything handlers may call, built by the daemon."""
 
     config: Config
-    writer: Writer
+    ingest: IngestService
     uids: UidService
     registry: StatsRegistry
     stats_tags: tuple[tuple[str, str], ...]
