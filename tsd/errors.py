@@ -27,6 +27,30 @@ class BadRequestError(TsdError):
         self.status = status
 
 
+class PutLineError(BadRequestError):
+    """A telnet ``put`` line OpenTSDB refuses; the message is its reply line,
+    ``put: <kind>: <reason>``.
+
+    ``kind`` names the Java exception behind the reply, which is also what the telnet
+    adapter counts and what ``tsdb import`` reports, so neither reads the message:
+    :data:`ILLEGAL_ARGUMENT` (IllegalArgumentException) or :data:`INVALID_VALUE`
+    (NumberFormatException, a bad timestamp included, as in OpenTSDB).
+    """
+
+    ILLEGAL_ARGUMENT = "illegal argument"
+    INVALID_VALUE = "invalid value"
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(f"put: {kind}: {reason}")
+        self.kind = kind
+        self.reason = reason
+
+    @property
+    def without_command(self) -> str:
+        """The reply without its ``put: `` (what ``tsdb import`` prints)."""
+        return f"{self.kind}: {self.reason}"
+
+
 class NoSuchUniqueName(TsdError):
     """A name has no UID (OpenTSDB's NoSuchUniqueName)."""
 

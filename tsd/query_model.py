@@ -240,7 +240,7 @@ class TSQuery:
 
 @dataclass(frozen=True, slots=True)
 class OutputOptions:
-    """Serializer options that always come from the query string (``arrays``, ``jsonp``)."""
+    """Serializer options that always come from the query string (``arrays``; ``jsonp`` is
+    the response middleware's, for every endpoint)."""
 
     arrays: bool = False
-    jsonp: str | None = None

@@ -16,7 +16,6 @@ import pytest
 from tsd.codec.value import (
     decode_value,
     encode_value,
-    format_java_bytes,
     looks_like_integer,
     parse_value,
 )
@@ -269,10 +268,6 @@ def test_decode_value_rejects_unreadable(flags: int, hex_bytes: str, message: st
     with pytest.raises(IllegalDataError) as info:
         decode_value(flags, bytes.fromhex(hex_bytes))
     assert str(info.value) == message
-
-
-def test_format_java_bytes_is_signed() -> None:
-    assert format_java_bytes(bytes([0, 127, 128, 255])) == "[0, 127, -128, -1]"
 
 
 @pytest.mark.parametrize(

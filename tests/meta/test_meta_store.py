@@ -12,6 +12,7 @@ import pytest
 from tests.meta.conftest import NOW_S, MakeEnv
 from tests.uid.hooked_storage import HookedStorage
 from tsd.errors import BadRequestError, NoSuchUniqueId, NotModified
+from tsd.meta.binding import loads
 from tsd.meta.tsmeta import (
     TsMeta,
     parse_stored_tsmeta,
@@ -118,7 +119,7 @@ async def test_tsmeta_create_update_and_http_shape(make_env: MakeEnv) -> None:
         b'"created":0,"custom":null,"units":"","dataType":"","retention":0,"max":100.0,'
         b'"min":"NaN"}'
     )
-    body = created.to_json()
+    body = orjson.loads(orjson.dumps(created.to_json()))
     assert list(body) == [
         "tsuid", "metric", "tags", "description", "notes", "created", "units", "retention",
         "max", "min", "displayName", "dataType", "lastReceived", "totalDatapoints",
@@ -171,3 +172,35 @@ def test_stored_nan_and_numbers_read_back() -> None:
     assert again.max == 1.5
     assert math.isnan(again.min)
     assert orjson.loads(meta.storage_json())["min"] == "NaN"
+
+
+@pytest.mark.parametrize(
+    ("value", "java_text"),
+    [
+        pytest.param(1e-4, b"1.0E-4", id="below_1e-3_is_scientific"),
+        pytest.param(-0.0, b"-0.0", id="negative_zero_keeps_its_sign"),
+    ],
+)
+async def test_tsmeta_doubles_are_written_as_java_does(
+    make_env: MakeEnv, value: float, java_text: bytes
+) -> None:
+    """Jackson writes TSMeta's max/min with Double.toString, stored and over HTTP."""
+    env = await make_env(meta_enable_tsuid_tracking=True)
+    await env.write("sys.cpu.user", NOW_S, 1, host="web01")
+    created = await env.meta.tsmetas.create(TSUID, {"max": value, "min": value})
+    row = await env.storage.get(env.config.storage.meta_table, TSUID)
+    assert row is not None
+    stored = row.value("name", b"ts_meta")
+    assert stored is not None
+    assert b'"max":' + java_text + b',"min":' + java_text + b"}" in stored
+    http = orjson.dumps(created.to_json())
+    assert b'"max":' + java_text + b',"min":' + java_text + b',"displayName"' in http
+
+
+def test_uidmeta_text_bound_from_a_number_is_the_clients_text() -> None:
+    """Jackson's StringDeserializer keeps a number token's source text."""
+    body = b'{"uid":"000001","type":"metric","description":1e-4,"notes":-0.0,"custom":{"a":2.50}}'
+    update = update_from_json(loads(body))
+    assert update.changes["description"] == "1e-4"
+    assert update.changes["notes"] == "-0.0"
+    assert update.changes["custom"] == {"a": "2.50"}

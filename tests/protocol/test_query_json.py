@@ -254,7 +254,7 @@ def test_get_uses_the_last_value_of_start() -> None:
 
 def test_output_options() -> None:
     assert parse_output_options({"arrays": ["true"], "jsonp": ["a", "cb"]}) == OutputOptions(
-        arrays=True, jsonp="cb"
+        arrays=True
     )
     assert parse_output_options({}) == OutputOptions()
 

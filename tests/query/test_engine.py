@@ -18,7 +18,7 @@ from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
 from tsd.errors import BadRequestError, IllegalDataError, NoSuchUniqueName
 from tsd.query.last import LastPointQuery, LastPointSubQuery, parse_last_query_params
-from tsd.query.output import serialize_last_points
+from tsd.server.http.render import render_last_points
 from tsd.storage.base import Put, Row, ScanSpec, Storage
 from tsd.storage.embedded import EmbeddedStorage
 
@@ -264,7 +264,7 @@ async def test_last_point_without_meta_tracking(harness: QueryHarness) -> None:
     exact = await harness.engine.last(
         LastPointQuery((LastPointSubQuery(tsuids=("000001000001000002",)),), back_scan=1)
     )
-    assert serialize_last_points(exact) == (
+    assert render_last_points(exact) == (
         b'[{"timestamp":%d,"value":"5","tsuid":"000001000001000002"}]' % ((now_s - 30) * 1000)
     )
     # backScan 1 looks at this hour and the previous one only: series a is older.

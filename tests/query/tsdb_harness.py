@@ -19,7 +19,7 @@ from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
 from tsd.model import DataPoint, make_tags
 from tsd.protocol.query_json import parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
-from tsd.query.output import serialize_query_result
+from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
 from tsd.storage.schema import opentsdb_tables
@@ -73,7 +73,7 @@ class QueryHarness:
             query = parse_query_params(params, now=NOW_MS)
         result = await self.engine.execute(query)
         arrays = params is not None and "arrays" in params
-        return orjson.loads(serialize_query_result(result, arrays=arrays))
+        return orjson.loads(render_query_result(result, arrays=arrays))
 
 
 @contextlib.asynccontextmanager

@@ -17,7 +17,7 @@ from tsd.errors import (
     UidAssignmentError,
 )
 from tsd.storage.base import Cell, Put, ScanSpec, Storage
-from tsd.uid.uniqueid import MAXID_ROW, UniqueId, format_java_bytes, prefix_stop_row
+from tsd.uid.uniqueid import MAXID_ROW, UniqueId, prefix_stop_row
 
 from .hooked_storage import HookedStorage
 
@@ -427,10 +427,6 @@ async def test_suggest_with_empty_prefix_scans_printable_ascii_only(make_uid: Ma
 )
 def test_prefix_stop_row(prefix: bytes, stop: bytes) -> None:
     assert prefix_stop_row(prefix) == stop
-
-
-def test_format_java_bytes_prints_signed_bytes() -> None:
-    assert format_java_bytes(b"\x00\x7f\x80\xff") == "[0, 127, -128, -1]"
 
 
 # -- rename and delete ------------------------------------------------------------------------

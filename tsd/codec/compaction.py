@@ -46,8 +46,9 @@ from tsd.codec.const import (
     MS_OFFSET_MASK,
 )
 from tsd.codec.qualifier import decode_annotation_qualifier
-from tsd.codec.value import decode_value, format_java_bytes
+from tsd.codec.value import decode_value
 from tsd.errors import IllegalDataError
+from tsd.java_text import format_java_bytes
 
 __all__ = [
     "DUPLICATE_TIMESTAMP",

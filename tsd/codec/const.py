@@ -105,6 +105,10 @@ UID_META_QUALIFIERS: Final = {
 # --- Meta table (meta/TSMeta.java; behaviour §4.6) ------------------------------------------
 
 TSMETA_FAMILY: Final = "name"
+
+# --- Tree table (tree/Tree.java TREE_FAMILY; create_table.sh) -------------------------------
+
+TREE_FAMILY: Final = "t"
 TSMETA_QUALIFIER: Final = b"ts_meta"
 TSMETA_COUNTER_QUALIFIER: Final = b"ts_ctr"
 

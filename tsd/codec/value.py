@@ -43,6 +43,7 @@ from tsd.codec.const import (
     LONG_MIN,
 )
 from tsd.errors import CodecError, IllegalDataError, IllegalValueError, NumberFormatError
+from tsd.java_text import format_java_bytes
 
 __all__ = [
     "EMPTY_STRING",
@@ -56,7 +57,6 @@ __all__ = [
     "VALUE_TOO_LONG",
     "decode_value",
     "encode_value",
-    "format_java_bytes",
     "looks_like_integer",
     "parse_long",
     "parse_value",
@@ -232,11 +232,6 @@ def encode_value(value: int | float | SupportsIndex | SupportsFloat) -> tuple[in
 
 
 # --- Decoding -------------------------------------------------------------------------------
-
-
-def format_java_bytes(data: bytes) -> str:
-    """Java's Arrays.toString(byte[]): signed decimal bytes, e.g. ``[1, -2]``."""
-    return "[" + ", ".join(str(b - 256 if b > 127 else b) for b in data) + "]"
 
 
 def _java_hex(flags: int) -> str:

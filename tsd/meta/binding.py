@@ -8,7 +8,9 @@ long field is parsed, ``null`` leaves a primitive at its default. These helpers 
 much; anything else is OpenTSDB's "Unable to parse the given JSON" (400).
 
 Stored meta JSON is written by OpenTSDB with Jackson's defaults, which quote non-finite
-doubles (``"max":"NaN"``); :func:`as_double` reads both forms back.
+doubles (``"max":"NaN"``); :func:`as_double` reads both forms back. The text rules
+themselves (a number bound into a String keeps its source text, a double written as
+``Double.toString``) are :mod:`tsd.java_text`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import orjson
 
 from tsd.errors import BadRequestError
+from tsd.java_text import jackson_text, load_json_keeping_text
 
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
@@ -46,11 +49,13 @@ def require_body(body: bytes) -> None:
 
 
 def loads(body: bytes) -> Any:
-    """Parse a request body (after :func:`require_body`); BindError when it is not JSON."""
+    """Parse a request body (after :func:`require_body`); BindError when it is not JSON.
+    Floats keep their source text, which a String field binds (Jackson's rule)."""
     try:
-        return orjson.loads(body)
+        orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BindError(str(exc)) from None
+    return load_json_keeping_text(body)
 
 
 def as_object(value: object, what: str) -> dict[str, Any]:
@@ -60,16 +65,14 @@ def as_object(value: object, what: str) -> dict[str, Any]:
 
 
 def as_text(value: object, name: str) -> str | None:
-    """A String field: text as is, numbers and booleans as their text, null as None."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return java_double_text(value)
-    raise BindError(f"Cannot deserialize '{name}' as a string from {_kind(value)}")
+    """A String field: text as is, numbers (their source text) and booleans as their
+    text, null as None."""
+    if value is None:
+        return None
+    try:
+        return jackson_text(value)
+    except TypeError:
+        raise BindError(f"Cannot deserialize '{name}' as a string from {_kind(value)}") from None
 
 
 def as_long(value: object, name: str, *, low: int = _LONG_MIN, high: int = _LONG_MAX) -> int:
@@ -140,30 +143,6 @@ def as_text_list(value: object, name: str) -> list[str] | None:
     if not isinstance(value, list):
         raise BindError(f"Cannot deserialize '{name}' from {_kind(value)}")
     return [as_text(item, name) or "" for item in value]
-
-
-def java_double_text(value: float) -> str:
-    """``Double.toString`` for the values meta objects hold (``1.0``, ``NaN``, ``1.0E10``)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == int(value) and abs(value) < 1e7:
-        return f"{int(value)}.0"
-    text = repr(value)
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        if "." not in mantissa:
-            mantissa += ".0"
-        return f"{mantissa}E{int(exponent)}"
-    return text
-
-
-def json_double(value: float) -> float | str:
-    """A double as Jackson writes it: a number, or ``"NaN"``/``"Infinity"`` quoted."""
-    if math.isfinite(value):
-        return value
-    return java_double_text(value)
 
 
 def _kind(value: object) -> str:

@@ -31,6 +31,7 @@ import orjson
 from tsd.codec import KeyLayout, parse_tsuid_hex, split_tsuid
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY, TSMETA_QUALIFIER
 from tsd.errors import BadRequestError, CodecError, NotModified
+from tsd.java_text import jackson_double
 from tsd.meta.binding import (
     as_custom,
     as_double,
@@ -38,7 +39,6 @@ from tsd.meta.binding import (
     as_long,
     as_object,
     as_text,
-    json_double,
 )
 from tsd.meta.uidmeta import UidMeta, UidMetaStore, java_map, sync_meta
 from tsd.storage.base import Delete, Put, RowFilter, ScanSpec, Storage
@@ -94,8 +94,8 @@ class TsMeta:
         out.update(
             units=self.units,
             retention=self.retention,
-            max=json_double(self.max),
-            min=json_double(self.min),
+            max=jackson_double(self.max),
+            min=jackson_double(self.min),
             displayName=self.display_name,
             dataType=self.data_type,
             lastReceived=self.last_received,
@@ -116,8 +116,8 @@ class TsMeta:
                 "units": self.units,
                 "dataType": self.data_type,
                 "retention": self.retention,
-                "max": json_double(self.max),
-                "min": json_double(self.min),
+                "max": jackson_double(self.max),
+                "min": jackson_double(self.min),
             }
         )
 

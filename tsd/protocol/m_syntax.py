@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from tsd.errors import BadRequestError
+from tsd.java_text import java_split
 from tsd.protocol.timespec import parse_duration
 from tsd.query_model import (
     AGGREGATOR_INTERPOLATION,
@@ -48,15 +49,6 @@ _CALENDAR_INTERVAL = re.compile(r"([0-9]+)(ms|[smhdwny])", re.IGNORECASE)
 def split_string(text: str, sep: str) -> list[str]:
     """``Tags.splitString``: split on every ``sep``, keeping empty parts."""
     return text.split(sep)
-
-
-def java_split(text: str, sep: str) -> list[str]:
-    """``String.split`` with a one-character literal: trailing empty parts are dropped."""
-    parts = text.split(sep)
-    if len(parts) > 1:
-        while parts and not parts[-1]:
-            parts.pop()
-    return parts
 
 
 # --------------------------------------------------------------------------- rate

@@ -50,6 +50,7 @@ import orjson
 from tsd.codec.const import LONG_MAX, LONG_MIN
 from tsd.codec.value import parse_value
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
+from tsd.java_text import jackson_text
 from tsd.model import MAX_MS_TIMESTAMP, DataPoint, Tags
 from tsd.protocol.names import (
     DEFAULT_NAME_RULES,
@@ -521,18 +522,17 @@ def _bind(element: object) -> _Incoming:
 
 
 def _bind_string(raw: object) -> str | None:
-    """Jackson's StringDeserializer."""
-    if isinstance(raw, str):  # exact path numbers are str too, holding their text
+    """Jackson's StringDeserializer (exact path numbers are str, holding their text)."""
+    if isinstance(raw, str):
         return raw
     if raw is None:
         return None
-    if raw is True:
-        return "true"
-    if raw is False:
-        return "false"
-    if isinstance(raw, int | float):
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
         raise _NeedExact  # the fast path lost the number's text
-    raise _unparseable()
+    try:
+        return jackson_text(raw)
+    except TypeError:
+        raise _unparseable() from None
 
 
 def _bind_value(raw: object) -> str | int | float | None:

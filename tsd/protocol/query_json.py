@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 from tsd.errors import BadRequestError
+from tsd.java_text import jackson_text
 from tsd.protocol.m_syntax import (
     add_group_by_filter,
     filter_from_tag_value,
@@ -147,10 +148,8 @@ def parse_query_params(
 def parse_output_options(
     params: Mapping[str, Sequence[str]] | _MultiMapping,
 ) -> OutputOptions:
-    """``arrays`` (presence) and ``jsonp`` (last value), read from the query string for
-    both GET and POST."""
-    params = _as_lists(params)
-    return OutputOptions(arrays="arrays" in params, jsonp=_last(params, "jsonp"))
+    """``arrays`` (presence), read from the query string for both GET and POST."""
+    return OutputOptions(arrays="arrays" in _as_lists(params))
 
 
 class _MultiMapping(Protocol):
@@ -383,13 +382,12 @@ def _as_list(value: object, name: str) -> list[Any]:
 
 
 def _as_str(value: object, name: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    raise _BindError(f"Cannot deserialize '{name}' as a string from {_kind(value)}")
+    if value is None:
+        return None
+    try:
+        return jackson_text(value)
+    except TypeError:
+        raise _BindError(f"Cannot deserialize '{name}' as a string from {_kind(value)}") from None
 
 
 def _as_tsuids(value: object, name: str) -> tuple[str, ...]:

@@ -22,7 +22,8 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
   (empty words skipped), value typing (``tsd.codec.value.parse_value``), NaN/Infinite,
   timestamp range (``bad timestamp=`` above 9999999999999), tag count and names.
 * Errors. Every failure raises ``BadRequestError`` whose message is exactly the line
-  OpenTSDB writes back, without the newline: ``put: illegal argument: ...`` for its
+  OpenTSDB writes back, without the newline; a refused put line raises its subclass
+  ``PutLineError``, whose ``kind`` says which: ``put: illegal argument: ...`` for its
   IllegalArgumentException, ``put: invalid value: ...`` for its NumberFormatException (a
   bad timestamp is reported as an invalid *value* too, as OpenTSDB does).
 * The hot path. ``LineBuffer.take_lines`` hands out every complete line of a read at once,
@@ -44,8 +45,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from tsd import __version__
-from tsd.codec.value import encode_value, format_java_bytes, parse_long, parse_value
-from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
+from tsd.codec.value import encode_value, parse_long, parse_value
+from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError, PutLineError
+from tsd.java_text import format_java_bytes
 from tsd.model import MAX_MS_TIMESTAMP, DataPoint
 from tsd.protocol.names import (
     DEFAULT_NAME_RULES,
@@ -325,12 +327,12 @@ def parse_command(
 _PLAIN_TAG: Final = re.compile(f"{PLAIN_NAME_CHARS}+={PLAIN_NAME_CHARS}+")
 
 
-def _illegal(message: str) -> BadRequestError:
-    return BadRequestError(f"put: illegal argument: {message}")
+def _illegal(message: str) -> PutLineError:
+    return PutLineError(PutLineError.ILLEGAL_ARGUMENT, message)
 
 
-def _invalid_value(message: str) -> BadRequestError:
-    return BadRequestError(f"put: invalid value: {message}")
+def _invalid_value(message: str) -> PutLineError:
+    return PutLineError(PutLineError.INVALID_VALUE, message)
 
 
 def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPoint:

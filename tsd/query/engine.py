@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tsd.codec import KeyLayout, encode_tags, salt_bucket
-from tsd.codec.const import MAX_TIMESPAN, TIMESTAMP_BYTES
+from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName
@@ -43,7 +43,7 @@ from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
-from tsd.query.output import LastPoint, QueryResult, SeriesResult, serialize_query_result
+from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.plan import (
     SCAN_BATCH_ROWS,
     ResolvedFilter,
@@ -163,14 +163,10 @@ class QueryEngine:
             }
         return QueryResult(query, series, global_notes, summary)
 
-    async def render(
-        self, result: QueryResult, *, arrays: bool = False, jsonp: str | None = None
-    ) -> bytes:
-        """The JSON body of ``result``, built in a worker thread (a big answer is millions
-        of values to format)."""
-        return await self._compute_off_loop(
-            serialize_query_result, result, arrays=arrays, jsonp=jsonp
-        )
+    async def compute(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` in a worker thread within the engine's compute slots (the server
+        renders a big answer, millions of values to format, this way)."""
+        return await self._compute_off_loop(fn, *args, **kwargs)
 
     @contextlib.asynccontextmanager
     async def _timeout(self) -> Any:
@@ -392,7 +388,7 @@ class QueryEngine:
         spec = ScanSpec(
             start=prefix + first.to_bytes(TIMESTAMP_BYTES, "big"),
             stop=prefix + last.to_bytes(TIMESTAMP_BYTES, "big"),
-            families=("t",),
+            families=(FAMILY,),
         )
         notes = []
         async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
@@ -462,7 +458,7 @@ class QueryEngine:
             keys = [
                 salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
             ]
-            rows = await self._storage.get_many(self._table, keys, ("t",))
+            rows = await self._storage.get_many(self._table, keys, (FAMILY,))
             for row in sorted(rows, key=lambda r: r.key, reverse=True):
                 point = await self._last_in_rows([row])
                 if point is not None:
@@ -490,7 +486,7 @@ class QueryEngine:
             spec = ScanSpec(
                 start=prefix + first.to_bytes(4, "big"),
                 stop=prefix + (top + MAX_TIMESPAN).to_bytes(4, "big"),
-                families=("t",),
+                families=(FAMILY,),
                 row_filter=RowFilter(regex) if regex is not None else None,
                 batch_rows=SCAN_BATCH_ROWS,
             )

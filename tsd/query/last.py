@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from tsd.errors import BadRequestError
-from tsd.query.output import java_double_to_string
+from tsd.java_text import java_double_to_string
 
 __all__ = [
     "DEFAULT_BACK_SCAN_HOURS",

@@ -20,13 +20,12 @@ its newline is dropped, as OpenTSDB's framer drops it.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from tsd.errors import BadRequestError, TsdError
+from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
@@ -52,6 +51,7 @@ from tsd.protocol.telnet import (
     take_known_puts,
 )
 from tsd.server.listener import TrackedProtocol
+from tsd.server.peer import is_loopback
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService, IngestSession, RefPoint, RefusalKind, Refused
@@ -159,7 +159,7 @@ class TelnetProtocol(TrackedProtocol):
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) and peer else ""
         self._peer = f"{host}:{peer[1]}" if host else str(peer)
-        self._loopback = _is_loopback(host)
+        self._loopback = is_loopback(host)
         if self._context.idle_timeout_s > 0:
             self._last_read = self._loop.time()
             self._idle_timer = self._loop.call_later(self._context.idle_timeout_s, self._check_idle)
@@ -314,7 +314,7 @@ class TelnetProtocol(TrackedProtocol):
         self._write_line(HBASE_ERROR + error.message)
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
-        if exc.message.startswith("put: invalid value"):
+        if isinstance(exc, PutLineError) and exc.kind == PutLineError.INVALID_VALUE:
             self._stats.invalid_values.inc()
         else:
             self._stats.illegal_arguments.inc()
@@ -366,10 +366,3 @@ class TelnetProtocol(TrackedProtocol):
             self._finished.set_result(None)
             if self.on_lost is not None:
                 self.on_lost(self)
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return host == "" or host.startswith("/")  # a Unix socket

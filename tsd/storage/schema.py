@@ -9,24 +9,18 @@ recorded and ignored by the embedded engine.
 
 from __future__ import annotations
 
+from tsd.codec.const import FAMILY, TREE_FAMILY, TSMETA_FAMILY, UID_ID_FAMILY, UID_NAME_FAMILY
 from tsd.config import StorageConfig
 from tsd.storage.base import FamilySpec, Storage
-
-#: OpenTSDB's family names (TSDB.FAMILY, UniqueId ID_FAMILY / NAME_FAMILY).
-DATA_FAMILY = "t"
-UID_ID_FAMILY = "id"
-UID_NAME_FAMILY = "name"
-TREE_FAMILY = "t"
-META_FAMILY = "name"
 
 
 def opentsdb_tables(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:
     """Configured table name -> its families, in create_table.sh's order."""
     return {
         cfg.uid_table: [FamilySpec(UID_ID_FAMILY), FamilySpec(UID_NAME_FAMILY)],
-        cfg.data_table: [FamilySpec(DATA_FAMILY, max_versions=1)],
+        cfg.data_table: [FamilySpec(FAMILY, max_versions=1)],
         cfg.tree_table: [FamilySpec(TREE_FAMILY, max_versions=1)],
-        cfg.meta_table: [FamilySpec(META_FAMILY)],
+        cfg.meta_table: [FamilySpec(TSMETA_FAMILY)],
     }
 
 

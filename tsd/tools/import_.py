@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO, cast
 
 from tsd.config import Config
-from tsd.errors import BadRequestError
+from tsd.errors import PutLineError
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, take_known_puts
@@ -193,11 +193,6 @@ def report_bad_line(err: TextIO, path: str, lineno: int, reason: str, line: str)
     print(f"{path}:{lineno}: {reason} line=[{shown}]", file=err)
 
 
-def _reason(exc: BadRequestError) -> str:
-    # The telnet parser's messages are its reply lines, "put: <reason>".
-    return exc.message.removeprefix("put: ")
-
-
 class _BadLine(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -213,8 +208,8 @@ def _parse_line(line: bytes, rules: NameRules) -> DataPoint:
     files."""
     try:
         return parse_put(line.decode("utf-8", "replace").split(" "), rules)
-    except BadRequestError as exc:
-        raise _BadLine(_reason(exc)) from None
+    except PutLineError as exc:
+        raise _BadLine(exc.without_command) from None
 
 
 async def import_source(

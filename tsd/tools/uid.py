@@ -44,6 +44,7 @@ from tsd.errors import (
     StorageError,
     UidAlreadyExists,
 )
+from tsd.java_text import format_java_bytes
 from tsd.protocol.names import validate_string
 from tsd.storage.base import ScanSpec
 from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
@@ -55,7 +56,6 @@ from tsd.uid.uniqueid import (
     UniqueId,
     decode_name,
     encode_name,
-    format_java_bytes,
 )
 
 USAGE = """\

@@ -52,6 +52,7 @@ from tsd.errors import (
     UidAlreadyExists,
     UidAssignmentError,
 )
+from tsd.java_text import format_java_bytes
 from tsd.storage.base import Delete, Put, ScanSpec, Storage
 from tsd.uid.cache import UidCache
 
@@ -92,11 +93,6 @@ def decode_name(raw: bytes) -> str:
 def uid_to_string(uid: bytes) -> str:
     """Upper-case hex, two digits a byte (OpenTSDB's ``UniqueId.uidToString``): ``"00002A"``."""
     return uid.hex().upper()
-
-
-def format_java_bytes(raw: bytes) -> str:
-    """Bytes as Java's ``Arrays.toString(byte[])`` prints them (signed): ``[0, 0, -28]``."""
-    return "[" + ", ".join(str(b - 256 if b > 127 else b) for b in raw) + "]"
 
 
 def prefix_stop_row(prefix: bytes) -> bytes:

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tsd.codec import compact_row
+from tsd.codec.const import FAMILY as DATA_FAMILY
 from tsd.errors import CodecError, StorageError
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Delete, Put, Row, Storage
 
 #: Column family of data points (TSDB.FAMILY).
-DATA_FAMILY = "t"
 #: Rows per read / write round.
 CHUNK_ROWS = 256
 

@@ -37,13 +37,14 @@ from dataclasses import dataclass
 
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
+from tsd.codec.const import FAMILY as DATA_FAMILY
 from tsd.config import StorageConfig
 from tsd.errors import StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
-from tsd.write.compactor import DATA_FAMILY, Compactor
+from tsd.write.compactor import Compactor
 from tsd.write.schedule import CompactionSchedule
 
 log = get_logger(WRITER)

@@ -25,16 +25,9 @@ from tsd.meta.annotations import AnnotationUpdate, annotation_update_from_json
 from tsd.meta.binding import as_bool, as_object, as_text, as_text_list, loads, require_body
 from tsd.meta.tsmeta import parse_client_tsuid
 from tsd.protocol.timespec import parse_datetime
-from tsd.server.http.app import ApiPath, Route
+from tsd.server.http.app import ApiPath, Route, api_method, method_not_allowed, query_params
 from tsd.server.http.errors import JSON_CONTENT_TYPE, json_response
-from tsd.server.http.meta_support import (
-    api_method,
-    body_of,
-    meta_service,
-    method_not_allowed_for,
-    params_of,
-    required_param,
-)
+from tsd.server.http.meta_support import body_of, meta_service, required_param
 
 
 async def handle_annotation(request: web.Request, path: ApiPath) -> web.StreamResponse:
@@ -67,7 +60,7 @@ async def handle_annotation(request: web.Request, path: ApiPath) -> web.StreamRe
             )
         await store.delete(update.tsuid, update.start_time)
         return web.Response(status=204, headers={"Content-Type": JSON_CONTENT_TYPE})
-    raise method_not_allowed_for(method)
+    raise method_not_allowed(method)
 
 
 def _note_end(update: AnnotationUpdate) -> int:
@@ -82,7 +75,7 @@ def _update_from_body(body: bytes) -> AnnotationUpdate:
 
 def _update_from_params(request: web.Request) -> AnnotationUpdate:
     """AnnotationRpc.parseQS: times parsed, then divided to seconds."""
-    params = params_of(request)
+    params = query_params(request)
     start_ms = parse_datetime(params.get("start_time", ""))
     if start_ms < 1:
         raise BadRequestError("Missing start time")
@@ -104,7 +97,7 @@ async def _bulk(request: web.Request, method: str) -> web.StreamResponse:
         return await _bulk_update(request, overwrite=method == "PUT")
     if method == "DELETE":
         return await _bulk_delete(request)
-    raise method_not_allowed_for(request.method)
+    raise method_not_allowed(request.method)
 
 
 async def _bulk_update(request: web.Request, overwrite: bool) -> web.StreamResponse:
@@ -147,7 +140,7 @@ async def _bulk_delete(request: web.Request) -> web.StreamResponse:
         tsuids = as_text_list(fields.get("tsuids"), "tsuids")
         is_global = as_bool(fields.get("global"), "global")
     else:
-        params = params_of(request)
+        params = query_params(request)
         start_text = required_param(params, "start_time")
         end_text = params.get("end_time")
         tsuids = [t.strip() for t in params["tsuids"].split(",")] if "tsuids" in params else None

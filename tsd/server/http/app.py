@@ -16,17 +16,27 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from tsd.config import Config
-from tsd.errors import BadRequestError, ConfigError
-from tsd.protocol.names import NameRules
-from tsd.stats import StatsRegistry
-from tsd.uid.service import UidService
-from tsd.write.ingest import IngestService
+from tsd.errors import BadRequestError
+from tsd.java_text import java_split
+from tsd.server.http.context import CORS_DOMAINS, IS_API, ROUTES, SERVICES, Services
+from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains
+
+__all__ = [
+    "SERVICES",
+    "ApiPath",
+    "api_method",
+    "Route",
+    "Services",
+    "make_app",
+    "method_not_allowed",
+    "parse_api_path",
+    "query_params",
+]
 
 #: OpenTSDB's HttpQuery.MAX_API_VERSION.
 MAX_API_VERSION = 1
@@ -77,34 +87,10 @@ class Route:
     needs_diediedie: bool = False
 
 
-@dataclass(slots=True)
-class Services:
-    """Everything handlers may call, built by the daemon."""
-
-    config: Config
-    ingest: IngestService
-    uids: UidService
-    registry: StatsRegistry
-    stats_tags: tuple[tuple[str, str], ...]
-    rules: NameRules
-    request_shutdown: Callable[[], None]
-    #: the query engine, once the daemon has one (``tsd.query.engine.QueryEngine``)
-    query_engine: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-SERVICES = web.AppKey("services", Services)
-ROUTES = web.AppKey("routes", dict)
-#: True for requests under /api: their replies are JSON, errors included.
-IS_API = web.RequestKey("tsd.is_api", bool)
-
-
 def split_path(path: str) -> list[str]:
-    """``path.substring(1).split("/")`` in Java: trailing empty strings dropped."""
-    parts = path[1:].split("/") if path.startswith("/") else path.split("/")
-    while len(parts) > 1 and parts[-1] == "":
-        parts.pop()
-    return parts
+    """``path.substring(1).split("/")`` in Java; a path of slashes only gives ``[""]`` (the
+    root route) where Java's empty array would fail."""
+    return java_split(path[1:] if path.startswith("/") else path, "/") or [""]
 
 
 def parse_api_path(path: str) -> ApiPath:
@@ -174,68 +160,36 @@ def method_not_allowed(method: str) -> BadRequestError:
     )
 
 
+#: HttpQuery.getAPIMethod's override values.
+_METHOD_OVERRIDES = {"get": "GET", "post": "POST", "put": "PUT", "delete": "DELETE"}
+
+
+def api_method(request: web.Request) -> str:
+    """HttpQuery.getAPIMethod: the verb a handler acts on; a GET may name another with
+    ``method_override`` (the last value of a repeated key, as getQueryStringParam takes)."""
+    if request.method != "GET" or "method_override" not in request.query:
+        return request.method
+    value = request.query.getall("method_override")[-1]
+    if not value:
+        raise BadRequestError("Missing method override value", status=405)
+    method = _METHOD_OVERRIDES.get(value.lower())
+    if method is None:
+        raise BadRequestError("Unknown or unsupported method override value", status=405)
+    return method
+
+
 def query_params(request: web.Request) -> dict[str, str]:
     """The query string with the *last* value of a repeated key (Netty's getQueryStringParam
     takes the last one)."""
     return {key: value for key, value in request.query.items()}
 
 
-def parse_cors_domains(text: str) -> frozenset[str] | None:
-    """``tsd.http.request.cors_domains``: None when empty (CORS off), else the upper-cased
-    domains; ``*`` cannot be mixed with domains (RpcHandler's constructor refuses it)."""
-    domains = frozenset(d.strip().upper() for d in text.split(",") if d.strip())
-    if not domains:
-        return None
-    if "*" in domains and len(domains) > 1:
-        raise ConfigError(
-            "tsd.http.request.cors_domains",
-            "must be a public resource (*) or a list of specific domains, you cannot mix both",
-        )
-    return domains
-
-
-CORS_DOMAINS = web.AppKey("cors_domains", frozenset)
-
-
-@web.middleware
-async def cors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """RpcHandler.applyCorsConfig: OPTIONS and cross-origin requests."""
-    from tsd.server.http.errors import error_response
-
-    domains: frozenset[str] | None = request.app.get(CORS_DOMAINS)
-    origin = request.headers.get("Origin", "")
-    if request.method != "OPTIONS" and (domains is None or not origin):
-        response: web.StreamResponse = await handler(request)
-        return response
-    if domains is None or not origin:
-        details = f"The HTTP method [{request.method}] is not permitted"
-        return error_response(405, "Method not allowed", details)
-    if "*" not in domains and origin.upper() not in domains:
-        # OpenTSDB: a 200 without the allow-origin header, the refusal in the body.
-        return error_response(
-            200, "CORS domain not allowed", f"The domain [{origin}] is not permitted access"
-        )
-    headers = {
-        "Access-Control-Allow-Origin": origin,
-        "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE",
-        "Access-Control-Allow-Headers": request.app[SERVICES].config.http.cors_headers,
-    }
-    if request.method == "OPTIONS":
-        return web.Response(status=200, headers=headers)
-    response = await handler(request)
-    response.headers.update(headers)
-    return response
-
-
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
-    from tsd.server.http.errors import error_middleware
-    from tsd.server.http.middleware import response_middleware
-
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
         # CORS outside: its headers go on error replies too.
-        middlewares=[response_middleware, cors_middleware, error_middleware],
+        middlewares=MIDDLEWARES,
         handler_args={"max_field_size": 65536, "max_line_size": 65536},
     )
     app[SERVICES] = services

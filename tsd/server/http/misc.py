@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import orjson
@@ -16,6 +15,7 @@ from tsd.query.filters import FILTER_DESCRIPTIONS
 from tsd.query.reducers import AGGREGATORS
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.peer import is_loopback
 
 log = get_logger(HTTP)
 
@@ -62,19 +62,12 @@ async def handle_dropcaches(request: web.Request, path: ApiPath) -> web.StreamRe
 async def handle_diediedie(request: web.Request, path: ApiPath) -> web.StreamResponse:
     services = request.app[SERVICES]
     peer = request.remote or ""
-    if services.config.core.diediedie_loopback_only and not _is_loopback(peer):
+    if services.config.core.diediedie_loopback_only and not is_loopback(peer):
         log.warning("http.diediedie_refused", peer=peer)
         raise BadRequestError("diediedie is only allowed from the loopback interface", status=403)
     log.warning("http.diediedie", peer=peer)
     services.request_shutdown()
     return web.Response(text="Cleaning up and exiting now.\n", content_type="text/plain")
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 ROUTES = {

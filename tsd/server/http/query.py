@@ -1,9 +1,10 @@
 """/api/query and /api/query/last (QueryRpc): parse, run the QueryEngine, serialise.
 
-GET reads the query string, POST the JSON body; DELETE (or ``?method_override=delete``)
-and a body's ``"delete": true`` need ``tsd.http.query.allow_delete``. ``arrays`` and
-``jsonp`` always come from the query string. ``/api/query/exp`` and ``/gexp`` are not
-implemented yet (501).
+GET reads the query string, POST the JSON body; the engine answers result objects and
+:mod:`tsd.server.http.render` writes them (jsonp is the response middleware's); DELETE
+(or ``?method_override=delete``) and a body's ``"delete": true`` need
+``tsd.http.query.allow_delete``. ``arrays`` always comes from the query string.
+``/api/query/exp`` and ``/gexp`` are not implemented yet (501).
 """
 
 from __future__ import annotations
@@ -16,25 +17,17 @@ from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
-from tsd.query.output import serialize_last_points
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.http.render import render_last_points, render_query_result
 
 _DELETE_DISABLED = BadRequestError(
     "Bad request", "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
 )
 
 
-def _api_method(request: web.Request) -> str:
-    """HttpQuery.getAPIMethod: a GET may say ``method_override=post|put|delete``."""
-    override = request.query.get("method_override", "")
-    if request.method == "GET" and override:
-        return override.upper()
-    return request.method
-
-
 async def handle_query(request: web.Request, path: ApiPath) -> web.StreamResponse:
-    method = _api_method(request)
+    method = api_method(request)
     if method not in ("GET", "POST", "DELETE"):
         raise method_not_allowed(request.method)
     services = request.app[SERVICES]
@@ -69,7 +62,7 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             # duplicate data, an infinite aggregate...), the message as is.
             raise BadRequestError(exc.message) from exc
         raise
-    body = await engine.render(result, arrays=options.arrays, jsonp=options.jsonp)
+    body = await engine.compute(render_query_result, result, arrays=options.arrays)
     registry.counter("http.query.success").inc()
     return json_response(body)
 
@@ -81,7 +74,7 @@ async def _handle_last(request: web.Request, engine: QueryEngine) -> web.StreamR
         params = {key: request.query.getall(key) for key in request.query}
         query = parse_last_query_params(params)
     points = await engine.last(query)
-    return json_response(serialize_last_points(points, jsonp=request.query.get("jsonp")))
+    return json_response(render_last_points(points))
 
 
 ROUTES = {"api/query": Route(handle_query, modes=frozenset({"rw", "ro"}))}

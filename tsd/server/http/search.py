@@ -17,15 +17,9 @@ from aiohttp import web
 from tsd.errors import BadRequestError
 from tsd.meta.binding import as_bool, as_int, as_object, as_text, loads, require_body
 from tsd.meta.lookup import DEFAULT_LIMIT, LookupQuery, TagPair, lookup_response, parse_lookup_m
-from tsd.server.http.app import ApiPath, Route
+from tsd.server.http.app import ApiPath, Route, api_method, query_params
 from tsd.server.http.errors import json_response
-from tsd.server.http.meta_support import (
-    api_method,
-    body_of,
-    meta_service,
-    params_of,
-    required_param,
-)
+from tsd.server.http.meta_support import body_of, meta_service, required_param
 
 SEARCH_TYPES = ("tsmeta", "tsmeta_summary", "tsuids", "uidmeta", "annotation", "lookup")
 
@@ -44,7 +38,7 @@ async def handle_search(request: web.Request, path: ApiPath) -> web.StreamRespon
     body = await body_of(request)
     if endpoint.lower() != "lookup":
         if not body:
-            required_param(params_of(request), "query")
+            required_param(query_params(request), "query")
         raise BadRequestError("Searching is not enabled", "Searching is not enabled")
     query, echo = _lookup_from_body(body) if body else _lookup_from_params(request)
     response = await lookup_response(meta_service(request).lookup, query, echo)
@@ -52,7 +46,7 @@ async def handle_search(request: web.Request, path: ApiPath) -> web.StreamRespon
 
 
 def _lookup_from_params(request: web.Request) -> tuple[LookupQuery, list[TagPair]]:
-    params = params_of(request)
+    params = query_params(request)
     metric, tags = parse_lookup_m(required_param(params, "m"))
     limit = DEFAULT_LIMIT
     if "limit" in params:

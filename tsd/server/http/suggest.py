@@ -15,9 +15,9 @@ from aiohttp import web
 
 from tsd.errors import BadRequestError
 from tsd.meta.binding import as_object, as_text, loads, require_body
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
-from tsd.server.http.meta_support import body_of, params_of, required_param
+from tsd.server.http.meta_support import body_of, required_param
 from tsd.uid.uniqueid import MAX_SUGGESTIONS
 
 SUGGEST_TYPES = ("metrics", "tagk", "tagv")
@@ -34,7 +34,7 @@ async def handle_suggest(request: web.Request, path: ApiPath) -> web.StreamRespo
         prefix = as_text(fields.get("q"), "q") or ""
         max_text = as_text(fields.get("max"), "max")
     else:
-        params = params_of(request)
+        params = query_params(request)
         kind = required_param(params, "type")
         prefix = params.get("q", "")
         max_text = params.get("max")

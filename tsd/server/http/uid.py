@@ -15,6 +15,7 @@ from aiohttp import web
 
 from tsd.codec import uid_to_hex
 from tsd.errors import BadRequestError
+from tsd.java_text import java_split
 from tsd.protocol.names import java_hash_order, validate_string
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
@@ -42,7 +43,7 @@ async def handle_assign(request: web.Request) -> web.StreamResponse:
         source = _parse_body(await request.read())
     else:
         params = query_params(request)
-        source = {kind: _java_split(params[kind]) for kind in ASSIGN_TYPES if params.get(kind)}
+        source = {kind: java_split(params[kind], ",") for kind in ASSIGN_TYPES if params.get(kind)}
     if not source:
         raise BadRequestError("Missing values to assign UIDs")
     response: dict[str, dict[str, str]] = {}
@@ -70,14 +71,6 @@ async def _assign_all(
         except BadRequestError as exc:  # OpenTSDB's IllegalArgumentException
             errors[name] = exc.message
     return results, errors
-
-
-def _java_split(text: str) -> list[str]:
-    """String.split(","): trailing empty strings dropped."""
-    parts = text.split(",")
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
 
 
 def _parse_body(body: bytes) -> dict[str, list[str]]:

@@ -30,16 +30,14 @@ from tsd.meta.tsmeta import (
 )
 from tsd.meta.uidmeta import UidMetaUpdate, update_from_json, update_from_params
 from tsd.protocol.names import java_hash_order
-from tsd.server.http.app import SERVICES
-from tsd.server.http.errors import JSON_CONTENT_TYPE, json_response
-from tsd.server.http.meta_support import (
+from tsd.server.http.app import (
+    SERVICES,
     api_method,
-    body_of,
-    meta_service,
-    method_not_allowed_for,
-    params_of,
-    required_param,
+    method_not_allowed,
+    query_params,
 )
+from tsd.server.http.errors import JSON_CONTENT_TYPE, json_response
+from tsd.server.http.meta_support import body_of, meta_service, required_param
 
 
 def _not_modified() -> web.Response:
@@ -58,7 +56,7 @@ async def handle_uidmeta(request: web.Request) -> web.StreamResponse:
     meta = meta_service(request)
     try:
         if method == "GET":
-            params = params_of(request)
+            params = query_params(request)
             uid = required_param(params, "uid")
             found = await meta.uid_metas.get(required_param(params, "type"), uid)
             return json_response(orjson.dumps(found.to_json()))
@@ -78,7 +76,7 @@ async def handle_uidmeta(request: web.Request) -> web.StreamResponse:
             return _no_content()
     except NoSuchUniqueId as exc:
         raise BadRequestError("Could not find the requested UID", exc.message, 404) from None
-    raise method_not_allowed_for(method)
+    raise method_not_allowed(method)
 
 
 async def _uidmeta_update(request: web.Request) -> UidMetaUpdate:
@@ -86,7 +84,7 @@ async def _uidmeta_update(request: web.Request) -> UidMetaUpdate:
     if body:
         require_body(body)
         return update_from_json(loads(body))
-    params = params_of(request)
+    params = query_params(request)
     required_param(params, "uid")
     required_param(params, "type")
     return update_from_params(params)
@@ -114,11 +112,11 @@ async def handle_tsmeta(request: web.Request) -> web.StreamResponse:
             raise BadRequestError("Unable to delete TSMeta information", "Missing UID")
         await meta.tsmetas.delete(parse_client_tsuid(meta.layout, update.tsuid))
         return _no_content()
-    raise method_not_allowed_for(method)
+    raise method_not_allowed(method)
 
 
 async def _get_tsmeta(request: web.Request, meta: MetaService) -> web.StreamResponse:
-    params = params_of(request)
+    params = query_params(request)
     try:
         if "tsuid" in params:
             tsuid = parse_client_tsuid(meta.layout, params["tsuid"])
@@ -142,7 +140,7 @@ async def _save_tsmeta(
         tsuid = parse_client_tsuid(meta.layout, update.tsuid)
         saved = await store.sync(tsuid, update.changes, overwrite)
         return json_response(orjson.dumps(saved.to_json()))
-    params = params_of(request)
+    params = query_params(request)
     metric_uid, pairs = await _series_uids(meta, required_param(params, "m"))
     tsuid = tsuid_from_parts(meta.layout, metric_uid, pairs)
     if await store.exists(tsuid):
@@ -177,7 +175,7 @@ async def _tsmeta_update(request: web.Request) -> TsMetaUpdate:
     if body:
         require_body(body)
         return tsmeta_update_from_json(loads(body))
-    return tsmeta_update_from_params(params_of(request))
+    return tsmeta_update_from_params(query_params(request))
 
 
 # -- rename -----------------------------------------------------------------------------------
@@ -200,7 +198,7 @@ async def handle_rename(request: web.Request) -> web.StreamResponse:
             raise BadRequestError("Unable to parse the given JSON")
         source: dict[str, str] = document
     else:
-        params = params_of(request)
+        params = query_params(request)
         source = {key: params[key] for key in RENAME_TYPES if params.get(key)}
     kind = old_name = new_name = None
     for key in java_hash_order(source):  # OpenTSDB walks a HashMap: its last type wins

@@ -1,0 +1,151 @@
+"""The HTTP middlewares, outermost first (``make_app`` installs them in this order).
+
+* :func:`response_middleware`: ``?jsonp=fn`` wraps every JSON body as ``fn(...)``, errors
+  included, as OpenTSDB's ``HttpJsonSerializer`` does (the only place jsonp is applied:
+  handlers and renderers never wrap); a response with a body is compressed, gzip if the
+  client's ``Accept-Encoding`` takes it, else deflate, as Netty's ``HttpContentCompressor``
+  does in OpenTSDB's pipeline (behaviour doc §0). Responses a handler has already started
+  streaming are left as they are.
+* :func:`cors_middleware`: RpcHandler.applyCorsConfig; outside the error middleware so its
+  headers go on error replies too.
+* :func:`error_middleware`: every error becomes OpenTSDB's JSON error body
+  (:mod:`tsd.server.http.errors` renders it); unexpected ones are a 500 and a log event.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Awaitable, Callable
+
+from aiohttp import hdrs, web
+from aiohttp.web_protocol import RequestPayloadError
+from aiohttp.web_response import ContentCoding
+
+from tsd.errors import ConfigError, TsdError
+from tsd.log import HTTP, get_logger
+from tsd.server.http.context import CORS_DOMAINS, IS_API, SERVICES
+from tsd.server.http.errors import JSON_CONTENT_TYPE, error_response
+
+__all__ = [
+    "MIDDLEWARES",
+    "accepted_coding",
+    "cors_middleware",
+    "error_middleware",
+    "parse_cors_domains",
+    "response_middleware",
+]
+
+log = get_logger(HTTP)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def response_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await handler(request)
+    if not isinstance(response, web.Response) or response.prepared:
+        return response
+    body = response.body
+    if not isinstance(body, bytes) or not body:
+        return response
+    if "jsonp" in request.query and response.content_type == "application/json":
+        callback = request.query.getall("jsonp")[-1].encode("utf-8")
+        response.body = callback + b"(" + body + b")"
+    coding = accepted_coding(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
+    if coding is not None:
+        response.enable_compression(coding)
+    return response
+
+
+def accepted_coding(accept: str) -> ContentCoding | None:
+    """gzip if the client takes it, else deflate, else None (``q=0`` refuses a coding)."""
+    offered: dict[str, float] = {}
+    for part in accept.split(","):
+        name, *params = part.split(";")
+        quality = 1.0
+        for param in params:
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        offered[name.strip().lower()] = quality
+    if offered.get("gzip", 0.0) > 0:
+        return ContentCoding.gzip
+    if offered.get("deflate", 0.0) > 0:
+        return ContentCoding.deflate
+    return None
+
+
+def parse_cors_domains(text: str) -> frozenset[str] | None:
+    """``tsd.http.request.cors_domains``: None when empty (CORS off), else the upper-cased
+    domains; ``*`` cannot be mixed with domains (RpcHandler's constructor refuses it)."""
+    domains = frozenset(d.strip().upper() for d in text.split(",") if d.strip())
+    if not domains:
+        return None
+    if "*" in domains and len(domains) > 1:
+        raise ConfigError(
+            "tsd.http.request.cors_domains",
+            "must be a public resource (*) or a list of specific domains, you cannot mix both",
+        )
+    return domains
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """RpcHandler.applyCorsConfig: OPTIONS and cross-origin requests."""
+    domains: frozenset[str] | None = request.app.get(CORS_DOMAINS)
+    origin = request.headers.get("Origin", "")
+    if request.method != "OPTIONS" and (domains is None or not origin):
+        return await handler(request)
+    if domains is None or not origin:
+        details = f"The HTTP method [{request.method}] is not permitted"
+        return error_response(405, "Method not allowed", details)
+    if "*" not in domains and origin.upper() not in domains:
+        # OpenTSDB: a 200 without the allow-origin header, the refusal in the body.
+        return error_response(
+            200, "CORS domain not allowed", f"The domain [{origin}] is not permitted access"
+        )
+    headers = {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE",
+        "Access-Control-Allow-Headers": request.app[SERVICES].config.http.cors_headers,
+    }
+    if request.method == "OPTIONS":
+        return web.Response(status=200, headers=headers)
+    response = await handler(request)
+    response.headers.update(headers)
+    return response
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors -> OpenTSDB's JSON error body; API replies get the JSON content type."""
+    try:
+        response = await handler(request)
+    except TsdError as exc:
+        details = getattr(exc, "details", "")
+        return error_response(exc.status, exc.message or type(exc).__name__, details)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(413, "Request entity too large", exc.text or "")
+    except RequestPayloadError as exc:  # a body that does not inflate, a broken chunk
+        response = error_response(400, "Unable to read the request body", str(exc.__cause__ or exc))
+        response.force_close()  # the rest of the body cannot be read either
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.reason, exc.text or "")
+    except Exception as exc:
+        log.exception("http.unexpected_error", path=request.path, method=request.method)
+        show_trace = request.app[SERVICES].config.http.show_stack_trace
+        trace = traceback.format_exc() if show_trace else ""
+        return error_response(500, str(exc) or type(exc).__name__, trace=trace)
+    if request.get(IS_API) and "Content-Type" not in response.headers:
+        response.headers["Content-Type"] = JSON_CONTENT_TYPE
+    return response
+
+
+#: Outermost first.
+MIDDLEWARES = (response_middleware, cors_middleware, error_middleware)

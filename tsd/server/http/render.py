@@ -1,0 +1,170 @@
+"""Query results rendered as OpenTSDB 2.4's JSON, byte for byte (orjson; run in a worker
+thread by the handler, since a big answer is millions of values to format).
+
+Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §1.2 "Response" and §1.3;
+OpenTSDB 2.4.1 src/tsd/HttpJsonSerializer.java formatQueryAsyncV1 /
+formatLastPointQueryV1, src/core/TSSubQuery.java and TagVFilter.java for the ``query``
+echo, src/core/IncomingDataPoint.java for last points):
+
+* /api/query answers a JSON array with one object per result series: ``metric``,
+  ``tags`` (always an object), ``aggregateTags`` (always an array), ``query`` with
+  showQuery, ``tsuids`` (sorted) with showTSUIDs, ``annotations`` (when the group has any;
+  notes outside [start, end] are left out, which can leave ``[]``), ``globalAnnotations``
+  (when requested and some exist), ``dps`` and ``stats`` with showStats; a trailing
+  ``{"statsSummary": ...}`` element with showSummary.
+* ``dps`` is an object keyed by the timestamp as a string (seconds, or ms with
+  msResolution), ascending; with ``arrays`` a list of ``[ts, value]``. Only points with
+  ``start <= ts <= end`` are written. Integers are JSON integers, doubles JSON numbers,
+  NaN the string ``"NaN"`` (Jackson quotes non-numeric numbers) or ``null`` under fill
+  policy ``null``. Without msResolution several points in one second are written as
+  duplicate keys, as OpenTSDB 2.4.1 does.
+* Doubles are written by orjson (``1e+16`` where Java writes ``1.0E16``): the same number
+  to any JSON reader.
+* ``?jsonp=`` is applied by the response middleware, never here.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tsd.query.output import LastPoint, QueryResult, SeriesResult
+from tsd.query.series import AggregatedSeries
+from tsd.query_model import FillPolicy, Filter, SubQuery
+
+__all__ = ["render_last_points", "render_query_result", "subquery_echo"]
+
+
+# --------------------------------------------------------------------------- /api/query
+
+
+def render_query_result(result: QueryResult, *, arrays: bool = False) -> bytes:
+    """The /api/query response body."""
+    query = result.query
+    parts = [_series_json(s, result, arrays) for s in result.series]
+    if query.show_summary:
+        parts.append(orjson.dumps({"statsSummary": result.summary or {}}))
+    return b"[" + b",".join(parts) + b"]"
+
+
+def _series_json(series: SeriesResult, result: QueryResult, arrays: bool) -> bytes:
+    query = result.query
+    head: dict[str, Any] = {
+        "metric": series.metric,
+        "tags": series.tags,
+        "aggregateTags": series.aggregate_tags,
+    }
+    if query.show_query:
+        head["query"] = subquery_echo(series.sub, series.filter_tagks)
+    if query.show_tsuids:
+        head["tsuids"] = sorted(series.tsuids)
+    if not query.no_annotations:
+        if series.annotations is not None:
+            head["annotations"] = series.annotations
+        if result.global_annotations:
+            head["globalAnnotations"] = result.global_annotations
+    fill_null = (
+        series.sub.downsample_spec is not None
+        and series.sub.downsample_spec.fill_policy is FillPolicy.NULL
+    )
+    dps = _dps_json(series.dps, query.ms_resolution, arrays, fill_null)
+    tail = b""
+    if query.show_stats:
+        tail = b',"stats":' + orjson.dumps(series.stats or {})
+    return orjson.dumps(head)[:-1] + b',"dps":' + dps + tail + b"}"
+
+
+def _dps_json(dps: AggregatedSeries, ms_resolution: bool, arrays: bool, fill_null: bool) -> bytes:
+    """``dps`` as an object (or list of pairs); see the module docstring."""
+    n = len(dps)
+    if n == 0:
+        return b"[]" if arrays else b"{}"
+    ts = dps.timestamps if ms_resolution else dps.timestamps // 1000
+    values = _value_texts(dps, fill_null)
+    stamps = ts.tolist()
+    if arrays:
+        return (
+            b"[" + b",".join(b"[%d,%s]" % pair for pair in zip(stamps, values, strict=True)) + b"]"
+        )
+    return b"{" + b",".join(b'"%d":%s' % pair for pair in zip(stamps, values, strict=True)) + b"}"
+
+
+def _value_texts(dps: AggregatedSeries, fill_null: bool) -> list[bytes]:
+    """Each value's JSON text: integers exact, doubles via orjson, NaN quoted or null."""
+    values: list[Any] = dps.values.tolist()
+    nan = np.isnan(dps.values)
+    if nan.any():
+        marker = None if fill_null else "NaN"
+        for i in np.flatnonzero(nan).tolist():
+            values[i] = marker
+    if dps.is_int is not None and dps.int_values is not None and dps.is_int.any():
+        ints = dps.int_values.tolist()
+        for i in np.flatnonzero(dps.is_int).tolist():
+            values[i] = ints[i]
+    # One orjson call for all values; no JSON text of a number, null or "NaN" has a comma.
+    return orjson.dumps(values)[1:-1].split(b",")
+
+
+def subquery_echo(sub: SubQuery, filter_tagks: Sequence[bytes] = ()) -> dict[str, Any]:
+    """The ``query`` object of showQuery: TSSubQuery as Jackson writes it, in its order.
+
+    ``filter_tagks`` are the resolved tag key UIDs of the filters (``filterTagKs``, byte
+    arrays written as base64 by Jackson; null without filters).
+    """
+    rate_options = None
+    if sub.rate_options is not None:
+        rate_options = {
+            "counter": sub.rate_options.counter,
+            "counterMax": sub.rate_options.counter_max,
+            "resetValue": sub.rate_options.reset_value,
+            "dropResets": sub.rate_options.drop_resets,
+        }
+    tagks = sorted(set(filter_tagks))
+    return {
+        "aggregator": sub.aggregator,
+        "metric": sub.metric or None,
+        "tsuids": list(sub.tsuids) or None,
+        "downsample": sub.downsample,
+        "rate": sub.rate,
+        "filters": [_filter_echo(f) for f in sub.filters],
+        "percentiles": None,
+        "index": sub.index,
+        "rateOptions": rate_options,
+        "filterTagKs": [base64.b64encode(t).decode() for t in tagks] if sub.filters else None,
+        "explicitTags": sub.explicit_tags,
+        "useFuzzyFilter": True,
+        "preAggregate": False,
+        "rollupUsage": None,
+        "rollupTable": "raw",
+        "showHistogramBuckets": False,
+        "useMultiGets": True,
+        "tags": sub.tags,
+        "histogramQuery": False,
+    }
+
+
+def _filter_echo(f: Filter) -> dict[str, Any]:
+    return {"tagk": f.tagk, "filter": f.filter, "group_by": f.group_by, "type": f.type}
+
+
+# --------------------------------------------------------------------------- /api/query/last
+
+
+def render_last_points(points: Sequence[LastPoint]) -> bytes:
+    """The /api/query/last body: IncomingDataPoint objects, null fields left out."""
+    items = []
+    for p in points:
+        item: dict[str, Any] = {}
+        if p.metric is not None:
+            item["metric"] = p.metric
+        item["timestamp"] = p.timestamp_ms
+        item["value"] = p.value
+        if p.tags is not None:
+            item["tags"] = p.tags
+        item["tsuid"] = p.tsuid
+        items.append(item)
+    return orjson.dumps(items)
