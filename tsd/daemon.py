@@ -92,7 +92,7 @@ class Daemon:
         write_path = self._write_path = WritePath.build(
             storage, uids, config, self.registry, self._writer_limits
         )
-        write_path.start()
+        await write_path.start()
         services = self._services(storage, uids, write_path.ingest)
         services.extra[META_KEY] = write_path.meta
         http_options: dict[str, Any] = {}

@@ -13,6 +13,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.storage.schema import opentsdb_tables
 from tsd.uid.service import UidService
+from tsd.wal import WriteAheadLog
 from tsd.write.ingest import IngestService
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.writer import Writer, WriterLimits
@@ -33,7 +34,8 @@ MakeWriter = Callable[..., IngestService]
 
 @pytest.fixture
 async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[MakeWriter]:
-    """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, **storage_cfg)``:
+    """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, wal=None,
+    **storage_cfg)``:
     a started Writer behind its ingest service (``.writer``).
 
     Metrics are auto-created unless ``auto_create_metrics=False`` is given.
@@ -46,6 +48,7 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
         limits: WriterLimits | None = None,
         schedule: CompactionSchedule | None = None,
         wall_clock: Callable[[], float] | None = None,
+        wal: WriteAheadLog | None = None,
         auto_create_metrics: bool = True,
         **storage_cfg: Any,
     ) -> IngestService:
@@ -60,7 +63,13 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
         if wall_clock is not None:
             extra["wall_clock"] = wall_clock
         writer = Writer(
-            target, cfg.storage, StatsRegistry(), limits=limits, schedule=schedule, **extra
+            target,
+            cfg.storage,
+            StatsRegistry(),
+            limits=limits,
+            schedule=schedule,
+            wal=wal,
+            **extra,
         )
         writer.start()
         made.append(writer)

@@ -286,8 +286,8 @@ async def import_files(
     total = Outcome()
     async with open_store(cfg) as store:
         # Wired as the daemon wires it: meta tracking (tsd.core.meta.*) sees each new series.
-        write_path = WritePath.build(store.storage, store.uids, cfg, registry)
-        write_path.start()
+        write_path = WritePath.build(store.storage, store.uids, cfg, registry, logged=False)
+        await write_path.start()
         writer = write_path.writer
         started = time.monotonic()
         try:

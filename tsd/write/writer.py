@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
@@ -43,11 +43,16 @@ from tsd.errors import StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
+from tsd.wal import WriteAheadLog, encode_cells
+from tsd.wal.record import Row
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.schedule import CompactionSchedule
 
 log = get_logger(WRITER)
+
+#: Rows stored per storage write while replaying the log.
+REPLAY_ROWS = 1000
 
 #: The acknowledgement of a batch: resolves when storage holds it.
 Ack = asyncio.Future[None]
@@ -81,13 +86,21 @@ class Writer:
         schedule: CompactionSchedule | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        wal: WriteAheadLog | None = None,
     ) -> None:
+        """``wal``: log each batch there (fsynced) before storing it; batches are then cut
+        at least every ``tsd.storage.wal.sync_interval``, so that a point acknowledged
+        without ``sync`` is on disk within that interval."""
         self._storage = storage
+        self._wal = wal
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
         self._limits = limits or WriterLimits()
-        self._policy = BatchPolicy(self._limits.max_batch_cells, cfg.flush_interval_ms / 1000)
+        interval_ms = cfg.flush_interval_ms
+        if wal is not None:
+            interval_ms = min(interval_ms, cfg.wal_sync_interval_ms)
+        self._policy = BatchPolicy(self._limits.max_batch_cells, interval_ms / 1000)
         self._clock = clock
         self._wall_clock = wall_clock
         self._max_batch_cells = self._policy.max_cells
@@ -141,6 +154,8 @@ class Writer:
             self.start()
         assert self._flusher is not None
         await self._flusher
+        if self._wal is not None:
+            await self._wal.close()
         if self._compaction_task is not None:
             self._compaction_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -264,8 +279,10 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        rows = list(batch.sorted_rows())
         try:
-            error = await self._write_with_retries(batch)
+            seq = await self._log(rows, batch.cells)
+            error = await self._write_with_retries(rows, batch.cells)
         finally:
             self._in_flight_cells -= batch.cells
             slots.release()
@@ -276,53 +293,92 @@ class Writer:
             if not ack.done():
                 ack.set_exception(error)
             return
+        if seq is not None and self._wal is not None:
+            self._wal.mark_stored(seq)
         self._stored.inc(batch.cells)
         if not ack.done():
             ack.set_result(None)
         if self._compacting:
-            self._note_rows(batch)
+            self._note_rows(batch.rows)
 
-    async def _write_with_retries(self, batch: Batch) -> StorageError | None:
-        """None once storage holds the batch, else the last error."""
+    async def _log(self, rows: list[Row], cells: int) -> int | None:
+        """Log the batch (written and fsynced); its record's number, None without a log
+        or when the log failed (the batch is still stored: the log is a second copy)."""
+        if self._wal is None:
+            return None
+        try:
+            return await self._wal.append(encode_cells(rows), cells)
+        except StorageError as exc:
+            log.error("writer.wal_failed", cells=cells, error=exc.message)
+            return None
+
+    async def _write_with_retries(self, rows: list[Row], cells: int) -> StorageError | None:
+        """None once storage holds the rows, else the last error."""
         delays = self._limits.retry_delays_s
         for attempt in range(len(delays) + 1):
             try:
-                if self._appends:
-                    await self._write_appends(batch)
-                else:
-                    await self._write_puts(batch)
+                await self._write_rows(rows)
                 return None
             except StorageError as exc:
                 self._storage_errors.inc()
                 if attempt < len(delays) and not isinstance(exc, StorageUnavailable):
-                    log.warning("writer.flush_retry", cells=batch.cells, error=str(exc))
+                    log.warning("writer.flush_retry", cells=cells, error=str(exc))
                     await asyncio.sleep(delays[attempt])
                     continue
-                log.error("writer.flush_failed", cells=batch.cells, error=str(exc))
+                log.error("writer.flush_failed", cells=cells, error=str(exc))
                 return exc
             except Exception as exc:  # a bug: fail the ack rather than hang sync callers
-                log.exception("writer.flush_crashed", cells=batch.cells)
+                log.exception("writer.flush_crashed", cells=cells)
                 return StorageError(f"Unexpected exception: {exc}")
         raise AssertionError("unreachable")
 
-    async def _write_puts(self, batch: Batch) -> None:
-        await self._storage.put(self._table, _make_puts(batch))
+    async def _write_rows(self, rows: list[Row]) -> None:
+        if self._appends:
+            await self._write_appends(rows)
+        else:
+            await self._write_puts(rows)
+
+    # -- replay -------------------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Store the cells the log holds from the last run (before taking new points);
+        the number of cells replayed. Raises StorageError when storage refuses them (the
+        log keeps them for the next try)."""
+        wal = self._wal
+        if wal is None:
+            return 0
+        replayed = 0
+        for path in await asyncio.to_thread(wal.segments):
+            rows = await asyncio.to_thread(wal.read_segment, path)
+            for start in range(0, len(rows), REPLAY_ROWS):
+                chunk = rows[start : start + REPLAY_ROWS]
+                await self._write_rows(chunk)
+                replayed += sum(len(cells) for _, cells in chunk)
+                if self._compacting:
+                    self._note_rows(row for row, _ in chunk)
+            log.info("wal.replayed", segment=str(path), rows=len(rows))
+        await asyncio.to_thread(wal.drop_recovered)
+        self._stored.inc(replayed)
+        return replayed
+
+    async def _write_puts(self, rows: list[Row]) -> None:
+        await self._storage.put(self._table, _make_puts(rows))
         self._flushes.inc()
 
-    async def _write_appends(self, batch: Batch) -> None:
+    async def _write_appends(self, rows: list[Row]) -> None:
         # One append per row with its cells concatenated in qualifier order: the row's
         # append column then reads as if each point had been appended on its own.
         storage, table = self._storage, self._table
-        for row, cells in batch.sorted_rows():
+        for row, cells in rows:
             entry = b"".join(encode_append_entry(q, v) for q, v in cells)
             await storage.append(table, row, DATA_FAMILY, APPEND_COLUMN_QUALIFIER, entry)
             self._append_rpcs.inc()
 
-    def _note_rows(self, batch: Batch) -> None:
+    def _note_rows(self, rows: Iterable[bytes]) -> None:
         start, end = self._time_at, self._time_at + TIMESTAMP_BYTES
         now = self._wall_clock()
         note = self._schedule.note
-        for row in batch.rows:
+        for row in rows:
             note(row, int.from_bytes(row[start:end], "big"), now)
 
     # -- the compaction task ------------------------------------------------------------------
@@ -354,8 +410,8 @@ _set_qualifier = vars(Put)["qualifier"].__set__
 _set_value = vars(Put)["value"].__set__
 
 
-def _make_puts(batch: Batch) -> list[Put]:
-    """The batch's cells as Puts on the data family, sorted by row then qualifier.
+def _make_puts(rows: list[Row]) -> list[Put]:
+    """Sorted rows' cells as Puts on the data family (sorted by row then qualifier).
 
     The cyclic garbage collector is held off meanwhile: tens of thousands of new objects
     that live until storage has them would set off a collection every 700, each pushing
@@ -368,7 +424,7 @@ def _make_puts(batch: Batch) -> list[Put]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for row, cells in batch.sorted_rows():
+        for row, cells in rows:
             for qualifier, value in cells:
                 put = _new_put(Put)
                 _set_row(put, row)

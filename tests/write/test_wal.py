@@ -1,0 +1,94 @@
+"""The writer with its write-ahead log, on the real store: what storage did not take is
+replayed by the next start, stored segments go, a torn tail is cut and reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.uid.hooked_storage import HookedStorage
+from tests.write.conftest import MakeWriter
+from tests.write.points import add
+from tests.write.readback import stored_points
+from tsd.config import StorageConfig
+from tsd.errors import StorageError
+from tsd.model import DataPoint, make_tags
+from tsd.stats import StatsRegistry
+from tsd.storage.base import Storage
+from tsd.wal import WriteAheadLog
+from tsd.wal.record import SEGMENT_MAGIC, encode_cells
+from tsd.write.writer import WriterLimits
+
+T0 = 1_356_998_400
+TAGS = make_tags({"host": "a"})
+
+
+def log_in(directory: Path, registry: StatsRegistry | None = None, **options: int) -> WriteAheadLog:
+    return WriteAheadLog(directory, registry or StatsRegistry(), **options)
+
+
+def segments(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.glob("*.wal"))
+
+
+async def test_a_batch_storage_refused_is_replayed_by_the_next_start(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig, tmp_path: Path
+) -> None:
+    hooked = HookedStorage(storage)
+
+    async def refuse(table: str, mutations: object) -> None:
+        if table == tables.data_table:
+            raise StorageError("region server down")
+
+    hooked.hooks["mutate"] = refuse
+    ingest = make_writer(
+        hooked, wal=log_in(tmp_path), limits=WriterLimits(retry_delays_s=()), flush_interval_ms=5
+    )
+    acks = [await add(ingest, DataPoint("sys.cpu", T0 + i, i, TAGS)) for i in range(10)]
+    await ingest.writer.flush()
+    assert all(ack.exception() is not None for ack in acks)
+    await ingest.writer.close()
+    assert segments(tmp_path) == ["00000001.wal"]  # kept: it holds what was not stored
+    assert await stored_points(storage, tables, ingest.uids) == []
+
+    again = make_writer(wal=log_in(tmp_path))
+    assert await again.writer.recover() == 10
+    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == list(range(10))
+    assert segments(tmp_path) == []
+    await add(again, DataPoint("sys.cpu", T0 + 10, 10, TAGS))
+    await again.writer.flush()
+    assert segments(tmp_path) == ["00000002.wal"]  # numbering goes on after the replayed one
+
+
+async def test_segments_are_dropped_once_everything_in_them_is_stored(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig, tmp_path: Path
+) -> None:
+    registry = StatsRegistry()
+    ingest = make_writer(wal=log_in(tmp_path, registry, segment_bytes=4096))
+    for hour in range(6):
+        for i in range(100):
+            await add(ingest, DataPoint("sys.cpu", T0 + 3600 * hour + i, i, TAGS))
+        await ingest.writer.flush()
+        assert len(segments(tmp_path)) <= 1  # only the open one: the others were stored
+    assert registry.counter("wal.cells", type="synced").value == 600
+    assert registry.counter("wal.fsyncs").value >= 6
+    await ingest.writer.close()
+    assert segments(tmp_path) == []
+    assert len(await stored_points(storage, tables, ingest.uids)) == 600
+
+
+async def test_torn_tail_is_cut_and_the_intact_records_replayed(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig, tmp_path: Path
+) -> None:
+    ingest = make_writer()
+    ref = await ingest.resolve("sys.cpu", TAGS)
+    rows = [(ref.row_key(T0), [(b"\x00\x07", b"\x2a")])]
+    torn = encode_cells([(ref.row_key(T0), [(b"\x00\x17", b"\x2b")])])
+    (tmp_path / "00000007.wal").write_bytes(SEGMENT_MAGIC + encode_cells(rows) + torn[:-2])
+    registry = StatsRegistry()
+    again = make_writer(wal=log_in(tmp_path, registry))
+    assert await again.writer.recover() == 1
+    assert registry.counter("wal.errors", type="tail_cut").value == 1
+    assert [
+        (p.timestamp_ms, p.value) for p in await stored_points(storage, tables, ingest.uids)
+    ] == [(T0 * 1000, 42)]
+    assert segments(tmp_path) == []
