@@ -90,3 +90,12 @@ def test_unknown_type_and_missing_header_are_problems() -> None:
 def test_malformed_cells_payload_raises_codec_error() -> None:
     with pytest.raises(CodecError):
         decode_cells(payload(encode_cells(ROWS))[:-3])
+
+
+def test_the_documented_example_bytes() -> None:
+    """docs/format/wal.md's example, byte for byte."""
+    row = bytes.fromhex("00000150e22700000001000001")
+    assert encode_cells([(row, [(b"\x00\x70", b"\x2a")])]).hex(" ") == (
+        "00 00 00 18 81 e8 a4 45 01 00 0d 00 00 00 01 00 00 01 50 e2 27 00 00 00 01"
+        " 00 00 01 02 01 00 70 2a"
+    )

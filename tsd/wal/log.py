@@ -29,7 +29,7 @@ from pathlib import Path
 from tsd.errors import StorageError
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
-from tsd.wal.record import SEGMENT_MAGIC, Row, iter_cells, scan_records
+from tsd.wal.record import SEGMENT_MAGIC, scan_records
 
 log = get_logger(WRITER)
 
@@ -84,9 +84,11 @@ class WriteAheadLog:
             self._number = max(self._number, int(paths[-1].stem))
         return paths
 
-    def read_segment(self, path: Path) -> list[Row]:
-        """The cells of one segment's intact records (blocking: run it in a thread); a
-        torn or corrupt tail is cut, with a ``wal.tail_cut`` log line."""
+    def read_segment(self, path: Path) -> list[tuple[int, bytes]]:
+        """The intact records of one segment, ``(type, payload)`` (blocking: run it in a
+        thread); a torn or corrupt tail is cut, with a ``wal.tail_cut`` log line. The
+        caller decodes them one at a time (:func:`tsd.wal.record.decode_cells`): decoded
+        cells take many times the bytes of the record."""
         data = path.read_bytes()
         scan = scan_records(data)
         if scan.problem is not None:
@@ -98,7 +100,7 @@ class WriteAheadLog:
                 dropped_bytes=len(data) - scan.good_end,
                 reason=scan.problem,
             )
-        return list(iter_cells(scan.records))
+        return scan.records
 
     def drop_recovered(self) -> None:
         """Delete the segments :meth:`segments` listed (their cells are stored now)."""

@@ -89,15 +89,9 @@ def decode_cells(payload: bytes) -> list[Row]:
             at = v_ends[-1]
             if at > end or len(q_lens) != count or len(v_lens) != count:
                 raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
-            rows.append(
-                (
-                    row,
-                    [
-                        (payload[q_ends[i] : q_ends[i + 1]], payload[v_ends[i] : v_ends[i + 1]])
-                        for i in range(count)
-                    ],
-                )
-            )
+            qualifiers = [payload[a:b] for a, b in zip(q_ends, q_ends[1:], strict=False)]
+            values = [payload[a:b] for a, b in zip(v_ends, v_ends[1:], strict=False)]
+            rows.append((row, list(zip(qualifiers, values, strict=True))))
     except struct.error as exc:
         raise CodecError(f"write-ahead log: bad cells record: {exc}") from None
     return rows
@@ -140,8 +134,8 @@ def _records(data: bytes, at: int) -> tuple[list[tuple[int, bytes]], int, str | 
     return records, at, None
 
 
-def iter_cells(records: Iterable[tuple[int, bytes]]) -> Iterator[Row]:
-    """The rows of every :data:`CELLS` record, in order."""
+def iter_records(records: Iterable[tuple[int, bytes]]) -> Iterator[list[Row]]:
+    """The rows of each :data:`CELLS` record, a record at a time, in order."""
     for kind, payload in records:
         if kind == CELLS:
-            yield from decode_cells(payload)
+            yield decode_cells(payload)

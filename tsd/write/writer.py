@@ -44,15 +44,13 @@ from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.wal import WriteAheadLog, encode_cells
-from tsd.wal.record import Row
+from tsd.wal.record import Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.schedule import CompactionSchedule
 
 log = get_logger(WRITER)
 
-#: Rows stored per storage write while replaying the log.
-REPLAY_ROWS = 1000
 
 #: The acknowledgement of a batch: resolves when storage holds it.
 Ack = asyncio.Future[None]
@@ -349,14 +347,15 @@ class Writer:
             return 0
         replayed = 0
         for path in await asyncio.to_thread(wal.segments):
-            rows = await asyncio.to_thread(wal.read_segment, path)
-            for start in range(0, len(rows), REPLAY_ROWS):
-                chunk = rows[start : start + REPLAY_ROWS]
-                await self._write_rows(chunk)
-                replayed += sum(len(cells) for _, cells in chunk)
+            records = await asyncio.to_thread(wal.read_segment, path)
+            cells = 0
+            for rows in iter_records(records):
+                await self._write_rows(rows)
+                cells += sum(len(row_cells) for _, row_cells in rows)
                 if self._compacting:
-                    self._note_rows(row for row, _ in chunk)
-            log.info("wal.replayed", segment=str(path), rows=len(rows))
+                    self._note_rows(row for row, _ in rows)
+            log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
+            replayed += cells
         await asyncio.to_thread(wal.drop_recovered)
         self._stored.inc(replayed)
         return replayed
