@@ -50,7 +50,8 @@ async def write_log(directory: Path, records: list[list[Row]]) -> None:
     wal = WriteAheadLog(directory, StatsRegistry())
     await asyncio.to_thread(wal.segments)
     for rows in records:
-        await wal.append(encode_cells(rows), sum(len(cells) for _, cells in rows))
+        record = encode_cells((row, dict(cells)) for row, cells in rows)
+        await wal.append(record, sum(len(cells) for _, cells in rows))
     await wal.close()  # nothing marked stored: the segments stay, as after a crash
 
 

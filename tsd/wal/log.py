@@ -1,7 +1,7 @@
 """WriteAheadLog: segment files under ``<data dir>/wal``, appended with group-committed
 fsync, replayed on start, dropped once stored (record bytes: :mod:`tsd.wal.record`).
 
-* Appending. The writer logs each batch before storing it (:meth:`append`). Records
+* Appending. The writer logs each batch while it stores it (:meth:`append`). Records
   wait in a queue; one commit at a time writes every queued record and fsyncs the
   segment once, in a dedicated thread (file I/O never runs on the loop), then wakes
   their appenders: batches in flight together share one fsync (group commit).
@@ -205,6 +205,7 @@ class WriteAheadLog:
         """Open the next segment; the number of the one closed (None at the first)."""
         old, old_number = self._file, self._number
         number = old_number + 1
+        self.directory.mkdir(parents=True, exist_ok=True)
         path = segment_path(self.directory, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:

@@ -20,7 +20,7 @@ Theory of operation (docs/format/wal.md has the box diagrams; Prometheus'
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
@@ -43,16 +43,17 @@ _ROW: Final = struct.Struct(">HI")  # row key length, cell count
 Row = tuple[bytes, list[tuple[bytes, bytes]]]
 
 
-def encode_cells(rows: Iterable[Row]) -> bytes:
-    """A framed :data:`CELLS` record of ``(row key, [(qualifier, value), ...])`` rows.
+def encode_cells(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> bytes:
+    """A framed :data:`CELLS` record of ``(row key, {qualifier: value})`` rows (a writer
+    batch's own maps, in their order: a record need not be sorted).
 
-    Per row the work is C-level joins (no Python step per cell): this runs on the
-    ingest path, once per writer batch."""
+    Per row the work is C-level joins over the map's keys and values (no Python step
+    per cell): this runs on the ingest path, once per writer batch."""
     parts: list[bytes] = []
     append = parts.append
     pack_row = _ROW.pack
     for row, cells in rows:
-        qualifiers, values = zip(*cells, strict=True) if cells else ((), ())
+        qualifiers, values = cells.keys(), cells.values()
         append(pack_row(len(row), len(cells)))
         append(row)
         append(bytes(map(len, qualifiers)))

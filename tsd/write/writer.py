@@ -86,7 +86,8 @@ class Writer:
         wall_clock: Callable[[], float] = time.time,
         wal: WriteAheadLog | None = None,
     ) -> None:
-        """``wal``: log each batch there (fsynced) before storing it; batches are then cut
+        """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
+        both are done; batches are then cut
         at least every ``tsd.storage.wal.sync_interval``, so that a point acknowledged
         without ``sync`` is on disk within that interval."""
         self._storage = storage
@@ -277,15 +278,18 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
-        rows = list(batch.sorted_rows())
+        # The log's write and fsync run beside the store's write: storage is not held up
+        # by the fsync, and the ack waits for both (a crash between them loses nothing:
+        # whichever finished holds the cells).
+        logged = asyncio.ensure_future(self._log(batch))
         try:
-            seq = await self._log(rows, batch.cells)
-            error = await self._write_with_retries(rows, batch.cells)
+            error = await self._write_with_retries(list(batch.sorted_rows()), batch.cells)
         finally:
             self._in_flight_cells -= batch.cells
             slots.release()
             if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
                 self._writable.set()
+        seq = await logged
         if error is not None:
             self._dropped.inc(batch.cells)
             if not ack.done():
@@ -299,15 +303,15 @@ class Writer:
         if self._compacting:
             self._note_rows(batch.rows)
 
-    async def _log(self, rows: list[Row], cells: int) -> int | None:
+    async def _log(self, batch: Batch) -> int | None:
         """Log the batch (written and fsynced); its record's number, None without a log
         or when the log failed (the batch is still stored: the log is a second copy)."""
         if self._wal is None:
             return None
         try:
-            return await self._wal.append(encode_cells(rows), cells)
+            return await self._wal.append(encode_cells(batch.rows.items()), batch.cells)
         except StorageError as exc:
-            log.error("writer.wal_failed", cells=cells, error=exc.message)
+            log.error("writer.wal_failed", cells=batch.cells, error=exc.message)
             return None
 
     async def _write_with_retries(self, rows: list[Row], cells: int) -> StorageError | None:
