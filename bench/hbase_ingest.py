@@ -61,6 +61,7 @@ from tests.hbase.opentsdb import running_opentsdb
 from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, base_time_for, encode_point, make_series_key
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.batches import MAX_STEP_CELLS
 from tsd.storage.hbase.pool import HBASE_THRIFT, PROTOCOLS
@@ -154,7 +155,7 @@ def tables(server: HBaseServer, prefix: str) -> StorageConfig:
 
 
 async def make_tables(cfg: StorageConfig) -> None:
-    storage = HBaseStorage(cfg)
+    storage = HBaseStorage(hbase_settings(cfg))
     try:
         await create_tables(storage, cfg)
     finally:
@@ -462,7 +463,7 @@ async def rows_holding(
 ) -> int:
     """Rows holding at least ``extra`` more cells than the first ``points`` points put there;
     the metric's UID is read from the UID table unless given."""
-    storage = HBaseStorage(cfg)
+    storage = HBaseStorage(hbase_settings(cfg))
     conn = aiohappybase.Connection(cfg.thrift_host, cfg.thrift_port)
     try:
         metric = metric_uid

@@ -30,10 +30,10 @@ from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.meta.lookup import LookupQuery
 from tsd.meta.service import MetaService
 from tsd.model import DataPoint, make_tags
+from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService, IngestSession
 from tsd.write.writer import Writer

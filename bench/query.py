@@ -43,10 +43,10 @@ from tsd.query.decode import decode_rows
 from tsd.query.engine import QueryEngine
 from tsd.query.plan import plan_metric_scan, scan_window_s
 from tsd.query.spans import assemble_spans
+from tsd.schema import ensure_tables
 from tsd.server.http.render import render_query_result
 from tsd.storage.base import Delete, Put, Row, Storage
 from tsd.storage.embedded import EmbeddedStorage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC

@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "hbase"
@@ -224,7 +225,7 @@ async def drop_tables(server: HBaseServer, prefix: str) -> None:
     """Drop every table whose name starts with ``prefix`` (an external HBase's cleanup)."""
     from tsd.storage.hbase import HBaseStorage
 
-    admin = HBaseStorage(server.storage_config())
+    admin = HBaseStorage(hbase_settings(server.storage_config()))
     try:
         for table in await admin.list_tables():
             if table.startswith(prefix):
@@ -234,5 +235,10 @@ async def drop_tables(server: HBaseServer, prefix: str) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the HBase tests last, so a failing start does not delay the fast feedback."""
+    """Run the HBase tests last, so a failing start does not delay the fast feedback; and
+    mark them ``slow`` as well (an HBase start alone is 30-60 s), so that
+    ``-m "not slow"`` is the fast loop without naming HBase."""
+    for item in items:
+        if item.get_closest_marker("hbase") is not None:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("hbase") is not None)

@@ -1,21 +1,257 @@
-"""codec/ and protocol/ stay pure: importing them pulls in no asyncio, aiohttp or storage."""
+"""The layering of tsd/, checked two ways.
 
+* AST: every import in ``tsd/`` (function-level ones and ``importlib.import_module`` of a
+  constant included) obeys the layer table of ``docs/architecture.md``: a module imports
+  its own row and the rows listed for it, never what its "never" column names. The table
+  is parsed from the page, so the page stays true: every module falls under a row, every
+  row names a module, every file the page names exists.
+* Subprocess: importing a pure module pulls in no asyncio, aiohttp, structlog or storage
+  (the aiohttp test_circular_imports.py idea), which also catches imports the standard
+  library or a third-party package makes on our behalf.
+"""
+
+from __future__ import annotations
+
+import ast
 import pkgutil
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 import tsd.codec
 import tsd.protocol
 
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "architecture.md"
+TABLE_MARKER = "<!-- layering table"
+
+
+@dataclass(frozen=True)
+class Rule:
+    allowed: frozenset[str]
+    never: frozenset[str]
+
+
+def parse_layer_table(markdown: str) -> dict[str, Rule]:
+    """Rows of the table after the marker: module -> (may import, never imports)."""
+    lines = markdown[markdown.index(TABLE_MARKER) :].splitlines()[1:]
+    rules: dict[str, Rule] = {}
+    for line in lines[2:]:  # after the header and its separator
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        module, allowed, never = (re.findall(r"`([^`]+)`", cell) for cell in cells)
+        rules[module[0]] = Rule(frozenset(allowed), frozenset(never))
+    return rules
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def row_of(name: str, rows: dict[str, Rule]) -> str | None:
+    """The longest row naming ``name`` or one of its packages (the ``tsd`` row is the
+    package's ``__init__`` alone, so that a new top-level module needs a row)."""
+    best = None
+    for row in rows:
+        covers = name == row or (row != "tsd" and name.startswith(row + "."))
+        if covers and (best is None or len(row) > len(best)):
+            best = row
+    return best
+
+
+def imports_of(tree: ast.AST, package: str) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import anywhere in a module."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the package
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.append((node.lineno, base))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def is_under(name: str, target: str) -> bool:
+    return name == target or name.startswith(target + ".")
+
+
+def check_tree(root: Path, rows: dict[str, Rule]) -> list[str]:
+    """Every violation of ``rows`` by the modules of the ``tsd`` package under ``root``."""
+    problems = []
+    for path in sorted((root / "tsd").rglob("*.py")):
+        name = module_name(root, path)
+        row = row_of(name, rows)
+        if row is None:
+            problems.append(f"{name}: no row of the layer table covers it")
+            continue
+        rule = rows[row]
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for lineno, imported in imports_of(ast.parse(path.read_text()), package):
+            where = f"{path.relative_to(root)}:{lineno}"
+            banned = [n for n in rule.never if is_under(imported, n)]
+            if banned:
+                problems.append(f"{where}: {row} never imports {banned[0]} ({imported})")
+                continue
+            if imported != "tsd" and not is_under(imported, "tsd"):
+                continue  # stdlib or third party, not banned
+            target = row_of(imported, rows)
+            if target == row or any(is_under(imported, a) for a in rule.allowed):
+                continue
+            if imported == "tsd" and "tsd" in rule.allowed:
+                continue
+            problems.append(f"{where}: {row} may not import {imported}")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, Rule]:
+    return parse_layer_table(PAGE.read_text())
+
+
+def test_tsd_obeys_the_layer_table(rows: dict[str, Rule]) -> None:
+    assert check_tree(ROOT, rows) == []
+
+
+def test_every_row_names_a_module(rows: dict[str, Rule]) -> None:
+    modules = {module_name(ROOT, p) for p in (ROOT / "tsd").rglob("*.py")}
+    assert [row for row in rows if row not in modules] == []
+
+
+def test_every_file_the_page_names_exists() -> None:
+    named = set(re.findall(r"`(tsd/[\w/]+\.py)`", PAGE.read_text()))
+    assert named, "the page names no file"
+    assert sorted(p for p in named if not (ROOT / p).is_file()) == []
+
+
+# -- the checker itself -----------------------------------------------------------------------
+
+SYNTHETIC_TABLE = f"""
+{TABLE_MARKER} -->
+| module | may import from tsd | never imports |
+| --- | --- | --- |
+| `tsd` | — | — |
+| `tsd.errors` | — | `asyncio` |
+| `tsd.codec` | `tsd.errors` | `asyncio`, `tsd.storage` |
+| `tsd.storage` | `tsd.errors` | — |
+| `tsd.server` | `tsd.codec`, `tsd.errors`, `tsd.storage` | — |
+"""
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+CLEAN_TREE = {
+    "tsd/__init__.py": "",
+    "tsd/errors.py": "import re\n",
+    "tsd/codec/__init__.py": "from tsd.codec.value import x\n",
+    "tsd/codec/value.py": "from tsd.errors import E\nfrom . import sibling\n",
+    "tsd/storage/__init__.py": "import asyncio\nfrom tsd.errors import E\n",
+    "tsd/server/__init__.py": "from tsd.storage import S\nfrom tsd.codec import x\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("relative", "added", "reported"),
+    [
+        pytest.param("tsd/codec/value.py", "import asyncio\n", "never imports asyncio", id="never"),
+        pytest.param(
+            "tsd/codec/value.py",
+            "def f():\n    from tsd.storage import S\n",
+            "never imports tsd.storage",
+            id="function_level_never",
+        ),
+        pytest.param(
+            "tsd/storage/__init__.py",
+            "from tsd.server import app\n",
+            "tsd.storage may not import tsd.server",
+            id="upward",
+        ),
+        pytest.param(
+            "tsd/errors.py",
+            "import importlib\nimportlib.import_module('tsd.codec')\n",
+            "tsd.errors may not import tsd.codec",
+            id="import_module",
+        ),
+        pytest.param(
+            "tsd/codec/value.py",
+            "from ..server import app\n",
+            "tsd.codec may not import tsd.server",
+            id="relative",
+        ),
+        pytest.param("tsd/extra.py", "", "tsd.extra: no row", id="module_without_row"),
+    ],
+)
+def test_checker_fails_when_a_forbidden_import_is_added(
+    tmp_path: Path, relative: str, added: str, reported: str
+) -> None:
+    rows = parse_layer_table(SYNTHETIC_TABLE)
+    write_tree(tmp_path, CLEAN_TREE)
+    assert check_tree(tmp_path, rows) == []
+    path = tmp_path / relative
+    path.write_text((path.read_text() if path.exists() else "") + added)
+    problems = check_tree(tmp_path, rows)
+    assert len(problems) == 1
+    assert reported in problems[0]
+
+
+def test_checker_fails_on_the_real_tree_with_a_forbidden_import(
+    tmp_path: Path, rows: dict[str, Rule]
+) -> None:
+    copy = tmp_path / "repo"
+    for path in (ROOT / "tsd").rglob("*.py"):
+        target = copy / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    assert check_tree(copy, rows) == []
+    rowkey = copy / "tsd" / "codec" / "rowkey.py"
+    rowkey.write_text(rowkey.read_text() + "\n\ndef _late():\n    import tsd.query.engine\n")
+    assert check_tree(copy, rows) == [
+        f"tsd/codec/rowkey.py:{len(rowkey.read_text().splitlines())}: "
+        "tsd.codec may not import tsd.query.engine"
+    ]
+
+
+# -- purity at import time ----------------------------------------------------------------------
+
 PURE_MODULES = [
     info.name
     for package in (tsd.codec, tsd.protocol)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
-] + ["tsd.codec", "tsd.protocol", "tsd.model", "tsd.errors", "tsd.config"]
+] + [
+    "tsd.codec",
+    "tsd.protocol",
+    "tsd.model",
+    "tsd.query_model",
+    "tsd.errors",
+    "tsd.config",
+    "tsd.java_text",
+    "tsd.storage.settings",
+]
 
-FORBIDDEN = ("asyncio", "aiohttp", "tsd.storage", "structlog")
+FORBIDDEN = ("asyncio", "aiohttp", "tsd.storage.base", "structlog")
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)

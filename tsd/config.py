@@ -34,6 +34,10 @@ class NetworkConfig:
     bind: str = "0.0.0.0"
     socket_timeout_s: int = 0
     connections_limit: int = 0
+    #: PEM files; TLS is served on the same port when a certificate is set (new)
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,15 @@ class CoreConfig:
     meta_enable_realtime_ts: bool = False
     meta_enable_realtime_uid: bool = False
     meta_enable_tsuid_incrementing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """OpenTSDB's authentication switch and plugin name; tsd's built-in credentials file."""
+
+    enable: bool = False
+    plugin: str = ""
+    users_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +150,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     telnet: TelnetConfig = field(default_factory=TelnetConfig)
     core: CoreConfig = field(default_factory=CoreConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     uid: UidConfig = field(default_factory=UidConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
@@ -183,12 +197,28 @@ def _range(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _builtin_plugin(text: str) -> str:
+    # OpenTSDB names a Java class here; tsd has one implementation, its credentials file.
+    value = text.strip()
+    if value not in ("", "builtin"):
+        raise ValueError(
+            f"tsd has only its built-in authentication (empty or builtin), not {text!r}"
+        )
+    return value
+
+
 #: key -> (section, attribute, parser)
 KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.network.port": ("network", "port", _range(0, 65535)),
     "tsd.network.bind": ("network", "bind", _str),
     "tsd.core.socket.timeout": ("network", "socket_timeout_s", _int),
     "tsd.core.connections.limit": ("network", "connections_limit", _int),
+    "tsd.network.tls.cert": ("network", "tls_cert", _str),
+    "tsd.network.tls.key": ("network", "tls_key", _str),
+    "tsd.network.tls.required": ("network", "tls_required", _bool),
+    "tsd.core.authentication.enable": ("auth", "enable", _bool),
+    "tsd.core.authentication.plugin": ("auth", "plugin", _builtin_plugin),
+    "tsd.core.authentication.users_file": ("auth", "users_file", _str),
     "tsd.http.request.max_body": ("http", "max_body_bytes", _int),
     "tsd.http.request.cors_domains": ("http", "cors_domains", _str),
     "tsd.http.request.cors_headers": ("http", "cors_headers", _str),

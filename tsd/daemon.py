@@ -26,18 +26,25 @@ import uvloop
 from aiohttp import web
 
 from tsd.config import Config, load_config
+from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
+from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
+from tsd.query.engine import QueryEngine
+from tsd.schema import ensure_tables, storage_settings
+from tsd.server.credentials import Credentials
 from tsd.server.http.app import Services, make_app
+from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener
 from tsd.server.telnet import TelnetContext, telnet_factory
+from tsd.server.telnet_auth import authenticated_telnet_factory
+from tsd.server.tls import server_context
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.ingest import IngestService
@@ -81,8 +88,13 @@ class Daemon:
 
     async def start(self) -> None:
         config = self.config
+        network = config.network
+        # Security settings first: a bad credentials file or certificate stops the start
+        # before storage is opened.
+        credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
+        tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
         if self._storage is None:
-            self._storage = open_storage(config)
+            self._storage = open_storage(storage_settings(config.storage))
         storage = self._storage
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
@@ -95,6 +107,8 @@ class Daemon:
         await write_path.start()
         services = self._services(storage, uids, write_path.ingest)
         services.extra[META_KEY] = write_path.meta
+        if credentials is not None:
+            services.extra[CREDENTIALS_KEY] = credentials
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
@@ -106,11 +120,16 @@ class Daemon:
         )
         await self._runner.setup()
         assert self._runner.server is not None
+        telnet_context = self._telnet_context(services)
         self._listener = Listener(
-            telnet_factory(self._telnet_context(services)),
+            telnet_factory(telnet_context)
+            if credentials is None
+            else authenticated_telnet_factory(telnet_context, credentials),
             self._runner.server,
             self.registry,
-            config.network.connections_limit,
+            network.connections_limit,
+            tls=tls,
+            tls_required=network.tls_required,
         )
         await self._listener.start(config.network.bind, config.network.port)
         self._register_stats(uids)
@@ -120,6 +139,8 @@ class Daemon:
             port=self.port,
             mode=config.core.mode,
             backend=config.storage.backend,
+            tls=tls is not None,
+            authentication=credentials is not None,
         )
 
     def _services(self, storage: Storage, uids: UidService, ingest: IngestService) -> Services:
@@ -134,8 +155,6 @@ class Daemon:
             request_shutdown=self.request_shutdown,
         )
         if config.core.mode != "wo":
-            from tsd.query.engine import QueryEngine
-
             services.query_engine = QueryEngine(storage, uids, config)
         return services
 
@@ -184,6 +203,11 @@ class Daemon:
         return self._write_path.ingest
 
     @property
+    def meta(self) -> MetaService:
+        assert self._write_path is not None, "not started"
+        return self._write_path.meta
+
+    @property
     def uids(self) -> UidService:
         assert self._uids is not None, "not started"
         return self._uids
@@ -208,6 +232,10 @@ class Daemon:
     def request_shutdown(self) -> None:
         """Ask :meth:`run_until_stopped` to stop (signals, ``diediedie``)."""
         self._stop_requested.set()
+
+    @property
+    def shutdown_requested(self) -> bool:
+        return self._stop_requested.is_set()
 
     async def wait_for_shutdown_request(self) -> None:
         await self._stop_requested.wait()
@@ -288,8 +316,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
-            from tsd.errors import ConfigError
-
             raise ConfigError(item, "--set takes KEY=VALUE")
         values[key.strip()] = value.strip()
     if args.port is not None:

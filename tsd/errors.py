@@ -1,4 +1,5 @@
-"""The whole exception tree of tsd. Pure: imports nothing from tsd.
+"""The whole exception tree of tsd. Pure: imports nothing from tsd but the Java text rules
+(:mod:`tsd.java_text`, at the same bottom tier).
 
 Each error carries what its adapter needs to answer a client: the HTTP status
 and, where OpenTSDB's exact wording matters, the message. Adapters never parse
@@ -6,6 +7,8 @@ message strings.
 """
 
 from __future__ import annotations
+
+from tsd.java_text import format_java_bytes
 
 
 class TsdError(Exception):
@@ -70,8 +73,7 @@ class NoSuchUniqueId(TsdError):
 
     def __init__(self, kind: str, uid: bytes) -> None:
         # OpenTSDB prints the id with Arrays.toString(byte[]): signed bytes, [0, 0, -28].
-        shown = ", ".join(str(b - 256 if b > 127 else b) for b in uid)
-        super().__init__(f"No such unique ID for '{kind}': [{shown}]")
+        super().__init__(f"No such unique ID for '{kind}': {format_java_bytes(uid)}")
         self.kind = kind
         self.uid = uid
 
@@ -143,6 +145,24 @@ class StorageUnavailable(StorageError):
 
 class StorageTimeout(StorageError):
     """A storage call did not finish in time."""
+
+    status = 503
+
+
+class StorageRefused(StorageError):
+    """The store takes no writes until space or write access returns (nothing was written).
+    Writes keep being tried, so the TSD recovers by itself when it does."""
+
+
+class StorageFull(StorageRefused):
+    """No space left: disk or quota full (ENOSPC, EDQUOT), or the LMDB map size reached.
+    HTTP 507 Insufficient Storage (RFC 4918)."""
+
+    status = 507
+
+
+class StorageReadOnly(StorageRefused):
+    """The store's filesystem went read-only (EROFS) or lost write permission."""
 
     status = 503
 

@@ -1,4 +1,4 @@
-"""Frozen value types of a data query (/api/query). Pure: imports only errors.
+"""Frozen value types of a data query (/api/query). Pure: imports only java_text.
 
 ``protocol/`` parses requests into these types, ``query/`` executes them. They mirror
 OpenTSDB 2.4's ``TSQuery`` / ``TSSubQuery`` / ``DownsamplingSpecification`` /
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from tsd.java_text import java_split
 
 #: Java's Long.MAX_VALUE / Long.MIN_VALUE: the default counterMax and the MAX/MIN
 #: interpolation fills of the integer aggregation path.
@@ -126,10 +128,7 @@ class Filter:
 def split_literals(expression: str, ignore_case: bool) -> frozenset[str]:
     """The value set of a ``*literal_or`` expression: Java ``split("\\|")`` semantics
     (trailing empty values dropped), lower-cased for the case-insensitive types."""
-    parts = expression.split("|")
-    if len(parts) > 1:
-        while parts and not parts[-1]:
-            parts.pop()
+    parts = java_split(expression, "|")
     return frozenset(p.lower() for p in parts) if ignore_case else frozenset(parts)
 
 

@@ -10,6 +10,7 @@ import math
 import random
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ from tsd.codec.rowkey import KeyLayout, decode_row_key, encode_row_key, make_ser
 from tsd.codec.tsuid import parse_tsuid_hex, tsuid_from_row_key, tsuid_to_hex
 from tsd.codec.value import decode_value, encode_value, parse_value
 from tsd.errors import CodecError
+
+pytestmark = pytest.mark.slow  # many generated inputs
 
 #: Applied per test: a module-level profile would leak into every other test file.
 codec_settings = settings(max_examples=300, deadline=None)

@@ -22,6 +22,7 @@ import aiohttp
 
 from tests.hbase_harness import ROOT, HBaseServer, drop_tables, unique_prefix
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.tools.create_tables import create_tables
@@ -188,7 +189,7 @@ async def fresh_tables(server: HBaseServer) -> AsyncIterator[StorageConfig]:
         tree_table=f"{prefix}tsdb-tree",
         meta_table=f"{prefix}tsdb-meta",
     )
-    storage = HBaseStorage(cfg)
+    storage = HBaseStorage(hbase_settings(cfg))
     try:
         await create_tables(storage, cfg)
     finally:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from tsd.config import StorageConfig
 from tsd.errors import TableNotFound
+from tsd.schema import hbase_settings
 from tsd.storage.base import Delete, FamilySpec, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 
@@ -35,7 +36,7 @@ class RecyclingHBaseStorage(HBaseStorage):
     """HBaseStorage for one test, under a prefix whose ``leftovers`` look absent until created."""
 
     def __init__(self, cfg: StorageConfig, prefix: str, leftovers: Leftovers) -> None:
-        super().__init__(cfg)
+        super().__init__(hbase_settings(cfg))
         self._prefix = prefix
         self._leftovers = dict(leftovers)
         self._created: set[str] = set()
@@ -106,7 +107,7 @@ def family_spec(name: str, descriptor: Any) -> FamilySpec:
 
 async def empty_tables(cfg: StorageConfig, prefix: str) -> Leftovers:
     """Delete every row of every table under ``prefix``; those tables and their families."""
-    admin = HBaseStorage(cfg)
+    admin = HBaseStorage(hbase_settings(cfg))
     leftovers: Leftovers = {}
     try:
         for table in await admin.list_tables():

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
+from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
 
 #: create_table.sh's families
@@ -18,7 +19,7 @@ FAMILIES = {"tsdb": ["t"], "tsdb-uid": ["id", "name"], "tsdb-tree": ["t"], "tsdb
 
 
 async def describe(server: HBaseServer, tables: list[str]) -> dict[str, dict[str, Any]]:
-    storage = HBaseStorage(server.storage_config())
+    storage = HBaseStorage(hbase_settings(server.storage_config()))
     try:
         return {table: await storage.families(table) for table in tables}
     finally:

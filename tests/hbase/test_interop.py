@@ -45,6 +45,7 @@ from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
+from tsd.schema import hbase_settings
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Row, ScanSpec
 from tsd.storage.hbase import HBaseStorage
@@ -91,7 +92,7 @@ async def interop(
         daemon = Daemon(build_config(tsd_keys(cfg)))
         await daemon.start()
         stack.push_async_callback(daemon.stop)
-        storage = HBaseStorage(cfg)
+        storage = HBaseStorage(hbase_settings(cfg))
         stack.push_async_callback(storage.close)
         http = await stack.enter_async_context(
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))

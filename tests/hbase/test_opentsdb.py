@@ -16,6 +16,7 @@ import pytest
 from tests.hbase.opentsdb import OpenTSDB, running_opentsdb
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.tools.create_tables import create_tables
@@ -34,7 +35,7 @@ async def tables(hbase_server: HBaseServer) -> AsyncIterator[StorageConfig]:
         tree_table=f"{prefix}tsdb-tree",
         meta_table=f"{prefix}tsdb-meta",
     )
-    storage = HBaseStorage(cfg)
+    storage = HBaseStorage(hbase_settings(cfg))
     await create_tables(storage, cfg)
     await storage.close()
     yield cfg
@@ -66,7 +67,7 @@ async def test_opentsdb_accepts_a_put_that_tsd_reads(opentsdb: OpenTSDB, tables)
             answer = await reply.json()
     assert answer[0]["dps"] == {str(BASE_TIME_S + 61): 42}
 
-    storage = HBaseStorage(tables)
+    storage = HBaseStorage(hbase_settings(tables))
     try:
         uids = {
             (cell.qualifier, row.key): cell.value

@@ -18,8 +18,10 @@ import pytest
 from tests.hbase_harness import THRIFT_READ_TIMEOUT_MS, HBaseServer, drop_tables, unique_prefix
 from tsd.config import StorageConfig
 from tsd.errors import StorageTimeout, StorageUnavailable
+from tsd.schema import hbase_settings
 from tsd.storage.base import Cell, FamilySpec, Put, Row
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage.settings import HBaseSettings
 
 
 class DelayingProxy:
@@ -109,7 +111,7 @@ def closed_port() -> int:
 @pytest.fixture
 async def hbase_table(hbase_server: HBaseServer) -> AsyncIterator[str]:
     prefix = unique_prefix()
-    storage = HBaseStorage(hbase_server.storage_config())
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config()))
     table = f"{prefix}pool"
     await storage.create_table(table, [FamilySpec("f")])
     await storage.put(table, [Put(b"a", "f", b"q", b"A"), Put(b"b", "f", b"q", b"B")])
@@ -123,7 +125,7 @@ async def hbase_table(hbase_server: HBaseServer) -> AsyncIterator[str]:
 
 
 async def test_unreachable_gateway_raises_storage_unavailable() -> None:
-    storage = HBaseStorage(StorageConfig(thrift_host="127.0.0.1", thrift_port=closed_port()))
+    storage = HBaseStorage(HBaseSettings(host="127.0.0.1", port=closed_port()))
     with pytest.raises(StorageUnavailable):
         await storage.get("t", b"r")
     with pytest.raises(StorageUnavailable):
@@ -134,7 +136,7 @@ async def test_unreachable_gateway_raises_storage_unavailable() -> None:
 async def test_call_past_its_deadline_raises_storage_timeout_and_drops_the_connection() -> None:
     async with silent_server() as port:
         cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=port, thrift_timeout_ms=100)
-        storage = HBaseStorage(cfg)
+        storage = HBaseStorage(hbase_settings(cfg))
         with pytest.raises(StorageTimeout):
             await storage.get("t", b"r")
         assert storage.pool.idle_count == 0
@@ -153,7 +155,7 @@ async def test_cancelled_call_never_hands_its_reply_to_the_next(
 ) -> None:
     async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
         cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1)
-        storage = HBaseStorage(cfg)
+        storage = HBaseStorage(hbase_settings(cfg))
         assert await storage.get(hbase_table, b"a") is not None  # one pooled connection
         px.delay_s = 0.5
         call = asyncio.create_task(storage.get(hbase_table, b"a"))
@@ -176,7 +178,7 @@ async def test_timed_out_call_never_hands_its_reply_to_the_next(
         cfg = StorageConfig(
             thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
         )
-        storage = HBaseStorage(cfg)
+        storage = HBaseStorage(hbase_settings(cfg))
         px.delay_s = 0.6
         with pytest.raises(StorageTimeout):
             await storage.get(hbase_table, b"a")
@@ -187,7 +189,7 @@ async def test_timed_out_call_never_hands_its_reply_to_the_next(
 
 @pytest.mark.hbase
 async def test_connection_idle_past_max_idle_is_not_reused(hbase_server: HBaseServer) -> None:
-    storage = HBaseStorage(hbase_server.storage_config(thrift_max_idle_ms=0))
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config(thrift_max_idle_ms=0)))
     for _ in range(3):
         await storage.list_tables()
     assert storage.pool.opened == 3
@@ -196,7 +198,7 @@ async def test_connection_idle_past_max_idle_is_not_reused(hbase_server: HBaseSe
 
 @pytest.mark.hbase
 async def test_pool_reuses_connections(hbase_server: HBaseServer, hbase_table: str) -> None:
-    storage = HBaseStorage(hbase_server.storage_config(thrift_pool_size=4))
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config(thrift_pool_size=4)))
     await asyncio.gather(*(storage.get(hbase_table, b"a") for _ in range(40)))
     assert storage.pool.opened <= 4
     await storage.close()
@@ -210,7 +212,9 @@ async def test_connection_the_gateway_dropped_while_idle_is_replaced(
         pytest.skip("needs the harness's HBase, whose gateway drops idle connections quickly")
     # max_idle far above the gateway's timeout: the pool keeps the connection, the gateway
     # closes it, and the next call must notice and use a new one.
-    storage = HBaseStorage(hbase_server.storage_config(thrift_max_idle_ms=3_600_000))
+    storage = HBaseStorage(
+        hbase_settings(hbase_server.storage_config(thrift_max_idle_ms=3_600_000))
+    )
     assert await storage.get(hbase_table, b"a") is not None
     await asyncio.sleep(THRIFT_READ_TIMEOUT_MS / 1000 + 1.5)
     assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
@@ -224,7 +228,7 @@ async def test_call_on_a_connection_dropped_as_it_is_sent_is_retried_only_if_har
 ) -> None:
     async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
         cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1)
-        storage = HBaseStorage(cfg)
+        storage = HBaseStorage(hbase_settings(cfg))
         assert await storage.get(hbase_table, b"a") is not None  # one pooled connection
         px.drop_next_request = True
         # A read is repeated on a new connection, unseen by the caller.

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
+from tsd.schema import hbase_settings
 from tsd.storage.base import FamilySpec, Put, RowFilter, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import HBASE_THRIFT, ThriftConnection
@@ -27,7 +28,7 @@ KEYS = [b"r\xc3\xa9", b"r\x80", b"r\x81"]
 @pytest.fixture
 async def filter_table(hbase_server: HBaseServer) -> AsyncIterator[tuple[HBaseStorage, str]]:
     prefix = unique_prefix()
-    storage = HBaseStorage(hbase_server.storage_config())
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config()))
     table = f"{prefix}filter"
     await storage.create_table(table, [FamilySpec("f")])
     keys = KEYS + [bytes([b, c]) for b in range(256) for c in (0x00, 0x41, 0x80, 0xC3, 0xFF)]

@@ -29,6 +29,7 @@ import pytest
 from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
 from tests.hbase_harness import ROOT, HBaseServer
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
 
@@ -115,7 +116,7 @@ async def test_two_tsds_assigning_the_same_names_at_once_agree_on_every_uid(
             replies = await asyncio.gather(put_telnet(first, lines), put_telnet(second, lines))
             assert list(replies) == [[], []]
         # Both have stopped, having written every point they accepted.
-        storage = HBaseStorage(cfg)
+        storage = HBaseStorage(hbase_settings(cfg))
         try:
             uids = await read_uid_table(storage, cfg)
             async with contextlib.aclosing(storage.scan(cfg.data_table, ScanSpec())) as scan:

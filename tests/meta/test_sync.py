@@ -17,9 +17,9 @@ from tsd.meta.lookup import LookupQuery
 from tsd.meta.service import MetaService
 from tsd.meta.sync import sync_series_index
 from tsd.model import DataPoint, make_tags
+from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer

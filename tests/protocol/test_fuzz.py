@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,10 +17,12 @@ from tests.protocol.test_put_json import check_known_path
 from tsd.errors import BadRequestError
 from tsd.model import DataPoint
 from tsd.protocol import put_json, put_reply
-from tsd.protocol.names import NameRules, is_valid_name
+from tsd.protocol.names import NameRules, validate_string
 from tsd.protocol.put_json import parse_put_body
 from tsd.protocol.put_reply import PutError
 from tsd.protocol.telnet import Command, LineBuffer, PutCommand, line_too_long, parse_command
+
+pytestmark = pytest.mark.slow  # many generated inputs
 
 fuzz_settings = settings(max_examples=300, deadline=None)
 RULES = NameRules(max_tags=3)
@@ -120,7 +123,7 @@ def _assert_storable(point: DataPoint) -> None:
     assert list(point.tags) == sorted(point.tags)
     assert len({k for k, _ in point.tags}) == len(point.tags)
     for name in [point.metric, *(n for pair in point.tags for n in pair)]:
-        assert is_valid_name(name)
+        validate_string("name", name)  # raises for a name OpenTSDB refuses
 
 
 def _check_telnet(data: bytes, cuts: list[int], max_line_bytes: int) -> None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tsd.errors import BadRequestError
 from tsd.model import Tags
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import PutCommand, parse_command, take_known_puts, type_put_numbers
+from tsd.protocol.telnet import PutCommand, parse_command, take_known_puts
 
 RULES = NameRules(max_tags=3)
 
@@ -172,22 +172,6 @@ def test_a_line_too_long_is_never_taken() -> None:
     points: list[tuple[str, int, int | float]] = []
     assert take_known_puts([b"put m 1 1 k=v", None, b"put m 2 2 k=v"], 0, known, points, 9) == 1
     assert points == [("series", 1, 1)]
-
-
-@pytest.mark.parametrize(
-    ("timestamp", "value", "expected"),
-    [
-        pytest.param(b"1795236834", b"42", (1795236834, 42), id="usual"),
-        pytest.param(b"0", b"1", None, id="zero_timestamp"),
-        pytest.param(b"1.5", b"1", None, id="dotted_timestamp"),
-        pytest.param(b"1", b"-0.0", (1, -0.0), id="negative_zero"),
-        pytest.param(b"1", b"1e400", None, id="infinite"),
-    ],
-)
-def test_type_put_numbers(
-    timestamp: bytes, value: bytes, expected: tuple[int, int | float] | None
-) -> None:
-    assert type_put_numbers(timestamp, value) == expected
 
 
 def test_other_commands_with_a_known_series_words_are_not_puts() -> None:

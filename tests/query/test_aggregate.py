@@ -16,10 +16,11 @@ from tests.query.scalar_reference import Point
 from tsd.errors import TsdError
 from tsd.protocol.m_syntax import parse_downsample
 from tsd.query import interpolate
-from tsd.query.aggregate import aggregate_group, aggregate_series, aggregation_window
-from tsd.query.reducers import AGGREGATORS, get_aggregator
+from tsd.query.aggregate import aggregate_group, aggregate_series
+from tsd.query.plan import scan_window_s
+from tsd.query.reducers import AGGREGATORS
 from tsd.query.series import make_batch
-from tsd.query_model import AGGREGATOR_NAMES, Interpolation, RateOptions
+from tsd.query_model import AGGREGATOR_NAMES, DownsampleSpec, Interpolation, RateOptions
 
 LONG_MAX = 2**63 - 1
 
@@ -72,7 +73,7 @@ def test_registers_the_35_aggregators_of_opentsdb_2_4():
 )
 def test_aggregator_interpolation_matches_opentsdb(name, interpolation):
     # Aggregators.java: the Interpolation passed to each constructor.
-    assert get_aggregator(name).interpolation is interpolation
+    assert AGGREGATORS[name].interpolation is interpolation
 
 
 # Expected values follow AggregationIterator.next/nextLongValue/nextDoubleValue and the
@@ -289,11 +290,17 @@ T = 1_356_998_400_000  # an hour boundary (2013-01-01T00:00Z)
         pytest.param(T + 5 * H, T + 6 * H, "0all-sum", (T + 5 * H, T + 7 * H), id="all"),
     ],
 )
-def test_aggregation_window_is_the_scan_window(
+def test_engine_window_is_the_scan_window_in_ms(
     start: int, end: int, downsample: str | None, expected: tuple[int, int]
 ) -> None:
     spec = parse_downsample(downsample) if downsample else None
-    assert aggregation_window(start, end, spec) == expected
+    assert window_ms(start, end, spec) == expected
+
+
+def window_ms(start_ms: int, end_ms: int, spec: DownsampleSpec | None) -> tuple[int, int]:
+    """The window the engine passes to aggregate_group: the scan window, in ms."""
+    start_s, end_s = scan_window_s(start_ms, end_ms, spec)
+    return start_s * 1000, end_s * 1000
 
 
 PIPELINE_SPECS = [None, "1m-avg", "1m-sum-nan", "2m-max-zero", "1mc-last", "0all-sum"]
@@ -315,7 +322,7 @@ def test_group_pipeline_matches_scalar_reference(
     series = [[(base + t * 100, v) for t, v in s] for s in series]
     qstart, qend = base + 1_000, base + 14_000
     spec = parse_downsample(downsample) if downsample else None
-    start, end = aggregation_window(qstart, qend, spec)
+    start, end = window_ms(qstart, qend, spec)
     options = RateOptions(counter=counter) if rate else None
     try:
         want = ref.group(series, name, start=start, end=end, qstart=qstart, qend=qend,

@@ -141,6 +141,7 @@ def _fast(rows_: list[Row], fix_duplicates: bool) -> list[list[tuple[int, bytes,
     return out
 
 
+@pytest.mark.slow
 @decode_settings
 @given(rows(), st.booleans())
 def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bool) -> None:
@@ -159,6 +160,7 @@ def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bo
     assert _fast(readable, fix_duplicates) == expected
 
 
+@pytest.mark.slow
 @decode_settings
 @given(rows(count=6))
 def test_row_annotations_match_the_reference(rows_: list[Row]) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tsd.codec import KeyLayout
 from tsd.protocol.m_syntax import filter_from_tag_value, make_filter
-from tsd.query.filters import FILTER_DESCRIPTIONS, SeriesFilter, match_tags, requires_tag_key
-from tsd.query.group import group_by_tag_keys, group_key, group_series, group_tags
+from tsd.query.filters import FILTER_DESCRIPTIONS, SeriesFilter
+from tsd.query.group import group_series, group_tags
+from tsd.query.plan import group_key
 from tsd.query_model import FILTER_TYPES, Filter
 
 
@@ -47,7 +49,7 @@ MATCHES = [
 
 @pytest.mark.parametrize(("flt", "value", "expected"), MATCHES)
 def test_filter_matches_tag_value(flt: Filter, value: str, expected: bool) -> None:
-    assert match_tags([flt], {"host": value, "dc": "lga"}) is expected
+    assert SeriesFilter([flt]).matches({"host": value, "dc": "lga"}) is expected
 
 
 @pytest.mark.parametrize("type_name", [t for t in FILTER_TYPES if t != "not_key"])
@@ -55,35 +57,33 @@ def test_every_filter_requires_the_tag_key(type_name: str) -> None:
     # The scan's row-key regex always asks for the key, even for not_literal_or.
     expression = "*" if "wildcard" in type_name else "x"
     flt = f(type_name, expression)
-    assert requires_tag_key(flt)
-    assert match_tags([flt], {"dc": "lga"}) is False
+    assert SeriesFilter([flt]).matches({"dc": "lga"}) is False
 
 
 def test_not_key_matches_series_without_the_key() -> None:
     flt = f("not_key", "")
-    assert not requires_tag_key(flt)
-    assert match_tags([flt], {"dc": "lga"}) is True
-    assert match_tags([flt], {"dc": "lga", "host": "web01"}) is False
+    assert SeriesFilter([flt]).matches({"dc": "lga"}) is True
+    assert SeriesFilter([flt]).matches({"dc": "lga", "host": "web01"}) is False
 
 
 def test_filters_are_anded() -> None:
     filters = [f("wildcard", "web*"), f("literal_or", "lga", tagk="dc")]
-    assert match_tags(filters, {"host": "web01", "dc": "lga"})
-    assert not match_tags(filters, {"host": "web01", "dc": "sjc"})
+    assert SeriesFilter(filters).matches({"host": "web01", "dc": "lga"})
+    assert not SeriesFilter(filters).matches({"host": "web01", "dc": "sjc"})
 
 
 def test_explicit_tags_require_exactly_the_filtered_keys() -> None:
     filters = [f("wildcard", "*")]
-    assert match_tags(filters, {"host": "a"}, explicit_tags=True)
-    assert not match_tags(filters, {"host": "a", "dc": "lga"}, explicit_tags=True)
-    assert match_tags(filters, {"host": "a", "dc": "lga"}, explicit_tags=False)
+    assert SeriesFilter(filters, True).matches({"host": "a"})
+    assert not SeriesFilter(filters, True).matches({"host": "a", "dc": "lga"})
+    assert SeriesFilter(filters, False).matches({"host": "a", "dc": "lga"})
 
 
 def test_bare_star_value_is_a_case_insensitive_wildcard() -> None:
     # TagVFilter.getFilter: a bare value with * becomes TagVWildcardFilter(.., true).
     flt = filter_from_tag_value("host", "WEB*", group_by=True)
     assert (flt.type, flt.ignore_case, flt.group_by) == ("wildcard", True, True)
-    assert match_tags([flt], {"host": "web01"})
+    assert SeriesFilter([flt]).matches({"host": "web01"})
 
 
 def test_series_filter_mask_over_many_series() -> None:
@@ -105,16 +105,13 @@ def test_every_registered_filter_is_described() -> None:
 # ------------------------------------------------------------------ group-by
 
 
-def test_group_by_keys_come_from_group_by_filters() -> None:
-    filters = [f("wildcard", "*", tagk="host", group_by=True), f("literal_or", "a", tagk="dc"),
-               f("regexp", "x", tagk="host", group_by=True)]  # fmt: skip
-    assert group_by_tag_keys(filters) == ["host"]
-
-
 def test_series_without_a_group_by_key_are_dropped() -> None:
-    keys = [group_key(t, ["host"]) for t in ({"host": "b"}, {"dc": "x"}, {"host": "a"})]
-    assert keys == [("b",), None, ("a",)]
-    assert group_series(keys) == [(("a",), [2]), (("b",), [0])]
+    # tag key UID 01 (host), 02 (dc); the group key is the value UIDs of the group-by keys
+    layout = KeyLayout()
+    series = ({b"\x01": b"\x0b"}, {b"\x02": b"\x0c"}, {b"\x01": b"\x0a"})
+    keys = [group_key(layout, t, [b"\x01"]) for t in series]
+    assert keys == [b"\x0b", None, b"\x0a"]
+    assert group_series(keys) == [(b"\x0a", [2]), (b"\x0b", [0])]
 
 
 def test_groups_sort_by_key_and_keep_series_order() -> None:

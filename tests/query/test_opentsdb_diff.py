@@ -25,6 +25,7 @@ from tests.query.test_cases import ALL_CASES, Case
 from tests.query.tsdb_harness import QueryHarness, query_harness
 from tsd.config import StorageConfig
 from tsd.errors import TsdError
+from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
 from tsd.tools.create_tables import create_tables
 
@@ -90,7 +91,7 @@ async def tables(hbase_server: HBaseServer) -> AsyncIterator[StorageConfig]:
         tree_table=f"{prefix}tsdb-tree",
         meta_table=f"{prefix}tsdb-meta",
     )
-    storage = HBaseStorage(cfg)
+    storage = HBaseStorage(hbase_settings(cfg))
     try:
         await create_tables(storage, cfg)
     finally:
@@ -103,7 +104,7 @@ async def tables(hbase_server: HBaseServer) -> AsyncIterator[StorageConfig]:
 @pytest.fixture
 async def loaded(tables: StorageConfig) -> AsyncIterator[QueryHarness]:
     """Every distinct data set of the compared cases, written once by tsd, then compacted."""
-    storage = HBaseStorage(tables)
+    storage = HBaseStorage(hbase_settings(tables))
     try:
         async with query_harness(storage, tables) as harness:
             seen: set[int] = set()

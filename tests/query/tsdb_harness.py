@@ -19,10 +19,10 @@ from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
 from tsd.model import DataPoint, make_tags
 from tsd.protocol.query_json import parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
+from tsd.schema import opentsdb_tables
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
-from tsd.storage.schema import opentsdb_tables
 from tsd.uid.service import UidService
 from tsd.write.compactor import Compactor
 from tsd.write.ingest import IngestService

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from tests.write.readback import StoredPoint, stored_points
 from tsd.daemon import Daemon
+from tsd.storage.base import ScanSpec
 
 
 async def eventually(condition: Callable[[], bool], attempts: int = 1000) -> None:
@@ -70,3 +71,16 @@ async def stored(daemon: Daemon) -> list[StoredPoint]:
 async def telnet_idle(daemon: Daemon) -> None:
     """Wait until every telnet connection is finished (closed and fully handled)."""
     await eventually(lambda: not daemon.listener.telnet_protocols)
+
+
+async def storage_snapshot(daemon: Daemon) -> list[tuple[str, bytes, str, bytes, bytes]]:
+    """Every cell of every table, after writing what is buffered: a request that changed
+    nothing leaves it equal."""
+    await daemon.writer.flush()
+    await daemon.meta.tracker.flush()
+    names = daemon.config.storage
+    cells: list[tuple[str, bytes, str, bytes, bytes]] = []
+    for table in (names.data_table, names.uid_table, names.tree_table, names.meta_table):
+        async for row in daemon.storage.scan(table, ScanSpec()):
+            cells.extend((table, row.key, c.family, c.qualifier, c.value) for c in row.cells)
+    return cells

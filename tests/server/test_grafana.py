@@ -11,7 +11,9 @@ alerting backend with millisecond times), and annotation queries with and withou
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,42 @@ TRACKING = [
 ]
 
 
+#: Grafana's datasource with "Basic auth" on, as a read-only user; the test data is loaded
+#: with a user that may write.
+READER = ("grafana", secrets.token_hex(16))
+WRITER = ("loader", secrets.token_hex(16))
+
+
+@pytest.fixture(params=[pytest.param(False, id="open"), pytest.param(True, id="basic_auth")])
+def auth_keys(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """No keys (OpenTSDB's open TSD), or authentication on with a reader and a writer."""
+    if not request.param:
+        return {}
+    users = tmp_path / "users"
+    users.write_text(
+        "".join(
+            f"{name} {rights} sha256:{hashlib.sha256(secret.encode()).hexdigest()}\n"
+            for (name, secret), rights in ((READER, "read"), (WRITER, "write"))
+        )
+    )
+    return {"tsd.core.authentication.enable": "true", AUTH_FILE: str(users)}
+
+
+AUTH_FILE = "tsd.core.authentication.users_file"
+
+
 @pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
+def make_tsd(make_tsd: MakeTsd, auth_keys: dict[str, str]) -> MakeTsd:
+    async def make(**keys: str) -> Daemon:
+        return await make_tsd(**auth_keys, **keys)
+
+    return make
+
+
+@pytest.fixture
+async def http(auth_keys: dict[str, str]) -> AsyncIterator[aiohttp.ClientSession]:
+    headers = {"Authorization": aiohttp.encode_basic_auth(*READER)} if auth_keys else {}
+    async with aiohttp.ClientSession(headers=headers) as session:
         yield session
 
 
@@ -77,9 +112,13 @@ class Tsd:
             body = await reply.read()
             return reply.status, orjson.loads(body) if body else None
 
-    async def post(self, path: str, body: Any) -> tuple[int, Any]:
+    async def post(self, path: str, body: Any, *, writes: bool = False) -> tuple[int, Any]:
+        """``writes``: as the loader, not as Grafana (when authentication is on)."""
         headers = {"Content-Type": "application/json"}
-        async with self.http.post(self.base + path, data=orjson.dumps(body), headers=headers) as r:
+        if writes and "Authorization" in self.http.headers:
+            headers["Authorization"] = aiohttp.encode_basic_auth(*WRITER)
+        data = orjson.dumps(body)
+        async with self.http.post(self.base + path, data=data, headers=headers) as r:
             reply = await r.read()
             return r.status, orjson.loads(reply) if reply else None
 
@@ -101,7 +140,7 @@ async def load(tsd: Tsd) -> None:
     ] + [
         {"metric": "events.deploy", "timestamp": T0 + 60, "value": 1, "tags": {"host": "web01"}}
     ]  # fmt: skip
-    status, _ = await tsd.post("/api/put?sync", points)
+    status, _ = await tsd.post("/api/put?sync", points, writes=True)
     assert status == 204
     status, series = await tsd.get("/api/search/lookup?m=events.deploy")
     tsuid = series["results"][0]["tsuid"]
@@ -109,7 +148,7 @@ async def load(tsd: Tsd) -> None:
         {"tsuid": tsuid, "startTime": T0 + 60, "description": "deploy v1"},
         {"startTime": T0 + 90, "description": "maintenance"},
     ]
-    status, saved = await tsd.post("/api/annotation/bulk", notes)
+    status, saved = await tsd.post("/api/annotation/bulk", notes, writes=True)
     assert (status, len(saved)) == (200, 2)
 
 
@@ -250,10 +289,11 @@ async def test_template_variables(
 
 
 async def test_template_variables_survive_a_restart(
-    tmp_path: Path, http: aiohttp.ClientSession
+    tmp_path: Path, http: aiohttp.ClientSession, auth_keys: dict[str, str]
 ) -> None:
     """The series index is in storage: a restarted TSD answers before any new write."""
     keys = {
+        **auth_keys,
         "tsd.network.bind": "127.0.0.1",
         "tsd.network.port": "0",
         "tsd.storage.data_dir": str(tmp_path / "data"),

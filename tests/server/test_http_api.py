@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import time
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -105,6 +106,7 @@ async def test_deflate_body(tsd: Daemon, http: aiohttp.ClientSession) -> None:
     assert await stored(tsd) == [sp("z.m", T * 1000, 1, h="a")]
 
 
+@pytest.mark.slow
 async def test_large_chunked_body_is_accepted(tsd: Daemon, http: aiohttp.ClientSession) -> None:
     """OpenTSDB refuses anything over ~8 KiB ("Chunked request not supported")."""
     points = [dp("big.m", T + i, i, host=f"h{i % 10}") for i in range(20_000)]
@@ -500,3 +502,27 @@ async def test_known_series_answer_and_store_as_new_ones(
         *(sp("known.c", ts * 1000 + 5, 3, host="web01") for ts in (T, T + 3600)),
     ]
     assert len(tsd.ingest.ref_cache(PUT_REFS)) >= 4  # the second body took the hot path
+
+
+# -- jsonp: one wrapping, by the response middleware --------------------------------------------
+
+
+async def test_jsonp_wraps_query_answers_once_with_the_last_callback(
+    tsd: Daemon, http: aiohttp.ClientSession
+) -> None:
+    now = int(time.time()) - 60  # /api/query/last looks back from the current hour
+    body = orjson.dumps(dp("jp.m", now, 7, host="h"))
+    assert (await post(http, tsd, "/api/put?sync", body))[0] == 204
+    answers = {
+        f"/api/query?start={now - 10}&end={now + 10}&m=sum:jp.m&jsonp=a&jsonp=cb": (
+            b'[{"metric":"jp.m","tags":{"host":"h"},"aggregateTags":[],"dps":{"%d":7}}]' % now
+        ),
+        "/api/query/last?timeseries=jp.m{host=h}&resolve&jsonp=cb": (
+            b'[{"metric":"jp.m","timestamp":%d,"value":"7","tags":{"host":"h"},'
+            b'"tsuid":"000001000001000001"}]' % (now * 1000)
+        ),
+    }
+    for path, answer in answers.items():
+        async with http.get(url(tsd, path)) as response:
+            assert response.status == 200
+            assert await response.read() == b"cb(" + answer + b")"

@@ -17,6 +17,8 @@ from tsd.config import build_config
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
 
+pytestmark = pytest.mark.slow  # daemons in subprocesses, signals, kill -9
+
 T = 1_356_998_400
 
 

@@ -1,6 +1,7 @@
-"""The telnet hot path types timestamps and values exactly as the full parser does
-(type_put_numbers; take_known_puts inlines the same rules: tests/protocol/
-test_telnet_known_puts.py compares whole connections)."""
+"""The telnet hot path (take_known_puts) types timestamps and values exactly as the full
+parser does, and takes every line in the usual forms (a stub that declines everything, or
+answers anything, fails here). tests/protocol/test_telnet_known_puts.py compares whole
+connections."""
 
 from __future__ import annotations
 
@@ -11,19 +12,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsd.errors import BadRequestError
-from tsd.protocol.telnet import PutCommand, parse_command, type_put_numbers
+from tsd.protocol.telnet import PutCommand, parse_command, take_known_puts
+
+Typed = tuple[int, int | float]
 
 
-def full_parse(timestamp: bytes, value: bytes) -> tuple[int, int | float] | None:
+def put_line(timestamp: bytes, value: bytes) -> bytes:
+    return b"put m " + timestamp + b" " + value + b" h=a"
+
+
+def full_parse(timestamp: bytes, value: bytes) -> Typed | None:
     try:
-        command = parse_command(b"put m " + timestamp + b" " + value + b" h=a")
+        command = parse_command(put_line(timestamp, value))
     except BadRequestError:
         return None
     assert isinstance(command, PutCommand)
     return command.point.timestamp, command.point.value
 
 
-def same(a: tuple[int, int | float] | None, b: tuple[int, int | float] | None) -> bool:
+def fast_path(timestamp: bytes, value: bytes) -> Typed | None:
+    """What take_known_puts makes of the line of a known series (None: not taken)."""
+    out: list[tuple[str, int, int | float]] = []
+    taken = take_known_puts([put_line(timestamp, value)], 0, {(b"m", b"h=a"): "s"}, out, 1)
+    assert taken == len(out)
+    return (out[0][1], out[0][2]) if out else None
+
+
+def same(a: Typed | None, b: Typed | None) -> bool:
     if a is None or b is None:
         return a is b
     if type(a[1]) is not type(b[1]) or a[0] != b[0]:
@@ -33,40 +48,56 @@ def same(a: tuple[int, int | float] | None, b: tuple[int, int | float] | None) -
     return a[1] == b[1]
 
 
-def check(timestamp: bytes, value: bytes) -> None:
-    fast = type_put_numbers(timestamp, value)
-    if fast is not None:  # the hot path may decline; when it answers, it answers the same
+@pytest.mark.parametrize(
+    ("timestamp", "value", "taken"),
+    [
+        pytest.param(b"1356998400", b"42", True, id="int"),
+        pytest.param(b"1356998400123", b"-7", True, id="ms_negative"),
+        pytest.param(b"1", b"999999999999999999", True, id="18_digits"),
+        pytest.param(b"1", b"-999999999999999999", True, id="negative_18_digits"),
+        pytest.param(b"1", b"0.5", True, id="float32"),
+        pytest.param(b"1", b"0.1", True, id="float64"),
+        pytest.param(b"1", b"1e-07", True, id="exponent"),
+        pytest.param(b"1", b"-0.0", True, id="negative_zero"),
+        pytest.param(b"1", b"9223372036854775807", False, id="long_max"),
+        pytest.param(b"1", b"9223372036854775808", False, id="long_overflow"),
+        pytest.param(b"1", b"18446744073709551615", False, id="uint64"),
+        pytest.param(b"1", b"1e400", False, id="infinite"),
+        pytest.param(b"1", b"nan", False, id="nan"),
+        pytest.param(b"1", b"+5", False, id="plus"),
+        pytest.param(b"1", b"-", False, id="just_minus"),
+        pytest.param(b"1", b"", False, id="empty"),
+        pytest.param(b"0", b"1", False, id="zero_timestamp"),
+        pytest.param(b"", b"0", False, id="empty_timestamp_word"),
+        pytest.param(b"00000000000001", b"1", False, id="14_digit_timestamp"),
+        pytest.param(b"99999999999999", b"1", False, id="timestamp_too_big"),
+        pytest.param(b"1356998400.123", b"1", False, id="dotted_timestamp"),
+        pytest.param(b"-1", b"1", False, id="negative_timestamp"),
+        pytest.param(b"\xd9\xa3", b"1", False, id="non_ascii_digit"),
+        pytest.param(b"1", b"\xd9\xa3", False, id="non_ascii_value"),
+    ],
+)
+def test_table(timestamp: bytes, value: bytes, taken: bool) -> None:
+    fast = fast_path(timestamp, value)
+    assert (fast is not None) is taken
+    if taken:
         assert same(fast, full_parse(timestamp, value)), (timestamp, value, fast)
 
 
-@pytest.mark.parametrize(
-    ("timestamp", "value"),
-    [
-        pytest.param(b"1356998400", b"42", id="int"),
-        pytest.param(b"1356998400123", b"-7", id="ms_negative"),
-        pytest.param(b"1", b"999999999999999999", id="18_digits"),
-        pytest.param(b"1", b"9223372036854775807", id="long_max"),
-        pytest.param(b"1", b"9223372036854775808", id="long_overflow"),
-        pytest.param(b"1", b"18446744073709551615", id="uint64"),
-        pytest.param(b"1", b"0.5", id="float32"),
-        pytest.param(b"1", b"0.1", id="float64"),
-        pytest.param(b"1", b"1e-07", id="exponent"),
-        pytest.param(b"1", b"1e400", id="infinite"),
-        pytest.param(b"1", b"nan", id="nan"),
-        pytest.param(b"1", b"+5", id="plus"),
-        pytest.param(b"1", b"-", id="just_minus"),
-        pytest.param(b"1", b"", id="empty"),
-        pytest.param(b"0", b"1", id="zero_timestamp"),
-        pytest.param(b"00000000000001", b"1", id="14_digit_timestamp"),
-        pytest.param(b"99999999999999", b"1", id="timestamp_too_big"),
-        pytest.param(b"1356998400.123", b"1", id="dotted_timestamp"),
-        pytest.param(b"-1", b"1", id="negative_timestamp"),
-        pytest.param(b"\xd9\xa3", b"1", id="non_ascii_digit"),
-        pytest.param(b"1", b"\xd9\xa3", id="non_ascii_value"),
-    ],
-)
-def test_table(timestamp: bytes, value: bytes) -> None:
-    check(timestamp, value)
+USUAL_TIMESTAMP = st.integers(1, 10**13 - 1).map(lambda t: str(t).encode())
+USUAL_VALUE = st.integers(-(10**18) + 1, 10**18 - 1).map(lambda v: str(v).encode()) | st.floats(
+    allow_nan=False, allow_infinity=False
+).map(lambda v: repr(v).encode())
+
+
+@settings(max_examples=400, deadline=None)
+@given(USUAL_TIMESTAMP, USUAL_VALUE)
+def test_usual_forms_are_taken_and_typed_as_the_full_parser_does(
+    timestamp: bytes, value: bytes
+) -> None:
+    fast = fast_path(timestamp, value)
+    assert fast is not None
+    assert same(fast, full_parse(timestamp, value))
 
 
 NUMBERISH = st.binary(min_size=0, max_size=24).map(bytes) | st.text(
@@ -76,7 +107,11 @@ NUMBERISH = st.binary(min_size=0, max_size=24).map(bytes) | st.text(
 
 @settings(max_examples=800, deadline=None)
 @given(NUMBERISH, NUMBERISH)
-def test_random_numbers(timestamp: bytes, value: bytes) -> None:
-    if b" " in timestamp + value or b"\n" in timestamp + value:
+def test_random_numbers_taken_only_as_the_full_parser_types_them(
+    timestamp: bytes, value: bytes
+) -> None:
+    if any(c in timestamp + value for c in b" \n\r"):
         return
-    check(timestamp, value)
+    fast = fast_path(timestamp, value)
+    if fast is not None:
+        assert same(fast, full_parse(timestamp, value)), (timestamp, value, fast)

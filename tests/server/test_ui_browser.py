@@ -23,10 +23,14 @@ from tests.server.conftest import MakeTsd
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(CHROMIUM) is None or shutil.which(CHROMEDRIVER) is None,
-    reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
-)
+pytestmark = [
+    pytest.mark.slow,  # a real browser
+    pytest.mark.skipif(
+        shutil.which(CHROMIUM) is None or shutil.which(CHROMEDRIVER) is None,
+        reason="needs Debian's chromium and chromium-driver"
+        " (apt-get install chromium chromium-driver)",
+    ),
+]
 
 T0 = 1_699_999_200
 VALUES = {"web01": [3, 5, 4, 8, 6, 7], "web02": [1, 1, 2, 3, 5, 8]}

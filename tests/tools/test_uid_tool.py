@@ -20,6 +20,8 @@ from tsd.storage.embedded import EmbeddedStorage
 from tsd.tools.common import open_store
 from tsd.tools.uid import USAGE, id_bytes
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 
 @pytest.fixture(params=TARGET_PARAMS)
 def target(request: pytest.FixtureRequest, tmp_path: Path):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tsd.config import Config, StorageConfig
+from tsd.schema import opentsdb_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
-from tsd.storage.schema import opentsdb_tables
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
 from tsd.write.ingest import IngestService

@@ -25,14 +25,12 @@ from typing import TYPE_CHECKING, Any, Final
 from tsd.codec.const import (
     ANNOTATION_PREFIX,
     FLAG_BITS,
-    FLAG_FLOAT,
     FLAGS_FLOAT32,
     FLAGS_FLOAT64,
     FLAGS_INT1,
     FLAGS_INT2,
     FLAGS_INT4,
     FLAGS_MASK,
-    LENGTH_MASK,
     MAX_MS_OFFSET,
     MAX_SECONDS_OFFSET,
     MAX_TIMESPAN,
@@ -57,15 +55,11 @@ __all__ = [
     "encode_point",
     "encode_points_into",
     "encode_seconds_qualifier",
-    "flags_from_qualifier",
-    "is_float_flags",
     "is_ms_qualifier",
     "is_ms_timestamp",
-    "offset_ms_from_qualifier",
     "qualifier_length",
     "reference_encode_point",
     "split_timestamp",
-    "value_length_from_flags",
 ]
 
 _H = struct.Struct(">H")
@@ -95,15 +89,6 @@ def is_ms_timestamp(timestamp: int) -> bool:
 def is_ms_qualifier(qualifier: bytes, offset: int = 0) -> bool:
     """True when the data point qualifier at ``offset`` is the 4-byte millisecond form."""
     return qualifier[offset] & MS_BYTE_FLAG == MS_BYTE_FLAG
-
-
-def is_float_flags(flags: int) -> bool:
-    return flags & FLAG_FLOAT != 0
-
-
-def value_length_from_flags(flags: int) -> int:
-    """Value length in bytes that the flags announce (1..8)."""
-    return (flags & LENGTH_MASK) + 1
 
 
 def encode_seconds_qualifier(offset_s: int, flags: int) -> bytes:
@@ -280,22 +265,6 @@ def qualifier_length(qualifier: bytes, offset: int = 0) -> int:
             raise IllegalDataError("Detected a millisecond flag but qualifier length is too short")
         return 4
     return 2
-
-
-def offset_ms_from_qualifier(qualifier: bytes, offset: int = 0) -> int:
-    """Offset from the row's base time, in milliseconds, of the qualifier at ``offset``."""
-    length = qualifier_length(qualifier, offset)
-    if length == 4:
-        raw: int = _I.unpack_from(qualifier, offset)[0]
-        return (raw & MS_OFFSET_MASK) >> MS_FLAG_BITS
-    raw = _H.unpack_from(qualifier, offset)[0]
-    return (raw >> FLAG_BITS) * 1000
-
-
-def flags_from_qualifier(qualifier: bytes, offset: int = 0) -> int:
-    """The 4 flag bits of the qualifier at ``offset``."""
-    length = qualifier_length(qualifier, offset)
-    return qualifier[offset + length - 1] & FLAGS_MASK
 
 
 def decode_qualifier(qualifier: bytes, offset: int = 0) -> tuple[int, int, bool]:

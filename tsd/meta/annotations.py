@@ -48,8 +48,9 @@ from tsd.codec import (
 from tsd.codec.const import ANNOTATION_PREFIX, FAMILY, MAX_TIMESPAN, SECOND_MASK, TIMESTAMP_BYTES
 from tsd.errors import BadRequestError, CodecError, NotModified
 from tsd.meta.binding import as_custom, as_long, as_object, as_text
+from tsd.meta.uidmeta import save_if_unchanged
 from tsd.protocol.names import java_hash_order
-from tsd.storage.base import Delete, Put, RowFilter, ScanSpec, Storage
+from tsd.storage.base import Delete, RowFilter, ScanSpec, Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,19 +227,14 @@ class AnnotationStore:
         original = await self._read(row, qualifier)
         stored = None if original is None else parse_stored_annotation(original)
         merged = merge_annotation(update, stored, overwrite)
-        if not await self._storage.check_and_put(
+        await save_if_unchanged(
+            self._storage,
             self._table,
-            row,
-            FAMILY,
-            qualifier,
+            (row, FAMILY, qualifier),
             original,
-            Put(row, FAMILY, qualifier, merged.storage_json()),
-        ):
-            raise BadRequestError(
-                "Failed to save the Annotation to storage",
-                "This may be caused by another process modifying storage data",
-                status=500,
-            )
+            merged.storage_json(),
+            "Annotation",
+        )
         saved = await self.get(update.tsuid, update.start_time)
         return saved if saved is not None else merged
 

@@ -113,12 +113,6 @@ class MetaTracker:
         """Series queued and not yet written."""
         return len(self._pending)
 
-    def forget(self) -> None:
-        """Drop the memory of written series (``/api/dropcaches``): they are rewritten when
-        the writer reports them again."""
-        self._written.clear()
-        self._uids_written.clear()
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:

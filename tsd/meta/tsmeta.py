@@ -40,7 +40,7 @@ from tsd.meta.binding import (
     as_object,
     as_text,
 )
-from tsd.meta.uidmeta import UidMeta, UidMetaStore, java_map, sync_meta
+from tsd.meta.uidmeta import UidMeta, UidMetaStore, java_map, save_if_unchanged, sync_meta
 from tsd.storage.base import Delete, Put, RowFilter, ScanSpec, Storage
 from tsd.uid.service import UidService
 
@@ -290,19 +290,14 @@ class TsMetaStore:
         tsuid_hex = tsuid.hex().upper()
         stored = parse_stored_tsmeta(original, tsuid_hex)
         merged = merge_tsmeta(tsuid_hex, changes, stored, overwrite)
-        if not await self._storage.check_and_put(
+        await save_if_unchanged(
+            self._storage,
             self._table,
-            tsuid,
-            TSMETA_FAMILY,
-            TSMETA_QUALIFIER,
+            (tsuid, TSMETA_FAMILY, TSMETA_QUALIFIER),
             original,
-            Put(tsuid, TSMETA_FAMILY, TSMETA_QUALIFIER, merged.storage_json()),
-        ):
-            raise BadRequestError(
-                "Failed to save the TSMeta to storage",
-                "This may be caused by another process modifying storage data",
-                status=500,
-            )
+            merged.storage_json(),
+            "TSMeta",
+        )
         return await self._get_existing(tsuid)
 
     async def create(self, tsuid: bytes, changes: Mapping[str, Any]) -> TsMeta:

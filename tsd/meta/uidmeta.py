@@ -197,6 +197,27 @@ def sync_meta(
 # -- storage ----------------------------------------------------------------------------------
 
 
+async def save_if_unchanged(
+    storage: Storage,
+    table: str,
+    key: tuple[bytes, str, bytes],
+    original: bytes | None,
+    value: bytes,
+    what: str,
+) -> None:
+    """The compare-and-set save of a meta cell (``syncToStorage`` of UIDMeta, TSMeta and
+    Annotation): ``key`` (row, family, qualifier) must still hold ``original``, else
+    OpenTSDB's 500 for a cell another process changed meanwhile."""
+    row, family, qualifier = key
+    put = Put(row, family, qualifier, value)
+    if not await storage.check_and_put(table, row, family, qualifier, original, put):
+        raise BadRequestError(
+            f"Failed to save the {what} to storage",
+            "This may be caused by another process modifying storage data",
+            status=500,
+        )
+
+
 def meta_qualifier(unique_id: UniqueId) -> bytes:
     """``metric_meta``, ``tagk_meta`` or ``tagv_meta`` for a UniqueId's kind."""
     return UID_META_QUALIFIERS[unique_id.kind.encode("ascii")]
@@ -256,20 +277,14 @@ class UidMetaStore:
         )
         merged = merge_uidmeta(uid_hex, type_name, update.changes, stored, overwrite)
         qualifier = meta_qualifier(unique_id)
-        applied = await self._storage.check_and_put(
+        await save_if_unchanged(
+            self._storage,
             self._table,
-            uid,
-            UID_NAME_FAMILY,
-            qualifier,
+            (uid, UID_NAME_FAMILY, qualifier),
             original,
-            Put(uid, UID_NAME_FAMILY, qualifier, merged.storage_json()),
+            merged.storage_json(),
+            "UIDMeta",
         )
-        if not applied:
-            raise BadRequestError(
-                "Failed to save the UIDMeta to storage",
-                "This may be caused by another process modifying storage data",
-                status=500,
-            )
         return await self.get_by_uid(unique_id, uid)
 
     async def delete(self, type_name: str, uid_text: str) -> None:

@@ -40,7 +40,6 @@ __all__ = [
     "PLAIN_NAME_CHARS",
     "format_java_map",
     "is_plain_name",
-    "is_valid_name",
     "java_hash_order",
     "java_string_hash",
     "parse_tag",
@@ -77,13 +76,6 @@ def _is_allowed_char(char: str, special_chars: str) -> bool:
     if char.isalpha() and char <= "\uffff":
         return True
     return char in special_chars
-
-
-def is_valid_name(name: str, special_chars: str = "") -> bool:
-    """True when ``name`` passes Tags.validateString."""
-    if _PLAIN_NAME.fullmatch(name) is not None:
-        return True
-    return bool(name) and all(_is_allowed_char(c, special_chars) for c in name)
 
 
 def validate_string(what: str, name: str | None, special_chars: str = "") -> None:

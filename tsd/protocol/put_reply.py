@@ -5,7 +5,9 @@ processDataPoint and its GroupCB / PutTimeout): without ``summary`` or ``details
 answers 204 with no body, or the generic 400 when a point failed; with either it answers
 ``{"success","failed"}`` (plus ``timeouts`` with ``sync_timeout``, and ``errors`` with
 ``details``), 200, or 400 when a point failed validation (storage failures seen through
-``sync`` are counted but keep the 200). Body parsing lives in :mod:`tsd.protocol.put_json`.
+``sync`` are counted but keep the 200). tsd departs where storage refused the writes (disk
+full: 507, read-only filesystem: 503; see ``put_response``). Body parsing lives in
+:mod:`tsd.protocol.put_json`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Final, NotRequired, TypedDict
 
 import orjson
 
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, TsdError
 from tsd.model import DataPoint
 from tsd.protocol.names import java_hash_order
 
@@ -46,6 +48,8 @@ STORAGE_EXCEPTION: Final = "Storage exception: {message}"
 WRITE_TIMEDOUT: Final = "Write timedout"
 
 PUT_ERRORS_MESSAGE: Final = "One or more data points had errors"
+#: tsd's message when storage refused the writes (disk full, read-only filesystem).
+STORAGE_REFUSED_MESSAGE: Final = "Storage refused the write: {failed} data points not stored"
 PUT_ERRORS_DETAILS: Final = 'Please see the TSD logs or append "details" to the put request'
 PUT_TIMEOUT_MESSAGE: Final = (
     "The put call has timedout with {good} successful writes, {failed} failed writes"
@@ -179,8 +183,13 @@ def put_response(
     good_writes: int | None = None,
     failed_writes: int = 0,
     errors: Sequence[PutError] = (),
+    refusal: TsdError | None = None,
 ) -> tuple[int, bytes]:
     """Status and body of an /api/put reply (PutDataPointRpc's GroupCB).
+
+    ``refusal``: why storage refused the failed writes when it is full or read-only
+    (:class:`~tsd.errors.StorageRefused`): the reply then carries its status (507, 503)
+    instead of OpenTSDB's 200-with-a-count or generic 400, a failure no client can miss.
 
     ``points`` elements were received and ``queued`` passed validation and went to the
     writer. With ``sync``, ``good_writes``/``failed_writes`` count storage outcomes;
@@ -188,6 +197,12 @@ def put_response(
     generic BadRequestError when points failed and neither summary nor details was asked.
     """
     failures = points - queued
+    if refusal is not None and failed_writes > 0 and not (flags.summary or flags.details):
+        raise BadRequestError(
+            STORAGE_REFUSED_MESSAGE.format(failed=failed_writes),
+            details=refusal.message,
+            status=refusal.status,
+        )
     if not (flags.summary or flags.details):
         if failures + failed_writes > 0:
             raise put_errors_error()
@@ -199,6 +214,8 @@ def put_response(
         flags.details,
         0 if flags.sync_timeout_ms > 0 else None,
     )
+    if refusal is not None and failed_writes > 0:
+        return refusal.status, body  # tsd departs: OpenTSDB answers 200 with "failed"
     # Storage failures reported by sync do not make it a 400; only validation failures do.
     return (400 if failures > 0 else 200), body
 

@@ -32,36 +32,6 @@ _SECOND_MASK = 0xFFFFFFFF00000000
 _MAX_TIMESPAN_S = 3600
 
 
-def aggregation_window(
-    query_start_ms: int, query_end_ms: int, downsample_spec: DownsampleSpec | None
-) -> tuple[int, int]:
-    """The ``(start_ms, end_ms)`` window to pass to ``aggregate_group``.
-
-    It is OpenTSDB's scan window (TsdbQuery.getScanStartTimeSeconds /
-    getScanEndTimeSeconds, times 1000), so ``start_ms // 1000`` and ``end_ms // 1000`` are
-    also the base times of the first row to scan and of the exclusive stop row. The start
-    is aligned down to the downsample interval (UTC epoch, even for calendar intervals)
-    and then to the hour; the end is pushed one second on (an OpenTSDB quirk), then to
-    the next interval boundary and the next hour — without downsampling, always to the
-    start of the following hour.
-    """
-    interval = downsample_spec.interval_ms if downsample_spec is not None else 0
-    start = query_start_ms // 1000 if query_start_ms & _SECOND_MASK else query_start_ms
-    if interval > 0:
-        start -= (1000 * start) % interval // 1000
-    start = max(0, start - start % _MAX_TIMESPAN_S)
-    end = query_end_ms
-    if end & _SECOND_MASK:
-        end = end // 1000 + 1  # "end - (end * 1000) < 1" is always true in OpenTSDB
-    if interval > 0:
-        end += (interval - (1000 * end) % interval) // 1000
-        if end % _MAX_TIMESPAN_S:
-            end += _MAX_TIMESPAN_S - end % _MAX_TIMESPAN_S
-    else:
-        end += _MAX_TIMESPAN_S - end % _MAX_TIMESPAN_S
-    return start * 1000, end * 1000
-
-
 class InfiniteValueError(TsdError):
     """An aggregated value was infinite (OpenTSDB: IllegalStateException "Got Infinity")."""
 

@@ -188,16 +188,3 @@ class SeriesFilter:
     def mask(self, series_tags: Sequence[Mapping[str, str]]) -> npt.NDArray[np.bool_]:
         """``matches`` for every series, as a boolean array."""
         return np.fromiter((self.matches(t) for t in series_tags), np.bool_, len(series_tags))
-
-
-def match_tags(
-    filters: Sequence[Filter], tags: Mapping[str, str], explicit_tags: bool = False
-) -> bool:
-    """One-off ``SeriesFilter(filters, explicit_tags).matches(tags)``."""
-    return SeriesFilter(filters, explicit_tags).matches(tags)
-
-
-def requires_tag_key(f: Filter) -> bool:
-    """True when a matching series must carry ``f.tagk`` (every type but ``not_key``);
-    a scan may push this condition into the row-key filter."""
-    return f.type != "not_key"

@@ -21,29 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-from tsd.query_model import Filter
-
 K = TypeVar("K", bound=Hashable)
-
-
-def group_by_tag_keys(filters: Sequence[Filter]) -> list[str]:
-    """The distinct tag keys of the group-by filters, in first-seen order."""
-    keys: list[str] = []
-    for f in filters:
-        if f.group_by and f.tagk not in keys:
-            keys.append(f.tagk)
-    return keys
-
-
-def group_key(tags: Mapping[str, str], tag_keys: Sequence[str]) -> tuple[str, ...] | None:
-    """The values of ``tag_keys`` in ``tags`` (None when one is missing: drop the series)."""
-    values = []
-    for tagk in tag_keys:
-        value = tags.get(tagk)
-        if value is None:
-            return None
-        values.append(value)
-    return tuple(values)
 
 
 def group_series(keys: Sequence[K | None]) -> list[tuple[K, list[int]]]:

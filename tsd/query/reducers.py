@@ -360,11 +360,6 @@ AGGREGATORS: dict[str, Aggregator] = {
 }
 
 
-def get_aggregator(name: str) -> Aggregator:
-    """The aggregator registered as ``name`` (case-sensitive); KeyError if none."""
-    return AGGREGATORS[name]
-
-
 def run_double(name: str, x: F2, m: B2) -> F1:
     """Apply aggregator ``name``'s double path to every column of the block."""
     with np.errstate(all="ignore"):

@@ -110,11 +110,6 @@ def make_batch(
     return SeriesBatch(timestamps, values, offsets, int_values, is_int)
 
 
-def float_batch(timestamps: Int64Array, values: Float64Array, offsets: Int64Array) -> SeriesBatch:
-    """A batch whose points are all doubles."""
-    return SeriesBatch(timestamps, values, offsets)
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class AggregatedSeries:
     """One output series of an aggregation: a point per timestamp.

@@ -7,6 +7,9 @@ request line (``GET``, ``POST``...), anything else is a telnet command. The
 ``transport.set_protocol`` and replays the bytes, the way uvicorn hands a
 connection over to its websocket protocol.
 
+With TLS on (``tsd.network.tls.cert``), a first byte 0x16 starts a TLS handshake: the
+connection is decrypted (:mod:`tsd.server.tls`) and its plaintext sniffed the same way.
+
 A client that connects and closes without sending anything (potsdb's probe,
 Telegraf's ``Connect()``) never gets a protocol at all; nothing is logged.
 """
@@ -16,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
 
 from tsd.protocol.sniff import looks_like_http
+from tsd.server.tls import hand_over_to_tls, is_tls_hello
 from tsd.stats import StatsRegistry
 
 
@@ -46,16 +51,18 @@ TelnetFactory = Callable[[], TrackedProtocol]
 class SniffingProtocol(asyncio.Protocol):
     """Reads the first bytes of a connection and hands it to the right protocol."""
 
-    __slots__ = ("_listener", "_transport")
+    __slots__ = ("_listener", "_transport", "_decrypted")
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, decrypted: bool = False) -> None:
+        """``decrypted``: the inside of a TLS connection, admitted already."""
         self._listener = listener
         self._transport: asyncio.Transport | None = None
+        self._decrypted = decrypted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport: cast, do not check.
         transport = cast(asyncio.Transport, transport)
-        if not self._listener.admit(self, transport):
+        if not self._listener.admit(self, transport, counted=self._decrypted):
             transport.abort()
             return
         self._transport = transport
@@ -65,6 +72,15 @@ class SniffingProtocol(asyncio.Protocol):
         if transport is None or not data:
             return
         self._transport = None
+        tls = self._listener.tls
+        if tls is not None and not self._decrypted:
+            self._listener.forget_sniffing(self)
+            if is_tls_hello(data):
+                hand_over_to_tls(transport, data, SniffingProtocol(self._listener, True), tls)
+                return
+            if self._listener.tls_required:
+                transport.abort()  # tsd.network.tls.required: no plaintext
+                return
         protocol = self._listener.protocol_for(self, data)
         # Swap first so that anything the new protocol triggers (pause_reading, a
         # close) is delivered to it, then replay what we read.
@@ -94,7 +110,14 @@ class Listener:
         http_server: web.Server,
         registry: StatsRegistry,
         connections_limit: int = 0,
+        *,
+        tls: ssl.SSLContext | None = None,
+        tls_required: bool = False,
     ) -> None:
+        """``tls``: also serve TLS on the port (:mod:`tsd.server.tls`); ``tls_required``:
+        close connections that do not start with a TLS handshake."""
+        self.tls = tls
+        self.tls_required = tls_required and tls is not None
         self._telnet_factory = telnet_factory
         self._http_server = http_server
         self._limit = connections_limit
@@ -110,8 +133,14 @@ class Listener:
     def open_connections(self) -> int:
         return len(self._sniffing) + len(self._telnet) + len(self._http_server.connections)
 
-    def admit(self, sniffer: SniffingProtocol, transport: asyncio.Transport) -> bool:
-        """Count a new connection; False when over ``tsd.core.connections.limit``."""
+    def admit(
+        self, sniffer: SniffingProtocol, transport: asyncio.Transport, counted: bool = False
+    ) -> bool:
+        """Count a new connection; False when over ``tsd.core.connections.limit``.
+        ``counted``: the decrypted side of a connection admitted already."""
+        if counted:
+            self._sniffing.add(sniffer)
+            return True
         if self._limit > 0 and self.open_connections() >= self._limit:
             self._rejected.inc()
             return False

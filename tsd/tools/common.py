@@ -18,7 +18,6 @@ import asyncio
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import uvloop
@@ -26,9 +25,9 @@ import uvloop
 from tsd.config import Config, load_config
 from tsd.log import configure_logging
 from tsd.protocol.names import NameRules
+from tsd.schema import ensure_tables, storage_settings
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.schema import ensure_tables
 from tsd.uid.service import UidService
 
 T = TypeVar("T")
@@ -75,19 +74,11 @@ class ToolStore:
     uids: UidService
 
 
-def _open(cfg: Config, read_only: bool) -> Storage:
-    if read_only and cfg.storage.backend == "embedded":
-        from tsd.storage.embedded import EmbeddedStorage
-
-        return EmbeddedStorage(Path(cfg.storage.data_dir), read_only=True)
-    return open_storage(cfg)
-
-
 @asynccontextmanager
 async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[ToolStore]:
     """Storage (tables created when missing, unless read-only) and a UidService over it;
     storage is closed on the way out."""
-    storage = _open(cfg, read_only)
+    storage = open_storage(storage_settings(cfg.storage, read_only=read_only))
     try:
         if cfg.storage.create_tables and not read_only:
             await ensure_tables(storage, cfg.storage)

@@ -2,7 +2,7 @@
 
 Names come from the configuration (``tsd.storage.hbase.data_table``,
 ``uid_table``, ``tree_table``, ``meta_table``); the families from
-:mod:`tsd.storage.schema` (tsdb: ``t``; tsdb-uid: ``id``, ``name``; tsdb-tree:
+:mod:`tsd.schema` (tsdb: ``t``; tsdb-uid: ``id``, ``name``; tsdb-tree:
 ``t``; tsdb-meta: ``name``). Every family gets one version, a ROW bloom filter,
 the block cache on and the configured compression (``tsd.storage.hbase.
 compression``, NONE by default: the script's LZO is not in stock HBase); the
@@ -22,9 +22,9 @@ import dataclasses
 
 from tsd.config import Config, StorageConfig, load_config
 from tsd.log import configure_logging
+from tsd.schema import opentsdb_tables, storage_settings
 from tsd.storage.base import FamilySpec, Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.schema import opentsdb_tables
 
 
 def table_specs(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:
@@ -59,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 async def _run(cfg: Config) -> None:
-    storage = open_storage(cfg)
+    storage = open_storage(storage_settings(cfg.storage))
     try:
         for table, created in (await create_tables(storage, cfg.storage)).items():
             print(f"{'created' if created else 'exists '} {table}")

@@ -23,6 +23,11 @@ may miss while the other still hits.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
 #: The smallest budget: one generation of one entry.
 MIN_MAX_ENTRIES = 1
 
@@ -123,25 +128,20 @@ class UidCache:
     # -- internals ----------------------------------------------------------------------------
 
     def _store_id(self, name: str, uid: bytes) -> None:
-        young = self._ids
-        if name not in young and len(young) >= self._generation_max:
-            self.evictions += len(self._ids_old)
-            if self.max_entries > 1:
-                self._ids_old = young
-            else:
-                self.evictions += len(young)
-                self._ids_old = {}
-            young = self._ids = {}
-        young[name] = uid
+        if name not in self._ids and len(self._ids) >= self._generation_max:
+            self._ids, self._ids_old = self._rotated(self._ids, self._ids_old)
+        self._ids[name] = uid
 
     def _store_name(self, uid: bytes, name: str) -> None:
-        young = self._names
-        if uid not in young and len(young) >= self._generation_max:
-            self.evictions += len(self._names_old)
-            if self.max_entries > 1:
-                self._names_old = young
-            else:
-                self.evictions += len(young)
-                self._names_old = {}
-            young = self._names = {}
-        young[uid] = name
+        if uid not in self._names and len(self._names) >= self._generation_max:
+            self._names, self._names_old = self._rotated(self._names, self._names_old)
+        self._names[uid] = name
+
+    def _rotated(self, young: dict[_K, _V], old: dict[_K, _V]) -> tuple[dict[_K, _V], dict[_K, _V]]:
+        """(new young, new old) once ``young`` is full: the old generation is dropped and
+        the young one takes its place (dropped too when the budget is one entry)."""
+        self.evictions += len(old)
+        if self.max_entries > 1:
+            return {}, young
+        self.evictions += len(young)
+        return {}, {}

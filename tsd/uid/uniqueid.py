@@ -90,11 +90,6 @@ def decode_name(raw: bytes) -> str:
     return raw.decode(CHARSET)
 
 
-def uid_to_string(uid: bytes) -> str:
-    """Upper-case hex, two digits a byte (OpenTSDB's ``UniqueId.uidToString``): ``"00002A"``."""
-    return uid.hex().upper()
-
-
 def prefix_stop_row(prefix: bytes) -> bytes:
     """The first key after every key that starts with ``prefix`` (b"" when there is none).
 

@@ -39,7 +39,7 @@ from typing import Generic, TypeAlias, TypeVar
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.config import StorageConfig
-from tsd.errors import NoSuchUniqueName, TsdError
+from tsd.errors import NoSuchUniqueName, StorageRefused, TsdError
 from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
 from tsd.uid.service import UidService
@@ -107,6 +107,8 @@ class SyncOutcome(Generic[T]):
 
     stored: int
     unstored: list[tuple[T, Refused | None]]
+    #: the error when storage refused the writes (full, read-only), for the reply's status
+    refusal: StorageRefused | None = None
 
 
 class IngestService:
@@ -326,6 +328,7 @@ class IngestSession(Generic[T]):
             except TimeoutError:
                 pass
         stored = 0
+        refusal: StorageRefused | None = None
         unstored: list[tuple[T, Refused | None]] = []
         for tracked in self._tracked:
             ack = tracked.ack
@@ -334,9 +337,11 @@ class IngestSession(Generic[T]):
             elif (exc := ack.exception()) is None:
                 stored += len(tracked.tags)
             else:
+                if isinstance(exc, StorageRefused):
+                    refusal = exc
                 refused = Refused.of(exc)
                 unstored.extend((tag, refused) for tag in tracked.tags)
-        return SyncOutcome(stored, unstored)
+        return SyncOutcome(stored, unstored, refusal)
 
     # -- internals ----------------------------------------------------------------------------
 

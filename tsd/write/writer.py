@@ -18,7 +18,9 @@
   :meth:`wait_writable` returns, so a slow store slows the clients down instead of
   growing the heap.
 * Failed writes are retried (``retry_delays_s``); a batch that still fails is dropped,
-  logged and its future fails ("Storage exception").
+  logged and its future fails ("Storage exception"). While storage refuses writes (disk
+  full, read-only: :class:`~tsd.errors.StorageRefused`) :attr:`storage_refusal` says so,
+  until a write succeeds; every new batch is still tried, so recovery needs no restart.
 * Compaction. Rows stored by the writer are queued in a
   :class:`~tsd.write.schedule.CompactionSchedule`; a background task hands them to the
   :class:`~tsd.write.compactor.Compactor` once their hour has closed.
@@ -39,7 +41,7 @@ from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.codec.const import FAMILY as DATA_FAMILY
 from tsd.config import StorageConfig
-from tsd.errors import StorageError, StorageUnavailable
+from tsd.errors import StorageError, StorageRefused, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
@@ -114,6 +116,7 @@ class Writer:
         self._flush_asked = False
         self._closing = False
         self._closed = False
+        self._refusal: StorageRefused | None = None
         self._flusher: asyncio.Task[None] | None = None
         # Compaction (never with appends: OpenTSDB does not compact append rows).
         self._compacting = cfg.enable_compaction and not cfg.enable_appends
@@ -181,6 +184,13 @@ class Writer:
         batch.add_points(points)
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
+
+    @property
+    def storage_refusal(self) -> StorageRefused | None:
+        """The error of the last write when storage refused it (full, read-only); None
+        again once a write succeeds. Protocols use it to stop acknowledging points before
+        they are stored while the store refuses writes."""
+        return self._refusal
 
     def room(self) -> int:
         """Points that can still be buffered before the writer is full (0 when it is)."""
@@ -292,11 +302,14 @@ class Writer:
         seq = await logged
         if error is not None:
             self._dropped.inc(batch.cells)
+            if isinstance(error, StorageRefused):
+                self._refusal = error
             if not ack.done():
                 ack.set_exception(error)
             return
         if seq is not None and self._wal is not None:
             self._wal.mark_stored(seq)
+        self._refusal = None
         self._stored.inc(batch.cells)
         if not ack.done():
             ack.set_result(None)

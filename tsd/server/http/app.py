@@ -186,13 +186,21 @@ def query_params(request: web.Request) -> dict[str, str]:
 
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
+    from tsd.server.http.auth import CREDENTIALS, CREDENTIALS_KEY, auth_middleware
+    from tsd.server.http.guard import origin_guard
+
+    credentials = services.extra.get(CREDENTIALS_KEY)
+    guards = [origin_guard] if credentials is None else [origin_guard, auth_middleware]
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
-        # CORS outside: its headers go on error replies too.
-        middlewares=MIDDLEWARES,
+        # CORS outside: its headers go on error replies too. The guards sit just outside
+        # the error middleware (the last one), so their refusals keep CORS headers.
+        middlewares=[*MIDDLEWARES[:-1], *guards, MIDDLEWARES[-1]],
         handler_args={"max_field_size": 65536, "max_line_size": 65536},
     )
     app[SERVICES] = services
+    if credentials is not None:
+        app[CREDENTIALS] = credentials
     app[ROUTES] = enabled_routes(services.config)
     cors = parse_cors_domains(services.config.http.cors_domains)
     if cors is not None:

@@ -41,7 +41,14 @@ from tsd.protocol.put_reply import (
 )
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
-from tsd.write.ingest import IngestSession, RefCache, RefusalKind, Refused, SeriesRef
+from tsd.write.ingest import (
+    IngestSession,
+    RefCache,
+    RefusalKind,
+    Refused,
+    SeriesRef,
+    SyncOutcome,
+)
 
 #: UID lookups one request runs at once. 1: new names get their UIDs in the order of the
 #: body, as OpenTSDB hands them out, so that a body always assigns the same UIDs.
@@ -72,15 +79,18 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     refs = services.ingest.ref_cache(PUT_REFS)
     pieces = await parse_body(await request.read(), refs, services.rules)
     put = _Put(pieces)
+    # While storage refuses writes (disk full), a put is answered once its points are
+    # stored or refused, as with sync: nothing is acknowledged that may be lost.
+    wait = flags.sync or services.ingest.writer.storage_refusal is not None
     session: IngestSession[int] = services.ingest.session(
-        cache=refs, window=MISS_WINDOW, on_refused=put.refused, track_acks=flags.sync
+        cache=refs, window=MISS_WINDOW, on_refused=put.refused, track_acks=wait
     )
     for piece in pieces:
         await _append_piece(session, piece, put, refs)
     await session.settle()
     points = sum(piece.count for piece in pieces)
     queued = points - len(put.failed)
-    if not flags.sync:
+    if not wait:
         status, reply = put_response(flags, points=points, queued=queued, errors=put.errors())
         return json_response(reply, status)
     outcome = await session.stored(flags.sync_timeout_ms / 1000 or None)
@@ -93,9 +103,7 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
                 errors.append(PutError(WRITE_TIMEDOUT, put.echo(index)))
         else:
             errors.append(put.error(index, None, refused))
-    return _sync_reply(
-        flags, points, queued, outcome.stored, len(outcome.unstored), timeouts, errors
-    )
+    return _sync_reply(flags, points, queued, outcome, timeouts, errors)
 
 
 async def _append_piece(
@@ -185,11 +193,11 @@ def _sync_reply(
     flags: PutFlags,
     points: int,
     queued: int,
-    good: int,
-    unstored: int,
+    outcome: SyncOutcome[int],
     timeouts: int,
     errors: list[PutError],
 ) -> web.Response:
+    good, unstored = outcome.stored, len(outcome.unstored)
     if timeouts:
         status, body = put_timeout_response(
             flags,
@@ -208,6 +216,7 @@ def _sync_reply(
             good_writes=good,
             failed_writes=unstored,
             errors=errors,
+            refusal=outcome.refusal,
         )
     return json_response(body, status)
 

@@ -17,6 +17,8 @@ from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
+from tsd.server.credentials import Right
+from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
 from tsd.server.http.render import render_last_points, render_query_result
@@ -49,8 +51,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             query = parse_query_params(request.query, default_timezone=timezone)
         if method == "DELETE":
             query = dataclasses.replace(query, delete=True)
-        if query.delete and not allow_delete:
-            raise _DELETE_DISABLED
+        if query.delete:
+            if not allow_delete:
+                raise _DELETE_DISABLED
+            require_right(request, Right.ADMIN)  # a body's "delete": true
         options = parse_output_options(request.query)
         result = await engine.execute(query)
     except TsdError as exc:

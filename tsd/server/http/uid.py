@@ -19,6 +19,7 @@ from tsd.java_text import java_split
 from tsd.protocol.names import java_hash_order, validate_string
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
+from tsd.server.http.uid_meta import UID_ENDPOINTS
 from tsd.uid.service import UidService
 
 ASSIGN_TYPES = ("metric", "tagk", "tagv")
@@ -28,8 +29,6 @@ async def handle_uid(request: web.Request, path: ApiPath) -> web.StreamResponse:
     endpoint = path.parts[1].lower() if len(path.parts) > 1 else ""
     if endpoint == "assign":
         return await handle_assign(request)
-    from tsd.server.http.uid_meta import UID_ENDPOINTS
-
     if endpoint in UID_ENDPOINTS:
         return await UID_ENDPOINTS[endpoint](request)
     raise BadRequestError("Other UID endpoints have not been implemented yet", status=501)

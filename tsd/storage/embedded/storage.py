@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import functools
 import json
@@ -54,7 +55,13 @@ from typing import IO, Any, TypeVar
 
 import lmdb
 
-from tsd.errors import StorageError, StorageUnavailable, TableNotFound
+from tsd.errors import (
+    StorageError,
+    StorageFull,
+    StorageReadOnly,
+    StorageUnavailable,
+    TableNotFound,
+)
 from tsd.storage.base import FamilySpec, Mutation, Put, Row, ScanSpec, Storage
 from tsd.storage.embedded import cells
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
@@ -81,12 +88,23 @@ _TABLE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
 _FAMILY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
+#: py-lmdb raises DiskError for ENOSPC and ReadonlyError for EACCES; other errno values come
+#: as a plain lmdb.Error whose text is strerror's, so those two are told by their text.
+_QUOTA_TEXT = os.strerror(errno.EDQUOT)
+_READ_ONLY_FS_TEXT = os.strerror(errno.EROFS)
+
+
 def map_lmdb_error(exc: BaseException) -> BaseException:
-    """The tsd error for an LMDB exception; other exceptions unchanged."""
+    """The tsd error for an LMDB exception; other exceptions unchanged. A full disk or map
+    is :class:`StorageFull`, a filesystem gone read-only :class:`StorageReadOnly`."""
     if isinstance(exc, lmdb.MapFullError):
-        return StorageError("embedded store full: the LMDB map size is reached")
+        return StorageFull("embedded store full: the LMDB map size is reached")
+    if isinstance(exc, lmdb.DiskError) or (isinstance(exc, lmdb.Error) and _QUOTA_TEXT in str(exc)):
+        return StorageFull(f"embedded store full: no space left on its disk ({exc})")
     if isinstance(exc, lmdb.ReadonlyError):
-        return StorageError("embedded store opened read-only")
+        return StorageReadOnly(f"embedded store not writable ({exc})")
+    if isinstance(exc, lmdb.Error) and _READ_ONLY_FS_TEXT in str(exc):
+        return StorageReadOnly(f"embedded store on a read-only filesystem ({exc})")
     if isinstance(exc, lmdb.Error):
         return StorageError(f"embedded store error: {exc}")
     return exc

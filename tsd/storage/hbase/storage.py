@@ -44,13 +44,13 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tsd.config import StorageConfig
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
 from tsd.storage.base import Cell, FamilySpec, Mutation, Put, Row, ScanSpec, Storage
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
 from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
+from tsd.storage.settings import HBaseSettings
 
 T = TypeVar("T")
 
@@ -68,18 +68,18 @@ Call = Callable[[Any], Awaitable[T]]
 
 
 class HBaseStorage(Storage):
-    """Tables in an HBase reached through its Thrift1 gateway (``cfg.thrift_*``).
+    """Tables in an HBase reached through its Thrift1 gateway (``settings``).
 
     ``scan_batch_cells`` caps the cells per scanner result (HBase's ``Scan.setBatch``);
     a row wider than that arrives in pieces, which are joined here. 0: no cap.
     """
 
-    def __init__(self, cfg: StorageConfig, *, scan_batch_cells: int = 0) -> None:
-        self._cfg = cfg
-        self._timeout_s = cfg.thrift_timeout_ms / 1000 if cfg.thrift_timeout_ms > 0 else None
+    def __init__(self, settings: HBaseSettings, *, scan_batch_cells: int = 0) -> None:
+        self._settings = settings
+        self._timeout_s = settings.timeout_ms / 1000 if settings.timeout_ms > 0 else None
         self._scan_batch_cells = scan_batch_cells
         self._pool = ConnectionPool(
-            self._open_connection, cfg.thrift_pool_size, cfg.thrift_max_idle_ms / 1000
+            self._open_connection, settings.pool_size, settings.max_idle_ms / 1000
         )
         self._last_delete_done = -math.inf
 
@@ -88,13 +88,9 @@ class HBaseStorage(Storage):
         return self._pool
 
     async def _open_connection(self) -> ThriftConnection:
-        cfg = self._cfg
+        s = self._settings
         return await ThriftConnection.open(
-            cfg.thrift_host,
-            cfg.thrift_port,
-            cfg.thrift_transport,
-            cfg.thrift_protocol,
-            cfg.thrift_timeout_ms or None,
+            s.host, s.port, s.transport, s.protocol, s.timeout_ms or None
         )
 
     # -- calls ----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""OpenTSDB's tables from the configuration, and the backend registry."""
+"""OpenTSDB's tables from the configuration, and the configuration mapped onto storage
+settings."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pytest
 
 from tsd.config import Config, StorageConfig
 from tsd.errors import ConfigError
+from tsd.schema import BACKENDS, ensure_tables, opentsdb_tables, storage_settings
 from tsd.storage.base import FamilySpec, Put, Storage
 from tsd.storage.embedded import EmbeddedStorage
-from tsd.storage.factory import BACKENDS, open_storage
-from tsd.storage.schema import ensure_tables, opentsdb_tables
+from tsd.storage.factory import open_storage
+from tsd.storage.settings import EmbeddedSettings, HBaseSettings
 
 
 def test_opentsdb_tables_use_the_configured_names() -> None:
@@ -48,7 +50,9 @@ async def test_ensure_tables_creates_what_is_missing(
 
 async def test_open_storage_opens_the_embedded_store_in_data_dir(tmp_path: Path) -> None:
     cfg = dataclasses.replace(Config(), storage=StorageConfig(data_dir=str(tmp_path / "d")))
-    storage = open_storage(cfg)
+    settings = storage_settings(cfg.storage)
+    assert settings == EmbeddedSettings(tmp_path / "d")
+    storage = open_storage(settings)
     try:
         assert isinstance(storage, EmbeddedStorage)
         assert storage.path == tmp_path / "d"
@@ -56,8 +60,34 @@ async def test_open_storage_opens_the_embedded_store_in_data_dir(tmp_path: Path)
         await storage.close()
 
 
-def test_open_storage_knows_both_backends() -> None:
+def test_storage_settings_map_the_hbase_keys() -> None:
+    cfg = StorageConfig(
+        backend="hbase",
+        thrift_host="h",
+        thrift_port=1,
+        thrift_transport="framed",
+        thrift_protocol="compact",
+        thrift_pool_size=2,
+        thrift_timeout_ms=3,
+        thrift_max_idle_ms=4,
+    )
+    assert storage_settings(cfg) == HBaseSettings("h", 1, "framed", "compact", 2, 3, 4)
+
+
+def test_hbase_settings_defaults_are_the_config_defaults() -> None:
+    assert storage_settings(StorageConfig(backend="hbase")) == HBaseSettings()
+
+
+async def test_hbase_storage_is_built_from_plain_values() -> None:
+    """No configuration object: the backend takes its settings (nothing connects yet)."""
+    storage = open_storage(HBaseSettings(host="127.0.0.1", port=1, pool_size=1))
+    try:
+        assert type(storage).__name__ == "HBaseStorage"
+    finally:
+        await storage.close()
+
+
+def test_storage_settings_know_both_backends() -> None:
     assert sorted(BACKENDS) == ["embedded", "hbase"]
-    cfg = dataclasses.replace(Config(), storage=StorageConfig(backend="cassandra"))
     with pytest.raises(ConfigError):
-        open_storage(cfg)
+        storage_settings(StorageConfig(backend="cassandra"))

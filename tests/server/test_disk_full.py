@@ -1,0 +1,219 @@
+"""A full disk (issue 13 item 9): clear errors per protocol, nothing acknowledged lost,
+recovery without a restart, and every acknowledged point back after kill -9.
+
+Two ways to fill the disk: a real 24 MiB tmpfs under a daemon process (needs ``mount``,
+i.e. root with CAP_SYS_ADMIN; skipped otherwise), and, always, the embedded store with
+LMDB's own ENOSPC error injected at its put (py-lmdb raises ``lmdb.DiskError`` for ENOSPC,
+``lmdb.MapFullError`` for a full map; both are mapped to :class:`StorageFull`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import aiohttp
+import lmdb
+import orjson
+import pytest
+
+from tests.server.conftest import MakeTsd
+from tests.server.support import TelnetClient, stored
+from tests.server.test_lifecycle import TsdProcess, read_store
+from tsd.errors import StorageFull, StorageReadOnly
+from tsd.storage.base import Put
+from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.embedded.storage import map_lmdb_error
+from tsd.write.writer import WriterLimits
+
+T0 = 1_700_000_000
+
+
+def batch(metric: str, start: int, count: int) -> list[dict[str, object]]:
+    return [
+        {"metric": metric, "timestamp": T0 + start + i, "value": start + i, "tags": {"h": "a"}}
+        for i in range(count)
+    ]
+
+
+async def put(port: int, path: str, points: list[dict[str, object]]) -> tuple[int, object]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://127.0.0.1:{port}{path}", data=orjson.dumps(points)) as reply,
+    ):
+        body = await reply.read()
+        return reply.status, orjson.loads(body) if body else None
+
+
+# -- LMDB's errors, mapped ----------------------------------------------------------------------
+
+
+def _lmdb(kind: type[lmdb.Error], code: int) -> lmdb.Error:
+    """The error as py-lmdb's C extension raises it: one "what: strerror" text."""
+    return kind(f"mdb_txn_commit: {os.strerror(code)}")
+
+
+@pytest.mark.parametrize(
+    ("raised", "mapped", "status"),
+    [
+        pytest.param(_lmdb(lmdb.DiskError, errno.ENOSPC), StorageFull, 507, id="enospc"),
+        pytest.param(lmdb.MapFullError("mdb_put: MDB_MAP_FULL"), StorageFull, 507, id="map"),
+        pytest.param(_lmdb(lmdb.Error, errno.EDQUOT), StorageFull, 507, id="quota"),
+        pytest.param(_lmdb(lmdb.Error, errno.EROFS), StorageReadOnly, 503, id="erofs"),
+        pytest.param(_lmdb(lmdb.ReadonlyError, errno.EACCES), StorageReadOnly, 503, id="eacces"),
+    ],
+)
+def test_lmdb_errors_map_to_clear_storage_errors(
+    raised: lmdb.Error, mapped: type[Exception], status: int
+) -> None:
+    error = map_lmdb_error(raised)
+    assert type(error) is mapped
+    assert getattr(error, "status", None) == status
+
+
+# -- fault injection: every protocol, in process ------------------------------------------------
+
+
+class DiskThatFills(EmbeddedStorage):
+    """The embedded store whose data writes fail as LMDB fails on a full disk (or on a
+    filesystem gone read-only), on demand."""
+
+    full = False
+    failure: lmdb.Error = _lmdb(lmdb.DiskError, errno.ENOSPC)
+
+    async def put(self, table: str, puts: Sequence[Put]) -> None:
+        if self.full and table == "tsdb":
+            raise map_lmdb_error(self.failure)
+        await super().put(table, puts)
+
+
+async def test_full_disk_sequence_with_injected_enospc(make_tsd: MakeTsd, tmp_path: Path) -> None:
+    disk = DiskThatFills(tmp_path / "store")
+    try:
+        daemon = await make_tsd(storage=disk, writer_limits=WriterLimits(retry_delays_s=()))
+        port = daemon.port
+        assert await put(port, "/api/put?sync", batch("m", 0, 100)) == (204, None)
+        disk.full = True
+        # sync: the refusal is the status, with or without a summary
+        status, body = await put(port, "/api/put?sync", batch("m", 100, 50))
+        assert status == 507
+        assert isinstance(body, dict)
+        assert body["error"]["message"] == "Storage refused the write: 50 data points not stored"
+        assert "no space left" in body["error"]["details"]
+        assert await put(port, "/api/put?sync&summary", batch("m", 150, 50)) == (
+            507,
+            {"success": 0, "failed": 50},
+        )
+        # without sync: no 204 for points that cannot be stored while the disk is full
+        status, body = await put(port, "/api/put", batch("m", 200, 50))
+        assert status == 507
+        # telnet: an error line naming the full store
+        client = await TelnetClient.connect(port)
+        await client.send(b"put m %d 1 h=a\n" % (T0 + 250))
+        line = await client.line()
+        assert line.startswith(b"put: HBase error: embedded store full: no space left")
+        await client.close()
+        assert daemon.registry.counter("datapoints.dropped", type="storage_errors").value >= 151
+        # space returns: the next put is stored, no restart
+        disk.full = False
+        assert await put(port, "/api/put?sync", batch("m", 300, 10)) == (204, None)
+        assert daemon.writer.storage_refusal is None
+        assert await put(port, "/api/put", batch("m", 310, 10)) == (204, None)
+        values = sorted(int(p.value) for p in await stored(daemon))
+        assert values == list(range(100)) + list(range(300, 320))
+        await daemon.stop()
+    finally:
+        await disk.close()
+
+
+# -- a real full tmpfs under a daemon process, then kill -9 ------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of ``disk`` with one file."""
+    filler = disk / "filler"
+    free = os.statvfs(disk)
+    with filler.open("wb") as out:
+        os.posix_fallocate(out.fileno(), 0, free.f_bavail * free.f_frsize)
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+async def test_full_tmpfs_then_kill_9_keeps_every_acknowledged_point(small_disk: Path) -> None:
+    data_dir = small_disk / "data"
+    tsd = await TsdProcess.start(data_dir)
+    assert tsd.process.stderr is not None
+    drain = asyncio.create_task(tsd.process.stderr.read())  # the daemon logs each failure
+    acknowledged: list[int] = []
+    port = tsd.port
+    assert await put(port, "/api/put?sync", batch("m", 0, 1000)) == (204, None)
+    acknowledged += range(1000)
+    filler = fill(small_disk)
+    # Puts that need new pages of the LMDB file are refused; retry until one is (the file
+    # may still have free pages for the first ones).
+    start = 1000
+    for _ in range(50):
+        status, _ = await put(port, "/api/put?sync", batch("m", start, 5000))
+        if status == 204:
+            acknowledged += range(start, start + 5000)
+        else:
+            assert status == 507
+            break
+        start += 5000
+    else:
+        raise AssertionError("a full disk never refused a put")
+    start += 5000
+    status, _ = await put(port, "/api/put", batch("m", start, 100))  # no sync: refused too
+    assert status == 507
+    start += 100
+    # Space returns: stored again without a restart.
+    filler.unlink()
+    assert await put(port, "/api/put?sync", batch("m", start, 1000)) == (204, None)
+    acknowledged += range(start, start + 1000)
+    tsd.process.send_signal(signal.SIGKILL)
+    assert await tsd.process.wait() == -signal.SIGKILL
+    drain.cancel()
+    values = sorted(int(p.value) for p in await read_store(data_dir))
+    assert values == sorted(acknowledged)
+
+
+async def test_read_only_filesystem_answers_503_and_recovers(
+    make_tsd: MakeTsd, tmp_path: Path
+) -> None:
+    disk = DiskThatFills(tmp_path / "store")
+    disk.failure = _lmdb(lmdb.Error, errno.EROFS)
+    try:
+        daemon = await make_tsd(storage=disk, writer_limits=WriterLimits(retry_delays_s=()))
+        disk.full = True
+        status, body = await put(daemon.port, "/api/put?sync", batch("m", 0, 10))
+        assert status == 503
+        assert isinstance(body, dict)
+        assert "read-only filesystem" in body["error"]["details"]
+        disk.full = False
+        assert await put(daemon.port, "/api/put?sync", batch("m", 10, 10)) == (204, None)
+        assert [int(p.value) for p in await stored(daemon)] == list(range(10, 20))
+        await daemon.stop()
+    finally:
+        await disk.close()

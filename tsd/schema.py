@@ -1,0 +1,70 @@
+"""tsd's configuration mapped onto storage: which backend with which settings, and
+OpenTSDB's four tables with their column families (``src/create_table.sh``).
+
+storage/ knows neither the configuration nor OpenTSDB's layout; the daemon and the tools
+(the composition roots) open storage through :func:`storage_settings` and create its
+tables through :func:`ensure_tables`.
+
+Table names come from the configuration (``tsd.storage.hbase.*_table``); the
+families are fixed (codec/const.py): ``tsdb`` has ``t`` (one version), ``tsdb-uid``
+has ``id`` and ``name``, ``tsdb-tree`` has ``t`` (one version), ``tsdb-meta`` has
+``name``. The options a backend cannot apply (compression, bloom filters) are
+recorded and ignored by the embedded engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tsd.codec.const import FAMILY, TREE_FAMILY, TSMETA_FAMILY, UID_ID_FAMILY, UID_NAME_FAMILY
+from tsd.config import StorageConfig
+from tsd.errors import ConfigError
+from tsd.storage.base import FamilySpec, Storage
+from tsd.storage.settings import EmbeddedSettings, HBaseSettings, StorageSettings
+
+__all__ = ["BACKENDS", "ensure_tables", "hbase_settings", "opentsdb_tables", "storage_settings"]
+
+#: tsd.storage.backend values
+BACKENDS = ("embedded", "hbase")
+
+
+def storage_settings(cfg: StorageConfig, *, read_only: bool = False) -> StorageSettings:
+    """The settings of the backend ``tsd.storage.backend`` names (``read_only`` applies to
+    the embedded engine, which the tools may open beside a running daemon)."""
+    if cfg.backend == "embedded":
+        return EmbeddedSettings(Path(cfg.data_dir), read_only=read_only)
+    if cfg.backend == "hbase":
+        return hbase_settings(cfg)
+    raise ConfigError("tsd.storage.backend", f"unknown backend {cfg.backend!r}")
+
+
+def hbase_settings(cfg: StorageConfig) -> HBaseSettings:
+    """``tsd.storage.hbase.thrift.*`` as the HBase backend's settings."""
+    return HBaseSettings(
+        host=cfg.thrift_host,
+        port=cfg.thrift_port,
+        transport=cfg.thrift_transport,
+        protocol=cfg.thrift_protocol,
+        pool_size=cfg.thrift_pool_size,
+        timeout_ms=cfg.thrift_timeout_ms,
+        max_idle_ms=cfg.thrift_max_idle_ms,
+    )
+
+
+def opentsdb_tables(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:
+    """Configured table name -> its families, in create_table.sh's order."""
+    return {
+        cfg.uid_table: [FamilySpec(UID_ID_FAMILY), FamilySpec(UID_NAME_FAMILY)],
+        cfg.data_table: [FamilySpec(FAMILY, max_versions=1)],
+        cfg.tree_table: [FamilySpec(TREE_FAMILY, max_versions=1)],
+        cfg.meta_table: [FamilySpec(TSMETA_FAMILY)],
+    }
+
+
+async def ensure_tables(storage: Storage, cfg: StorageConfig) -> list[str]:
+    """Create the tables that are missing; the names of those created now."""
+    created = []
+    for table, families in opentsdb_tables(cfg).items():
+        if await storage.create_table(table, families):
+            created.append(table)
+    return created

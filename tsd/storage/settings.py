@@ -1,0 +1,40 @@
+"""What each storage backend needs to open: plain values, no configuration.
+
+storage/ never reads tsd's configuration; the composition root (:func:`tsd.schema.
+storage_settings`, used by the daemon and the tools) maps ``tsd.storage.*`` onto these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["EmbeddedSettings", "HBaseSettings", "StorageSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedSettings:
+    """The embedded engine: its directory, and whether this process only reads."""
+
+    data_dir: Path
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HBaseSettings:
+    """An HBase Thrift1 gateway and the client's pool (defaults: tsd.storage.hbase.*'s)."""
+
+    host: str = "localhost"
+    port: int = 9090
+    #: "buffered" or "framed"
+    transport: str = "buffered"
+    #: "binary" or "compact"
+    protocol: str = "binary"
+    pool_size: int = 8
+    #: per-call deadline and socket timeout; 0 = none
+    timeout_ms: int = 30_000
+    #: pooled connections idle longer than this are not reused
+    max_idle_ms: int = 50_000
+
+
+StorageSettings = EmbeddedSettings | HBaseSettings
