@@ -19,6 +19,7 @@ Theory of operation (docs/format/wal.md has the box diagrams; Prometheus'
 
 from __future__ import annotations
 
+import gc
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -136,7 +137,16 @@ def _records(data: bytes, at: int) -> tuple[list[tuple[int, bytes]], int, str | 
 
 
 def iter_records(records: Iterable[tuple[int, bytes]]) -> Iterator[list[Row]]:
-    """The rows of each :data:`CELLS` record, a record at a time, in order."""
+    """The rows of each :data:`CELLS` record, a record at a time, in order. The cyclic
+    garbage collector is held off while a record is decoded: its many small tuples
+    would set it off again and again, and they hold no cycles."""
     for kind, payload in records:
         if kind == CELLS:
-            yield decode_cells(payload)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                rows = decode_cells(payload)
+            finally:
+                if collecting:
+                    gc.enable()
+            yield rows

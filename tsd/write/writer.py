@@ -358,7 +358,11 @@ class Writer:
     async def recover(self) -> int:
         """Store the cells the log holds from the last run (before taking new points);
         the number of cells replayed. Raises StorageError when storage refuses them (the
-        log keeps them for the next try)."""
+        log keeps them for the next try).
+
+        Records are decoded and turned into puts while storage writes the record before
+        (its engine works in a thread of its own), the collector held off as in
+        :func:`_make_puts`."""
         wal = self._wal
         if wal is None:
             return 0
@@ -366,11 +370,21 @@ class Writer:
         for path in await asyncio.to_thread(wal.segments):
             records = await asyncio.to_thread(wal.read_segment, path)
             cells = 0
+            writing: asyncio.Future[None] | None = None
             for rows in iter_records(records):
-                await self._write_rows(rows)
                 cells += sum(len(row_cells) for _, row_cells in rows)
                 if self._compacting:
                     self._note_rows(row for row, _ in rows)
+                if self._appends:
+                    await self._write_appends(rows)
+                    continue
+                puts = _make_puts(rows)
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(self._storage.put(self._table, puts))
+                await asyncio.sleep(0)  # let it reach storage's thread before the next decode
+            if writing is not None:
+                await writing
             log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
             replayed += cells
         await asyncio.to_thread(wal.drop_recovered)
