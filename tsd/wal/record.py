@@ -42,6 +42,8 @@ _ROW: Final = struct.Struct(">HI")  # row key length, cell count
 
 #: a row key and its cells, (qualifier, value) in qualifier order
 Row = tuple[bytes, list[tuple[bytes, bytes]]]
+#: a row key, its qualifiers and its values (the same cells, column by column)
+Columns = tuple[bytes, list[bytes], list[bytes]]
 
 
 def encode_cells(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> bytes:
@@ -73,30 +75,48 @@ def frame(kind: int, payload: bytes) -> bytes:
 def decode_cells(payload: bytes) -> list[Row]:
     """The rows of a :data:`CELLS` payload. Raises CodecError when it is malformed (a
     record whose CRC matched, so only a bug writes one)."""
-    rows: list[Row] = []
-    view = memoryview(payload)
+    return [
+        (row, list(zip(qualifiers, values, strict=True)))
+        for row, qualifiers, values in decode_columns(payload)
+    ]
+
+
+def decode_columns(payload: bytes) -> list[Columns]:
+    """:func:`decode_cells` as ``(row key, qualifiers, values)``, without a tuple per
+    cell (replay's form: it builds one Put per cell straight from these)."""
+    rows: list[Columns] = []
     at, end = 0, len(payload)
     try:
         while at < end:
             row_len, count = _ROW.unpack_from(payload, at)
             at += _ROW.size
-            row = bytes(view[at : at + row_len])
+            row = payload[at : at + row_len]
             at += row_len
             q_lens = payload[at : at + count]
             v_lens = payload[at + count : at + 2 * count]
-            at += 2 * count
-            q_ends = list(accumulate(q_lens, initial=at))
-            at = q_ends[-1]
-            v_ends = list(accumulate(v_lens, initial=at))
-            at = v_ends[-1]
-            if at > end or len(q_lens) != count or len(v_lens) != count:
+            if len(q_lens) != count or len(v_lens) != count:
                 raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
-            qualifiers = [payload[a:b] for a, b in zip(q_ends, q_ends[1:], strict=False)]
-            values = [payload[a:b] for a, b in zip(v_ends, v_ends[1:], strict=False)]
-            rows.append((row, list(zip(qualifiers, values, strict=True))))
+            qualifiers, at = _split(payload, at + 2 * count, q_lens)
+            values, at = _split(payload, at, v_lens)
+            if at > end:
+                raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
+            rows.append((row, qualifiers, values))
     except struct.error as exc:
         raise CodecError(f"write-ahead log: bad cells record: {exc}") from None
     return rows
+
+
+def _split(payload: bytes, at: int, lengths: bytes) -> tuple[list[bytes], int]:
+    """The slices of ``payload`` from ``at`` of the given lengths, and where they end.
+    Equal lengths (the usual case: 2-byte qualifiers) take one stride."""
+    if not lengths:
+        return [], at
+    width = lengths[0]
+    if width and lengths.count(width) == len(lengths):
+        stop = at + width * len(lengths)
+        return [payload[start : start + width] for start in range(at, stop, width)], stop
+    ends = list(accumulate(lengths, initial=at))
+    return [payload[a:b] for a, b in zip(ends, ends[1:], strict=False)], ends[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +156,17 @@ def _records(data: bytes, at: int) -> tuple[list[tuple[int, bytes]], int, str | 
     return records, at, None
 
 
-def iter_records(records: Iterable[tuple[int, bytes]]) -> Iterator[list[Row]]:
-    """The rows of each :data:`CELLS` record, a record at a time, in order. The cyclic
-    garbage collector is held off while a record is decoded: its many small tuples
-    would set it off again and again, and they hold no cycles."""
+def iter_records(records: Iterable[tuple[int, bytes]]) -> Iterator[list[Columns]]:
+    """The rows of each :data:`CELLS` record as :func:`decode_columns` gives them, a
+    record at a time, in order. The cyclic garbage collector is held off while a record
+    is decoded: its many small objects would set it off again and again, and they hold
+    no cycles."""
     for kind, payload in records:
         if kind == CELLS:
             collecting = gc.isenabled()
             gc.disable()
             try:
-                rows = decode_cells(payload)
+                rows = decode_columns(payload)
             finally:
                 if collecting:
                     gc.enable()

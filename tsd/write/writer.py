@@ -371,14 +371,16 @@ class Writer:
             records = await asyncio.to_thread(wal.read_segment, path)
             cells = 0
             writing: asyncio.Future[None] | None = None
-            for rows in iter_records(records):
-                cells += sum(len(row_cells) for _, row_cells in rows)
+            for columns in iter_records(records):
+                cells += sum(len(qualifiers) for _, qualifiers, _ in columns)
                 if self._compacting:
-                    self._note_rows(row for row, _ in rows)
+                    self._note_rows(row for row, _, _ in columns)
                 if self._appends:
-                    await self._write_appends(rows)
+                    await self._write_appends(
+                        [(row, list(zip(qs, vs, strict=True))) for row, qs, vs in columns]
+                    )
                     continue
-                puts = _make_puts(rows)
+                puts = _make_puts((row, zip(qs, vs, strict=True)) for row, qs, vs in columns)
                 if writing is not None:
                     await writing
                 writing = asyncio.ensure_future(self._storage.put(self._table, puts))
@@ -440,7 +442,7 @@ _set_qualifier = vars(Put)["qualifier"].__set__
 _set_value = vars(Put)["value"].__set__
 
 
-def _make_puts(rows: list[Row]) -> list[Put]:
+def _make_puts(rows: Iterable[tuple[bytes, Iterable[tuple[bytes, bytes]]]]) -> list[Put]:
     """Sorted rows' cells as Puts on the data family (sorted by row then qualifier).
 
     The cyclic garbage collector is held off meanwhile: tens of thousands of new objects
