@@ -120,6 +120,10 @@ class TelnetStats:
         self.illegal_arguments = registry.counter("rpc.errors", type="illegal_arguments")
         self.unknown_metrics = registry.counter("rpc.errors", type="unknown_metrics")
         self.exceptions = registry.counter("rpc.exceptions")
+        # tsd's own, next to /api/put's: the ingest session counts the points it takes
+        # and refuses into this pair, the protocol adds the lines it refuses.
+        self.points = registry.counter("ingest.points", protocol="telnet")
+        self.errors = registry.counter("ingest.errors", protocol="telnet")
 
 
 def telnet_factory(context: TelnetContext) -> Callable[[], TelnetProtocol]:
@@ -140,6 +144,7 @@ class TelnetProtocol(TrackedProtocol):
             window=SLOW_PUT_WINDOW,
             on_refused=self._refused,
             on_batch_failed=self._batch_failed if context.return_errors else None,
+            protocol="telnet",
         )
         self._lines = LineBuffer(context.max_line_bytes)
         self._batch: list[bytes | None] = []  # lines of the last read, handled up to _next
@@ -276,6 +281,7 @@ class TelnetProtocol(TrackedProtocol):
             received.value += 1
             if line is None:  # over tsd.rpc.telnet.max_line
                 self._stats.illegal_arguments.inc()
+                self._stats.errors.inc()
                 self._write(format_error(line_too_long(context.max_line_bytes)))
                 continue
             try:
@@ -340,6 +346,7 @@ class TelnetProtocol(TrackedProtocol):
         self._write_line(HBASE_ERROR + error.message)
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
+        self._stats.errors.inc()
         if isinstance(exc, PutLineError) and exc.kind == PutLineError.INVALID_VALUE:
             self._stats.invalid_values.inc()
         else:

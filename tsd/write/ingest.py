@@ -42,6 +42,7 @@ from tsd.config import StorageConfig
 from tsd.errors import NoSuchUniqueName, StorageRefused, TsdError
 from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
+from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.write.writer import Ack, Writer
 
@@ -122,6 +123,7 @@ class IngestService:
         *,
         max_series: int = DEFAULT_MAX_SERIES,
         on_new_series: Callable[[bytes, list[tuple[bytes, bytes]]], None] | None = None,
+        registry: StatsRegistry | None = None,
     ) -> None:
         """``on_new_series(metric_uid, tag_uid_pairs)`` is called (synchronously) when a
         series gets its ref, i.e. once per series until the ref cache is cleared: meta
@@ -131,6 +133,7 @@ class IngestService:
         self._layout = KeyLayout.from_storage_config(cfg)
         self._max_series = max_series
         self._on_new_series = on_new_series
+        self._registry = registry or StatsRegistry()
         self._refs: dict[tuple[str, Tags], SeriesRef] = {}
         self._caches: dict[str, RefCache] = {}
 
@@ -176,8 +179,14 @@ class IngestService:
         on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None,
         on_batch_failed: Callable[[TsdError], None] | None = None,
         track_acks: bool = False,
+        protocol: str | None = None,
     ) -> IngestSession[T]:
-        """A session for one connection, request or import (see :class:`IngestSession`)."""
+        """A session for one connection, request or import (see :class:`IngestSession`).
+        With ``protocol`` its points and refusals count into tsd's ``ingest.points`` and
+        ``ingest.errors`` counters of that protocol (adapters add their parse errors)."""
+        counters = None
+        if protocol is not None:
+            counters = self.counters(protocol)
         return IngestSession(
             self,
             cache=cache,
@@ -185,6 +194,15 @@ class IngestService:
             on_refused=on_refused,
             on_batch_failed=on_batch_failed,
             track_acks=track_acks,
+            counters=counters,
+        )
+
+    def counters(self, protocol: str) -> tuple[Counter, Counter]:
+        """``ingest.points`` and ``ingest.errors`` of one protocol (tsd's own counters)."""
+        registry = self._registry
+        return (
+            registry.counter("ingest.points", protocol=protocol),
+            registry.counter("ingest.errors", protocol=protocol),
         )
 
 
@@ -211,6 +229,8 @@ class IngestSession(Generic[T]):
     on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None
     on_batch_failed: Callable[[TsdError], None] | None = None
     track_acks: bool = False
+    #: (points taken, points refused) counters, or None
+    counters: tuple[Counter, Counter] | None = None
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
     _last_ack: Ack | None = None
     _tracked: list[_Tracked[T]] = field(default_factory=list)
@@ -246,6 +266,8 @@ class IngestSession(Generic[T]):
             for position in range(len(points)):
                 self._refuse(None if tags is None else tags[position], None, refused)
             return
+        if self.counters is not None:
+            self.counters[0].value += len(points)
         self._note_ack(ack, tags)
 
     async def append_all(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
@@ -367,6 +389,8 @@ class IngestSession(Generic[T]):
         except TsdError as exc:  # shutting down
             self._refuse(tag, point, Refused.of(exc))
             return
+        if self.counters is not None:
+            self.counters[0].value += 1
         self._note_ack(ack, None if tag is None else (tag,))
 
     def _remember(self, aliases: Iterable[Hashable], ref: SeriesRef) -> None:
@@ -396,5 +420,7 @@ class IngestSession(Generic[T]):
                 self.on_batch_failed(error)
 
     def _refuse(self, tag: T | None, point: DataPoint | None, refused: Refused) -> None:
+        if self.counters is not None:
+            self.counters[1].value += 1
         if self.on_refused is not None:
             self.on_refused(tag, point, refused)

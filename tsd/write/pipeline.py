@@ -50,7 +50,11 @@ class WritePath:
             )
         writer = Writer(storage, config.storage, registry, limits=limits, wal=wal)
         ingest = IngestService(
-            writer, uids, config.storage, on_new_series=meta.tracker.on_new_series
+            writer,
+            uids,
+            config.storage,
+            on_new_series=meta.tracker.on_new_series,
+            registry=registry,
         )
         return cls(writer, ingest, meta)
 

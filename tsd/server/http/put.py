@@ -83,11 +83,17 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     # stored or refused, as with sync: nothing is acknowledged that may be lost.
     wait = flags.sync or services.ingest.writer.storage_refusal is not None
     session: IngestSession[int] = services.ingest.session(
-        cache=refs, window=MISS_WINDOW, on_refused=put.refused, track_acks=wait
+        cache=refs,
+        window=MISS_WINDOW,
+        on_refused=put.refused,
+        track_acks=wait,
+        protocol="http",
     )
     for piece in pieces:
         await _append_piece(session, piece, put, refs)
     await session.settle()
+    if session.counters is not None:  # tsd's ingest.errors also counts invalid points
+        session.counters[1].inc(put.invalid)
     points = sum(piece.count for piece in pieces)
     queued = points - len(put.failed)
     if not wait:
@@ -119,6 +125,7 @@ async def _append_piece(
             done = at
         if not isinstance(result, DataPoint):
             put.failed.append((offset + index, result))
+            put.invalid += 1
             continue
         keys: list[Hashable] = [] if key is None else [key]
         if raw_keys is not None:
@@ -139,6 +146,8 @@ class _Put:
 
     pieces: list[Piece]
     failed: list[tuple[int, PutError]] = field(default_factory=list)
+    #: points the body gave that failed validation (the rest of ``failed`` was refused)
+    invalid: int = 0
 
     def refused(self, index: int | None, point: DataPoint | None, refused: Refused) -> None:
         assert index is not None  # every append of this handler carries its body index
