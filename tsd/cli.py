@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "uid": ("tsd.tools.uid", "Find, assign, rename and delete UIDs (OpenTSDB's tsdb uid)"),
     "meta-sync": ("tsd.tools.meta_sync", "Index the series already stored, for lookups"),
     "import": ("tsd.tools.import_", "Import data points from text files (OpenTSDB's format)"),
+    "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
 }
 
 
