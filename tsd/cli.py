@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from tsd import __version__
-from tsd.errors import ConfigError, TsdError
+from tsd.errors import ConfigError, StorageError, TsdError
+from tsd.tools import status
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -33,7 +34,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, only that sub-command's module is imported and
     configured (the others are listed by name), so a tool does not pay for aiohttp."""
-    parser = argparse.ArgumentParser(prog="tsdb", description="tsd, an OpenTSDB-compatible TSD")
+    parser = argparse.ArgumentParser(
+        prog="tsdb",
+        description="tsd, an OpenTSDB-compatible TSD",
+        epilog=status.HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"tsd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -76,12 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.run(args))
     except ConfigError as exc:
         print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return status.USAGE
+    except StorageError as exc:
+        print(f"tsdb {args.command}: {exc}", file=sys.stderr)
+        return status.STORAGE
     except TsdError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return status.FAILED
     except KeyboardInterrupt:
-        return 130
+        return status.INTERRUPTED
 
 
 if __name__ == "__main__":

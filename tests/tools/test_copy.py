@@ -118,12 +118,12 @@ async def test_a_copy_stopped_by_a_row_limit_goes_on_from_its_checkpoint(tmp_pat
 
     # The first run ends inside the UID table, the second inside the data table.
     first = await copy(tmp_path, source, target, "--limit-rows", "5", "--batch-rows", "2")
-    assert first.code == 3, first.err
+    assert first.code == 5, first.err
     saved = json.loads((tmp_path / "tsdb-copy.checkpoint.json").read_text())["tables"]
     assert saved["uid"]["rows"] == 5
     assert not saved["uid"]["done"]
     second = await copy(tmp_path, source, target, "--limit-rows", str(uid_rows + 10))
-    assert second.code == 3, second.err
+    assert second.code == 5, second.err
     saved = json.loads((tmp_path / "tsdb-copy.checkpoint.json").read_text())["tables"]
     assert saved["uid"]["done"]
     assert saved["data"]["rows"] == 15
@@ -190,7 +190,7 @@ async def test_copy_refuses_a_full_target_a_foreign_checkpoint_and_itself(tmp_pa
     assert itself.code == 2
     assert "the source and the target are the same store" in itself.err
 
-    assert (await copy(tmp_path, source, target, "--limit-rows", "1")).code == 3
+    assert (await copy(tmp_path, source, target, "--limit-rows", "1")).code == 5
     foreign = await copy(tmp_path, other, target)
     assert foreign.code == 2
     assert "belongs to another copy" in foreign.err
@@ -215,7 +215,7 @@ async def test_embedded_to_hbase_and_back_keeps_every_cell(tmp_path: Path) -> No
         stopped = await copy(
             tmp_path, hbase, back, "--checkpoint", "back.json", "--limit-rows", "50"
         )
-        assert stopped.code == 3, stopped.err
+        assert stopped.code == 5, stopped.err
         home = await copy(tmp_path, hbase, back, "--checkpoint", "back.json")
         assert_verified(home)
         assert await every_cell(back) == cells

@@ -21,9 +21,10 @@ tables (``tsd.rollups.*`` is not supported), so there are none to move.
 - A target that already holds rows is refused unless a checkpoint says this copy put them
   there (or ``--force``), so a copy never mixes into another store by accident.
 
-Exit status: 0 copied and verified; 1 an error or a verification difference; 2 bad usage or
-configuration (the checkpoint belongs to another copy, source and target are the same
-store); 3 stopped by ``--limit-rows`` before the end (run again to go on).
+Exit status (:mod:`tsd.tools.status`): 0 copied and verified; 1 a verification difference;
+2 bad usage or configuration (the checkpoint belongs to another copy, source and target are
+the same store); 3 a storage failure; 5 stopped by ``--limit-rows`` before the end (run
+again to go on).
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ from tsd.log import configure_logging
 from tsd.schema import storage_settings
 from tsd.storage.base import Put, Row, ScanSpec, Storage
 from tsd.storage.factory import open_storage
+from tsd.tools import status
 from tsd.tools.common import run_async
 from tsd.tools.create_tables import table_specs
 
 #: table roles in copy order: UIDs first, so a half-done copy never has data without names
 ROLES = ("uid", "data", "tree", "meta")
 DEFAULT_CHECKPOINT = "tsdb-copy.checkpoint.json"
-EXIT_STOPPED = 3
 PROGRESS_EVERY_S = 1.0
 
 
@@ -97,7 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--limit-rows",
         type=int,
         metavar="N",
-        help="stop after copying N rows in this run (exit status 3)",
+        help="stop after copying N rows in this run (exit status 5)",
     )
     parser.add_argument(
         "--rows-per-second",
@@ -396,7 +397,7 @@ async def _copy(
                 f"stopped after --limit-rows: {copied} rows copied so far; run again with"
                 f" --checkpoint {checkpoint.path} to go on"
             )
-            return EXIT_STOPPED
+            return status.STOPPED
     for role in ROLES:
         p = checkpoint.tables[role]
         print(f"copied {p.source} -> {p.target}: {p.rows} rows, {p.cells} cells")
@@ -417,8 +418,8 @@ async def _copy(
         print(
             f"tsdb copy: the target differs from the source in {', '.join(differ)}", file=sys.stderr
         )
-        return 1
-    return 0
+        return status.FAILED
+    return status.OK
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,6 +47,7 @@ from tsd.errors import (
 from tsd.java_text import format_java_bytes
 from tsd.protocol.names import validate_string
 from tsd.storage.base import ScanSpec
+from tsd.tools import status
 from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
 from tsd.uid.uniqueid import (
     ID_FAMILY,
@@ -71,8 +72,9 @@ Sub commands:
 
 Example values for [kind]: metrics, tagk (tag name), tagv (tag value)."""
 
-#: exit statuses (UidManager's)
-OK, NOT_FOUND, USAGE_ERROR, STORAGE_ERROR, DELETE_ERROR = 0, 1, 2, 3, 4
+#: exit statuses (UidManager's, which tsd.tools.status keeps for every command)
+OK, NOT_FOUND, USAGE_ERROR = status.OK, status.FAILED, status.USAGE
+STORAGE_ERROR, DELETE_ERROR = status.STORAGE, status.PARTIAL_DELETE
 #: sub-commands of OpenTSDB's tool that tsd does not implement
 NOT_IMPLEMENTED = ("fsck", "metasync", "metapurge", "treesync", "treepurge")
 #: what Tags.validateString calls each kind in its messages
