@@ -32,8 +32,9 @@ DEFAULT_CONFIG_PATHS = (
 class NetworkConfig:
     port: int = 4242  # tsd departs: OpenTSDB requires --port; 4242 is its convention
     bind: str = "0.0.0.0"
-    socket_timeout_s: int = 0
-    connections_limit: int = 0
+    socket_timeout_s: int = 300  # tsd departs: OpenTSDB's default is 0 (never)
+    connections_limit: int = 10_000  # tsd departs: OpenTSDB's default is 0 (unlimited)
+    header_timeout_s: int = 30
     #: PEM files; TLS is served on the same port when a certificate is set (new)
     tls_cert: str = ""
     tls_key: str = ""
@@ -48,7 +49,7 @@ class HttpConfig:
         "Authorization, Content-Type, Accept, Origin, User-Agent, DNT, Cache-Control, "
         "X-Mx-ReqToken, Keep-Alive, X-Requested-With, If-Modified-Since"
     )
-    show_stack_trace: bool = True
+    show_stack_trace: bool = False  # tsd departs: OpenTSDB's default is true
     allow_delete: bool = False
 
 
@@ -127,11 +128,17 @@ class StorageConfig:
 
 @dataclass(frozen=True, slots=True)
 class QueryConfig:
-    timeout_ms: int = 0
+    timeout_ms: int = 60_000  # tsd departs: OpenTSDB 2.4.1's default is 0 (and never read)
     skip_unresolved_tagvs: bool = False
     filter_expansion_limit: int = 4096
+    regexp_budget_ms: int = 5_000
     limits_data_points_default: int = 0
     limits_bytes_default: int = 0
+    limits_buckets: int = 20_000_000
+    limits_output_points: int = 20_000_000
+    limits_memory_bytes: int = 2 << 30
+    memory_budget_bytes: int = 4 << 30
+    compute_slots: int = 0  # 0: one less than the CPUs, at least one
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +216,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.network.bind": ("network", "bind", _str),
     "tsd.core.socket.timeout": ("network", "socket_timeout_s", _int),
     "tsd.core.connections.limit": ("network", "connections_limit", _int),
+    "tsd.network.header_timeout": ("network", "header_timeout_s", _range(0, 86_400)),
     "tsd.network.tls.cert": ("network", "tls_cert", _str),
     "tsd.network.tls.key": ("network", "tls_key", _str),
     "tsd.network.tls.required": ("network", "tls_required", _bool),
@@ -285,6 +293,12 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.query.filter.expansion_limit": ("query", "filter_expansion_limit", _int),
     "tsd.query.limits.data_points.default": ("query", "limits_data_points_default", _int),
     "tsd.query.limits.bytes.default": ("query", "limits_bytes_default", _int),
+    "tsd.query.filter.regexp_budget": ("query", "regexp_budget_ms", _range(0, 1 << 31)),
+    "tsd.query.limits.buckets": ("query", "limits_buckets", _range(0, 1 << 62)),
+    "tsd.query.limits.output_points": ("query", "limits_output_points", _range(0, 1 << 62)),
+    "tsd.query.limits.memory": ("query", "limits_memory_bytes", _range(0, 1 << 62)),
+    "tsd.query.memory_budget": ("query", "memory_budget_bytes", _range(0, 1 << 62)),
+    "tsd.query.compute_slots": ("query", "compute_slots", _range(0, 1024)),
     "tsd.logging.format": ("log", "format", _choice("json", "console", "auto")),
     "tsd.logging.level": ("log", "level", _choice("debug", "info", "warning", "error")),
 }

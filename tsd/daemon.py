@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import signal
 import socket
 from pathlib import Path
@@ -81,6 +82,7 @@ class Daemon:
         self._uids: UidService | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
+        self._query_engine: Any = None
         self._stopped = False
 
     # -- start --------------------------------------------------------------------------------
@@ -112,10 +114,13 @@ class Daemon:
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
+        self._query_engine = services.query_engine
         self._runner = web.AppRunner(
             make_app(services),
             access_log=None,
             shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S,
+            # A client that goes away cancels its handler: its query stops (issue 13).
+            handler_cancellation=True,
             **http_options,
         )
         await self._runner.setup()
@@ -128,6 +133,7 @@ class Daemon:
             self._runner.server,
             self.registry,
             network.connections_limit,
+            header_timeout_s=float(network.header_timeout_s),
             tls=tls,
             tls_required=network.tls_required,
         )
@@ -185,6 +191,14 @@ class Daemon:
     def _register_stats(self, uids: UidService) -> None:
         for unique_id in (uids.metrics, uids.tagk, uids.tagv):
             self._register_uid_stats(unique_id)
+        engine = self._query_engine
+        if engine is not None:
+            stats = engine.stats
+            gauge = self.registry.gauge
+            gauge("query.running", lambda: engine.running)
+            gauge("query.memory", lambda: engine.memory.charged, type="charged")
+            for kind in ("started", "refused", "cancelled", "timed_out", "scans"):
+                gauge("query.count", functools.partial(getattr, stats, kind), type=kind)
 
     def _register_uid_stats(self, unique_id: UniqueId) -> None:
         stats, kind = unique_id.stats, unique_id.kind
@@ -241,6 +255,8 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
+        if self._query_engine is not None:
+            self._query_engine.cancel_all()  # running queries stop at their next chunk
         if self._listener is not None:
             self._listener.stop_accepting()
             protocols = self._listener.telnet_protocols

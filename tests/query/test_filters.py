@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tsd.codec import KeyLayout
+from tsd.errors import BadRequestError
 from tsd.protocol.m_syntax import filter_from_tag_value, make_filter
 from tsd.query.filters import FILTER_DESCRIPTIONS, SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.limits import QueryControl, QueryLimits
 from tsd.query.plan import group_key
 from tsd.query_model import FILTER_TYPES, Filter
 
@@ -143,3 +145,12 @@ def test_catastrophic_regexp_is_stopped_with_a_bad_request() -> None:
     assert matcher("aaaa")
     with pytest.raises(BadRequestError, match="regexp filter took longer"):
         matcher("a" * 60 + "-")
+
+
+def test_regexp_budget_is_spent_across_values() -> None:
+    control = QueryControl(QueryLimits(), regexp_budget_s=0.2)
+    series = SeriesFilter([Filter("host", "regexp", "(a|aa)+$")], control=control)
+    assert series.matches({"host": "aaa"})  # fast values spend almost nothing
+    control.spend_regexp(0.19)  # as if many values had used the rest
+    with pytest.raises(BadRequestError, match=r"took longer than 0.2s in all"):
+        series.matches({"host": "a" * 60 + "-"})

@@ -10,6 +10,7 @@ import pytest
 
 from tsd.daemon import Daemon
 from tsd.query import filters
+from tsd.query.limits import QueryControl
 from tsd.query_model import Filter
 
 pytestmark = pytest.mark.slow  # a catastrophic regexp runs to its timeout
@@ -26,8 +27,8 @@ async def test_catastrophic_regexp_query_neither_blocks_others_nor_hangs(
     matching, release = threading.Event(), threading.Event()
     real_compile = filters.compile_value_matcher
 
-    def held_compile(f: Filter) -> filters.Matcher:
-        match = real_compile(f)
+    def held_compile(f: Filter, control: QueryControl | None = None) -> filters.Matcher:
+        match = real_compile(f, control)
         if f.type != "regexp":
             return match
 

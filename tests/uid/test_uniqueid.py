@@ -325,6 +325,16 @@ async def test_get_id_and_get_name_of_unknown_entries(make_uid: MakeUid) -> None
     assert str(wrong.value) == "Wrong id.length = 1 which is != 3 required for 'tagv'"
 
 
+async def test_get_names_reads_names_in_batches_and_caches_them(make_uid: MakeUid) -> None:
+    writer = make_uid("tagv")
+    uids = [await writer.assign(f"v{i}") for i in range(10)]
+    reader = make_uid("tagv")  # a cold cache, as after a restart
+    assert await reader.get_names(uids, batch=3) == {u: f"v{i}" for i, u in enumerate(uids)}
+    assert reader.cached_name(uids[7]) == "v7"
+    with pytest.raises(NoSuchUniqueId):
+        await reader.get_names([uids[0], b"\x00\x00\xe4"])
+
+
 async def test_lookups_read_storage_once_then_the_cache(
     storage: Storage, make_uid: MakeUid
 ) -> None:

@@ -13,9 +13,14 @@ sub-query, in OpenTSDB's order,
    with interpolation over the scan window, then trim to [start, end] (the kernels);
 5. build the result series (metric, tags, aggregateTags, tsuids, annotations).
 
-Everything numeric runs in worker threads, at most ``compute_slots`` at a time, so one big
-query neither blocks the event loop (ingest keeps flowing) nor takes every core.
-``tsd.query.timeout`` (ms, 0 = none; dead in OpenTSDB 2.4.1) bounds a whole query.
+Everything numeric runs in worker threads, at most ``compute_slots`` at a time (one less
+than the CPUs by default), in chunks, so one big query neither blocks the event loop
+(ingest keeps flowing) nor takes every core. Each query has a
+:class:`~tsd.query.limits.QueryControl`: its limits are checked at planning time and
+before each phase allocates (limits.py), and its cancel flag, set when the client goes
+away (the handler task is cancelled), at ``tsd.query.timeout`` (ms; dead in OpenTSDB
+2.4.1, 60 s by default in tsd) or when the daemon stops (:meth:`QueryEngine.cancel_all`),
+stops the worker threads at their next chunk.
 
 tsd deviations: the data point limit counts decoded points (OpenTSDB counts cells, so a
 compacted row of 360 points counted as one); /api/query/last needs no meta table (see
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -38,11 +44,23 @@ from tsd.codec import KeyLayout, encode_tags, salt_bucket
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
-from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
+from tsd.query.limits import (
+    BYTES_PER_CELL,
+    BYTES_PER_OUTPUT_POINT,
+    BYTES_PER_POINT,
+    BYTES_PER_SERIES,
+    MemoryPool,
+    QueryCancelled,
+    QueryControl,
+    QueryLimits,
+    buckets_per_series,
+    fills,
+)
 from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.plan import (
     SCAN_BATCH_ROWS,
@@ -88,6 +106,21 @@ TOO_MANY_BYTES = (
 )
 #: Rows deleted per storage call when a query deletes what it read.
 DELETE_BATCH_ROWS = 1024
+#: Series aggregated per worker-thread call (between two cancel checks and slot turns).
+AGGREGATE_CHUNK_SERIES = 8192
+#: Result groups (or names) handled on the event loop before it is given back.
+RESULTS_CHUNK = 256
+
+
+@dataclass(slots=True)
+class QueryStats:
+    """What the engine counts (``query.*`` in /api/stats)."""
+
+    started: int = 0
+    refused: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    scans: int = 0
 
 
 @dataclass(slots=True)
@@ -96,11 +129,14 @@ class _ScanTally:
 
     max_points: int
     max_bytes: int
+    control: QueryControl
     points: int = 0
     stored_bytes: int = 0
     rows: int = 0
 
     def add(self, part: RowPoints, rows: int) -> None:
+        self.control.check()
+        self.control.charge(part.point_count * BYTES_PER_POINT)
         self.points += part.point_count
         self.stored_bytes += part.stored_bytes
         self.rows += rows
@@ -131,7 +167,7 @@ class QueryEngine:
         uids: UidService,
         config: Config,
         *,
-        compute_slots: int = 2,
+        compute_slots: int | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._storage = storage
@@ -139,20 +175,95 @@ class QueryEngine:
         self._layout = KeyLayout.from_storage_config(config.storage)
         self._table = config.storage.data_table
         self._fix_duplicates = config.storage.fix_duplicates
-        self._cfg = config.query
-        self._compute = asyncio.Semaphore(max(1, compute_slots))
+        self._cfg = cfg = config.query
+        if compute_slots is None:
+            compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
+        self.compute_slots = max(1, compute_slots)
+        self._compute = asyncio.Semaphore(self.compute_slots)
+        self._busy = 0
         self._wall_clock = wall_clock
+        self._limits = QueryLimits(
+            buckets=cfg.limits_buckets,
+            output_points=cfg.limits_output_points,
+            memory_bytes=cfg.limits_memory_bytes,
+        )
+        self.memory = MemoryPool(cfg.memory_budget_bytes)
+        self.stats = QueryStats()
+        #: running queries: their control and task (cancel_all stops them)
+        self._running: dict[QueryControl, asyncio.Task[Any]] = {}
+        self._closing = ""
 
     # -- /api/query ---------------------------------------------------------------------------
 
+    @property
+    def running(self) -> int:
+        """Queries in progress."""
+        return len(self._running)
+
+    @property
+    def busy_slots(self) -> int:
+        """Worker threads computing for queries now (at most ``compute_slots``)."""
+        return self._busy
+
+    def cancel_all(self, reason: str = "the TSD is shutting down") -> None:
+        """Stop every running query at its next chunk (daemon shutdown): it answers 503,
+        and so does every query started later."""
+        self._closing = reason
+        for control, task in list(self._running.items()):
+            control.cancel(reason)
+            task.cancel()
+
     async def execute(self, query: TSQuery) -> QueryResult:
-        """Run every sub-query (concurrently; results in sub-query order)."""
+        """Run every sub-query (a few at once; results in sub-query order)."""
         started = time.perf_counter()
-        async with self._timeout():
-            global_notes: list[dict[str, Any]] = []
-            if query.global_annotations and not query.no_annotations:
-                global_notes = await self._global_annotations(query)
-            per_sub = await _all_or_none([self._run_sub(query, sub) for sub in query.queries])
+        if self._closing:
+            raise QueryCancelled(f"The query was cancelled ({self._closing})")
+        cfg = self._cfg
+        control = QueryControl(
+            self._limits,
+            self.memory,
+            timeout_ms=cfg.timeout_ms,
+            regexp_budget_s=cfg.regexp_budget_ms / 1000,
+        )
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[control] = task
+        self.stats.started += 1
+        try:
+            async with self._timeout(control):
+                global_notes: list[dict[str, Any]] = []
+                if query.global_annotations and not query.no_annotations:
+                    global_notes = await self._global_annotations(query)
+                # A few sub-queries at a time: a thousand of them scanning at once would
+                # each hold a batch of rows waiting for a compute slot, uncounted.
+                gate = asyncio.Semaphore(self.compute_slots + 1)
+
+                async def gated(sub: SubQuery) -> list[SeriesResult]:
+                    async with gate:
+                        control.check()
+                        return await self._run_sub(query, sub, control)
+
+                per_sub = await _all_or_none([gated(sub) for sub in query.queries])
+        except asyncio.CancelledError:
+            if control.reason and task.uncancel() == 0:
+                # cancel_all, not the client: answer instead of vanishing.
+                self.stats.cancelled += 1
+                raise control.cancel_error() from None
+            control.cancel("the client went away")
+            self.stats.cancelled += 1
+            raise
+        except QueryCancelled:
+            self.stats.cancelled += 1
+            raise
+        except TsdError as exc:
+            if exc.status == 408:
+                self.stats.timed_out += 1
+            elif exc.status in (413, 503):
+                self.stats.refused += 1
+            raise
+        finally:
+            control.release()
+            del self._running[control]
         series = [s for results in per_sub for s in results]
         summary = None
         if query.show_summary:
@@ -169,20 +280,29 @@ class QueryEngine:
         return await self._compute_off_loop(fn, *args, **kwargs)
 
     @contextlib.asynccontextmanager
-    async def _timeout(self) -> Any:
+    async def _timeout(self, control: QueryControl | None = None) -> Any:
         timeout_ms = self._cfg.timeout_ms
         try:
             async with asyncio.timeout(timeout_ms / 1000 if timeout_ms > 0 else None):
                 yield
         except TimeoutError:
+            if control is not None:
+                control.cancel("timeout")  # worker threads stop at their next chunk
             raise BadRequestError(
                 f"Query timed out after {timeout_ms} ms (tsd.query.timeout)", status=408
             ) from None
 
-    async def _run_sub(self, query: TSQuery, sub: SubQuery) -> list[SeriesResult]:
+    async def _run_sub(
+        self, query: TSQuery, sub: SubQuery, control: QueryControl
+    ) -> list[SeriesResult]:
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
-        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
+        spec = sub.downsample_spec
+        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
+        # Planning time: one series' worth of buckets over the limit is refused unread.
+        per_series = buckets_per_series(spec, start_s * 1000, end_s * 1000)
+        filled = fills(spec)
+        control.check_buckets(per_series, 1, filled)
         filter_tagks: tuple[bytes, ...] = ()
         if sub.tsuids:
             plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
@@ -192,9 +312,14 @@ class QueryEngine:
         if plan.is_empty:
             return []
         t1 = time.perf_counter()
-        tally = _ScanTally(self._cfg.limits_data_points_default, self._cfg.limits_bytes_default)
+        tally = _ScanTally(
+            self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
+        )
+        self.stats.scans += 1
         parts = await self._scan(plan, tally)
         spans = await self._compute_off_loop(assemble_spans, parts, self._layout)
+        control.check_buckets(per_series, spans.series_count, filled)
+        control.charge(spans.series_count * BYTES_PER_SERIES)
         timings["queryScanTime"] = (time.perf_counter() - t1) * 1000
         timings["rowsPreFilter"] = tally.rows
         timings["dpsPreFilter"] = tally.points
@@ -202,16 +327,34 @@ class QueryEngine:
             return []
         facts = await self._series_facts(spans)
         # Filters (regexps included) and grouping run per series: off the event loop too.
-        keep, groups = await self._compute_off_loop(self._filter_and_group, sub, plan, facts)
+        keep, groups = await self._compute_off_loop(
+            self._filter_and_group, sub, plan, facts, control
+        )
+        kept_points = int(spans.batch.lengths[keep].sum())
+        kept_series = int(keep.sum())
+        in_range_points = 0
+        if not per_series:  # raw points: the answer holds those within [start, end]
+            in_range_points = await self._compute_off_loop(
+                _points_in_range, spans.batch, keep, query.start_ms, query.end_ms
+            )
+        # Before any kernel allocates: the buckets, the answer's size and their memory.
+        control.check_buckets(per_series, kept_series, filled)
+        if filled:
+            output = len(groups) * per_series
+        elif per_series:
+            output = min(len(groups) * per_series, kept_points)
+        else:
+            output = in_range_points
+        control.check_output(output)
+        cells = kept_series * per_series if filled else 0
+        control.charge(cells * BYTES_PER_CELL + output * BYTES_PER_OUTPUT_POINT)
         if query.delete:
             await self._delete_rows(parts, spans, keep)
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
-        aggregated = await self._compute_off_loop(
-            aggregate_groups, spans.batch, groups, sub, query, window
-        )
+        aggregated = await self._aggregate(spans, groups, sub, query, window, control)
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
-        timings["dpsPostFilter"] = int(spans.batch.lengths[keep].sum())
+        timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings)
 
@@ -296,9 +439,53 @@ class QueryEngine:
                     await pending
 
     async def _compute_off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run numpy work in a worker thread, at most ``compute_slots`` at once."""
+        """Run numpy work in a worker thread, at most ``compute_slots`` at once.
+
+        The slot is held until the thread is done, even when the caller is cancelled (the
+        thread cannot be interrupted; its query's cancel flag stops it at the next chunk),
+        so cancelled work never pushes the threads past ``compute_slots``."""
         async with self._compute:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            self._busy += 1
+            work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:
+                with contextlib.suppress(BaseException):
+                    await work
+                raise
+            finally:
+                self._busy -= 1
+
+    async def _aggregate(
+        self,
+        spans: Spans,
+        groups: list[list[int]],
+        sub: SubQuery,
+        query: TSQuery,
+        window: tuple[int, int],
+        control: QueryControl,
+    ) -> list[AggregatedSeries]:
+        """The kernels over every group, in chunks of about ``AGGREGATE_CHUNK_SERIES``
+        series per worker-thread call: the slot is given back between chunks (other
+        queries take turns) and the cancel flag is checked in between."""
+        out: list[AggregatedSeries] = []
+        chunk: list[list[int]] = []
+        size = 0
+        for members in groups:
+            chunk.append(members)
+            size += len(members)
+            if size >= AGGREGATE_CHUNK_SERIES:
+                control.check()
+                out += await self._compute_off_loop(
+                    aggregate_groups, spans.batch, chunk, sub, query, window, control
+                )
+                chunk, size = [], 0
+        if chunk:
+            control.check()
+            out += await self._compute_off_loop(
+                aggregate_groups, spans.batch, chunk, sub, query, window, control
+            )
+        return out
 
     async def _delete_rows(
         self, parts: Sequence[tuple[list[bytes], RowPoints]], spans: Spans, keep: Any
@@ -313,9 +500,11 @@ class QueryEngine:
     # -- series, groups, results --------------------------------------------------------------
 
     async def _series_facts(self, spans: Spans) -> SeriesFacts:
-        tag_uids = await self._compute_off_loop(series_tag_uids, self._layout, spans.keys)
-        tagk_names = await self._names(self._uids.tagk, {k for t in tag_uids for k in t})
-        tagv_names = await self._names(self._uids.tagv, {v for t in tag_uids for v in t.values()})
+        tag_uids, tagks, tagvs = await self._compute_off_loop(
+            _tag_uids_and_sets, self._layout, spans.keys
+        )
+        tagk_names = await self._names(self._uids.tagk, tagks)
+        tagv_names = await self._names(self._uids.tagv, tagvs)
         return await self._compute_off_loop(
             series_facts, self._layout, spans, tag_uids, tagk_names, tagv_names
         )
@@ -324,21 +513,25 @@ class QueryEngine:
     async def _names(uids: Any, wanted: set[bytes]) -> dict[bytes, str]:
         names: dict[bytes, str] = {}
         missing = []
-        for uid in wanted:
+        for n, uid in enumerate(wanted):
+            if n and n % RESULTS_CHUNK == 0:
+                await asyncio.sleep(0)  # 200,000 tag values: let the loop serve others
             name = uids.cached_name(uid)
             if name is None:
                 missing.append(uid)
             else:
                 names[uid] = name
-        found = await _all_or_none([uids.get_name(uid) for uid in missing])
-        names.update(zip(missing, found, strict=True))
+        if len(missing) == 1:  # the common case: one name, through the shared lookup
+            names[missing[0]] = await uids.get_name(missing[0])
+        elif missing:
+            names.update(await uids.get_names(missing))
         return names
 
     def _filter_and_group(
-        self, sub: SubQuery, plan: ScanPlan, facts: SeriesFacts
+        self, sub: SubQuery, plan: ScanPlan, facts: SeriesFacts, control: QueryControl
     ) -> tuple[BoolArray, list[list[int]]]:
         """The series passing the filters, and their groups in OpenTSDB's group order."""
-        keep = SeriesFilter(sub.filters, sub.explicit_tags).mask(facts.tags)
+        keep = SeriesFilter(sub.filters, sub.explicit_tags, control).mask(facts.tags)
         kept = np.flatnonzero(keep).tolist()
         if sub.aggregator == "none":
             return keep, [[i] for i in kept]
@@ -350,31 +543,13 @@ class QueryEngine:
     async def _results(
         self, sub: SubQuery, query: TSQuery, found: _Found, timings: dict[str, Any]
     ) -> list[SeriesResult]:
-        facts = found.facts
         metric_uid = found.spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
         metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
-        out = []
-        for members, dps in zip(found.groups, found.aggregated, strict=True):
-            with_data = [i for i in members if facts.has_points[i]]
-            notes = group_annotations(facts, members, query)
-            if not with_data and notes is None:
-                continue
-            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
-            stats = None
-            if query.show_stats:
-                stats = dict(timings, emittedDPs=len(dps), queryIndex=sub.index)
-            out.append(
-                SeriesResult(
-                    sub=sub,
-                    metric=metric if with_data else "",
-                    tags=tags,
-                    aggregate_tags=aggregate_tags,
-                    dps=dps,
-                    tsuids=[facts.tsuids[i] for i in with_data],
-                    annotations=notes,
-                    stats=stats,
-                    filter_tagks=found.filter_tagks,
-                )
+        out: list[SeriesResult] = []
+        for lo in range(0, len(found.groups), AGGREGATE_CHUNK_SERIES):
+            hi = lo + AGGREGATE_CHUNK_SERIES
+            out += await self._compute_off_loop(
+                _build_results, sub, query, found, metric, timings, lo, hi
             )
         return out
 
@@ -530,6 +705,61 @@ class QueryEngine:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _build_results(
+    sub: SubQuery,
+    query: TSQuery,
+    found: _Found,
+    metric: str,
+    timings: dict[str, Any],
+    lo: int,
+    hi: int,
+) -> list[SeriesResult]:
+    """The result series of groups ``lo:hi`` (in a worker thread: 200,000 groups of
+    Python objects would hold the event loop for seconds)."""
+    facts = found.facts
+    out = []
+    for members, dps in zip(found.groups[lo:hi], found.aggregated[lo:hi], strict=True):
+        with_data = [i for i in members if facts.has_points[i]]
+        notes = group_annotations(facts, members, query)
+        if not with_data and notes is None:
+            continue
+        tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+        stats = None
+        if query.show_stats:
+            stats = dict(timings, emittedDPs=len(dps), queryIndex=sub.index)
+        out.append(
+            SeriesResult(
+                sub=sub,
+                metric=metric if with_data else "",
+                tags=tags,
+                aggregate_tags=aggregate_tags,
+                dps=dps,
+                tsuids=[facts.tsuids[i] for i in with_data],
+                annotations=notes,
+                stats=stats,
+                filter_tagks=found.filter_tagks,
+            )
+        )
+    return out
+
+
+def _tag_uids_and_sets(
+    layout: KeyLayout, keys: Sequence[bytes]
+) -> tuple[list[dict[bytes, bytes]], set[bytes], set[bytes]]:
+    """Each series' tag UIDs, and the distinct tag keys and values (in a worker thread)."""
+    tag_uids = series_tag_uids(layout, keys)
+    tagks = {k for t in tag_uids for k in t}
+    tagvs = {v for t in tag_uids for v in t.values()}
+    return tag_uids, tagks, tagvs
+
+
+def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) -> int:
+    """Points of the kept series within [start, end]: the most a raw answer can hold."""
+    ts = batch.timestamps
+    inside = (ts >= start_ms) & (ts <= end_ms) & np.repeat(keep, batch.lengths)
+    return int(np.count_nonzero(inside))
 
 
 async def _all_or_none(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:

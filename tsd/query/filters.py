@@ -14,7 +14,9 @@ src/query/filter/TagV*Filter.java ``match``):
   package rather than ``re``: it releases the GIL while matching (``concurrent=True``)
   and stops after ``REGEXP_TIMEOUT_S``, so a catastrophic pattern costs its own query
   a 400 instead of stalling ingest and every other query (the engine matches in a
-  worker thread);
+  worker thread); the query's :class:`~tsd.query.limits.QueryControl` also bounds the
+  regexp time of the whole query (``tsd.query.filter.regexp_budget``: 40 slow values
+  cannot add up to 40 s);
 * ``not_key``: the series has no such tag key. OpenTSDB 2.4.1 never registers it; tsd
   does.
 
@@ -25,13 +27,15 @@ for the key), except for ``not_key``; all filters must match (AND). With
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import regex
 
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, TsdError
+from tsd.query.limits import QueryControl
 from tsd.query_model import Filter, split_literals, wildcard_pattern
 
 Matcher = Callable[[str], bool]
@@ -94,8 +98,9 @@ FILTER_DESCRIPTIONS: dict[str, dict[str, str]] = {
 }
 
 
-def compile_value_matcher(f: Filter) -> Matcher:
-    """A predicate on a tag value present in the series (not used for ``not_key``)."""
+def compile_value_matcher(f: Filter, control: QueryControl | None = None) -> Matcher:
+    """A predicate on a tag value present in the series (not used for ``not_key``);
+    ``control`` bounds the regexp time of the whole query."""
     if f.type in ("literal_or", "iliteral_or", "not_literal_or", "not_iliteral_or"):
         literals = split_literals(f.filter, f.ignore_case)
         negate = f.type.startswith("not_")
@@ -105,7 +110,7 @@ def compile_value_matcher(f: Filter) -> Matcher:
     if f.type in ("wildcard", "iwildcard"):
         return _wildcard_matcher(f)
     if f.type == "regexp":
-        return _regexp_matcher(f.filter)
+        return _regexp_matcher(f.filter, control)
     raise ValueError(f"no value matcher for filter type {f.type!r}")
 
 
@@ -114,19 +119,41 @@ def compile_value_matcher(f: Filter) -> Matcher:
 REGEXP_TIMEOUT_S = 1.0
 
 
-def _regexp_matcher(expression: str) -> Matcher:
+def _regexp_matcher(expression: str, control: QueryControl | None = None) -> Matcher:
     pattern = regex.compile(expression, flags=regex.VERSION0)
 
     def match(value: str) -> bool:
+        timeout = REGEXP_TIMEOUT_S
+        if control is not None:
+            control.check()  # a cancelled query stops before its next value
+            timeout = min(timeout, control.regexp_time_left())
+            if timeout <= 0:
+                raise _regexp_budget_spent(control, expression)
+        started = time.perf_counter()
         try:
-            return pattern.search(value, timeout=REGEXP_TIMEOUT_S, concurrent=True) is not None
+            return pattern.search(value, timeout=timeout, concurrent=True) is not None
         except TimeoutError:
+            if timeout < REGEXP_TIMEOUT_S and control is not None:
+                raise _regexp_budget_spent(control, expression) from None
             raise BadRequestError(
                 f"The regexp filter took longer than {REGEXP_TIMEOUT_S:g}s on one tag value",
                 details=f"regexp({expression}) on {value[:100]!r}",
             ) from None
+        finally:
+            if control is not None:
+                control.spend_regexp(time.perf_counter() - started)
 
     return match
+
+
+def _regexp_budget_spent(control: QueryControl, expression: str) -> TsdError:
+    """The per-query regexp budget (or the query's deadline) ran out."""
+    control.check()  # cancelled or timed out: say so rather than blame the regexp
+    return BadRequestError(
+        f"The regexp filters took longer than {control.regexp_budget_s:g}s in all on this "
+        "query (tsd.query.filter.regexp_budget)",
+        details=f"regexp({expression})",
+    )
 
 
 def _wildcard_matcher(f: Filter) -> Matcher:
@@ -161,10 +188,16 @@ class SeriesFilter:
     one evaluation per value, not per series.
     """
 
-    def __init__(self, filters: Sequence[Filter], explicit_tags: bool = False) -> None:
+    def __init__(
+        self,
+        filters: Sequence[Filter],
+        explicit_tags: bool = False,
+        control: QueryControl | None = None,
+    ) -> None:
+        self._control = control
         self._absent = [f.tagk for f in filters if f.type == "not_key"]
         self._present: list[tuple[str, Matcher, dict[str, bool]]] = [
-            (f.tagk, compile_value_matcher(f), {}) for f in filters if f.type != "not_key"
+            (f.tagk, compile_value_matcher(f, control), {}) for f in filters if f.type != "not_key"
         ]
         wanted = frozenset(f.tagk for f in filters if f.type != "not_key")
         self._explicit = wanted if explicit_tags else None
@@ -186,5 +219,17 @@ class SeriesFilter:
         return True
 
     def mask(self, series_tags: Sequence[Mapping[str, str]]) -> npt.NDArray[np.bool_]:
-        """``matches`` for every series, as a boolean array."""
-        return np.fromiter((self.matches(t) for t in series_tags), np.bool_, len(series_tags))
+        """``matches`` for every series, as a boolean array (checking the query's control
+        every ``CHECK_EVERY`` series)."""
+        control = self._control
+        out = np.zeros(len(series_tags), dtype=np.bool_)
+        for lo in range(0, len(series_tags), CHECK_EVERY):
+            if control is not None:
+                control.check()
+            chunk = series_tags[lo : lo + CHECK_EVERY]
+            out[lo : lo + len(chunk)] = [self.matches(t) for t in chunk]
+        return out
+
+
+#: Series a filter looks at between two checks of the query's cancel flag.
+CHECK_EVERY = 4096

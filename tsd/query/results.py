@@ -15,6 +15,7 @@ from typing import Any
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.meta.annotations import annotation_json
 from tsd.query.aggregate import aggregate_group
+from tsd.query.limits import QueryControl
 from tsd.query.series import AggregatedSeries, SeriesBatch
 from tsd.query.spans import Spans
 from tsd.query_model import SubQuery, TSQuery
@@ -76,10 +77,14 @@ def aggregate_groups(
     sub: SubQuery,
     query: TSQuery,
     window: tuple[int, int],
+    control: QueryControl | None = None,
 ) -> list[AggregatedSeries]:
-    """Every group of a sub-query through the kernels (runs in a worker thread)."""
+    """Every group of a sub-query through the kernels (runs in a worker thread); the
+    query's ``control`` is checked before each group (a cancelled query stops there)."""
     out = []
     for members in groups:
+        if control is not None:
+            control.check()
         # Members are increasing series indices: all of them is the batch as it is.
         whole = len(members) == batch.series_count
         group = batch if whole else batch.select_series(members)

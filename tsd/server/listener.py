@@ -12,6 +12,13 @@ connection is decrypted (:mod:`tsd.server.tls`) and its plaintext sniffed the sa
 
 A client that connects and closes without sending anything (potsdb's probe,
 Telegraf's ``Connect()``) never gets a protocol at all; nothing is logged.
+
+``tsd.network.header_timeout`` (seconds, 0 = none): a connection must send its first
+telnet line's first bytes, or the whole header block of its first HTTP request, within
+that time, or it is closed. HTTP bytes are held here until the blank line that ends the
+headers (at most ``MAX_HEADER_BYTES``), so a client trickling a request line cannot hold a
+connection forever (aiohttp has no header timeout of its own); later requests on a
+keep-alive connection are bounded by ``tsd.core.socket.timeout``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ from aiohttp import web
 from tsd.protocol.sniff import looks_like_http
 from tsd.server.tls import hand_over_to_tls, is_tls_hello
 from tsd.stats import StatsRegistry
+
+#: Bytes of an HTTP request head held while sniffing; past it aiohttp takes over (and
+#: refuses an over-long header with its 431/400).
+MAX_HEADER_BYTES = 256 * 1024
 
 
 class TrackedProtocol(asyncio.Protocol):
@@ -51,12 +62,14 @@ TelnetFactory = Callable[[], TrackedProtocol]
 class SniffingProtocol(asyncio.Protocol):
     """Reads the first bytes of a connection and hands it to the right protocol."""
 
-    __slots__ = ("_listener", "_transport", "_decrypted")
+    __slots__ = ("_buffer", "_decrypted", "_listener", "_timer", "_transport")
 
     def __init__(self, listener: Listener, decrypted: bool = False) -> None:
         """``decrypted``: the inside of a TLS connection, admitted already."""
         self._listener = listener
         self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._timer: asyncio.TimerHandle | None = None
         self._decrypted = decrypted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -66,11 +79,28 @@ class SniffingProtocol(asyncio.Protocol):
             transport.abort()
             return
         self._transport = transport
+        timeout = self._listener.header_timeout_s
+        if timeout > 0:
+            self._timer = asyncio.get_running_loop().call_later(timeout, self._timed_out)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self._transport is not None:
+            self._listener.header_timeouts.inc()
+            self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
         if transport is None or not data:
             return
+        data = self._buffer + data
+        if len(data) < MAX_HEADER_BYTES and looks_like_http(data) and not _has_head(data):
+            self._buffer = data  # the header block is not complete yet
+            return
+        self._buffer = b""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._transport = None
         tls = self._listener.tls
         if tls is not None and not self._decrypted:
@@ -92,6 +122,9 @@ class SniffingProtocol(asyncio.Protocol):
         return False  # nothing was sent: let the transport close
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._listener.forget_sniffing(self)
         self._transport = None
 
@@ -111,6 +144,7 @@ class Listener:
         registry: StatsRegistry,
         connections_limit: int = 0,
         *,
+        header_timeout_s: float = 0.0,
         tls: ssl.SSLContext | None = None,
         tls_required: bool = False,
     ) -> None:
@@ -119,6 +153,7 @@ class Listener:
         self.tls = tls
         self.tls_required = tls_required and tls is not None
         self._telnet_factory = telnet_factory
+        self.header_timeout_s = header_timeout_s
         self._http_server = http_server
         self._limit = connections_limit
         self._sniffing: set[SniffingProtocol] = set()
@@ -127,6 +162,7 @@ class Listener:
         registry.gauge("connectionmgr.connections", self.open_connections, type="open")
         self._rejected = registry.counter("connectionmgr.connections", type="rejected")
         self._total = registry.counter("connectionmgr.connections", type="total")
+        self.header_timeouts = registry.counter("connectionmgr.connections", type="timeout")
 
     # -- per connection ----------------------------------------------------------------------
 
@@ -189,6 +225,11 @@ class Listener:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+
+def _has_head(data: bytes) -> bool:
+    """True once ``data`` holds a whole HTTP header block (ended by a blank line)."""
+    return b"\n\r\n" in data or b"\n\n" in data
 
 
 def _set_nodelay(transport: asyncio.Transport) -> None:

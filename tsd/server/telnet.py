@@ -12,6 +12,10 @@ buffered lines until none is left, then resumes reading. So one connection never
 more than what the kernel and one read gave us, and back-pressure from storage reaches
 the client's socket.
 
+Replies are flow-controlled (:class:`~tsd.server.flow.FlowControl`): when the client does
+not read them and the transport's buffer passes its high-water mark, reading stops, and
+line handling waits, until it has drained.
+
 A client that closes right after its last line (Telegraf, potsdb) loses nothing: the
 lines already received are handled before the connection is finished. A final line without
 its newline is dropped, as OpenTSDB's framer drops it.
@@ -50,6 +54,7 @@ from tsd.protocol.telnet import (
     parse_command,
     take_known_puts,
 )
+from tsd.server.flow import FlowControl
 from tsd.server.listener import TrackedProtocol
 from tsd.server.peer import is_loopback
 from tsd.stats import StatsRegistry, format_lines
@@ -134,6 +139,7 @@ class TelnetProtocol(TrackedProtocol):
         self._batch: list[bytes | None] = []  # lines of the last read, handled up to _next
         self._next = 0
         self._transport: asyncio.Transport | None = None
+        self._flow: FlowControl | None = None
         self._peer = ""
         self._loopback = False
         self._task: asyncio.Task[None] | None = None
@@ -152,6 +158,7 @@ class TelnetProtocol(TrackedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self._flow = FlowControl(self._transport)
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) and peer else ""
         self._peer = f"{host}:{peer[1]}" if host else str(peer)
@@ -173,7 +180,21 @@ class TelnetProtocol(TrackedProtocol):
         # While a task handles lines already read, keep the socket (half-closed) open.
         return self._task is not None
 
+    def pause_writing(self) -> None:
+        if self._flow is not None:
+            self._flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._flow is not None:
+            self._flow.resume_writing()
+
+    @property
+    def flow(self) -> FlowControl | None:
+        return self._flow
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._flow is not None:
+            self._flow.connection_lost()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         self._lost = True
@@ -208,8 +229,8 @@ class TelnetProtocol(TrackedProtocol):
         """Handle every complete line without suspending; hand over to a task if one must."""
         blocked = self._run_lines()
         if blocked is not None:
-            if self._transport is not None:
-                self._transport.pause_reading()
+            if self._flow is not None:
+                self._flow.hold()
             self._task = asyncio.get_running_loop().create_task(self._run_blocked(blocked))
         elif (self._eof or self._exiting) and self._transport is not None:
             self._transport.close()
@@ -217,7 +238,7 @@ class TelnetProtocol(TrackedProtocol):
     def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
         """Handle lines until none is complete (None), a put needs a UID lookup (a
         :class:`_SlowPut`), a command must wait for those (a :class:`_Barrier`), or the
-        writer is full (True).
+        writer is full or the client is not reading its replies (True).
 
         Lines come from the buffer a whole read at a time. Runs of puts of known series go
         to the writer in bulk (:func:`take_known_puts`, :meth:`Writer.add_points`), at most
@@ -228,7 +249,10 @@ class TelnetProtocol(TrackedProtocol):
         received = self._stats.received
         fast = self._put_enabled
         aliases = writer.aliases
+        flow = self._flow
         while not self._exiting:
+            if flow is not None and flow.writing_paused:
+                return True
             lines, index = self._batch, self._next
             if index >= len(lines):
                 lines = self._batch = self._lines.take_lines()
@@ -313,6 +337,8 @@ class TelnetProtocol(TrackedProtocol):
                     self._run_command(blocked.command)
                 elif self._writer.is_full():
                     await self._writer.wait_writable()
+                elif self._flow is not None and self._flow.writing_paused:
+                    await self._flow.drain()
                 blocked = self._run_lines()
             if pending:
                 await asyncio.wait(pending)
@@ -327,8 +353,8 @@ class TelnetProtocol(TrackedProtocol):
             self._maybe_finished()
         elif self._eof or self._exiting:
             transport.close()
-        else:
-            transport.resume_reading()
+        elif self._flow is not None:
+            self._flow.release()
 
     async def _put_slow(self, slow: _SlowPut) -> None:
         point = slow.point

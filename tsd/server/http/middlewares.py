@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import traceback
+import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
@@ -24,7 +25,7 @@ from aiohttp.web_response import ContentCoding
 from tsd.errors import ConfigError, TsdError
 from tsd.log import HTTP, get_logger
 from tsd.server.http.context import CORS_DOMAINS, IS_API, SERVICES
-from tsd.server.http.errors import JSON_CONTENT_TYPE, error_response
+from tsd.server.http.errors import JSON_CONTENT_TYPE, UNEXPECTED, error_response
 
 __all__ = [
     "MIDDLEWARES",
@@ -138,10 +139,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         return error_response(exc.status, exc.reason, exc.text or "")
     except Exception as exc:
-        log.exception("http.unexpected_error", path=request.path, method=request.method)
-        show_trace = request.app[SERVICES].config.http.show_stack_trace
-        trace = traceback.format_exc() if show_trace else ""
-        return error_response(500, str(exc) or type(exc).__name__, trace=trace)
+        error_id = uuid.uuid4().hex[:16]
+        log.exception(
+            "http.unexpected_error",
+            error_id=error_id,
+            path=request.path[:200],
+            method=request.method,
+        )
+        if request.app[SERVICES].config.http.show_stack_trace:
+            message = str(exc) or type(exc).__name__
+            return error_response(500, message, trace=traceback.format_exc(), error_id=error_id)
+        return error_response(500, UNEXPECTED, error_id=error_id)
     if request.get(IS_API) and "Content-Type" not in response.headers:
         response.headers["Content-Type"] = JSON_CONTENT_TYPE
     return response

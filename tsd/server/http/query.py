@@ -22,6 +22,7 @@ from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
 from tsd.server.http.render import render_last_points, render_query_result
+from tsd.server.http.streaming import is_large, stream_query_result
 
 _DELETE_DISABLED = BadRequestError(
     "Bad request", "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
@@ -66,8 +67,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             # duplicate data, an infinite aggregate...), the message as is.
             raise BadRequestError(exc.message) from exc
         raise
-    body = await engine.compute(render_query_result, result, arrays=options.arrays)
     registry.counter("http.query.success").inc()
+    if is_large(result):
+        return await stream_query_result(request, engine, result, arrays=options.arrays)
+    body = await engine.compute(render_query_result, result, arrays=options.arrays)
     return json_response(body)
 
 

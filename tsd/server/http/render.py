@@ -36,7 +36,13 @@ from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.series import AggregatedSeries
 from tsd.query_model import FillPolicy, Filter, SubQuery
 
-__all__ = ["render_last_points", "render_query_result", "subquery_echo"]
+__all__ = [
+    "render_last_points",
+    "render_query_result",
+    "render_series_range",
+    "render_summary",
+    "subquery_echo",
+]
 
 
 # --------------------------------------------------------------------------- /api/query
@@ -44,11 +50,24 @@ __all__ = ["render_last_points", "render_query_result", "subquery_echo"]
 
 def render_query_result(result: QueryResult, *, arrays: bool = False) -> bytes:
     """The /api/query response body."""
-    query = result.query
-    parts = [_series_json(s, result, arrays) for s in result.series]
-    if query.show_summary:
-        parts.append(orjson.dumps({"statsSummary": result.summary or {}}))
-    return b"[" + b",".join(parts) + b"]"
+    parts = [render_series_range(result, 0, len(result.series), arrays)]
+    summary = render_summary(result)
+    if summary is not None:
+        parts.append(summary)
+    return b"[" + b",".join(p for p in parts if p) + b"]"
+
+
+def render_series_range(result: QueryResult, lo: int, hi: int, arrays: bool = False) -> bytes:
+    """The JSON of ``result.series[lo:hi]``, comma-separated, no brackets: with
+    :func:`render_summary` an answer can be written piece by piece."""
+    return b",".join(_series_json(s, result, arrays) for s in result.series[lo:hi])
+
+
+def render_summary(result: QueryResult) -> bytes | None:
+    """The trailing ``statsSummary`` element (None without showSummary)."""
+    if not result.query.show_summary:
+        return None
+    return orjson.dumps({"statsSummary": result.summary or {}})
 
 
 def _series_json(series: SeriesResult, result: QueryResult, arrays: bool) -> bytes:

@@ -29,15 +29,30 @@ CONTENT_TYPES = {
 }
 
 
-@functools.cache
+#: The longest static file name looked at (longer ones are 404 without touching the disk).
+MAX_NAME = 100
+
+
+@functools.cache  # one entry: the folder's files
+def _shipped_files() -> dict[str, tuple[bytes, str]]:
+    """(content, content type) of every file shipped in the static folder, read once.
+
+    Only plain files directly in the folder with a known type: no traversal, no hidden
+    files. A fixed set, so the cache is bounded by what tsd ships, whatever clients ask
+    for (a cache keyed by the requested name grew with every distinct 404).
+    """
+    found: dict[str, tuple[bytes, str]] = {}
+    for path in STATIC_DIR.iterdir():
+        content_type = CONTENT_TYPES.get(path.suffix)
+        if content_type is not None and not path.name.startswith(".") and path.is_file():
+            found[path.name] = (path.read_bytes(), content_type)
+    return found
+
+
 def _static_file(name: str) -> tuple[bytes, str] | None:
-    """(content, content type) of a file shipped in the static folder, read once."""
-    path = STATIC_DIR / name
-    content_type = CONTENT_TYPES.get(path.suffix)
-    # Only plain files directly in the static folder: no traversal, no hidden files.
-    if content_type is None or "/" in name or name.startswith(".") or not path.is_file():
+    if len(name) > MAX_NAME:
         return None
-    return path.read_bytes(), content_type
+    return _shipped_files().get(name)
 
 
 def _serve(name: str) -> web.Response:

@@ -1,0 +1,416 @@
+"""Abuse cases of issue 13 against a real daemon process: does one client hurt the others?
+
+A tsd daemon (``python -m tsd tsd``, the protective defaults, ``tsd.network.header_timeout``
+lowered to 3 s so the silent-connection case is quick) serves an embedded store holding
+``--series`` series (default 200,000) of ``bench.cpu{host=...}`` over one hour at 60 s
+(written straight into the store before the daemon starts). A probe client measures, all
+along, the round trip of a telnet ``version`` and of a one-point ``/api/put`` (every 20 ms).
+For each case the table gives the daemon's answer, the time, the daemon's RSS growth
+(peak during the case and what is left after it), the probe's p99 during the case, and for
+the disconnect case the daemon's CPU seconds in the 3 s after the client went away.
+The baseline row is the probe with nothing else running (same run).
+
+Run: ``python -m bench.abuse [--series N] [--only CASE ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
+from tsd.config import Config
+from tsd.schema import ensure_tables
+from tsd.storage.base import Put
+from tsd.storage.embedded import EmbeddedStorage
+from tsd.uid.service import UidService
+
+BASE = 1356998400  # 2013-01-01 00:00:00 UTC
+METRIC = "bench.cpu"
+STEP = 60
+SLOW_VALUE = "a" * 60 + "-"
+
+
+# -- the data ---------------------------------------------------------------------------------
+
+
+async def load(data_dir: Path, n_series: int) -> None:
+    """``n_series`` series, one compacted row each (an hour at ``STEP`` seconds)."""
+    cfg = Config()
+    storage = EmbeddedStorage(data_dir)
+    try:
+        await ensure_tables(storage, cfg.storage)
+        uids = UidService(storage, cfg)
+        layout = KeyLayout.from_storage_config(cfg.storage)
+        metric_uid = await uids.metrics.assign(METRIC)
+        host_uid = await uids.tagk.get_or_create_id("host")
+        rng = np.random.default_rng(5)
+        offsets = list(range(0, 3600, STEP))
+        for start in range(0, n_series, 2000):
+            names = [f"h{s:06d}" for s in range(start, min(start + 2000, n_series))]
+            tagvs = await asyncio.gather(*(uids.tagv.get_or_create_id(n) for n in names))
+            values = np.round(rng.normal(50, 10, size=(len(names), len(offsets))), 2).tolist()
+            puts = []
+            for tagv, row in zip(tagvs, values, strict=True):
+                series = make_series_key(layout, metric_uid, [(host_uid, tagv)])
+                cells = [encode_point(BASE + o, v)[1:] for o, v in zip(offsets, row, strict=True)]
+                cell = compact_row(cells)
+                assert cell is not None
+                puts.append(Put(series.row_key(BASE), "t", cell[0], cell[1]))
+            await storage.put(cfg.storage.data_table, puts)
+    finally:
+        await storage.close()
+
+
+# -- the daemon process -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- the probe --------------------------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    """Another client: telnet ``version`` and a one-point /api/put, every 20 ms."""
+
+    port: int
+    version_ms: list[float] = field(default_factory=list)
+    put_ms: list[float] = field(default_factory=list)
+
+    def mark(self) -> tuple[int, int]:
+        return len(self.version_ms), len(self.put_ms)
+
+    def p99_since(self, mark: tuple[int, int]) -> tuple[float, float]:
+        def p99(xs: list[float]) -> float:
+            return float(np.percentile(xs, 99)) if xs else float("nan")
+
+        return p99(self.version_ms[mark[0] :]), p99(self.put_ms[mark[1] :])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        url = f"http://127.0.0.1:{self.port}/api/put"
+        i = 0
+        async with aiohttp.ClientSession() as http:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                writer.write(b"version\n")
+                await reader.readline()
+                await reader.readline()
+                self.version_ms.append((time.perf_counter() - t0) * 1000)
+                point = {"metric": "probe.m", "timestamp": BASE + i, "value": i, "tags": {"a": "b"}}
+                t0 = time.perf_counter()
+                async with http.post(url, json=point) as resp:
+                    await resp.read()
+                self.put_ms.append((time.perf_counter() - t0) * 1000)
+                i += 1
+                await asyncio.sleep(0.02)
+        writer.close()
+
+
+# -- the cases --------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    case: str
+    answer: str = ""
+    seconds: float = 0.0
+    rss_peak: float = 0.0
+    rss_after: float = 0.0
+    version_p99: float = 0.0
+    put_p99: float = 0.0
+    cpu_after: str = ""
+
+
+async def http_status(session: aiohttp.ClientSession, url: str, **kw: object) -> str:
+    method = "POST" if "json" in kw else "GET"
+    async with session.request(method, url, **kw) as resp:  # type: ignore[arg-type]
+        body = await resp.read()
+    text = body[:90].decode("utf-8", "replace")
+    if resp.status == 200:
+        return f"200 ({len(body) / 1e6:.1f} MB)"
+    return f"{resp.status} {text}"
+
+
+CaseFn = Callable[[int, int], Awaitable[tuple[str, str]]]
+
+
+async def case_bucket_bomb(port: int, pid: int, start: str) -> tuple[str, str]:
+    url = f"http://127.0.0.1:{port}/api/query?start={start}&m=sum:1ms-avg-zero:{METRIC}"
+    async with aiohttp.ClientSession() as http:
+        return await http_status(http, url), ""
+
+
+async def case_group_by(port: int, pid: int) -> tuple[str, str]:
+    url = (
+        f"http://127.0.0.1:{port}/api/query?start={BASE}&end={BASE + 3600}&m=sum:{METRIC}{{host=*}}"
+    )
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        return await http_status(http, url), ""
+
+
+async def case_many_subqueries(port: int, pid: int) -> tuple[str, str]:
+    queries = [
+        {"aggregator": "sum", "metric": METRIC, "downsample": f"{i + 1}m-avg"} for i in range(1000)
+    ]
+    body = {"start": BASE, "end": BASE + 3600, "queries": queries}
+    async with aiohttp.ClientSession() as http:
+        return await http_status(http, f"http://127.0.0.1:{port}/api/query", json=body), ""
+
+
+async def case_disconnect(port: int, pid: int) -> tuple[str, str]:
+    """The heaviest allowed query; the client gives up after 1 s."""
+    url = (
+        f"http://127.0.0.1:{port}/api/query?start={BASE}&end={BASE + 3600}&m=sum:{METRIC}{{host=*}}"
+    )
+    answer = "client gave up after 1 s"
+    with contextlib.suppress(TimeoutError):
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http,
+            http.get(url) as resp,
+        ):
+            answer = f"{resp.status} before 1 s"
+    cpu0 = cpu_s(pid)
+    await asyncio.sleep(3)
+    return answer, f"{cpu_s(pid) - cpu0:.2f} of 3 s"
+
+
+async def case_sigterm_during_query(port: int, pid: int) -> tuple[str, str]:
+    return "", ""  # measured separately (stops the daemon): see main()
+
+
+async def case_telnet_non_reader(port: int, pid: int) -> tuple[str, str]:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    _, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"stats\n" * 400_000)
+    await asyncio.sleep(5)  # the daemon is still being sent lines it need not read
+    writer.transport.abort()
+    return "400,000 stats lines, replies never read", ""
+
+
+async def case_static_names(port: int, pid: int) -> tuple[str, str]:
+    async with aiohttp.ClientSession() as http:
+        for start in range(0, 50_000, 500):
+            batch = []
+            for i in range(start, start + 500):
+                batch.append(http.get(f"http://127.0.0.1:{port}/s/name{i}.js"))
+            for request in batch:
+                async with request as resp:
+                    await resp.read()
+        status = await http_status(http, f"http://127.0.0.1:{port}/s/" + "x" * 300)
+    leak = "traceback" if "Traceback" in status or "/" in status.split(" ", 1)[1] else "no path"
+    return f"50,000 names; /s/<300 B>: {status[:40]} ({leak})", ""
+
+
+async def case_regexp(port: int, pid: int) -> tuple[str, str]:
+    points = [
+        {"metric": "slow.m", "timestamp": BASE, "value": i, "tags": {"host": f"{SLOW_VALUE}{i}"}}
+        for i in range(40)
+    ]
+    body = {
+        "start": BASE - 100,
+        "end": BASE + 100,
+        "queries": [
+            {
+                "aggregator": "sum",
+                "metric": "slow.m",
+                "filters": [{"type": "regexp", "tagk": "host", "filter": "(a|aa)+$"}],
+            }
+        ],
+    }
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://127.0.0.1:{port}/api/put?sync", json=points) as resp:
+            assert resp.status == 204
+        return await http_status(http, f"http://127.0.0.1:{port}/api/query", json=body), ""
+
+
+async def case_silent_connections(port: int, pid: int) -> tuple[str, str]:
+    conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2000)]
+    await asyncio.sleep(4)  # past tsd.network.header_timeout (3 s here)
+    still_open = 0
+    for reader, _ in conns:
+        with contextlib.suppress(TimeoutError):
+            if await asyncio.wait_for(reader.read(1), 0.001) == b"":
+                continue
+        still_open += 1
+    for _, writer in conns:
+        writer.close()
+    return f"2,000 silent: {still_open} still open after 4 s", ""
+
+
+CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
+    "bucket_bomb_1d": lambda p, pid: case_bucket_bomb(p, pid, "1d-ago"),
+    "bucket_bomb_100y": lambda p, pid: case_bucket_bomb(p, pid, "100y-ago"),
+    "group_by_host_1h": case_group_by,
+    "1000_subqueries": case_many_subqueries,
+    "disconnect": case_disconnect,
+    "telnet_non_reader": case_telnet_non_reader,
+    "static_50k_names": case_static_names,
+    "regexp_40_values": case_regexp,
+    "silent_conns": case_silent_connections,
+}
+
+
+async def run_case(name: str, fn: CaseFn, port: int, pid: int, probe: Probe) -> Row:
+    rss0 = rss_mb(pid)
+    peak = rss0
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, rss_mb(pid))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    mark = probe.mark()
+    t0 = time.perf_counter()
+    answer, cpu_after = await fn(port, pid)
+    seconds = time.perf_counter() - t0
+    done.set()
+    await sampler
+    await asyncio.sleep(0.5)
+    v99, p99 = probe.p99_since(mark)
+    return Row(name, answer, seconds, peak - rss0, rss_mb(pid) - rss0, v99, p99, cpu_after)
+
+
+async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tsd",
+        "tsd",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--data-dir",
+        str(data_dir),
+        "--auto-metric",
+        "--set",
+        "tsd.network.header_timeout=3",
+        "--set",
+        "tsd.logging.level=error",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    for _ in range(400):
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return process
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the daemon did not start")
+
+
+async def sigterm_during_query(data_dir: Path) -> Row:
+    """SIGTERM while the heaviest allowed query runs: seconds until the process exits."""
+    port = free_port()
+    process = await start_daemon(data_dir, port)
+    url = (
+        f"http://127.0.0.1:{port}/api/query?start={BASE}&end={BASE + 3600}&m=sum:{METRIC}{{host=*}}"
+    )
+    async with aiohttp.ClientSession() as http:
+
+        async def query() -> str:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as resp:
+                    return str(resp.status)
+            return "connection closed"
+
+        running = asyncio.create_task(query())
+        await asyncio.sleep(1.0)
+        t0 = time.perf_counter()
+        process.terminate()
+        await process.wait()
+        seconds = time.perf_counter() - t0
+        answer = await running
+    return Row("sigterm_during_query", f"query answered {answer}; exit {process.returncode}",
+               seconds)  # fmt: skip
+
+
+def print_table(rows: list[Row]) -> None:
+    print(
+        f"{'case':<22} {'secs':>6} {'RSS peak':>9} {'RSS after':>9} {'ver p99':>8} "
+        f"{'put p99':>8} {'CPU after':>10}  answer"
+    )
+    for r in rows:
+        print(
+            f"{r.case:<22} {r.seconds:6.2f} {r.rss_peak:7.0f}MB {r.rss_after:7.0f}MB "
+            f"{r.version_p99:6.1f}ms {r.put_p99:6.1f}ms {r.cpu_after:>10}  {r.answer}"
+        )
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="tsd-abuse-") as tmp:
+        data_dir = Path(tmp) / "data"
+        t0 = time.perf_counter()
+        await load(data_dir, args.series)
+        print(f"loaded {args.series} series in {time.perf_counter() - t0:.0f} s", flush=True)
+        port = free_port()
+        process = await start_daemon(data_dir, port)
+        pid = process.pid
+        probe = Probe(port)
+        stop = asyncio.Event()
+        prober = asyncio.create_task(probe.run(stop))
+        rows = []
+        try:
+            await asyncio.sleep(0.2)
+            mark = probe.mark()
+            await asyncio.sleep(3)
+            v99, p99 = probe.p99_since(mark)
+            rows.append(Row("baseline (idle)", "probe only", 3.0, 0, 0, v99, p99))
+            for name, fn in CASES.items():
+                if args.only and name not in args.only:
+                    continue
+                rows.append(await run_case(name, fn, port, pid, probe))
+                print(f"  {name}: done", flush=True)
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(prober, 10)
+            process.terminate()
+            await process.wait()
+        if not args.only or "sigterm" in args.only:
+            rows.append(await sigterm_during_query(data_dir))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--series", type=int, default=200_000)
+    parser.add_argument("--only", nargs="*", default=[])
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,54 @@
+"""Writing a large /api/query answer piece by piece, with the connection's backpressure.
+
+``response_middleware`` compresses and jsonp-wraps whole bodies; a large answer would then
+be held as one blob, again compressed, again in the transport's buffer. Here it is rendered
+``PIECE_SERIES`` series at a time in the engine's worker threads, each piece compressed as
+it goes (gzip or deflate as the client takes them, the middleware's choice) and written with
+``await response.write``, which waits while the client is not reading. ``?jsonp=`` is
+applied here for these answers (the middleware leaves a started response alone), the same
+way: the last callback given.
+"""
+
+from __future__ import annotations
+
+from aiohttp import hdrs, web
+
+from tsd.query.engine import QueryEngine
+from tsd.query.output import QueryResult
+from tsd.server.http.errors import JSON_CONTENT_TYPE
+from tsd.server.http.middlewares import accepted_coding
+from tsd.server.http.render import render_series_range, render_summary
+
+#: Series rendered per piece, and the answer size (points) from which it is streamed.
+PIECE_SERIES = 1024
+STREAM_POINTS = 200_000
+
+
+def is_large(result: QueryResult) -> bool:
+    """True when the answer is worth writing piece by piece."""
+    points = sum(len(s.dps) for s in result.series)
+    return len(result.series) > PIECE_SERIES or points > STREAM_POINTS
+
+
+async def stream_query_result(
+    request: web.Request, engine: QueryEngine, result: QueryResult, *, arrays: bool
+) -> web.StreamResponse:
+    """A 200 whose body is ``result``'s JSON, written as it is rendered."""
+    response = web.StreamResponse(headers={"Content-Type": JSON_CONTENT_TYPE})
+    coding = accepted_coding(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
+    if coding is not None:
+        response.enable_compression(coding)
+    await response.prepare(request)
+    callback = request.query.getall("jsonp")[-1].encode() if "jsonp" in request.query else b""
+    pending = callback + b"([" if callback else b"["
+    count = len(result.series)
+    for lo in range(0, count, PIECE_SERIES):
+        piece = await engine.compute(render_series_range, result, lo, lo + PIECE_SERIES, arrays)
+        await response.write(pending + (b"," if lo else b"") + piece)
+        pending = b""
+    summary = render_summary(result)
+    if summary is not None:
+        pending += (b"," if count else b"") + summary
+    await response.write(pending + (b"])" if callback else b"]"))
+    await response.write_eof()
+    return response
