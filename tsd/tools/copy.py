@@ -224,15 +224,15 @@ class Checkpoint:
 
 
 class Progress:
-    """Progress lines on stderr, at most one a second per table."""
+    """Progress lines on stderr: a table's first batch, then at most one a second."""
 
     def __init__(self) -> None:
-        self.last = 0.0
+        self.last: dict[str, float] = {}
 
     def report(self, role: str, p: TableProgress, *, final: bool = False) -> None:
         now = time.monotonic()
-        if final or now - self.last >= PROGRESS_EVERY_S:
-            self.last = now
+        if final or now - self.last.get(role, -PROGRESS_EVERY_S) >= PROGRESS_EVERY_S:
+            self.last[role] = now
             state = "done" if final else "copying"
             print(
                 f"tsdb copy: {p.source} -> {p.target}: {p.rows} rows, {p.cells} cells"

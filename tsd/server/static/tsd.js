@@ -594,6 +594,9 @@
   document.addEventListener("DOMContentLoaded", async () => {
     const params = new URLSearchParams(window.location.search);
     for (const name of ["start", "end", "refresh"]) if (params.has(name)) $(name).value = params.get(name);
+    // A relative start with no end is one of the listed ranges: show it as chosen.
+    const listed = Array.from($("range").options).some((o) => o.value && o.value === $("start").value);
+    if (listed && !$("end").value) $("range").value = $("start").value;
     const fromUrl = queriesFromUrl(params);
     if (fromUrl.length === 0) addQueryRow(null);
     else fromUrl.forEach(addQueryRow);
@@ -606,6 +609,7 @@
       graph();
     });
     $("refresh").addEventListener("change", scheduleRefresh);
+    for (const id of ["start", "end"]) $(id).addEventListener("input", () => { $("range").value = ""; });
     $("unzoom").addEventListener("click", unzoom);
     await loadAggregators();
     suggestMetrics(null);
