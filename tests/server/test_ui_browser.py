@@ -14,6 +14,7 @@ import math
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -279,3 +280,45 @@ async def test_the_page_shows_query_errors(make_tsd: MakeTsd) -> None:
     state, status = await asyncio.to_thread(ask_for_unknown_metric)
     assert state == "error"
     assert status == "No such name for 'metrics': 'nope' (400)"
+
+
+async def test_the_page_works_behind_basic_auth(make_tsd: MakeTsd, tmp_path: Path) -> None:
+    """With authentication on, the browser's own basic-auth credentials reach every request
+    the page makes (same-origin fetches), through the origin guard."""
+    from tests.server.test_auth import SECRETS, basic, users_file
+
+    daemon = await make_tsd(
+        **{
+            "tsd.core.authentication.enable": "true",
+            "tsd.core.authentication.users_file": str(users_file(tmp_path)),
+        }
+    )
+    points = [
+        {"metric": "sys.cpu.user", "timestamp": T0 + 60 * i, "value": v, "tags": {"host": "a"}}
+        for i, v in enumerate(FREE)
+    ]
+    base = f"http://127.0.0.1:{daemon.port}"
+    async with (
+        aiohttp.ClientSession(headers=basic("writer")) as http,
+        http.post(base + "/api/put?sync", json=points) as reply,
+    ):
+        assert reply.status == 204
+
+    def look() -> tuple[list[dict[str, Any]], str | None]:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        with browser() as driver:
+            # Credentials in the URL: the browser answers the 401 challenge with them.
+            authed = base.replace("http://", f"http://reader:{SECRETS['reader']}@")
+            driver.get(f"{authed}/?metric=sys.cpu.user&start={T0}&end={T0 + 600}")
+            drawn = wait_for_chart(driver)
+            WebDriverWait(driver, 30).until(
+                lambda d: d.find_element("id", "daemon").get_attribute("data-state") is not None
+            )
+            return drawn, driver.find_element("id", "daemon").get_attribute("data-state")
+
+    drawn, stats_state = await asyncio.to_thread(look)
+    assert by_label(drawn) == {
+        "sys.cpu.user{host=a}": (0, [[T0 + 60 * i, v] for i, v in enumerate(FREE)])
+    }
+    assert stats_state == "done"

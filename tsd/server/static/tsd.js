@@ -102,7 +102,10 @@
   }
 
   async function getJson(url) {
-    const response = await fetch(url, { headers: { Accept: "application/json" } });
+    // Against the origin, not the page's URL: a page opened as http://user:pass@host/ would
+    // make fetch refuse a relative URL; the browser adds the credentials it holds itself.
+    const response = await fetch(new URL(url, window.location.origin),
+                                 { headers: { Accept: "application/json" } });
     const text = await response.text();
     let body = null;
     try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
