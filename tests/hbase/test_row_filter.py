@@ -8,6 +8,7 @@ answer; then they show the backend's own filtering right for every byte value.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import AsyncIterator
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
 from tsd.schema import hbase_settings
-from tsd.storage.base import FamilySpec, Put, RowFilter, ScanSpec
+from tsd.storage.base import FamilySpec, Put, ReadStats, RowFilter, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import HBASE_THRIFT, ThriftConnection
 
@@ -98,3 +99,48 @@ async def test_backend_filter_matches_opentsdb_for_every_byte(filter_table, rege
     spec = ScanSpec(row_filter=RowFilter(regex), batch_rows=100)
     assert [row.key async for row in storage.scan(table, spec)] == expected
     assert expected  # the regex selects something
+
+
+@pytest.fixture
+async def prefilter_table(hbase_server: HBaseServer) -> AsyncIterator[tuple[HBaseStorage, str]]:
+    """Keys like data row keys: 3 bytes, 4 of time, then two tag pairs of 3 + 3 bytes, with
+    every byte value in the pairs (high bytes next to each other and next to ASCII)."""
+    prefix = unique_prefix()
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config()))
+    table = f"{prefix}prefilter"
+    await storage.create_table(table, [FamilySpec("t")])
+    rng = random.Random(16)
+    keys = set()
+    for _ in range(3000):
+        pairs = bytes(
+            rng.choice([rng.randrange(256), rng.randrange(0x80, 0x100), 0]) for _ in range(12)
+        )
+        keys.add(b"\x00\x00\x01" + bytes(rng.randrange(256) for _ in range(4)) + pairs)
+    await storage.put(table, [Put(key, "t", b"q", b"v") for key in keys])
+    yield storage, table
+    await storage.close()
+    if not hbase_server.owned:
+        await drop_tables(hbase_server, prefix)
+
+
+async def test_pushed_down_pairs_never_drop_a_matching_key(prefilter_table) -> None:
+    """RowFilter.contains as HBase applies it (prefilter.py): every key containing a pinned
+    pair comes back, whatever its bytes; the exact regex then keeps exactly those."""
+    storage, table = prefilter_table
+    everything = [row.key async for row in storage.scan(table, ScanSpec())]
+    rng = random.Random(7)
+    for _ in range(12):
+        # pairs taken from real keys at tag positions (7 and 13), some of them twice
+        chosen = [k[7 + 6 * rng.randrange(2) :][:6] for k in rng.sample(everything, 3)]
+        regex = b"(?:.{6})*".join(
+            [b".{7}", b"(?:" + b"|".join(re.escape(p) for p in chosen) + b")", b""]
+        )
+        expected = [k for k in everything if re.fullmatch(regex, k, re.DOTALL)]
+        spec = ScanSpec(row_filter=RowFilter(regex, (tuple(chosen),)), batch_rows=500)
+        assert [row.key async for row in storage.scan(table, spec)] == expected
+        received = ReadStats()
+        batches = storage.scan_keys(table, spec, received)
+        assert [key async for batch in batches for key in batch] == expected
+        assert expected
+        # the server did filter (loosely where pairs hold bytes >= 0x80)
+        assert received.key_rows < len(everything)

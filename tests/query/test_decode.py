@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +26,7 @@ from tsd.codec import (
 from tsd.errors import CodecError
 from tsd.query.decode import decode_rows, series_key
 from tsd.query.spans import assemble_spans
-from tsd.storage.base import Cell, Row
+from tsd.storage.base import Cell, CellBlock, Row
 
 decode_settings = settings(max_examples=200, deadline=None)
 
@@ -117,7 +118,7 @@ def _bits(value: int | float) -> bytes:
     return struct.pack(">q", value) if isinstance(value, int) else struct.pack(">d", value)
 
 
-def _fast(rows_: list[Row], fix_duplicates: bool) -> list[list[tuple[int, bytes, bool]]]:
+def _fast(rows_: Sequence[Row], fix_duplicates: bool) -> list[list[tuple[int, bytes, bool]]]:
     points = decode_rows(rows_, LAYOUT, fix_duplicates=fix_duplicates)
     n = points.point_count
     is_int = points.is_int if points.is_int is not None else [False] * n
@@ -158,6 +159,8 @@ def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bo
                 decode_rows([row], LAYOUT, fix_duplicates=fix_duplicates)
             assert caught.value.message == error
     assert _fast(readable, fix_duplicates) == expected
+    # the same rows read in bulk (cells end to end, as the HBase backend reads them)
+    assert _fast(CellBlock.from_rows(readable), fix_duplicates) == expected
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ import numpy.typing as npt
 from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
 from tsd.query.series import BoolArray, Float64Array, Int64Array
-from tsd.storage.base import Row
+from tsd.storage.base import CellBlock, Row
 
 __all__ = ["RowPoints", "base_times_s", "decode_rows", "series_key"]
 
@@ -113,6 +113,8 @@ class _Entries:
 
 
 def _collect(rows: Sequence[Row]) -> _Cells:
+    if isinstance(rows, CellBlock) and not (rows.qualifier_lengths & 1).any():
+        return _collect_block(rows)
     counts = np.fromiter((len(r.cells) for r in rows), np.int64, len(rows))
     quals = [c.qualifier for r in rows for c in r.cells]
     vals = [c.value for r in rows for c in r.cells]
@@ -134,6 +136,23 @@ def _collect(rows: Sequence[Row]) -> _Cells:
     v = np.frombuffer(b"".join(vals), dtype=np.uint8)
     first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0).astype(np.int64)
     row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
+
+
+def _collect_block(block: CellBlock) -> _Cells:
+    """_collect for cells already end to end, all qualifiers of even length (no copy per
+    cell: the joined qualifiers and values are read as they are)."""
+    n = block.cell_count
+    qlen, vlen = block.qualifier_lengths, block.value_lengths
+    ufirst = np.zeros(n, dtype=np.int64)
+    voff = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(qlen[:-1] // 2, out=ufirst[1:])
+        np.cumsum(vlen[:-1], out=voff[1:])
+    units = np.frombuffer(block.qualifiers + bytes(2), dtype=">u2").astype(np.int32)
+    v = np.frombuffer(block.values + bytes(8), dtype=np.uint8)
+    first = np.where(qlen > 0, units[np.minimum(ufirst, len(units) - 1)] >> 8, 0).astype(np.int64)
+    row = np.repeat(np.arange(len(block), dtype=np.int64), block.counts)
     return _Cells(row, qlen, vlen, voff, ufirst, units, v, first)
 
 
@@ -389,9 +408,11 @@ def _values(
     if len(present) == 1:
         doubles, ints = _read_type(v, vstart, present[0])
         return doubles, ints, None if ints is None else np.ones(n, dtype=np.bool_)
+    if any(k < 0x8 for k in present):
+        return _mixed_values(v, vstart, kind)
     doubles = np.empty(n, dtype=np.float64)
-    any_int = any(k < 0x8 for k in present)
-    all_ints = np.zeros(n, dtype=np.int64) if any_int else None
+    any_int = False
+    all_ints: Int64Array | None = None
     for k in present:
         where = np.flatnonzero(kind == k)
         d, i = _read_type(v, vstart[where], k)
@@ -399,6 +420,26 @@ def _values(
         if all_ints is not None and i is not None:
             all_ints[where] = i
     return doubles, all_ints, (kind & 0x8) == 0 if any_int else None
+
+
+def _mixed_values(
+    v: U8Array, vstart: Int64Array, kind: IntArray
+) -> tuple[Float64Array, Int64Array, BoolArray]:
+    """_values for integers mixed with other types, in one pass: the 8 bytes at each value's
+    start read as one big-endian word hold the value in their top bytes, so an arithmetic
+    shift gives every integer sign-extended, and the words of floats are reinterpreted."""
+    word = _typed_view(v, ">i8")[vstart].astype(np.int64)
+    is_int = (kind & 0x8) == 0
+    shift = (64 - 8 * ((kind & 0x7) + 1)).astype(np.int64)
+    ints = np.where(is_int, word >> shift, 0)
+    doubles = ints.astype(np.float64)
+    f8 = np.flatnonzero(kind == 0xF)
+    if len(f8):
+        doubles[f8] = word[f8].view(np.float64)
+    f4 = np.flatnonzero(kind == 0xB)
+    if len(f4):
+        doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
+    return doubles, ints, is_int
 
 
 def _read_type(v: U8Array, vstart: Int64Array, kind: int) -> tuple[Float64Array, Int64Array | None]:
@@ -443,7 +484,8 @@ def decode_rows(
     entries = _even_cells(c, bad)
     if len(appends):
         entries = _concat_entries((entries, _append_cells(c, appends, bad)))
-    base_ms = base_times_s(layout, [r.key for r in rows]) * 1000
+    keys = rows.keys if isinstance(rows, CellBlock) else [r.key for r in rows]
+    base_ms = base_times_s(layout, keys) * 1000
     annotations = _annotations(rows, c, notes, base_ms)
 
     e_row = c.row[entries.cell]
@@ -482,8 +524,11 @@ def decode_rows(
     # Points are in row order: the row boundaries by binary search.
     row_offsets = np.searchsorted(merged.row, np.arange(n_rows + 1, dtype=np.int64))
     timestamps = np.repeat(base_ms, np.diff(row_offsets)) + merged.offset
-    key_bytes = sum(len(r.key) * len(r.cells) for r in rows)
-    stored = key_bytes + int(c.qlen.sum()) + int(c.vlen.sum())
+    if isinstance(rows, CellBlock):
+        stored = rows.stored_bytes
+    else:
+        key_bytes = sum(len(r.key) * len(r.cells) for r in rows)
+        stored = key_bytes + int(c.qlen.sum()) + int(c.vlen.sum())
     return RowPoints(
         row_offsets.astype(np.int64),
         timestamps,

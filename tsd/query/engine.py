@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -74,6 +74,16 @@ from tsd.query.plan import (
     plan_tsuid_scan,
     row_key_regex,
     scan_window_s,
+    tag_conditions,
+)
+from tsd.query.read_path import (
+    ReadRequest,
+    choose_path,
+    read_rows,
+    read_stats_json,
+    request_for_filters,
+    request_for_tsuids,
+    sum_reads,
 )
 from tsd.query.results import (
     SeriesFacts,
@@ -87,8 +97,9 @@ from tsd.query.results import (
 )
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
+from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
-from tsd.storage.base import Delete, Row, RowFilter, ScanSpec, Storage
+from tsd.storage.base import CellBlock, Delete, ReadStats, Row, RowFilter, ScanSpec, Storage
 from tsd.uid.service import UidService
 
 __all__ = ["QueryEngine"]
@@ -229,6 +240,7 @@ class QueryEngine:
         assert task is not None
         self._running[control] = task
         self.stats.started += 1
+        reads: list[ReadStats] = []
         try:
             async with self._timeout(control):
                 global_notes: list[dict[str, Any]] = []
@@ -241,7 +253,7 @@ class QueryEngine:
                 async def gated(sub: SubQuery) -> list[SeriesResult]:
                     async with gate:
                         control.check()
-                        return await self._run_sub(query, sub, control)
+                        return await self._run_sub(query, sub, control, reads)
 
                 per_sub = await _all_or_none([gated(sub) for sub in query.queries])
         except asyncio.CancelledError:
@@ -271,6 +283,7 @@ class QueryEngine:
                 "processingPreWriteTime": (time.perf_counter() - started) * 1000,
                 "queryIdx_count": len(query.queries),
                 "emittedDPs": sum(len(s.dps) for s in series),
+                **read_stats_json(sum_reads(reads)),
             }
         return QueryResult(query, series, global_notes, summary)
 
@@ -293,7 +306,11 @@ class QueryEngine:
             ) from None
 
     async def _run_sub(
-        self, query: TSQuery, sub: SubQuery, control: QueryControl
+        self,
+        query: TSQuery,
+        sub: SubQuery,
+        control: QueryControl,
+        reads: list[ReadStats] | None = None,
     ) -> list[SeriesResult]:
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
@@ -306,8 +323,9 @@ class QueryEngine:
         filter_tagks: tuple[bytes, ...] = ()
         if sub.tsuids:
             plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
+            request = request_for_tsuids(self._layout, parse_tsuids(self._layout, sub.tsuids))
         else:
-            plan, filter_tagks = await self._plan_metric(sub, start_s, end_s)
+            plan, filter_tagks, request = await self._plan_metric(sub, start_s, end_s)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
             return []
@@ -316,13 +334,18 @@ class QueryEngine:
             self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
         )
         self.stats.scans += 1
-        parts = await self._scan(plan, tally)
+        read = ReadStats()
+        if reads is not None:
+            reads.append(read)
+        path = read.path = choose_path(plan, request)
+        parts = await self._read(plan, path, request, tally, read)
         spans = await self._compute_off_loop(assemble_spans, parts, self._layout)
         control.check_buckets(per_series, spans.series_count, filled)
         control.charge(spans.series_count * BYTES_PER_SERIES)
         timings["queryScanTime"] = (time.perf_counter() - t1) * 1000
         timings["rowsPreFilter"] = tally.rows
         timings["dpsPreFilter"] = tally.points
+        timings.update(read_stats_json(read))
         if not spans.series_count:
             return []
         facts = await self._series_facts(spans)
@@ -360,11 +383,12 @@ class QueryEngine:
 
     async def _plan_metric(
         self, sub: SubQuery, start_s: int, end_s: int
-    ) -> tuple[ScanPlan, tuple[bytes, ...]]:
-        """The scan plan and the filters' tag key UIDs."""
+    ) -> tuple[ScanPlan, tuple[bytes, ...], ReadRequest]:
+        """The scan plan, the filters' tag key UIDs and what the read path needs."""
         metric_uid = await self._uids.metrics.get_id(sub.metric)
         resolved = await _all_or_none([self._resolve_filter(f) for f in sub.filters])
         tagks = tuple(r.tagk_uid for r in resolved if r.tagk_uid is not None)
+        limit = self._cfg.filter_expansion_limit
         plan = plan_metric_scan(
             self._layout,
             metric_uid,
@@ -372,9 +396,14 @@ class QueryEngine:
             explicit_tags=sub.explicit_tags,
             start_s=start_s,
             end_s=end_s,
-            expansion_limit=self._cfg.filter_expansion_limit,
+            expansion_limit=limit,
         )
-        return plan, tagks
+        request = request_for_filters(
+            tag_conditions(resolved, limit),
+            sub.explicit_tags,
+            any(r.filter.type == "not_key" for r in resolved),
+        )
+        return plan, tagks, request
 
     async def _resolve_filter(self, f: Any) -> ResolvedFilter:
         try:
@@ -399,44 +428,30 @@ class QueryEngine:
 
     # -- scanning -----------------------------------------------------------------------------
 
-    async def _scan(self, plan: ScanPlan, tally: _ScanTally) -> list[tuple[list[bytes], RowPoints]]:
+    async def _read(
+        self,
+        plan: ScanPlan,
+        path: str,
+        request: ReadRequest,
+        tally: _ScanTally,
+        stats: ReadStats,
+    ) -> list[tuple[list[bytes], RowPoints]]:
+        """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
+        thread while the next is read, counted against the limits."""
         parts: list[tuple[list[bytes], RowPoints]] = []
-        await _all_or_none([self._scan_one(spec, tally, parts) for spec in plan.scans])
-        return parts
 
-    async def _scan_one(
-        self, spec: ScanSpec, tally: _ScanTally, parts: list[tuple[list[bytes], RowPoints]]
-    ) -> None:
-        """One salt bucket: read rows, decode each batch in a thread while reading the next."""
-        pending: asyncio.Future[None] | None = None
-
-        async def decode(batch: list[Row]) -> None:
-            points = await self._compute_off_loop(
-                decode_rows, batch, self._layout, fix_duplicates=self._fix_duplicates
+        async def decode(block: CellBlock) -> None:
+            points, spent = await self._compute_off_loop(
+                _timed_decode, block, self._layout, self._fix_duplicates
             )
-            tally.add(points, len(batch))
-            parts.append(([r.key for r in batch], points))
+            stats.decode_s += spent
+            tally.add(points, len(block))
+            parts.append((block.keys, points))
 
-        batch: list[Row] = []
-        try:
-            async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
-                async for row in rows:
-                    batch.append(row)
-                    if len(batch) >= spec.batch_rows:
-                        if pending is not None:
-                            await pending
-                        pending = asyncio.ensure_future(decode(batch))
-                        batch = []
-            if pending is not None:
-                await pending
-                pending = None
-            if batch:
-                await decode(batch)
-        finally:
-            if pending is not None and not pending.done():
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await pending
+        await read_rows(
+            self._storage, self._table, self._layout, plan, path, request, decode, stats
+        )
+        return parts
 
     async def _compute_off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run numpy work in a worker thread, at most ``compute_slots`` at once.
@@ -762,27 +777,10 @@ def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) ->
     return int(np.count_nonzero(inside))
 
 
-async def _all_or_none(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
-    """Run concurrently; the results in order, or the first failure with the others
-    cancelled (a failed bucket scan must not leave its siblings reading)."""
-    if not coros:
-        return []
-    if len(coros) == 1:
-        return [await coros[0]]
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        if pending:
-            for task in pending:
-                task.cancel()
-            await asyncio.wait(pending)
-        for task in tasks:
-            if task.done() and not task.cancelled():
-                error = task.exception()
-                if error is not None:
-                    raise error
-        return [task.result() for task in tasks]
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        raise
+def _timed_decode(
+    block: CellBlock, layout: KeyLayout, fix_duplicates: bool
+) -> tuple[RowPoints, float]:
+    """decode_rows and the CPU time it took (in the worker thread that runs it)."""
+    started = time.thread_time()
+    points = decode_rows(block, layout, fix_duplicates=fix_duplicates)
+    return points, time.thread_time() - started

@@ -156,13 +156,12 @@ class _RowMoves:
             part_base = np.cumsum(sizes) - sizes
             whole = _cat(arrays, dtype)
             return whole[_gather_rows(part_base[self.part] + self.start, self.counts)]
-        out = np.empty(total, dtype=dtype)
-        at = 0
+        # Big rows: one view per row, joined by one concatenate (several times faster than
+        # copying the slices one by one into an output array).
         rows = zip(self.part.tolist(), self.start.tolist(), self.counts.tolist(), strict=True)
-        for part, start, count in rows:
-            out[at : at + count] = arrays[part][start : start + count]
-            at += count
-        return out
+        return np.concatenate(
+            [arrays[part][start : start + count] for part, start, count in rows]
+        ).astype(dtype, copy=False)
 
 
 def _rows_overlap(ts: Int64Array, series_of_row: Int64Array, counts: Int64Array) -> bool:

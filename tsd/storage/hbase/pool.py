@@ -22,7 +22,8 @@ aiohappybase configures (binary fields stay ``bytes``), except that the binary
 protocol *writes* calls with thriftpy2's compiled encoder (cybin) when it is
 built: the pure-Python encoder spends about 7 ms on a 1,000-cell ``mutateRows``
 (about half of tsd's CPU when ingesting into HBase), cybin 0.4 ms, for the same
-bytes. Replies are still read by thriftpy2's asyncio protocol. aiohappybase's
+bytes. Replies carrying rows are read by rows.py's compiled reader, the others
+by thriftpy2's asyncio protocol. aiohappybase's
 Table/Batch layer is not used: the backend needs the raw calls (sorted
 columns, scanner caching, checkAndPut with an unset value) and its own error
 mapping.

@@ -10,7 +10,7 @@ Connections come from :class:`~.pool.ConnectionPool`; every call runs under
 :func:`~.errors.map_errors` and, when ``tsd.storage.hbase.thrift.timeout`` is
 set, a deadline.
 
-Row filters are applied here, never pushed down. OpenTSDB matches its row-key
+Row filters are applied here; only a pre-filter is pushed down. OpenTSDB matches its row-key
 regex against the key's bytes read as ISO-8859-1 (one character per byte;
 asynchbase's ``KeyRegexpFilter`` sets that charset). HBase's Thrift filter
 language cannot: ``ParseFilter`` builds ``RegexStringComparator`` with the
@@ -24,6 +24,8 @@ keys hold binary UIDs, counters reach 0x80 within the first 128 names, and no
 regex can be shown safe without knowing the keys; so the backend scans the
 range (the planner already narrows it by metric and time) and applies
 ``RowFilter.matches`` (a full match over the raw bytes) to each row it reads.
+``RowFilter.contains`` (the tag pairs a query pins) is pushed down as a UTF-8-safe
+pre-filter (prefilter.py): it can let other keys through, never drop a matching one.
 
 checkAndPut: an unset ``value`` asks "must not exist"; HBase also treats an
 empty expected value as "missing or empty" (so does the embedded engine).
@@ -44,12 +46,16 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
-from tsd.storage.base import Cell, FamilySpec, Mutation, Put, Row, ScanSpec, Storage
+from tsd.storage.base import CellBlock, FamilySpec, Mutation, Put, ReadStats, Row, ScanSpec, Storage
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
 from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
+from tsd.storage.hbase.prefilter import contains_filter
+from tsd.storage.hbase.rows import rows_call
 from tsd.storage.settings import HBaseSettings
 
 T = TypeVar("T")
@@ -61,10 +67,18 @@ log = get_logger(f"{STORAGE}.hbase")
 DELETE_GUARD_S = 0.002
 #: rows per getRows call
 GET_MANY_CHUNK = 1000
+#: the filter of a key-only pass: one cell per row, its value left out
+KEYS_ONLY_FILTER = b"KeyOnlyFilter() AND FirstKeyOnlyFilter()"
 #: bloom filter types HBase accepts in a column descriptor
 BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 
 Call = Callable[[Any], Awaitable[T]]
+
+
+def read_slots(pool_size: int) -> int:
+    """Bulk reads allowed in flight: a quarter of the pool (at least one connection) is
+    left to writes, so a big query cannot starve ingest."""
+    return max(1, pool_size - max(1, pool_size // 4))
 
 
 class HBaseStorage(Storage):
@@ -82,6 +96,10 @@ class HBaseStorage(Storage):
             self._open_connection, settings.pool_size, settings.max_idle_ms / 1000
         )
         self._last_delete_done = -math.inf
+        #: bulk reads (scan batches, multi-gets) in flight at once, all queries together
+        self._read_slots = asyncio.Semaphore(read_slots(settings.pool_size))
+        #: scanners being closed in the background (rows read, close not awaited)
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def pool(self) -> ConnectionPool:
@@ -270,57 +288,66 @@ class HBaseStorage(Storage):
     # -- reads ----------------------------------------------------------------------------
 
     async def get(self, table: str, row: bytes, families: Sequence[str] = ()) -> Row | None:
-        rows = await self._get_rows(table, [row], families)
-        return rows[0] if rows else None
+        block = await self.get_blocks(table, [row], families)
+        return block[0] if len(block) else None
 
     async def get_many(
         self, table: str, rows: Sequence[bytes], families: Sequence[str] = ()
     ) -> list[Row]:
-        found: dict[bytes, Row] = {}
-        for start in range(0, len(rows), GET_MANY_CHUNK):
-            chunk = rows[start : start + GET_MANY_CHUNK]
-            for got in await self._get_rows(table, chunk, families):
-                found[got.key] = got
+        found = {row.key: row for row in await self.get_blocks(table, rows, families)}
         return [found[key] for key in rows if key in found]
 
-    async def _get_rows(
-        self, table: str, rows: Sequence[bytes], families: Sequence[str]
-    ) -> list[Row]:
+    async def get_blocks(
+        self,
+        table: str,
+        rows: Sequence[bytes],
+        families: Sequence[str] = (),
+        stats: ReadStats | None = None,
+    ) -> CellBlock:
+        """``getRows`` (``getRowsWithColumns`` for some families), GET_MANY_CHUNK rows per
+        call; the gateway leaves out rows without cells and keeps the order asked."""
         name = table.encode("ascii")
         keys = [key for key in rows if key]  # HBase has no row with an empty key, and refuses one
-        if not keys:
-            return []
         columns = [family.encode("ascii") for family in families]
+        blocks = []
+        for start in range(0, len(keys), GET_MANY_CHUNK):
+            chunk = keys[start : start + GET_MANY_CHUNK]
 
-        async def get_rows(client: Any) -> Any:
-            if columns:
-                return await client.getRowsWithColumns(name, keys, columns, {})
-            return await client.getRows(name, keys, {})
+            async def get_rows(client: Any, chunk: list[bytes] = chunk) -> CellBlock:
+                if columns:
+                    return await rows_call(
+                        client,
+                        "getRowsWithColumns",
+                        stats,
+                        tableName=name,
+                        rows=chunk,
+                        columns=columns,
+                        attributes={},
+                    )
+                return await rows_call(
+                    client, "getRows", stats, tableName=name, rows=chunk, attributes={}
+                )
 
-        results = await self._call("getRows", table, get_rows, idempotent=True)
-        found = [_row_from_result(result) for result in results]
-        return [row for row in found if row.cells]
+            async with self._read_slots:
+                blocks.append(await self._call("getRows", table, get_rows, idempotent=True))
+        block = CellBlock.concat(blocks)
+        empty = np.flatnonzero(block.counts == 0)
+        if len(empty):
+            block = block.take(np.flatnonzero(block.counts > 0))
+        return block
 
     async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
         """Rows in key order; the scanner is closed however the iteration ends."""
         if spec.limit is not None and spec.limit <= 0:
             return
-        name = table.encode("ascii")
+        if not self._scan_batch_cells:
+            async with contextlib.aclosing(self.scan_blocks(table, spec)) as blocks:
+                async for block in blocks:
+                    for row in block:
+                        yield row
+            return
         batch_rows = max(1, spec.batch_rows)
-        tscan = HBASE_THRIFT.TScan(
-            startRow=spec.start,
-            stopRow=spec.stop or None,
-            columns=[family.encode("ascii") for family in spec.families] or None,
-            caching=batch_rows,
-            batchSize=self._scan_batch_cells or None,
-            sortColumns=True,
-        )
-        scanner: int = await self._call(
-            "scannerOpenWithScan",
-            table,
-            lambda c: c.scannerOpenWithScan(name, tscan, {}),
-            idempotent=False,
-        )
+        scanner = await self._open_scanner(table, spec)
         try:
             async with contextlib.aclosing(
                 self._scan_rows(table, scanner, batch_rows, spec)
@@ -330,6 +357,139 @@ class HBaseStorage(Storage):
         finally:
             await self._close_scanner(table, scanner)
 
+    async def scan_blocks(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[CellBlock, None]:
+        """``scannerGetList`` replies read straight into CellBlocks (tsd/storage/hbase/rows.py),
+        the row filter applied to each block's keys."""
+        if self._scan_batch_cells:  # rows may come in pieces: joined by scan()
+            async with contextlib.aclosing(super().scan_blocks(table, spec, stats)) as blocks:
+                async for block in blocks:
+                    yield block
+            return
+        async with contextlib.aclosing(self._scanner_blocks(table, spec, stats)) as blocks:
+            async for block in blocks:
+                yield block
+
+    async def scan_keys(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[list[bytes], None]:
+        """A key-only pass: ``KeyOnlyFilter() AND FirstKeyOnlyFilter()`` makes the region
+        server send one value-less cell per row; the row filter is applied here."""
+        counted = ReadStats()
+        try:
+            blocks = self._scanner_blocks(table, spec, counted, KEYS_ONLY_FILTER)
+            async with contextlib.aclosing(blocks) as keyed:
+                async for block in keyed:
+                    yield block.keys
+        finally:
+            if stats is not None:
+                stats.key_rows += counted.rows
+                stats.wire_bytes += counted.wire_bytes
+                stats.decode_s += counted.decode_s
+                stats.calls += counted.calls
+
+    async def last_key(self, table: str, start: bytes, stop: bytes) -> bytes | None:
+        """A reversed key-only scan from ``stop`` down to ``start``: its first row below
+        ``stop`` (a reversed scan starts at its start row inclusive)."""
+        name = table.encode("ascii")
+        tscan = HBASE_THRIFT.TScan(
+            startRow=stop,
+            stopRow=start or None,
+            caching=2,
+            filterString=KEYS_ONLY_FILTER,
+            reversed=True,
+        )
+        scanner: int = await self._call(
+            "scannerOpenWithScan",
+            table,
+            lambda c: c.scannerOpenWithScan(name, tscan, {}),
+            idempotent=False,
+        )
+        try:
+            block = await self._call(
+                "scannerGetList",
+                table,
+                lambda c: rows_call(c, "scannerGetList", id=scanner, nbRows=2),
+                idempotent=False,
+            )
+        finally:
+            await self._close_scanner(table, scanner)
+        below = [key for key in block.keys if start <= key and (not stop or key < stop)]
+        return max(below) if below else None
+
+    async def _open_scanner(
+        self, table: str, spec: ScanSpec, filter_string: bytes | None = None
+    ) -> int:
+        name = table.encode("ascii")
+        if spec.row_filter is not None and spec.row_filter.contains:
+            pushed = contains_filter(spec.row_filter.contains)
+            if pushed is not None:
+                filter_string = (
+                    pushed if filter_string is None else filter_string + b" AND " + pushed
+                )
+        tscan = HBASE_THRIFT.TScan(
+            startRow=spec.start,
+            stopRow=spec.stop or None,
+            columns=[family.encode("ascii") for family in spec.families] or None,
+            caching=max(1, spec.batch_rows),
+            filterString=filter_string,
+            batchSize=self._scan_batch_cells or None,
+            sortColumns=True,
+        )
+        scanner: int = await self._call(
+            "scannerOpenWithScan",
+            table,
+            lambda c: c.scannerOpenWithScan(name, tscan, {}),
+            idempotent=False,
+        )
+        return scanner
+
+    async def _scanner_blocks(
+        self,
+        table: str,
+        spec: ScanSpec,
+        stats: ReadStats | None,
+        filter_string: bytes | None = None,
+    ) -> AsyncGenerator[CellBlock, None]:
+        if spec.limit is not None and spec.limit <= 0:
+            return
+        batch_rows = max(1, spec.batch_rows)
+        remaining = spec.limit
+        scanner = await self._open_scanner(table, spec, filter_string)
+        try:
+            while True:
+                async with self._read_slots:
+                    block = await self._call(
+                        "scannerGetList",
+                        table,
+                        lambda c: rows_call(
+                            c, "scannerGetList", stats, id=scanner, nbRows=batch_rows
+                        ),
+                        idempotent=False,
+                    )
+                if not len(block):
+                    return
+                # fewer rows than asked: the scanner is exhausted (no empty call to learn it)
+                exhausted = len(block) < batch_rows
+                if spec.row_filter is not None:
+                    matches = spec.row_filter.matches
+                    block = block.take([i for i, k in enumerate(block.keys) if matches(k)])
+                if remaining is not None and len(block) >= remaining:
+                    yield block.take(range(remaining))
+                    return
+                if remaining is not None:
+                    remaining -= len(block)
+                if len(block):
+                    yield block
+                if exhausted:
+                    return
+        finally:
+            # off the reader's path: the rows are all read, closing is the server's cleanup
+            task = asyncio.ensure_future(self._close_scanner(table, scanner))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
     async def _scan_rows(
         self, table: str, scanner: int, batch_rows: int, spec: ScanSpec
     ) -> AsyncGenerator[Row, None]:
@@ -338,13 +498,13 @@ class HBaseStorage(Storage):
         remaining = spec.limit
         held: Row | None = None
         while True:
-            results = await self._call(
+            block = await self._call(
                 "scannerGetList",
                 table,
-                lambda c: c.scannerGetList(scanner, batch_rows),
+                lambda c: rows_call(c, "scannerGetList", id=scanner, nbRows=batch_rows),
                 idempotent=False,
             )
-            pieces = [_row_from_result(result) for result in results]
+            pieces = list(block)
             complete: list[Row] = []
             for piece in pieces:
                 if held is not None and held.key == piece.key:
@@ -378,6 +538,8 @@ class HBaseStorage(Storage):
             log.info("hbase.scanner_close_failed", table=table, error=str(exc))
 
     async def close(self) -> None:
+        if self._closing:
+            await asyncio.wait(list(self._closing))
         self._pool.close()
 
 
@@ -430,19 +592,3 @@ async def _mutate_rows(table: bytes, batches: list[Any], client: Any) -> None:
 
 async def _delete_row(table: bytes, row: bytes, client: Any) -> None:
     await client.deleteAllRow(table, row, {})
-
-
-def _row_from_result(result: Any) -> Row:
-    """A TRowResult as a Row, cells sorted by (family, qualifier)."""
-    if result.sortedColumns is not None:
-        # Already in HBase's order: family bytes, then qualifier bytes.
-        pairs = [(column.columnName, column.cell.value) for column in result.sortedColumns]
-    else:
-        pairs = [(name, cell.value) for name, cell in (result.columns or {}).items()]
-    cells = []
-    for name, value in pairs:
-        family, _, qualifier = name.partition(b":")
-        cells.append(Cell(family.decode("ascii"), qualifier, value))
-    if result.sortedColumns is None:
-        cells.sort(key=lambda cell: (cell.family, cell.qualifier))
-    return Row(result.row, tuple(cells))

@@ -1,0 +1,163 @@
+"""The read paths (tsd/query/read_path.py) on a real store: whichever path reads the rows,
+the answer is the scan's; the planner picks the path the docs say; a query pinning one
+series out of many receives no data cells of other series (counted by the engine's
+showStats, from what storage returned)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import tsd.query.engine as engine_module
+from tests.query.tsdb_harness import QueryHarness, query_harness
+from tsd.config import StorageConfig
+from tsd.query.read_path import KEY_ONLY, MULTI_GET, SCAN, split_keys, time_slices
+from tsd.storage.base import ScanSpec, Storage
+
+T0 = 1356998400  # an hour boundary
+HOSTS = [f"h{i}" for i in range(6)]
+CPUS = [str(i) for i in range(4)]
+
+
+@pytest.fixture(params=[0, 3], ids=["unsalted", "salted"])
+async def harness(
+    request: pytest.FixtureRequest, storage: Storage, storage_config: StorageConfig
+) -> AsyncIterator[QueryHarness]:
+    buckets = request.param
+    options = {"salt_width": 1, "salt_buckets": buckets} if buckets else {}
+    async with query_harness(storage, storage_config, storage_options=options) as h:
+        points: list[tuple[str, dict[str, str], int, int | float]] = []
+        for n, host in enumerate(HOSTS):
+            for cpu in CPUS:
+                for i in range(0, 3 * 3600, 600):  # three hours, a point every 10 min
+                    points.append(("m", {"host": host, "cpu": cpu}, T0 + i + n, n * 10 + i % 7))
+        # series with one more tag: found by non-explicit queries, never by explicit ones
+        points += [("m", {"host": "h1", "cpu": "2", "dc": "x"}, T0 + 30, 2.5)]
+        points += [("m", {"host": "h1"}, T0 + 7200 + 5, 7)]
+        await h.load(points)
+        yield h
+
+
+QUERIES = [
+    ("m=sum:m{host=h1}", KEY_ONLY),
+    ("m=sum:m{host=h1|h3}", KEY_ONLY),
+    ("m=none:m{host=h1,cpu=2}", KEY_ONLY),
+    ("m=sum:explicit_tags:m{host=h1,cpu=2}", MULTI_GET),
+    ("m=none:explicit_tags:m{host=h1|h2,cpu=2|3}", MULTI_GET),
+    ("m=sum:m{host=*}", SCAN),
+    ("m=sum:10m-avg:m{cpu=*}", SCAN),
+    ("m=sum:m", SCAN),
+    ("m=sum:m{host=h9}", None),  # no such value: an error whatever the path
+]
+
+
+async def _ask(h: QueryHarness, query: str) -> Any:
+    params: dict[str, list[str]] = {"start": [str(T0)], "end": [str(T0 + 3 * 3600 - 1)]}
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        params.setdefault(key, []).append(value)
+    params["show_stats"] = ["true"]
+    try:
+        return await h.query(params)
+    except Exception as exc:  # the error is part of the answer
+        return repr(exc)
+
+
+def _without_stats(answer: Any) -> Any:
+    if not isinstance(answer, list):
+        return answer
+    return [{k: v for k, v in s.items() if k != "stats"} for s in answer]
+
+
+@pytest.mark.parametrize(("query", "expected_path"), QUERIES)
+async def test_every_path_gives_the_scans_answer(
+    harness: QueryHarness, query: str, expected_path: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen = await _ask(harness, query)
+    if expected_path is not None:
+        assert chosen, "the query should find series"
+        assert {s["stats"]["readPath"] for s in chosen} == {expected_path}
+    paths = [SCAN, KEY_ONLY] + ([MULTI_GET] if "explicit_tags" in query else [])
+    for path in paths:
+        monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=path: p)
+        answer = await _ask(harness, query)
+        assert _without_stats(answer) == _without_stats(chosen), path
+
+
+async def test_tsuid_queries_use_a_multi_get(harness: QueryHarness) -> None:
+    found = await _ask(harness, "m=none:explicit_tags:m{host=h2,cpu=1}&show_tsuids=true")
+    tsuid = found[0]["tsuids"][0]
+    params = {"start": [str(T0)], "end": [str(T0 + 3 * 3600 - 1)], "tsuid": [f"sum:{tsuid}"]}
+    params["show_stats"] = ["true"]
+    answer = await harness.query(params)
+    assert answer[0]["stats"]["readPath"] == MULTI_GET
+    assert answer[0]["dps"] == found[0]["dps"]
+
+
+def test_time_slices_cover_the_range_in_whole_hours() -> None:
+    spec = ScanSpec(b"\x01" + T0.to_bytes(4, "big"), b"\x01" + (T0 + 5 * 3600).to_bytes(4, "big"))
+    slices = time_slices(spec, T0, T0 + 5 * 3600, 4)
+    assert slices[0].start == spec.start
+    assert slices[-1].stop == spec.stop
+    for a, b in zip(slices, slices[1:], strict=False):
+        assert a.stop == b.start
+        assert int.from_bytes(a.stop[1:], "big") % 3600 == 0
+    assert len(slices) == 3  # 5 hours in slices of 2: 2 + 2 + 1
+    assert time_slices(spec, T0, T0 + 3600, 4) == [spec]
+
+
+@pytest.fixture
+async def wide(storage: Storage, storage_config: StorageConfig) -> AsyncIterator[QueryHarness]:
+    """10,000 series (100 hosts x 100 cpus), one point each."""
+    async with query_harness(storage, storage_config) as h:
+        await h.load(
+            ("w", {"host": f"h{h_}", "cpu": f"c{c}"}, T0 + 60, h_ * 100 + c)
+            for h_ in range(100)
+            for c in range(100)
+        )
+        yield h
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [("none:", KEY_ONLY), ("none:explicit_tags:", MULTI_GET)],
+    ids=["key-only", "multi-get"],
+)
+async def test_pinning_one_series_of_10000_reads_only_its_cells(
+    wide: QueryHarness, extra: str, path: str
+) -> None:
+    params = {
+        "start": [str(T0)],
+        "end": [str(T0 + 3599)],
+        "m": [extra + "w{host=h42,cpu=c7}"],
+        "show_stats": ["true"],
+    }
+    answer = await wide.query(params)
+    assert [s["dps"] for s in answer] == [{str(T0 + 60): 4207}]
+    stats = answer[0]["stats"]
+    assert stats["readPath"] == path
+    # data cells received: the one series' one cell; other series came as keys at most
+    assert stats["columnsFromStorage"] == 1
+    assert stats["rowsFromStorage"] == 1
+    # keys read apart (HBase: every row's key; the embedded store filters keys itself)
+    if path == KEY_ONLY:
+        assert 1 <= stats["keyOnlyRows"] <= 10_000
+    else:
+        assert stats["keyOnlyRows"] == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "last"),
+    [
+        (b"\x00\x00\x01ABCD\x00\x00\x01\x00\x00\x05", b"\x00\x00\x01ABCD\x00\x00\x01\x00\x27\x10"),
+        (b"m\x00", b"m\x00\x00"),
+        (b"a", b"b"),
+        (b"\x01\xff\xff", b"\x02"),
+    ],
+)
+def test_split_keys_fall_strictly_between(first: bytes, last: bytes) -> None:
+    keys = split_keys(first, last, 4)
+    assert keys == sorted(set(keys))
+    assert all(first < k < last for k in keys)

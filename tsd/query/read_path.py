@@ -1,0 +1,333 @@
+"""Reading a sub-query's rows: which rows to ask storage for, and how many reads at once.
+
+The scan plan (plan.py) says which rows can match: the metric's rows in the window, and a
+row-key regex when filters pin tag keys or values. On HBase the regex cannot be pushed down
+(docs/hbase.md: the Thrift filter language reads keys as UTF-8), so a plain scan transfers
+every cell of the metric. The read paths, chosen per sub-query (:func:`choose_path`):
+
+``multi-get``
+    ``explicitTags`` and every filtered key pinned to literal values: the series are
+    exactly the combinations of those values, so their row keys are known per hour and
+    fetched with ``getRows`` (OpenTSDB 2.4's ``tsd.query.multi_get``, which also needs
+    explicit tags). Only rows of matching series are transferred. Up to
+    ``MULTI_GET_MAX_ROWS`` keys; beyond, the key-only pass.
+``key-only``
+    Some key pinned to literal values (not all, or no ``explicitTags``): a first pass reads
+    the window's row keys only (HBase: ``KeyOnlyFilter() AND FirstKeyOnlyFilter()``, one
+    value-less cell per row), the regex is applied to the keys here, and the matching rows
+    are fetched with ``getRows``. Data cells of other series are never transferred; the key
+    pass costs one small cell per row of the metric.
+``scan``
+    Everything else (no filter, or filters that only ask for a tag key or need names): the
+    rows are scanned with their cells, the regex (if any) applied to each key.
+
+Whatever the path, the rows handed on are exactly those the scan would have given (same
+keys, same cells): tests/query/test_read_path.py runs each query on each path.
+
+Not used: tsd's series index (``tsd_series`` cells in the meta table). It may be trusted
+only for series whose writers all index them, and OpenTSDB writes no such cell (nor any meta
+row with its tracking off), so a series OpenTSDB wrote after the index was built would be
+missed; nothing in the tables tells whether that happened. See docs/hbase.md.
+
+Parallelism: a scan is cut in time slices (whole hours) per salt bucket, up to
+``PARALLEL_READS`` reads in flight per sub-query; key-only matches are fetched in
+``getRows`` calls of ``GET_CHUNK`` rows, also concurrently. The HBase backend bounds the
+bulk reads of all queries together below its pool size (``read_slots``), so a big query
+leaves connections to the writers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from tsd.codec import KeyLayout
+from tsd.codec.const import MAX_TIMESPAN
+from tsd.codec.rowkey import salt_bucket, salt_bytes
+from tsd.query.plan import ScanPlan, TagCondition
+from tsd.query.tasks import all_or_none
+from tsd.storage.base import CellBlock, ReadStats, RowFilter, ScanSpec, Storage
+
+__all__ = [
+    "KEY_ONLY",
+    "MULTI_GET",
+    "SCAN",
+    "ReadRequest",
+    "choose_path",
+    "multi_get_keys",
+    "request_for_filters",
+    "request_for_tsuids",
+    "read_rows",
+    "split_keys",
+    "time_slices",
+]
+
+SCAN = "scan"
+MULTI_GET = "multi-get"
+KEY_ONLY = "key-only"
+#: reads in flight per sub-query (scans of time slices, getRows calls)
+PARALLEL_READS = 4
+#: row keys per getRows call of the key-only and multi-get paths
+GET_CHUNK = 1000
+#: rows per round trip of a key-only pass
+KEY_BATCH_ROWS = 10_000
+#: more exact row keys than this: the key-only pass instead of a multi-get
+MULTI_GET_MAX_ROWS = 100_000
+
+#: called with each block read; returns once it is consumed (decoded, counted)
+Consumer = Callable[[CellBlock], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """What the read path needs beyond the scan plan.
+
+    ``exact_series``: the tag bytes of every series that can match, when the filters say
+    exactly (None: unknown); ``pinned``: some tag key is pinned to literal values.
+    """
+
+    exact_series: tuple[bytes, ...] | None = None
+    pinned: bool = False
+    #: per pinned tag key, the tag pairs (key UID + value UID) a matching row key contains
+    pinned_pairs: tuple[tuple[bytes, ...], ...] = ()
+
+
+def request_for_filters(
+    conditions: Sequence[TagCondition], explicit_tags: bool, has_not_key: bool
+) -> ReadRequest:
+    """The read request of a metric sub-query's tag conditions (plan.tag_conditions)."""
+    pairs = tuple(tuple(c.tagk_uid + v for v in c.tagv_uids) for c in conditions if c.tagv_uids)
+    pinned = bool(pairs)
+    if not (explicit_tags and conditions and not has_not_key):
+        return ReadRequest(None, pinned, pairs)
+    if not all(c.tagv_uids for c in conditions):
+        return ReadRequest(None, pinned, pairs)
+    count = 1
+    for cond in conditions:
+        count *= len(cond.tagv_uids or ())
+    if count > MULTI_GET_MAX_ROWS:
+        return ReadRequest(None, pinned, pairs)
+    return ReadRequest(tuple(b"".join(p) for p in itertools.product(*pairs)), pinned, pairs)
+
+
+def request_for_tsuids(layout: KeyLayout, tsuids: Sequence[bytes]) -> ReadRequest:
+    """A ``tsuids`` sub-query names its series exactly."""
+    return ReadRequest(tuple(sorted({t[layout.metric_width :] for t in tsuids})), True)
+
+
+def choose_path(plan: ScanPlan, request: ReadRequest) -> str:
+    """The read path for a sub-query (see the module docstring)."""
+    series = request.exact_series
+    if series is not None and len(series) * len(_hours(plan)) <= MULTI_GET_MAX_ROWS:
+        return MULTI_GET
+    return KEY_ONLY if request.pinned else SCAN
+
+
+def _hours(plan: ScanPlan) -> range:
+    first = plan.start_s - plan.start_s % MAX_TIMESPAN
+    return range(first, plan.end_s, MAX_TIMESPAN)
+
+
+def multi_get_keys(layout: KeyLayout, plan: ScanPlan, series: Sequence[bytes]) -> list[bytes]:
+    """Every row key the series (their tag bytes) can have in the window, in key order."""
+    keys = []
+    for tags in series:
+        salt = b""
+        if layout.salt_width:
+            salt = salt_bytes(layout, salt_bucket(layout, plan.metric_uid, tags))
+        for hour in _hours(plan):
+            keys.append(salt + plan.metric_uid + (hour & 0xFFFFFFFF).to_bytes(4, "big") + tags)
+    keys.sort()
+    return keys
+
+
+def time_slices(spec: ScanSpec, start_s: int, end_s: int, pieces: int) -> list[ScanSpec]:
+    """``spec`` cut into up to ``pieces`` scans of whole hours (its rows, split by base
+    time); the start/stop keys are ``prefix + base time``."""
+    hours = len(range(start_s - start_s % MAX_TIMESPAN, end_s, MAX_TIMESPAN))
+    pieces = max(1, min(pieces, hours))
+    if pieces == 1:
+        return [spec]
+    prefix = spec.start[:-4]
+    first = start_s - start_s % MAX_TIMESPAN
+    per = -(-hours // pieces)  # hours per slice, rounded up
+    bounds = [first + i * per * MAX_TIMESPAN for i in range(pieces) if i * per < hours]
+    specs = []
+    for i, lo in enumerate(bounds):
+        start = spec.start if i == 0 else prefix + (lo & 0xFFFFFFFF).to_bytes(4, "big")
+        stop = (
+            spec.stop
+            if i == len(bounds) - 1
+            else prefix + (bounds[i + 1] & 0xFFFFFFFF).to_bytes(4, "big")
+        )
+        specs.append(
+            ScanSpec(start, stop, spec.families, spec.row_filter, spec.limit, spec.batch_rows)
+        )
+    return specs
+
+
+async def read_rows(
+    storage: Storage,
+    table: str,
+    layout: KeyLayout,
+    plan: ScanPlan,
+    path: str,
+    request: ReadRequest,
+    consume: Consumer,
+    stats: ReadStats,
+) -> None:
+    """Read the plan's rows along ``path``, handing each block to ``consume`` (which may
+    run while the next block is read)."""
+    if path == MULTI_GET:
+        keys = multi_get_keys(layout, plan, request.exact_series or ())
+        await _get_all(storage, table, keys, plan, consume, stats)
+        return
+    specs = _sliced(plan)
+    if path == KEY_ONLY:
+        specs = [_key_pass(spec, request) for spec in specs]
+        found: list[list[bytes]] = [[] for _ in specs]
+
+        async def keys_of(i: int) -> None:
+            async with contextlib.aclosing(storage.scan_keys(table, specs[i], stats)) as batches:
+                async for batch in batches:
+                    found[i].extend(batch)
+
+        await all_or_none([keys_of(i) for i in range(len(specs))])
+        await _get_all(storage, table, [k for ks in found for k in ks], plan, consume, stats)
+        return
+    if len(specs) < PARALLEL_READS:
+        per_slice = -(-PARALLEL_READS // len(specs))
+        cut = await all_or_none([_key_ranges(storage, table, s, per_slice) for s in specs])
+        specs = [s for pieces in cut for s in pieces]
+    await all_or_none([_scan_one(storage, table, spec, consume, stats) for spec in specs])
+
+
+def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:
+    """The key-only pass of ``spec``: bigger batches (keys are small), and the pinned tag
+    pairs given to storage as a pre-filter it may push down (HBase does)."""
+    row_filter = spec.row_filter
+    if row_filter is not None and request.pinned_pairs:
+        row_filter = RowFilter(row_filter.regex, request.pinned_pairs)
+    return dataclasses.replace(spec, row_filter=row_filter, batch_rows=KEY_BATCH_ROWS)
+
+
+async def _key_ranges(storage: Storage, table: str, spec: ScanSpec, pieces: int) -> list[ScanSpec]:
+    """``spec`` cut into up to ``pieces`` key ranges between its first and last row keys
+    (evenly over the bytes where they differ), when storage can tell the last key cheaply.
+    The ranges partition the scan exactly; only their balance depends on the guess."""
+    last = await storage.last_key(table, spec.start, spec.stop)
+    if last is None:
+        return [spec]
+    first_spec = dataclasses.replace(spec, row_filter=None, limit=1, batch_rows=1)
+    first = None
+    async with contextlib.aclosing(storage.scan_keys(table, first_spec)) as batches:
+        async for batch in batches:
+            first = batch[0] if batch else None
+            break
+    if first is None or first >= last:
+        return [spec]
+    points = split_keys(first, last, pieces)
+    bounds = [spec.start, *points, spec.stop]
+    return [
+        dataclasses.replace(spec, start=a, stop=b) for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
+
+
+def split_keys(first: bytes, last: bytes, pieces: int) -> list[bytes]:
+    """Up to ``pieces - 1`` increasing keys strictly between ``first`` and ``last`` (first <
+    last), spread evenly over the 8 bytes after their common prefix."""
+    common = 0
+    while common < min(len(first), len(last)) and first[common] == last[common]:
+        common += 1
+    lo = int.from_bytes(first[common : common + 8].ljust(8, b"\0"), "big")
+    hi = int.from_bytes(last[common : common + 8].ljust(8, b"\0"), "big")
+    prefix = first[:common]
+    keys: list[bytes] = []
+    for i in range(1, pieces):
+        point = prefix + (lo + (hi - lo) * i // pieces).to_bytes(8, "big")
+        if first < point < last and (not keys or keys[-1] < point):
+            keys.append(point)
+    return keys
+
+
+def _sliced(plan: ScanPlan) -> list[ScanSpec]:
+    per_bucket = max(1, PARALLEL_READS // max(1, len(plan.scans)))
+    return [
+        s for spec in plan.scans for s in time_slices(spec, plan.start_s, plan.end_s, per_bucket)
+    ]
+
+
+async def _get_all(
+    storage: Storage,
+    table: str,
+    keys: Sequence[bytes],
+    plan: ScanPlan,
+    consume: Consumer,
+    stats: ReadStats,
+) -> None:
+    families = plan.scans[0].families if plan.scans else ()
+    chunks = [keys[i : i + GET_CHUNK] for i in range(0, len(keys), GET_CHUNK)]
+    slots = asyncio.Semaphore(PARALLEL_READS)
+
+    async def get(chunk: Sequence[bytes]) -> None:
+        async with slots:
+            block = await storage.get_blocks(table, chunk, families, stats)
+        if len(block):
+            await consume(block)
+
+    await all_or_none([get(chunk) for chunk in chunks])
+
+
+async def _scan_one(
+    storage: Storage, table: str, spec: ScanSpec, consume: Consumer, stats: ReadStats
+) -> None:
+    """One scan: each block is consumed while the next is read."""
+    pending: asyncio.Future[None] | None = None
+    try:
+        async with contextlib.aclosing(storage.scan_blocks(table, spec, stats)) as blocks:
+            async for block in blocks:
+                if pending is not None:
+                    await pending
+                pending = asyncio.ensure_future(consume(block))
+        if pending is not None:
+            await pending
+            pending = None
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
+
+
+def sum_reads(reads: Sequence[ReadStats]) -> ReadStats:
+    total = ReadStats()
+    for r in reads:
+        total.rows += r.rows
+        total.cells += r.cells
+        total.key_rows += r.key_rows
+        total.wire_bytes += r.wire_bytes
+        total.decode_s += r.decode_s
+        total.calls += r.calls
+    total.path = ",".join(r.path for r in reads if r.path)
+    return total
+
+
+def read_stats_json(stats: ReadStats) -> dict[str, object]:
+    """``showStats`` / ``showSummary`` entries for what was read: OpenTSDB's QueryStats
+    names where it has one (rowsFromStorage, columnsFromStorage, bytesFromStorage), tsd's
+    own for the rest (keyOnlyRows: rows of a key-only pass; decodeTime: ms of CPU turning
+    reply bytes and cells into points; readPath)."""
+    out: dict[str, object] = {
+        "rowsFromStorage": stats.rows,
+        "columnsFromStorage": stats.cells,
+        "bytesFromStorage": stats.wire_bytes,
+        "keyOnlyRows": stats.key_rows,
+        "decodeTime": stats.decode_s * 1000,
+    }
+    if stats.path:
+        out["readPath"] = stats.path
+    return out
