@@ -14,6 +14,7 @@ import pytest
 
 from tests.tools.toolkit import Result, Target, make_target, open_target, tsdb
 from tsd.storage.base import Put, ScanSpec
+from tsd.storage.embedded import EmbeddedStorage
 
 SERIES = 6
 HOURS = 30  # SERIES * HOURS data rows
@@ -221,3 +222,18 @@ async def test_embedded_to_hbase_and_back_keeps_every_cell(tmp_path: Path) -> No
         assert await every_cell(back) == cells
     finally:
         next(with_hbase, None)  # drops the test tables of an external HBase
+
+
+async def test_copy_reads_a_source_a_daemon_holds(tmp_path: Path) -> None:
+    source, target = (
+        next(new_target("embedded", tmp_path / "a")),
+        next(new_target("embedded", tmp_path / "b")),
+    )
+    cells = await fill(source)
+    held = EmbeddedStorage(source.cfg().storage.data_dir)  # the daemon's exclusive opener
+    try:
+        done = await copy(tmp_path, source, target)
+    finally:
+        await held.close()
+    assert_verified(done)
+    assert await every_cell(target) == cells
