@@ -12,6 +12,8 @@ import asyncio
 import json
 import math
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -322,3 +324,55 @@ async def test_the_page_works_behind_basic_auth(make_tsd: MakeTsd, tmp_path: Pat
         "sys.cpu.user{host=a}": (0, [[T0 + 60 * i, v] for i, v in enumerate(FREE)])
     }
     assert stats_state == "done"
+
+
+async def test_a_relative_range_refreshes_by_itself(make_tsd: MakeTsd) -> None:
+    """``start=1h-ago`` with a 10 s refresh: a point stored after the page drew appears on the
+    chart without a click."""
+    daemon = await make_tsd()
+    base = f"http://127.0.0.1:{daemon.port}"
+    now = int(time.time())
+    first = [
+        {"metric": "live.m", "timestamp": now - 600 + 60 * i, "value": i, "tags": {"h": "a"}}
+        for i in range(5)
+    ]
+    late = {"metric": "live.m", "timestamp": now, "value": 99, "tags": {"h": "a"}}
+
+    async def put(body: Any) -> None:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(base + "/api/put?sync", json=body) as reply,
+        ):
+            assert reply.status == 204
+
+    await put(first)
+    drawn_once = threading.Event()
+    stored_late = threading.Event()
+
+    def watch() -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        with browser() as driver:
+            driver.get(f"{base}/?metric=live.m&start=1h-ago&refresh=10")
+            before = wait_for_chart(driver)
+            chosen = driver.find_element("id", "range").get_attribute("value")
+            drawn_once.set()
+            assert stored_late.wait(30)
+            WebDriverWait(driver, 40).until(
+                lambda d: len(json.loads(
+                    d.find_element("css selector", "#chart polyline.series")
+                    .get_attribute("data-points")
+                )) == 6
+            )  # fmt: skip
+            return before, chosen, wait_for_chart(driver)
+
+    watching = asyncio.create_task(asyncio.to_thread(watch))
+    assert await asyncio.to_thread(drawn_once.wait, 60)
+    await put(late)
+    stored_late.set()
+    before, chosen, after = await watching
+    assert chosen == "1h-ago"
+    assert by_label(before) == {"live.m{h=a}": (0, [[p["timestamp"], p["value"]] for p in first])}
+    assert by_label(after) == {
+        "live.m{h=a}": (0, [[p["timestamp"], p["value"]] for p in [*first, late]])
+    }
