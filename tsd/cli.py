@@ -15,8 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from tsd import __version__
-from tsd.errors import ConfigError, StorageError, TsdError
+from tsd.errors import ConfigError, ListenError, StorageError, TsdError, UsageError
 from tsd.tools import status
+
+#: ``tsdb tsd`` could not open its listening socket (the port in use, most often).
+EXIT_CANNOT_LISTEN = status.UNAVAILABLE
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "uid": ("tsd.tools.uid", "Find, assign, rename and delete UIDs (OpenTSDB's tsdb uid)"),
     "meta-sync": ("tsd.tools.meta_sync", "Index the series already stored, for lookups"),
     "import": ("tsd.tools.import_", "Import data points from text files (OpenTSDB's format)"),
+    "query": ("tsd.tools.query", "Query data points and print them (OpenTSDB's tsdb query)"),
+    "scan": ("tsd.tools.scan", "Print the stored cells a query reads, or --import lines"),
+    "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
+    "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
     "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
 }
 
@@ -83,9 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
         return status.USAGE
-    except StorageError as exc:
+    except UsageError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
-        return status.STORAGE
+        print(f"usage: tsdb {args.command} {getattr(module, 'USAGE', '')}", file=sys.stderr)
+        return status.USAGE
+    except (ListenError, StorageError) as exc:
+        print(f"tsdb {args.command}: {exc}", file=sys.stderr)
+        return status.UNAVAILABLE
     except TsdError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
         return status.FAILED

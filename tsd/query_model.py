@@ -12,7 +12,7 @@ need them, and ``protocol/`` may not import ``query/``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tsd.java_text import java_split
 
@@ -235,6 +235,8 @@ class TSQuery:
     padding: bool = False
     override_byte_limit: bool = False
     override_data_point_limit: bool = False
+    #: False for /api/query/exp, whose series keep every point of the scan window
+    trim_to_range: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,3 +245,97 @@ class OutputOptions:
     the response middleware's, for every endpoint)."""
 
     arrays: bool = False
+
+
+# -- /api/query/exp requests (OpenTSDB 2.4.1 src/query/pojo/*), as bound from JSON --------
+
+
+@dataclass(frozen=True, slots=True)
+class FillValue:
+    """NumericFillPolicy after ``validate()``: the policy name and its value."""
+
+    policy: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class ExpDownsampler:
+    interval: str | None
+    aggregator: str | None
+    fill: FillValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpTime:
+    start: str | None
+    end: str | None
+    timezone: str | None
+    downsampler: ExpDownsampler | None
+    aggregator: str | None
+    rate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ExpFilter:
+    id: str | None
+    tags: tuple[Filter, ...] | None
+    explicit_tags: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ExpMetric:
+    metric: str | None
+    id: str | None
+    filter: str | None
+    aggregator: str | None
+    time_offset: str | None
+    fill: FillValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpExpression:
+    id: str | None
+    expr: str | None
+    operator: str = "union"
+    use_query_tags: bool = False
+    include_agg_tags: bool = True
+    has_join: bool = False
+    fill: FillValue | None = None
+    variables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExpOutput:
+    id: str | None
+    alias: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpQuery:
+    name: str | None
+    time: ExpTime | None
+    filters: tuple[ExpFilter, ...] | None
+    metrics: tuple[ExpMetric, ...] | None
+    expressions: tuple[ExpExpression, ...] | None
+    outputs: tuple[ExpOutput, ...] | None
+    #: metric and expression ids (filled by validation)
+    variable_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+# -- /api/query/gexp expressions (src/parser.jj) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GexpMetric:
+    """A metric query parameter: its text (rebuilt as the grammar does) and its number."""
+
+    query: str
+    index: int
+
+
+@dataclass(slots=True)
+class GexpCall:
+    """A function call: its name and parameters (calls, metric refs, or words)."""
+
+    name: str
+    params: list[GexpCall | GexpMetric | str] = field(default_factory=list)

@@ -14,6 +14,7 @@ above them)::
     clear                                      # forget the points loaded so far
     eval start=1356998400 end=1356998460 m=sum:sys.cpu        # GET parameters ...
     eval json {"start":1356998400,"queries":[...]}            # ... or a POST body
+    gexp start=1356998400 exp=scale(sum:sys.cpu,2)           # /api/query/gexp (GET)
       {dc=x} [host] 1356998400=1 1356998410=2.5   # tags, optional aggregateTags, points
         1356998420+10x3=0.5+1                     # more points: 4 at 10 s steps, 0.5, 1.5...
       error 400 No such name for 'metrics': 'x'   # or the error expected
@@ -56,8 +57,19 @@ class Expected:
     dps: list[tuple[str, Any]] = field(default_factory=list)
 
 
+class Located:
+    """A case that knows where it was written (its test id)."""
+
+    file: str
+    line: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
 @dataclass
-class Case:
+class Case(Located):
     file: str
     line: int
     text: str
@@ -70,10 +82,8 @@ class Case:
     error: tuple[int, str] | None = None
     #: why OpenTSDB 2.4.1 answers differently (test_opentsdb_diff skips the case)
     tsd_only: str = ""
-
-    @property
-    def id(self) -> str:
-        return f"{self.file}:{self.line}"
+    #: "query", or "gexp" for a ``gexp`` command (/api/query/gexp)
+    endpoint: str = "query"
 
 
 def _value(text: str) -> int | float:
@@ -176,7 +186,8 @@ def _options(tokens: list[str], storage: dict[str, Any], query: dict[str, Any]) 
             storage[key] = value
 
 
-def parse_cases(path: Path) -> list[Case]:
+def read_blocks(path: Path) -> list[tuple[int, str, list[str]]]:
+    """A case file as (line number, command line, its indented lines), comments dropped."""
     blocks: list[tuple[int, str, list[str]]] = []
     for number, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
@@ -186,25 +197,48 @@ def parse_cases(path: Path) -> list[Case]:
             blocks[-1][2].append(line.strip())
         else:
             blocks.append((number, line, []))
+    return blocks
+
+
+DATA_COMMANDS = ("option", "load", "compact", "clear")
+
+
+def data_command(
+    line: str,
+    body: list[str],
+    steps: list[tuple[str, list[Point]]],
+    storage_options: dict[str, Any],
+    query_options: dict[str, Any],
+) -> list[tuple[str, list[Point]]]:
+    """The steps after one of :data:`DATA_COMMANDS` (``option`` fills the option dicts)."""
+    words = line.split()
+    if words[0] == "option":
+        _options(words[1:], storage_options, query_options)
+    elif words[0] == "load":
+        return [*steps, ("load", _load(words, body))]
+    elif words[0] == "compact":
+        return [*steps, ("compact", [])]
+    elif words[0] == "clear":
+        return []
+    return steps
+
+
+def parse_cases(path: Path) -> list[Case]:
+    blocks = read_blocks(path)
     cases: list[Case] = []
     steps: list[tuple[str, list[Point]]] = []
     storage_options: dict[str, Any] = {}
     query_options: dict[str, Any] = {}
     for number, line, body in blocks:
         command = line.split()[0]
-        if command == "option":
-            _options(line.split()[1:], storage_options, query_options)
-        elif command == "load":
-            steps.append(("load", _load(line.split(), body)))
-        elif command == "compact":
-            steps.append(("compact", []))
-        elif command == "clear":
-            steps = []
-        elif command == "eval":
+        if command in DATA_COMMANDS:
+            steps = data_command(line, body, steps, storage_options, query_options)
+        elif command in ("eval", "gexp"):
             case = Case(
                 path.name, number, line, list(steps), dict(storage_options), dict(query_options)
             )
-            rest = line[len("eval") :].strip()
+            case.endpoint = "gexp" if command == "gexp" else "query"
+            rest = line[len(command) :].strip()
             if rest.startswith("json "):
                 case.body = orjson.loads(rest[len("json ") :])
             else:
@@ -241,17 +275,13 @@ async def test_case(case: Case, storage: Storage, storage_config: StorageConfig)
         storage_options=case.storage_options,
         query_options=case.query_options,
     ) as harness:
-        for kind, points in case.steps:
-            if kind == "load":
-                await harness.load(points)
-            else:
-                await harness.compact()
+        await harness.replay(case.steps)
         if case.error is not None:
             with pytest.raises(TsdError) as caught:
-                await harness.query(case.params, case.body)
+                await harness.query(case.params, case.body, case.endpoint)
             assert (caught.value.status, caught.value.message) == case.error
             return
-        answer = await harness.query(case.params, case.body)
+        answer = await harness.query(case.params, case.body, case.endpoint)
     got = [
         (
             a["tags"],

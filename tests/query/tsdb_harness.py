@@ -16,9 +16,12 @@ import orjson
 
 from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
 from tsd.model import DataPoint, make_tags
+from tsd.protocol.exp_json import exp_ts_query, parse_exp_json, validate_exp_query
 from tsd.protocol.query_json import parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
+from tsd.query.expression.executor import expression_variables, run_exp_query
 from tsd.schema import opentsdb_tables
+from tsd.server.http.exp import answer_gexp, render_exp_answer
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
@@ -44,6 +47,14 @@ class QueryHarness:
             await self.writer.add(DataPoint(metric, timestamp, value, make_tags(dict(tags))))
         await self.writer.flush()
 
+    async def replay(self, steps: Iterable[tuple[str, Any]]) -> None:
+        """A case's steps: ``("load", points)`` or ``("compact", ...)``."""
+        for kind, points in steps:
+            if kind == "load":
+                await self.load(points)
+            else:
+                await self.compact()
+
     async def compact(self) -> None:
         """Compact every row of the data table, as the writer's compaction would."""
         table = self.config.storage.data_table
@@ -57,9 +68,17 @@ class QueryHarness:
         await compactor.compact(keys)
 
     async def query(
-        self, params: Mapping[str, Sequence[str]] | None = None, body: Any = None
+        self,
+        params: Mapping[str, Sequence[str]] | None = None,
+        body: Any = None,
+        endpoint: str = "query",
     ) -> Any:
-        """Run a GET-style (``params``) or POST (``body``) query; the parsed JSON answer."""
+        """Run a GET-style (``params``) or POST (``body``) query; the parsed JSON answer.
+        ``endpoint`` "gexp" asks /api/query/gexp (GET only)."""
+        if endpoint == "gexp":
+            assert params is not None
+            result = await answer_gexp(self.engine, self.uids, params, now=NOW_MS)
+            return orjson.loads(render_query_result(result, arrays="arrays" in params))
         if body is not None:
             query = parse_query_json(orjson.dumps(body), now=NOW_MS)
         else:
@@ -68,6 +87,14 @@ class QueryHarness:
         result = await self.engine.execute(query)
         arrays = params is not None and "arrays" in params
         return orjson.loads(render_query_result(result, arrays=arrays))
+
+    async def exp(self, body: Any) -> Any:
+        """Ask /api/query/exp (a JSON body); the parsed JSON answer."""
+        text = body if isinstance(body, str | bytes) else orjson.dumps(body)
+        query = validate_exp_query(parse_exp_json(text), expression_variables)
+        ts_query, positions = exp_ts_query(query)
+        answer = await run_exp_query(self.engine, self.uids, query, ts_query, positions)
+        return orjson.loads(render_exp_answer(query, answer))
 
 
 @contextlib.asynccontextmanager

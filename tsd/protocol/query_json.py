@@ -341,6 +341,10 @@ def _bind_filter(document: object) -> Filter:
     )
 
 
+#: One tag value filter object, as /api/query/exp's filters carry them too.
+bind_filter = _bind_filter
+
+
 def _bind_tags(value: object) -> list[Filter]:
     filters: list[Filter] = []
     if value is None:

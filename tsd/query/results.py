@@ -99,7 +99,7 @@ def aggregate_groups(
             rate=sub.rate,
             rate_options=sub.effective_rate_options,
         )
-        out.append(dps.trim(query.start_ms, query.end_ms))
+        out.append(dps.trim(query.start_ms, query.end_ms) if query.trim_to_range else dps)
     return out
 
 

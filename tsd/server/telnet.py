@@ -120,6 +120,9 @@ class TelnetStats:
         self.illegal_arguments = registry.counter("rpc.errors", type="illegal_arguments")
         self.unknown_metrics = registry.counter("rpc.errors", type="unknown_metrics")
         self.exceptions = registry.counter("rpc.exceptions")
+        # tsd's own: points buffered and points or lines refused, next to /api/put's.
+        self.points = registry.counter("ingest.points", protocol="telnet")
+        self.errors = registry.counter("ingest.errors", protocol="telnet")
 
 
 def telnet_factory(context: TelnetContext) -> Callable[[], TelnetProtocol]:
@@ -274,6 +277,7 @@ class TelnetProtocol(TrackedProtocol):
             received.value += 1
             if line is None:  # over tsd.rpc.telnet.max_line
                 self._stats.illegal_arguments.inc()
+                self._stats.errors.inc()
                 self._write(format_error(line_too_long(context.max_line_bytes)))
                 continue
             try:
@@ -303,8 +307,10 @@ class TelnetProtocol(TrackedProtocol):
         try:
             ack = self._writer.add_points(points)
         except TsdError as exc:  # shutting down: one reply per refused point, as for one
+            self._stats.errors.inc(len(points))
             self._write(((HBASE_ERROR + exc.message + "\n") * len(points)).encode())
             return
+        self._stats.points.inc(len(points))
         if ack is not self._last_ack:
             self._watch(ack)
 
@@ -313,8 +319,10 @@ class TelnetProtocol(TrackedProtocol):
         try:
             ack = self._writer.add_to(series, timestamp, value)
         except TsdError as exc:  # shutting down
+            self._stats.errors.inc()
             self._write_line(HBASE_ERROR + exc.message)
             return
+        self._stats.points.inc()
         if ack is not self._last_ack:
             self._watch(ack)
 
@@ -364,11 +372,14 @@ class TelnetProtocol(TrackedProtocol):
             ack = writer.add_to(series, point.timestamp, point.value)
         except NoSuchUniqueName as exc:
             self._stats.unknown_metrics.inc()
+            self._stats.errors.inc()
             self._write_line(UNKNOWN_METRIC + exc.message)
         except TsdError as exc:
+            self._stats.errors.inc()
             if self._context.return_errors:
                 self._write_line(HBASE_ERROR + exc.message)
         else:
+            self._stats.points.inc()
             if slow.alias is not None:
                 writer.remember_alias(slow.alias, series)
             self._watch(ack)
@@ -386,6 +397,7 @@ class TelnetProtocol(TrackedProtocol):
             self._write_line(HBASE_ERROR + message)
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
+        self._stats.errors.inc()
         if isinstance(exc, PutLineError) and exc.kind == PutLineError.INVALID_VALUE:
             self._stats.invalid_values.inc()
         else:

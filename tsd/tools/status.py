@@ -12,8 +12,9 @@ OK = 0
 FAILED = 1
 #: bad usage or configuration: the command did nothing
 USAGE = 2
-#: the store cannot be opened or reached, or a storage call failed
-STORAGE = 3
+#: what the command needs cannot be opened: its store (down, unreachable, held by another
+#: daemon; or a storage call failed) or, for ``tsdb tsd``, its listening socket
+UNAVAILABLE = 3
 #: ``uid delete`` removed one direction of a mapping but not the other
 PARTIAL_DELETE = 4
 #: stopped before the end on purpose (``tsdb copy --limit-rows``); running it again goes on
@@ -23,14 +24,16 @@ INTERRUPTED = 130
 
 HELP = f"""\
 exit status (every command):
-  {OK}    done
-  {FAILED}    the work failed, wholly or partly (bad input lines, a name not found,
-       a difference found); each problem is one line on stderr
-  {USAGE}    bad usage or configuration; nothing was done
-  {STORAGE}    the store cannot be opened or reached, or a storage call failed
-  {PARTIAL_DELETE}    uid delete removed one direction of a mapping only
-  {STOPPED}    stopped before the end on purpose (copy --limit-rows): run it again to go on
+  {OK}  done
+  {FAILED}  failed, wholly or partly (bad input lines, a name not found, a difference
+     found); each problem on one line on stderr
+  {USAGE}  bad arguments, usage or configuration; nothing was done
+  {UNAVAILABLE}  cannot listen (tsdb tsd: the port in use, an address not on this host), or
+     the store cannot be opened or reached, or a storage call failed
+  {PARTIAL_DELETE}  uid delete removed one direction of a mapping only
+  {STOPPED}  stopped before the end on purpose (copy --limit-rows): run it again to go on
   {INTERRUPTED}  interrupted (Ctrl-C)
 messages: results on stdout; errors on stderr as "tsdb COMMAND: message".
-beside a running daemon: every tool works on the daemon's embedded store while it runs
-(it shares the store; only a second daemon is refused)."""
+tsdb uid keeps OpenTSDB's UidManager statuses (1 not found, 3 storage, 4 delete), the same
+table. Beside a running daemon: every tool works on the daemon's embedded store while it
+runs (the store is shared; only a second daemon is refused)."""

@@ -139,6 +139,7 @@ class Writer:
         self._append_rpcs = registry.counter("hbase.rpcs", type="append")
         self._storage_errors = registry.counter("rpc.errors", type="hbase_errors")
         self._dropped = registry.counter("datapoints.dropped", type="storage_errors")
+        self._batch_latency = registry.histogram("writer.batch.latency")
         registry.gauge("writer.pending_cells", self.pending_cells)
         registry.gauge("compaction.queue.size", lambda: len(self._schedule))
 
@@ -353,9 +354,11 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        started = time.perf_counter()
         try:
             error = await self._write_with_retries(batch)
         finally:
+            self._batch_latency.observe(time.perf_counter() - started)
             self._in_flight_cells -= batch.cells
             slots.release()
             if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:

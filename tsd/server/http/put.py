@@ -36,6 +36,7 @@ from tsd.protocol.put_reply import (
 )
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
+from tsd.stats import StatsRegistry
 from tsd.write.writer import Ack, Writer
 
 #: UID lookups one request runs at once. 1: new names get their UIDs in the order of the
@@ -58,11 +59,19 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     if not flags.sync and services.writer.storage_refusal is None:
         split = parse_put_body_known(body, services.writer.aliases, services.rules)
         queued = await _add_split(services.writer, split, errors)
+        _count_ingest(services.registry, queued, len(errors))
         status, reply = put_response(flags, points=split.count, queued=queued, errors=errors)
         return json_response(reply, status)
     results = parse_put_body(body, services.rules)
     accepted = await _add_points(services.writer, results, errors)
+    _count_ingest(services.registry, len(accepted), len(errors))
     return await _reply_when_stored(services.writer, flags, len(results), accepted, errors)
+
+
+def _count_ingest(registry: StatsRegistry, points: int, errors: int) -> None:
+    """tsd's per-protocol ingest counters (the telnet side keeps the same pair)."""
+    registry.counter("ingest.points", protocol="http").inc(points)
+    registry.counter("ingest.errors", protocol="http").inc(errors)
 
 
 async def _add_split(writer: Writer, split: KnownPut[SeriesKey], errors: list[PutError]) -> int:
