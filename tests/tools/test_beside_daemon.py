@@ -186,3 +186,34 @@ async def test_a_second_daemon_on_the_store_is_still_refused(make_tsd: MakeTsd) 
     )
     assert second.code == 3
     assert "is open for writing by another process" in second.err
+
+
+async def test_query_and_scan_delete_beside_a_writing_daemon(
+    make_tsd: MakeTsd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    stamps = [T0 + 60 * i for i in range(50)]
+    fixed = [
+        {"metric": "fixed.m", "timestamp": t, "value": i, "tags": {"host": "c"}}
+        for i, t in enumerate(stamps)
+    ]
+    async with writing_daemon(make_tsd) as (daemon, writer):
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"http://127.0.0.1:{daemon.port}/api/put?sync", json=fixed) as reply,
+        ):
+            assert reply.status == 204
+        span = [str(T0 - 1), str(T0 + 3600)]
+        queried = await tool(daemon, tmp_path, "query", *span, "sum", "fixed.m")
+        scanned = await tool(daemon, tmp_path, "scan", "--delete", *span, "sum", "fixed.m")
+        status, after = await get(daemon, f"/api/query?start={T0 - 1}&m=sum:fixed.m")
+    assert queried.code == 0, queried.err
+    assert [line.split()[1:3] for line in queried.out.splitlines()] == [
+        [str(t * 1000), str(i)]
+        for i, t in enumerate(stamps)  # in ms, as OpenTSDB's
+    ]
+    assert scanned.code == 0, scanned.err
+    assert len(scanned.out.splitlines()) == len(fixed)  # --delete prints import lines
+    assert status == 200
+    assert after == []  # the daemon reads the rows the tool deleted as gone
+    assert await live_points_stored(daemon) == writer.acked

@@ -21,5 +21,9 @@ async def test_each_kind_of_failure_has_its_status(tmp_path: Path) -> None:
     missing = await tsdb(tmp_path, "uid", "metrics", "x", "--data-dir", str(tmp_path / "none"))
     (tmp_path / "bad.txt").write_text("not a put line\n")
     failed = await tsdb(tmp_path, "import", "bad.txt", "--data-dir", str(tmp_path / "d"))
-    assert (usage.code, missing.code, failed.code) == (status.USAGE, status.UNAVAILABLE, status.FAILED)
+    assert (usage.code, missing.code, failed.code) == (
+        status.USAGE,
+        status.UNAVAILABLE,
+        status.FAILED,
+    )
     assert usage.err.startswith("tsdb copy: configuration error: --batch-rows")
