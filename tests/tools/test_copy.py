@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.tools.toolkit import Result, Target, make_target, open_target, tsdb
-from tsd.storage.base import Put, ScanSpec
+from tsd.storage.base import FamilySpec, Put, ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 
 SERIES = 6
@@ -237,3 +237,43 @@ async def test_copy_reads_a_source_a_daemon_holds(tmp_path: Path) -> None:
         await held.close()
     assert_verified(done)
     assert await every_cell(target) == cells
+
+
+ROLLUPS = (
+    '{"aggregationIds": {"sum": 0, "count": 1}, "intervals": [{"table": "tsdb-rollup-1h",'
+    ' "preAggregationTable": "tsdb-agg-1h", "interval": "1h", "rowSpan": "1d",'
+    ' "defaultInterval": true}]}'
+)
+
+
+async def test_rollup_tables_named_by_the_rollup_config_are_copied(tmp_path: Path) -> None:
+    source, target = (
+        next(new_target("embedded", tmp_path / "a")),
+        next(new_target("embedded", tmp_path / "b")),
+    )
+    cells = await fill(source)
+    rollup_cells = {
+        "tsdb-rollup-1h": [Put(b"\x00\x00\x01\x65\x5d\x00\x00", "t", b"sum:\x00\x00", b"\x2a")],
+        "tsdb-agg-1h": [Put(b"\x00\x00\x01\x65\x5d\x00\x00", "t", b"count:\x00\x10", b"\x07")],
+    }
+    async with open_target(source) as store:
+        for table, puts in rollup_cells.items():
+            await store.storage.create_table(table, [FamilySpec("t")])
+            await store.storage.put(table, puts)
+    (tmp_path / "rollups.json").write_text(ROLLUPS)
+
+    done = await copy(tmp_path, source, target, "--rollups", str(tmp_path / "rollups.json"))
+
+    assert done.code == 0, done.err
+    verified = [line for line in done.out.splitlines() if line.startswith("verified ")]
+    assert len(verified) == 6
+    assert all(line.endswith(": equal") for line in verified)
+    assert await every_cell(target) == cells
+    async with open_target(target) as store:
+        for table, puts in rollup_cells.items():
+            copied = [
+                Put(row.key, c.family, c.qualifier, c.value)
+                async for row in store.storage.scan(table, ScanSpec())
+                for c in row.cells
+            ]
+            assert copied == puts

@@ -4,8 +4,9 @@ Moves OpenTSDB's tables cell for cell (UIDs with their MAXID counters, data poin
 annotations and appends, the tree table, TSMeta and UIDMeta) between any two stores the
 configurations describe: the embedded store to HBase when a deployment grows, HBase back to
 the embedded store, or one directory to another. Tables are matched by role, so the two
-sides may use different table names (``tsd.storage.hbase.*_table``). tsd has no rollup
-tables (``tsd.rollups.*`` is not supported), so there are none to move.
+sides may use different table names (``tsd.storage.hbase.*_table``). Rollup and
+pre-aggregate tables are copied too when ``--rollups FILE`` names the rollup configuration
+(``tsd.rollups.config``'s JSON), under the same names on both sides.
 
 - Resumable: after each batch is durable on the target, the key of the last row copied per
   table goes into a checkpoint file (``--checkpoint``, replaced atomically). A copy that is
@@ -42,11 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tsd.codec.const import FAMILY
 from tsd.config import Config, StorageConfig, load_config
 from tsd.errors import ConfigError
 from tsd.log import configure_logging
+from tsd.protocol.rollup_config import RollupConfig, parse_rollup_config
 from tsd.schema import storage_settings
-from tsd.storage.base import Put, Row, ScanSpec, Storage
+from tsd.storage.base import FamilySpec, Put, Row, ScanSpec, Storage
 from tsd.storage.factory import open_storage
 from tsd.tools import status
 from tsd.tools.common import run_async
@@ -107,6 +110,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="copy at most R rows a second (spare a production cluster)",
     )
     parser.add_argument(
+        "--rollups",
+        metavar="FILE",
+        help="the rollup configuration (tsd.rollups.config's JSON): copy its tables too",
+    )
+    parser.add_argument(
         "--no-verify", action="store_true", help="skip the final comparison of both stores"
     )
 
@@ -119,6 +127,21 @@ def table_names(cfg: StorageConfig) -> dict[str, str]:
         "tree": cfg.tree_table,
         "meta": cfg.meta_table,
     }
+
+
+#: role -> (source table, target table, the target table's families)
+Plan = dict[str, tuple[str, str, list[FamilySpec]]]
+
+
+def copy_plan(src: StorageConfig, dst: StorageConfig, rollups: RollupConfig | None) -> Plan:
+    """Every table to copy, in order: OpenTSDB's four by role, then the rollup tables."""
+    specs = table_specs(dst)
+    source, target = table_names(src), table_names(dst)
+    plan = {role: (source[role], target[role], specs[target[role]]) for role in ROLES}
+    for interval in rollups.intervals if rollups is not None else ():
+        for table in (interval.table, interval.pre_aggregation_table):
+            plan[f"rollup:{table}"] = (table, table, [FamilySpec(FAMILY)])
+    return plan
 
 
 def store_identity(cfg: StorageConfig) -> dict[str, Any]:
@@ -177,25 +200,22 @@ class Checkpoint:
 
     @classmethod
     def load_or_new(
-        cls, path: Path, src: StorageConfig, dst: StorageConfig, restart: bool
+        cls, path: Path, src: StorageConfig, dst: StorageConfig, plan: Plan, restart: bool
     ) -> tuple[Checkpoint, bool]:
         """The checkpoint of this copy (and whether it was read from the file)."""
         source, target = store_identity(src), store_identity(dst)
-        fresh = {
-            role: TableProgress(table_names(src)[role], table_names(dst)[role]) for role in ROLES
-        }
+        fresh = {role: TableProgress(names[0], names[1]) for role, names in plan.items()}
         if restart or not path.exists():
             return cls(path, source, target, fresh), False
         try:
             data = json.loads(path.read_text())
-            tables = {role: TableProgress.from_json(data["tables"][role]) for role in ROLES}
+            tables = {role: TableProgress.from_json(data["tables"][role]) for role in plan}
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(
                 "--checkpoint", f"{path} is not a tsdb copy checkpoint: {exc}"
             ) from exc
-        same_tables = all(
-            (tables[r].source, tables[r].target) == (fresh[r].source, fresh[r].target)
-            for r in ROLES
+        same_tables = set(data["tables"]) == set(plan) and all(
+            (tables[r].source, tables[r].target) == (fresh[r].source, fresh[r].target) for r in plan
         )
         if data.get("from") != source or data.get("to") != target or not same_tables:
             raise ConfigError(
@@ -342,18 +362,23 @@ async def is_empty(storage: Storage, table: str) -> bool:
     return True
 
 
-async def copy(src_cfg: Config, dst_cfg: Config, args: argparse.Namespace) -> int:
+async def copy(
+    src_cfg: Config, dst_cfg: Config, rollups: RollupConfig | None, args: argparse.Namespace
+) -> int:
     src, dst = src_cfg.storage, dst_cfg.storage
     if store_identity(src) == store_identity(dst) and set(table_names(src).values()) & set(
         table_names(dst).values()
     ):
         raise ConfigError("--to", "the source and the target are the same store and tables")
-    checkpoint, resumed = Checkpoint.load_or_new(Path(args.checkpoint), src, dst, args.restart)
+    plan = copy_plan(src, dst, rollups)
+    checkpoint, resumed = Checkpoint.load_or_new(
+        Path(args.checkpoint), src, dst, plan, args.restart
+    )
     source = open_storage(storage_settings(src, read_only=True))
     try:
         target = open_storage(storage_settings(dst))
         try:
-            return await _copy(source, target, src, dst, checkpoint, resumed, args)
+            return await _copy(source, target, plan, checkpoint, resumed, args)
         finally:
             await target.close()
     finally:
@@ -363,21 +388,19 @@ async def copy(src_cfg: Config, dst_cfg: Config, args: argparse.Namespace) -> in
 async def _copy(
     source: Storage,
     target: Storage,
-    src: StorageConfig,
-    dst: StorageConfig,
+    plan: Plan,
     checkpoint: Checkpoint,
     resumed: bool,
     args: argparse.Namespace,
 ) -> int:
     existing = set(await source.list_tables())
-    missing = [name for name in table_names(src).values() if name not in existing]
+    missing = [source_table for source_table, _, _ in plan.values() if source_table not in existing]
     if missing:
         raise ConfigError("--from", f"the source has no table {', '.join(missing)}")
-    specs = table_specs(dst)
-    for table in table_names(dst).values():
-        await target.create_table(table, specs[table])
+    for _, table, families in plan.values():
+        await target.create_table(table, families)
     if not resumed and not args.force:
-        full = [t for t in table_names(dst).values() if not await is_empty(target, t)]
+        full = [t for _, t, _ in plan.values() if not await is_empty(target, t)]
         if full:
             raise ConfigError(
                 "--to",
@@ -387,7 +410,7 @@ async def _copy(
     checkpoint.save()
     budget = [args.limit_rows] if args.limit_rows is not None else []
     pacer, progress = Pacer(args.rows_per_second), Progress()
-    for role in ROLES:
+    for role in plan:
         p = checkpoint.tables[role]
         if p.done:
             continue
@@ -398,13 +421,13 @@ async def _copy(
                 f" --checkpoint {checkpoint.path} to go on"
             )
             return status.STOPPED
-    for role in ROLES:
+    for role in plan:
         p = checkpoint.tables[role]
         print(f"copied {p.source} -> {p.target}: {p.rows} rows, {p.cells} cells")
     if args.no_verify:
         return 0
     differ = []
-    for role in ROLES:
+    for role in plan:
         p = checkpoint.tables[role]
         a, b = await summarize(source, p.source), await summarize(target, p.target)
         same = a == b
@@ -427,4 +450,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--batch-rows", "must be at least 1")
     src_cfg, dst_cfg = load_config(args.source), load_config(args.target)
     configure_logging(src_cfg.log.format, src_cfg.log.level)
-    return run_async(copy(src_cfg, dst_cfg, args))
+    rollups = None
+    if args.rollups is not None:
+        try:
+            rollups = parse_rollup_config(Path(args.rollups).read_bytes())
+        except OSError as exc:
+            raise ConfigError("--rollups", f"cannot read {args.rollups}: {exc}") from exc
+    return run_async(copy(src_cfg, dst_cfg, rollups, args))
