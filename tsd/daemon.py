@@ -309,9 +309,10 @@ class Daemon:
 #: ``tsdb tsd --help``'s closing lines (tsd.cli maps the errors to these statuses).
 EXIT_STATUS = """exit status:
   0  stopped by SIGTERM, SIGINT or diediedie, everything accepted written
-  1  a runtime error (storage unavailable, ...), said on one line on stderr
+  1  a runtime error, said on one line on stderr
   2  bad arguments or configuration
-  3  cannot listen: the port is in use, the address is not on this host, or not permitted
+  3  cannot listen: the port is in use, the address is not on this host, or not permitted;
+     or the store cannot be opened (unreachable, or held by another daemon)
 """
 
 
