@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("tsd.tools.import_", "Import data points from text files (OpenTSDB's format)"),
     "query": ("tsd.tools.query", "Query data points and print them (OpenTSDB's tsdb query)"),
     "scan": ("tsd.tools.scan", "Print the stored cells a query reads, or --import lines"),
+    "fsck": ("tsd.tools.fsck", "Check the data table for corrupt rows and cells; --fix them"),
     "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
     "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
     "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),

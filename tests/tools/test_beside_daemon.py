@@ -18,7 +18,10 @@ import aiohttp
 
 from tests.server.conftest import MakeTsd, make_tsd  # noqa: F401 - the fixture
 from tests.tools.toolkit import Result, tsdb
+from tsd.codec import KeyLayout, base_time_for, encode_row_key
+from tsd.codec.qualifier import encode_ms_qualifier
 from tsd.daemon import Daemon
+from tsd.storage.base import Put
 
 T0 = 1_700_000_000
 LIVE = 8  # metrics the daemon's writer creates while a tool runs
@@ -217,3 +220,46 @@ async def test_query_and_scan_delete_beside_a_writing_daemon(
     assert status == 200
     assert after == []  # the daemon reads the rows the tool deleted as gone
     assert await live_points_stored(daemon) == writer.acked
+
+
+async def test_fsck_fix_beside_a_writing_daemon(
+    make_tsd: MakeTsd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async with writing_daemon(make_tsd) as (daemon, writer):
+        # Corruptions stored through the daemon's own storage (LMDB: one opener a process):
+        # a point written twice (seconds and millisecond qualifiers), an orphan row.
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"http://127.0.0.1:{daemon.port}/api/put?sync",
+                json=[{"metric": "fixed.m", "timestamp": T0, "value": 1, "tags": {"host": "c"}}],
+            ) as reply,
+        ):
+            assert reply.status == 204
+        layout = KeyLayout.from_storage_config(daemon.config.storage)
+        tags = ((await daemon.uids.tagk.get_id("host"), await daemon.uids.tagv.get_id("c")),)
+        metric = await daemon.uids.metrics.get_id("fixed.m")
+        base = base_time_for(T0)
+        key = encode_row_key(layout, metric, base, tags)
+        orphan = encode_row_key(layout, b"\x00\x0f\xff", base, tags)
+        table = daemon.config.storage.data_table
+        await daemon.storage.put(
+            table,
+            [
+                Put(key, "t", encode_ms_qualifier((T0 - base) * 1000, 0), b"\x02"),
+                Put(orphan, "t", encode_ms_qualifier(0, 0), b"\x03"),
+            ],
+        )
+        done = await tool(daemon, tmp_path, "fsck", "--full-scan", "--fix-all")
+        status, after = await get(daemon, f"/api/query?start={T0 - 1}&m=sum:fixed.m")
+        again = await tool(daemon, tmp_path, "fsck", "--full-scan")
+    assert done.code == 1, done.err  # it found errors, and fixed them
+    assert "Duplicate Datapoints Resolved: 1\n" in done.out
+    assert "Orphaned UID Rows Deleted: 1\n" in done.out
+    assert status == 200
+    assert [series["dps"] for series in after] == [{str(T0): 1}]  # the first stored kept
+    assert again.code == 0, again.out
+    assert "Total Errors: 0\n" in again.out
+    assert await live_points_stored(daemon) == writer.acked
+    assert await daemon.storage.get(table, orphan) is None
