@@ -95,14 +95,23 @@ class Clis:
         return await self._stdout([sys.executable, "-m", "tsd", *args, *conf])
 
     async def opentsdb(self, tool: str, *args: str) -> str:
+        done = await self.run_opentsdb(tool, *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    async def run_opentsdb(
+        self, tool: str, *args: str, logback: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """OpenTSDB's ``net.opentsdb.tools.TOOL`` on the JVM, in UTC, with its log set up
+        by ``logback`` (default: warnings, message only, on stderr)."""
         classpath = await asyncio.to_thread(opentsdb_classpath)
-        done = await asyncio.to_thread(
+        return await asyncio.to_thread(
             subprocess.run,
             [
                 "java",
                 "-Xmx256m",
                 "-Duser.timezone=UTC",
-                f"-Dlogback.configurationFile={self.logback}",
+                f"-Dlogback.configurationFile={logback or self.logback}",
             ]
             + ["-cp", classpath, f"net.opentsdb.tools.{tool}", f"--config={self.opentsdb_conf}"]
             + list(args),
@@ -111,8 +120,6 @@ class Clis:
             text=True,
             timeout=180,
         )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
 
 
 @pytest.fixture

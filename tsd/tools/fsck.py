@@ -386,7 +386,8 @@ class Fsck:
             entries = split_cell(cell.qualifier, cell.value)
         except IllegalDataError as exc:
             c.bad_compacted_columns += 1
-            self.say(str(exc))
+            # OpenTSDB's message names the cell too (and the cells decoded before the fault)
+            self.say(f"{exc}: {kv_text(key, cell)}")
             if self.options.fix and self.options.delete_bad_compacts:
                 await self._delete_cell(key, cell)
                 c.bad_compacted_columns_deleted += 1
