@@ -195,7 +195,9 @@ async def test_delete_removes_both_mappings(filled: Target) -> None:
         pytest.param(["rename", "tagk", "a"], "Wrong number of arguments", id="rename"),
         pytest.param(["delete", "tagk"], "Wrong number of arguments", id="delete"),
         pytest.param(["tagk", "a", "b"], "Wrong number of arguments", id="lookup"),
-        pytest.param(["fsck"], "The fsck sub-command is not implemented by tsd", id="fsck"),
+        pytest.param(
+            ["treesync"], "The treesync sub-command is not implemented by tsd", id="treesync"
+        ),
     ],
 )
 async def test_usage_errors_exit_2(tmp_path: Path, words: list[str], message: str) -> None:

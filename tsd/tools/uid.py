@@ -22,8 +22,10 @@ Exit statuses are OpenTSDB's: 2 for a wrong number of arguments, 3 for a storage
 (4 for ``delete``). Kinds are ``metrics`` (or ``metric``), ``tagk``, ``tagv``; the kind word
 is echoed as given. UID widths come from the configuration (``tsd.storage.uid.width.*``)
 where OpenTSDB's tool takes ``--idwidth`` (default 3). ``metasync`` is ``tsdb meta-sync``;
-``metapurge`` deletes OpenTSDB's UIDMeta and TSMeta cells (:mod:`tsd.meta.purge`). The
-``fsck``, ``treesync`` and ``treepurge`` sub-commands are not implemented.
+``metapurge`` deletes OpenTSDB's UIDMeta and TSMeta cells (:mod:`tsd.meta.purge`);
+``fsck [fix] [delete_unknown]`` checks the two maps against each other
+(:mod:`tsd.tools.uid_fsck`). The ``treesync`` and ``treepurge`` sub-commands are not
+implemented.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from tsd.storage.base import ScanSpec
 from tsd.tools import status
 from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
 from tsd.tools.meta_sync import meta_sync
+from tsd.tools.uid_fsck import uid_fsck
 from tsd.uid.uniqueid import (
     ID_FAMILY,
     KINDS,
@@ -71,6 +74,7 @@ Sub commands:
   delete <kind> <name>: Deletes this UID.
   metasync: Generates missing TSUID and UID meta entries (as tsdb meta-sync).
   metapurge: Removes meta data entries from the UID and meta tables.
+  fsck: [fix] [delete_unknown] Checks the consistency of UIDs.
 
   [kind] <name>: Lookup the ID of this name.
   [kind] <ID>: Lookup the name of this ID.
@@ -81,7 +85,7 @@ Example values for [kind]: metrics, tagk (tag name), tagv (tag value)."""
 OK, NOT_FOUND, USAGE_ERROR = status.OK, status.FAILED, status.USAGE
 STORAGE_ERROR, DELETE_ERROR = status.UNAVAILABLE, status.PARTIAL_DELETE
 #: sub-commands of OpenTSDB's tool that tsd does not implement
-NOT_IMPLEMENTED = ("fsck", "treesync", "treepurge")
+NOT_IMPLEMENTED = ("treesync", "treepurge")
 #: what Tags.validateString calls each kind in its messages
 _NOUNS = {"metrics": "metric name", "tagk": "tag name", "tagv": "tag value"}
 
@@ -318,6 +322,7 @@ _ARITY: dict[str, tuple[bool, Callable[[int], bool]]] = {
     "delete": (True, lambda n: n == 2),
     "metasync": (True, lambda n: n == 0),
     "metapurge": (True, lambda n: n == 0),
+    "fsck": (False, lambda n: True),  # writes with "fix" (see run_words)
 }
 
 
@@ -336,6 +341,8 @@ def _command(words: Sequence[str], ignore_case: bool) -> Callable[[ToolStore], A
         return meta_sync
     if name == "metapurge":
         return metapurge
+    if name == "fsck":
+        return lambda store: uid_fsck(store, "fix" in rest, "delete_unknown" in rest)
     kind = words[0] if len(words) == 2 else None
     return lambda store: lookup(store, kind, words[-1])
 
@@ -347,6 +354,7 @@ def run_words(cfg: Config, words: Sequence[str], *, ignore_case: bool = False) -
     if words[0] in NOT_IMPLEMENTED:
         return usage(f"The {words[0]} sub-command is not implemented by tsd")
     writes, arity_ok = _ARITY.get(words[0], (False, lambda n: n <= 1))
+    writes = writes or (words[0] == "fsck" and "fix" in words[1:])
     if not arity_ok(len(words) - 1):
         return usage("Wrong number of arguments")
     command = _command(words, ignore_case)
