@@ -1,6 +1,6 @@
-"""``tsdb fsck`` beside OpenTSDB 2.4.1's own Fsck on the same HBase tables: the stored
-corruptions of tests/tools/test_fsck.py, found with the same messages and counters, and
-fixed to the same cells.
+"""``tsdb fsck`` and ``tsdb uid fsck`` beside OpenTSDB 2.4.1's own Fsck and UidManager's
+fsck on the same HBase tables: the stored corruptions of tests/tools/test_fsck.py and
+test_uid_fsck.py, found with the same messages and counters, and fixed to the same cells.
 
 What cannot be identical: OpenTSDB logs each cell with its HBase write time (tsd's storage
 keeps none), so lines naming a cell (``KeyValue(...)``) and the duplicates' detail lines
@@ -22,6 +22,7 @@ from tests.hbase.opentsdb import fresh_tables
 from tests.hbase.test_cli_parity import Clis
 from tests.hbase_harness import HBaseServer
 from tests.tools.test_fsck import corrupt, stored_rows
+from tests.tools.test_uid_fsck import corrupt_uids, uid_cells
 from tests.tools.toolkit import Target
 from tsd.config import StorageConfig
 from tsd.storage.base import Row
@@ -124,3 +125,52 @@ async def test_fsck_finds_and_fixes_what_opentsdb_finds_and_fixes(
     ours = await targets[0].run("fsck", "--full-scan")
     assert ours.code == 0, ours.out
     assert_same(ours.out, theirs.stderr)
+
+
+UID_LOGBACK = LOGBACK.replace("net.opentsdb.tools.Fsck", "net.opentsdb.tools.UidManager")
+
+#: UidManager runs with --verbose: without it, OpenTSDB's CLI turns every logger down to WARN
+#: (its info lines, "Maximum ID for metrics: 2", vanish); tsd always prints them.
+#: UidManager's lines with no tsd counterpart (its shutdown, its timing)
+UID_NOT_COMPARED = ("Shutting down TSD", "Gracefully shutdown the TSD")
+
+
+def uid_lines(text: str) -> list[str]:
+    """uid fsck's lines, sorted: OpenTSDB walks its kinds and maps in HashMap order."""
+    return sorted(
+        line
+        for line in text.splitlines()
+        if line and " KVs analyzed" not in line and not line.startswith(UID_NOT_COMPARED)
+    )
+
+
+async def test_uid_fsck_finds_and_fixes_what_opentsdb_finds_and_fixes(
+    hbase_server: HBaseServer, two_tables: tuple[StorageConfig, ...], tmp_path: Path
+) -> None:
+    clis = []
+    for i, cfg in enumerate(two_tables):
+        workdir = tmp_path / str(i)
+        workdir.mkdir()
+        clis.append(Clis(hbase_server, cfg, workdir))
+    logback = tmp_path / "uid-logback.xml"
+    logback.write_text(UID_LOGBACK)
+    targets = [Target(c.workdir, c.tsd_conf, "hbase") for c in clis]
+    for target in targets:
+        await corrupt_uids(target)
+
+    theirs = await clis[0].run_opentsdb("UidManager", "--verbose", "fsck", logback=logback)
+    ours = await targets[0].run("uid", "fsck")
+    assert theirs.returncode == 4, theirs.stderr  # OpenTSDB exits with the error count
+    assert ours.code == 1, ours.err
+    assert uid_lines(ours.out) == uid_lines(theirs.stderr), theirs.stderr
+
+    fix = ["fsck", "fix", "delete_unknown"]
+    theirs = await clis[0].run_opentsdb("UidManager", "--verbose", *fix, logback=logback)
+    ours = await targets[1].run("uid", *fix)
+    assert uid_lines(ours.out) == uid_lines(theirs.stderr), theirs.stderr
+    assert await uid_cells(targets[0]) == await uid_cells(targets[1])
+
+    theirs = await clis[1].run_opentsdb("UidManager", "--verbose", "fsck", logback=logback)
+    ours = await targets[0].run("uid", "fsck")
+    assert (theirs.returncode, ours.code) == (0, 0), theirs.stderr
+    assert uid_lines(ours.out) == uid_lines(theirs.stderr), theirs.stderr
