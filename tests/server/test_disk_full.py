@@ -14,7 +14,6 @@ import errno
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, stored
 from tests.server.test_lifecycle import TsdProcess, read_store
+from tests.tmpfs import small_tmpfs
 from tsd.errors import StorageFull, StorageReadOnly
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
@@ -147,19 +147,8 @@ async def test_full_disk_sequence_with_injected_enospc(make_tsd: MakeTsd, tmp_pa
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "24m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def fill(disk: Path) -> Path:
