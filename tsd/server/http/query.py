@@ -73,7 +73,8 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     registry.counter("http.query.success").inc()
     if is_large(result):
         return await stream_query_result(request, engine, result, arrays=options.arrays)
-    body = await engine.compute(render_query_result, result, arrays=options.arrays)
+    points = sum(len(s.dps) for s in result.series) + len(result.series)
+    body = await engine.compute(render_query_result, result, arrays=options.arrays, work=points)
     return json_response(body)
 
 
