@@ -244,10 +244,9 @@ async def timed(
     return Result(name, points, wall, cpu)
 
 
-async def start_tsd(
-    cfg: StorageConfig, profile: str | None
-) -> tuple[asyncio.subprocess.Process, int]:
-    keys = {
+def tsd_settings(cfg: StorageConfig) -> dict[str, str]:
+    """The ``--set`` keys of a tsd on ``cfg``'s HBase tables, compaction off."""
+    return {
         "tsd.storage.backend": "hbase",
         "tsd.storage.hbase.thrift.host": cfg.thrift_host,
         "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
@@ -255,9 +254,14 @@ async def start_tsd(
         "tsd.storage.hbase.uid_table": cfg.uid_table,
         "tsd.storage.hbase.tree_table": cfg.tree_table,
         "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.logging.format": "json",
         "tsd.storage.enable_compaction": "false",
     }
+
+
+async def start_tsd(
+    cfg: StorageConfig, profile: str | None
+) -> tuple[asyncio.subprocess.Process, int]:
+    keys = {**tsd_settings(cfg), "tsd.logging.format": "json"}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     process = await asyncio.create_subprocess_exec(
         sys.executable,

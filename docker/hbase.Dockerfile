@@ -4,8 +4,11 @@ FROM maven:3.9-eclipse-temurin-17
 WORKDIR /opt/tsd
 COPY hbase ./hbase
 COPY scripts/hbase ./scripts/hbase
+COPY docker/hbase-entrypoint.sh ./docker/hbase-entrypoint.sh
 RUN scripts/hbase classpath
 ENV TSD_HBASE_VAR=/var/lib/hbase TSD_HBASE_THRIFT_BIND=0.0.0.0 TSD_HBASE_HEAP=1g
 VOLUME /var/lib/hbase
 EXPOSE 9090
-CMD ["bash", "-c", "scripts/hbase start && exec tail -F /var/lib/hbase/logs/master.log"]
+# PID 1 stops HBase cleanly on SIGTERM (give it time: docker run --stop-timeout 60).
+STOPSIGNAL SIGTERM
+CMD ["docker/hbase-entrypoint.sh"]

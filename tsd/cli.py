@@ -15,7 +15,19 @@ import sys
 from collections.abc import Sequence
 
 from tsd import __version__
-from tsd.errors import ConfigError, TsdError
+from tsd.errors import ConfigError, ListenError, TsdError, UsageError
+
+#: ``tsdb tsd`` could not open its listening socket (the port in use, most often).
+EXIT_CANNOT_LISTEN = 3
+
+#: ``tsdb --help``'s closing lines: what main() returns, for every command.
+EXIT_STATUSES = f"""exit status:
+  0  done
+  1  failed (the reason on one line on stderr)
+  2  bad arguments, usage or configuration
+  {EXIT_CANNOT_LISTEN}  tsdb tsd cannot listen (the port in use, an address not on this host)
+tsdb uid keeps OpenTSDB's UidManager statuses (1 not found, 3 storage error, 4 delete error).
+"""
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -26,13 +38,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "uid": ("tsd.tools.uid", "Find, assign, rename and delete UIDs (OpenTSDB's tsdb uid)"),
     "meta-sync": ("tsd.tools.meta_sync", "Index the series already stored, for lookups"),
     "import": ("tsd.tools.import_", "Import data points from text files (OpenTSDB's format)"),
+    "query": ("tsd.tools.query", "Query data points and print them (OpenTSDB's tsdb query)"),
+    "scan": ("tsd.tools.scan", "Print the stored cells a query reads, or --import lines"),
+    "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
+    "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
 }
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, only that sub-command's module is imported and
     configured (the others are listed by name), so a tool does not pay for aiohttp."""
-    parser = argparse.ArgumentParser(prog="tsdb", description="tsd, an OpenTSDB-compatible TSD")
+    parser = argparse.ArgumentParser(
+        prog="tsdb",
+        description="tsd, an OpenTSDB-compatible TSD",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"tsd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -76,6 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
         return 2
+    except UsageError as exc:
+        print(f"tsdb {args.command}: {exc}", file=sys.stderr)
+        print(f"usage: tsdb {args.command} {getattr(module, 'USAGE', '')}", file=sys.stderr)
+        return 2
+    except ListenError as exc:
+        print(f"tsdb {args.command}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
     except TsdError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
         return 1

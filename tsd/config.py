@@ -304,6 +304,17 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 }
 
 
+#: Keys tsd parses (so an OpenTSDB file with them loads) but does not act on yet;
+#: /api/config lists them with the unknown keys as ignored.
+NOT_ACTED_ON: frozenset[str] = frozenset({"tsd.core.uid.random_metrics"})
+
+
+def ignored_keys(config: Config) -> list[str]:
+    """The keys of the configuration that change nothing in tsd: unknown to it (read from
+    an OpenTSDB file, logged at start), or known but not acted on; sorted."""
+    return sorted(key for key in config.raw if key not in KEYS or key in NOT_ACTED_ON)
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Parse ``key = value`` lines (Java properties as opentsdb.conf uses them)."""
     values: dict[str, str] = {}

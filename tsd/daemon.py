@@ -26,6 +26,7 @@ from typing import Any
 import uvloop
 from aiohttp import web
 
+from tsd.buildinfo import version_reply
 from tsd.config import Config, load_config
 from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
@@ -33,12 +34,12 @@ from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.query.engine import QueryEngine
+from tsd.query.tracking import QUERY_TRACKER, QueryTracker
 from tsd.schema import ensure_tables, storage_settings
 from tsd.server.credentials import Credentials
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
-from tsd.server.http.version import version_reply
 from tsd.server.listener import Listener
 from tsd.server.telnet import TelnetContext, telnet_factory
 from tsd.server.telnet_auth import authenticated_telnet_factory
@@ -46,6 +47,7 @@ from tsd.server.tls import server_context
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
+from tsd.storage.instrumented import INSTRUMENTED_STORAGE, InstrumentedStorage
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.pipeline import WritePath
@@ -96,7 +98,7 @@ class Daemon:
         tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
         if self._storage is None:
             self._storage = open_storage(storage_settings(config.storage))
-        storage = self._storage
+        storage = InstrumentedStorage(self._storage, self.registry)
         if config.storage.create_tables:
             created = await ensure_tables(storage, config.storage)
             if created:
@@ -109,6 +111,9 @@ class Daemon:
         writer, meta = write_path.writer, write_path.meta
         services = self._services(storage, uids, writer)
         services.extra[META_KEY] = meta
+        services.extra[INSTRUMENTED_STORAGE] = storage
+        tracker = services.extra[QUERY_TRACKER] = QueryTracker()
+        self.registry.gauge("query.count", lambda: tracker.running_count, type="running")
         if credentials is not None:
             services.extra[CREDENTIALS_KEY] = credentials
         http_options: dict[str, Any] = {}
@@ -202,8 +207,8 @@ class Daemon:
 
     def _register_uid_stats(self, unique_id: UniqueId) -> None:
         stats, kind = unique_id.stats, unique_id.kind
-        self.registry.gauge("uid.cache-hit", lambda: stats.cache_hits, kind=kind)
-        self.registry.gauge("uid.cache-miss", lambda: stats.cache_misses, kind=kind)
+        self.registry.gauge("uid.cache-hit", lambda: stats.cache_hits, monotonic=True, kind=kind)
+        self.registry.gauge("uid.cache-miss", lambda: stats.cache_misses, monotonic=True, kind=kind)
         self.registry.gauge("uid.cache-size", lambda: len(unique_id.cache), kind=kind)
 
     @property
@@ -296,7 +301,18 @@ class Daemon:
 # -- the command line -------------------------------------------------------------------------
 
 
+#: ``tsdb tsd --help``'s closing lines (tsd.cli maps the errors to these statuses).
+EXIT_STATUS = """exit status:
+  0  stopped by SIGTERM, SIGINT or diediedie, everything accepted written
+  1  a runtime error (storage unavailable, ...), said on one line on stderr
+  2  bad arguments or configuration
+  3  cannot listen: the port is in use, the address is not on this host, or not permitted
+"""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_STATUS
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--port", type=int, help="listening port (default 4242)")
     parser.add_argument("--bind", help="listening address (default 0.0.0.0)")
     parser.add_argument(

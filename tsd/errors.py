@@ -175,6 +175,14 @@ class TableNotFound(StorageError):
         self.table = table
 
 
+class UsageError(TsdError):
+    """A command line that does not say what to do (the tools' exit status 2)."""
+
+
+class ListenError(TsdError):
+    """The daemon cannot listen on its address: in use, not on this host, not permitted."""
+
+
 class ConfigError(TsdError):
     """A configuration key has a bad value."""
 

@@ -150,3 +150,72 @@ async def test_two_tsds_assigning_the_same_names_at_once_agree_on_every_uid(
     expected = sorted((row_key(i), cell(i)) for i in range(NAMES))
     got = [(row.key, [cell.qualifier, cell.value]) for row in rows for cell in row.cells]
     assert got == expected
+
+
+BATCH_SERIES = 3000
+BODY_POINTS = 500
+
+
+def batch_points() -> list[tuple[str, int, int, dict[str, str]]]:
+    """Many new series in a burst: 30 new metrics, and one new tag value per series."""
+    return [
+        (f"burst.metric.{i % 30}", H0 + i, i, {"host": f"burst{i}", "dc": "both"})
+        for i in range(BATCH_SERIES)
+    ]
+
+
+async def put_http(port: int, points: list[tuple[str, int, int, dict[str, str]]]) -> None:
+    """The points as /api/put bodies of BODY_POINTS, one after another (each body's new
+    names resolved in one UID batch)."""
+    async with aiohttp.ClientSession() as http:
+        for start in range(0, len(points), BODY_POINTS):
+            body = [
+                {"metric": m, "timestamp": ts, "value": v, "tags": tags}
+                for m, ts, v, tags in points[start : start + BODY_POINTS]
+            ]
+            async with http.post(f"http://127.0.0.1:{port}/api/put", json=body) as reply:
+                assert reply.status == 204, await reply.text()
+
+
+async def test_two_tsds_assigning_the_same_names_in_batches_agree_on_every_uid(
+    hbase_server: HBaseServer, tmp_path: Path
+) -> None:
+    """The same burst of 3,000 new series to both daemons at once: one over telnet (new
+    series resolved a batch at a time), the other as /api/put bodies (one batch per
+    body), so that batched increments and check-and-puts of both processes interleave."""
+    points = batch_points()
+    lines = [
+        f"put {m} {ts} {v} " + " ".join(f"{k}={t}" for k, t in tags.items())
+        for m, ts, v, tags in points
+    ]
+    async with fresh_tables(hbase_server) as cfg:
+        async with (
+            tsd_process(cfg, tmp_path / "tsd1.log") as first,
+            tsd_process(cfg, tmp_path / "tsd2.log") as second,
+        ):
+            replies, _ = await asyncio.gather(put_telnet(first, lines), put_http(second, points))
+            assert replies == []
+        storage = HBaseStorage(hbase_settings(cfg))
+        try:
+            uids = await read_uid_table(storage, cfg)
+            async with contextlib.aclosing(storage.scan(cfg.data_table, ScanSpec())) as scan:
+                rows = [row async for row in scan]
+        finally:
+            await storage.close()
+
+    assert uids.problems() == []
+    for kind, names in [
+        ("metrics", {f"burst.metric.{i}" for i in range(30)}),
+        ("tagk", {"host", "dc"}),
+        ("tagv", {f"burst{i}" for i in range(BATCH_SERIES)} | {"both"}),
+    ]:
+        assert {name.decode() for name in uids.forward[kind]} == names
+        assert uids.counters[kind] == len(names) + len(uids.leaked(kind)), kind
+    # one row per series (both daemons wrote the same cell), under the agreed UIDs
+    expected_keys = sorted(
+        uids.uid("metrics", m)
+        + H0.to_bytes(4, "big")
+        + b"".join(sorted(uids.uid("tagk", k) + uids.uid("tagv", t) for k, t in tags.items()))
+        for m, _, _, tags in points
+    )
+    assert sorted(row.key for row in rows) == expected_keys

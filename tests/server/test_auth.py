@@ -78,6 +78,8 @@ ENDPOINTS = {
     "api/version": ("GET", "/api/version"),
     "stats": ("GET", "/stats"),
     "api/stats": ("GET", "/api/stats"),
+    "metrics": ("GET", "/metrics"),
+    "api/serializers": ("GET", "/api/serializers"),
     "aggregators": ("GET", "/aggregators"),
     "api/aggregators": ("GET", "/api/aggregators"),
     "suggest": ("GET", "/suggest?type=metrics&q="),

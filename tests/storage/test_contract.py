@@ -9,7 +9,17 @@ from contextlib import aclosing
 import pytest
 
 from tsd.errors import StorageError, StorageUnavailable, TableNotFound
-from tsd.storage.base import Cell, Delete, FamilySpec, Put, Row, RowFilter, ScanSpec, Storage
+from tsd.storage.base import (
+    Cell,
+    CheckAndPut,
+    Delete,
+    FamilySpec,
+    Put,
+    Row,
+    RowFilter,
+    ScanSpec,
+    Storage,
+)
 
 
 async def scan_all(storage: Storage, table: str, spec: ScanSpec | None = None) -> list[Row]:
@@ -97,6 +107,12 @@ MISSING_TABLE_CALLS = [
         id="check_and_put",
     ),
     pytest.param(lambda s, t: s.append(t, b"r", "f", b"q", b"v"), id="append"),
+    pytest.param(
+        lambda s, t: s.check_and_put_many(
+            t, [CheckAndPut("f", b"q", None, Put(b"r", "f", b"q", b"v"))]
+        ),
+        id="check_and_put_many",
+    ),
 ]
 
 
@@ -445,6 +461,65 @@ async def test_check_and_put_race_has_one_winner(storage: Storage, table: str) -
     row = await storage.get(table, b"name")
     assert row is not None
     assert row.value("f", b"id") == results.index(True).to_bytes(2, "big")
+
+
+def claim_cell(row: bytes, value: bytes, expected: bytes | None = None) -> CheckAndPut:
+    """A check that the cell (row, f, id) holds ``expected`` (absent), putting ``value``."""
+    return CheckAndPut("f", b"id", expected, Put(row, "f", b"id", value))
+
+
+async def test_check_and_put_many_answers_each_check_in_order(storage, table) -> None:
+    await storage.put(table, [Put(b"taken", "f", b"id", b"old"), Put(b"held", "f", b"id", b"1")])
+    checks = [
+        claim_cell(b"new-a", b"a"),
+        claim_cell(b"taken", b"x"),  # exists: refused
+        claim_cell(b"held", b"2", expected=b"1"),  # holds the expected value: applied
+        claim_cell(b"new-b", b"b"),
+    ]
+    assert await storage.check_and_put_many(table, checks) == [True, False, True, True]
+    values = {row.key: row.value("f", b"id") for row in await scan_all(storage, table)}
+    assert values == {b"new-a": b"a", b"taken": b"old", b"held": b"2", b"new-b": b"b"}
+    assert await storage.check_and_put_many(table, []) == []
+
+
+async def test_check_and_put_many_refuses_two_checks_on_one_cell(storage, table) -> None:
+    with pytest.raises(StorageError, match="two checks on one cell"):
+        await storage.check_and_put_many(table, [claim_cell(b"r", b"1"), claim_cell(b"r", b"2")])
+    assert await storage.get(table, b"r") is None
+
+
+async def test_check_and_put_many_races_have_one_winner_per_cell(
+    storage: Storage, table: str
+) -> None:
+    """Batches and single check-and-puts over overlapping cells: each cell has exactly one
+    winner, and the stored value is the winner's."""
+    rows = [b"n%02d" % i for i in range(30)]
+
+    async def batch(who: int) -> list[bool]:
+        mine = rows[who % 3 :: 2]  # overlapping halves
+        return await storage.check_and_put_many(
+            table, [claim_cell(row, b"%d" % who) for row in mine]
+        )
+
+    async def single(row: bytes) -> bool:
+        return await storage.check_and_put(table, row, "f", b"id", None, Put(row, "f", b"id", b"s"))
+
+    batches, singles = await asyncio.gather(
+        asyncio.gather(*(batch(who) for who in range(4))),
+        asyncio.gather(*(single(r) for r in rows)),
+    )
+    winners: dict[bytes, list[bytes]] = {row: [] for row in rows}
+    for who in range(4):
+        for row, applied in zip(rows[who % 3 :: 2], batches[who], strict=True):
+            if applied:
+                winners[row].append(b"%d" % who)
+    for row, applied in zip(rows, singles, strict=True):
+        if applied:
+            winners[row].append(b"s")
+    stored = {row.key: row.value("f", b"id") for row in await scan_all(storage, table)}
+    for row in rows:
+        assert len(winners[row]) == 1, (row, winners[row])
+        assert stored[row] == winners[row][0]
 
 
 async def test_append(storage: Storage, table: str) -> None:

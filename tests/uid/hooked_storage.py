@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
-from tsd.storage.base import FamilySpec, Mutation, Put, Row, ScanSpec, Storage
+from tsd.storage.base import CheckAndPut, FamilySpec, Mutation, Put, Row, ScanSpec, Storage
 
 Hook = Callable[..., Awaitable[None]]
 
@@ -66,6 +66,16 @@ class HookedStorage(Storage):
     ) -> bool:
         await self._before("check_and_put", table, row, family, qualifier, expected, put)
         return await self.inner.check_and_put(table, row, family, qualifier, expected, put)
+
+    async def check_and_put_many(self, table: str, checks: Sequence[CheckAndPut]) -> list[bool]:
+        await self._before("check_and_put_many", table, checks)
+        return await self.inner.check_and_put_many(table, checks)
+
+    async def get_many(
+        self, table: str, rows: Sequence[bytes], families: Sequence[str] = ()
+    ) -> list[Row]:
+        await self._before("get_many", table, rows, families)
+        return await self.inner.get_many(table, rows, families)
 
     async def append(
         self, table: str, row: bytes, family: str, qualifier: bytes, value: bytes

@@ -95,6 +95,40 @@ async def test_resolve_for_write_honours_tag_auto_create(
     assert str(caught.value) == message
 
 
+async def test_resolve_many_for_write_batches_each_kind_and_refuses_per_series(
+    storage: Storage, uid_table: str, make_config: MakeConfig
+) -> None:
+    hooked = HookedStorage(storage)
+    uids = UidService(hooked, make_config())  # new metrics refused
+    await uids.assign("metric", "known")
+    await uids.assign("metric", "also.known")
+    hooked.calls.clear()
+    series = [("known", (("host", f"h{i}"), ("dc", "lga"))) for i in range(50)] + [
+        ("unknown", (("only.here", "x"),)),
+        ("also.known", (("host", "h0"),)),
+    ]
+    results = await uids.resolve_many_for_write(series)
+
+    refused = results[50]
+    assert isinstance(refused, NoSuchUniqueName)
+    assert str(refused) == "No such name for 'metrics': 'unknown'"
+    # the refused series created no tag UIDs
+    assert await uids.tagk.get_or_create_ids(["only.here"]) == {"only.here": b"\x00\x00\x03"}
+    host, dc = await uids.tagk.get_id("host"), await uids.tagk.get_id("dc")
+    assert (host, dc) == (b"\x00\x00\x01", b"\x00\x00\x02")  # first-appearance order
+    # tag values in first-appearance order too: h0, lga, h1, h2, ...
+    value_ids = {"h0": 1, "lga": 2} | {f"h{i}": i + 2 for i in range(1, 50)}
+    for i in range(50):
+        assert results[i] == (
+            b"\x00\x00\x01",
+            [(host, value_ids[f"h{i}"].to_bytes(3, "big")), (dc, b"\x00\x00\x02")],
+        )
+    assert results[51] == (b"\x00\x00\x02", [(host, b"\x00\x00\x01")])
+    # metrics: one read; tagk and tagv: a read, an increment, two check_and_put_many each
+    assert hooked.calls["increment"] == 2 + 1  # + the only.here assignment above
+    assert hooked.calls["get_many"] == 3 + 1
+
+
 async def test_drop_caches_empties_every_kind(storage: Storage, make_config: MakeConfig) -> None:
     uids = UidService(storage, make_config(auto_create_metrics=True))
     await uids.resolve_for_write("m", TAGS)

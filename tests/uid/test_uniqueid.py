@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -16,7 +16,7 @@ from tsd.errors import (
     UidAlreadyExists,
     UidAssignmentError,
 )
-from tsd.storage.base import Cell, Put, ScanSpec, Storage
+from tsd.storage.base import Cell, CheckAndPut, Put, ScanSpec, Storage
 from tsd.uid.uniqueid import MAXID_ROW, UniqueId, prefix_stop_row
 
 from .hooked_storage import HookedStorage
@@ -181,6 +181,97 @@ async def test_two_tsds_racing_never_split_a_name_or_share_a_uid(
     assert first.stats.assignments + second.stats.assignments == 100
 
 
+async def test_a_batch_of_new_names_costs_four_storage_calls(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    hooked = HookedStorage(storage)
+    tagv = make_uid("tagv", store=hooked)
+    names = [f"v{i:04d}" for i in range(1000)]
+    uids = await tagv.get_or_create_ids(names)
+    # in the order given: one increment by 1,000 reserved IDs 1..1000
+    assert list(uids.values()) == [i.to_bytes(3, "big") for i in range(1, 1001)]
+    assert hooked.calls == {"get_many": 1, "increment": 1, "check_and_put_many": 2}
+    for name in (names[0], names[-1]):
+        assert await reverse_name(storage, uid_table, "tagv", uids[name]) == name.encode()
+    assert await forward_rows(storage, uid_table, "tagv") == {
+        name.encode(): uid for name, uid in uids.items()
+    }
+    assert await counter(storage, uid_table, "tagv") == 1000
+    assert tagv.stats.assignments == 1000
+    hooked.calls.clear()
+    assert await tagv.get_or_create_ids([names[5], "v-new", names[5]]) == {
+        names[5]: uids[names[5]],
+        "v-new": b"\x00\x03\xe9",
+    }
+
+
+async def test_concurrent_batches_and_single_calls_assign_one_uid_per_name(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    """Two TSDs (two UniqueIds on one table), each with batch and single callers over
+    overlapping names: one UID per name, one name per UID, reverse rows right, and every
+    ID the counter handed out either used or leaked by a lost race."""
+    first, second = make_uid("tagv"), make_uid("tagv")
+    names = [f"host{i:03d}" for i in range(300)]
+    rng = random.Random(5)
+    calls: list[tuple[UniqueId, list[str] | str]] = []
+    for tsd in (first, second):
+        calls += [(tsd, rng.sample(names, 120)) for _ in range(6)]
+        calls += [(tsd, name) for name in rng.sample(names, 100)]
+    rng.shuffle(calls)
+
+    async def call(tsd: UniqueId, what: list[str] | str) -> dict[str, bytes]:
+        if isinstance(what, str):
+            return {what: await tsd.get_or_create_id(what)}
+        found = await tsd.get_or_create_ids(what)
+        assert list(found) == what
+        return found
+
+    results = await asyncio.gather(*(call(tsd, what) for tsd, what in calls))
+
+    seen: dict[str, set[bytes]] = {}
+    for result in results:
+        for name, uid in result.items():
+            seen.setdefault(name, set()).add(uid)
+    forward = await forward_rows(storage, uid_table, "tagv")
+    assigned = {name.decode(): uid for name, uid in forward.items()}
+    assert set(seen) <= set(assigned)
+    assert all(found == {assigned[name]} for name, found in seen.items()), "a name got two UIDs"
+    assert len(set(assigned.values())) == len(assigned), "a UID was given to two names"
+    for name, uid in assigned.items():
+        assert await reverse_name(storage, uid_table, "tagv", uid) == name.encode()
+        assert await first.get_id(name) == uid
+        assert await second.get_id(name) == uid
+    leaked = first.stats.lost_races + second.stats.lost_races
+    assert first.stats.assignments + second.stats.assignments == len(assigned)
+    assert await counter(storage, uid_table, "tagv") == len(assigned) + leaked
+
+
+async def test_batch_with_auto_create_off_leaves_unknown_names_out(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    metrics = make_uid("metrics", auto_create=False)
+    assert await metrics.assign("known") == b"\x00\x00\x01"
+    metrics.drop_caches()
+    assert await metrics.get_or_create_ids(["x", "known", "y"]) == {"known": b"\x00\x00\x01"}
+    assert metrics.stats.refused_creations == 2
+    assert await counter(storage, uid_table, "metrics") == 1
+
+
+async def test_batch_past_the_width_assigns_what_fits_and_refuses_the_rest(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    tagk = make_uid("tagk", 1)
+    await tagk.get_or_create_ids([f"k{i}" for i in range(250)])
+    with pytest.raises(UidAssignmentError, match="All Unique IDs for tagk on 1 bytes"):
+        await tagk.get_or_create_ids([f"n{i}" for i in range(10)])
+    # the five that fitted were assigned; the others have no forward row
+    assert [await tagk.get_id(f"n{i}") for i in range(5)] == [bytes((i,)) for i in range(251, 256)]
+    for i in range(5, 10):
+        with pytest.raises(NoSuchUniqueName):
+            await tagk.get_id(f"n{i}")
+
+
 async def test_losing_the_forward_race_uses_the_winners_uid(
     storage: Storage, uid_table: str, make_uid: MakeUid
 ) -> None:
@@ -188,12 +279,12 @@ async def test_losing_the_forward_race_uses_the_winners_uid(
     hooked = HookedStorage(storage)
     this_tsd = make_uid("tagk", store=hooked)
 
-    async def other_tsd_wins(table: str, row: bytes, family: str, *rest: object) -> None:
-        if family == "id":  # just before our forward check-and-put
+    async def other_tsd_wins(table: str, checks: Sequence[CheckAndPut]) -> None:
+        if checks[0].family == "id":  # just before our forward check-and-puts
             hooked.hooks.clear()
             assert await other_tsd.get_or_create_id("host") == b"\x00\x00\x02"
 
-    hooked.hooks["check_and_put"] = other_tsd_wins
+    hooked.hooks["check_and_put_many"] = other_tsd_wins
     assert await this_tsd.get_or_create_id("host") == b"\x00\x00\x02"
     assert this_tsd.stats.lost_races == 1
     assert this_tsd.stats.assignments == 0
@@ -240,7 +331,7 @@ async def test_assignment_retries_after_a_storage_failure(
             failures -= 1
             raise StorageUnavailable("injected")
 
-    hooked.hooks["check_and_put"] = fail_twice
+    hooked.hooks["check_and_put_many"] = fail_twice
     assert await tagk.get_or_create_id("host") == b"\x00\x00\x03"  # IDs 1 and 2 leaked
     assert await counter(storage, uid_table, "tagk") == 3
 

@@ -82,13 +82,13 @@ def _parse_with_metric(text: str) -> tuple[str | None, list[TagPair]]:
     pairs: list[TagPair] = []
     for tag in split_string(text[curly + 1 : -1], ","):
         try:
-            pairs.append(_parse_pair(tag))
+            pairs.append(parse_tag_pair(tag))
         except ValueError as exc:
             raise ValueError(f"When parsing tag '{tag}': {exc}") from None
     return (None if text[0] == "{" else text[:curly]), pairs
 
 
-def _parse_pair(tag: str) -> TagPair:
+def parse_tag_pair(tag: str) -> TagPair:
     """Tags.parse(List<Pair>, String)."""
     if len(tag) < 2:
         raise ValueError("Missing tag pair")

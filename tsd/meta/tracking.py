@@ -48,8 +48,8 @@ log = get_logger("tsd.meta")
 INDEX_QUALIFIER = b"tsd_series"
 #: TSUIDs remembered as written; past this the memory is cleared (rewrites are idempotent).
 MAX_REMEMBERED = 1_000_000
-#: TSUIDs written per storage round.
-BATCH_SIZE = 512
+#: TSUIDs written per storage round (a burst of new series: few, large writes).
+BATCH_SIZE = 4096
 #: Attempts at a batch that fails on storage errors before its TSUIDs are given up.
 MAX_ATTEMPTS = 3
 #: How long the background task lets new series gather before writing them.

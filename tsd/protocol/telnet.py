@@ -429,7 +429,10 @@ def take_known_puts(
     value: int | float
     line: Any  # None (a line too long) fails the split below
     try:
-        for line in lines[start : start + limit]:
+        # Indexes, not a slice: a slice copies every line after ``start``, and the telnet
+        # server calls this again after each line of a new series (a read of thousands).
+        for position in range(start, min(len(lines), start + limit)):
+            line = lines[position]
             # Inline, not a helper per line: a call per line costs a tenth of the whole line.
             command, metric, text, value_text, tags = line.split(b" ", 4)
             series = get((metric, tags))

@@ -393,6 +393,14 @@ class QueryEngine:
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings, work)
 
+    async def scan_plan(self, query: TSQuery, sub: SubQuery) -> ScanPlan:
+        """The row scans that ``sub`` of ``query`` reads (``tsdb scan`` prints their rows)."""
+        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
+        if sub.tsuids:
+            return plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
+        plan, _, _ = await self._plan_metric(sub, start_s, end_s)
+        return plan
+
     async def _plan_metric(
         self, sub: SubQuery, start_s: int, end_s: int
     ) -> tuple[ScanPlan, tuple[bytes, ...], ReadRequest]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 import ssl
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from tsd.errors import ListenError
 from tsd.protocol.sniff import looks_like_http
 from tsd.server.tls import hand_over_to_tls, is_tls_hello
 from tsd.stats import StatsRegistry
@@ -205,9 +207,12 @@ class Listener:
 
     async def start(self, host: str, port: int, *, backlog: int = 1024) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: SniffingProtocol(self), host, port, reuse_address=True, backlog=backlog
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: SniffingProtocol(self), host, port, reuse_address=True, backlog=backlog
+            )
+        except OSError as exc:
+            raise ListenError(_listen_failure(host, port, exc)) from exc
 
     @property
     def port(self) -> int:
@@ -237,3 +242,19 @@ def _set_nodelay(transport: asyncio.Transport) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):  # a socket already reset by the peer
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _listen_failure(host: str, port: int, exc: OSError) -> str:
+    """One line saying why the socket could not be bound and what to change."""
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the port is already in use (another tsd or "
+            "OpenTSDB?); stop it or choose another port with --port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need root)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: no such address on this host (see --bind)"
+    reason = exc.strerror or str(exc)
+    return f"cannot listen on {where}: {reason}"

@@ -92,8 +92,10 @@ class TelnetContext:
     idle_timeout_s: float = 0.0
 
 
-#: UID lookups one connection runs at once (new series arriving in a burst).
-SLOW_PUT_WINDOW = 64
+#: Puts of new series resolved together: their names go to the UID layer in one batch.
+SLOW_PUT_BATCH = 4096
+#: Batches of new series one connection resolves at once.
+SLOW_BATCH_WINDOW = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,13 @@ class _SlowPut:
 
     point: DataPoint
     alias: tuple[bytes, bytes] | None
+
+
+class _Resolve:
+    """Puts of new series were collected: resolve them (see _run_blocked)."""
+
+
+RESOLVE = _Resolve()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,9 @@ class TelnetStats:
         self.illegal_arguments = registry.counter("rpc.errors", type="illegal_arguments")
         self.unknown_metrics = registry.counter("rpc.errors", type="unknown_metrics")
         self.exceptions = registry.counter("rpc.exceptions")
+        # tsd's own: points buffered and points or lines refused, next to /api/put's.
+        self.points = registry.counter("ingest.points", protocol="telnet")
+        self.errors = registry.counter("ingest.errors", protocol="telnet")
 
 
 def telnet_factory(context: TelnetContext) -> Callable[[], TelnetProtocol]:
@@ -145,7 +157,8 @@ class TelnetProtocol(TrackedProtocol):
         self._task: asyncio.Task[None] | None = None
         self._last_ack: Ack | None = None
         self._put_enabled = "put" in context.commands
-        self._pending: set[asyncio.Task[None]] = set()  # puts waiting for their UIDs
+        self._slow: list[_SlowPut] = []  # puts of new series, collected for one batch
+        self._pending: set[asyncio.Task[None]] = set()  # batches waiting for their UIDs
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
@@ -235,10 +248,11 @@ class TelnetProtocol(TrackedProtocol):
         elif (self._eof or self._exiting) and self._transport is not None:
             self._transport.close()
 
-    def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
-        """Handle lines until none is complete (None), a put needs a UID lookup (a
-        :class:`_SlowPut`), a command must wait for those (a :class:`_Barrier`), or the
-        writer is full or the client is not reading its replies (True).
+    def _run_lines(self) -> _Resolve | _Barrier | bool | None:
+        """Handle lines until none is complete (None, or RESOLVE when puts of new series
+        were collected in :attr:`_slow`), a full batch of those was collected (RESOLVE), a
+        command must wait for them (a :class:`_Barrier`), or the writer is full or the
+        client is not reading its replies (True).
 
         Lines come from the buffer a whole read at a time. Runs of puts of known series go
         to the writer in bulk (:func:`take_known_puts`, :meth:`Writer.add_points`), at most
@@ -258,7 +272,7 @@ class TelnetProtocol(TrackedProtocol):
                 lines = self._batch = self._lines.take_lines()
                 index = self._next = 0
                 if not lines:
-                    return None
+                    return RESOLVE if self._slow else None
             if fast:
                 if writer.is_full():
                     return True
@@ -274,6 +288,7 @@ class TelnetProtocol(TrackedProtocol):
             received.value += 1
             if line is None:  # over tsd.rpc.telnet.max_line
                 self._stats.illegal_arguments.inc()
+                self._stats.errors.inc()
                 self._write(format_error(line_too_long(context.max_line_bytes)))
                 continue
             try:
@@ -288,23 +303,28 @@ class TelnetProtocol(TrackedProtocol):
                 alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
                 series = writer.cached_series(point.metric, point.tags)
                 if series is None:
-                    return _SlowPut(point, alias)
+                    self._slow.append(_SlowPut(point, alias))
+                    if len(self._slow) >= SLOW_PUT_BATCH:
+                        return RESOLVE
+                    continue
                 writer.remember_alias(alias, series)
                 self._add(series, point.timestamp, point.value)
-            elif self._pending:
+            elif self._pending or self._slow:
                 # Commands answer after the puts before them (tcollector's version probe
                 # then means "everything sent so far is handled").
                 return _Barrier(command)
             else:
                 self._run_command(command)
-        return None
+        return RESOLVE if self._slow else None
 
     def _add_points(self, points: list[tuple[SeriesKey, int, int | float]]) -> None:
         try:
             ack = self._writer.add_points(points)
         except TsdError as exc:  # shutting down: one reply per refused point, as for one
+            self._stats.errors.inc(len(points))
             self._write(((HBASE_ERROR + exc.message + "\n") * len(points)).encode())
             return
+        self._stats.points.inc(len(points))
         if ack is not self._last_ack:
             self._watch(ack)
 
@@ -313,29 +333,34 @@ class TelnetProtocol(TrackedProtocol):
         try:
             ack = self._writer.add_to(series, timestamp, value)
         except TsdError as exc:  # shutting down
+            self._stats.errors.inc()
             self._write_line(HBASE_ERROR + exc.message)
             return
+        self._stats.points.inc()
         if ack is not self._last_ack:
             self._watch(ack)
 
-    async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
-        """Handle lines that need awaiting. UID lookups run concurrently (up to
-        ``SLOW_PUT_WINDOW`` per connection) so that new series do not go one by one."""
-        blocked: _SlowPut | _Barrier | bool | None = first
+    async def _run_blocked(self, first: _Resolve | _Barrier | bool) -> None:
+        """Handle lines that need awaiting. Puts of new series are resolved a batch at a
+        time (their names in one UID batch per kind), up to ``SLOW_BATCH_WINDOW`` batches
+        at once, so that a burst of new series costs a few storage round trips."""
+        blocked: _Resolve | _Barrier | bool | None = first
         pending = self._pending
         loop = asyncio.get_running_loop()
         try:
             while blocked is not None:
-                if isinstance(blocked, _SlowPut):
-                    task = loop.create_task(self._put_slow(blocked))
+                if self._slow:
+                    slow, self._slow = self._slow, []
+                    task = loop.create_task(self._put_slow(slow))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
-                    if len(pending) >= SLOW_PUT_WINDOW:
+                    if len(pending) >= SLOW_BATCH_WINDOW:
                         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                elif isinstance(blocked, _Barrier):
-                    await asyncio.wait(pending)
+                if isinstance(blocked, _Barrier):
+                    if pending:
+                        await asyncio.wait(pending)
                     self._run_command(blocked.command)
-                elif self._writer.is_full():
+                elif blocked is True and self._writer.is_full():
                     await self._writer.wait_writable()
                 elif self._flow is not None and self._flow.writing_paused:
                     await self._flow.drain()
@@ -356,21 +381,33 @@ class TelnetProtocol(TrackedProtocol):
         elif self._flow is not None:
             self._flow.release()
 
-    async def _put_slow(self, slow: _SlowPut) -> None:
-        point = slow.point
+    async def _put_slow(self, slow: list[_SlowPut]) -> None:
+        """Resolve the series of ``slow`` puts in one batch, then buffer them in order."""
         writer = self._writer
         try:
-            series = await writer.series_of(point.metric, point.tags)
-            ack = writer.add_to(series, point.timestamp, point.value)
-        except NoSuchUniqueName as exc:
-            self._stats.unknown_metrics.inc()
-            self._write_line(UNKNOWN_METRIC + exc.message)
+            found = await writer.series_of_many([(s.point.metric, s.point.tags) for s in slow])
         except TsdError as exc:
+            self._stats.errors.inc(len(slow))
             if self._context.return_errors:
-                self._write_line(HBASE_ERROR + exc.message)
-        else:
-            if slow.alias is not None:
-                writer.remember_alias(slow.alias, series)
+                self._write(((HBASE_ERROR + exc.message + "\n") * len(slow)).encode())
+            return
+        for put, series in zip(slow, found, strict=True):
+            if isinstance(series, NoSuchUniqueName):
+                self._stats.unknown_metrics.inc()
+                self._stats.errors.inc()
+                self._write_line(UNKNOWN_METRIC + series.message)
+                continue
+            point = put.point
+            try:
+                ack = writer.add_to(series, point.timestamp, point.value)
+            except TsdError as exc:  # shutting down
+                self._stats.errors.inc()
+                if self._context.return_errors:
+                    self._write_line(HBASE_ERROR + exc.message)
+                continue
+            self._stats.points.inc()
+            if put.alias is not None:
+                writer.remember_alias(put.alias, series)
             self._watch(ack)
 
     def _watch(self, ack: Ack) -> None:
@@ -386,6 +423,7 @@ class TelnetProtocol(TrackedProtocol):
             self._write_line(HBASE_ERROR + message)
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
+        self._stats.errors.inc()
         if isinstance(exc, PutLineError) and exc.kind == PutLineError.INVALID_VALUE:
             self._stats.invalid_values.inc()
         else:

@@ -23,6 +23,8 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 import numpy.typing as npt
 
+from tsd.errors import StorageError
+
 
 class Cell(NamedTuple):
     """One cell as read.
@@ -284,6 +286,17 @@ class Delete:
 Mutation = Put | Delete
 
 
+class CheckAndPut(NamedTuple):
+    """One check-and-put of :meth:`Storage.check_and_put_many`: apply ``put`` only if the
+    cell (``put.row``, family, qualifier) holds ``expected`` (None: must not exist).
+    A NamedTuple: a batch of new UIDs builds two per name."""
+
+    family: str
+    qualifier: bytes
+    expected: bytes | None
+    put: Put
+
+
 @dataclass(frozen=True, slots=True)
 class RowFilter:
     """A row predicate a backend may push down.
@@ -330,6 +343,13 @@ class FamilySpec:
     bloom_filter: str = "ROW"
     block_cache: bool = True
     ttl_s: int | None = None  # None: forever
+
+
+def check_distinct_cells(checks: Sequence[CheckAndPut]) -> None:
+    """The precondition of :meth:`Storage.check_and_put_many`."""
+    cells = {(c.put.row, c.family, c.qualifier) for c in checks}
+    if len(cells) != len(checks):
+        raise StorageError("check_and_put_many: two checks on one cell")
 
 
 class Storage(ABC):
@@ -460,6 +480,22 @@ class Storage(ABC):
         ``expected=None`` means the cell must not exist; as in HBase, ``None`` and ``b""``
         both match a missing cell or an empty one. True when applied.
         """
+
+    async def check_and_put_many(self, table: str, checks: Sequence[CheckAndPut]) -> list[bool]:
+        """Many independent check-and-puts, each on its own put's row, each atomic on its
+        own as :meth:`check_and_put` (HBase has no multi-row CAS); ``applied`` per check,
+        in order. The checked cells must be distinct (StorageError otherwise): the checks
+        may run concurrently, so none may depend on another.
+
+        The point is the round trips: a backend runs them in one write (embedded) or
+        concurrently over its connections (HBase). This default runs them one by one."""
+        check_distinct_cells(checks)
+        return [
+            await self.check_and_put(
+                table, check.put.row, check.family, check.qualifier, check.expected, check.put
+            )
+            for check in checks
+        ]
 
     @abstractmethod
     async def append(

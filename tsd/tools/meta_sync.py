@@ -12,22 +12,27 @@ import argparse
 import sys
 
 from tsd.meta.service import MetaService
-from tsd.meta.sync import SyncReport, sync_series_index
-from tsd.tools.common import add_store_options, open_store, run_async, tool_config
+from tsd.meta.sync import sync_series_index
+from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_store_options(parser)
 
 
+async def meta_sync(store: ToolStore) -> int:
+    """Index the data table's series; prints the report line (also ``tsdb uid metasync``)."""
+    meta = MetaService(store.storage, store.uids, store.cfg)
+    report = await sync_series_index(store.storage, store.cfg.storage.data_table, meta)
+    sys.stdout.write(f"{report.rows} rows scanned, {report.series} series indexed\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = tool_config(args)
 
-    async def main() -> SyncReport:
+    async def main() -> int:
         async with open_store(cfg) as store:
-            meta = MetaService(store.storage, store.uids, cfg)
-            return await sync_series_index(store.storage, cfg.storage.data_table, meta)
+            return await meta_sync(store)
 
-    report = run_async(main())
-    sys.stdout.write(f"{report.rows} rows scanned, {report.series} series indexed\n")
-    return 0
+    return run_async(main())

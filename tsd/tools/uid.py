@@ -21,8 +21,9 @@ as ``<kind> <name>: <uid>`` with the UID as Java's ``Arrays.toString(byte[])`` p
 Exit statuses are OpenTSDB's: 2 for a wrong number of arguments, 3 for a storage failure
 (4 for ``delete``). Kinds are ``metrics`` (or ``metric``), ``tagk``, ``tagv``; the kind word
 is echoed as given. UID widths come from the configuration (``tsd.storage.uid.width.*``)
-where OpenTSDB's tool takes ``--idwidth`` (default 3). The ``fsck``, ``metasync``,
-``metapurge``, ``treesync`` and ``treepurge`` sub-commands are not implemented.
+where OpenTSDB's tool takes ``--idwidth`` (default 3). ``metasync`` is ``tsdb meta-sync``;
+``metapurge`` deletes OpenTSDB's UIDMeta and TSMeta cells (:mod:`tsd.meta.purge`). The
+``fsck``, ``treesync`` and ``treepurge`` sub-commands are not implemented.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from tsd.errors import (
     UidAlreadyExists,
 )
 from tsd.java_text import format_java_bytes
+from tsd.meta.purge import purge_meta
 from tsd.protocol.names import validate_string
 from tsd.storage.base import ScanSpec
 from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
+from tsd.tools.meta_sync import meta_sync
 from tsd.uid.uniqueid import (
     ID_FAMILY,
     KINDS,
@@ -65,6 +68,8 @@ Sub commands:
   assign <kind> <name> [names]: Assign an ID for the given name(s).
   rename <kind> <name> <newname>: Renames this UID.
   delete <kind> <name>: Deletes this UID.
+  metasync: Generates missing TSUID and UID meta entries (as tsdb meta-sync).
+  metapurge: Removes meta data entries from the UID and meta tables.
 
   [kind] <name>: Lookup the ID of this name.
   [kind] <ID>: Lookup the name of this ID.
@@ -74,7 +79,7 @@ Example values for [kind]: metrics, tagk (tag name), tagv (tag value)."""
 #: exit statuses (UidManager's)
 OK, NOT_FOUND, USAGE_ERROR, STORAGE_ERROR, DELETE_ERROR = 0, 1, 2, 3, 4
 #: sub-commands of OpenTSDB's tool that tsd does not implement
-NOT_IMPLEMENTED = ("fsck", "metasync", "metapurge", "treesync", "treepurge")
+NOT_IMPLEMENTED = ("fsck", "treesync", "treepurge")
 #: what Tags.validateString calls each kind in its messages
 _NOUNS = {"metrics": "metric name", "tagk": "tag name", "tagv": "tag value"}
 
@@ -294,6 +299,13 @@ async def lookup(store: ToolStore, kind: str | None, word: str) -> int:
     return await lookup_id(store, kind, number)
 
 
+async def metapurge(store: ToolStore) -> int:
+    """MetaPurge: delete the UIDMeta and TSMeta cells; how many, on one line."""
+    report = await purge_meta(store.storage, store.cfg.storage)
+    print(f"Purged {report.uid_columns} UIDMeta and {report.ts_columns} TSMeta columns")
+    return OK
+
+
 # -- dispatch ---------------------------------------------------------------------------------
 
 #: sub-command -> (does it write?, accepted argument counts after the sub-command word)
@@ -302,6 +314,8 @@ _ARITY: dict[str, tuple[bool, Callable[[int], bool]]] = {
     "grep": (False, lambda n: 1 <= n <= 2),
     "rename": (True, lambda n: n == 3),
     "delete": (True, lambda n: n == 2),
+    "metasync": (True, lambda n: n == 0),
+    "metapurge": (True, lambda n: n == 0),
 }
 
 
@@ -316,6 +330,10 @@ def _command(words: Sequence[str], ignore_case: bool) -> Callable[[ToolStore], A
         return lambda store: rename(store, rest[0], rest[1], rest[2])
     if name == "delete":
         return lambda store: delete(store, rest[0], rest[1])
+    if name == "metasync":
+        return meta_sync
+    if name == "metapurge":
+        return metapurge
     kind = words[0] if len(words) == 2 else None
     return lambda store: lookup(store, kind, words[-1])
 

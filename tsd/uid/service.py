@@ -1,19 +1,22 @@
 """UidService: the three UniqueId instances (metrics, tagk, tagv) of one TSD, from its Config.
 
-The writer calls :meth:`UidService.resolve_for_write` once per data point; when every name is
-cached it returns without suspending. The HTTP handlers and CLI tools use :meth:`by_type`,
-:meth:`assign` and :meth:`rename`, which take OpenTSDB's type words.
+The writer calls :meth:`UidService.resolve_many_for_write` for the series it has no row-key
+template for (a burst of new series: one batch per kind). The HTTP handlers and CLI tools
+use :meth:`by_type`, :meth:`assign` and :meth:`rename`, which take OpenTSDB's type words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tsd.config import Config
-from tsd.errors import BadRequestError, NoSuchUniqueName
+from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.storage.base import Storage
 from tsd.uid.cache import UidCache
 from tsd.uid.uniqueid import UidStats, UniqueId
+
+#: A series' UIDs: the metric UID and the (tagk UID, tagv UID) pairs.
+Resolved = tuple[bytes, list[tuple[bytes, bytes]]]
 
 
 class UidService:
@@ -59,25 +62,50 @@ class UidService:
     ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         """The metric UID and the (tagk UID, tagv UID) pairs, in the order ``tags`` gives them.
 
-        Cached names are looked up synchronously; storage is awaited only on a miss. Names
-        are resolved one after another, metric first, so a refused metric (NoSuchUniqueName)
-        creates no tag UIDs. The pairs are not re-sorted: the row key orders tags by tagk
-        UID bytes, which is the row-key encoder's job.
+        One series of :meth:`resolve_many_for_write`; its error (NoSuchUniqueName when a
+        name is refused) raises. The pairs are not re-sorted: the row key orders tags by
+        tagk UID bytes, which is the row-key encoder's job.
         """
-        metrics, tagk, tagv = self.metrics, self.tagk, self.tagv
-        metric_uid = metrics.cached_id(metric)
-        if metric_uid is None:
-            metric_uid = await metrics.get_or_create_id(metric)
-        pairs: list[tuple[bytes, bytes]] = []
-        for key, value in tags:
-            key_uid = tagk.cached_id(key)
-            if key_uid is None:
-                key_uid = await tagk.get_or_create_id(key)
-            value_uid = tagv.cached_id(value)
-            if value_uid is None:
-                value_uid = await tagv.get_or_create_id(value)
-            pairs.append((key_uid, value_uid))
-        return metric_uid, pairs
+        (result,) = await self.resolve_many_for_write([(metric, tuple(tags))])
+        if isinstance(result, TsdError):
+            raise result
+        return result
+
+    async def resolve_many_for_write(
+        self, series: Sequence[tuple[str, Sequence[tuple[str, str]]]]
+    ) -> list[Resolved | NoSuchUniqueName]:
+        """:meth:`resolve_for_write` for many series at once: per series, its metric UID and
+        tag UID pairs, or the NoSuchUniqueName of a name auto-create refused.
+
+        Each kind's names are resolved in one :meth:`UniqueId.get_or_create_ids` batch (a
+        few storage round trips however many are new), new names getting their UIDs in the
+        order they first appear. Metrics first: a series whose metric is refused creates no
+        tag UIDs. Storage errors raise for the whole call.
+        """
+        metric_uids = await self.metrics.get_or_create_ids(metric for metric, _ in series)
+        live = [tags for metric, tags in series if metric in metric_uids]
+        # One kind after the other (not gathered): with every name cached, nothing suspends.
+        key_uids = await self.tagk.get_or_create_ids(key for tags in live for key, _ in tags)
+        value_uids = await self.tagv.get_or_create_ids(value for tags in live for _, value in tags)
+        results: list[Resolved | NoSuchUniqueName] = []
+        for metric, tags in series:
+            metric_uid = metric_uids.get(metric)
+            if metric_uid is None:
+                results.append(NoSuchUniqueName("metrics", metric))
+                continue
+            pairs: list[tuple[bytes, bytes]] = []
+            refused: NoSuchUniqueName | None = None
+            for key, value in tags:
+                key_uid, value_uid = key_uids.get(key), value_uids.get(value)
+                if key_uid is None:
+                    refused = NoSuchUniqueName("tagk", key)
+                    break
+                if value_uid is None:
+                    refused = NoSuchUniqueName("tagv", value)
+                    break
+                pairs.append((key_uid, value_uid))
+            results.append(refused or (metric_uid, pairs))
+        return results
 
     # -- administration -----------------------------------------------------------------------
 

@@ -16,18 +16,27 @@ to one table side by side; refusing them instead would turn points OpenTSDB acce
 errors. The reverse mapping (and so every query answer) shows the stored ``??`` name, as in
 OpenTSDB. Stored bytes always decode, since every byte is an ISO-8859-1 character.
 
-Assignment follows OpenTSDB exactly: atomically increment the counter; refuse an ID that does
-not fit in ``width`` bytes; check-and-put the reverse mapping (must be absent); check-and-put
-the forward mapping (must be absent). Losing the forward check-and-put means another writer
-(another TSD) assigned the name first: its UID is read back and used, and the ID allocated here
-is leaked, as in OpenTSDB. Within one process, concurrent callers asking for the same missing
-name share one in-flight task, so they cost one increment.
+Assignment follows OpenTSDB's rules (``UniqueIdAllocator``), in batches: names that miss the
+cache are read from their forward rows, all at once; for the N still missing, one increment
+of the counter by N reserves N IDs (an ID that does not fit in ``width`` bytes is refused);
+then the reverse mappings are check-and-put (each must be absent), all in one
+:meth:`~tsd.storage.base.Storage.check_and_put_many`, then the forward mappings likewise.
+Losing a forward check-and-put means another writer (another TSD, OpenTSDB) assigned the name
+first: its UID is read back and used, and the ID reserved here is leaked, as in OpenTSDB. A
+reverse row already present (a corrupt table) skips that ID; the name is tried again. So a
+batch of N new names costs four storage round trips instead of 4 N, and every step keeps the
+tsdb-uid layout and the check-and-put rules that make concurrent assigners agree.
+
+Within one process, concurrent callers asking for the same missing name share its pending
+assignment, and misses of one event-loop turn (many single :meth:`get_or_create_id` calls, as
+a burst of new series makes) go into one batch (:meth:`get_or_create_ids` takes a whole batch
+directly).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -53,7 +62,7 @@ from tsd.errors import (
     UidAssignmentError,
 )
 from tsd.java_text import format_java_bytes
-from tsd.storage.base import Delete, Put, ScanSpec, Storage
+from tsd.storage.base import CheckAndPut, Delete, Put, ScanSpec, Storage
 from tsd.uid.cache import UidCache
 
 #: The qualifiers of the three kinds, as text (OpenTSDB's METRICS_QUAL, TAG_NAME_QUAL, ...).
@@ -66,6 +75,8 @@ NAME_FAMILY = UID_NAME_FAMILY
 MAXID_ROW = UID_MAXID_ROW
 #: Tries at an assignment before giving up on storage errors (OpenTSDB's MAX_ATTEMPTS_ASSIGN_ID).
 MAX_ATTEMPTS_ASSIGN_ID = 3
+#: Names assigned per batch (one increment, two check_and_put_many of this many cells).
+MAX_ASSIGN_BATCH = 4096
 #: Default number of suggestions (OpenTSDB's MAX_SUGGESTIONS, /api/suggest's ``max``).
 MAX_SUGGESTIONS = 25
 #: Rows scanned for an empty suggest prefix: ``!`` (first printable ASCII) to ``~`` (excluded).
@@ -118,6 +129,21 @@ class UidStats:
     refused_creations: int = 0
 
 
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """Names resolved together, and their outcome once done: per name, its UID or the
+    exception its callers get."""
+
+    names: list[str]
+    done: asyncio.Future[dict[str, bytes | BaseException]]
+
+    def result(self, name: str) -> bytes:
+        outcome = self.done.result()[name]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
 class UniqueId:
     """The UID mapping of one kind in one UID table, with its cache."""
 
@@ -144,8 +170,11 @@ class UniqueId:
         self.stats = UidStats()
         self._qualifier = kind.encode("ascii")
         self._max_id = (1 << (8 * width)) - 1
-        # name -> the task resolving it (lookup, then assignment when missing)
-        self._creating: dict[str, asyncio.Task[bytes]] = {}
+        # name -> the batch resolving it (lookup, then assignment when missing)
+        self._creating: dict[str, _Batch] = {}
+        # batches filled this loop turn, started at the next
+        self._filling: list[_Batch] = []
+        self._running: set[asyncio.Task[None]] = set()
         # name -> the task looking it up in storage
         self._looking_up: dict[str, asyncio.Task[bytes | None]] = {}
         # UIDs (as bytes) and new names with a rename under way (OpenTSDB's renaming_id_names)
@@ -191,7 +220,40 @@ class UniqueId:
                 self.stats.refused_creations += 1
                 raise NoSuchUniqueName(self.kind, name)
             return uid
-        return await self._shared(self._creating, name, self._lookup_or_assign)
+        return await self._resolved(name)
+
+    async def get_or_create_ids(self, names: Iterable[str]) -> dict[str, bytes]:
+        """The UIDs of many names, assigning those without one in batches (see the module
+        docstring): ``{name: uid}``.
+
+        With auto-create off, names without a UID are left out of the answer (counted in
+        ``refused_creations``); the caller reports them (NoSuchUniqueName). Storage errors
+        (after MAX_ATTEMPTS_ASSIGN_ID tries) and UidAssignmentError (IDs exhausted) raise;
+        names assigned before the failure keep their UIDs.
+        """
+        found: dict[str, bytes] = {}
+        misses: list[str] = []
+        for name in dict.fromkeys(names):
+            uid = self.cache.get_id(name)
+            if uid is None:
+                misses.append(name)
+            else:
+                found[name] = uid
+        self.stats.cache_hits += len(found)
+        if not misses:
+            return found
+        self.stats.cache_misses += len(misses)
+        if not self.auto_create:
+            looked = await self._lookup_ids(misses)
+            self.stats.refused_creations += len(misses) - len(looked)
+            found.update(looked)
+            return found
+        claimed = self._claim(misses)
+        for batch in {id(batch): batch for batch in claimed.values()}.values():
+            await asyncio.shield(batch.done)
+        for name, batch in claimed.items():
+            found[name] = batch.result(name)  # raises the first failure
+        return found
 
     async def assign(self, name: str) -> bytes:
         """Assign a UID to a new ``name`` whatever auto-create says (``tsdb mkmetric``,
@@ -199,7 +261,7 @@ class UniqueId:
         try:
             uid = await self.get_id(name)
         except NoSuchUniqueName:
-            return await self._shared(self._creating, name, self._lookup_or_assign)
+            return await self._resolved(name)
         raise UidAlreadyExists(self.kind, name, uid)
 
     # -- UID -> name --------------------------------------------------------------------------
@@ -370,74 +432,162 @@ class UniqueId:
         uid = await self._get_cell(raw, ID_FAMILY)
         if uid is None:
             return None
+        self._check_width(uid)
+        self._remember(name, raw, uid)
+        return uid
+
+    def _check_width(self, uid: bytes) -> None:
         if len(uid) != self.width:
             raise CodecError(
                 f"Found id.length = {len(uid)} which is != {self.width} required for '{self.kind}'"
             )
-        self._remember(name, raw, uid)
-        return uid
 
-    async def _lookup_or_assign(self, name: str) -> bytes:
-        uid = await self._lookup_id(name)
-        if uid is not None:
-            return uid
-        return await self._assign_new(name)
+    async def _lookup_ids(self, names: Sequence[str]) -> dict[str, bytes]:
+        """Read the forward mappings of ``names`` in one read; the ones found (cached)."""
+        raws = {name: encode_name(name) for name in names}
+        rows = await self.storage.get_many(
+            self.table, list(dict.fromkeys(raws.values())), (ID_FAMILY,)
+        )
+        by_raw: dict[bytes, bytes] = {}
+        for row in rows:
+            uid = row.value(ID_FAMILY, self._qualifier)
+            if uid is not None:
+                self._check_width(uid)
+                by_raw[row.key] = uid
+        found: dict[str, bytes] = {}
+        for name, raw in raws.items():
+            uid = by_raw.get(raw)
+            if uid is not None:
+                self._remember(name, raw, uid)
+                found[name] = uid
+        return found
 
-    async def _assign_new(self, name: str) -> bytes:
-        """OpenTSDB's UniqueIdAllocator: increment, CAS reverse, CAS forward."""
-        raw = encode_name(name)
-        last_error: StorageError | None = None
+    # -- batched assignment -------------------------------------------------------------------
+
+    async def _resolved(self, name: str) -> bytes:
+        batch = self._claim([name])[name]
+        await asyncio.shield(batch.done)  # a cancelled caller leaves the batch running
+        return batch.result(name)
+
+    def _claim(self, names: Iterable[str]) -> dict[str, _Batch]:
+        """The batches resolving ``names``: a pending one is shared, the others join a
+        batch that starts at the next loop turn."""
+        claimed: dict[str, _Batch] = {}
+        creating, filling = self._creating, self._filling
+        for name in names:
+            batch = creating.get(name)
+            if batch is None:
+                if not filling or len(filling[-1].names) >= MAX_ASSIGN_BATCH:
+                    loop = asyncio.get_running_loop()
+                    if not filling:
+                        loop.call_soon(self._start_batches)
+                    filling.append(_Batch([], loop.create_future()))
+                batch = creating[name] = filling[-1]
+                batch.names.append(name)
+            claimed[name] = batch
+        return claimed
+
+    def _start_batches(self) -> None:
+        batches, self._filling = self._filling, []
+        for batch in batches:
+            task = asyncio.get_running_loop().create_task(self._run_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, batch: _Batch) -> None:
+        """Resolve the batch's names and settle it (every name: its UID, or its error)."""
+        try:
+            results = await self._lookup_or_assign_many(batch.names)
+        except BaseException as exc:  # cancelled (loop closing) included: no waiter hangs
+            results = dict.fromkeys(batch.names, exc)
+        creating = self._creating
+        for name in batch.names:
+            if creating.get(name) is batch:
+                del creating[name]
+        if not batch.done.done():
+            batch.done.set_result(results)
+
+    async def _lookup_or_assign_many(self, names: list[str]) -> dict[str, bytes | BaseException]:
+        """Forward rows first; assign the names still missing; again for the names a
+        corrupt reverse row or a vanished winner left, up to MAX_ATTEMPTS_ASSIGN_ID times
+        (storage errors count as attempts; the last one is every unresolved name's)."""
+        results: dict[str, bytes | BaseException] = {}
+        todo = names
+        last_error: BaseException | None = None
         for _attempt in range(MAX_ATTEMPTS_ASSIGN_ID):
             try:
-                new_id = await self.storage.increment(
-                    self.table, MAXID_ROW, ID_FAMILY, self._qualifier
-                )
-            except StorageError as exc:
+                results.update(await self._lookup_ids(todo))
+                todo = [name for name in todo if name not in results]
+                if todo:
+                    results.update(await self._assign_many(todo))
+                    todo = [name for name in todo if name not in results]
+            except (StorageError, CodecError) as exc:
                 last_error = exc
-                continue
-            if new_id <= 0:
-                raise UidAssignmentError(f"Got a negative ID from storage: {new_id}")
+                if isinstance(exc, CodecError):
+                    break
+            if not todo:
+                return results
+        for name in todo:
+            results[name] = last_error or UidAssignmentError(
+                f"Failed to assign an ID for kind='{self.kind}' name='{name}'"
+            )
+        return results
+
+    async def _assign_many(self, names: list[str]) -> dict[str, bytes | BaseException]:
+        """One increment by the number of new stored names, the reverse rows, the forward
+        rows; returns the names settled (a UID, the winner's UID, or an exhaustion error).
+        Names that share stored bytes (characters outside ISO-8859-1) share one UID."""
+        by_raw: dict[bytes, list[str]] = {}
+        for name in names:
+            by_raw.setdefault(encode_name(name), []).append(name)
+        raws = list(by_raw)
+        top = await self.storage.increment(
+            self.table, MAXID_ROW, ID_FAMILY, self._qualifier, len(raws)
+        )
+        if top <= 0:
+            raise UidAssignmentError(f"Got a negative ID from storage: {top}")
+        results: dict[str, bytes | BaseException] = {}
+        candidates: list[tuple[bytes, bytes]] = []  # (raw, uid)
+        for new_id, raw in enumerate(raws, start=top - len(raws) + 1):
             if new_id > self._max_id:
-                raise UidAssignmentError(
+                exhausted = UidAssignmentError(
                     f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
                 )
-            uid = new_id.to_bytes(self.width, "big")
-            try:
-                if not await self.storage.check_and_put(
-                    self.table,
-                    uid,
-                    NAME_FAMILY,
-                    self._qualifier,
-                    None,
-                    Put(uid, NAME_FAMILY, self._qualifier, raw),
-                ):
-                    # A fresh ID already has a name: the table is corrupt (OpenTSDB says
-                    # "run an fsck"). Skip this ID and allocate another.
-                    self.stats.reverse_conflicts += 1
-                    continue
-                if not await self.storage.check_and_put(
-                    self.table,
-                    raw,
-                    ID_FAMILY,
-                    self._qualifier,
-                    None,
-                    Put(raw, ID_FAMILY, self._qualifier, uid),
-                ):
-                    # Another writer assigned this name first; use its UID, leak ours.
-                    self.stats.lost_races += 1
-                    winner = await self._lookup_id(name)
-                    if winner is not None:
-                        return winner
-                    continue  # deleted in between: try again
-            except StorageError as exc:
-                last_error = exc
-                continue
-            self.stats.assignments += 1
-            self._remember(name, raw, uid)
-            return uid
-        if last_error is not None:
-            raise last_error
-        raise UidAssignmentError(f"Failed to assign an ID for kind='{self.kind}' name='{name}'")
+                results.update(dict.fromkeys(by_raw[raw], exhausted))
+            else:
+                candidates.append((raw, new_id.to_bytes(self.width, "big")))
+        qualifier = self._qualifier
+        reverse = await self.storage.check_and_put_many(
+            self.table,
+            [
+                CheckAndPut(NAME_FAMILY, qualifier, None, Put(uid, NAME_FAMILY, qualifier, raw))
+                for raw, uid in candidates
+            ],
+        )
+        # A fresh ID already named: the table is corrupt (OpenTSDB says "run an fsck").
+        # Skip the ID; its names are tried again.
+        fresh = [pair for pair, applied in zip(candidates, reverse, strict=True) if applied]
+        self.stats.reverse_conflicts += len(candidates) - len(fresh)
+        forward = await self.storage.check_and_put_many(
+            self.table,
+            [
+                CheckAndPut(ID_FAMILY, qualifier, None, Put(raw, ID_FAMILY, qualifier, uid))
+                for raw, uid in fresh
+            ],
+        )
+        lost: list[str] = []
+        for (raw, uid), applied in zip(fresh, forward, strict=True):
+            if applied:
+                self.stats.assignments += 1
+                for name in by_raw[raw]:
+                    self._remember(name, raw, uid)
+                    results[name] = uid
+            else:  # another writer assigned it first: use its UID, leak ours
+                self.stats.lost_races += 1
+                lost += by_raw[raw]
+        if lost:
+            results.update(await self._lookup_ids(lost))  # a winner deleted since: retried
+        return results
 
     def _remember(self, name: str, raw: bytes, uid: bytes) -> None:
         """Cache a mapping under its stored name. A name with characters outside ISO-8859-1

@@ -2,8 +2,9 @@
 
 * UIDs. A series (metric + tags) is resolved once; its row-key template
   (:class:`tsd.codec.SeriesKey`) is cached, so a known series costs a dict lookup and the
-  qualifier/value encoding. A miss awaits :meth:`UidService.resolve_for_write` (which
-  assigns new UIDs when auto-create allows it).
+  qualifier/value encoding. Misses await :meth:`UidService.resolve_many_for_write`, a
+  whole burst of new series at once (:meth:`series_of_many`), which assigns new UIDs in
+  batches when auto-create allows it.
 * The hot path. Protocols remember a template under their own key for a series
   (:meth:`remember_alias`: raw telnet words, /api/put keys) and look runs of points up
   in :attr:`aliases` themselves; :meth:`add_points` then buffers a whole run (a socket
@@ -40,12 +41,19 @@ import gc
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point, make_series_key
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.codec.const import FAMILY as DATA_FAMILY
 from tsd.config import StorageConfig
-from tsd.errors import StorageError, StorageRefused, StorageUnavailable
+from tsd.errors import (
+    NoSuchUniqueName,
+    StorageError,
+    StorageRefused,
+    StorageUnavailable,
+    TsdError,
+)
 from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
 from tsd.stats import StatsRegistry
@@ -139,6 +147,7 @@ class Writer:
         self._append_rpcs = registry.counter("hbase.rpcs", type="append")
         self._storage_errors = registry.counter("rpc.errors", type="hbase_errors")
         self._dropped = registry.counter("datapoints.dropped", type="storage_errors")
+        self._batch_latency = registry.histogram("writer.batch.latency")
         registry.gauge("writer.pending_cells", self.pending_cells)
         registry.gauge("compaction.queue.size", lambda: len(self._schedule))
 
@@ -196,17 +205,44 @@ class Writer:
 
     async def series_of(self, metric: str, tags: Tags) -> SeriesKey:
         """The row-key template of a series, resolving (maybe assigning) its UIDs once."""
-        key = (metric, tags)
-        series = self._series.get(key)
-        if series is None:
-            metric_uid, pairs = await self._uids.resolve_for_write(metric, tags)
-            series = make_series_key(self._layout, metric_uid, pairs)
-            if self._on_new_series is not None:
-                self._on_new_series(metric_uid, pairs)
-            if len(self._series) >= self._limits.max_series:
-                self._series.clear()
-            self._series[key] = series
-        return series
+        series = self._series.get((metric, tags))
+        if series is not None:
+            return series
+        (found,) = await self.series_of_many([(metric, tags)])
+        if isinstance(found, TsdError):
+            raise found
+        return found
+
+    async def series_of_many(
+        self, keys: Sequence[tuple[str, Tags]]
+    ) -> list[SeriesKey | NoSuchUniqueName]:
+        """The templates of many series, in order: those not cached are resolved in one
+        :meth:`UidService.resolve_many_for_write` (a few storage round trips for the whole
+        burst of new series). A series a name of which auto-create refused gets its
+        NoSuchUniqueName; storage errors raise for all."""
+        cache = self._series
+        found: list[SeriesKey | NoSuchUniqueName | None] = [cache.get(key) for key in keys]
+        missing = list(
+            dict.fromkeys(key for key, got in zip(keys, found, strict=True) if got is None)
+        )
+        if missing:
+            resolved = await self._uids.resolve_many_for_write(missing)
+            made: dict[tuple[str, Tags], SeriesKey | NoSuchUniqueName] = {}
+            for key, result in zip(missing, resolved, strict=True):
+                if isinstance(result, NoSuchUniqueName):
+                    made[key] = result
+                    continue
+                metric_uid, pairs = result
+                series = make_series_key(self._layout, metric_uid, pairs)
+                if self._on_new_series is not None:
+                    self._on_new_series(metric_uid, pairs)
+                if len(cache) >= self._limits.max_series:
+                    cache.clear()
+                made[key] = cache[key] = series
+            found = [
+                made[key] if got is None else got for key, got in zip(keys, found, strict=True)
+            ]
+        return cast(list[SeriesKey | NoSuchUniqueName], found)
 
     def cached_series(self, metric: str, tags: Tags) -> SeriesKey | None:
         """The template of a series already resolved, without suspending; None on a miss."""
@@ -353,9 +389,11 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        started = time.perf_counter()
         try:
             error = await self._write_with_retries(batch)
         finally:
+            self._batch_latency.observe(time.perf_counter() - started)
             self._in_flight_cells -= batch.cells
             slots.release()
             if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:

@@ -63,6 +63,8 @@ ROUTE_RIGHTS: Mapping[str, Callable[[str, ApiPath], Right]] = {
     "api/version": _always(Right.READ),
     "stats": _always(Right.READ),
     "api/stats": _always(Right.READ),
+    "metrics": _always(Right.READ),  # what Prometheus scrapes
+    "api/serializers": _always(Right.READ),
     "aggregators": _always(Right.READ),
     "api/aggregators": _always(Right.READ),
     "suggest": _always(Right.READ),

@@ -53,6 +53,8 @@ ROUTE_MODULES = (
     "tsd.server.http.search",
     "tsd.server.http.annotation",
     "tsd.server.http.ui",
+    "tsd.server.http.metrics",
+    "tsd.server.http.serializers",
 )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tsd.config import KEYS, Config
+from tsd.config import KEYS, Config, ignored_keys
 from tsd.errors import BadRequestError
 from tsd.log import HTTP, get_logger
 from tsd.protocol.names import java_hash_order
@@ -35,14 +35,22 @@ async def handle_config(request: web.Request, path: ApiPath) -> web.StreamRespon
     return json_response(orjson.dumps(config_values(request.app[SERVICES].config)))
 
 
+#: The /api/config entry listing the keys set but ignored (comma-separated): a string value
+#: like every other, so clients reading OpenTSDB's flat map keep working.
+IGNORED_ENTRY = "tsd.config.ignored_keys"
+
+
 def config_values(config: Config) -> dict[str, str]:
-    """Every key tsd reads with its effective value, sorted; ``PASS`` keys masked."""
+    """Every key tsd reads with its effective value, and the keys set in the file or on
+    the command line, sorted; ``PASS`` keys masked. :data:`IGNORED_ENTRY` names those of
+    them tsd ignores."""
     values: dict[str, str] = {}
     for key, (section, attr, _) in KEYS.items():
         raw = config.raw.get(key)
         values[key] = raw if raw is not None else _text(getattr(getattr(config, section), attr))
     for key, raw in config.raw.items():
         values.setdefault(key, raw)
+    values[IGNORED_ENTRY] = ",".join(ignored_keys(config))
     return {k: ("********" if "PASS" in k.upper() else v) for k, v in sorted(values.items())}
 
 

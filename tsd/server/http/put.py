@@ -36,13 +36,8 @@ from tsd.protocol.put_reply import (
 )
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
+from tsd.stats import StatsRegistry
 from tsd.write.writer import Ack, Writer
-
-#: UID lookups one request runs at once. 1: new names get their UIDs in the order of the
-#: body, as OpenTSDB hands them out, so that a body always assigns the same UIDs. (Several
-#: at once would be faster for bodies full of new series, but the UID layer does not order
-#: concurrent assignments.)
-MISS_WINDOW = 1
 
 
 async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
@@ -58,11 +53,19 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     if not flags.sync and services.writer.storage_refusal is None:
         split = parse_put_body_known(body, services.writer.aliases, services.rules)
         queued = await _add_split(services.writer, split, errors)
+        _count_ingest(services.registry, queued, len(errors))
         status, reply = put_response(flags, points=split.count, queued=queued, errors=errors)
         return json_response(reply, status)
     results = parse_put_body(body, services.rules)
     accepted = await _add_points(services.writer, results, errors)
+    _count_ingest(services.registry, len(accepted), len(errors))
     return await _reply_when_stored(services.writer, flags, len(results), accepted, errors)
+
+
+def _count_ingest(registry: StatsRegistry, points: int, errors: int) -> None:
+    """tsd's per-protocol ingest counters (the telnet side keeps the same pair)."""
+    registry.counter("ingest.points", protocol="http").inc(points)
+    registry.counter("ingest.errors", protocol="http").inc(errors)
 
 
 async def _add_split(writer: Writer, split: KnownPut[SeriesKey], errors: list[PutError]) -> int:
@@ -140,41 +143,39 @@ async def _resolve_misses(
 ) -> int:
     """Resolve (maybe assign) the UIDs of points whose series is not cached, then buffer
     them; the number queued."""
-    slots = asyncio.Semaphore(MISS_WINDOW)
     queued = 0
-
-    async def resolve(index: int, point: DataPoint, keys: tuple[Hashable, ...]) -> None:
-        nonlocal queued
-        series = await _series_or_error(writer, slots, index, point, failed)
+    found = await _series_or_errors(writer, [(index, point) for index, point, _ in misses], failed)
+    for (index, point, keys), series in zip(misses, found, strict=True):
         if series is None:
-            return
+            continue
         for alias in keys:
             writer.remember_alias(alias, series)
         if writer.is_full():
             await writer.wait_writable()
         queued += _add_one(writer, series, index, point, failed)
-
-    await asyncio.gather(*(resolve(index, point, keys) for index, point, keys in misses))
     return queued
 
 
-async def _series_or_error(
-    writer: Writer,
-    slots: asyncio.Semaphore,
-    index: int,
-    point: DataPoint,
-    failed: list[tuple[int, PutError]],
-) -> SeriesKey | None:
-    """The point's series, its UIDs resolved (maybe assigned) within the request's window
-    of lookups; None, with the point's OpenTSDB error recorded, when that fails."""
-    async with slots:
-        try:
-            return await writer.series_of(point.metric, point.tags)
-        except NoSuchUniqueName:
+async def _series_or_errors(
+    writer: Writer, points: list[tuple[int, DataPoint]], failed: list[tuple[int, PutError]]
+) -> list[SeriesKey | None]:
+    """The points' series, their UIDs resolved (maybe assigned) in one batch, new names
+    getting their UIDs in the order of the body as OpenTSDB hands them out (so a body
+    always assigns the same UIDs); None, with the point's OpenTSDB error recorded, where
+    that fails."""
+    try:
+        found = await writer.series_of_many([(point.metric, point.tags) for _, point in points])
+    except TsdError as exc:
+        failed.extend((index, _storage_error(exc, point)) for index, point in points)
+        return [None] * len(points)
+    answer: list[SeriesKey | None] = []
+    for (index, point), series in zip(points, found, strict=True):
+        if isinstance(series, NoSuchUniqueName):
             failed.append((index, PutError(UNKNOWN_METRIC, datapoint_echo(point))))
-        except TsdError as exc:
-            failed.append((index, _storage_error(exc, point)))
-    return None
+            answer.append(None)
+        else:
+            answer.append(series)
+    return answer
 
 
 def _add_one(
@@ -213,17 +214,14 @@ async def _add_points(
         else:
             _add(writer, series, index, point, accepted, failed)
     if misses:
-        slots = asyncio.Semaphore(MISS_WINDOW)
-
-        async def resolve(index: int, point: DataPoint) -> None:
-            series = await _series_or_error(writer, slots, index, point, failed)
+        for (index, point), series in zip(
+            misses, await _series_or_errors(writer, misses, failed), strict=True
+        ):
             if series is None:
-                return
+                continue
             if writer.is_full():
                 await writer.wait_writable()
             _add(writer, series, index, point, accepted, failed)
-
-        await asyncio.gather(*(resolve(index, point) for index, point in misses))
     failed.sort(key=lambda item: item[0])
     errors.extend(error for _, error in failed)
     return accepted

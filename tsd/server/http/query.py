@@ -10,6 +10,7 @@ GET reads the query string, POST the JSON body; the engine answers result object
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from aiohttp import web
 
@@ -17,12 +18,13 @@ from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
+from tsd.query.tracking import QUERY_TRACKER, QueryTracker, TrackedQuery
 from tsd.server.credentials import Right
 from tsd.server.http.access import require_right
 from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.errors import json_response
 from tsd.server.http.exp import handle_exp, handle_gexp
-from tsd.server.http.render import render_last_points, render_query_result
+from tsd.server.http.render import query_echo, render_last_points, render_query_result
 from tsd.server.http.streaming import is_large, stream_query_result
 
 _DELETE_DISABLED = BadRequestError(
@@ -47,6 +49,9 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     if endpoint == "gexp":
         return await handle_gexp(request)
     registry = services.registry
+    tracker: QueryTracker | None = services.extra.get(QUERY_TRACKER)
+    tracked: TrackedQuery | None = None
+    started = time.perf_counter()
     try:
         timezone = services.config.core.timezone or "UTC"
         if request.method == "POST":
@@ -60,22 +65,59 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
                 raise _DELETE_DISABLED
             require_right(request, Right.ADMIN)  # a body's "delete": true
         options = parse_output_options(request.query)
+        if tracker is not None:  # from here on, as QueryRpc creates its QueryStats
+            tracked = tracker.start(_remote(request), query_echo(query), request.headers)
         result = await engine.execute(query)
     except TsdError as exc:
         # QueryRpc's counters: bad requests apart from failures.
         kind = "invalid_requests" if 400 <= exc.status < 500 else "exceptions"
         registry.counter(f"http.query.{kind}").inc()
+        registry.histogram("http.query.latency", outcome=kind).observe(
+            time.perf_counter() - started
+        )
+        answer: TsdError = exc
         if exc.status == 500 and not isinstance(exc, StorageError):
             # QueryRpc answers anything but storage trouble with a 400 (corrupt or
             # duplicate data, an infinite aggregate...), the message as is.
-            raise BadRequestError(exc.message) from exc
+            answer = BadRequestError(exc.message)
+        if tracker is not None and tracked is not None:
+            tracker.finish(tracked, answer.status, exception=answer.message)
+        if answer is not exc:
+            raise answer from exc
+        raise
+    except BaseException as exc:  # a bug or a cancelled request: never left "running"
+        if tracker is not None and tracked is not None:
+            tracker.finish(tracked, 500, exception=repr(exc))
         raise
     registry.counter("http.query.success").inc()
-    if is_large(result):
-        return await stream_query_result(request, engine, result, arrays=options.arrays)
-    points = sum(len(s.dps) for s in result.series) + len(result.series)
-    body = await engine.compute(render_query_result, result, arrays=options.arrays, work=points)
-    return json_response(body)
+    try:
+        if is_large(result):
+            response = await stream_query_result(request, engine, result, arrays=options.arrays)
+        else:
+            points = sum(len(s.dps) for s in result.series) + len(result.series)
+            body = await engine.compute(
+                render_query_result, result, arrays=options.arrays, work=points
+            )
+            response = json_response(body)
+    except BaseException as exc:  # the client left while a large answer streamed...
+        if tracker is not None and tracked is not None:
+            tracker.finish(tracked, 500, exception=repr(exc))
+        raise
+    registry.histogram("http.query.latency", outcome="success").observe(
+        time.perf_counter() - started
+    )
+    if tracker is not None and tracked is not None:
+        emitted = sum(len(series.dps) for series in result.series)
+        tracker.finish(tracked, 200, stats={"emittedDPs": emitted})
+    return response
+
+
+def _remote(request: web.Request) -> str:
+    """``<ip>:<port>`` of the client, as QueryStats' remote address."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return request.remote or ""
 
 
 async def _handle_last(request: web.Request, engine: QueryEngine) -> web.StreamResponse:

@@ -34,9 +34,10 @@ import orjson
 
 from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.series import AggregatedSeries
-from tsd.query_model import FillPolicy, Filter, SubQuery
+from tsd.query_model import FillPolicy, Filter, SubQuery, TSQuery
 
 __all__ = [
+    "query_echo",
     "render_last_points",
     "render_query_result",
     "render_series_range",
@@ -126,6 +127,27 @@ def _value_texts(dps: AggregatedSeries, fill_null: bool) -> list[bytes]:
             values[i] = ints[i]
     # One orjson call for all values; no JSON text of a number, null or "NaN" has a comma.
     return orjson.dumps(values)[1:-1].split(b",")
+
+
+def query_echo(query: TSQuery) -> dict[str, Any]:
+    """The TSQuery as Jackson writes it (``/api/stats/query``), its getters' order."""
+    return {
+        "start": query.start,
+        "end": query.end,
+        "timezone": query.timezone,
+        "options": None,
+        "padding": query.padding,
+        "noAnnotations": query.no_annotations,
+        "globalAnnotations": query.global_annotations,
+        "showTSUIDs": query.show_tsuids,
+        "queries": [subquery_echo(sub) for sub in query.queries],
+        "msResolution": query.ms_resolution,
+        "showQuery": query.show_query,
+        "showStats": query.show_stats,
+        "showSummary": query.show_summary,
+        "delete": query.delete,
+        "useCalendar": query.use_calendar,
+    }
 
 
 def subquery_echo(sub: SubQuery, filter_tagks: Sequence[bytes] = ()) -> dict[str, Any]:

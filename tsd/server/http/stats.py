@@ -1,5 +1,7 @@
 """/api/stats (JSON records) and the legacy /stats (telnet lines, or ``?json`` a list of
-them): the same counters as the telnet ``stats`` command."""
+them): the same counters as the telnet ``stats`` command. Under /api, the sub-paths
+``query``, ``threads``, ``jvm`` and ``region_clients`` (:mod:`.stats_detail`); any other
+sub-path is 404 (OpenTSDB answers the plain list there)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,21 @@ import time
 import orjson
 from aiohttp import web
 
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.errors import BadRequestError
+from tsd.query.tracking import QUERY_TRACKER, QueryTracker
+from tsd.server.http.app import SERVICES, ApiPath, Route, Services, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.http.stats_detail import process_stats, region_client_stats, thread_stats
 from tsd.stats import format_lines, to_records
+from tsd.storage.instrumented import INSTRUMENTED_STORAGE
 
 
 async def handle_stats(request: web.Request, path: ApiPath) -> web.StreamResponse:
     if request.method not in ("GET", "POST"):
         raise method_not_allowed(request.method)
     services = request.app[SERVICES]
+    if path.is_api and len(path.parts) > 1:
+        return _detail(services, path.parts[1].lower())
     stats = services.registry.collect()
     now = int(time.time())
     if path.is_api:
@@ -25,6 +33,22 @@ async def handle_stats(request: web.Request, path: ApiPath) -> web.StreamRespons
     if "json" in request.query:
         return json_response(orjson.dumps(text.splitlines(keepends=True)))
     return web.Response(text=text, content_type="text/plain")
+
+
+def _detail(services: Services, endpoint: str) -> web.StreamResponse:
+    body: object
+    if endpoint == "query":
+        tracker: QueryTracker | None = services.extra.get(QUERY_TRACKER)
+        body = tracker.snapshot() if tracker is not None else {"completed": [], "running": []}
+    elif endpoint == "threads":
+        body = thread_stats()
+    elif endpoint == "jvm":
+        body = process_stats()
+    elif endpoint == "region_clients":
+        body = region_client_stats(services.config, services.extra.get(INSTRUMENTED_STORAGE))
+    else:
+        raise BadRequestError("Endpoint not found", status=404)
+    return json_response(orjson.dumps(body))
 
 
 ROUTES = {

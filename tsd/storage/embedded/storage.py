@@ -62,7 +62,16 @@ from tsd.errors import (
     StorageUnavailable,
     TableNotFound,
 )
-from tsd.storage.base import FamilySpec, Mutation, Put, Row, ScanSpec, Storage
+from tsd.storage.base import (
+    CheckAndPut,
+    FamilySpec,
+    Mutation,
+    Put,
+    Row,
+    ScanSpec,
+    Storage,
+    check_distinct_cells,
+)
 from tsd.storage.embedded import cells
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.keys import row_start
@@ -322,6 +331,22 @@ class EmbeddedStorage(Storage):
         return await self._write(
             lambda txn: cells.check_and_put(txn, info, row, family, qualifier, expected, put)
         )
+
+    async def check_and_put_many(self, table: str, checks: Sequence[CheckAndPut]) -> list[bool]:
+        """Every check in one write transaction (one commit), in order."""
+        info = await self._table(table)
+        frozen = tuple(checks)
+        check_distinct_cells(frozen)
+        if not frozen:
+            return []
+
+        def apply(txn: Txn) -> list[bool]:
+            return [
+                cells.check_and_put(txn, info, c.put.row, c.family, c.qualifier, c.expected, c.put)
+                for c in frozen
+            ]
+
+        return await self._write(apply, len(frozen))
 
     async def append(
         self, table: str, row: bytes, family: str, qualifier: bytes, value: bytes

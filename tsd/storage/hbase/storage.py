@@ -50,7 +50,18 @@ import numpy as np
 
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
-from tsd.storage.base import CellBlock, FamilySpec, Mutation, Put, ReadStats, Row, ScanSpec, Storage
+from tsd.storage.base import (
+    CellBlock,
+    CheckAndPut,
+    FamilySpec,
+    Mutation,
+    Put,
+    ReadStats,
+    Row,
+    ScanSpec,
+    Storage,
+    check_distinct_cells,
+)
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
 from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
@@ -272,6 +283,19 @@ class HBaseStorage(Storage):
             idempotent=False,
         )
         return applied
+
+    async def check_and_put_many(self, table: str, checks: Sequence[CheckAndPut]) -> list[bool]:
+        """Thrift1 has no batched checkAndPut: the checks run concurrently, as many at a time
+        as the pool has connections, so N checks cost about N / pool_size round trips."""
+        check_distinct_cells(checks)
+        return list(
+            await asyncio.gather(
+                *(
+                    self.check_and_put(table, c.put.row, c.family, c.qualifier, c.expected, c.put)
+                    for c in checks
+                )
+            )
+        )
 
     async def append(
         self, table: str, row: bytes, family: str, qualifier: bytes, value: bytes

@@ -1,0 +1,227 @@
+"""Cardinality: the most series at one point per 10 s that tsd sustains, VictoriaMetrics beside.
+
+N series each send one point every 10 s of *simulated* time: interval k carries every
+series' point at ``start + 10 k``, and is sent as soon as interval k-1 is accepted, so a
+run crosses hours of data in minutes. The start is 10 s before an hour boundary, so the
+first hour closes after the first interval and the next after 360 more (``--intervals``
+defaults to crossing two hour closes; fewer makes a quick run that says so).
+
+An interval is *accepted* when every connection that carried it has its answer: for tsd
+the ``version`` reply after its last line (every earlier line handled, see bench/ingest.py),
+for VictoriaMetrics the server closing the connection after our half-close. A load of N is
+*sustained* when every interval is accepted within ``--budget`` seconds (10: the real time
+the interval stands for) and the daemon's RSS stays under ``--max-rss-gb``. N starts at
+``--start`` and is multiplied by ``--factor`` until a load is not sustained (or N passes
+``--max-series``); each N runs on a fresh daemon and store.
+
+Reported per N and server: sustained or why not, the slowest and the p99 interval accept
+time, the p99 latency of one probe put per interval (its own connection, ``version`` round
+trip / half-close; sent while the interval is in flight), the RSS at the end and the RSS per
+series above the idle daemon's. Both servers share the machine's cores with this generator
+(no pinning), VictoriaMetrics with its default GOMAXPROCS.
+
+Run: ``python -m bench.cardinality [--start N] [--factor F] [--max-series N]
+[--intervals K] [--max-rss-gb G] [--no-vm]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.ingest import (
+    CHUNK,
+    Mode,
+    Server,
+    modes,
+    start_tsd,
+    start_vm,
+)
+
+INTERVAL_S = 10
+#: the placeholder of the timestamp in an interval's pre-built lines (10 digits, as a
+#: timestamp in seconds has)
+STAMP = b"TTTTTTTTTT"
+
+
+def hour_start() -> int:
+    """10 s before an hour boundary, three hours back: every interval stays in the past."""
+    return (int(time.time()) // 3600 - 3) * 3600 - INTERVAL_S
+
+
+def templates(series: int, connections: int) -> list[bytes]:
+    """Per connection, one interval's lines with STAMP for the timestamp."""
+    per: list[list[bytes]] = [[] for _ in range(connections)]
+    for i in range(series):
+        per[i % connections].append(b"put card.cpu %s %d host=h%d dc=lga\n" % (STAMP, i % 97, i))
+    return [b"".join(lines) for lines in per]
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+async def send(server: Server, data: bytes) -> float:
+    """Send ``data`` on a new connection and wait for the server's answer; seconds taken."""
+    start = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    for at in range(0, len(data), CHUNK):
+        writer.write(data[at : at + CHUNK])
+        await writer.drain()
+    await server.end_telnet(reader, writer)
+    return time.perf_counter() - start
+
+
+@dataclass
+class Load:
+    server: str
+    series: int
+    intervals: int
+    sustained: bool
+    why: str
+    #: the first interval: every series new (UID assignment, series index)
+    first_s: float
+    slowest_s: float
+    p99_s: float
+    probe_p99_s: float
+    rss: int
+    rss_per_series: float
+
+
+def p99(samples: list[float]) -> float:
+    if len(samples) < 2:
+        return max(samples, default=0.0)
+    return statistics.quantiles(samples, n=100, method="inclusive")[98]
+
+
+async def run_load(
+    start: Callable[[Path, Mode], Awaitable[Server | None]],
+    series: int,
+    args: argparse.Namespace,
+) -> Load | None:
+    mode = modes()["shared"]
+    with tempfile.TemporaryDirectory() as tmp:
+        server = await start(Path(tmp) / "data", mode)
+        if server is None:
+            return None
+        try:
+            return await drive(server, series, args)
+        finally:
+            await server.stop()
+
+
+async def drive(server: Server, series: int, args: argparse.Namespace) -> Load:
+    pid = server.process.pid
+    idle = rss_bytes(pid)
+    payloads = templates(series, args.connections)
+    first = hour_start()
+    accepted: list[float] = []
+    probes: list[float] = []
+    why = ""
+    rss = idle
+    for k in range(args.intervals):
+        stamp = b"%010d" % (first + INTERVAL_S * k)
+        data = [payload.replace(STAMP, stamp) for payload in payloads]
+        probe = b"put card.probe %s %d host=probe\n" % (stamp, k)
+        began = time.perf_counter()
+        *_, probe_s = await asyncio.gather(
+            *(send(server, part) for part in data), send(server, probe)
+        )
+        accepted.append(time.perf_counter() - began)
+        probes.append(probe_s)
+        rss = rss_bytes(pid)
+        if accepted[-1] > args.budget:
+            why = f"interval {k} took {accepted[-1]:.1f} s"
+            break
+        if rss > args.max_rss_gb * 2**30:
+            why = f"RSS {rss / 2**30:.1f} GiB after interval {k}"
+            break
+    return Load(
+        server.name,
+        series,
+        len(accepted),
+        not why,
+        why,
+        accepted[0],
+        max(accepted),
+        p99(accepted),
+        p99(probes),
+        rss,
+        (rss - idle) / series,
+    )
+
+
+def report(load: Load) -> None:
+    verdict = "sustained" if load.sustained else f"NOT sustained ({load.why})"
+    print(
+        f"  {load.server:16} N={load.series:>10,}: {verdict}; {load.intervals} intervals,"
+        f" first (all new) {load.first_s:.2f} s, accept p99 {load.p99_s:.2f} s (max"
+        f" {load.slowest_s:.2f} s), probe put p99"
+        f" {load.probe_p99_s * 1000:.0f} ms, RSS {load.rss / 2**20:,.0f} MiB,"
+        f" {load.rss_per_series:,.0f} bytes/series",
+        flush=True,
+    )
+
+
+async def measure(args: argparse.Namespace) -> dict[str, int]:
+    """The largest N each server sustained."""
+    servers: list[tuple[str, Callable[[Path, Mode], Awaitable[Server | None]]]] = [
+        ("tsd", start_tsd)
+    ]
+    if not args.no_vm:
+        servers.append(("victoria-metrics", start_vm))
+    best: dict[str, int] = {}
+    active = dict(servers)
+    series = args.start
+    while active and series <= args.max_series:
+        for name, start in list(active.items()):
+            load = await run_load(start, series, args)
+            if load is None:
+                del active[name]
+                continue
+            report(load)
+            if load.sustained:
+                best[name] = series
+            else:
+                del active[name]
+        series = int(series * args.factor)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=int, default=10_000)
+    parser.add_argument("--factor", type=float, default=2.0)
+    parser.add_argument("--max-series", type=int, default=4_000_000)
+    parser.add_argument("--intervals", type=int, default=362, help="362: across two hour closes")
+    parser.add_argument("--budget", type=float, default=INTERVAL_S)
+    parser.add_argument("--max-rss-gb", type=float, default=4.0)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--no-vm", action="store_true")
+    args = parser.parse_args()
+    closes = 0 if args.intervals < 2 else 1 + (args.intervals - 2) // (3600 // INTERVAL_S)
+    print(
+        f"cardinality: one point per series per {INTERVAL_S} s of simulated time,"
+        f" {args.intervals} intervals ({closes} hour closes), sustained = every interval"
+        f" accepted within {args.budget:g} s and RSS under {args.max_rss_gb:g} GiB;"
+        f" N from {args.start:,} x{args.factor:g}; {args.connections} connections per"
+        " interval; server and generator share every core"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        best = asyncio.run(measure(args))
+        for name, series in best.items():
+            print(f"  largest N sustained, {name}: {series:,}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""``tsdb query``, ``tsdb scan`` and ``tsdb version`` beside OpenTSDB 2.4.1's own CLI
+(CliQuery, DumpSeries, BuildData) on the same HBase tables: the same words, the same lines.
+
+The data goes in with ``tsdb import`` on tables tsd created; OpenTSDB's tools run on the
+JVM in UTC (its dates are the JVM's default time zone, tsd prints UTC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.hbase.opentsdb import fresh_tables, opentsdb_classpath, opentsdb_conf
+from tests.hbase_harness import HBaseServer
+from tsd.config import StorageConfig
+
+pytestmark = pytest.mark.hbase
+
+HOUR = 1_356_998_400  # 2013-01-01T00:00:00Z
+POINTS = [
+    f"sys.cpu.user {HOUR} 42 host=web01 cpu=0",
+    f"sys.cpu.user {HOUR + 10} 45 host=web01 cpu=0",
+    f"sys.cpu.user {HOUR + 20} 1.5 host=web01 cpu=0",
+    f"sys.cpu.user {HOUR + 3600} -7 host=web01 cpu=0",
+    f"sys.cpu.user {(HOUR + 30) * 1000 + 250} 50 host=web01 cpu=0",
+    f"sys.cpu.user {HOUR} 0.1 host=web02 cpu=0",
+    f"sys.cpu.user {HOUR + 60} 3 host=web02 cpu=1",
+    f"sys.cpu.user {HOUR + 70} 9 host=web02 cpu=1",
+    f"sys.mem.free {HOUR + 5} 100 host=web01",
+]
+
+#: query words, each run by both CLIs
+QUERIES = [
+    ["2013/01/01-00:00", "2013/01/01-03:00", "sum", "sys.cpu.user", "host=web01"],
+    [str(HOUR), str(HOUR + 7200), "sum", "sys.cpu.user", "host=*"],
+    [str(HOUR), str(HOUR + 7200), "max", "sys.cpu.user", "cpu=1", "sum", "sys.mem.free"],
+    [str(HOUR), str(HOUR + 7200), "sum", "rate", "sys.cpu.user", "host=web02"],
+    [str(HOUR), str(HOUR + 7200), "avg", "downsample", "60000", "max", "sys.cpu.user"],
+]
+
+LOGBACK = """<configuration>
+  <appender name="ERR" class="ch.qos.logback.core.ConsoleAppender">
+    <target>System.err</target>
+    <encoder><pattern>%msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="ERR"/></root>
+</configuration>
+"""
+
+
+@pytest.fixture
+async def tables(hbase_server: HBaseServer) -> AsyncIterator[StorageConfig]:
+    async with fresh_tables(hbase_server) as cfg:
+        yield cfg
+
+
+class Clis:
+    """Both command lines on the same tables."""
+
+    def __init__(self, server: HBaseServer, cfg: StorageConfig, workdir: Path) -> None:
+        self.workdir = workdir
+        self.tsd_conf = workdir / "tsd.conf"
+        self.tsd_conf.write_text(
+            "tsd.logging.level = warning\n"
+            "tsd.storage.backend = hbase\n"
+            f"tsd.storage.hbase.thrift.host = {cfg.thrift_host}\n"
+            f"tsd.storage.hbase.thrift.port = {cfg.thrift_port}\n"
+            f"tsd.storage.hbase.data_table = {cfg.data_table}\n"
+            f"tsd.storage.hbase.uid_table = {cfg.uid_table}\n"
+            f"tsd.storage.hbase.tree_table = {cfg.tree_table}\n"
+            f"tsd.storage.hbase.meta_table = {cfg.meta_table}\n"
+        )
+        java_dir = workdir / "java"
+        java_dir.mkdir()
+        self.opentsdb_conf = opentsdb_conf(server, cfg, java_dir, 0)
+        self.logback = workdir / "logback.xml"
+        self.logback.write_text(LOGBACK)
+
+    async def _stdout(self, argv: list[str]) -> str:
+        """Run ``argv`` in the work directory; its output, once it exited 0."""
+        done = await asyncio.to_thread(
+            subprocess.run, argv, cwd=self.workdir, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    async def tsd(self, *args: str, config: bool = True) -> str:
+        conf = ["--config", str(self.tsd_conf)] if config else []
+        return await self._stdout([sys.executable, "-m", "tsd", *args, *conf])
+
+    async def opentsdb(self, tool: str, *args: str) -> str:
+        classpath = await asyncio.to_thread(opentsdb_classpath)
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [
+                "java",
+                "-Xmx256m",
+                "-Duser.timezone=UTC",
+                f"-Dlogback.configurationFile={self.logback}",
+            ]
+            + ["-cp", classpath, f"net.opentsdb.tools.{tool}", f"--config={self.opentsdb_conf}"]
+            + list(args),
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+@pytest.fixture
+async def clis(hbase_server: HBaseServer, tables: StorageConfig, tmp_path: Path) -> Clis:
+    clis = Clis(hbase_server, tables, tmp_path)
+    (tmp_path / "points.txt").write_text("\n".join(POINTS) + "\n")
+    await clis.tsd("import", "--auto-metric", "points.txt")
+    return clis
+
+
+async def test_query_scan_and_version_print_what_opentsdb_prints(clis: Clis) -> None:
+    for words in QUERIES:
+        ours = await clis.tsd("query", *words)
+        theirs = await clis.opentsdb("CliQuery", *words)
+        assert ours == theirs, words
+        assert ours  # every query finds points
+    for flags in (["--import"], []):
+        words = [*flags, str(HOUR - 3600), str(HOUR + 7200), "sum", "sys.cpu.user"]
+        ours = await clis.tsd("scan", *words)
+        theirs = await clis.opentsdb("DumpSeries", *words)
+        assert ours == theirs, words
+        assert "sys.cpu.user" in ours
+    ours_version = (await clis.tsd("version", config=False)).splitlines()
+    theirs_version = (await clis.opentsdb("BuildData")).splitlines()
+    shape = [
+        r"\S+ \S+ built at revision \S+ \((MINT|MODIFIED|UNKNOWN)\)",
+        r"Built on .+ by .+@.+:.*",
+    ]
+    for lines in (ours_version, theirs_version):
+        assert len(lines) == 2
+        assert all(re.fullmatch(p, line) for p, line in zip(shape, lines, strict=True)), lines

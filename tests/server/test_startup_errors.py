@@ -1,0 +1,66 @@
+"""How ``tsdb tsd`` fails to start: one line on stderr and a documented exit status."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tsd.cli import EXIT_CANNOT_LISTEN
+from tsd.daemon import EXIT_STATUS
+
+pytestmark = pytest.mark.slow  # daemons in subprocesses
+
+
+def run_tsd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tsd", "tsd", "--data-dir", str(tmp_path / "data"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+
+
+def last_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The error line: stderr's last, after the daemon's log events (one line each), and
+    no traceback anywhere."""
+    assert "Traceback" not in done.stderr + done.stdout
+    return done.stderr.splitlines()[-1]
+
+
+def test_port_in_use_is_one_line_and_exit_status_3(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_tsd(tmp_path, "--bind", "127.0.0.1", "--port", str(port))
+    assert done.returncode == EXIT_CANNOT_LISTEN == 3
+    assert last_line(done) == (
+        f"tsdb tsd: cannot listen on 127.0.0.1:{port}: the port is already in use (another "
+        "tsd or OpenTSDB?); stop it or choose another port with --port"
+    )
+
+
+def test_address_not_on_this_host(tmp_path: Path) -> None:
+    done = run_tsd(tmp_path, "--bind", "192.0.2.1", "--port", "0")  # TEST-NET-1
+    assert done.returncode == EXIT_CANNOT_LISTEN
+    assert last_line(done) == (
+        "tsdb tsd: cannot listen on 192.0.2.1:0: no such address on this host (see --bind)"
+    )
+
+
+def test_exit_statuses_are_in_the_help(tmp_path: Path) -> None:
+    done = run_tsd(tmp_path, "--help")
+    assert done.returncode == 0
+    assert EXIT_STATUS in done.stdout
+    assert f"  {EXIT_CANNOT_LISTEN}  cannot listen" in done.stdout
+
+
+def test_bad_configuration_is_exit_status_2(tmp_path: Path) -> None:
+    done = run_tsd(tmp_path, "--set", "tsd.network.port=notaport")
+    assert done.returncode == 2
+    assert last_line(done).startswith("tsdb tsd: configuration error: ")
