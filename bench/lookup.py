@@ -35,6 +35,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.ingest import IngestService, IngestSession
 from tsd.write.writer import Writer
 
 T0 = 1_700_000_000 - 1_700_000_000 % 3600
@@ -59,7 +60,8 @@ async def ingest(
     uids = UidService(storage, config)
     meta = MetaService(storage, uids, config)
     hook = meta.tracker.on_new_series if hooked else None
-    writer = Writer(storage, uids, config.storage, StatsRegistry(), on_new_series=hook)
+    writer = Writer(storage, config.storage, StatsRegistry())
+    ingest = IngestService(writer, uids, config.storage, on_new_series=hook)
     writer.start()
     meta.start()
     # UIDs first, untimed: assigning them (durable increments and check-and-puts) would
@@ -67,12 +69,9 @@ async def ingest(
     for point in data[: len(data) // max(1, len({p.timestamp for p in data}))]:
         await uids.resolve_for_write(point.metric, point.tags)
     started = time.perf_counter()
+    session: IngestSession[None] = ingest.session()
     for point in data:
-        ack = writer.try_add(point)
-        if ack is None:
-            await writer.add(point)
-        if writer.is_full():
-            await writer.wait_writable()
+        await session.append_now(point)
     await writer.flush()
     await meta.tracker.flush()
     elapsed = time.perf_counter() - started

@@ -15,19 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from tsd import __version__
-from tsd.errors import ConfigError, ListenError, TsdError, UsageError
+from tsd.errors import ConfigError, ListenError, StorageError, TsdError, UsageError
+from tsd.tools import status
 
 #: ``tsdb tsd`` could not open its listening socket (the port in use, most often).
-EXIT_CANNOT_LISTEN = 3
-
-#: ``tsdb --help``'s closing lines: what main() returns, for every command.
-EXIT_STATUSES = f"""exit status:
-  0  done
-  1  failed (the reason on one line on stderr)
-  2  bad arguments, usage or configuration
-  {EXIT_CANNOT_LISTEN}  tsdb tsd cannot listen (the port in use, an address not on this host)
-tsdb uid keeps OpenTSDB's UidManager statuses (1 not found, 3 storage error, 4 delete error).
-"""
+EXIT_CANNOT_LISTEN = status.UNAVAILABLE
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -42,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("tsd.tools.scan", "Print the stored cells a query reads, or --import lines"),
     "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
     "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
+    "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
 }
 
 
@@ -51,7 +44,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tsdb",
         description="tsd, an OpenTSDB-compatible TSD",
-        epilog=EXIT_STATUSES,
+        epilog=status.HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tsd {__version__}")
@@ -96,19 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.run(args))
     except ConfigError as exc:
         print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return status.USAGE
     except UsageError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
         print(f"usage: tsdb {args.command} {getattr(module, 'USAGE', '')}", file=sys.stderr)
-        return 2
-    except ListenError as exc:
+        return status.USAGE
+    except (ListenError, StorageError) as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
-        return EXIT_CANNOT_LISTEN
+        return status.UNAVAILABLE
     except TsdError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return status.FAILED
     except KeyboardInterrupt:
-        return 130
+        return status.INTERRUPTED
 
 
 if __name__ == "__main__":

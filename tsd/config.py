@@ -114,6 +114,10 @@ class StorageConfig:
     repair_appends: bool = False
     fix_duplicates: bool = False
     flush_interval_ms: int = 1000  # tsd departs: 2.4.1 defines the key but never reads it
+    # The write-ahead log (tsd's own, docs/write-path.md): on by default, in <data_dir>/wal.
+    wal_enable: bool = True
+    wal_sync_interval_ms: int = 1000  # a point acked without sync is on disk within this
+    wal_segment_bytes: int = 64 * 1024 * 1024
     thrift_host: str = "localhost"
     thrift_port: int = 9090
     thrift_transport: str = "buffered"
@@ -266,6 +270,9 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.storage.repair_appends": ("storage", "repair_appends", _bool),
     "tsd.storage.fix_duplicates": ("storage", "fix_duplicates", _bool),
     "tsd.storage.flush_interval": ("storage", "flush_interval_ms", _range(1, 3_600_000)),
+    "tsd.storage.wal.enable": ("storage", "wal_enable", _bool),
+    "tsd.storage.wal.sync_interval": ("storage", "wal_sync_interval_ms", _range(1, 3_600_000)),
+    "tsd.storage.wal.segment_size": ("storage", "wal_segment_bytes", _range(4096, 1 << 40)),
     "tsd.storage.hbase.thrift.host": ("storage", "thrift_host", _str),
     "tsd.storage.hbase.thrift.port": ("storage", "thrift_port", _range(1, 65535)),
     "tsd.storage.hbase.thrift.transport": (

@@ -50,6 +50,7 @@ from tsd.storage.factory import open_storage
 from tsd.storage.instrumented import INSTRUMENTED_STORAGE, InstrumentedStorage
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
+from tsd.write.ingest import IngestService
 from tsd.write.pipeline import WritePath
 from tsd.write.writer import Writer, WriterLimits
 
@@ -107,10 +108,9 @@ class Daemon:
         write_path = self._write_path = WritePath.build(
             storage, uids, config, self.registry, self._writer_limits
         )
-        write_path.start()
-        writer, meta = write_path.writer, write_path.meta
-        services = self._services(storage, uids, writer)
-        services.extra[META_KEY] = meta
+        await write_path.start()
+        services = self._services(storage, uids, write_path.ingest)
+        services.extra[META_KEY] = write_path.meta
         services.extra[INSTRUMENTED_STORAGE] = storage
         tracker = services.extra[QUERY_TRACKER] = QueryTracker()
         self.registry.gauge("query.count", lambda: tracker.running_count, type="running")
@@ -154,11 +154,11 @@ class Daemon:
             authentication=credentials is not None,
         )
 
-    def _services(self, storage: Storage, uids: UidService, writer: Writer) -> Services:
+    def _services(self, storage: Storage, uids: UidService, ingest: IngestService) -> Services:
         config = self.config
         services = Services(
             config=config,
-            writer=writer,
+            ingest=ingest,
             uids=uids,
             registry=self.registry,
             stats_tags=self._stats_tags(),
@@ -172,7 +172,7 @@ class Daemon:
     def _telnet_context(self, services: Services) -> TelnetContext:
         core = self.config.core
         return TelnetContext(
-            writer=services.writer,
+            ingest=services.ingest,
             uids=services.uids,
             registry=self.registry,
             stats_tags=services.stats_tags,
@@ -215,6 +215,11 @@ class Daemon:
     def writer(self) -> Writer:
         assert self._write_path is not None, "not started"
         return self._write_path.writer
+
+    @property
+    def ingest(self) -> IngestService:
+        assert self._write_path is not None, "not started"
+        return self._write_path.ingest
 
     @property
     def meta(self) -> MetaService:
@@ -304,9 +309,10 @@ class Daemon:
 #: ``tsdb tsd --help``'s closing lines (tsd.cli maps the errors to these statuses).
 EXIT_STATUS = """exit status:
   0  stopped by SIGTERM, SIGINT or diediedie, everything accepted written
-  1  a runtime error (storage unavailable, ...), said on one line on stderr
+  1  a runtime error, said on one line on stderr
   2  bad arguments or configuration
-  3  cannot listen: the port is in use, the address is not on this host, or not permitted
+  3  cannot listen: the port is in use, the address is not on this host, or not permitted;
+     or the store cannot be opened (unreachable, or held by another daemon)
 """
 
 

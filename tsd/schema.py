@@ -28,11 +28,14 @@ __all__ = ["BACKENDS", "ensure_tables", "hbase_settings", "opentsdb_tables", "st
 BACKENDS = ("embedded", "hbase")
 
 
-def storage_settings(cfg: StorageConfig, *, read_only: bool = False) -> StorageSettings:
-    """The settings of the backend ``tsd.storage.backend`` names (``read_only`` applies to
-    the embedded engine, which the tools may open beside a running daemon)."""
+def storage_settings(
+    cfg: StorageConfig, *, read_only: bool = False, exclusive: bool = True
+) -> StorageSettings:
+    """The settings of the backend ``tsd.storage.backend`` names (``read_only`` and
+    ``exclusive`` apply to the embedded engine, which the tools open beside a running
+    daemon: shared, not exclusive)."""
     if cfg.backend == "embedded":
-        return EmbeddedSettings(Path(cfg.data_dir), read_only=read_only)
+        return EmbeddedSettings(Path(cfg.data_dir), read_only=read_only, exclusive=exclusive)
     if cfg.backend == "hbase":
         return hbase_settings(cfg)
     raise ConfigError("tsd.storage.backend", f"unknown backend {cfg.backend!r}")

@@ -94,7 +94,7 @@ def test_create_tables_reports_an_unreachable_gateway(tmp_path) -> None:
     config = tmp_path / "opentsdb.conf"
     config.write_text("tsd.storage.backend = hbase\ntsd.storage.hbase.thrift.port = 1\n")
     done = tsdb("create-tables", "--config", str(config))
-    assert done.returncode == 1
+    assert done.returncode == 3  # tsd.tools.status.UNAVAILABLE: the store cannot be reached
     assert (
         done.stderr
         == "tsdb create-tables: HBase createTable: Could not connect to ('localhost', 1)\n"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.write.points import add
 from tsd.config import Config, StorageConfig
 from tsd.meta.service import MetaService
 from tsd.model import DataPoint, make_tags
@@ -17,6 +18,7 @@ from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
+from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer
 
 #: a fixed "now" for created times
@@ -31,11 +33,15 @@ class MetaEnv:
     config: Config
     uids: UidService
     meta: MetaService
-    writer: Writer
+    ingest: IngestService
+
+    @property
+    def writer(self) -> Writer:
+        return self.ingest.writer
 
     async def write(self, metric: str, ts: int, value: int | float, **tags: str) -> None:
         """Add one point and wait until storage (and the series index) hold it."""
-        await self.writer.add(DataPoint(metric, ts, value, make_tags(tags)))
+        await add(self.ingest, DataPoint(metric, ts, value, make_tags(tags)))
         await self.writer.flush()
         await self.meta.tracker.flush()
 
@@ -72,17 +78,14 @@ async def make_env(storage: Storage, tables: StorageConfig) -> AsyncIterator[Mak
         uids = UidService(target, config)
         registry = StatsRegistry()
         meta = MetaService(target, uids, config, registry, wall_clock=lambda: float(NOW_S))
-        writer = Writer(
-            target,
-            uids,
-            config.storage,
-            registry,
-            on_new_series=meta.tracker.on_new_series,
+        writer = Writer(target, config.storage, registry)
+        ingest = IngestService(
+            writer, uids, config.storage, on_new_series=meta.tracker.on_new_series
         )
         writer.start()
         if start_tracker:
             meta.start()
-        env = MetaEnv(target, config, uids, meta, writer)
+        env = MetaEnv(target, config, uids, meta, ingest)
         made.append(env)
         return env
 

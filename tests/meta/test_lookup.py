@@ -9,6 +9,7 @@ import pytest
 
 from tests.meta.conftest import NOW_S, MakeEnv, MetaEnv
 from tests.uid.hooked_storage import HookedStorage
+from tests.write.points import add
 from tsd.errors import BadRequestError, NoSuchUniqueName
 from tsd.meta.lookup import LookupQuery, parse_lookup_m
 from tsd.model import DataPoint, make_tags
@@ -149,6 +150,6 @@ async def test_lookup_never_reads_the_data_table(
 
 async def test_a_series_is_found_right_after_its_first_point(make_env: MakeEnv) -> None:
     env = await make_env(start_tracker=False)
-    await env.writer.add(DataPoint("sys.cpu.user", NOW_S, 1, make_tags({"host": "web09"})))
+    await add(env.ingest, DataPoint("sys.cpu.user", NOW_S, 1, make_tags({"host": "web09"})))
     # Nothing flushed yet: the lookup itself writes what the tracker has queued.
     assert await found(env, "sys.cpu.user") == [("sys.cpu.user", {"host": "web09"})]

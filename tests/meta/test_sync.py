@@ -10,6 +10,7 @@ import pytest
 
 from tests.meta.conftest import NOW_S, MakeEnv, MetaEnv
 from tests.tools.toolkit import tsdb
+from tests.write.points import add
 from tsd.config import Config, StorageConfig
 from tsd.meta.annotations import AnnotationUpdate
 from tsd.meta.lookup import LookupQuery
@@ -20,17 +21,19 @@ from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer
 
 
 async def write_untracked(env: MetaEnv, hosts: list[str], hours: int = 3) -> None:
     """Points through a writer without the tracker's hook: no meta rows, as OpenTSDB with
     meta tracking off leaves them."""
-    writer = Writer(env.storage, env.uids, env.config.storage, StatsRegistry())
+    writer = Writer(env.storage, env.config.storage, StatsRegistry())
+    ingest = IngestService(writer, env.uids, env.config.storage)
     for host in hosts:
         for hour in range(hours):
             point = DataPoint("sys.cpu.user", NOW_S + 3600 * hour, 1, make_tags({"host": host}))
-            await writer.add(point)
+            await add(ingest, point)
     await writer.close()
 
 
@@ -70,9 +73,8 @@ async def test_meta_sync_command_line(tmp_path: Path) -> None:
         await ensure_tables(storage, config.storage)
         uids = UidService(storage, config)
         meta = MetaService(storage, uids, config)
-        env = MetaEnv(
-            storage, config, uids, meta, Writer(storage, uids, config.storage, StatsRegistry())
-        )
+        writer = Writer(storage, config.storage, StatsRegistry())
+        env = MetaEnv(storage, config, uids, meta, IngestService(writer, uids, config.storage))
         await write_untracked(env, ["web01"])
         await env.writer.close()
     finally:

@@ -9,6 +9,7 @@ import pytest
 
 from tests.meta.conftest import NOW_S, MakeEnv
 from tests.uid.hooked_storage import HookedStorage
+from tests.write.points import add
 from tsd.errors import StorageUnavailable
 from tsd.model import DataPoint, make_tags
 from tsd.storage.base import Put, Storage
@@ -137,7 +138,7 @@ async def test_storage_errors_are_retried(make_env: MakeEnv, storage: Storage) -
     hooked.hooks["mutate"] = fail_once
     # No background task: this test drives every round itself.
     env = await make_env(store=hooked, start_tracker=False, meta_enable_tsuid_tracking=True)
-    await env.writer.add(DataPoint("sys.cpu.user", NOW_S, 1, make_tags({"host": "web01"})))
+    await add(env.ingest, DataPoint("sys.cpu.user", NOW_S, 1, make_tags({"host": "web01"})))
     await env.writer.flush()
     await env.meta.tracker.flush()  # the first round fails and keeps the series queued
     assert env.meta.tracker.pending() == 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import json
 import struct
+import tracemalloc
+from typing import Any
 
 import orjson
 import pytest
@@ -21,7 +23,13 @@ from tsd.errors import BadRequestError
 from tsd.model import DataPoint, Tags
 from tsd.protocol import put_json
 from tsd.protocol.names import NameRules
-from tsd.protocol.put_json import KnownPut, PutResult, parse_put_body, parse_put_body_known
+from tsd.protocol.put_json import (
+    KnownPut,
+    PutResult,
+    parse_put_body,
+    parse_put_body_known,
+    parse_put_body_pieces,
+)
 from tsd.protocol.put_reply import (
     PUT_ERRORS_DETAILS,
     PUT_ERRORS_MESSAGE,
@@ -88,6 +96,13 @@ def check_known_path(body: bytes, rules: NameRules, results: list[PutResult]) ->
     assert _typed(_rebuilt(first)) == _typed(results)
     again = parse_put_body_known(body, known_after(first), rules)
     assert _typed(_rebuilt(again)) == _typed(results)
+    for known in ({}, known_after(first)):
+        for size in (1, 2):  # a large body in pieces: the same answer, element for element
+            pieces = parse_put_body_pieces(body, known, rules, piece_elements=size)
+            rebuilt = [result for piece in pieces for result in _rebuilt(piece)]
+            assert _typed(rebuilt) == _typed(results)
+            offsets = [piece.offset for piece in pieces]
+            assert offsets == [sum(piece.count for piece in pieces[:n]) for n in range(len(pieces))]
 
 
 def test_known_series_take_the_hot_path() -> None:
@@ -171,7 +186,10 @@ def parse_error(body: bytes) -> str:
         put_json._parse_exact(body, DEFAULT_RULES)
     with pytest.raises(BadRequestError) as known:
         parse_put_body_known(body, {}, DEFAULT_RULES)
+    with pytest.raises(BadRequestError) as pieces:
+        parse_put_body_pieces(body, {}, DEFAULT_RULES, piece_elements=1)
     assert fast.value.message == exact.value.message == known.value.message
+    assert pieces.value.message == fast.value.message
     assert fast.value.status == 400
     return fast.value.message
 
@@ -814,3 +832,43 @@ def check_with_known_series(body: bytes) -> None:
 def test_a_known_series_with_an_int_under_the_long_range() -> None:
     bad = point(value=0).replace(b":0", b":-9223372036854775809")
     check_with_known_series(b"[" + point() + b"," + bad + b"]")
+
+
+def _large_body(points: int, series: int) -> bytes:
+    return orjson.dumps(
+        [
+            {
+                "metric": "sys.cpu.user",
+                "timestamp": 1_356_998_400 + i,
+                "value": i * 0.5 if i % 2 else i,
+                "tags": {"host": f"web{i % series}", "dc": "lga", "cpu": str(i % 8)},
+            }
+            for i in range(points)
+        ]
+    )
+
+
+def _parsed_memory(body: bytes, known: dict[object, tuple[str, Tags]]) -> tuple[Any, int, int]:
+    """The pieces of ``body`` and the bytes they keep and peaked at while parsed."""
+    tracemalloc.start()
+    try:
+        pieces = parse_put_body_pieces(body, known, DEFAULT_RULES, piece_elements=2048)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return pieces, kept, peak
+
+
+def test_a_large_body_is_parsed_in_pieces_within_a_multiple_of_its_size() -> None:
+    body = _large_body(16_000, 2_000)
+    pieces, kept, peak = _parsed_memory(body, {})
+    assert len(pieces) == 8
+    assert peak < 16 * len(body)  # the whole body at once: about 21x
+    known: dict[object, tuple[str, Tags]] = {}
+    for piece in pieces:
+        known.update(known_after(piece))
+    del pieces
+    pieces, kept, peak = _parsed_memory(body, known)
+    assert sum(len(piece.points) for piece in pieces) == 16_000  # all of known series
+    assert kept < 3 * len(body)
+    assert peak < 16 * len(body)

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from tests.write.points import add
 from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
 from tsd.model import DataPoint, make_tags
 from tsd.protocol.exp_json import exp_ts_query, parse_exp_json, validate_exp_query
@@ -27,6 +28,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
 from tsd.uid.service import UidService
 from tsd.write.compactor import Compactor
+from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer
 
 #: "now" for tests: far after every loaded point, so relative times are stable.
@@ -38,13 +40,17 @@ class QueryHarness:
     storage: Storage
     config: Config
     uids: UidService
-    writer: Writer
+    ingest: IngestService
     engine: QueryEngine
+
+    @property
+    def writer(self) -> Writer:
+        return self.ingest.writer
 
     async def load(self, points: Iterable[tuple[str, Mapping[str, str], int, int | float]]) -> None:
         """Write ``(metric, tags, timestamp, value)`` points and wait until stored."""
         for metric, tags, timestamp, value in points:
-            await self.writer.add(DataPoint(metric, timestamp, value, make_tags(dict(tags))))
+            await add(self.ingest, DataPoint(metric, timestamp, value, make_tags(dict(tags))))
         await self.writer.flush()
 
     async def replay(self, steps: Iterable[tuple[str, Any]]) -> None:
@@ -116,10 +122,10 @@ async def query_harness(
     for table in (cfg.storage.uid_table, cfg.storage.data_table):
         await storage.create_table(table, tables[table])
     uids = UidService(storage, cfg)
-    writer = Writer(storage, uids, cfg.storage, StatsRegistry())
+    writer = Writer(storage, cfg.storage, StatsRegistry())
     writer.start()
     engine = QueryEngine(storage, uids, cfg, wall_clock=lambda: NOW_MS / 1000)
     try:
-        yield QueryHarness(storage, cfg, uids, writer, engine)
+        yield QueryHarness(storage, cfg, uids, IngestService(writer, uids, cfg.storage), engine)
     finally:
         await writer.close()

@@ -17,6 +17,7 @@ from tests.server.support import stored
 from tests.write.readback import StoredPoint
 from tsd.daemon import Daemon
 from tsd.model import make_tags
+from tsd.server.http.put import PUT_REFS
 
 T = 1_795_237_078
 JSON = "application/json; charset=UTF-8"
@@ -500,7 +501,7 @@ async def test_known_series_answer_and_store_as_new_ones(
         *(sp("known.b", ts * 1000, -(2**40), host="web02") for ts in (T, T + 3600)),
         *(sp("known.c", ts * 1000 + 5, 3, host="web01") for ts in (T, T + 3600)),
     ]
-    assert len(tsd.writer.aliases) >= 4  # the second body took the hot path
+    assert len(tsd.ingest.ref_cache(PUT_REFS)) >= 4  # the second body took the hot path
 
 
 # -- jsonp: one wrapping, by the response middleware --------------------------------------------

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -34,6 +38,8 @@ pytestmark = [
 
 T0 = 1_699_999_200
 VALUES = {"web01": [3, 5, 4, 8, 6, 7], "web02": [1, 1, 2, 3, 5, 8]}
+FREE = [10, 20, 15, 30, 25, 40]  # sys.mem.free{host=web01}, the second query
+NOTE = "<b>deploy</b> & <i>restart</i>"  # annotation text: must show as text, not markup
 
 
 @contextmanager
@@ -45,6 +51,7 @@ def browser() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
+    options.add_argument("--window-size=1100,900")
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -64,6 +71,7 @@ def wait_for_chart(driver: Any) -> list[dict[str, Any]]:
     return [
         {
             "label": line.get_attribute("data-label"),
+            "query": int(line.get_attribute("data-query")),
             "points": json.loads(line.get_attribute("data-points")),
             "drawn": line.get_attribute("points"),
         }
@@ -71,13 +79,37 @@ def wait_for_chart(driver: Any) -> list[dict[str, Any]]:
     ]
 
 
-def use_the_form(base: str) -> tuple[list[str], list[dict[str, Any]], str]:
-    """Type a metric (reading the suggestions), tags, range; press Graph; follow the link."""
+def by_label(drawn: list[dict[str, Any]]) -> dict[str, tuple[int, list[list[float]]]]:
+    return {series["label"]: (series["query"], series["points"]) for series in drawn}
+
+
+def ticks(driver: Any, kind: str) -> list[float]:
+    found = driver.find_elements("css selector", f"#chart svg text.{kind}")
+    return [float(t.get_attribute("data-v")) for t in found]
+
+
+def is_one_two_five(step: float) -> bool:
+    mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
+    return any(math.isclose(mantissa, m) for m in (1, 2, 5, 10))
+
+
+def plot_offset(driver: Any, t: float) -> tuple[Any, int, int]:
+    """The svg and the offset from its centre (selenium's origin) of time ``t``, mid-height."""
+    svg = driver.find_element("css selector", "#chart svg")
+    box = {k: float(svg.get_attribute(f"data-{k}")) for k in ("x-min", "x-max")}
+    left, width = (float(svg.get_attribute(f"data-plot-{k}")) for k in ("left", "width"))
+    x = left + (t - box["x-min"]) / (box["x-max"] - box["x-min"]) * width
+    return svg, round(x - float(svg.get_attribute("width")) / 2), 0
+
+
+def use_the_page(base: str) -> dict[str, Any]:
+    """Two queries through the form (reading the suggestions), a hover, a drag-to-zoom."""
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    seen: dict[str, Any] = {}
     with browser() as driver:
         driver.get(base + "/")
-        metric = driver.find_element("id", "metric")
 
         def suggested(d: Any) -> list[str]:
             options = d.find_elements("css selector", "#metric-suggestions option")
@@ -85,20 +117,68 @@ def use_the_form(base: str) -> tuple[list[str], list[dict[str, Any]], str]:
 
         # On load the page lists every metric; typing narrows the list.
         WebDriverWait(driver, 30).until(lambda d: len(suggested(d)) == 2)
-        metric.send_keys("sys.c")
+        first = driver.find_elements("css selector", "#queries .query")[0]
+        first.find_element("css selector", ".metric").send_keys("sys.c")
         WebDriverWait(driver, 30).until(lambda d: len(suggested(d)) == 1)
-        suggestions = suggested(driver)
-        metric.send_keys("pu.user")
-        driver.find_element("id", "tags").send_keys("host=*")
-        Select(driver.find_element("id", "aggregator")).select_by_visible_text("sum")
+        seen["suggestions"] = suggested(driver)
+        first.find_element("css selector", ".metric").send_keys("pu.user")
+        first.find_element("css selector", ".tags").send_keys("host=*")
+        Select(first.find_element("css selector", ".aggregator")).select_by_visible_text("sum")
+        driver.find_element("id", "add-query").click()
+        second = driver.find_elements("css selector", "#queries .query")[1]
+        second.find_element("css selector", ".metric").send_keys("sys.mem.free")
+        Select(second.find_element("css selector", ".aggregator")).select_by_visible_text("max")
         for field, value in (("start", str(T0)), ("end", str(T0 + 600))):
             box = driver.find_element("id", field)
             box.clear()
             box.send_keys(value)
         driver.find_element("id", "graph").click()
-        drawn = wait_for_chart(driver)
-        link = driver.find_element("id", "permalink").get_attribute("href")
-        return suggestions, drawn, link
+        seen["drawn"] = wait_for_chart(driver)
+        seen["yticks"], seen["xticks"] = ticks(driver, "ytick"), ticks(driver, "xtick")
+        svg = driver.find_element("css selector", "#chart svg")
+        seen["time_step"] = svg.get_attribute("data-time-step")
+        seen["y_range"] = [float(svg.get_attribute(f"data-y-{k}")) for k in ("min", "max")]
+        title = svg.find_element("css selector", "path.annotation title")
+        seen["note"] = title.get_attribute("textContent")
+        seen["markup_in_chart"] = len(driver.find_elements("css selector", "#chart b, #chart i"))
+
+        # Hover over the third point: the tooltip lists every series' stored value there.
+        svg, dx, dy = plot_offset(driver, T0 + 120)
+        ActionChains(driver).move_to_element_with_offset(svg, dx, dy).perform()
+        tip = driver.find_element("id", "tooltip")
+        WebDriverWait(driver, 10).until(lambda d: tip.get_attribute("data-t") is not None)
+        seen["hover_t"] = float(tip.get_attribute("data-t"))
+        seen["hover"] = {
+            row.get_attribute("data-label"): float(row.get_attribute("data-v"))
+            for row in tip.find_elements("css selector", ".value")
+        }
+
+        # Drag from just before the 2nd point to just after the 4th: the page asks again.
+        svg, x_from, dy = plot_offset(driver, T0 + 60 - 15)
+        _, x_to, _ = plot_offset(driver, T0 + 180 + 15)
+        (
+            ActionChains(driver)
+            .move_to_element_with_offset(svg, x_from, dy)
+            .click_and_hold()
+            .move_by_offset(x_to - x_from, 0)
+            .release()
+            .perform()
+        )
+        seen["zoomed"] = wait_for_chart(driver)
+        seen["zoom_range"] = [
+            int(driver.find_element("id", k).get_attribute("value")) for k in ("start", "end")
+        ]
+        seen["link"] = driver.find_element("id", "permalink").get_attribute("href")
+
+        # The status view, fed by /api/stats.
+        WebDriverWait(driver, 30).until(
+            lambda d: d.find_element("id", "daemon").get_attribute("data-state") == "done"
+        )
+        seen["status"] = {
+            row.find_element("tag name", "th").text: row.find_element("tag name", "td").text
+            for row in driver.find_elements("css selector", "#daemon-stats tr")
+        }
+    return seen
 
 
 def open_link(link: str) -> list[dict[str, Any]]:
@@ -107,34 +187,81 @@ def open_link(link: str) -> list[dict[str, Any]]:
         return wait_for_chart(driver)
 
 
-async def test_the_page_draws_the_stored_values(make_tsd: MakeTsd) -> None:
+async def test_the_page_charts_two_queries_hovers_and_zooms(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd()
     base = f"http://127.0.0.1:{daemon.port}"
     points = [
         {"metric": "sys.cpu.user", "timestamp": T0 + 60 * i, "value": v, "tags": {"host": h}}
         for h, values in VALUES.items()
         for i, v in enumerate(values)
-    ] + [{"metric": "sys.mem.free", "timestamp": T0, "value": 1, "tags": {"host": "web01"}}]
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(base + "/api/put?sync", json=points) as reply,
-    ):
-        assert reply.status == 204
+    ] + [
+        {"metric": "sys.mem.free", "timestamp": T0 + 60 * i, "value": v, "tags": {"host": "web01"}}
+        for i, v in enumerate(FREE)
+    ]
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base + "/api/put?sync", json=points) as reply:
+            assert reply.status == 204
+        query = f"/api/query?start={T0}&m=max:sys.mem.free&show_tsuids=true"
+        async with http.get(base + query) as reply:
+            tsuid = (await reply.json())[0]["tsuids"][0]
+        note = {"tsuid": tsuid, "startTime": T0 + 240, "description": NOTE}
+        async with http.post(base + "/api/annotation", json=note) as reply:
+            assert reply.status == 200, await reply.text()
+        async with http.get(base + "/api/stats") as reply:
+            added = sum(
+                int(r["value"]) for r in await reply.json() if r["metric"] == "tsd.datapoints.added"
+            )
 
-    suggestions, drawn, link = await asyncio.to_thread(use_the_form, base)
+    seen = await asyncio.to_thread(use_the_page, base)
 
-    assert suggestions == ["sys.cpu.user"]
-    expected = {
-        f"sys.cpu.user{{host={h}}}": [[T0 + 60 * i, v] for i, v in enumerate(values)]
+    assert seen["suggestions"] == ["sys.cpu.user"]
+    stored = {
+        f"sys.cpu.user{{host={h}}}": (0, [[T0 + 60 * i, v] for i, v in enumerate(values)])
         for h, values in VALUES.items()
     }
-    assert {series["label"]: series["points"] for series in drawn} == expected
-    for series in drawn:  # one drawn vertex per stored point
+    stored["sys.mem.free{host=web01}"] = (1, [[T0 + 60 * i, v] for i, v in enumerate(FREE)])
+    assert by_label(seen["drawn"]) == stored
+    for series in seen["drawn"]:  # one drawn vertex per stored point
         assert len(series["drawn"].split()) == len(series["points"])
-    # The link reproduces the query: a fresh browser draws the same chart from it.
-    assert "metric=sys.cpu.user" in link
-    again = await asyncio.to_thread(open_link, link)
-    assert {series["label"]: series["points"] for series in again} == expected
+
+    # y ticks: evenly spaced 1-2-5 steps spanning every value.
+    yticks = seen["yticks"]
+    steps = {round(b - a, 9) for a, b in zip(yticks, yticks[1:], strict=False)}
+    assert len(steps) == 1
+    assert is_one_two_five(steps.pop())
+    assert seen["y_range"] == [yticks[0], yticks[-1]]
+    assert yticks[0] <= 1
+    assert yticks[-1] >= 40
+    # x ticks: a whole number of seconds or minutes apart, each on a multiple of that step.
+    step = int(seen["time_step"][:-1]) * {"s": 1, "m": 60}[seen["time_step"][-1]]
+    xticks = seen["xticks"]
+    assert len(xticks) >= 3
+    assert all(t % step == 0 for t in xticks)
+    assert {b - a for a, b in zip(xticks, xticks[1:], strict=False)} == {step}
+
+    # Annotation text is text: no element made from it.
+    assert NOTE in seen["note"]
+    assert seen["markup_in_chart"] == 0
+
+    assert seen["hover_t"] == T0 + 120
+    assert seen["hover"] == {label: points[2][1] for label, (_, points) in stored.items()}
+
+    start, end = seen["zoom_range"]
+    assert T0 + 30 <= start <= T0 + 60
+    assert T0 + 180 <= end <= T0 + 210
+    zoomed = {
+        label: (query, [p for p in points if start <= p[0] <= end])
+        for label, (query, points) in stored.items()
+    }
+    assert by_label(seen["zoomed"]) == zoomed
+    assert all(len(points) == 3 for _, points in zoomed.values())
+
+    # The link reproduces the zoomed view with both queries: a fresh browser draws it again.
+    again = await asyncio.to_thread(open_link, seen["link"])
+    assert by_label(again) == zoomed
+
+    assert seen["status"]["Points added"] == str(added)
+    assert "Storage calls" in seen["status"]
 
 
 async def test_the_page_shows_query_errors(make_tsd: MakeTsd) -> None:
@@ -155,3 +282,97 @@ async def test_the_page_shows_query_errors(make_tsd: MakeTsd) -> None:
     state, status = await asyncio.to_thread(ask_for_unknown_metric)
     assert state == "error"
     assert status == "No such name for 'metrics': 'nope' (400)"
+
+
+async def test_the_page_works_behind_basic_auth(make_tsd: MakeTsd, tmp_path: Path) -> None:
+    """With authentication on, the browser's own basic-auth credentials reach every request
+    the page makes (same-origin fetches), through the origin guard."""
+    from tests.server.test_auth import SECRETS, basic, users_file
+
+    daemon = await make_tsd(
+        **{
+            "tsd.core.authentication.enable": "true",
+            "tsd.core.authentication.users_file": str(users_file(tmp_path)),
+        }
+    )
+    points = [
+        {"metric": "sys.cpu.user", "timestamp": T0 + 60 * i, "value": v, "tags": {"host": "a"}}
+        for i, v in enumerate(FREE)
+    ]
+    base = f"http://127.0.0.1:{daemon.port}"
+    async with (
+        aiohttp.ClientSession(headers=basic("writer")) as http,
+        http.post(base + "/api/put?sync", json=points) as reply,
+    ):
+        assert reply.status == 204
+
+    def look() -> tuple[list[dict[str, Any]], str | None]:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        with browser() as driver:
+            # Credentials in the URL: the browser answers the 401 challenge with them.
+            authed = base.replace("http://", f"http://reader:{SECRETS['reader']}@")
+            driver.get(f"{authed}/?metric=sys.cpu.user&start={T0}&end={T0 + 600}")
+            drawn = wait_for_chart(driver)
+            WebDriverWait(driver, 30).until(
+                lambda d: d.find_element("id", "daemon").get_attribute("data-state") is not None
+            )
+            return drawn, driver.find_element("id", "daemon").get_attribute("data-state")
+
+    drawn, stats_state = await asyncio.to_thread(look)
+    assert by_label(drawn) == {
+        "sys.cpu.user{host=a}": (0, [[T0 + 60 * i, v] for i, v in enumerate(FREE)])
+    }
+    assert stats_state == "done"
+
+
+async def test_a_relative_range_refreshes_by_itself(make_tsd: MakeTsd) -> None:
+    """``start=1h-ago`` with a 10 s refresh: a point stored after the page drew appears on the
+    chart without a click."""
+    daemon = await make_tsd()
+    base = f"http://127.0.0.1:{daemon.port}"
+    now = int(time.time())
+    first = [
+        {"metric": "live.m", "timestamp": now - 600 + 60 * i, "value": i, "tags": {"h": "a"}}
+        for i in range(5)
+    ]
+    late = {"metric": "live.m", "timestamp": now, "value": 99, "tags": {"h": "a"}}
+
+    async def put(body: Any) -> None:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(base + "/api/put?sync", json=body) as reply,
+        ):
+            assert reply.status == 204
+
+    await put(first)
+    drawn_once = threading.Event()
+    stored_late = threading.Event()
+
+    def watch() -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        with browser() as driver:
+            driver.get(f"{base}/?metric=live.m&start=1h-ago&refresh=10")
+            before = wait_for_chart(driver)
+            chosen = driver.find_element("id", "range").get_attribute("value")
+            drawn_once.set()
+            assert stored_late.wait(30)
+            WebDriverWait(driver, 40).until(
+                lambda d: len(json.loads(
+                    d.find_element("css selector", "#chart polyline.series")
+                    .get_attribute("data-points")
+                )) == 6
+            )  # fmt: skip
+            return before, chosen, wait_for_chart(driver)
+
+    watching = asyncio.create_task(asyncio.to_thread(watch))
+    assert await asyncio.to_thread(drawn_once.wait, 60)
+    await put(late)
+    stored_late.set()
+    before, chosen, after = await watching
+    assert chosen == "1h-ago"
+    assert by_label(before) == {"live.m{h=a}": (0, [[p["timestamp"], p["value"]] for p in first])}
+    assert by_label(after) == {
+        "live.m{h=a}": (0, [[p["timestamp"], p["value"]] for p in [*first, late]])
+    }

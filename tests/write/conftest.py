@@ -13,6 +13,8 @@ from tsd.schema import opentsdb_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
+from tsd.wal import WriteAheadLog
+from tsd.write.ingest import IngestService
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.writer import Writer, WriterLimits
 
@@ -27,12 +29,14 @@ async def tables(storage: Storage, storage_config: StorageConfig) -> StorageConf
     return storage_config
 
 
-MakeWriter = Callable[..., Writer]
+MakeWriter = Callable[..., IngestService]
 
 
 @pytest.fixture
 async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[MakeWriter]:
-    """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, **storage_cfg)``.
+    """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, wal=None,
+    **storage_cfg)``:
+    a started Writer behind its ingest service (``.writer``).
 
     Metrics are auto-created unless ``auto_create_metrics=False`` is given.
     """
@@ -44,9 +48,10 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
         limits: WriterLimits | None = None,
         schedule: CompactionSchedule | None = None,
         wall_clock: Callable[[], float] | None = None,
+        wal: WriteAheadLog | None = None,
         auto_create_metrics: bool = True,
         **storage_cfg: Any,
-    ) -> Writer:
+    ) -> IngestService:
         base = Config()
         cfg = dataclasses.replace(
             base,
@@ -59,16 +64,16 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
             extra["wall_clock"] = wall_clock
         writer = Writer(
             target,
-            UidService(target, cfg),
             cfg.storage,
             StatsRegistry(),
             limits=limits,
             schedule=schedule,
+            wal=wal,
             **extra,
         )
         writer.start()
         made.append(writer)
-        return writer
+        return IngestService(writer, UidService(target, cfg), cfg.storage)
 
     yield make
     for writer in made:

@@ -9,11 +9,13 @@ import pytest
 
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.conftest import MakeWriter
+from tests.write.points import add
 from tests.write.readback import data_rows, stored_points
 from tsd.codec import decode_cells
 from tsd.config import StorageConfig
 from tsd.model import DataPoint, make_tags
 from tsd.storage.base import Mutation, Storage
+from tsd.write.ingest import IngestService
 from tsd.write.schedule import CompactionSchedule
 
 T0 = 1_356_998_400
@@ -32,10 +34,10 @@ def at_once() -> CompactionSchedule:
     return CompactionSchedule(grace_s=0, spread_s=0)
 
 
-async def put_points(writer, points: Sequence[tuple[int, int | float]]) -> None:
+async def put_points(ingest: IngestService, points: Sequence[tuple[int, int | float]]) -> None:
     for ts, value in points:
-        await writer.add(DataPoint("sys.cpu", ts, value, TAGS))
-    await writer.flush()
+        await add(ingest, DataPoint("sys.cpu", ts, value, TAGS))
+    await ingest.writer.flush()
 
 
 async def cells_of_only_row(storage: Storage, cfg: StorageConfig) -> list[tuple[bytes, bytes]]:
@@ -46,22 +48,24 @@ async def cells_of_only_row(storage: Storage, cfg: StorageConfig) -> list[tuple[
 async def test_closed_hour_becomes_one_cell_in_opentsdb_form(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
-    await put_points(writer, [(T0 + 1, 5), (T0 * 1000 + 1500, 6), (T0, 4)])
+    ingest = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
+    writer = ingest.writer
+    await put_points(ingest, [(T0 + 1, 5), (T0 * 1000 + 1500, 6), (T0, 4)])
     assert len(await cells_of_only_row(storage, tables)) == 3
     assert await writer.compact_due() == 1
     # Qualifiers in time order (s, s, ms), values, then the meta byte: 0x01 = mixed s/ms.
     assert await cells_of_only_row(storage, tables) == [
         (bytes.fromhex("00000010f0017700"), bytes.fromhex("04050601"))
     ]
-    assert [p.value for p in await stored_points(storage, tables, writer.uids)] == [4, 5, 6]
+    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [4, 5, 6]
 
 
 async def test_seconds_only_row_has_a_zero_meta_byte(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
-    await put_points(writer, [(T0 + 3599, 0.5), (T0, 300)])
+    ingest = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
+    writer = ingest.writer
+    await put_points(ingest, [(T0 + 3599, 0.5), (T0, 300)])
     await writer.compact_due()
     assert await cells_of_only_row(storage, tables) == [
         (bytes.fromhex("0001e0fb"), bytes.fromhex("012c3f00000000"))
@@ -71,8 +75,9 @@ async def test_seconds_only_row_has_a_zero_meta_byte(
 async def test_open_hour_is_left_alone(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(schedule=CompactionSchedule(), wall_clock=Clock(T0 + 1800))
-    await put_points(writer, [(T0, 1), (T0 + 1, 2)])
+    ingest = make_writer(schedule=CompactionSchedule(), wall_clock=Clock(T0 + 1800))
+    writer = ingest.writer
+    await put_points(ingest, [(T0, 1), (T0 + 1, 2)])
     assert await writer.compact_due() == 0
     assert len(await cells_of_only_row(storage, tables)) == 2
 
@@ -81,9 +86,10 @@ async def test_reader_sees_every_point_at_every_step(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
     hooked = HookedStorage(storage)
-    writer = make_writer(hooked, schedule=at_once(), wall_clock=Clock(T0 + 7200))
+    ingest = make_writer(hooked, schedule=at_once(), wall_clock=Clock(T0 + 7200))
+    writer = ingest.writer
     points = [(T0 + i, i) for i in range(10)]
-    await put_points(writer, points)
+    await put_points(ingest, points)
     seen: list[list[int | float]] = []
 
     async def read_between(table: str, mutations: Sequence[Mutation]) -> None:
@@ -102,10 +108,11 @@ async def test_reader_sees_every_point_at_every_step(
 async def test_late_point_is_merged_into_the_compacted_cell(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
-    await put_points(writer, [(T0, 1), (T0 + 2, 3)])
+    ingest = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
+    writer = ingest.writer
+    await put_points(ingest, [(T0, 1), (T0 + 2, 3)])
     await writer.compact_due()
-    await put_points(writer, [(T0 + 1, 2)])
+    await put_points(ingest, [(T0 + 1, 2)])
     assert len(await cells_of_only_row(storage, tables)) == 2
     assert await writer.compact_due() == 1
     assert await cells_of_only_row(storage, tables) == [
@@ -116,12 +123,13 @@ async def test_late_point_is_merged_into_the_compacted_cell(
 async def test_identical_duplicate_is_dropped(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
-    await put_points(writer, [(T0 + 1, 7), (T0 * 1000 + 1000, 7), (T0, 1)])  # s and ms forms
+    ingest = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200))
+    writer = ingest.writer
+    await put_points(ingest, [(T0 + 1, 7), (T0 * 1000 + 1000, 7), (T0, 1)])  # s and ms forms
     await writer.compact_due()
     cells = await cells_of_only_row(storage, tables)
     assert len(cells) == 1
-    assert [p.value for p in await stored_points(storage, tables, writer.uids)] == [1, 7]
+    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [1, 7]
 
 
 @pytest.mark.parametrize(
@@ -135,10 +143,11 @@ async def test_conflicting_duplicate_follows_fix_duplicates(
     fix_duplicates: bool,
     cells_left: int,
 ) -> None:
-    writer = make_writer(
+    ingest = make_writer(
         schedule=at_once(), wall_clock=Clock(T0 + 7200), fix_duplicates=fix_duplicates
     )
-    await put_points(writer, [(T0, 1), (T0, 1.5)])  # qualifiers 0000 and 000b: one second
+    writer = ingest.writer
+    await put_points(ingest, [(T0, 1), (T0, 1.5)])  # qualifiers 0000 and 000b: one second
     await writer.compact_due()
     assert len(await cells_of_only_row(storage, tables)) == cells_left
 
@@ -146,10 +155,11 @@ async def test_conflicting_duplicate_follows_fix_duplicates(
 async def test_close_compacts_the_closed_hours(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(
+    ingest = make_writer(
         schedule=CompactionSchedule(grace_s=0, spread_s=600), wall_clock=Clock(T0 + 7200)
     )
-    await put_points(writer, [(T0, 1), (T0 + 1, 2)])
+    writer = ingest.writer
+    await put_points(ingest, [(T0, 1), (T0 + 1, 2)])
     await writer.close()
     assert len(await cells_of_only_row(storage, tables)) == 1
 
@@ -157,8 +167,9 @@ async def test_close_compacts_the_closed_hours(
 async def test_disabled_compaction_leaves_rows(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200), enable_compaction=False)
-    await put_points(writer, [(T0, 1), (T0 + 1, 2)])
+    ingest = make_writer(schedule=at_once(), wall_clock=Clock(T0 + 7200), enable_compaction=False)
+    writer = ingest.writer
+    await put_points(ingest, [(T0, 1), (T0 + 1, 2)])
     await writer.close()
     assert len(await cells_of_only_row(storage, tables)) == 2
 
@@ -166,10 +177,10 @@ async def test_disabled_compaction_leaves_rows(
 async def test_background_pass_compacts_without_being_asked(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
-    writer = make_writer(
+    ingest = make_writer(
         schedule=at_once(), wall_clock=Clock(T0 + 7200), compaction_flush_interval_s=1
     )
-    await put_points(writer, [(T0, 1), (T0 + 1, 2)])
+    await put_points(ingest, [(T0, 1), (T0 + 1, 2)])
     for _ in range(400):  # one pass a second; poll the store meanwhile
         if len(await cells_of_only_row(storage, tables)) == 1:
             break

@@ -71,6 +71,7 @@ __all__ = [
     "PutResult",
     "parse_put_body",
     "parse_put_body_known",
+    "parse_put_body_pieces",
     "series_key",
 ]
 
@@ -162,16 +163,25 @@ class KnownPut(Generic[_Series]):
     body: bytes
     rules: NameRules
     raw_keys: list[Hashable] | None = None
+    #: the index, in the whole body, of this piece's first element (see
+    #: :func:`parse_put_body_pieces`); indexes above are within the piece
+    offset: int = 0
+    _indexes: list[int] | None = None
+    _results: list[PutResult] | None = None
 
     def point_indexes(self) -> list[int]:
-        """The body index of each of ``points`` (for error echoes; not the hot path)."""
-        other = {index for index, _, _, _ in self.others}
-        return [index for index in range(self.count) if index not in other]
+        """The (piece) index of each of ``points`` (for error echoes; not the hot path)."""
+        if self._indexes is None:
+            other = {index for index, _, _, _ in self.others}
+            self._indexes = [index for index in range(self.count) if index not in other]
+        return self._indexes
 
     def results(self) -> list[PutResult]:
-        """What :func:`parse_put_body` gives for the body (for echoing points of ``points``
-        whose write failed: parses the body again)."""
-        return parse_put_body(self.body, self.rules)
+        """What :func:`parse_put_body` gives for the piece (for echoing points of ``points``
+        whose write failed: parses the piece again, once)."""
+        if self._results is None:
+            self._results = parse_put_body(self.body, self.rules)
+        return self._results
 
 
 def series_key(metric: str, tags: Mapping[str, str]) -> Hashable:
@@ -243,6 +253,53 @@ def parse_put_body_known(
     split = _parse_known(body, known, rules)
     split.raw_keys = raw_keys
     return split
+
+
+#: Elements per piece of a large body (:func:`parse_put_body_pieces`): each piece's
+#: documents and objects are freed before the next is parsed.
+PIECE_ELEMENTS: Final = 16_384
+
+_ELEMENT_TEXTS: Final = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def parse_put_body_pieces(
+    body: bytes,
+    known: Mapping[Any, _Series],
+    rules: NameRules = DEFAULT_NAME_RULES,
+    piece_elements: int = PIECE_ELEMENTS,
+) -> list[KnownPut[_Series]]:
+    """:func:`parse_put_body_known` for a large body, in pieces of ``piece_elements``
+    elements (each piece's ``offset`` is the body index of its first element), so that
+    parsing never holds the documents of the whole body at once: what it keeps is a
+    multiple of the body's size (its element texts and each point's typed result).
+
+    A body that is a strict JSON list is cut at its elements (msgspec, without building
+    them) and each piece, a list of the same element texts, gets the answer the whole
+    body gives its elements. Every piece is parsed before the caller writes anything,
+    so a body-level error in the last piece still fails the whole body, as Jackson
+    binds the whole body first. Any other body is parsed whole.
+
+    Memory, measured (tracemalloc, 110-byte points): kept about 2x the body when the
+    series are known, about 9x when every point is of a new series (a DataPoint each),
+    plus one piece's documents at a time; parsing the whole body at once peaks at 21x.
+    Pieces carry no ``raw_keys``: a large body does not teach the fastest path (the
+    next one still finds its series by :func:`series_key`).
+    """
+    try:
+        texts = _ELEMENT_TEXTS.decode(body)
+    except (msgspec.DecodeError, ValueError, RecursionError):  # not a strict JSON list
+        return [parse_put_body_known(body, known, rules)]
+    if len(texts) <= piece_elements:
+        return [parse_put_body_known(body, known, rules)]
+    pieces: list[KnownPut[_Series]] = []
+    for start in range(0, len(texts), piece_elements):
+        piece = parse_put_body_known(
+            b"[" + b",".join(texts[start : start + piece_elements]) + b"]", known, rules
+        )
+        piece.offset = start
+        piece.raw_keys = None
+        pieces.append(piece)
+    return pieces
 
 
 def _parse_known(body: bytes, known: Mapping[Any, _Series], rules: NameRules) -> KnownPut[_Series]:

@@ -63,6 +63,7 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "LINE_TOO_LONG",
     "TELNET_COMMANDS",
+    "TELNET_REF_CACHE",
     "Command",
     "DieDieDieCommand",
     "DropCachesCommand",
@@ -397,6 +398,10 @@ _DOUBLE_MAX: Final = 1.7976931348623157e308
 
 
 _Series = TypeVar("_Series")
+
+#: The name under which the ingest service keeps the keys :func:`take_known_puts` looks
+#: series up by (the daemon's telnet and ``tsdb import`` share the form).
+TELNET_REF_CACHE: Final = "telnet"
 
 
 def take_known_puts(

@@ -1,16 +1,16 @@
 """TelnetProtocol: OpenTSDB's line protocol on an asyncio transport. Thin: parsing and reply
-texts live in :mod:`tsd.protocol.telnet`, the write path in :mod:`tsd.write.writer`.
+texts live in :mod:`tsd.protocol.telnet`, the write path behind :mod:`tsd.write.ingest`.
 
-Lines are handled as they arrive, in order, a read at a time, without suspending while
-every ``put`` is for a known series: a run of those is typed by
-:func:`~tsd.protocol.telnet.take_known_puts` and buffered by one
-:meth:`Writer.add_points` call (no DataPoint, no parse per line; the writer's alias map,
-keyed by the raw metric and tag words of lines the full parser accepted, gives each
-line's series). A put for a new series (UIDs to look up or assign), or a writer whose
-buffer is full, needs to await; reading is then paused and a task carries on with the
-buffered lines until none is left, then resumes reading. So one connection never holds
-more than what the kernel and one read gave us, and back-pressure from storage reaches
-the client's socket.
+Each connection is a loop of frame -> parse -> ingest -> reply over one
+:class:`~tsd.write.ingest.IngestSession`. Lines are handled as they arrive, in order, a
+read at a time, without suspending while every ``put`` is for a known series: a run of
+those is typed by :func:`~tsd.protocol.telnet.take_known_puts` (keyed by the raw metric
+and tag words of lines the full parser accepted, in the service's ``telnet`` ref cache)
+and appended by ref in one call. A put for a new series (UIDs to look up or assign), a
+command after such puts, or a full writer needs to await; reading is then paused and a
+task carries on with the buffered lines until none is left, then resumes reading. So one
+connection never holds more than what the kernel and one read gave us, and back-pressure
+from storage reaches the client's socket.
 
 Replies are flow-controlled (:class:`~tsd.server.flow.FlowControl`): when the client does
 not read them and the transport's buffer passes its high-water mark, reading stops, and
@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from tsd.codec import SeriesKey
-from tsd.errors import BadRequestError, NoSuchUniqueName, PutLineError, TsdError
+from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import (
+    TELNET_REF_CACHE,
     Command,
     DieDieDieCommand,
     DropCachesCommand,
@@ -59,7 +59,7 @@ from tsd.server.listener import TrackedProtocol
 from tsd.server.peer import is_loopback
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
-from tsd.write.writer import Ack, Writer
+from tsd.write.ingest import IngestService, IngestSession, RefPoint, RefusalKind, Refused
 
 log = get_logger(TELNET)
 
@@ -75,7 +75,7 @@ DIEDIEDIE_REFUSED = "diediedie: refused: only allowed from the loopback interfac
 class TelnetContext:
     """What every telnet connection of one daemon shares."""
 
-    writer: Writer
+    ingest: IngestService
     uids: UidService
     registry: StatsRegistry
     #: the extra tags of every ``stats`` line (``host=<name>``)
@@ -92,25 +92,17 @@ class TelnetContext:
     idle_timeout_s: float = 0.0
 
 
-#: Puts of new series resolved together: their names go to the UID layer in one batch.
-SLOW_PUT_BATCH = 4096
-#: Batches of new series one connection resolves at once.
-SLOW_BATCH_WINDOW = 4
+#: Batches of UID lookups one connection runs at once (a burst of new series: the misses
+#: of one socket read form one batch).
+SLOW_PUT_WINDOW = 4
 
 
 @dataclass(frozen=True, slots=True)
 class _SlowPut:
-    """A put whose series is not cached yet, and the raw words its line can be remembered by."""
+    """A put whose series is not resolved yet, and the raw words its line is known by."""
 
     point: DataPoint
-    alias: tuple[bytes, bytes] | None
-
-
-class _Resolve:
-    """Puts of new series were collected: resolve them (see _run_blocked)."""
-
-
-RESOLVE = _Resolve()
+    alias: tuple[bytes, bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +121,8 @@ class TelnetStats:
         self.illegal_arguments = registry.counter("rpc.errors", type="illegal_arguments")
         self.unknown_metrics = registry.counter("rpc.errors", type="unknown_metrics")
         self.exceptions = registry.counter("rpc.exceptions")
-        # tsd's own: points buffered and points or lines refused, next to /api/put's.
+        # tsd's own, next to /api/put's: the ingest session counts the points it takes
+        # and refuses into this pair, the protocol adds the lines it refuses.
         self.points = registry.counter("ingest.points", protocol="telnet")
         self.errors = registry.counter("ingest.errors", protocol="telnet")
 
@@ -146,7 +139,14 @@ class TelnetProtocol(TrackedProtocol):
     def __init__(self, context: TelnetContext, stats: TelnetStats) -> None:
         self._context = context
         self._stats = stats
-        self._writer = context.writer
+        self._refs = context.ingest.ref_cache(TELNET_REF_CACHE)
+        self._session: IngestSession[None] = context.ingest.session(
+            cache=self._refs,
+            window=SLOW_PUT_WINDOW,
+            on_refused=self._refused,
+            on_batch_failed=self._batch_failed if context.return_errors else None,
+            protocol="telnet",
+        )
         self._lines = LineBuffer(context.max_line_bytes)
         self._batch: list[bytes | None] = []  # lines of the last read, handled up to _next
         self._next = 0
@@ -155,10 +155,7 @@ class TelnetProtocol(TrackedProtocol):
         self._peer = ""
         self._loopback = False
         self._task: asyncio.Task[None] | None = None
-        self._last_ack: Ack | None = None
         self._put_enabled = "put" in context.commands
-        self._slow: list[_SlowPut] = []  # puts of new series, collected for one batch
-        self._pending: set[asyncio.Task[None]] = set()  # batches waiting for their UIDs
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
@@ -248,21 +245,18 @@ class TelnetProtocol(TrackedProtocol):
         elif (self._eof or self._exiting) and self._transport is not None:
             self._transport.close()
 
-    def _run_lines(self) -> _Resolve | _Barrier | bool | None:
-        """Handle lines until none is complete (None, or RESOLVE when puts of new series
-        were collected in :attr:`_slow`), a full batch of those was collected (RESOLVE), a
-        command must wait for them (a :class:`_Barrier`), or the writer is full or the
-        client is not reading its replies (True).
+    def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
+        """Handle lines until none is complete (None), a put needs a UID lookup (a
+        :class:`_SlowPut`), a command must wait for those (a :class:`_Barrier`), or the
+        writer is full or the client is not reading its replies (True).
 
         Lines come from the buffer a whole read at a time. Runs of puts of known series go
-        to the writer in bulk (:func:`take_known_puts`, :meth:`Writer.add_points`), at most
-        as many as it has room for; any other line takes the full parser on its own.
+        to the session by ref (:func:`take_known_puts`), at most as many as the writer has
+        room for; any other line takes the full parser on its own.
         """
-        writer = self._writer
-        context = self._context
+        session, context, refs = self._session, self._context, self._refs
         received = self._stats.received
         fast = self._put_enabled
-        aliases = writer.aliases
         flow = self._flow
         while not self._exiting:
             if flow is not None and flow.writing_paused:
@@ -272,16 +266,16 @@ class TelnetProtocol(TrackedProtocol):
                 lines = self._batch = self._lines.take_lines()
                 index = self._next = 0
                 if not lines:
-                    return RESOLVE if self._slow else None
+                    return None
             if fast:
-                if writer.is_full():
+                if session.is_full():
                     return True
-                points: list[tuple[SeriesKey, int, int | float]] = []
-                index = take_known_puts(lines, index, aliases, points, writer.room())
+                points: list[RefPoint] = []
+                index = take_known_puts(lines, index, refs, points, session.room())
                 if points:
                     self._next = index
                     received.value += len(points)
-                    self._add_points(points)
+                    session.append_by_ref(points)
                     continue
             line = lines[index]
             self._next = index + 1
@@ -298,75 +292,35 @@ class TelnetProtocol(TrackedProtocol):
                 self._write(format_error(exc))
                 continue
             if type(command) is PutCommand:
-                point = command.point
                 words = line.split(b" ", 4)
                 alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
-                series = writer.cached_series(point.metric, point.tags)
-                if series is None:
-                    self._slow.append(_SlowPut(point, alias))
-                    if len(self._slow) >= SLOW_PUT_BATCH:
-                        return RESOLVE
-                    continue
-                writer.remember_alias(alias, series)
-                self._add(series, point.timestamp, point.value)
-            elif self._pending or self._slow:
+                if not session.try_append(command.point, None, (alias,)):
+                    return _SlowPut(command.point, alias)
+            elif session.has_pending():
                 # Commands answer after the puts before them (tcollector's version probe
                 # then means "everything sent so far is handled").
                 return _Barrier(command)
             else:
                 self._run_command(command)
-        return RESOLVE if self._slow else None
+        return None
 
-    def _add_points(self, points: list[tuple[SeriesKey, int, int | float]]) -> None:
-        try:
-            ack = self._writer.add_points(points)
-        except TsdError as exc:  # shutting down: one reply per refused point, as for one
-            self._stats.errors.inc(len(points))
-            self._write(((HBASE_ERROR + exc.message + "\n") * len(points)).encode())
-            return
-        self._stats.points.inc(len(points))
-        if ack is not self._last_ack:
-            self._watch(ack)
-
-    def _add(self, series: SeriesKey, timestamp: int, value: int | float) -> None:
-        """Buffer one point (the next line checks whether the writer is full)."""
-        try:
-            ack = self._writer.add_to(series, timestamp, value)
-        except TsdError as exc:  # shutting down
-            self._stats.errors.inc()
-            self._write_line(HBASE_ERROR + exc.message)
-            return
-        self._stats.points.inc()
-        if ack is not self._last_ack:
-            self._watch(ack)
-
-    async def _run_blocked(self, first: _Resolve | _Barrier | bool) -> None:
-        """Handle lines that need awaiting. Puts of new series are resolved a batch at a
-        time (their names in one UID batch per kind), up to ``SLOW_BATCH_WINDOW`` batches
-        at once, so that a burst of new series costs a few storage round trips."""
-        blocked: _Resolve | _Barrier | bool | None = first
-        pending = self._pending
-        loop = asyncio.get_running_loop()
+    async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
+        """Handle lines that need awaiting (UID lookups run in the session's window)."""
+        blocked: _SlowPut | _Barrier | bool | None = first
+        session = self._session
         try:
             while blocked is not None:
-                if self._slow:
-                    slow, self._slow = self._slow, []
-                    task = loop.create_task(self._put_slow(slow))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                    if len(pending) >= SLOW_BATCH_WINDOW:
-                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if isinstance(blocked, _Barrier):
-                    if pending:
-                        await asyncio.wait(pending)
+                if isinstance(blocked, _SlowPut):
+                    await session.append(blocked.point, None, (blocked.alias,))
+                elif isinstance(blocked, _Barrier):
+                    await session.settle()
                     self._run_command(blocked.command)
-                elif blocked is True and self._writer.is_full():
-                    await self._writer.wait_writable()
+                elif session.is_full():
+                    await session.wait_room()
                 elif self._flow is not None and self._flow.writing_paused:
                     await self._flow.drain()
                 blocked = self._run_lines()
-            if pending:
-                await asyncio.wait(pending)
+            await session.settle()
         except Exception:
             self._stats.exceptions.inc()
             log.exception("telnet.crashed", peer=self._peer)
@@ -381,46 +335,16 @@ class TelnetProtocol(TrackedProtocol):
         elif self._flow is not None:
             self._flow.release()
 
-    async def _put_slow(self, slow: list[_SlowPut]) -> None:
-        """Resolve the series of ``slow`` puts in one batch, then buffer them in order."""
-        writer = self._writer
-        try:
-            found = await writer.series_of_many([(s.point.metric, s.point.tags) for s in slow])
-        except TsdError as exc:
-            self._stats.errors.inc(len(slow))
-            if self._context.return_errors:
-                self._write(((HBASE_ERROR + exc.message + "\n") * len(slow)).encode())
-            return
-        for put, series in zip(slow, found, strict=True):
-            if isinstance(series, NoSuchUniqueName):
-                self._stats.unknown_metrics.inc()
-                self._stats.errors.inc()
-                self._write_line(UNKNOWN_METRIC + series.message)
-                continue
-            point = put.point
-            try:
-                ack = writer.add_to(series, point.timestamp, point.value)
-            except TsdError as exc:  # shutting down
-                self._stats.errors.inc()
-                if self._context.return_errors:
-                    self._write_line(HBASE_ERROR + exc.message)
-                continue
-            self._stats.points.inc()
-            if put.alias is not None:
-                writer.remember_alias(put.alias, series)
-            self._watch(ack)
+    def _refused(self, tag: None, point: DataPoint | None, refused: Refused) -> None:
+        """OpenTSDB's reply to a put it could not take (PutDataPointRpc's errbacks)."""
+        if refused.kind is RefusalKind.UNKNOWN_METRIC:
+            self._stats.unknown_metrics.inc()
+            self._write_line(UNKNOWN_METRIC + refused.message)
+        elif self._context.return_errors:  # tsd.rpc.telnet.return_errors
+            self._write_line(HBASE_ERROR + refused.message)
 
-    def _watch(self, ack: Ack) -> None:
-        """Report a failed storage write once per batch, as OpenTSDB's PutErrback does."""
-        if ack is not self._last_ack:
-            self._last_ack = ack
-            if self._context.return_errors:
-                ack.add_done_callback(self._report_storage_error)
-
-    def _report_storage_error(self, ack: Ack) -> None:
-        if not ack.cancelled() and (exc := ack.exception()) is not None:
-            message = exc.message if isinstance(exc, TsdError) else str(exc)
-            self._write_line(HBASE_ERROR + message)
+    def _batch_failed(self, error: TsdError) -> None:
+        self._write_line(HBASE_ERROR + error.message)
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
         self._stats.errors.inc()
@@ -442,7 +366,7 @@ class TelnetProtocol(TrackedProtocol):
             self._write(format_help(context.commands))
         elif isinstance(command, DropCachesCommand):
             context.uids.drop_caches()
-            self._writer.drop_caches()
+            context.ingest.drop_caches()
             self._write(format_drop_caches())
         elif isinstance(command, ExitCommand):
             self._exiting = True

@@ -20,7 +20,9 @@ def open_storage(settings: StorageSettings) -> Storage:
     if isinstance(settings, EmbeddedSettings):
         from tsd.storage.embedded import EmbeddedStorage
 
-        return EmbeddedStorage(settings.data_dir, read_only=settings.read_only)
+        return EmbeddedStorage(
+            settings.data_dir, read_only=settings.read_only, exclusive=settings.exclusive
+        )
     assert isinstance(settings, HBaseSettings)
     module = importlib.import_module("tsd.storage.hbase")
     storage: Storage = module.HBaseStorage(settings)

@@ -14,10 +14,12 @@ __all__ = ["EmbeddedSettings", "HBaseSettings", "StorageSettings"]
 
 @dataclass(frozen=True, slots=True)
 class EmbeddedSettings:
-    """The embedded engine: its directory, and whether this process only reads."""
+    """The embedded engine: its directory, whether this process only reads, and whether it
+    claims the store as its one daemon (``exclusive``) or shares it with one (a tool)."""
 
     data_dir: Path
     read_only: bool = False
+    exclusive: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,14 @@
 """What the store-using tools share: their options, the config, storage and UIDs, the loop.
 
-A tool runs against a *stopped* embedded store (the daemon holds an exclusive lock on
-it; opening it for writing while a daemon runs fails with StorageUnavailable) or the
-configured HBase, which is shared with running daemons as OpenTSDB's tools share it.
-Tools that only read can open the embedded store read-only, which works beside a
-running daemon.
+A tool runs against the embedded store, stopped or held by a running daemon, or the
+configured HBase, shared with running daemons as OpenTSDB's tools share it. Beside a
+daemon, the tool opens the embedded store as a second writer (not exclusive: the daemon
+keeps its lock, which only stops a second daemon); LMDB serialises the two processes'
+write transactions, so UID assignment (increment + check-and-put) stays atomic across
+them. As with several OpenTSDB TSDs on one HBase, a running daemon keeps the names it has
+cached: after ``uid rename`` or ``uid delete``, its answers change once its caches are
+dropped (``/api/dropcaches``) or it restarts. Tools that only read open the store
+read-only.
 
 Like the daemon, a tool creates the tables that are missing when
 ``tsd.storage.create_tables`` is on, so ``tsdb mkmetric`` works on a fresh data
@@ -78,7 +82,7 @@ class ToolStore:
 async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[ToolStore]:
     """Storage (tables created when missing, unless read-only) and a UidService over it;
     storage is closed on the way out."""
-    storage = open_storage(storage_settings(cfg.storage, read_only=read_only))
+    storage = open_storage(storage_settings(cfg.storage, read_only=read_only, exclusive=False))
     try:
         if cfg.storage.create_tables and not read_only:
             await ensure_tables(storage, cfg.storage)

@@ -59,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 async def _run(cfg: Config) -> None:
-    storage = open_storage(storage_settings(cfg.storage))
+    storage = open_storage(storage_settings(cfg.storage, exclusive=False))
     try:
         for table, created in (await create_tables(storage, cfg.storage)).items():
             print(f"{'created' if created else 'exists '} {table}")

@@ -4,10 +4,9 @@ The format (OpenTSDB ``src/tools/TextImporter.java``): one data point per line,
 ``metric timestamp value tagk=tagv ...``, which is a telnet ``put`` line without ``put``.
 Each line is taken as the daemon's telnet takes a ``put`` line (the telnet put parser,
 :func:`tsd.protocol.telnet.parse_put`, and for lines of series already seen its hot path,
-:func:`~tsd.protocol.telnet.take_known_puts`) and handed to the daemon's
-:class:`~tsd.write.writer.Writer` (with meta tracking wired as the daemon wires it), so a
-point is typed, checked, encoded, batched and compacted exactly as if a collector had sent
-it. Where
+:func:`~tsd.protocol.telnet.take_known_puts`) and handed to the daemon's ingest service
+(:mod:`tsd.write.ingest`, with meta tracking wired as the daemon wires it), so a point is
+typed, checked, encoded, batched and compacted exactly as if a collector had sent it. Where
 OpenTSDB's importer has its own parsing, tsd follows its telnet parser instead: a
 timestamp may contain dots (``1356998400.500`` is in milliseconds) and a decimal value
 becomes a float32 only when that keeps it exact (the importer always stores float32).
@@ -44,15 +43,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO, cast
 
-from tsd.codec import SeriesKey
 from tsd.config import Config
-from tsd.errors import NoSuchUniqueName, PutLineError
+from tsd.errors import PutLineError
+from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import parse_put, take_known_puts
+from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, take_known_puts
 from tsd.stats import StatsRegistry
 from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
+from tsd.write.ingest import IngestService, IngestSession, RefPoint
 from tsd.write.pipeline import WritePath
-from tsd.write.writer import Writer
 
 #: bytes read per block (a block is split into lines at once)
 BLOCK_BYTES = 1 << 20
@@ -204,65 +203,58 @@ class _BadLine(Exception):
 PUT = b"put "
 
 
-async def _add_parsed(writer: Writer, line: bytes, rules: NameRules) -> None:
-    """The full path for one put line, as the daemon's telnet takes it: the telnet put
-    parser (on the line decoded as UTF-8, as OpenTSDB's importer reads files), the series
-    (UIDs resolved, maybe assigned), the point buffered and the line's metric and tag words
-    remembered for the hot path."""
+def _parse_line(line: bytes, rules: NameRules) -> DataPoint:
+    """The telnet put parser on the line decoded as UTF-8, as OpenTSDB's importer reads
+    files."""
     try:
-        point = parse_put(line.decode("utf-8", "replace").split(" "), rules)
-        series = writer.cached_series(point.metric, point.tags)
-        if series is None:
-            series = await writer.series_of(point.metric, point.tags)
+        return parse_put(line.decode("utf-8", "replace").split(" "), rules)
     except PutLineError as exc:
         raise _BadLine(exc.without_command) from None
-    except NoSuchUniqueName as exc:
-        raise _BadLine(exc.message) from None
-    writer.add_to(series, point.timestamp, point.value)
-    words = line.split(b" ", 4)  # parse_put accepted it: 5 words at least
-    writer.remember_alias((words[1], words[4]), series)
 
 
 async def import_source(
     source: LineSource,
-    writer: Writer,
+    ingest: IngestService,
     rules: NameRules,
     *,
     skip_errors: bool,
     progress: Progress,
     err: TextIO,
 ) -> Outcome:
-    """Parse every line of ``source`` into ``writer``; stops at the first bad line unless
+    """Parse every line of ``source`` into ``ingest``; stops at the first bad line unless
     ``skip_errors``. Returns when the points are buffered (not necessarily stored).
 
-    Each line becomes a telnet put line and is handled as the daemon's telnet handles it:
-    runs of lines whose metric and tag words an earlier good line left in the writer's
-    aliases are typed in bulk (:func:`tsd.protocol.telnet.take_known_puts`, which leaves
-    every unusual or bad line to the full parser) and buffered at once
-    (:meth:`Writer.add_points`, never more than :meth:`Writer.room`); any other line goes
-    through the full parser on its own.
+    Each line becomes a telnet put line and takes the daemon's telnet path: runs of lines
+    of series seen before are typed in bulk (:func:`tsd.protocol.telnet.take_known_puts`,
+    which leaves every unusual or bad line to the full parser) and appended by ref, never
+    more than the writer has room for; any other line is parsed on its own and appended
+    once its series is resolved.
     """
     outcome = Outcome()
     started = time.monotonic()
     first_lineno = 1  # of the block's first line
     points = 0
-    aliases = writer.aliases
+    refs = ingest.ref_cache(TELNET_REF_CACHE)
+    session: IngestSession[None] = ingest.session(cache=refs)
     try:
         for lines in source.blocks(PUT):
             index, end = 0, len(lines)
             while index < end:
-                if writer.is_full():
-                    await writer.wait_writable()
-                known: list[tuple[SeriesKey, int, int | float]] = []
-                index = take_known_puts(lines, index, aliases, known, writer.room())
+                await session.wait_room()
+                known: list[RefPoint] = []
+                index = take_known_puts(lines, index, refs, known, session.room())
                 if known:
-                    writer.add_points(known)
+                    session.append_by_ref(known)
                     points += len(known)
                     continue
                 line = lines[index]
                 index += 1
                 try:
-                    await _add_parsed(writer, line, rules)
+                    point = _parse_line(line, rules)
+                    words = line.split(b" ", 4)  # parse_put accepted it: 5 words at least
+                    refused = await session.append_now(point, None, ((words[1], words[4]),))
+                    if refused is not None:
+                        raise _BadLine(refused.message)
                 except _BadLine as bad:
                     progress.clear()  # the report goes on a line of its own
                     text = line[len(PUT) :].decode("utf-8", "replace")
@@ -294,13 +286,15 @@ async def import_files(
     total = Outcome()
     async with open_store(cfg) as store:
         # Wired as the daemon wires it: meta tracking (tsd.core.meta.*) sees each new series.
-        write_path = WritePath.build(store.storage, store.uids, cfg, registry)
-        write_path.start()
+        write_path = WritePath.build(store.storage, store.uids, cfg, registry, logged=False)
+        await write_path.start()
         writer = write_path.writer
         started = time.monotonic()
         try:
             for path in paths:
-                outcome = await _import_path(path, writer, rules, skip_errors, progress, out, err)
+                outcome = await _import_path(
+                    path, write_path.ingest, rules, skip_errors, progress, out, err
+                )
                 total.points += outcome.points
                 total.bad_lines += outcome.bad_lines
                 if outcome.stopped:
@@ -336,7 +330,7 @@ def _count(registry: StatsRegistry, name: str, kind: str) -> int:
 
 async def _import_path(
     path: str,
-    writer: Writer,
+    ingest: IngestService,
     rules: NameRules,
     skip_errors: bool,
     progress: Progress,
@@ -351,7 +345,7 @@ async def _import_path(
         return Outcome(stopped=True)
     try:
         outcome = await import_source(
-            source, writer, rules, skip_errors=skip_errors, progress=progress, err=err
+            source, ingest, rules, skip_errors=skip_errors, progress=progress, err=err
         )
     finally:
         source.close()

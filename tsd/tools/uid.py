@@ -49,6 +49,7 @@ from tsd.java_text import format_java_bytes
 from tsd.meta.purge import purge_meta
 from tsd.protocol.names import validate_string
 from tsd.storage.base import ScanSpec
+from tsd.tools import status
 from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
 from tsd.tools.meta_sync import meta_sync
 from tsd.uid.uniqueid import (
@@ -76,8 +77,9 @@ Sub commands:
 
 Example values for [kind]: metrics, tagk (tag name), tagv (tag value)."""
 
-#: exit statuses (UidManager's)
-OK, NOT_FOUND, USAGE_ERROR, STORAGE_ERROR, DELETE_ERROR = 0, 1, 2, 3, 4
+#: exit statuses (UidManager's, which tsd.tools.status keeps for every command)
+OK, NOT_FOUND, USAGE_ERROR = status.OK, status.FAILED, status.USAGE
+STORAGE_ERROR, DELETE_ERROR = status.UNAVAILABLE, status.PARTIAL_DELETE
 #: sub-commands of OpenTSDB's tool that tsd does not implement
 NOT_IMPLEMENTED = ("fsck", "treesync", "treepurge")
 #: what Tags.validateString calls each kind in its messages

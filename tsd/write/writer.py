@@ -1,20 +1,15 @@
-"""The write path: data point -> UIDs -> row key -> cell -> batch -> storage.
+"""The storage side of the write path: points of resolved series -> cells -> batch -> storage.
 
-* UIDs. A series (metric + tags) is resolved once; its row-key template
-  (:class:`tsd.codec.SeriesKey`) is cached, so a known series costs a dict lookup and the
-  qualifier/value encoding. Misses await :meth:`UidService.resolve_many_for_write`, a
-  whole burst of new series at once (:meth:`series_of_many`), which assigns new UIDs in
-  batches when auto-create allows it.
-* The hot path. Protocols remember a template under their own key for a series
-  (:meth:`remember_alias`: raw telnet words, /api/put keys) and look runs of points up
-  in :attr:`aliases` themselves; :meth:`add_points` then buffers a whole run (a socket
-  read, a request body) in one call, encoded by
-  :func:`tsd.codec.qualifier.encode_points_into`, at most :meth:`room` points at a time.
+* Input. Series are resolved (UIDs, row-key template) by the ingest service
+  (:mod:`tsd.write.ingest`), the only caller: :meth:`add_points` buffers a whole run of
+  ``(series, timestamp, value)`` (a socket read, a request body) in one call, encoded by
+  :func:`tsd.codec.qualifier.encode_points_into`, at most :meth:`room` points at a time;
+  :meth:`add_to` buffers one.
 * Batching. Cells go into the current :class:`~tsd.write.batch.Batch`; a background task
   flushes it when it is full or due (``tsd.storage.flush_interval``), at most
   ``max_in_flight`` writes at a time, each a sorted list of puts (or, with
   ``tsd.storage.enable_appends``, one append per row).
-* Acknowledgements. :meth:`Writer.add` returns the future of the batch the point went
+* Acknowledgements. :meth:`add_points` returns the future of the batch the point went
   into; it resolves once storage holds that batch (``/api/put?sync``). Nobody has to await
   it: without ``sync`` a point is acknowledged when buffered, as OpenTSDB acknowledges once
   its HBase client queued the RPC.
@@ -39,31 +34,25 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
-from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point, make_series_key
+from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.codec.const import FAMILY as DATA_FAMILY
 from tsd.config import StorageConfig
-from tsd.errors import (
-    NoSuchUniqueName,
-    StorageError,
-    StorageRefused,
-    StorageUnavailable,
-    TsdError,
-)
+from tsd.errors import StorageError, StorageRefused, StorageUnavailable
 from tsd.log import WRITER, get_logger
-from tsd.model import DataPoint, Tags
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
-from tsd.uid.service import UidService
+from tsd.wal import WriteAheadLog, encode_cells
+from tsd.wal.record import Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.schedule import CompactionSchedule
 
 log = get_logger(WRITER)
+
 
 #: The acknowledgement of a batch: resolves when storage holds it.
 Ack = asyncio.Future[None]
@@ -78,8 +67,6 @@ class WriterLimits:
     max_pending_cells: int = 4 * DEFAULT_MAX_CELLS
     #: concurrent storage writes
     max_in_flight: int = 2
-    #: series row-key templates kept; the cache is cleared when it grows past this
-    max_series: int = 1_000_000
     #: pauses between attempts of a failed batch write
     retry_delays_s: tuple[float, ...] = (0.1, 0.5, 2.0)
     #: seconds a shutdown spends compacting rows that are due
@@ -92,7 +79,6 @@ class Writer:
     def __init__(
         self,
         storage: Storage,
-        uids: UidService,
         cfg: StorageConfig,
         registry: StatsRegistry,
         *,
@@ -100,23 +86,24 @@ class Writer:
         schedule: CompactionSchedule | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]]], None] | None = None,
+        wal: WriteAheadLog | None = None,
     ) -> None:
-        """``on_new_series(metric_uid, tag_uid_pairs)`` is called (synchronously) when a
-        series gets its row-key template, i.e. once per series until the template cache is
-        cleared: meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
+        """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
+        both are done; batches are then cut
+        at least every ``tsd.storage.wal.sync_interval``, so that a point acknowledged
+        without ``sync`` is on disk within that interval."""
         self._storage = storage
-        self._uids = uids
+        self._wal = wal
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
         self._limits = limits or WriterLimits()
-        self._policy = BatchPolicy(self._limits.max_batch_cells, cfg.flush_interval_ms / 1000)
+        interval_ms = cfg.flush_interval_ms
+        if wal is not None:
+            interval_ms = min(interval_ms, cfg.wal_sync_interval_ms)
+        self._policy = BatchPolicy(self._limits.max_batch_cells, interval_ms / 1000)
         self._clock = clock
         self._wall_clock = wall_clock
-        self._on_new_series = on_new_series
-        self._series: dict[tuple[str, Tags], SeriesKey] = {}
-        self._aliases: dict[Hashable, SeriesKey] = {}
         self._max_batch_cells = self._policy.max_cells
         self._max_pending_cells = self._limits.max_pending_cells
         self._batch = Batch(self._policy)
@@ -151,10 +138,6 @@ class Writer:
         registry.gauge("writer.pending_cells", self.pending_cells)
         registry.gauge("compaction.queue.size", lambda: len(self._schedule))
 
-    @property
-    def uids(self) -> UidService:
-        return self._uids
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -174,6 +157,8 @@ class Writer:
             self.start()
         assert self._flusher is not None
         await self._flusher
+        if self._wal is not None:
+            await self._wal.close()
         if self._compaction_task is not None:
             self._compaction_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -185,86 +170,6 @@ class Writer:
         self._closed = True
 
     # -- adding points ------------------------------------------------------------------------
-
-    def try_add(self, point: DataPoint) -> Ack | None:
-        """Buffer ``point`` if its series is known, without suspending; None on a miss."""
-        series = self._series.get((point.metric, point.tags))
-        if series is None:
-            return None
-        return self.add_to(series, point.timestamp, point.value)
-
-    async def add(self, point: DataPoint) -> Ack:
-        """Buffer ``point``, resolving (and maybe assigning) its UIDs first.
-
-        Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError from
-        the UID lookup, StorageUnavailable once closing. The returned future resolves when
-        storage holds the point; it may fail with StorageError.
-        """
-        series = await self.series_of(point.metric, point.tags)
-        return self.add_to(series, point.timestamp, point.value)
-
-    async def series_of(self, metric: str, tags: Tags) -> SeriesKey:
-        """The row-key template of a series, resolving (maybe assigning) its UIDs once."""
-        series = self._series.get((metric, tags))
-        if series is not None:
-            return series
-        (found,) = await self.series_of_many([(metric, tags)])
-        if isinstance(found, TsdError):
-            raise found
-        return found
-
-    async def series_of_many(
-        self, keys: Sequence[tuple[str, Tags]]
-    ) -> list[SeriesKey | NoSuchUniqueName]:
-        """The templates of many series, in order: those not cached are resolved in one
-        :meth:`UidService.resolve_many_for_write` (a few storage round trips for the whole
-        burst of new series). A series a name of which auto-create refused gets its
-        NoSuchUniqueName; storage errors raise for all."""
-        cache = self._series
-        found: list[SeriesKey | NoSuchUniqueName | None] = [cache.get(key) for key in keys]
-        missing = list(
-            dict.fromkeys(key for key, got in zip(keys, found, strict=True) if got is None)
-        )
-        if missing:
-            resolved = await self._uids.resolve_many_for_write(missing)
-            made: dict[tuple[str, Tags], SeriesKey | NoSuchUniqueName] = {}
-            for key, result in zip(missing, resolved, strict=True):
-                if isinstance(result, NoSuchUniqueName):
-                    made[key] = result
-                    continue
-                metric_uid, pairs = result
-                series = make_series_key(self._layout, metric_uid, pairs)
-                if self._on_new_series is not None:
-                    self._on_new_series(metric_uid, pairs)
-                if len(cache) >= self._limits.max_series:
-                    cache.clear()
-                made[key] = cache[key] = series
-            found = [
-                made[key] if got is None else got for key, got in zip(keys, found, strict=True)
-            ]
-        return cast(list[SeriesKey | NoSuchUniqueName], found)
-
-    def cached_series(self, metric: str, tags: Tags) -> SeriesKey | None:
-        """The template of a series already resolved, without suspending; None on a miss."""
-        return self._series.get((metric, tags))
-
-    def series_for_alias(self, alias: Hashable) -> SeriesKey | None:
-        """A template remembered under a protocol's own key (raw telnet words), or None."""
-        return self._aliases.get(alias)
-
-    def remember_alias(self, alias: Hashable, series: SeriesKey) -> None:
-        """Remember ``series`` under ``alias``: the caller guarantees that the alias always
-        stands for that series (same bytes, same parse). Cleared with the series cache."""
-        aliases = self._aliases
-        if len(aliases) >= self._limits.max_series:
-            aliases.clear()
-        aliases[alias] = series
-
-    @property
-    def aliases(self) -> Mapping[Hashable, SeriesKey]:
-        """The templates remembered under protocols' own keys (see :meth:`remember_alias`),
-        for hot loops that look many points up at once."""
-        return self._aliases
 
     def add_points(self, points: Sequence[tuple[SeriesKey, int, int | float]]) -> Ack:
         """Buffer points of known series, in order: the bulk form of :meth:`add_to` (one
@@ -351,11 +256,6 @@ class Writer:
         if waiting:
             await asyncio.wait(waiting)
 
-    def drop_caches(self) -> None:
-        """Forget the series templates (with the UID caches: ``dropcaches``)."""
-        self._series.clear()
-        self._aliases.clear()
-
     # -- the flush task -----------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
@@ -390,14 +290,19 @@ class Writer:
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
         started = time.perf_counter()
+        # The log's write and fsync run beside the store's write: storage is not held up
+        # by the fsync, and the ack waits for both (a crash between them loses nothing:
+        # whichever finished holds the cells).
+        logged = asyncio.ensure_future(self._log(batch))
         try:
-            error = await self._write_with_retries(batch)
+            error = await self._write_with_retries(list(batch.sorted_rows()), batch.cells)
         finally:
             self._batch_latency.observe(time.perf_counter() - started)
             self._in_flight_cells -= batch.cells
             slots.release()
             if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
                 self._writable.set()
+        seq = await logged
         if error is not None:
             self._dropped.inc(batch.cells)
             if isinstance(error, StorageRefused):
@@ -405,54 +310,110 @@ class Writer:
             if not ack.done():
                 ack.set_exception(error)
             return
+        if seq is not None and self._wal is not None:
+            self._wal.mark_stored(seq)
         self._refusal = None
         self._stored.inc(batch.cells)
         if not ack.done():
             ack.set_result(None)
         if self._compacting:
-            self._note_rows(batch)
+            self._note_rows(batch.rows)
 
-    async def _write_with_retries(self, batch: Batch) -> StorageError | None:
-        """None once storage holds the batch, else the last error."""
+    async def _log(self, batch: Batch) -> int | None:
+        """Log the batch (written and fsynced); its record's number, None without a log
+        or when the log failed (the batch is still stored: the log is a second copy)."""
+        if self._wal is None:
+            return None
+        try:
+            return await self._wal.append(encode_cells(batch.rows.items()), batch.cells)
+        except StorageError as exc:
+            log.error("writer.wal_failed", cells=batch.cells, error=exc.message)
+            return None
+
+    async def _write_with_retries(self, rows: list[Row], cells: int) -> StorageError | None:
+        """None once storage holds the rows, else the last error."""
         delays = self._limits.retry_delays_s
         for attempt in range(len(delays) + 1):
             try:
-                if self._appends:
-                    await self._write_appends(batch)
-                else:
-                    await self._write_puts(batch)
+                await self._write_rows(rows)
                 return None
             except StorageError as exc:
                 self._storage_errors.inc()
                 if attempt < len(delays) and not isinstance(exc, StorageUnavailable):
-                    log.warning("writer.flush_retry", cells=batch.cells, error=str(exc))
+                    log.warning("writer.flush_retry", cells=cells, error=str(exc))
                     await asyncio.sleep(delays[attempt])
                     continue
-                log.error("writer.flush_failed", cells=batch.cells, error=str(exc))
+                log.error("writer.flush_failed", cells=cells, error=str(exc))
                 return exc
             except Exception as exc:  # a bug: fail the ack rather than hang sync callers
-                log.exception("writer.flush_crashed", cells=batch.cells)
+                log.exception("writer.flush_crashed", cells=cells)
                 return StorageError(f"Unexpected exception: {exc}")
         raise AssertionError("unreachable")
 
-    async def _write_puts(self, batch: Batch) -> None:
-        await self._storage.put(self._table, _make_puts(batch))
+    async def _write_rows(self, rows: list[Row]) -> None:
+        if self._appends:
+            await self._write_appends(rows)
+        else:
+            await self._write_puts(rows)
+
+    # -- replay -------------------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Store the cells the log holds from the last run (before taking new points);
+        the number of cells replayed. Raises StorageError when storage refuses them (the
+        log keeps them for the next try).
+
+        Records are decoded and turned into puts while storage writes the record before
+        (its engine works in a thread of its own), the collector held off as in
+        :func:`_make_puts`."""
+        wal = self._wal
+        if wal is None:
+            return 0
+        replayed = 0
+        for path in await asyncio.to_thread(wal.segments):
+            records = await asyncio.to_thread(wal.read_segment, path)
+            cells = 0
+            writing: asyncio.Future[None] | None = None
+            for columns in iter_records(records):
+                cells += sum(len(qualifiers) for _, qualifiers, _ in columns)
+                if self._compacting:
+                    self._note_rows(row for row, _, _ in columns)
+                if self._appends:
+                    await self._write_appends(
+                        [(row, list(zip(qs, vs, strict=True))) for row, qs, vs in columns]
+                    )
+                    continue
+                puts = _make_puts((row, zip(qs, vs, strict=True)) for row, qs, vs in columns)
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(self._storage.put(self._table, puts))
+                await asyncio.sleep(0)  # let it reach storage's thread before the next decode
+            if writing is not None:
+                await writing
+            log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
+            replayed += cells
+        await asyncio.to_thread(wal.drop_recovered)
+        self._stored.inc(replayed)
+        return replayed
+
+    async def _write_puts(self, rows: list[Row]) -> None:
+        await self._storage.put(self._table, _make_puts(rows))
         self._flushes.inc()
 
-    async def _write_appends(self, batch: Batch) -> None:
+    async def _write_appends(self, rows: list[Row]) -> None:
         # One append per row with its cells concatenated in qualifier order: the row's
         # append column then reads as if each point had been appended on its own.
         storage, table = self._storage, self._table
-        for row, cells in batch.sorted_rows():
+        for row, cells in rows:
             entry = b"".join(encode_append_entry(q, v) for q, v in cells)
             await storage.append(table, row, DATA_FAMILY, APPEND_COLUMN_QUALIFIER, entry)
             self._append_rpcs.inc()
 
-    def _note_rows(self, batch: Batch) -> None:
+    def _note_rows(self, rows: Iterable[bytes]) -> None:
         start, end = self._time_at, self._time_at + TIMESTAMP_BYTES
         now = self._wall_clock()
         note = self._schedule.note
-        for row in batch.rows:
+        for row in rows:
             note(row, int.from_bytes(row[start:end], "big"), now)
 
     # -- the compaction task ------------------------------------------------------------------
@@ -484,8 +445,8 @@ _set_qualifier = vars(Put)["qualifier"].__set__
 _set_value = vars(Put)["value"].__set__
 
 
-def _make_puts(batch: Batch) -> list[Put]:
-    """The batch's cells as Puts on the data family, sorted by row then qualifier.
+def _make_puts(rows: Iterable[tuple[bytes, Iterable[tuple[bytes, bytes]]]]) -> list[Put]:
+    """Sorted rows' cells as Puts on the data family (sorted by row then qualifier).
 
     The cyclic garbage collector is held off meanwhile: tens of thousands of new objects
     that live until storage has them would set off a collection every 700, each pushing
@@ -498,7 +459,7 @@ def _make_puts(batch: Batch) -> list[Put]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for row, cells in batch.sorted_rows():
+        for row, cells in rows:
             for qualifier, value in cells:
                 put = _new_put(Put)
                 _set_row(put, row)

@@ -16,7 +16,7 @@ from tsd.config import Config
 from tsd.protocol.names import NameRules
 from tsd.stats import StatsRegistry
 from tsd.uid.service import UidService
-from tsd.write.writer import Writer
+from tsd.write.ingest import IngestService
 
 __all__ = ["CORS_DOMAINS", "IS_API", "ROUTES", "SERVICES", "Services"]
 
@@ -26,7 +26,7 @@ class Services:
     """Everything handlers may call, built by the daemon."""
 
     config: Config
-    writer: Writer
+    ingest: IngestService
     uids: UidService
     registry: StatsRegistry
     stats_tags: tuple[tuple[str, str], ...]

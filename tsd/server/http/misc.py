@@ -63,7 +63,7 @@ async def handle_dropcaches(request: web.Request, path: ApiPath) -> web.StreamRe
         raise method_not_allowed(request.method)
     services = request.app[SERVICES]
     services.uids.drop_caches()
-    services.writer.drop_caches()
+    services.ingest.drop_caches()
     return json_response(orjson.dumps({"status": "200", "message": "Caches dropped"}))
 
 

@@ -1,9 +1,12 @@
 """The query page at ``/`` and its static files under ``/s/`` (OpenTSDB serves its GWT UI
 the same way: ``/`` and ``/s/<file>``, registered when the UI is enabled in ``rw``/``ro``).
 
-The page is plain HTML and JavaScript in ``tsd/server/static`` (no build step): pick a
-metric (from ``/api/suggest``), tags, aggregator, downsample and time range, and it draws the
-``/api/query`` answer as an SVG line chart; the page URL reproduces the query.
+The page is plain HTML and JavaScript in ``tsd/server/static`` (no build step, no library):
+several queries (metric from ``/api/suggest``, tags, aggregator, downsample, rate) on one SVG
+chart with 1-2-5 value ticks and calendar-aligned time ticks, values on hover, drag to zoom,
+relative ranges and auto-refresh, and a status table fed by ``/api/stats``; the page URL
+reproduces the view. It only reads, with same-origin GETs, so the origin guard and the
+browser's own basic-auth credentials apply to it as to any client.
 """
 
 from __future__ import annotations

@@ -1,62 +1,111 @@
-// tsd's query page: a form, /api/suggest for names, /api/query for data, an SVG line chart.
-// Plain browser JavaScript, no build step. The chart exposes what it drew: every series is a
-// <polyline> whose data-points attribute holds the [timestamp, value] pairs plotted.
+// tsd's query page: several queries on one SVG chart, /api/suggest for names, /api/query for
+// data, /api/stats for the daemon's status. Plain browser JavaScript, no build step.
+//
+// The chart exposes what it drew, for tests and for anyone reading the page: every series is a
+// <polyline> whose data-points attribute holds the [timestamp, value] pairs plotted; the <svg>
+// carries the visible range (data-x-min/-max, data-y-min/-max) and the plot's pixel box
+// (data-plot-left/-top/-width/-height); every tick label carries its value in data-v.
+// Names, tags and annotation text reach the page only through textContent, never as markup.
 "use strict";
 
 (function () {
-  const FIELDS = ["metric", "tags", "aggregator", "downsample", "rate", "start", "end"];
+  const FIELDS = ["metric", "tags", "aggregator", "downsample", "rate"];
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const SVG_NS = "http://www.w3.org/2000/svg";
-  const WIDTH = 800, HEIGHT = 320;
-  const MARGIN = { left: 70, right: 20, top: 15, bottom: 35 };
+  const HEIGHT = 340;
+  const MARGIN = { left: 70, right: 20, top: 15, bottom: 40 };
+  const STATS_EVERY_MS = 10000;
 
   const $ = (id) => document.getElementById(id);
+  let aggregators = ["sum"];
+  let refreshTimer = null;
+  const zoomStack = [];
 
-  function formState() {
+  // -- the query rows ----------------------------------------------------------------------
+
+  function queryRows() { return Array.from(document.querySelectorAll("#queries .query")); }
+
+  function addQueryRow(values) {
+    const row = $("query-template").content.firstElementChild.cloneNode(true);
+    fillAggregators(row.querySelector(".aggregator"), (values && values.aggregator) || "sum");
+    for (const name of FIELDS) {
+      const value = values ? values[name] : "";
+      if (!value || name === "aggregator") continue;
+      const input = row.querySelector("." + name);
+      if (input.type === "checkbox") input.checked = value === "1";
+      else input.value = value;
+    }
+    row.querySelector(".metric").addEventListener("input", (e) => suggestMetrics(e.target));
+    row.querySelector(".tags").addEventListener("input", (e) => suggestTags(e.target));
+    row.querySelector(".remove").addEventListener("click", () => {
+      if (queryRows().length > 1) { row.remove(); numberRows(); }
+    });
+    $("queries").appendChild(row);
+    numberRows();
+    return row;
+  }
+
+  function numberRows() {
+    queryRows().forEach((row, i) => { row.querySelector(".swatch-num").textContent = "#" + (i + 1); });
+  }
+
+  function rowState(row) {
     const state = {};
     for (const name of FIELDS) {
-      const input = $(name);
+      const input = row.querySelector("." + name);
       state[name] = input.type === "checkbox" ? (input.checked ? "1" : "") : input.value.trim();
     }
     return state;
   }
 
-  function applyState(params) {
-    for (const name of FIELDS) {
-      if (!params.has(name)) continue;
-      const input = $(name);
-      if (input.type === "checkbox") input.checked = params.get(name) === "1";
-      else input.value = params.get(name);
+  // The page's state in its URL: each query's fields repeated in order (empty ones kept, so
+  // the n-th values belong together), then the time range and refresh.
+  function pageUrl(queries) {
+    const params = new URLSearchParams();
+    for (const q of queries) for (const name of FIELDS) params.append(name, q[name] || "");
+    for (const name of ["start", "end", "refresh"]) {
+      const value = $(name).value.trim();
+      if (value) params.set(name, value);
     }
-  }
-
-  // The m= expression OpenTSDB reads: agg:[downsample:][rate:]metric[{tags}]
-  function mExpression(state) {
-    let m = state.aggregator + ":";
-    if (state.downsample) m += state.downsample + ":";
-    if (state.rate) m += "rate:";
-    m += state.metric;
-    if (state.tags) m += "{" + state.tags + "}";
-    return m;
-  }
-
-  function queryUrl(state) {
-    const params = new URLSearchParams();
-    params.set("start", state.start || "1h-ago");
-    if (state.end) params.set("end", state.end);
-    params.set("m", mExpression(state));
-    return "/api/query?" + params.toString();
-  }
-
-  function pageUrl(state) {
-    const params = new URLSearchParams();
-    for (const name of FIELDS) if (state[name]) params.set(name, state[name]);
     return "/?" + params.toString();
   }
 
+  function queriesFromUrl(params) {
+    const count = params.getAll("metric").length;
+    const queries = [];
+    for (let i = 0; i < count; i++) {
+      const q = {};
+      for (const name of FIELDS) q[name] = params.getAll(name)[i] || "";
+      queries.push(q);
+    }
+    return queries;
+  }
+
+  // The m= expression OpenTSDB reads: agg:[downsample:][rate:]metric[{tags}]
+  function mExpression(q) {
+    let m = (q.aggregator || "sum") + ":";
+    if (q.downsample) m += q.downsample + ":";
+    if (q.rate) m += "rate:";
+    m += q.metric;
+    if (q.tags) m += "{" + q.tags + "}";
+    return m;
+  }
+
+  function queryUrl(q) {
+    const params = new URLSearchParams();
+    params.set("start", $("start").value.trim() || "1h-ago");
+    const end = $("end").value.trim();
+    if (end) params.set("end", end);
+    params.set("m", mExpression(q));
+    return "/api/query?" + params.toString();
+  }
+
   async function getJson(url) {
-    const response = await fetch(url, { headers: { Accept: "application/json" } });
+    // Against the origin, not the page's URL: a page opened as http://user:pass@host/ would
+    // make fetch refuse a relative URL; the browser adds the credentials it holds itself.
+    const response = await fetch(new URL(url, window.location.origin),
+                                 { headers: { Accept: "application/json" } });
     const text = await response.text();
     let body = null;
     try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
@@ -70,8 +119,9 @@
   // -- suggestions -------------------------------------------------------------------------
 
   function fillDatalist(id, values) {
-    const list = $(id);
-    list.replaceChildren(...values.map((v) => { const o = document.createElement("option"); o.value = v; return o; }));
+    $(id).replaceChildren(...values.map((v) => {
+      const o = document.createElement("option"); o.value = v; return o;
+    }));
   }
 
   function debounce(fn, ms) {
@@ -82,18 +132,18 @@
   // Only the newest answer of each list is shown: an older request may finish later.
   const asked = { metrics: 0, tags: 0 };
 
-  const suggestMetrics = debounce(async () => {
+  const suggestMetrics = debounce(async (input) => {
     const ticket = ++asked.metrics;
     try {
-      const q = encodeURIComponent($("metric").value.trim());
+      const q = encodeURIComponent(input ? input.value.trim() : "");
       const names = await getJson("/api/suggest?type=metrics&max=25&q=" + q);
       if (ticket === asked.metrics) fillDatalist("metric-suggestions", names);
     } catch (e) { /* suggestions are a convenience */ }
   }, 150);
 
-  const suggestTags = debounce(async () => {
+  const suggestTags = debounce(async (input) => {
     const ticket = ++asked.tags;
-    const text = $("tags").value;
+    const text = input.value;
     const cut = text.lastIndexOf(",");
     const head = cut < 0 ? "" : text.slice(0, cut + 1);
     const last = text.slice(cut + 1);
@@ -113,13 +163,110 @@
   }, 150);
 
   async function loadAggregators() {
-    const select = $("aggregator");
-    const wanted = select.value || "sum";
-    try {
-      const names = (await getJson("/api/aggregators")).slice().sort();
-      select.replaceChildren(...names.map((n) => { const o = document.createElement("option"); o.textContent = n; return o; }));
-    } catch (e) { /* keep the default */ }
+    try { aggregators = (await getJson("/api/aggregators")).slice().sort(); } catch (e) { return; }
+    for (const row of queryRows()) {
+      const select = row.querySelector(".aggregator");
+      fillAggregators(select, select.value || "sum");
+    }
+  }
+
+  // The daemon's aggregators, plus the one wanted (a link may name one not listed yet).
+  function fillAggregators(select, wanted) {
+    const names = aggregators.includes(wanted) ? aggregators : aggregators.concat([wanted]);
+    select.replaceChildren(...names.map((n) => {
+      const o = document.createElement("option"); o.textContent = n; return o;
+    }));
     select.value = wanted;
+  }
+
+  // -- ticks -------------------------------------------------------------------------------
+
+  // A step of 1, 2 or 5 times a power of ten giving about `target` intervals over `span`.
+  function niceStep(span, target) {
+    const raw = span / target;
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    const fraction = raw / power;
+    return (fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 5 ? 5 : 10) * power;
+  }
+
+  // The y domain widened to whole steps, and the ticks on it.
+  function valueTicks(lo, hi) {
+    const step = niceStep(hi - lo, 5);
+    const first = Math.floor(lo / step), last = Math.ceil(hi / step);
+    const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+    const ticks = [];
+    for (let i = first; i <= last; i++) {
+      const v = Number((i * step).toFixed(decimals));  // no 0.30000000000000004
+      ticks.push({ v, text: formatValue(v, decimals) });
+    }
+    return { lo: first * step, hi: last * step, ticks };
+  }
+
+  function formatValue(v, decimals) {
+    const abs = Math.abs(v);
+    if (abs !== 0 && (abs >= 1e9 || abs < 1e-4)) return v.toExponential(2);
+    return v.toFixed(decimals);
+  }
+
+  const SECOND = 1, MINUTE = 60, HOUR = 3600, DAY = 86400;
+  // Calendar steps, smallest first: [seconds (approximate for months/years), unit, count].
+  const TIME_STEPS = [
+    [1, "s", 1], [2, "s", 2], [5, "s", 5], [10, "s", 10], [15, "s", 15], [30, "s", 30],
+    [MINUTE, "m", 1], [2 * MINUTE, "m", 2], [5 * MINUTE, "m", 5], [10 * MINUTE, "m", 10],
+    [15 * MINUTE, "m", 15], [30 * MINUTE, "m", 30], [HOUR, "h", 1], [2 * HOUR, "h", 2],
+    [3 * HOUR, "h", 3], [6 * HOUR, "h", 6], [12 * HOUR, "h", 12], [DAY, "d", 1], [2 * DAY, "d", 2],
+    [7 * DAY, "d", 7], [30 * DAY, "M", 1], [91 * DAY, "M", 3], [182 * DAY, "M", 6],
+    [365 * DAY, "y", 1], [5 * 365 * DAY, "y", 5], [10 * 365 * DAY, "y", 10],
+  ];
+
+  const pad = (n) => String(n).padStart(2, "0");
+
+  // Ticks at local calendar boundaries: whole minutes, hours, midnights, first days of months.
+  function timeTicks(t0, t1, maxTicks) {
+    const [approx, unit, count] =
+      TIME_STEPS.find(([s]) => (t1 - t0) / s <= maxTicks) || TIME_STEPS[TIME_STEPS.length - 1];
+    const d = new Date(t0 * 1000);
+    d.setMilliseconds(0);
+    if (unit === "s") d.setSeconds(Math.floor(d.getSeconds() / count) * count);
+    else if (unit === "m") d.setMinutes(Math.floor(d.getMinutes() / count) * count, 0);
+    else if (unit === "h") d.setHours(Math.floor(d.getHours() / count) * count, 0, 0);
+    else {
+      d.setHours(0, 0, 0);
+      if (unit === "M") d.setMonth(Math.floor(d.getMonth() / count) * count, 1);
+      else if (unit === "y") { d.setFullYear(Math.floor(d.getFullYear() / count) * count); d.setMonth(0, 1); }
+    }
+    const ticks = [];
+    let previous = null;
+    for (let guard = 0; guard < 1000; guard++) {
+      const t = d.getTime() / 1000;
+      if (t > t1) break;
+      if (t >= t0) { ticks.push({ v: t, text: timeText(d, unit, previous) }); previous = new Date(d); }
+      if (unit === "s") d.setSeconds(d.getSeconds() + count);
+      else if (unit === "m") d.setMinutes(d.getMinutes() + count);
+      else if (unit === "h") d.setHours(d.getHours() + count);
+      else if (unit === "d") d.setDate(d.getDate() + count);
+      else if (unit === "M") d.setMonth(d.getMonth() + count);
+      else d.setFullYear(d.getFullYear() + count);
+    }
+    return { step: approx, unit, count, ticks };
+  }
+
+  // A tick's label: the time of day, with the date where the day changes.
+  function timeText(d, unit, previous) {
+    const date = (unit === "y" ? String(d.getFullYear())
+      : unit === "M" ? d.getFullYear() + "-" + pad(d.getMonth() + 1)
+      : pad(d.getMonth() + 1) + "-" + pad(d.getDate()));
+    if (unit === "d" || unit === "M" || unit === "y") return date;
+    let clock = pad(d.getHours()) + ":" + pad(d.getMinutes());
+    if (unit === "s") clock += ":" + pad(d.getSeconds());
+    const newDay = !previous || previous.toDateString() !== d.toDateString();
+    return newDay ? date + " " + clock : clock;
+  }
+
+  function fullTime(t) {
+    const d = new Date(t * 1000);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
   }
 
   // -- the chart ---------------------------------------------------------------------------
@@ -148,97 +295,329 @@
     return node;
   }
 
-  function niceNumber(v) {
-    if (v === 0) return "0";
-    const abs = Math.abs(v);
-    if (abs >= 1e6 || abs < 1e-3) return v.toExponential(2);
-    return String(Math.round(v * 1000) / 1000);
-  }
+  // The series drawn last, for hover and zoom.
+  let drawn = null;
 
-  function timeLabel(seconds) {
-    return new Date(seconds * 1000).toISOString().replace("T", " ").slice(5, 16);
-  }
-
-  function drawChart(results) {
+  function drawChart(all) {
     const chart = $("chart"), legend = $("legend");
-    chart.replaceChildren();
+    chart.querySelectorAll("svg").forEach((s) => s.remove());
     legend.replaceChildren();
-    const all = results.map((s) => ({ label: label(s), points: seriesPoints(s) }));
+    $("tooltip").hidden = true;
     const flat = all.flatMap((s) => s.points);
+    chart.dataset.series = String(all.length);
+    drawn = null;
     if (flat.length === 0) {
       $("status").textContent = "No data points in this time range.";
-      chart.dataset.series = "0";
       return;
     }
-    let [x0, x1] = [Math.min(...flat.map((p) => p[0])), Math.max(...flat.map((p) => p[0]))];
-    let [y0, y1] = [Math.min(...flat.map((p) => p[1])), Math.max(...flat.map((p) => p[1]))];
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const [t, v] of flat) {
+      x0 = Math.min(x0, t); x1 = Math.max(x1, t); y0 = Math.min(y0, v); y1 = Math.max(y1, v);
+    }
     if (x0 === x1) { x0 -= 1; x1 += 1; }
     if (y0 === y1) { y0 -= 1; y1 += 1; }
-    const plotW = WIDTH - MARGIN.left - MARGIN.right, plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
+    const y = valueTicks(y0, y1);
+    [y0, y1] = [y.lo, y.hi];
+    const width = Math.max(480, Math.min(1200, chart.clientWidth || 800));
+    const plotW = width - MARGIN.left - MARGIN.right, plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
     const sx = (t) => MARGIN.left + ((t - x0) / (x1 - x0)) * plotW;
     const sy = (v) => MARGIN.top + (1 - (v - y0) / (y1 - y0)) * plotH;
 
-    const svg = el("svg", { width: WIDTH, height: HEIGHT, viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
-                            "data-x-min": x0, "data-x-max": x1, "data-y-min": y0, "data-y-max": y1 });
-    for (let i = 0; i <= 4; i++) {
-      const v = y0 + ((y1 - y0) * i) / 4, y = sy(v);
-      svg.appendChild(el("line", { class: "grid", x1: MARGIN.left, x2: WIDTH - MARGIN.right, y1: y, y2: y }));
-      svg.appendChild(el("text", { x: MARGIN.left - 6, y: y + 4, "text-anchor": "end" }, niceNumber(v)));
-      const t = x0 + ((x1 - x0) * i) / 4;
-      const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
-      svg.appendChild(el("text", { x: sx(t), y: HEIGHT - 12, "text-anchor": anchor }, timeLabel(t)));
+    const svg = el("svg", {
+      width, height: HEIGHT, viewBox: `0 0 ${width} ${HEIGHT}`,
+      "data-x-min": x0, "data-x-max": x1, "data-y-min": y0, "data-y-max": y1,
+      "data-plot-left": MARGIN.left, "data-plot-top": MARGIN.top,
+      "data-plot-width": plotW, "data-plot-height": plotH,
+    });
+    for (const tick of y.ticks) {
+      const py = sy(tick.v);
+      svg.appendChild(el("line", { class: "grid", x1: MARGIN.left, x2: width - MARGIN.right, y1: py, y2: py }));
+      svg.appendChild(el("text", { class: "ytick", x: MARGIN.left - 6, y: py + 4, "text-anchor": "end", "data-v": tick.v }, tick.text));
+    }
+    const x = timeTicks(x0, x1, Math.max(2, Math.floor(plotW / 90)));
+    svg.dataset.timeStep = x.count + x.unit;
+    for (const tick of x.ticks) {
+      const px = sx(tick.v);
+      svg.appendChild(el("line", { class: "grid", x1: px, x2: px, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom }));
+      svg.appendChild(el("text", { class: "xtick", x: px, y: HEIGHT - MARGIN.bottom + 16, "text-anchor": "middle", "data-v": tick.v }, tick.text));
     }
     svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: MARGIN.left, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom }));
-    svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: WIDTH - MARGIN.right, y1: HEIGHT - MARGIN.bottom, y2: HEIGHT - MARGIN.bottom }));
+    svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: width - MARGIN.right, y1: HEIGHT - MARGIN.bottom, y2: HEIGHT - MARGIN.bottom }));
     all.forEach((series, i) => {
-      const color = COLORS[i % COLORS.length];
+      series.color = COLORS[i % COLORS.length];
       const coords = series.points.map(([t, v]) => sx(t).toFixed(2) + "," + sy(v).toFixed(2)).join(" ");
-      svg.appendChild(el("polyline", { class: "series", points: coords, stroke: color,
-                                       "data-label": series.label,
+      svg.appendChild(el("polyline", { class: "series", points: coords, stroke: series.color,
+                                       "data-label": series.label, "data-query": series.query,
                                        "data-points": JSON.stringify(series.points) }));
+      for (const note of series.annotations) {
+        const t = Number(note.startTime);
+        if (!(t >= x0 && t <= x1)) continue;
+        const mark = el("path", { class: "annotation", d: `M${sx(t) - 5},${MARGIN.top} l10,0 l-5,8 z`, fill: series.color });
+        mark.appendChild(el("title", {}, fullTime(t) + " " + (note.description || "") + (note.notes ? "\n" + note.notes : "")));
+        svg.appendChild(mark);
+      }
       const item = document.createElement("li");
       const swatch = document.createElement("span");
       swatch.className = "swatch";
-      swatch.style.background = color;
-      item.append(swatch, series.label);
+      swatch.style.background = series.color;
+      item.append(swatch, "#" + (series.query + 1) + " " + series.label);
       legend.appendChild(item);
     });
+    svg.appendChild(el("line", { class: "cursor", x1: 0, x2: 0, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom, visibility: "hidden" }));
+    svg.appendChild(el("rect", { class: "selection", x: 0, y: MARGIN.top, width: 0, height: plotH, visibility: "hidden" }));
+    // On top of everything: catches the mouse over the plot area.
+    const overlay = el("rect", { class: "overlay", x: MARGIN.left, y: MARGIN.top, width: plotW, height: plotH });
+    svg.appendChild(overlay);
     chart.appendChild(svg);
-    chart.dataset.series = String(all.length);
+    drawn = { svg, all, x0, x1, sx, plotW, invert: (px) => x0 + ((px - MARGIN.left) / plotW) * (x1 - x0) };
+    attachPointer(overlay);
     $("status").textContent = "";
   }
 
-  // -- running a query ---------------------------------------------------------------------
+  // -- hover and drag-to-zoom --------------------------------------------------------------
+
+  function svgX(event) {
+    const box = drawn.svg.getBoundingClientRect();
+    const px = event.clientX - box.left;
+    return Math.max(MARGIN.left, Math.min(MARGIN.left + drawn.plotW, px));
+  }
+
+  // The stored point nearest the cursor in time, across every series; each series' value there.
+  function showValues(px) {
+    let best = null;
+    for (const series of drawn.all) {
+      for (const [t] of series.points) {
+        const d = Math.abs(drawn.sx(t) - px);
+        if (best === null || d < best.d) best = { d, t };
+      }
+    }
+    const tip = $("tooltip");
+    const cursor = drawn.svg.querySelector(".cursor");
+    if (best === null) { tip.hidden = true; return; }
+    const cx = drawn.sx(best.t);
+    cursor.setAttribute("x1", cx); cursor.setAttribute("x2", cx);
+    cursor.setAttribute("visibility", "visible");
+    const rows = [];
+    const head = document.createElement("div");
+    head.className = "time";
+    head.textContent = fullTime(best.t);
+    rows.push(head);
+    for (const series of drawn.all) {
+      const hit = series.points.find(([t]) => t === best.t);
+      if (!hit) continue;
+      const row = document.createElement("div");
+      row.className = "value";
+      row.dataset.label = series.label;
+      row.dataset.v = String(hit[1]);
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = series.color;
+      row.append(swatch, series.label + ": " + String(hit[1]));
+      rows.push(row);
+    }
+    tip.replaceChildren(...rows);
+    tip.dataset.t = String(best.t);
+    tip.hidden = false;
+    const box = drawn.svg.getBoundingClientRect(), chartBox = $("chart").getBoundingClientRect();
+    const left = box.left - chartBox.left + cx + 12;
+    tip.style.left = Math.min(left, chartBox.width - tip.offsetWidth - 4) + "px";
+    tip.style.top = (box.top - chartBox.top + MARGIN.top + 4) + "px";
+  }
+
+  let dragFrom = null;  // the plot x where a drag began
+
+  window.addEventListener("mouseup", (event) => {
+    if (dragFrom === null || !drawn) return;
+    const px = svgX(event);
+    const from = dragFrom;
+    dragFrom = null;
+    drawn.svg.querySelector(".selection").setAttribute("visibility", "hidden");
+    if (Math.abs(px - from) < 5) return;  // a click, not a drag
+    zoomTo(drawn.invert(Math.min(from, px)), drawn.invert(Math.max(from, px)));
+  });
+
+  function attachPointer(overlay) {
+    dragFrom = null;
+    const selection = drawn.svg.querySelector(".selection");
+    overlay.addEventListener("mousedown", (event) => {
+      event.preventDefault();
+      dragFrom = svgX(event);
+    });
+    overlay.addEventListener("mousemove", (event) => {
+      const px = svgX(event);
+      showValues(px);
+      if (dragFrom !== null) {
+        selection.setAttribute("x", Math.min(dragFrom, px));
+        selection.setAttribute("width", Math.abs(px - dragFrom));
+        selection.setAttribute("visibility", "visible");
+      }
+    });
+    overlay.addEventListener("mouseleave", () => {
+      $("tooltip").hidden = true;
+      drawn.svg.querySelector(".cursor").setAttribute("visibility", "hidden");
+    });
+  }
+
+  // Zooming re-asks the daemon for the chosen span (absolute seconds), so the link reproduces it.
+  function zoomTo(t0, t1) {
+    zoomStack.push([$("start").value, $("end").value, $("refresh").value]);
+    $("start").value = String(Math.floor(t0));
+    $("end").value = String(Math.ceil(t1));
+    $("range").value = "";
+    $("refresh").value = "";  // a fixed span has nothing new to fetch
+    $("unzoom").disabled = false;
+    graph();
+  }
+
+  function unzoom() {
+    const previous = zoomStack.pop();
+    if (!previous) return;
+    [$("start").value, $("end").value, $("refresh").value] = previous;
+    $("unzoom").disabled = zoomStack.length === 0;
+    graph();
+  }
+
+  // -- running the queries -----------------------------------------------------------------
+
+  let generation = 0;
 
   async function graph() {
-    const state = formState();
-    if (!state.metric) { $("status").textContent = "Pick a metric."; return; }
-    const url = queryUrl(state);
-    $("api-link").href = url;
-    $("permalink").href = pageUrl(state);
-    history.replaceState(null, "", pageUrl(state));
+    const ticket = ++generation;
+    const queries = queryRows().map(rowState).filter((q) => q.metric);
+    scheduleRefresh();
+    if (queries.length === 0) { $("status").textContent = "Pick a metric."; return; }
+    const link = pageUrl(queries);
+    $("api-link").href = queryUrl(queries[0]);
+    $("permalink").href = link;
+    history.replaceState(null, "", link);
     $("status").textContent = "Loading...";
     $("chart").dataset.state = "loading";
     try {
-      drawChart(await getJson(url));
+      const answers = await Promise.all(queries.map((q) => getJson(queryUrl(q))));
+      if (ticket !== generation) return;  // a newer graph() is under way
+      const all = [];
+      answers.forEach((results, query) => {
+        for (const s of results || []) {
+          all.push({ query, label: label(s), points: seriesPoints(s),
+                     annotations: (s.annotations || []).concat(s.globalAnnotations || []) });
+        }
+      });
+      drawChart(all);
       $("chart").dataset.state = "done";
     } catch (e) {
-      $("chart").replaceChildren();
+      if (ticket !== generation) return;
+      $("chart").querySelectorAll("svg").forEach((s) => s.remove());
       $("legend").replaceChildren();
       $("status").textContent = e.message;
       $("chart").dataset.state = "error";
     }
   }
 
+  function scheduleRefresh() {
+    clearTimeout(refreshTimer);
+    const seconds = Number($("refresh").value);
+    if (seconds > 0) refreshTimer = setTimeout(() => { if (!document.hidden) graph(); else scheduleRefresh(); }, seconds * 1000);
+  }
+
+  // -- the daemon's status, from its own /api/stats ----------------------------------------
+
+  let lastStats = null;
+
+  function statValue(records, metric, tags) {
+    let sum = null;
+    for (const r of records) {
+      if (r.metric !== metric) continue;
+      if (tags && !Object.entries(tags).every(([k, v]) => r.tags[k] === v)) continue;
+      sum = (sum || 0) + Number(r.value);
+    }
+    return sum;
+  }
+
+  // [label, value] rows: the ingest rate between two polls, storage calls, UIDs, WAL backlog.
+  function statusRows(records, now) {
+    const rows = [];
+    const added = statValue(records, "tsd.datapoints.added");
+    if (lastStats && added !== null && now > lastStats.now) {
+      const rate = (added - lastStats.added) / ((now - lastStats.now) / 1000);
+      rows.push(["Ingest rate (points/s)", rate.toFixed(1)]);
+    }
+    if (added !== null) lastStats = { now, added };
+    const add = (text, metric, tags) => {
+      const v = statValue(records, metric, tags);
+      if (v !== null) rows.push([text, String(v)]);
+    };
+    add("Points added", "tsd.datapoints.added");
+    add("Points stored", "tsd.datapoints.stored");
+    add("Points dropped", "tsd.datapoints.dropped");
+    add("Writer: pending cells", "tsd.writer.pending_cells");
+    add("Storage calls", "tsd.hbase.rpcs");
+    add("Storage errors", "tsd.rpc.errors", { type: "hbase_errors" });
+    add("Compaction queue", "tsd.compaction.queue.size");
+    for (const r of records) {
+      if (/wal/i.test(r.metric)) rows.push(["WAL " + r.metric.replace(/^tsd\./, "") + tagText(r.tags), String(r.value)]);
+    }
+    for (const kind of ["metrics", "tagk", "tagv"]) {
+      const used = statValue(records, "tsd.uid.ids-used", { kind });
+      if (used !== null) rows.push(["UIDs used: " + kind, String(used)]);
+      const cached = statValue(records, "tsd.uid.cache-size", { kind });
+      if (cached !== null) rows.push(["UID cache entries: " + kind, String(cached)]);
+    }
+    add("Series tracked", "tsd.meta.series_tracked");
+    add("Open connections", "tsd.connectionmgr.connections", { type: "open" });
+    return rows;
+  }
+
+  function tagText(tags) {
+    const text = Object.entries(tags || {}).filter(([k]) => k !== "host")
+      .map(([k, v]) => k + "=" + v).join(",");
+    return text ? " {" + text + "}" : "";
+  }
+
+  async function pollStats() {
+    const body = $("daemon-stats").tBodies[0];
+    try {
+      const records = await getJson("/api/stats");
+      body.replaceChildren(...statusRows(records, Date.now()).map(([name, value]) => {
+        const tr = document.createElement("tr");
+        const th = document.createElement("th"), td = document.createElement("td");
+        th.textContent = name; td.textContent = value;
+        tr.append(th, td);
+        return tr;
+      }));
+      $("daemon").dataset.state = "done";
+    } catch (e) {
+      const tr = document.createElement("tr"), td = document.createElement("td");
+      td.textContent = e.message;
+      tr.appendChild(td);
+      body.replaceChildren(tr);
+      $("daemon").dataset.state = "error";
+    }
+  }
+
   document.addEventListener("DOMContentLoaded", async () => {
-    $("metric").addEventListener("input", suggestMetrics);
-    $("tags").addEventListener("input", suggestTags);
-    $("query-form").addEventListener("submit", (event) => { event.preventDefault(); graph(); });
     const params = new URLSearchParams(window.location.search);
-    applyState(params);
+    for (const name of ["start", "end", "refresh"]) if (params.has(name)) $(name).value = params.get(name);
+    // A relative start with no end is one of the listed ranges: show it as chosen.
+    const listed = Array.from($("range").options).some((o) => o.value && o.value === $("start").value);
+    if (listed && !$("end").value) $("range").value = $("start").value;
+    const fromUrl = queriesFromUrl(params);
+    if (fromUrl.length === 0) addQueryRow(null);
+    else fromUrl.forEach(addQueryRow);
+    $("add-query").addEventListener("click", () => addQueryRow(null).querySelector(".metric").focus());
+    $("query-form").addEventListener("submit", (event) => { event.preventDefault(); zoomStack.length = 0; $("unzoom").disabled = true; graph(); });
+    $("range").addEventListener("change", () => {
+      if (!$("range").value) return;
+      $("start").value = $("range").value;
+      $("end").value = "";
+      graph();
+    });
+    $("refresh").addEventListener("change", scheduleRefresh);
+    for (const id of ["start", "end"]) $(id).addEventListener("input", () => { $("range").value = ""; });
+    $("unzoom").addEventListener("click", unzoom);
     await loadAggregators();
-    if (params.has("aggregator")) $("aggregator").value = params.get("aggregator");
-    suggestMetrics();
-    if (params.get("metric")) graph();
+    suggestMetrics(null);
+    pollStats();
+    setInterval(() => { if (!document.hidden && $("daemon").open) pollStats(); }, STATS_EVERY_MS);
+    if (fromUrl.some((q) => q.metric)) graph();
   });
 })();

@@ -23,7 +23,10 @@ dependency; RocksDB's bindings would add a large native wheel and background
 compaction threads.
 
 Layout: the store is one LMDB environment in ``path`` (``data.mdb``,
-``lock.mdb``) plus ``tsd.lock``, an flock held by the one read-write opener.
+``lock.mdb``) plus ``tsd.lock``, an flock held by the one exclusive opener (the daemon).
+Other processes may write beside it (``exclusive=False``: the tools): LMDB serialises write
+transactions across processes through ``lock.mdb``, so increment and check-and-put stay
+atomic; two daemons on one store are refused.
 The named database ``catalog`` maps each table name to its families (JSON);
 each table is the named database ``table:<name>``; cell keys are described in
 :mod:`tsd.storage.embedded.keys`.
@@ -131,15 +134,23 @@ class EmbeddedStorage(Storage):
     """An LMDB store in directory ``path`` (created if missing unless ``read_only``).
 
     ``read_only`` opens a store that another process (a running daemon) may hold
-    open for writing; writes then raise StorageError. Opening is quick and
+    open for writing; writes then raise StorageError. ``exclusive`` (a writer's default)
+    takes the store's flock, which one process at a time may hold; a writer opened with
+    ``exclusive=False`` shares the store with that holder. Opening is quick and
     synchronous (an mmap and one catalog read), so it happens in the constructor.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, read_only: bool = False, map_size: int = 0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        map_size: int = 0,
+        exclusive: bool = True,
     ) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self.exclusive = exclusive and not read_only
         self._closed = False
         self._lock_file: IO[bytes] | None = None
         self._refresh_lock = threading.Lock()
@@ -166,7 +177,8 @@ class EmbeddedStorage(Storage):
                 self.path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StorageUnavailable(f"cannot create {str(self.path)!r}: {exc}") from exc
-            self._lock_file = self._take_lock()
+            if self.exclusive:
+                self._lock_file = self._take_lock()
         try:
             return lmdb.open(
                 str(self.path),
@@ -251,7 +263,7 @@ class EmbeddedStorage(Storage):
     async def _table(self, name: str) -> TableInfo:
         self._check_open()
         info = self._tables.get(name)
-        if info is None and self.read_only:
+        if info is None:  # another process sharing the store may have created it
             await self._read(self._refresh_tables)
             info = self._tables.get(name)
         if info is None:
@@ -259,7 +271,7 @@ class EmbeddedStorage(Storage):
         return info
 
     def _refresh_tables(self, _txn: Txn) -> None:
-        # Read-only opener: another process may have created tables since.
+        # Another process (the daemon, a tool beside it) may have created tables since.
         with self._refresh_lock:
             self._tables = self._load_tables()
 
@@ -294,8 +306,7 @@ class EmbeddedStorage(Storage):
         return True, TableInfo(table, db, families)
 
     async def list_tables(self) -> list[str]:
-        if self.read_only:
-            await self._read(self._refresh_tables)
+        await self._read(self._refresh_tables)
         self._check_open()
         return sorted(self._tables)
 

@@ -1,0 +1,189 @@
+"""The ingest service against the real store: refs, misses and their order, back-pressure,
+typed refusals and sync outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.uid.hooked_storage import HookedStorage
+from tests.write.conftest import MakeWriter
+from tests.write.readback import StoredPoint, stored_points
+from tests.write.test_writer import gated_writer
+from tsd.config import StorageConfig
+from tsd.errors import StorageError
+from tsd.model import DataPoint, Tags, make_tags
+from tsd.storage.base import Storage
+from tsd.write.ingest import IngestSession, RefusalKind, Refused
+from tsd.write.writer import WriterLimits
+
+T0 = 1_356_998_400
+
+
+def host(name: str) -> Tags:
+    return make_tags({"host": name})
+
+
+def point(ts: int, value: int | float, name: str = "a", metric: str = "sys.cpu") -> DataPoint:
+    return DataPoint(metric, ts, value, host(name))
+
+
+class Refusals:
+    """An ``on_refused`` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int | None, DataPoint | None, Refused]] = []
+
+    def __call__(self, tag: int | None, point: DataPoint | None, refused: Refused) -> None:
+        self.seen.append((tag, point, refused))
+
+
+async def test_a_series_is_resolved_once_until_caches_are_dropped(make_writer: MakeWriter) -> None:
+    ingest = make_writer()
+    refs = ingest.ref_cache("proto")
+    assert ingest.cached("sys.cpu", host("a")) is None
+    ref = await ingest.resolve("sys.cpu", host("a"))
+    assert await ingest.resolve("sys.cpu", host("a")) is ref
+    assert ingest.cached("sys.cpu", host("a")) is ref
+    assert ingest.ref_cache("proto") is refs  # one cache per protocol name
+    refs.remember(b"raw key", ref)
+    ingest.drop_caches()
+    assert ingest.cached("sys.cpu", host("a")) is None
+    assert len(refs) == 0
+
+
+async def test_ref_cache_is_bounded(make_writer: MakeWriter) -> None:
+    ingest = make_writer()
+    ref = await ingest.resolve("sys.cpu", host("a"))
+    refs = ingest.ref_cache("proto")
+    refs.max_entries = 3
+    for key in range(5):
+        refs.remember(key, ref)
+    assert len(refs) <= 3
+    assert refs[4] is ref
+
+
+async def test_known_points_are_taken_without_suspending_misses_are_not(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    ingest = make_writer()
+    refs = ingest.ref_cache("proto")
+    session: IngestSession[int] = ingest.session(cache=refs)
+    assert not session.try_append(point(T0, 1), 0, ["key-a"])
+    assert "key-a" not in refs
+    await session.append(point(T0, 1), 0, ["key-a"])
+    await session.settle()
+    assert refs["key-a"] is ingest.cached("sys.cpu", host("a"))
+    assert session.try_append(point(T0 + 1, 2), 1)
+    session.append_by_ref([(refs["key-a"], T0 + 2, 3.5)])
+    await ingest.writer.flush()
+    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [1, 2, 3.5]
+
+
+async def test_misses_get_their_uids_in_arrival_order_with_a_window_of_one(
+    make_writer: MakeWriter,
+) -> None:
+    ingest = make_writer()
+    session: IngestSession[int] = ingest.session(window=1)
+    names = [f"web{n:02d}" for n in range(12)][::-1]
+    for n, name in enumerate(names):
+        await session.append(point(T0, n, name), n)
+    await session.settle()
+    uids = [ingest.uids.tagv.cached_id(name) or b"" for name in names]
+    assert uids == sorted(uids)  # assigned one after another, in the order they came
+
+
+async def test_commands_can_wait_for_the_lookups_before_them(make_writer: MakeWriter) -> None:
+    ingest = make_writer()
+    session: IngestSession[int] = ingest.session(window=64)
+    for n in range(20):
+        await session.append(point(T0, n, f"h{n}"), n)
+    assert session.has_pending()
+    await session.settle()
+    assert not session.has_pending()
+    assert all(ingest.cached("sys.cpu", host(f"h{n}")) is not None for n in range(20))
+
+
+async def test_unknown_metric_is_refused_with_its_kind_and_tag(make_writer: MakeWriter) -> None:
+    ingest = make_writer(auto_create_metrics=False)
+    refusals = Refusals()
+    session: IngestSession[int] = ingest.session(on_refused=refusals)
+    await session.append(point(T0, 1), 7)
+    await session.settle()
+    [(tag, refused_point, refused)] = refusals.seen
+    assert (tag, refused_point) == (7, point(T0, 1))
+    assert refused == Refused(RefusalKind.UNKNOWN_METRIC, "No such name for 'metrics': 'sys.cpu'")
+    assert await session.append_now(point(T0, 1)) == refused  # inline: returned, not reported
+    assert len(refusals.seen) == 1
+
+
+async def test_points_after_shutdown_are_refused_one_by_one(make_writer: MakeWriter) -> None:
+    ingest = make_writer()
+    ref = await ingest.resolve("sys.cpu", host("a"))
+    await ingest.writer.close()
+    refusals = Refusals()
+    session: IngestSession[int] = ingest.session(on_refused=refusals)
+    session.append_by_ref([(ref, T0, 1), (ref, T0 + 1, 2)], [10, 11])
+    session.try_append(point(T0 + 2, 3), 12)
+    assert [(tag, r.kind) for tag, _, r in refusals.seen] == [
+        (10, RefusalKind.STORAGE),
+        (11, RefusalKind.STORAGE),
+        (12, RefusalKind.STORAGE),
+    ]
+    assert refusals.seen[0][2].message == "the writer is shutting down"
+
+
+async def test_append_all_waits_for_room_while_storage_is_slow(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    ingest, gate = gated_writer(make_writer, storage, tables)
+    ref = await ingest.resolve("sys.cpu", host("a"))
+    session: IngestSession[int] = ingest.session()
+    task = asyncio.ensure_future(session.append_all([(ref, T0 + i, i) for i in range(20)]))
+    await gate.entered.wait()
+    assert session.is_full()
+    assert not task.done()  # held by back-pressure, not buffered without bound
+    assert ingest.writer.pending_cells() <= 8
+    gate.opened.set()
+    await task
+    await ingest.writer.flush()
+    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == list(range(20))
+
+
+async def test_sync_outcome_tells_stored_failed_and_timed_out_points(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    hooked = HookedStorage(storage)
+    failures = [StorageError("disk on fire")]
+    held = asyncio.Event()
+
+    async def hook(table: str, mutations: object) -> None:
+        if table == tables.data_table:
+            if failures:
+                raise failures.pop()
+            await held.wait()
+
+    hooked.hooks["mutate"] = hook
+    ingest = make_writer(
+        hooked, limits=WriterLimits(retry_delays_s=(), max_batch_cells=2), flush_interval_ms=5
+    )
+    ref = await ingest.resolve("sys.cpu", host("a"))
+    batch_failures: list[str] = []
+    session: IngestSession[int] = ingest.session(
+        track_acks=True, on_batch_failed=lambda error: batch_failures.append(error.message)
+    )
+    session.append_by_ref([(ref, T0, 1), (ref, T0 + 1, 2)], [0, 1])  # fails
+    storage_error = Refused(RefusalKind.STORAGE, "disk on fire")
+    outcome = await session.stored(timeout_s=None)
+    assert (outcome.stored, outcome.unstored) == (0, [(0, storage_error), (1, storage_error)])
+    session.append_by_ref([(ref, T0 + 2, 3), (ref, T0 + 3, 4)], [2, 3])  # held
+    outcome = await session.stored(timeout_s=0.05)  # storage is held until told
+    assert outcome.stored == 0
+    assert outcome.unstored == [(0, storage_error), (1, storage_error), (2, None), (3, None)]
+    assert batch_failures == ["disk on fire"]  # once per batch, not per point
+    held.set()
+    outcome = await session.stored(timeout_s=None)
+    assert outcome.stored == 2
+    assert await stored_points(storage, tables, ingest.uids) == [
+        StoredPoint("sys.cpu", host("a"), (T0 + 2) * 1000, 3),
+        StoredPoint("sys.cpu", host("a"), (T0 + 3) * 1000, 4),
+    ]

@@ -1,0 +1,173 @@
+"""The bytes of the write-ahead log: segment header, record framing, the cells record.
+
+Theory of operation (docs/format/wal.md has the box diagrams; Prometheus'
+``tsdb/docs/format/wal.md`` is the model). Pure: bytes in, bytes or values out.
+
+* A segment starts with an 8-byte header (:data:`SEGMENT_MAGIC`: ``TSDWAL`` and the
+  format version), then records back to back.
+* A record is ``length (u32 BE) | crc32c (u32 BE) | type (u8) | payload``: ``length``
+  counts the payload, the CRC-32C (Castagnoli, google-crc32c) covers type and payload.
+  A reader stops at the first record that does not fit in the bytes left, has a bad
+  CRC or an unknown type: that is a torn write (the process died mid-append) or damage,
+  and :func:`scan_records` says where the good bytes end and why.
+* One record type so far, :data:`CELLS`: the cells of one writer batch, row by row:
+  ``row length (u16) | cell count (u32) | row key | qualifier lengths (u8 each) | value
+  lengths (u8 each) | qualifiers | values``, in the row's qualifier order. The cells are
+  OpenTSDB's (row key, qualifier, value) bytes as the writer stores them, UIDs resolved:
+  replaying a record is putting its cells again, which is idempotent.
+"""
+
+from __future__ import annotations
+
+import gc
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Final
+
+import google_crc32c
+
+from tsd.errors import CodecError
+
+#: ``TSDWAL`` + format version 1 + a reserved zero byte.
+SEGMENT_MAGIC: Final = b"TSDWAL\x01\x00"
+HEADER: Final = struct.Struct(">IIB")  # payload length, crc32c(type + payload), type
+#: the one record type: a batch of cells
+CELLS: Final = 1
+RECORD_TYPES: Final = frozenset({CELLS})
+#: the largest payload a record may claim (a writer batch is a few MB); past it, damage
+MAX_PAYLOAD_BYTES: Final = 1 << 30
+_ROW: Final = struct.Struct(">HI")  # row key length, cell count
+
+#: a row key and its cells, (qualifier, value) in qualifier order
+Row = tuple[bytes, list[tuple[bytes, bytes]]]
+#: a row key, its qualifiers and its values (the same cells, column by column)
+Columns = tuple[bytes, list[bytes], list[bytes]]
+
+
+def encode_cells(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> bytes:
+    """A framed :data:`CELLS` record of ``(row key, {qualifier: value})`` rows (a writer
+    batch's own maps, in their order: a record need not be sorted).
+
+    Per row the work is C-level joins over the map's keys and values (no Python step
+    per cell): this runs on the ingest path, once per writer batch."""
+    parts: list[bytes] = []
+    append = parts.append
+    pack_row = _ROW.pack
+    for row, cells in rows:
+        qualifiers, values = cells.keys(), cells.values()
+        append(pack_row(len(row), len(cells)))
+        append(row)
+        append(bytes(map(len, qualifiers)))
+        append(bytes(map(len, values)))
+        append(b"".join(qualifiers))
+        append(b"".join(values))
+    return frame(CELLS, b"".join(parts))
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    """``payload`` as a record of type ``kind`` (header then payload)."""
+    crc = google_crc32c.value(bytes((kind,)) + payload)
+    return HEADER.pack(len(payload), crc, kind) + payload
+
+
+def decode_cells(payload: bytes) -> list[Row]:
+    """The rows of a :data:`CELLS` payload. Raises CodecError when it is malformed (a
+    record whose CRC matched, so only a bug writes one)."""
+    return [
+        (row, list(zip(qualifiers, values, strict=True)))
+        for row, qualifiers, values in decode_columns(payload)
+    ]
+
+
+def decode_columns(payload: bytes) -> list[Columns]:
+    """:func:`decode_cells` as ``(row key, qualifiers, values)``, without a tuple per
+    cell (replay's form: it builds one Put per cell straight from these)."""
+    rows: list[Columns] = []
+    at, end = 0, len(payload)
+    try:
+        while at < end:
+            row_len, count = _ROW.unpack_from(payload, at)
+            at += _ROW.size
+            row = payload[at : at + row_len]
+            at += row_len
+            q_lens = payload[at : at + count]
+            v_lens = payload[at + count : at + 2 * count]
+            if len(q_lens) != count or len(v_lens) != count:
+                raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
+            qualifiers, at = _split(payload, at + 2 * count, q_lens)
+            values, at = _split(payload, at, v_lens)
+            if at > end:
+                raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
+            rows.append((row, qualifiers, values))
+    except struct.error as exc:
+        raise CodecError(f"write-ahead log: bad cells record: {exc}") from None
+    return rows
+
+
+def _split(payload: bytes, at: int, lengths: bytes) -> tuple[list[bytes], int]:
+    """The slices of ``payload`` from ``at`` of the given lengths, and where they end.
+    Equal lengths (the usual case: 2-byte qualifiers) take one stride."""
+    if not lengths:
+        return [], at
+    width = lengths[0]
+    if width and lengths.count(width) == len(lengths):
+        stop = at + width * len(lengths)
+        return [payload[start : start + width] for start in range(at, stop, width)], stop
+    ends = list(accumulate(lengths, initial=at))
+    return [payload[a:b] for a, b in zip(ends, ends[1:], strict=False)], ends[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What :func:`scan_records` found: the good records' ``(type, payload)``, the offset
+    where the good bytes end, and why reading stopped early (None: at the end)."""
+
+    records: list[tuple[int, bytes]]
+    good_end: int
+    problem: str | None
+
+
+def scan_records(data: bytes) -> Scan:
+    """Every intact record of a segment's bytes, in order, up to the first damaged one."""
+    if not data.startswith(SEGMENT_MAGIC):
+        return Scan([], 0, "no segment header")
+    return Scan(*_records(data, len(SEGMENT_MAGIC)))
+
+
+def _records(data: bytes, at: int) -> tuple[list[tuple[int, bytes]], int, str | None]:
+    records: list[tuple[int, bytes]] = []
+    end = len(data)
+    while at < end:
+        if end - at < HEADER.size:
+            return records, at, f"torn record header at byte {at}"
+        length, crc, kind = HEADER.unpack_from(data, at)
+        start = at + HEADER.size
+        if length > MAX_PAYLOAD_BYTES or start + length > end:
+            return records, at, f"torn record at byte {at} ({length} bytes claimed)"
+        payload = data[start : start + length]
+        if google_crc32c.value(data[at + 8 : start + length]) != crc:
+            return records, at, f"checksum mismatch at byte {at}"
+        if kind not in RECORD_TYPES:
+            return records, at, f"unknown record type {kind} at byte {at}"
+        records.append((kind, payload))
+        at = start + length
+    return records, at, None
+
+
+def iter_records(records: Iterable[tuple[int, bytes]]) -> Iterator[list[Columns]]:
+    """The rows of each :data:`CELLS` record as :func:`decode_columns` gives them, a
+    record at a time, in order. The cyclic garbage collector is held off while a record
+    is decoded: its many small objects would set it off again and again, and they hold
+    no cycles."""
+    for kind, payload in records:
+        if kind == CELLS:
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                rows = decode_columns(payload)
+            finally:
+                if collecting:
+                    gc.enable()
+            yield rows

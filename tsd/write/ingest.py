@@ -1,0 +1,479 @@
+"""The ingest service: the one way data points enter the write path (architecture §1.2a).
+
+Telnet, both /api/put modes and ``tsdb import`` are loops of frame -> parse -> ingest ->
+reply; everything between a parsed point and the :class:`~tsd.write.writer.Writer` is
+here, once. The shape is Prometheus' ``storage.Appender``: a series is resolved once into
+a :data:`SeriesRef` (``IngestService.resolve``), after which its points are appended by
+ref in bulk (``IngestSession.append_by_ref``), with no lookup and no suspension.
+
+* Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded:
+  cleared past ``max_series``) and hands protocols :class:`RefCache` maps for their own
+  keys of a series (a telnet line's raw metric and tag words, an /api/put element's JSON
+  text). write/ never looks inside those keys; a protocol only remembers a key for a
+  point whose full parse it accepted, so the key always stands for the same series.
+  ``dropcaches`` clears them all (:meth:`IngestService.drop_caches`).
+* Misses. A point of a series not resolved yet needs its UIDs looked up or assigned,
+  which awaits storage. :meth:`IngestSession.append` queues it: up to ``window`` lookups
+  of one session run at once (1 keeps UID assignment in arrival order, as OpenTSDB hands
+  them out), and points of known series arriving meanwhile are buffered at once. A caller
+  that must answer only after every earlier point (telnet's commands, a put reply) awaits
+  :meth:`IngestSession.settle`.
+* Back-pressure. :meth:`IngestSession.room` is how many points the writer takes before it
+  is full; :meth:`IngestSession.wait_room` waits until it drains. Protocols stop reading
+  meanwhile, so a slow store slows its clients instead of growing the heap.
+* Outcomes. A point the write path does not take is reported once to the session's
+  ``on_refused(tag, point, Refused)`` with a :class:`RefusalKind` (OpenTSDB's "unknown
+  metric" or a storage error) and the error's message; each adapter words it. A storage
+  write that fails later is reported once per batch to ``on_batch_failed``. With
+  ``track_acks`` (``/api/put?sync``) :meth:`IngestSession.stored` waits until storage
+  holds every point and tells which did not make it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeAlias, TypeVar, cast
+
+from tsd.codec import KeyLayout, SeriesKey, make_series_key
+from tsd.config import StorageConfig
+from tsd.errors import NoSuchUniqueName, StorageRefused, TsdError
+from tsd.log import WRITER, get_logger
+from tsd.model import DataPoint, Tags
+from tsd.stats import Counter, StatsRegistry
+from tsd.uid.service import UidService
+from tsd.write.writer import Ack, Writer
+
+log = get_logger(WRITER)
+
+#: The handle of a resolved series (its row-key template). Opaque to protocols: they
+#: keep it in a :class:`RefCache` and hand it back to :meth:`IngestSession.append_by_ref`.
+SeriesRef: TypeAlias = SeriesKey
+#: A point of a resolved series, as the bulk appenders take it.
+RefPoint: TypeAlias = tuple[SeriesRef, int, int | float]
+
+#: Series refs kept by default (each is a row-key template of about 200 bytes).
+DEFAULT_MAX_SERIES = 1_000_000
+
+T = TypeVar("T")
+
+#: Misses resolved in one :meth:`IngestService.resolve_many` at most: a burst of new series
+#: costs a few storage round trips per 4,096 (the UID batches' size) rather than per series.
+MAX_MISS_BATCH = 4096
+
+#: A point of a series not resolved yet: the point, the caller's tag, its alias keys.
+_Miss: TypeAlias = tuple[DataPoint, T | None, tuple[Hashable, ...]]
+
+
+class RefusalKind(enum.Enum):
+    """Why a point was not taken, in OpenTSDB's classes (PutDataPointRpc's errbacks)."""
+
+    #: a name does not exist and may not be created (NoSuchUniqueName)
+    UNKNOWN_METRIC = "unknown_metric"
+    #: UID assignment or storage failed, or the daemon is shutting down
+    STORAGE = "storage"
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A point the write path did not take: its class and the error's message."""
+
+    kind: RefusalKind
+    message: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Refused:
+        if isinstance(exc, NoSuchUniqueName):
+            return cls(RefusalKind.UNKNOWN_METRIC, exc.message)
+        if isinstance(exc, TsdError):
+            return cls(RefusalKind.STORAGE, exc.message)
+        return cls(RefusalKind.STORAGE, f"Unexpected exception: {exc}")
+
+
+class RefCache(dict[Hashable, SeriesRef]):
+    """A protocol's own keys of resolved series (a dict, so hot loops can ``get`` from
+    it at C speed). Bounded: cleared when it would pass ``max_entries``."""
+
+    __slots__ = ("max_entries",)
+
+    def __init__(self, max_entries: int) -> None:
+        super().__init__()
+        self.max_entries = max_entries
+
+    def remember(self, key: Hashable, ref: SeriesRef) -> None:
+        if len(self) >= self.max_entries:
+            self.clear()
+        self[key] = ref
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOutcome(Generic[T]):
+    """What :meth:`IngestSession.stored` found: the number of points stored, and the
+    others in the order they were appended, each with why (None: not stored in time)."""
+
+    stored: int
+    unstored: list[tuple[T, Refused | None]]
+    #: the error when storage refused the writes (full, read-only), for the reply's status
+    refusal: StorageRefused | None = None
+
+
+class IngestService:
+    """The daemon's (or an import's) one ingest service over one Writer."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        uids: UidService,
+        cfg: StorageConfig,
+        *,
+        max_series: int = DEFAULT_MAX_SERIES,
+        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]]], None] | None = None,
+        registry: StatsRegistry | None = None,
+    ) -> None:
+        """``on_new_series(metric_uid, tag_uid_pairs)`` is called (synchronously) when a
+        series gets its ref, i.e. once per series until the ref cache is cleared: meta
+        tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
+        self.writer = writer
+        self.uids = uids
+        self._layout = KeyLayout.from_storage_config(cfg)
+        self._max_series = max_series
+        self._on_new_series = on_new_series
+        self._registry = registry or StatsRegistry()
+        self._refs: dict[tuple[str, Tags], SeriesRef] = {}
+        self._caches: dict[str, RefCache] = {}
+
+    async def resolve(self, metric: str, tags: Tags) -> SeriesRef:
+        """The ref of a series, resolving (maybe assigning) its UIDs the first time.
+
+        Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError.
+        """
+        key = (metric, tags)
+        ref = self._refs.get(key)
+        if ref is None:
+            metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
+            ref = self._new_ref(key, metric_uid, pairs)
+        return ref
+
+    async def resolve_many(
+        self, keys: Sequence[tuple[str, Tags]]
+    ) -> list[SeriesRef | NoSuchUniqueName]:
+        """The refs of many series, in order: those not resolved before go to one
+        :meth:`UidService.resolve_many_for_write` (a few storage round trips for a whole
+        burst of new series, new names numbered in the order they first appear). A series
+        a name of which auto-create refused gets its NoSuchUniqueName; storage errors
+        raise for all."""
+        refs = self._refs
+        found: list[SeriesRef | NoSuchUniqueName | None] = [refs.get(key) for key in keys]
+        missing = list(dict.fromkeys(k for k, got in zip(keys, found, strict=True) if got is None))
+        if not missing:
+            return cast(list[SeriesRef | NoSuchUniqueName], found)
+        resolved = await self.uids.resolve_many_for_write(missing)
+        made: dict[tuple[str, Tags], SeriesRef | NoSuchUniqueName] = {}
+        for key, result in zip(missing, resolved, strict=True):
+            if isinstance(result, NoSuchUniqueName):
+                made[key] = result
+            else:
+                made[key] = refs.get(key) or self._new_ref(key, *result)
+        return [made[k] if got is None else got for k, got in zip(keys, found, strict=True)]
+
+    def _new_ref(
+        self, key: tuple[str, Tags], metric_uid: bytes, pairs: list[tuple[bytes, bytes]]
+    ) -> SeriesRef:
+        ref = make_series_key(self._layout, metric_uid, pairs)
+        if self._on_new_series is not None:
+            self._on_new_series(metric_uid, pairs)
+        if len(self._refs) >= self._max_series:
+            self._refs.clear()
+        self._refs[key] = ref
+        return ref
+
+    def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
+        """The ref of a series resolved before, without suspending; None on a miss."""
+        return self._refs.get((metric, tags))
+
+    def ref_cache(self, name: str) -> RefCache:
+        """The cache of one protocol's keys (one per name, shared by its connections)."""
+        cache = self._caches.get(name)
+        if cache is None:
+            cache = self._caches[name] = RefCache(self._max_series)
+        return cache
+
+    def drop_caches(self) -> None:
+        """Forget every ref (``dropcaches``, with the UID caches)."""
+        self._refs.clear()
+        for cache in self._caches.values():
+            cache.clear()
+
+    def session(
+        self,
+        *,
+        cache: RefCache | None = None,
+        window: int = 1,
+        on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None,
+        on_batch_failed: Callable[[TsdError], None] | None = None,
+        track_acks: bool = False,
+        protocol: str | None = None,
+    ) -> IngestSession[T]:
+        """A session for one connection, request or import (see :class:`IngestSession`).
+        With ``protocol`` its points and refusals count into tsd's ``ingest.points`` and
+        ``ingest.errors`` counters of that protocol (adapters add their parse errors)."""
+        counters = None
+        if protocol is not None:
+            counters = self.counters(protocol)
+        return IngestSession(
+            self,
+            cache=cache,
+            window=window,
+            on_refused=on_refused,
+            on_batch_failed=on_batch_failed,
+            track_acks=track_acks,
+            counters=counters,
+        )
+
+    def counters(self, protocol: str) -> tuple[Counter, Counter]:
+        """``ingest.points`` and ``ingest.errors`` of one protocol (tsd's own counters)."""
+        registry = self._registry
+        return (
+            registry.counter("ingest.points", protocol=protocol),
+            registry.counter("ingest.errors", protocol=protocol),
+        )
+
+
+@dataclass(slots=True)
+class _Tracked(Generic[T]):
+    """Points of one batch (sync): the batch's ack and the points' tags."""
+
+    ack: Ack
+    tags: list[T]
+
+
+@dataclass(slots=True, eq=False)
+class IngestSession(Generic[T]):
+    """The appends of one client, in its order. ``T`` is the caller's tag of a point (a
+    body index, nothing for telnet): it comes back with the point's outcome.
+
+    ``cache``: where :meth:`try_append` and :meth:`append` remember a point's extra keys
+    (``aliases``) once its series is resolved.
+    """
+
+    service: IngestService
+    cache: RefCache | None = None
+    window: int = 1
+    on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None
+    on_batch_failed: Callable[[TsdError], None] | None = None
+    track_acks: bool = False
+    #: (points taken, points refused) counters, or None
+    counters: tuple[Counter, Counter] | None = None
+    _pending: set[asyncio.Task[None]] = field(default_factory=set)
+    #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
+    _collecting: list[_Miss[T]] | None = None
+    _last_ack: Ack | None = None
+    _tracked: list[_Tracked[T]] = field(default_factory=list)
+
+    # -- back-pressure ------------------------------------------------------------------------
+
+    def room(self) -> int:
+        """Points the writer takes before it is full (0 when it is)."""
+        return self.service.writer.room()
+
+    def is_full(self) -> bool:
+        return self.service.writer.is_full()
+
+    async def wait_room(self) -> None:
+        """Return once the writer takes points again (at once when it does)."""
+        writer = self.service.writer
+        if writer.is_full():
+            await writer.wait_writable()
+
+    # -- known series -------------------------------------------------------------------------
+
+    def append_by_ref(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
+        """Buffer points of resolved series, in order, without suspending (the hot path).
+
+        Timestamps and values must be valid, as the protocol parsers type them. Callers
+        that honour back-pressure pass at most :meth:`room` points. ``tags`` (one per
+        point) come back with refusals and sync outcomes.
+        """
+        try:
+            ack = self.service.writer.add_points(points)
+        except TsdError as exc:  # shutting down: every point is refused
+            refused = Refused.of(exc)
+            for position in range(len(points)):
+                self._refuse(None if tags is None else tags[position], None, refused)
+            return
+        if self.counters is not None:
+            self.counters[0].value += len(points)
+        self._note_ack(ack, tags)
+
+    async def append_all(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
+        """:meth:`append_by_ref` in runs of what the writer has room for, waiting while
+        it is full."""
+        start, count = 0, len(points)
+        while start < count:
+            await self.wait_room()
+            end = min(count, start + max(1, self.room()))
+            run = points if start == 0 and end == count else points[start:end]
+            self.append_by_ref(run, None if tags is None else tags[start:end])
+            start = end
+
+    # -- any series ---------------------------------------------------------------------------
+
+    def try_append(self, point: DataPoint, tag: T | None, aliases: Iterable[Hashable] = ()) -> bool:
+        """Buffer ``point`` if its series is resolved (remembering ``aliases`` for it) and
+        return True; False on a miss, to be passed to :meth:`append`."""
+        ref = self.service.cached(point.metric, point.tags)
+        if ref is None:
+            return False
+        self._remember(aliases, ref)
+        self._add_one(ref, point, tag)
+        return True
+
+    async def append(
+        self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
+    ) -> None:
+        """Buffer ``point``, resolving its series in the session's window of lookups.
+
+        Misses appended in the same turn of the event loop (the lines of one socket read,
+        the elements of one body) join one batch, resolved by one
+        :meth:`IngestService.resolve_many`; up to ``window`` batches run at once, and this
+        returns once the point's batch exists (waiting while ``window`` are running).
+        The outcome goes to ``on_refused``; :meth:`settle` waits for every lookup."""
+        if self.try_append(point, tag, aliases):
+            return
+        miss = (point, tag, tuple(aliases))
+        batch = self._collecting
+        if batch is None or len(batch) >= MAX_MISS_BATCH:
+            pending = self._pending
+            while len(pending) >= self.window:
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            batch = self._collecting
+            if batch is None or len(batch) >= MAX_MISS_BATCH:
+                batch = self._collecting = []
+                task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        batch.append(miss)
+
+    async def append_now(
+        self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
+    ) -> Refused | None:
+        """Buffer ``point`` after resolving its series inline: None once buffered, else
+        why not (``on_refused`` is not called). For one-at-a-time callers (import)."""
+        try:
+            ref = await self.service.resolve(point.metric, point.tags)
+        except TsdError as exc:
+            return Refused.of(exc)
+        self._remember(aliases, ref)
+        await self.wait_room()
+        try:
+            ack = self.service.writer.add_to(ref, point.timestamp, point.value)
+        except TsdError as exc:
+            return Refused.of(exc)
+        self._note_ack(ack, None if tag is None else (tag,))
+        return None
+
+    def has_pending(self) -> bool:
+        """True while lookups of this session are running."""
+        return bool(self._pending)
+
+    async def settle(self) -> None:
+        """Wait until every point appended so far is buffered or refused."""
+        while self._pending:
+            await asyncio.wait(self._pending)
+
+    # -- sync ---------------------------------------------------------------------------------
+
+    async def stored(self, timeout_s: float | None) -> SyncOutcome[T]:
+        """After :meth:`settle` (``track_acks`` only): write now, wait until storage
+        holds every point or ``timeout_s`` passes, and sort the points by outcome."""
+        writer = self.service.writer
+        writer.flush_soon()
+        pending = {tracked.ack for tracked in self._tracked}
+        if pending:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await asyncio.wait(pending)
+            except TimeoutError:
+                pass
+        stored = 0
+        refusal: StorageRefused | None = None
+        unstored: list[tuple[T, Refused | None]] = []
+        for tracked in self._tracked:
+            ack = tracked.ack
+            if not ack.done():
+                unstored.extend((tag, None) for tag in tracked.tags)
+            elif (exc := ack.exception()) is None:
+                stored += len(tracked.tags)
+            else:
+                if isinstance(exc, StorageRefused):
+                    refusal = exc
+                refused = Refused.of(exc)
+                unstored.extend((tag, refused) for tag in tracked.tags)
+        return SyncOutcome(stored, unstored, refusal)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _resolve_batch(self, batch: list[_Miss[T]]) -> None:
+        # The task starts on the loop's next turn: the batch took that turn's misses.
+        if self._collecting is batch:
+            self._collecting = None
+        try:
+            refs = await self.service.resolve_many([(p.metric, p.tags) for p, _, _ in batch])
+        except Exception as exc:
+            if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
+                log.exception("ingest.resolve_crashed", points=len(batch))
+            refused = Refused.of(exc)
+            for point, tag, _ in batch:
+                self._refuse(tag, point, refused)
+            return
+        for (point, tag, aliases), ref in zip(batch, refs, strict=True):
+            if isinstance(ref, NoSuchUniqueName):
+                self._refuse(tag, point, Refused.of(ref))
+                continue
+            self._remember(aliases, ref)
+            await self.wait_room()
+            self._add_one(ref, point, tag)
+
+    def _add_one(self, ref: SeriesRef, point: DataPoint, tag: T | None) -> None:
+        try:
+            ack = self.service.writer.add_to(ref, point.timestamp, point.value)
+        except TsdError as exc:  # shutting down
+            self._refuse(tag, point, Refused.of(exc))
+            return
+        if self.counters is not None:
+            self.counters[0].value += 1
+        self._note_ack(ack, None if tag is None else (tag,))
+
+    def _remember(self, aliases: Iterable[Hashable], ref: SeriesRef) -> None:
+        cache = self.cache
+        if cache is not None:
+            for alias in aliases:
+                cache.remember(alias, ref)
+
+    def _note_ack(self, ack: Ack, tags: Sequence[T] | None) -> None:
+        if self.track_acks and tags is not None:
+            tracked = self._tracked
+            if tracked and tracked[-1].ack is ack:
+                tracked[-1].tags.extend(tags)
+            else:
+                tracked.append(_Tracked(ack, list(tags)))
+        if ack is not self._last_ack:
+            self._last_ack = ack
+            if self.on_batch_failed is not None:
+                ack.add_done_callback(self._report_batch)
+
+    def _report_batch(self, ack: Ack) -> None:
+        """Report a failed storage write once per batch, as OpenTSDB's PutErrback does."""
+        if self.on_batch_failed is not None and not ack.cancelled():
+            exc = ack.exception()
+            if exc is not None:
+                error = exc if isinstance(exc, TsdError) else TsdError(str(exc))
+                self.on_batch_failed(error)
+
+    def _refuse(self, tag: T | None, point: DataPoint | None, refused: Refused) -> None:
+        if self.counters is not None:
+            self.counters[1].value += 1
+        if self.on_refused is not None:
+            self.on_refused(tag, point, refused)
