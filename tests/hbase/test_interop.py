@@ -623,6 +623,9 @@ async def test_series_opentsdb_writes_after_tsds_index_are_found_on_every_path(
         (sorted(g.items()), ["cpu"] if g == W01 else []) for g in groups
     )
     assert {r["stats"]["readPath"] for r in chosen} == {path}
+    # read by the backend's reply reader (reply bytes counted), not row by row through a
+    # wrapper's fallback (the daemon's InstrumentedStorage forwards the bulk reads)
+    assert all(r["stats"]["bytesFromStorage"] > 0 for r in chosen)
     for forced in [SCAN, KEY_ONLY] + ([MULTI_GET] if path == MULTI_GET else []):
         monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=forced: p)
         assert_same_answer(await query(env, env.tsd_url, params), theirs)
