@@ -26,7 +26,9 @@ cells loaded: nobody compacted or added anything). A warm-up round also checks t
 answer the same (same series, tags and timestamps, values equal to 1e-9 relative). Then
 ``--rounds`` rounds, the two daemons taking turns query by query. Printed: the p50 of
 each, the ratio tsd / OpenTSDB, and tsd's client CPU (the daemon process's CPU seconds
-over the query) per data cell the query's rows hold.
+over the query) per data cell the query's rows hold; and the CPU each query cost the daemon,
+the HBase JVM and the Thrift gateway (all on the same cores, so a busy machine moves the
+wall-clock figures more than these).
 
 Run: ``python -m bench.hbase_query [--rounds N]``. Needs java and mvn.
 """
@@ -241,7 +243,9 @@ async def check_cells(cfg: StorageConfig, metric_uids: dict[str, bytes]) -> None
 @dataclass
 class Timings:
     wall_ms: list[float] = field(default_factory=list)
-    cpu_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)  # the daemon's
+    hbase_cpu_s: list[float] = field(default_factory=list)  # the HBase JVM's
+    thrift_cpu_s: list[float] = field(default_factory=list)  # the Thrift gateway's
 
 
 async def ask(http: aiohttp.ClientSession, port: int, query: Query) -> tuple[float, Any]:
@@ -304,12 +308,15 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
                 for query in queries():
                     order = daemons if number % 2 == 0 else daemons[::-1]
                     for who, port, pid in order:
-                        before = cpu_seconds(pid)
+                        watched = {"daemon": pid, **hbase.pids()}
+                        before = {k: cpu_seconds(p) for k, p in watched.items()}
                         wall_ms, _ = await ask(http, port, query)
-                        spent = cpu_seconds(pid) - before
+                        spent = {k: cpu_seconds(p) - before[k] for k, p in watched.items()}
                         t = timings.setdefault((query.name, who), Timings())
                         t.wall_ms.append(wall_ms)
-                        t.cpu_s.append(spent)
+                        t.cpu_s.append(spent["daemon"])
+                        t.hbase_cpu_s.append(spent["hbase"])
+                        t.thrift_cpu_s.append(spent["thrift"])
                 progress(f"round {number + 1} of {args.rounds} done")
             await check_cells(cfg, metric_uids)
             breakdown = {}
@@ -340,6 +347,17 @@ def report(found: dict[str, Any], args: argparse.Namespace) -> None:
             f"  {query.name:14} {query.cells:9,} {p50_theirs:12.0f} {p50_ours:9.0f}"
             f" {p50_ours / p50_theirs:13.2f} {cpu_per_cell:16.2f}"
         )
+    # CPU is counted in clock ticks (10 ms): the small queries' figures are coarse.
+    print("\n  CPU ms per query (p50): daemon + HBase JVM + Thrift gateway = all")
+    for query in queries():
+        cells = []
+        for who in ("OpenTSDB", "tsd"):
+            t = timings[(query.name, who)]
+            parts = [t.cpu_s, t.hbase_cpu_s, t.thrift_cpu_s]
+            p50s = [statistics.median(x) * 1000 for x in parts]
+            total = statistics.median([sum(x) for x in zip(*parts, strict=True)]) * 1000
+            cells.append(f"{who} {p50s[0]:.0f} + {p50s[1]:.0f} + {p50s[2]:.0f} = {total:.0f}")
+        print(f"  {query.name:14} " + "; ".join(cells))
 
 
 def report_breakdown(found: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+import tsd.query.engine as engine_module
 from tests.hbase.opentsdb import (
     OpenTSDB,
     UidTable,
@@ -45,6 +46,7 @@ from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
+from tsd.query.read_path import KEY_ONLY, MULTI_GET, SCAN
 from tsd.schema import hbase_settings
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Row, ScanSpec
@@ -517,3 +519,113 @@ async def test_tsd_compacts_rows_into_the_cells_opentsdb_compacts_them_into(
     tsd_cells = await cells_by_name(env, ours)
     assert all(len(cells) == 1 for cells in tsd_cells.values())
     assert tsd_cells == await cells_by_name(env, theirs)
+
+
+# -- series OpenTSDB writes after tsd's series index exists -------------------------------------
+
+INDEX_METRIC = "interop.index.m"
+
+
+async def tsd_lookup(env: Interop, metric: str) -> set[tuple[tuple[str, str], ...]]:
+    """The series tsd's /api/search/lookup lists (read from tsd's series index only)."""
+    params = {"m": metric, "useMeta": "false"}
+    async with env.http.get(f"{env.tsd_url}/api/search/lookup", params=params) as reply:
+        body = await reply.json(content_type=None)
+        assert reply.status == 200, body
+    return {tuple(sorted(r["tags"].items())) for r in body["results"]}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tsd_indexed_series(interop: Interop) -> list[dict[str, str]]:
+    """tsd writes two series of INDEX_METRIC and indexes them; then OpenTSDB writes two more
+    (one under a tag value only OpenTSDB assigned). Returns the series tsd wrote."""
+    env = interop
+    tsd_series = [{"host": "web01", "cpu": "0"}, {"host": "web02", "cpu": "0"}]
+    java_series = [{"host": "web09", "cpu": "0"}, {"host": "web01", "cpu": "1"}]
+    body = [
+        {"metric": INDEX_METRIC, "timestamp": H0 + 60 * i, "value": i + n, "tags": tags}
+        for n, tags in enumerate(tsd_series)
+        for i in range(30)
+    ]
+    async with env.http.post(f"{env.tsd_url}/api/put?sync", json=body) as reply:
+        assert reply.status == 204, await reply.text()
+
+    async def indexed() -> bool:
+        return len(await tsd_lookup(env, INDEX_METRIC)) == len(tsd_series)
+
+    await wait_until(indexed, "tsd indexing its series")
+    body = [
+        {"metric": INDEX_METRIC, "timestamp": H0 + 30 + 60 * i, "value": 100 * n + i}
+        | {"tags": tags}
+        for n, tags in enumerate(java_series, start=1)
+        for i in range(30)
+    ]
+    url = f"{env.opentsdb.url}/api/put?summary&sync&sync_timeout=60000"
+    async with env.http.post(url, json=body) as reply:
+        assert (reply.status, (await reply.json())["failed"]) == (200, 0)
+    return tsd_series
+
+
+W01, W09 = {"host": "web01"}, {"host": "web09", "cpu": "0"}
+
+
+@pytest.mark.parametrize(
+    ("m", "path", "groups"),
+    [
+        pytest.param(f"none:{INDEX_METRIC}{{host=web09}}", KEY_ONLY, [W09], id="new_value"),
+        pytest.param(f"sum:{INDEX_METRIC}{{host=web01}}", KEY_ONLY, [W01], id="new_series"),
+        pytest.param(
+            f"sum:{INDEX_METRIC}{{host=literal_or(web01|web09)}}", KEY_ONLY, [W01, W09], id="or"
+        ),
+        pytest.param(
+            f"none:explicit_tags:{INDEX_METRIC}{{host=web09,cpu=0}}", MULTI_GET, [W09], id="exact"
+        ),
+        pytest.param(
+            f"none:explicit_tags:{INDEX_METRIC}{{host=web01|web09,cpu=0|1}}",
+            MULTI_GET,
+            [{"host": "web01", "cpu": "0"}, {"host": "web01", "cpu": "1"}, W09],
+            id="exact_many",
+        ),
+        pytest.param(
+            f"sum:{INDEX_METRIC}{{host=*}}",
+            SCAN,
+            [W01, {"host": "web02", "cpu": "0"}, W09],
+            id="group_all",
+        ),
+    ],
+)
+async def test_series_opentsdb_writes_after_tsds_index_are_found_on_every_path(
+    interop: Interop,
+    tsd_indexed_series: list[dict[str, str]],
+    m: str,
+    path: str,
+    groups: list[dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/hbase.md's rule: tsd's series index is never trusted for reading data, because
+    OpenTSDB (meta tracking off) writes series it does not list. Here tsd writes two series
+    and its index lists them; then OpenTSDB writes two more of the same metric (one under a
+    tag value only OpenTSDB assigned); tsd's index still lists two, and every read path the
+    planner can pick (multi-get, key-only pass, scan) gives OpenTSDB's answer with all four."""
+    env = interop
+    # the index does not know OpenTSDB's series: reading through it would miss them
+    assert await tsd_lookup(env, INDEX_METRIC) == {
+        tuple(sorted(tags.items())) for tags in tsd_indexed_series
+    }
+    params = {"start": str(H0), "end": str(H0 + 3599), "m": m, "show_stats": "true"}
+    chosen = await query(env, env.tsd_url, params)
+    theirs = await query(
+        env, env.opentsdb.url, {k: v for k, v in params.items() if k != "show_stats"}
+    )
+    assert_same_answer(chosen, theirs)
+    # the groups include OpenTSDB's series (host=web01 groups cpu 0 from tsd and 1 from it)
+    assert sorted((sorted(r["tags"].items()), r["aggregateTags"]) for r in chosen) == sorted(
+        (sorted(g.items()), ["cpu"] if g == W01 else []) for g in groups
+    )
+    assert {r["stats"]["readPath"] for r in chosen} == {path}
+    # read by the backend's reply reader (reply bytes counted), not row by row through a
+    # wrapper's fallback (the daemon's InstrumentedStorage forwards the bulk reads)
+    assert all(r["stats"]["bytesFromStorage"] > 0 for r in chosen)
+    for forced in [SCAN, KEY_ONLY] + ([MULTI_GET] if path == MULTI_GET else []):
+        monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=forced: p)
+        assert_same_answer(await query(env, env.tsd_url, params), theirs)

@@ -243,3 +243,30 @@ def test_spans_are_series_in_key_order_with_rows_in_time_order() -> None:
         ts, values = spans.batch.series(s)
         assert ts.tolist() == sorted(ts.tolist())
         assert values.tolist() == [float((s + 1) * 100 + h) for h in range(3) for _ in range(3)]
+
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+FLOAT32_EXACT = st.floats(width=32, allow_nan=False, allow_infinity=False).map(float)
+
+
+@decode_settings
+@given(
+    st.lists(
+        st.tuples(OFFSETS_MS, st.one_of(FLOAT32_EXACT, FINITE)),
+        min_size=2,
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_rows_of_4_and_8_byte_floats_only_decode_as_the_reference(
+    points: list[tuple[int, float]], compacted: bool
+) -> None:
+    """Floats of both widths and no integer: the values are read in one gather."""
+    cells = dict(_point(BASE, offset, value) for offset, value in points)
+    if compacted:
+        cell = compact_row(sorted(cells.items()), fix_duplicates=True)
+        assert cell is not None
+        cells = {cell[0]: cell[1]}
+    key = encode_row_key(LAYOUT, METRIC, BASE, [(b"\x00\x00\x01", b"\x00\x00\x01")])
+    row = Row(key, tuple(Cell("t", q, v) for q, v in sorted(cells.items())))
+    assert _fast(CellBlock.from_rows([row]), True) == [_reference(row, True)]

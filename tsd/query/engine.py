@@ -121,6 +121,10 @@ DELETE_BATCH_ROWS = 1024
 AGGREGATE_CHUNK_SERIES = 8192
 #: Result groups (or names) handled on the event loop before it is given back.
 RESULTS_CHUNK = 256
+#: Work up to this many points (or series, or bytes/4 of cell values) runs on the event loop:
+#: a worker-thread hop costs a thread wake-up and two GIL hand-overs, milliseconds on a busy
+#: machine, against well under a millisecond of numpy work at this size.
+INLINE_WORK = 10_000
 
 
 @dataclass(slots=True)
@@ -287,10 +291,13 @@ class QueryEngine:
             }
         return QueryResult(query, series, global_notes, summary)
 
-    async def compute(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def compute(
+        self, fn: Callable[..., T], *args: Any, work: int | None = None, **kwargs: Any
+    ) -> T:
         """Run ``fn`` in a worker thread within the engine's compute slots (the server
-        renders a big answer, millions of values to format, this way)."""
-        return await self._compute_off_loop(fn, *args, **kwargs)
+        renders a big answer, millions of values to format, this way); on the event loop
+        when ``work`` (points it handles) is known and small."""
+        return await self._compute_sized(work, fn, *args, **kwargs)
 
     @contextlib.asynccontextmanager
     async def _timeout(self, control: QueryControl | None = None) -> Any:
@@ -339,7 +346,10 @@ class QueryEngine:
             reads.append(read)
         path = read.path = choose_path(plan, request)
         parts = await self._read(plan, path, request, tally, read)
-        spans = await self._compute_off_loop(assemble_spans, parts, self._layout)
+        spans = await self._compute_sized(
+            sum(points.point_count for _, points in parts), assemble_spans, parts, self._layout
+        )
+        work = spans.batch.point_count + spans.series_count
         control.check_buckets(per_series, spans.series_count, filled)
         control.charge(spans.series_count * BYTES_PER_SERIES)
         timings["queryScanTime"] = (time.perf_counter() - t1) * 1000
@@ -348,17 +358,19 @@ class QueryEngine:
         timings.update(read_stats_json(read))
         if not spans.series_count:
             return []
-        facts = await self._series_facts(spans)
-        # Filters (regexps included) and grouping run per series: off the event loop too.
-        keep, groups = await self._compute_off_loop(
-            self._filter_and_group, sub, plan, facts, control
+        facts = await self._series_facts(spans, work)
+        # Filters and grouping run per series; a regexp (or wildcard) can take long on one
+        # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
+        patterned = any("regexp" in f.type or "wildcard" in f.type for f in sub.filters)
+        keep, groups = await self._compute_sized(
+            None if patterned else work, self._filter_and_group, sub, plan, facts, control
         )
         kept_points = int(spans.batch.lengths[keep].sum())
         kept_series = int(keep.sum())
         in_range_points = 0
         if not per_series:  # raw points: the answer holds those within [start, end]
-            in_range_points = await self._compute_off_loop(
-                _points_in_range, spans.batch, keep, query.start_ms, query.end_ms
+            in_range_points = await self._compute_sized(
+                work, _points_in_range, spans.batch, keep, query.start_ms, query.end_ms
             )
         # Before any kernel allocates: the buckets, the answer's size and their memory.
         control.check_buckets(per_series, kept_series, filled)
@@ -375,11 +387,11 @@ class QueryEngine:
             await self._delete_rows(parts, spans, keep)
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
-        aggregated = await self._aggregate(spans, groups, sub, query, window, control)
+        aggregated = await self._aggregate(spans, groups, sub, query, window, control, work)
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
         timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
-        return await self._results(sub, query, found, timings)
+        return await self._results(sub, query, found, timings, work)
 
     async def scan_plan(self, query: TSQuery, sub: SubQuery) -> ScanPlan:
         """The row scans that ``sub`` of ``query`` reads (``tsdb scan`` prints their rows)."""
@@ -449,8 +461,8 @@ class QueryEngine:
         parts: list[tuple[list[bytes], RowPoints]] = []
 
         async def decode(block: CellBlock) -> None:
-            points, spent = await self._compute_off_loop(
-                _timed_decode, block, self._layout, self._fix_duplicates
+            points, spent = await self._compute_sized(
+                len(block.values) // 4, _timed_decode, block, self._layout, self._fix_duplicates
             )
             stats.decode_s += spent
             tally.add(points, len(block))
@@ -460,6 +472,15 @@ class QueryEngine:
             self._storage, self._table, self._layout, plan, path, request, decode, stats
         )
         return parts
+
+    async def _compute_sized(
+        self, work: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T:
+        """``fn`` on the event loop when ``work`` is known and at most ``INLINE_WORK``,
+        else in a worker thread (:meth:`_compute_off_loop`)."""
+        if work is not None and work <= INLINE_WORK:
+            return fn(*args, **kwargs)
+        return await self._compute_off_loop(fn, *args, **kwargs)
 
     async def _compute_off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run numpy work in a worker thread, at most ``compute_slots`` at once.
@@ -487,6 +508,7 @@ class QueryEngine:
         query: TSQuery,
         window: tuple[int, int],
         control: QueryControl,
+        work: int,
     ) -> list[AggregatedSeries]:
         """The kernels over every group, in chunks of about ``AGGREGATE_CHUNK_SERIES``
         series per worker-thread call: the slot is given back between chunks (other
@@ -499,14 +521,14 @@ class QueryEngine:
             size += len(members)
             if size >= AGGREGATE_CHUNK_SERIES:
                 control.check()
-                out += await self._compute_off_loop(
-                    aggregate_groups, spans.batch, chunk, sub, query, window, control
+                out += await self._compute_sized(
+                    work, aggregate_groups, spans.batch, chunk, sub, query, window, control
                 )
                 chunk, size = [], 0
         if chunk:
             control.check()
-            out += await self._compute_off_loop(
-                aggregate_groups, spans.batch, chunk, sub, query, window, control
+            out += await self._compute_sized(
+                work, aggregate_groups, spans.batch, chunk, sub, query, window, control
             )
         return out
 
@@ -522,14 +544,14 @@ class QueryEngine:
 
     # -- series, groups, results --------------------------------------------------------------
 
-    async def _series_facts(self, spans: Spans) -> SeriesFacts:
-        tag_uids, tagks, tagvs = await self._compute_off_loop(
-            _tag_uids_and_sets, self._layout, spans.keys
+    async def _series_facts(self, spans: Spans, work: int) -> SeriesFacts:
+        tag_uids, tagks, tagvs = await self._compute_sized(
+            work, _tag_uids_and_sets, self._layout, spans.keys
         )
         tagk_names = await self._names(self._uids.tagk, tagks)
         tagv_names = await self._names(self._uids.tagv, tagvs)
-        return await self._compute_off_loop(
-            series_facts, self._layout, spans, tag_uids, tagk_names, tagv_names
+        return await self._compute_sized(
+            work, series_facts, self._layout, spans, tag_uids, tagk_names, tagv_names
         )
 
     @staticmethod
@@ -564,15 +586,15 @@ class QueryEngine:
         return keep, [members for _, members in group_series(keys)]
 
     async def _results(
-        self, sub: SubQuery, query: TSQuery, found: _Found, timings: dict[str, Any]
+        self, sub: SubQuery, query: TSQuery, found: _Found, timings: dict[str, Any], work: int
     ) -> list[SeriesResult]:
         metric_uid = found.spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
         metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
         out: list[SeriesResult] = []
         for lo in range(0, len(found.groups), AGGREGATE_CHUNK_SERIES):
             hi = lo + AGGREGATE_CHUNK_SERIES
-            out += await self._compute_off_loop(
-                _build_results, sub, query, found, metric, timings, lo, hi
+            out += await self._compute_sized(
+                work, _build_results, sub, query, found, metric, timings, lo, hi
             )
         return out
 

@@ -94,7 +94,10 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         if is_large(result):
             response = await stream_query_result(request, engine, result, arrays=options.arrays)
         else:
-            body = await engine.compute(render_query_result, result, arrays=options.arrays)
+            points = sum(len(s.dps) for s in result.series) + len(result.series)
+            body = await engine.compute(
+                render_query_result, result, arrays=options.arrays, work=points
+            )
             response = json_response(body)
     except BaseException as exc:  # the client left while a large answer streamed...
         if tracker is not None and tracked is not None:
