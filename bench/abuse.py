@@ -8,7 +8,14 @@ along, the round trip of a telnet ``version`` and of a one-point ``/api/put`` (e
 For each case the table gives the daemon's answer, the time, the daemon's RSS growth
 (peak during the case and what is left after it), the probe's p99 during the case, and for
 the disconnect case the daemon's CPU seconds in the 3 s after the client went away.
+``ver max`` is the longest ``version`` round trip: the longest stall of the daemon's loop.
 The baseline row is the probe with nothing else running (same run).
+
+Cases beside the query ones: a 64 MiB /api/put body (958,697 points); what a page from
+another origin can send (diediedie, a text/plain put, a UID assign, annotation deletes);
+the GETs that used to answer 500 with a traceback; and a full disk (a second daemon on a
+64 MiB tmpfs filled under it; needs ``mount``, skipped otherwise: ``?sync&summary``,
+``?sync&details``, telnet's error lines, recovery when space returns).
 
 Run: ``python -m bench.abuse [--series N] [--only CASE ...]``.
 """
@@ -18,8 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
+import re
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +39,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import orjson
 
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config
@@ -115,6 +126,10 @@ class Probe:
 
         return p99(self.version_ms[mark[0] :]), p99(self.put_ms[mark[1] :])
 
+    def max_since(self, mark: tuple[int, int]) -> float:
+        """The longest ``version`` round trip: the longest stall of the daemon's loop."""
+        return max(self.version_ms[mark[0] :], default=float("nan"))
+
     async def run(self, stop: asyncio.Event) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         url = f"http://127.0.0.1:{self.port}/api/put"
@@ -149,6 +164,7 @@ class Row:
     version_p99: float = 0.0
     put_p99: float = 0.0
     cpu_after: str = ""
+    version_max: float = float("nan")
 
 
 async def http_status(session: aiohttp.ClientSession, url: str, **kw: object) -> str:
@@ -271,6 +287,106 @@ async def case_silent_connections(port: int, pid: int) -> tuple[str, str]:
     return f"2,000 silent: {still_open} still open after 4 s", ""
 
 
+PUT_POINTS = 958_697  # the issue's 64 MiB body
+
+
+@functools.cache
+def big_put_body() -> bytes:
+    """``PUT_POINTS`` points of 1,000 new series, the metric name padded so that the body
+    is just under ``tsd.http.request.max_body`` (64 MiB). Built before the probe starts:
+    building it stalls this process's loop, which the probe would count as the daemon's."""
+
+    def body(metric: str) -> bytes:
+        return orjson.dumps(
+            [
+                {
+                    "metric": metric,
+                    "timestamp": BASE + i // 1000,
+                    "value": i % 1000,
+                    "tags": {"h": f"{i % 1000:03d}"},
+                }
+                for i in range(PUT_POINTS)
+            ]
+        )
+
+    pad = (64 * 1024 * 1024 - len(body("p"))) // PUT_POINTS
+    return body("p" + "x" * max(0, pad - 1))
+
+
+async def case_put_64mib(port: int, pid: int) -> tuple[str, str]:
+    body = big_put_body()
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as http,
+        http.post(f"http://127.0.0.1:{port}/api/put?summary", data=body) as resp,
+    ):
+        reply = (await resp.read())[:60].decode("utf-8", "replace")
+    return f"{len(body) / 2**20:.1f} MiB, {PUT_POINTS:,} points: {resp.status} {reply}", ""
+
+
+FOREIGN = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+
+
+async def case_foreign_origin(port: int, pid: int) -> tuple[str, str]:
+    """What a page from another origin can send: diediedie, a text/plain put, a UID assign,
+    an annotation delete. Each answer's status, then: still alive, nothing changed."""
+    base = f"http://127.0.0.1:{port}"
+    note = {"startTime": BASE, "description": "kept"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base + "/api/annotation", json=note) as resp:
+            assert resp.status == 200, await resp.text()
+        attempts = [
+            ("GET", "/diediedie", None),
+            ("POST", "/api/put?sync", f'{{"metric":"evil.m","timestamp":{BASE},"value":1,'
+             '"tags":{"a":"b"}}'),
+            ("POST", "/api/uid/assign", '{"metric":["evil.uid"]}'),
+            ("GET", f"/api/annotation?start_time={BASE}&method_override=delete", None),
+            ("DELETE", f"/api/annotation?start_time={BASE}", None),
+        ]  # fmt: skip
+        statuses = []
+        for method, path, data in attempts:
+            async with http.request(method, base + path, data=data, headers=FOREIGN) as resp:
+                await resp.read()
+                statuses.append(str(resp.status))
+        changed = []
+        for name in ("evil.m", "evil.uid"):
+            async with http.get(f"{base}/api/suggest?type=metrics&q={name}") as resp:
+                if name in await resp.json():
+                    changed.append(name)
+        async with http.get(f"{base}/api/annotation?start_time={BASE}") as resp:
+            if resp.status != 200:
+                changed.append("annotation")
+    alive = _alive(pid)
+    return (
+        f"diediedie/put/assign/override-delete/DELETE: {'/'.join(statuses)}; "
+        f"alive: {alive}; changed: {', '.join(changed) or 'nothing'}"
+    ), ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
+
+
+async def case_error_500(port: int, pid: int) -> tuple[str, str]:
+    """The GETs that answered 500 with a traceback and install paths."""
+    answers = []
+    async with aiohttp.ClientSession() as http:
+        for path in ("/s/" + "x" * 300, f"/api/query?start=100y-ago&m=sum:1ms-avg-zero:{METRIC}"):
+            async with http.get(f"http://127.0.0.1:{port}{path}") as resp:
+                body = (await resp.read()).decode("utf-8", "replace")
+            leaks = "Traceback" in body or "/tsd/" in body or ".py" in body
+            error_id = "errorId" in body
+            answers.append(
+                f"{resp.status} ({'LEAKS' if leaks else 'no traceback/path'}"
+                f"{', errorId' if error_id else ''})"
+            )
+    return "/s/<300 B>: " + answers[0] + "; 100y bomb: " + answers[1], ""
+
+
 CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
     "bucket_bomb_1d": lambda p, pid: case_bucket_bomb(p, pid, "1d-ago"),
     "bucket_bomb_100y": lambda p, pid: case_bucket_bomb(p, pid, "100y-ago"),
@@ -281,6 +397,9 @@ CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
     "static_50k_names": case_static_names,
     "regexp_40_values": case_regexp,
     "silent_conns": case_silent_connections,
+    "put_64mib_body": case_put_64mib,
+    "foreign_origin": case_foreign_origin,
+    "error_500": case_error_500,
 }
 
 
@@ -304,7 +423,10 @@ async def run_case(name: str, fn: CaseFn, port: int, pid: int, probe: Probe) -> 
     await sampler
     await asyncio.sleep(0.5)
     v99, p99 = probe.p99_since(mark)
-    return Row(name, answer, seconds, peak - rss0, rss_mb(pid) - rss0, v99, p99, cpu_after)
+    after = rss_mb(pid) - rss0
+    return Row(
+        name, answer, seconds, peak - rss0, after, v99, p99, cpu_after, probe.max_since(mark)
+    )
 
 
 async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
@@ -324,6 +446,8 @@ async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
         "tsd.network.header_timeout=3",
         "--set",
         "tsd.logging.level=error",
+        "--set",
+        "tsd.http.query.allow_delete=true",  # the foreign-origin case tries a delete
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -334,6 +458,17 @@ async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
             return process
         await asyncio.sleep(0.05)
     raise RuntimeError("the daemon did not start")
+
+
+async def stop_daemon(
+    stop: asyncio.Event, prober: asyncio.Task[None], process: asyncio.subprocess.Process
+) -> None:
+    """Stop the probe, then the daemon."""
+    stop.set()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(prober, 10)
+    process.terminate()
+    await process.wait()
 
 
 async def sigterm_during_query(data_dir: Path) -> Row:
@@ -362,15 +497,128 @@ async def sigterm_during_query(data_dir: Path) -> Row:
                seconds)  # fmt: skip
 
 
+async def disk_full(tmp: Path) -> Row:
+    """A daemon on a 64 MiB tmpfs, filled under it: what ``?sync&summary``,
+    ``?sync&details``, a put without sync and 50,000 telnet puts get, and whether puts are
+    stored again once space returns (no restart). Needs ``mount`` (root); the row says
+    so otherwise."""
+    disk = tmp / "disk"
+    disk.mkdir()
+    refused = mount_tmpfs(disk, "64m")
+    if refused:
+        return Row("disk_full_tmpfs", f"not measured: cannot mount a tmpfs ({refused})")
+    try:
+        return await _disk_full(disk)
+    finally:
+        umount(disk)
+
+
+def mount_tmpfs(where: Path, size: str) -> str:
+    """Mount a tmpfs of ``size`` at ``where``: "" when mounted, else why not."""
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    return "" if mounted.returncode == 0 else mounted.stderr.strip()
+
+
+def umount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _points(start: int, count: int) -> bytes:
+    return orjson.dumps(
+        [
+            {"metric": "disk.m", "timestamp": BASE + i, "value": i, "tags": {"h": "a"}}
+            for i in range(start, start + count)
+        ]
+    )
+
+
+async def _disk_full(disk: Path) -> Row:
+    port = free_port()
+    process = await start_daemon(disk / "data", port)
+    pid = process.pid
+    probe = Probe(port)
+    stop = asyncio.Event()
+    prober = asyncio.create_task(probe.run(stop))
+    base = f"http://127.0.0.1:{port}/api/put"
+    notes: list[str] = []
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def put(query: str, start: int, count: int) -> tuple[int, bytes]:
+                async with http.post(base + query, data=_points(start, count)) as resp:
+                    return resp.status, await resp.read()
+
+            assert (await put("?sync", 0, 1000))[0] == 204
+            await asyncio.sleep(0.5)
+            rss0, mark, t0 = rss_mb(pid), probe.mark(), time.perf_counter()
+            filler = disk / "filler"
+            free = os.statvfs(disk)
+            with filler.open("wb") as out:
+                os.posix_fallocate(out.fileno(), 0, free.f_bavail * free.f_frsize)
+            start, stored, status, body = 1000, 0, 0, b""
+            for _ in range(100):  # LMDB's file may have free pages for the first batches
+                status, body = await put("?sync&summary", start, 5000)
+                start += 5000
+                if status not in (200, 204):
+                    break
+                stored += 5000
+            notes.append(f"?sync&summary {status} {body[:40].decode()} (after {stored} stored)")
+            status, body = await put("?sync&details", start, 5000)
+            start += 5000
+            failed = orjson.loads(body).get("failed") if body else None
+            notes.append(f"?sync&details {status} failed={failed}")
+            status, _ = await put("", start, 5000)
+            start += 5000
+            notes.append(f"no sync {status}")
+            lines, lost = await _telnet_on_full_disk(port, start)
+            start += 50_000
+            notes.append(f"telnet 50,000 puts: {len(lines)} lines naming {lost} lost")
+            if lines:
+                notes.append(f"e.g. {lines[0][:120]!r}")
+            filler.unlink()
+            status, _ = await put("?sync", start, 1000)
+            notes.append(f"space back: ?sync {status} (no restart)")
+            seconds = time.perf_counter() - t0
+            peak = rss_mb(pid)
+            v99, p99 = probe.p99_since(mark)
+            vmax = probe.max_since(mark)
+    finally:
+        await stop_daemon(stop, prober, process)
+    growth = peak - rss0
+    return Row("disk_full_tmpfs", "; ".join(notes), seconds, growth, growth, v99, p99, "", vmax)
+
+
+async def _telnet_on_full_disk(port: int, start: int) -> tuple[list[str], int]:
+    """50,000 telnet puts on the full disk: the error lines, and the points they name."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"".join(b"put disk.m %d %d h=a\n" % (BASE + i, i) for i in range(start, start + 50_000))
+    )
+    lines: list[str] = []
+    lost = 0
+    with contextlib.suppress(TimeoutError):  # every batch answered: nothing for 5 s
+        while line := (await asyncio.wait_for(reader.readline(), 5)).decode().rstrip("\n"):
+            lines.append(line)
+            found = re.search(r": (\d+) data points? not stored$", line)
+            lost += int(found[1]) if found else 1
+    writer.close()
+    return lines, lost
+
+
 def print_table(rows: list[Row]) -> None:
     print(
         f"{'case':<22} {'secs':>6} {'RSS peak':>9} {'RSS after':>9} {'ver p99':>8} "
-        f"{'put p99':>8} {'CPU after':>10}  answer"
+        f"{'ver max':>8} {'put p99':>8} {'CPU after':>10}  answer"
     )
     for r in rows:
         print(
             f"{r.case:<22} {r.seconds:6.2f} {r.rss_peak:7.0f}MB {r.rss_after:7.0f}MB "
-            f"{r.version_p99:6.1f}ms {r.put_p99:6.1f}ms {r.cpu_after:>10}  {r.answer}"
+            f"{r.version_p99:6.1f}ms {r.version_max:6.1f}ms {r.put_p99:6.1f}ms "
+            f"{r.cpu_after:>10}  {r.answer}"
         )
 
 
@@ -379,6 +627,8 @@ async def main(args: argparse.Namespace) -> None:
         data_dir = Path(tmp) / "data"
         t0 = time.perf_counter()
         await load(data_dir, args.series)
+        if not args.only or "put_64mib_body" in args.only:
+            big_put_body()
         print(f"loaded {args.series} series in {time.perf_counter() - t0:.0f} s", flush=True)
         port = free_port()
         process = await start_daemon(data_dir, port)
@@ -392,20 +642,19 @@ async def main(args: argparse.Namespace) -> None:
             mark = probe.mark()
             await asyncio.sleep(3)
             v99, p99 = probe.p99_since(mark)
-            rows.append(Row("baseline (idle)", "probe only", 3.0, 0, 0, v99, p99))
+            vmax = probe.max_since(mark)
+            rows.append(Row("baseline (idle)", "probe only", 3.0, 0, 0, v99, p99, "", vmax))
             for name, fn in CASES.items():
                 if args.only and name not in args.only:
                     continue
                 rows.append(await run_case(name, fn, port, pid, probe))
                 print(f"  {name}: done", flush=True)
         finally:
-            stop.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(prober, 10)
-            process.terminate()
-            await process.wait()
+            await stop_daemon(stop, prober, process)
         if not args.only or "sigterm" in args.only:
             rows.append(await sigterm_during_query(data_dir))
+        if not args.only or "disk_full" in args.only:
+            rows.append(await disk_full(Path(tmp)))
     print_table(rows)
 
 

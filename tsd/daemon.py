@@ -41,7 +41,7 @@ from tsd.server.http.app import Services, make_app
 from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.listener import Listener
-from tsd.server.telnet import TelnetContext, telnet_factory
+from tsd.server.telnet import HBASE_ERROR, STORAGE_ERROR, TelnetContext, telnet_factory
 from tsd.server.telnet_auth import authenticated_telnet_factory
 from tsd.server.tls import server_context
 from tsd.stats import StatsRegistry, host_tag
@@ -184,6 +184,7 @@ class Daemon:
             diediedie_loopback_only=core.diediedie_loopback_only,
             request_shutdown=self.request_shutdown,
             idle_timeout_s=float(self.config.network.socket_timeout_s),
+            storage_error=HBASE_ERROR if self.config.storage.backend == "hbase" else STORAGE_ERROR,
         )
 
     def _stats_tags(self) -> tuple[tuple[str, str], ...]:

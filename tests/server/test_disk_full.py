@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import signal
-import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -25,6 +25,7 @@ import pytest
 from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, stored
 from tests.server.test_lifecycle import TsdProcess, read_store
+from tests.tmpfs import small_tmpfs
 from tsd.errors import StorageFull, StorageReadOnly
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
@@ -112,13 +113,23 @@ async def test_full_disk_sequence_with_injected_enospc(make_tsd: MakeTsd, tmp_pa
         # without sync: no 204 for points that cannot be stored while the disk is full
         status, body = await put(port, "/api/put", batch("m", 200, 50))
         assert status == 507
-        # telnet: an error line naming the full store
+        # telnet: an error line per failed batch, naming the full store and how many of
+        # the connection's points it lost (no "HBase error" on the embedded store)
         client = await TelnetClient.connect(port)
-        await client.send(b"put m %d 1 h=a\n" % (T0 + 250))
-        line = await client.line()
-        assert line.startswith(b"put: HBase error: embedded store full: no space left")
+        await client.send(b"".join(b"put m %d 1 h=a\n" % (T0 + 250 + i) for i in range(30)))
+        lost = 0
+        while lost < 30:
+            line = await client.line()
+            match = re.fullmatch(
+                rb"put: storage error: embedded store full: no space left on its disk "
+                rb"\(.*\): (\d+) data points? not stored",
+                line,
+            )
+            assert match is not None, line
+            lost += int(match[1])
+        assert lost == 30
         await client.close()
-        assert daemon.registry.counter("datapoints.dropped", type="storage_errors").value >= 151
+        assert daemon.registry.counter("datapoints.dropped", type="storage_errors").value >= 180
         # space returns: the next put is stored, no restart
         disk.full = False
         assert await put(port, "/api/put?sync", batch("m", 300, 10)) == (204, None)
@@ -136,19 +147,8 @@ async def test_full_disk_sequence_with_injected_enospc(make_tsd: MakeTsd, tmp_pa
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "24m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def fill(disk: Path) -> Path:

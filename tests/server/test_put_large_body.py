@@ -16,6 +16,7 @@ from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, stored
 from tsd.protocol import put_json
 from tsd.server.http import put as put_handler
+from tsd.write.ingest import IngestSession
 
 T = 1_356_998_400
 
@@ -99,3 +100,45 @@ async def test_large_body_answers_errors_by_body_index(make_tsd: MakeTsd) -> Non
         ("Unable to parse value to a number", T + 29_990),
     ]
     assert len(await stored(tsd)) == 29_998
+
+
+async def test_appending_a_large_body_of_new_series_gives_the_loop_turns(
+    make_tsd: MakeTsd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Points of series the parser did not know are appended one by one; once their series
+    are resolved those appends never suspend, so the handler gives the loop a turn every
+    ``YIELD_EVERY`` of them (a 64 MiB body of new series held the loop for seconds)."""
+    monkeypatch.setattr(put_handler, "YIELD_EVERY", 100)
+    tsd = await make_tsd()
+    resolved = asyncio.Event()
+    seen: list[bool] = []
+    telnet_answered = asyncio.Event()
+    append = IngestSession.append
+
+    async def watched(self: IngestSession[Any], point: Any, tag: Any = None, aliases: Any = ()):
+        if tag == 10_000:  # every series (100 of them) is resolved by now
+            resolved.set()
+        if tag == 19_999:
+            seen.append(telnet_answered.is_set())
+        await append(self, point, tag, aliases)
+
+    monkeypatch.setattr(IngestSession, "append", watched)
+    telnet = await TelnetClient.connect(tsd.port)
+
+    async def version_once_resolved() -> None:
+        await resolved.wait()  # runs only if the handler gives the loop a turn
+        assert await telnet.sync() == []
+        telnet_answered.set()
+
+    prober = asyncio.create_task(version_once_resolved())
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"http://127.0.0.1:{tsd.port}/api/put?summary", data=io.BytesIO(large_body(20_000))
+        ) as response,
+    ):
+        assert response.status == 200
+    await prober
+    await telnet.close()
+    assert seen == [True]  # the telnet client was answered before the last point's append
+    assert len(await stored(tsd)) == 20_000

@@ -10,7 +10,7 @@ from tests.write.conftest import MakeWriter
 from tests.write.readback import StoredPoint, stored_points
 from tests.write.test_writer import gated_writer
 from tsd.config import StorageConfig
-from tsd.errors import StorageError
+from tsd.errors import StorageError, TsdError
 from tsd.model import DataPoint, Tags, make_tags
 from tsd.storage.base import Storage
 from tsd.write.ingest import IngestSession, RefusalKind, Refused
@@ -167,10 +167,12 @@ async def test_sync_outcome_tells_stored_failed_and_timed_out_points(
         hooked, limits=WriterLimits(retry_delays_s=(), max_batch_cells=2), flush_interval_ms=5
     )
     ref = await ingest.resolve("sys.cpu", host("a"))
-    batch_failures: list[str] = []
-    session: IngestSession[int] = ingest.session(
-        track_acks=True, on_batch_failed=lambda error: batch_failures.append(error.message)
-    )
+    batch_failures: list[tuple[str, int]] = []
+
+    def batch_failed(error: TsdError, points: int) -> None:
+        batch_failures.append((error.message, points))
+
+    session: IngestSession[int] = ingest.session(track_acks=True, on_batch_failed=batch_failed)
     session.append_by_ref([(ref, T0, 1), (ref, T0 + 1, 2)], [0, 1])  # fails
     storage_error = Refused(RefusalKind.STORAGE, "disk on fire")
     outcome = await session.stored(timeout_s=None)
@@ -179,7 +181,7 @@ async def test_sync_outcome_tells_stored_failed_and_timed_out_points(
     outcome = await session.stored(timeout_s=0.05)  # storage is held until told
     assert outcome.stored == 0
     assert outcome.unstored == [(0, storage_error), (1, storage_error), (2, None), (3, None)]
-    assert batch_failures == ["disk on fire"]  # once per batch, not per point
+    assert batch_failures == [("disk on fire", 2)]  # once per batch, with its point count
     held.set()
     outcome = await session.stored(timeout_s=None)
     assert outcome.stored == 2

@@ -3,12 +3,12 @@ replayed by the next start, stored segments go, a torn tail is cut and reported.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.tmpfs import small_tmpfs
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.conftest import MakeWriter
 from tests.write.points import add
@@ -101,19 +101,8 @@ async def test_torn_tail_is_cut_and_the_intact_records_replayed(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 256 KiB tmpfs (skipped where mounting is not allowed): a disk that fills up."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
 
 
 async def test_a_full_log_disk_loses_nothing_and_the_log_resumes_when_space_returns(

@@ -66,6 +66,8 @@ log = get_logger(TELNET)
 #: OpenTSDB's reply prefixes for put failures found after parsing (PutDataPointRpc).
 UNKNOWN_METRIC = "put: unknown metric: "
 HBASE_ERROR = "put: HBase error: "
+#: tsd's prefix for the same failures on the embedded store (there is no HBase to blame).
+STORAGE_ERROR = "put: storage error: "
 UNEXPECTED = "put: Unexpected runtime exception: "
 #: tsd's refusal of diediedie from a remote client (OpenTSDB has no such check).
 DIEDIEDIE_REFUSED = "diediedie: refused: only allowed from the loopback interface"
@@ -90,6 +92,8 @@ class TelnetContext:
     request_shutdown: Callable[[], None]
     #: tsd.core.socket.timeout: close a connection idle this long (0 = never)
     idle_timeout_s: float = 0.0
+    #: the prefix of storage failures: OpenTSDB's on HBase, ``STORAGE_ERROR`` embedded
+    storage_error: str = HBASE_ERROR
 
 
 #: Batches of UID lookups one connection runs at once (a burst of new series: the misses
@@ -341,10 +345,15 @@ class TelnetProtocol(TrackedProtocol):
             self._stats.unknown_metrics.inc()
             self._write_line(UNKNOWN_METRIC + refused.message)
         elif self._context.return_errors:  # tsd.rpc.telnet.return_errors
-            self._write_line(HBASE_ERROR + refused.message)
+            self._write_line(self._context.storage_error + refused.message)
 
-    def _batch_failed(self, error: TsdError) -> None:
-        self._write_line(HBASE_ERROR + error.message)
+    def _batch_failed(self, error: TsdError, points: int) -> None:
+        """One line per failed batch (as OpenTSDB's PutErrback), naming how many of this
+        connection's points it held: OpenTSDB's line alone hides a loss of thousands."""
+        noun = "data point" if points == 1 else "data points"
+        self._write_line(
+            f"{self._context.storage_error}{error.message}: {points} {noun} not stored"
+        )
 
     def _count_parse_error(self, exc: BadRequestError) -> None:
         self._stats.errors.inc()

@@ -24,7 +24,8 @@ ref in bulk (``IngestSession.append_by_ref``), with no lookup and no suspension.
 * Outcomes. A point the write path does not take is reported once to the session's
   ``on_refused(tag, point, Refused)`` with a :class:`RefusalKind` (OpenTSDB's "unknown
   metric" or a storage error) and the error's message; each adapter words it. A storage
-  write that fails later is reported once per batch to ``on_batch_failed``. With
+  write that fails later is reported once per batch to ``on_batch_failed``, with how many
+  of the session's points that batch held. With
   ``track_acks`` (``/api/put?sync``) :meth:`IngestSession.stored` waits until storage
   holds every point and tells which did not make it.
 """
@@ -212,7 +213,7 @@ class IngestService:
         cache: RefCache | None = None,
         window: int = 1,
         on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None,
-        on_batch_failed: Callable[[TsdError], None] | None = None,
+        on_batch_failed: Callable[[TsdError, int], None] | None = None,
         track_acks: bool = False,
         protocol: str | None = None,
     ) -> IngestSession[T]:
@@ -262,7 +263,8 @@ class IngestSession(Generic[T]):
     cache: RefCache | None = None
     window: int = 1
     on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None
-    on_batch_failed: Callable[[TsdError], None] | None = None
+    #: (error, points of this session in the failed batch), once per failed batch
+    on_batch_failed: Callable[[TsdError, int], None] | None = None
     track_acks: bool = False
     #: (points taken, points refused) counters, or None
     counters: tuple[Counter, Counter] | None = None
@@ -270,6 +272,8 @@ class IngestSession(Generic[T]):
     #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
     _collecting: list[_Miss[T]] | None = None
     _last_ack: Ack | None = None
+    #: points of this session in ``_last_ack`` (a cell its done callback reads)
+    _last_count: list[int] = field(default_factory=lambda: [0])
     _tracked: list[_Tracked[T]] = field(default_factory=list)
 
     # -- back-pressure ------------------------------------------------------------------------
@@ -305,7 +309,7 @@ class IngestSession(Generic[T]):
             return
         if self.counters is not None:
             self.counters[0].value += len(points)
-        self._note_ack(ack, tags)
+        self._note_ack(ack, tags, len(points))
 
     async def append_all(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
         """:meth:`append_by_ref` in runs of what the writer has room for, waiting while
@@ -452,7 +456,7 @@ class IngestSession(Generic[T]):
             for alias in aliases:
                 cache.remember(alias, ref)
 
-    def _note_ack(self, ack: Ack, tags: Sequence[T] | None) -> None:
+    def _note_ack(self, ack: Ack, tags: Sequence[T] | None, count: int = 1) -> None:
         if self.track_acks and tags is not None:
             tracked = self._tracked
             if tracked and tracked[-1].ack is ack:
@@ -462,15 +466,18 @@ class IngestSession(Generic[T]):
         if ack is not self._last_ack:
             self._last_ack = ack
             if self.on_batch_failed is not None:
-                ack.add_done_callback(self._report_batch)
+                cell = self._last_count = [0]
+                ack.add_done_callback(lambda done: self._report_batch(done, cell[0]))
+        self._last_count[0] += count
 
-    def _report_batch(self, ack: Ack) -> None:
-        """Report a failed storage write once per batch, as OpenTSDB's PutErrback does."""
+    def _report_batch(self, ack: Ack, points: int) -> None:
+        """Report a failed storage write once per batch, as OpenTSDB's PutErrback does,
+        with how many of this session's points it held."""
         if self.on_batch_failed is not None and not ack.cancelled():
             exc = ack.exception()
             if exc is not None:
                 error = exc if isinstance(exc, TsdError) else TsdError(str(exc))
-                self.on_batch_failed(error)
+                self.on_batch_failed(error, points)
 
     def _refuse(self, tag: T | None, point: DataPoint | None, refused: Refused) -> None:
         if self.counters is not None:

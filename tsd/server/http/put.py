@@ -58,6 +58,8 @@ PUT_REFS = "put"
 #: Bodies larger than this are parsed in a worker thread. A 64 MiB body took the loop
 #: for seconds; a 1,000-point body (about 100 KB) is parsed faster than a thread hop.
 OFFLOAD_BODY_BYTES = 1 << 20
+#: Points appended one by one between two turns given back to the loop.
+YIELD_EVERY = 1024
 
 Piece = KnownPut[SeriesRef]
 
@@ -119,7 +121,11 @@ async def _append_piece(
     one by one (their keys remembered once their series is resolved)."""
     points, offset, raw_keys = piece.points, piece.offset, piece.raw_keys
     done = 0
-    for index, at, result, key in piece.others:
+    for turn, (index, at, result, key) in enumerate(piece.others):
+        if turn % YIELD_EVERY == YIELD_EVERY - 1:
+            # Appends of resolved series never suspend: without this, a body of a million
+            # points of series new to the parser holds the loop for seconds.
+            await asyncio.sleep(0)
         if at > done:
             await session.append_all(points[done:at], _RunIndexes(piece, done, at))
             done = at
