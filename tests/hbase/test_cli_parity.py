@@ -1,5 +1,6 @@
-"""``tsdb query``, ``tsdb scan`` and ``tsdb version`` beside OpenTSDB 2.4.1's own CLI
-(CliQuery, DumpSeries, BuildData) on the same HBase tables: the same words, the same lines.
+"""``tsdb query``, ``tsdb scan``, ``tsdb version`` and ``tsdb search lookup`` beside OpenTSDB
+2.4.1's own CLI (CliQuery, DumpSeries, BuildData, Search) on the same HBase tables: the same
+words, the same lines; except that OpenTSDB's lookup prints nothing (README, departures).
 
 The data goes in with ``tsdb import`` on tables tsd created; OpenTSDB's tools run on the
 JVM in UTC (its dates are the JVM's default time zone, tsd prints UTC).
@@ -43,6 +44,9 @@ QUERIES = [
     [str(HOUR), str(HOUR + 7200), "sum", "rate", "sys.cpu.user", "host=web02"],
     [str(HOUR), str(HOUR + 7200), "avg", "downsample", "60000", "max", "sys.cpu.user"],
 ]
+
+#: how long OpenTSDB's lookup that finds a series may take after the other steps
+LOOKUP_GRACE_S = 5
 
 LOGBACK = """<configuration>
   <appender name="ERR" class="ch.qos.logback.core.ConsoleAppender">
@@ -99,22 +103,26 @@ class Clis:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    async def opentsdb_argv(self, tool: str, *args: str, logback: Path | None = None) -> list[str]:
+        """The command line of OpenTSDB's ``net.opentsdb.tools.TOOL``."""
+        classpath = await asyncio.to_thread(opentsdb_classpath)
+        return [
+            "java",
+            "-Xmx256m",
+            "-Duser.timezone=UTC",
+            f"-Dlogback.configurationFile={logback or self.logback}",
+            *["-cp", classpath, f"net.opentsdb.tools.{tool}", f"--config={self.opentsdb_conf}"],
+            *args,
+        ]
+
     async def run_opentsdb(
         self, tool: str, *args: str, logback: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
         """OpenTSDB's ``net.opentsdb.tools.TOOL`` on the JVM, in UTC, with its log set up
         by ``logback`` (default: warnings, message only, on stderr)."""
-        classpath = await asyncio.to_thread(opentsdb_classpath)
         return await asyncio.to_thread(
             subprocess.run,
-            [
-                "java",
-                "-Xmx256m",
-                "-Duser.timezone=UTC",
-                f"-Dlogback.configurationFile={logback or self.logback}",
-            ]
-            + ["-cp", classpath, f"net.opentsdb.tools.{tool}", f"--config={self.opentsdb_conf}"]
-            + list(args),
+            await self.opentsdb_argv(tool, *args, logback=logback),
             cwd=self.workdir,
             capture_output=True,
             text=True,
@@ -131,6 +139,12 @@ async def clis(hbase_server: HBaseServer, tables: StorageConfig, tmp_path: Path)
 
 
 async def test_query_scan_and_version_print_what_opentsdb_prints(clis: Clis) -> None:
+    found = await asyncio.create_subprocess_exec(
+        *await clis.opentsdb_argv("Search", "lookup", "sys.cpu.user", "host=web01"),
+        cwd=clis.workdir,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     for words in QUERIES:
         ours = await clis.tsd("query", *words)
         theirs = await clis.opentsdb("CliQuery", *words)
@@ -151,3 +165,23 @@ async def test_query_scan_and_version_print_what_opentsdb_prints(clis: Clis) -> 
     for lines in (ours_version, theirs_version):
         assert len(lines) == 2
         assert all(re.fullmatch(p, line) for p, line in zip(shape, lines, strict=True)), lines
+    # tsd's lookup prints the series found. OpenTSDB's TimeSeriesLookup builds each line and
+    # clears it, printing nothing; when it finds a series it waits, on the scanner's callback,
+    # for the names of its UIDs, and in this harness it never exits (README, departures).
+    # It runs beside the steps above, is given until they are done and a few seconds more,
+    # then stopped (by its pid).
+    words = ["lookup", "sys.cpu.user", "host=web01"]
+    ours_lookup = await clis.tsd("search", *words)
+    [line] = ours_lookup.splitlines()
+    tsuid, metric, *tags = line.split()
+    assert (metric, sorted(tags)) == ("sys.cpu.user", ["cpu=0", "host=web01"])
+    assert len(tsuid) == 6 * 5  # metric and two tag pairs, 3-byte UIDs in hex
+    try:
+        found_out, _ = await asyncio.wait_for(found.communicate(), LOOKUP_GRACE_S)
+    except TimeoutError:
+        found.kill()
+        found_out, _ = await found.communicate()
+    assert found_out == b""
+    # A lookup that matches no series: both print nothing, and OpenTSDB exits.
+    words = ["lookup", "sys.mem.free", "cpu=0"]
+    assert await clis.tsd("search", *words) == await clis.opentsdb("Search", *words) == ""

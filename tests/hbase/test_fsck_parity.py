@@ -13,12 +13,10 @@ OpenTSDB runs with ``--threads 1`` so its findings come in scan order.
 from __future__ import annotations
 
 import difflib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.hbase.opentsdb import fresh_tables
 from tests.hbase.test_cli_parity import Clis
 from tests.hbase_harness import HBaseServer
 from tests.tools.test_fsck import corrupt, stored_rows
@@ -76,12 +74,6 @@ def assert_same(ours: str, theirs: str) -> None:
     """tsd's lines equal OpenTSDB's, the difference shown when not."""
     mine, reference = comparable(ours), comparable(theirs)
     assert mine == reference, "\n".join(difflib.unified_diff(reference, mine, "opentsdb", "tsd"))
-
-
-@pytest.fixture
-async def two_tables(hbase_server: HBaseServer) -> AsyncIterator[tuple[StorageConfig, ...]]:
-    async with fresh_tables(hbase_server) as first, fresh_tables(hbase_server) as second:
-        yield first, second
 
 
 async def test_fsck_finds_and_fixes_what_opentsdb_finds_and_fixes(

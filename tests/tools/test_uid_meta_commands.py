@@ -50,7 +50,7 @@ async def test_metasync_then_metapurge(target: Target) -> None:
 
     target.write_config(TRACKING)
     synced = await target.run("uid", "metasync")
-    assert (synced.code, synced.out) == (0, "3 rows scanned, 3 series indexed\n")
+    assert (synced.code, synced.out) == (0, "3 rows scanned, 3 series synced\n")
     after_sync = await qualifiers(target)
     assert after_sync["meta"].count(TSMETA_QUALIFIER) == 3
     uid_meta = [q for q in after_sync["uid"] if q in set(UID_META_QUALIFIERS.values())]

@@ -330,6 +330,36 @@ class TsMetaStore:
             Put(tsuid, TSMETA_FAMILY, TSMETA_QUALIFIER, meta.storage_json()),
         )
 
+    async def backdate(self, tsuid: bytes, created_s: int, now_s: int, realtime: bool) -> bool:
+        """MetaSync's TSMeta step for a series first stored at ``created_s``: with no
+        ``ts_meta`` and no ``ts_ctr``, the counter goes to 1 (and with ``realtime``, as
+        ``enable_realtime_ts``, a TSMeta created ``now_s``); with the counter alone, a TSMeta
+        created at ``created_s``; a stored TSMeta whose ``created`` is 0 or over an hour
+        later gets ``created_s``. True when a TSMeta or counter was written."""
+        row = await self._storage.get(self._table, tsuid, (TSMETA_FAMILY,))
+        raw = None if row is None else row.value(TSMETA_FAMILY, TSMETA_QUALIFIER)
+        if raw is None:
+            if row is None or row.value(TSMETA_FAMILY, TSMETA_COUNTER_QUALIFIER) is None:
+                count = await self._storage.increment(
+                    self._table, tsuid, TSMETA_FAMILY, TSMETA_COUNTER_QUALIFIER
+                )
+                if realtime and count == 1:
+                    await self.store_new_if_missing(tsuid, now_s)
+                return True
+            return await self.store_new_if_missing(tsuid, created_s)
+        meta = parse_stored_tsmeta(raw, tsuid.hex().upper())
+        if meta.created != 0 and meta.created <= created_s + 3600:
+            return False
+        meta.created = created_s
+        return await self._storage.check_and_put(
+            self._table,
+            tsuid,
+            TSMETA_FAMILY,
+            TSMETA_QUALIFIER,
+            raw,
+            Put(tsuid, TSMETA_FAMILY, TSMETA_QUALIFIER, meta.storage_json()),
+        )
+
     async def delete(self, tsuid: bytes) -> None:
         """TSMeta.delete: only the ``ts_meta`` cell (the counter stays)."""
         await self._storage.delete(self._table, [Delete(tsuid, TSMETA_FAMILY, TSMETA_QUALIFIER)])

@@ -301,14 +301,33 @@ class UidMetaStore:
         """Write a fresh UIDMeta (``tsd.core.meta.enable_realtime_uid``) unless one exists;
         True when written."""
         meta = UidMeta(uid=uid.hex().upper(), type=TYPE_NAMES[unique_id.kind], name=name)
-        meta = dataclasses.replace(meta, created=created_s)
+        return await self._put_if(
+            unique_id, uid, None, dataclasses.replace(meta, created=created_s)
+        )
+
+    async def backdate(self, unique_id: UniqueId, uid: bytes, name: str, created_s: int) -> bool:
+        """MetaSync's UIDMeta step: write a fresh UIDMeta created at ``created_s`` when none
+        is stored; set ``created`` of a stored one whose time is 0 or over an hour later.
+        True when written."""
+        raw = await self._read(unique_id, uid)
+        if raw is None:
+            return await self.store_new_if_missing(unique_id, uid, name, created_s)
+        meta = parse_stored_uidmeta(raw, uid.hex().upper(), TYPE_NAMES[unique_id.kind], name)
+        if meta.created != 0 and meta.created <= created_s + 3600:
+            return False
+        return await self._put_if(unique_id, uid, raw, dataclasses.replace(meta, created=created_s))
+
+    async def _put_if(
+        self, unique_id: UniqueId, uid: bytes, expected: bytes | None, meta: UidMeta
+    ) -> bool:
+        """Store ``meta`` if the cell still holds ``expected`` (None: no cell)."""
         qualifier = meta_qualifier(unique_id)
         return await self._storage.check_and_put(
             self._table,
             uid,
             UID_NAME_FAMILY,
             qualifier,
-            None,
+            expected,
             Put(uid, UID_NAME_FAMILY, qualifier, meta.storage_json()),
         )
 

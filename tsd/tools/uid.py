@@ -21,7 +21,9 @@ as ``<kind> <name>: <uid>`` with the UID as Java's ``Arrays.toString(byte[])`` p
 Exit statuses are OpenTSDB's: 2 for a wrong number of arguments, 3 for a storage failure
 (4 for ``delete``). Kinds are ``metrics`` (or ``metric``), ``tagk``, ``tagv``; the kind word
 is echoed as given. UID widths come from the configuration (``tsd.storage.uid.width.*``)
-where OpenTSDB's tool takes ``--idwidth`` (default 3). ``metasync`` is ``tsdb meta-sync``;
+where OpenTSDB's tool takes ``--idwidth`` (default 3). ``metasync`` writes OpenTSDB's
+meta cells whatever the tracking settings, as its MetaSync does
+(:func:`tsd.meta.sync.sync_opentsdb_meta`; ``tsdb meta-sync`` follows the settings);
 ``metapurge`` deletes OpenTSDB's UIDMeta and TSMeta cells (:mod:`tsd.meta.purge`);
 ``fsck [fix] [delete_unknown]`` checks the two maps against each other
 (:mod:`tsd.tools.uid_fsck`). The ``treesync`` and ``treepurge`` sub-commands are not
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import NoReturn
@@ -49,11 +52,12 @@ from tsd.errors import (
 )
 from tsd.java_text import format_java_bytes
 from tsd.meta.purge import purge_meta
+from tsd.meta.service import MetaService
+from tsd.meta.sync import sync_opentsdb_meta
 from tsd.protocol.names import validate_string
 from tsd.storage.base import ScanSpec
 from tsd.tools import status
 from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
-from tsd.tools.meta_sync import meta_sync
 from tsd.tools.uid_fsck import uid_fsck
 from tsd.uid.uniqueid import (
     ID_FAMILY,
@@ -72,7 +76,8 @@ Sub commands:
   assign <kind> <name> [names]: Assign an ID for the given name(s).
   rename <kind> <name> <newname>: Renames this UID.
   delete <kind> <name>: Deletes this UID.
-  metasync: Generates missing TSUID and UID meta entries (as tsdb meta-sync).
+  metasync: Generates missing TSUID and UID meta entries, updates
+             created timestamps
   metapurge: Removes meta data entries from the UID and meta tables.
   fsck: [fix] [delete_unknown] Checks the consistency of UIDs.
 
@@ -305,6 +310,20 @@ async def lookup(store: ToolStore, kind: str | None, word: str) -> int:
     return await lookup_id(store, kind, number)
 
 
+async def metasync(store: ToolStore) -> int:
+    """MetaSync: UIDMeta and TSMeta counters for every stored series; one report line."""
+    meta = MetaService(store.storage, store.uids, store.cfg)
+    report = await sync_opentsdb_meta(
+        store.storage,
+        store.cfg.storage.data_table,
+        meta,
+        realtime_ts=store.cfg.core.meta_enable_realtime_ts,
+        now_s=int(time.time()),
+    )
+    print(f"{report.rows} rows scanned, {report.series} series synced")
+    return OK
+
+
 async def metapurge(store: ToolStore) -> int:
     """MetaPurge: delete the UIDMeta and TSMeta cells; how many, on one line."""
     report = await purge_meta(store.storage, store.cfg.storage)
@@ -338,7 +357,7 @@ def _command(words: Sequence[str], ignore_case: bool) -> Callable[[ToolStore], A
     if name == "delete":
         return lambda store: delete(store, rest[0], rest[1])
     if name == "metasync":
-        return meta_sync
+        return metasync
     if name == "metapurge":
         return metapurge
     if name == "fsck":
