@@ -350,6 +350,7 @@ async def test_a_relative_range_refreshes_by_itself(make_tsd: MakeTsd) -> None:
     stored_late = threading.Event()
 
     def watch() -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.support.ui import WebDriverWait
 
         with browser() as driver:
@@ -358,7 +359,9 @@ async def test_a_relative_range_refreshes_by_itself(make_tsd: MakeTsd) -> None:
             chosen = driver.find_element("id", "range").get_attribute("value")
             drawn_once.set()
             assert stored_late.wait(30)
-            WebDriverWait(driver, 40).until(
+            # The page redraws on each refresh: an element found just before a redraw is
+            # stale when read, so the wait tries again rather than failing.
+            WebDriverWait(driver, 40, ignored_exceptions=(StaleElementReferenceException,)).until(
                 lambda d: len(json.loads(
                     d.find_element("css selector", "#chart polyline.series")
                     .get_attribute("data-points")
