@@ -161,6 +161,7 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+@pytest.mark.slow  # a daemon process, a real tmpfs, kill -9
 async def test_full_tmpfs_then_kill_9_keeps_every_acknowledged_point(small_disk: Path) -> None:
     data_dir = small_disk / "data"
     tsd = await TsdProcess.start(data_dir)

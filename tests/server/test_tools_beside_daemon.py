@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.server.conftest import MakeTsd
 from tests.tools.toolkit import tsdb
+
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
 
 HOUR = 1_356_998_400
 

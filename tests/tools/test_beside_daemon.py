@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.server.conftest import MakeTsd, make_tsd  # noqa: F401 - the fixture
 from tests.tools.toolkit import Result, tsdb
@@ -22,6 +23,8 @@ from tsd.codec import KeyLayout, base_time_for, encode_row_key
 from tsd.codec.qualifier import encode_ms_qualifier
 from tsd.daemon import Daemon
 from tsd.storage.base import Put
+
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
 
 T0 = 1_700_000_000
 LIVE = 8  # metrics the daemon's writer creates while a tool runs

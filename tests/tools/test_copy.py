@@ -16,6 +16,8 @@ from tests.tools.toolkit import Result, Target, make_target, open_target, tsdb
 from tsd.storage.base import FamilySpec, Put, ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 SERIES = 6
 HOURS = 30  # SERIES * HOURS data rows
 T0 = 1_700_000_000 - 1_700_000_000 % 3600

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.tools.toolkit import tsdb
 from tsd.tools import status
+
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
 
 
 async def test_help_shows_the_table(tmp_path: Path) -> None:

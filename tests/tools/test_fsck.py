@@ -14,6 +14,8 @@ from tsd.codec import KeyLayout, encode_row_key
 from tsd.codec.qualifier import encode_ms_qualifier, encode_seconds_qualifier
 from tsd.storage.base import Put, Row, ScanSpec
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 HOUR = 1_356_998_400  # 2013-01-01T00:00:00Z
 POINTS = [
     f"sys.cpu.user {HOUR} 42 host=web01",

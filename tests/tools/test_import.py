@@ -26,6 +26,8 @@ from tsd.protocol.telnet import parse_put
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 HOUR = 1_356_998_400  # 2013-01-01T00:00:00Z, long closed: its rows are compacted at the end
 TAGS = (("cpu", "0"), ("host", "web01"))
 

@@ -18,6 +18,8 @@ from tsd.codec.const import UID_ID_FAMILY, UID_MAXID_ROW
 from tsd.errors import NoSuchUniqueName
 from tsd.storage.embedded import EmbeddedStorage
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 
 @pytest.fixture(params=TARGET_PARAMS)
 def target(request: pytest.FixtureRequest, tmp_path: Path):

@@ -26,6 +26,8 @@ from tsd.protocol.query_json import parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.tools.query import java_percent_f
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 HOUR = 1_356_998_400  # 2013-01-01T00:00:00Z
 
 #: import lines: ints of every width, 4- and 8-byte floats, a millisecond point, two hours,

@@ -10,6 +10,8 @@ import pytest
 from tests.tools.toolkit import Target, embedded_only, make_target, open_target
 from tsd.protocol.names import java_hash_order
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 POINTS = [
     "sys.cpu.user 1356998400 1 host=web01 cpu=0",
     "sys.cpu.user 1356998400 2 host=web02 cpu=0",

@@ -10,6 +10,8 @@ import pytest
 from tests.tools.toolkit import Target, make_target, open_target
 from tsd.storage.base import Put, ScanSpec
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 HOUR = 1_356_998_400
 POINTS = [f"sys.cpu.user {HOUR} 1 host=web01", f"sys.cpu.sys {HOUR} 2 host=web02"]
 

@@ -12,6 +12,8 @@ from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_QUALIFIER, UID_META
 from tsd.meta.tracking import INDEX_QUALIFIER
 from tsd.storage.base import ScanSpec
 
+pytestmark = pytest.mark.slow  # the CLI in subprocesses
+
 POINTS = [
     "sys.cpu.user 1356998400 1 host=web01",
     "sys.cpu.user 1356998400 2 host=web02",
