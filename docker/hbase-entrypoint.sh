@@ -18,8 +18,11 @@ sleep_pid=
 
 finish() { # exit status
   trap - TERM INT
-  if [ -n "$sleep_pid" ]; then kill "$sleep_pid" 2>/dev/null || true; fi
-  if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; fi
+  # Every background child, not only those whose pid was recorded: a signal can land
+  # between `cmd &` and the `$!` assignment, and an unkilled tail would block `wait`.
+  local children
+  children=$(jobs -p)
+  if [ -n "$children" ]; then kill $children 2>/dev/null || true; fi
   wait 2>/dev/null || true
   exit "$1"
 }
