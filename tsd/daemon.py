@@ -29,6 +29,7 @@ from aiohttp import web
 from tsd.buildinfo import version_reply
 from tsd.config import Config, load_config
 from tsd.errors import ConfigError
+from tsd.head import Head
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
@@ -109,7 +110,7 @@ class Daemon:
             storage, uids, config, self.registry, self._writer_limits
         )
         await write_path.start()
-        services = self._services(storage, uids, write_path.ingest)
+        services = self._services(storage, uids, write_path.ingest, write_path.head)
         services.extra[META_KEY] = write_path.meta
         services.extra[INSTRUMENTED_STORAGE] = storage
         tracker = services.extra[QUERY_TRACKER] = QueryTracker()
@@ -154,7 +155,9 @@ class Daemon:
             authentication=credentials is not None,
         )
 
-    def _services(self, storage: Storage, uids: UidService, ingest: IngestService) -> Services:
+    def _services(
+        self, storage: Storage, uids: UidService, ingest: IngestService, head: Head | None
+    ) -> Services:
         config = self.config
         services = Services(
             config=config,
@@ -166,7 +169,7 @@ class Daemon:
             request_shutdown=self.request_shutdown,
         )
         if config.core.mode != "wo":
-            services.query_engine = QueryEngine(storage, uids, config)
+            services.query_engine = QueryEngine(storage, uids, config, head=head)
         return services
 
     def _telnet_context(self, services: Services) -> TelnetContext:

@@ -116,9 +116,25 @@ async def test_graceful_stop_loses_nothing_accepted(data_dir: Path, signum: int)
 async def test_synced_points_survive_kill_9(data_dir: Path) -> None:
     tsd = await TsdProcess.start(data_dir)
     assert await put_http(tsd.port, "/api/put?sync", points("sync.m", 300)) == 204
+    # acknowledged with sync: visible to queries at once (in the head)
+    assert await query_count(tsd.port, "sync.m") == 300
     assert await tsd.stop(signal.SIGKILL) == -signal.SIGKILL
+    # the head's points are in the log: the restart replays them (and answers them) ...
+    tsd = await TsdProcess.start(data_dir)
+    assert await query_count(tsd.port, "sync.m") == 300
+    assert await tsd.stop(signal.SIGTERM) == 0
+    # ... and a clean stop writes them out, one compacted cell per row
     stored = await read_store(data_dir)
     assert [p.value for p in stored] == list(range(300))
+    assert not any((data_dir / "wal").glob("*.wal"))
+
+
+async def query_count(port: int, metric: str) -> int:
+    """The points /api/query answers for ``metric`` (every series summed) since T."""
+    url = f"http://127.0.0.1:{port}/api/query?start={T}&m=sum:{metric}"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        answer = orjson.loads(await response.read())
+    return sum(len(series["dps"]) for series in answer)
 
 
 async def logged_cells(port: int) -> int:

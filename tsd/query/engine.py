@@ -45,6 +45,7 @@ from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
+from tsd.head import Head, HeadSnapshot
 from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
@@ -184,8 +185,11 @@ class QueryEngine:
         *,
         compute_slots: int | None = None,
         wall_clock: Callable[[], float] = time.time,
+        head: Head | None = None,
     ) -> None:
+        """``head``: the embedded engine's in-memory rows, read beside storage."""
         self._storage = storage
+        self._head = head
         self._uids = uids
         self._layout = KeyLayout.from_storage_config(config.storage)
         self._table = config.storage.data_table
@@ -459,8 +463,13 @@ class QueryEngine:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
         thread while the next is read, counted against the limits."""
         parts: list[tuple[list[bytes], RowPoints]] = []
+        # The head's rows are copied before storage is read: a row written out meanwhile
+        # is then found in one or both (identical points fold), never in neither.
+        head = self._head.snapshot(plan.scans) if self._head is not None else None
 
         async def decode(block: CellBlock) -> None:
+            if head is not None:
+                block = head.merge_into(block)  # a stored row the head has points for too
             points, spent = await self._compute_sized(
                 len(block.values) // 4, _timed_decode, block, self._layout, self._fix_duplicates
             )
@@ -471,6 +480,8 @@ class QueryEngine:
         await read_rows(
             self._storage, self._table, self._layout, plan, path, request, decode, stats
         )
+        if head is not None and len(head):
+            await decode(head.remaining())
         return parts
 
     async def _compute_sized(
@@ -538,6 +549,8 @@ class QueryEngine:
         """``delete=true``: drop every row read for the series that passed the filters."""
         kept = {spans.keys[i] for i in np.flatnonzero(keep).tolist()}
         doomed = [k for keys, _ in parts for k in keys if series_key(self._layout, k) in kept]
+        if self._head is not None:
+            self._head.discard(doomed)
         for start in range(0, len(doomed), DELETE_BATCH_ROWS):
             chunk = doomed[start : start + DELETE_BATCH_ROWS]
             await self._storage.delete(self._table, [Delete(k) for k in chunk])
@@ -678,7 +691,8 @@ class QueryEngine:
             keys = [
                 salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
             ]
-            rows = await self._storage.get_many(self._table, keys, (FAMILY,))
+            head = self._head.snapshot_keys(keys) if self._head is not None else None
+            rows = _with_head(await self._storage.get_many(self._table, keys, (FAMILY,)), head)
             for row in sorted(rows, key=lambda r: r.key, reverse=True):
                 point = await self._last_in_rows([row])
                 if point is not None:
@@ -710,11 +724,13 @@ class QueryEngine:
                 row_filter=RowFilter(regex) if regex is not None else None,
                 batch_rows=SCAN_BATCH_ROWS,
             )
+            head = self._head.snapshot([spec]) if self._head is not None else None
             async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
-                # A series' rows come in time order: the last one with data wins.
-                async for row in rows:
-                    if has_data(row):
-                        newest[series_key(layout, row.key)] = row
+                scanned = [row async for row in rows]
+            # A series' rows come in time order (key order): the last one with data wins.
+            for row in sorted(_with_head(scanned, head), key=lambda r: r.key):
+                if has_data(row):
+                    newest[series_key(layout, row.key)] = row
         out = []
         for key in sorted(newest):
             point = await self._last_in_rows([newest[key]])
@@ -805,6 +821,15 @@ def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) ->
     ts = batch.timestamps
     inside = (ts >= start_ms) & (ts <= end_ms) & np.repeat(keep, batch.lengths)
     return int(np.count_nonzero(inside))
+
+
+def _with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:
+    """Stored rows and the head's rows of the same read, as rows (the head's points after
+    the stored ones of a row both hold)."""
+    if head is None or not len(head):
+        return list(rows)
+    merged = head.merge_into(CellBlock.from_rows(rows))
+    return [*merged, *head.remaining()]
 
 
 def _timed_decode(

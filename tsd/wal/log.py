@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tsd.errors import StorageError
+from tsd.errors import StorageError, StorageFull, StorageReadOnly
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.wal.record import SEGMENT_MAGIC, scan_records
@@ -155,7 +156,7 @@ class WriteAheadLog:
                     )
                 except OSError as exc:
                     self._failures.inc()
-                    error = StorageError(f"write-ahead log: {exc.strerror or exc}")
+                    error = _log_error(exc)
                     for _, _, done in items:
                         if not done.done():
                             done.set_exception(error)
@@ -226,6 +227,17 @@ class WriteAheadLog:
         """Forget a segment and delete its file (in the log's thread)."""
         self._unstored.pop(number, None)
         self._executor.submit(segment_path(self.directory, number).unlink, missing_ok=True)
+
+
+def _log_error(exc: OSError) -> StorageError:
+    """A failed log write as the error the writer passes on: a full disk (507) or a
+    read-only one (503) refuse writes until they return; anything else is an I/O error."""
+    message = f"write-ahead log: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(message)
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StorageReadOnly(message)
+    return StorageError(message)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -45,25 +45,41 @@ Row = tuple[bytes, list[tuple[bytes, bytes]]]
 #: a row key, its qualifiers and its values (the same cells, column by column)
 Columns = tuple[bytes, list[bytes], list[bytes]]
 
+#: a row key, its cell count, its qualifiers joined and its values joined (the record's
+#: own runs of bytes: no object per cell)
+RowRun = tuple[bytes, int, bytes, bytes]
+
 
 def encode_cells(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> bytes:
     """A framed :data:`CELLS` record of ``(row key, {qualifier: value})`` rows (a writer
-    batch's own maps, in their order: a record need not be sorted).
+    batch's own maps, in their order: a record need not be sorted)."""
+    return encode_cells_and_runs(rows)[0]
+
+
+def encode_cells_and_runs(
+    rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]],
+) -> tuple[bytes, list[RowRun]]:
+    """:func:`encode_cells`, and the same rows as :data:`RowRun` (what the head takes),
+    sharing the joins.
 
     Per row the work is C-level joins over the map's keys and values (no Python step
     per cell): this runs on the ingest path, once per writer batch."""
     parts: list[bytes] = []
+    runs: list[RowRun] = []
     append = parts.append
     pack_row = _ROW.pack
+    join = b"".join
     for row, cells in rows:
         qualifiers, values = cells.keys(), cells.values()
+        q_joined, v_joined = join(qualifiers), join(values)
         append(pack_row(len(row), len(cells)))
         append(row)
         append(bytes(map(len, qualifiers)))
         append(bytes(map(len, values)))
-        append(b"".join(qualifiers))
-        append(b"".join(values))
-    return frame(CELLS, b"".join(parts))
+        append(q_joined)
+        append(v_joined)
+        runs.append((row, len(cells), q_joined, v_joined))
+    return frame(CELLS, join(parts)), runs
 
 
 def frame(kind: int, payload: bytes) -> bytes:
@@ -101,6 +117,33 @@ def decode_columns(payload: bytes) -> list[Columns]:
             if at > end:
                 raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
             rows.append((row, qualifiers, values))
+    except struct.error as exc:
+        raise CodecError(f"write-ahead log: bad cells record: {exc}") from None
+    return rows
+
+
+def decode_row_runs(payload: bytes) -> list[RowRun]:
+    """The rows of a :data:`CELLS` payload as :data:`RowRun` (the head's form: a row's
+    qualifiers and values are each one run in the record, taken as they are). Raises
+    CodecError when it is malformed."""
+    rows: list[RowRun] = []
+    at, end = 0, len(payload)
+    unpack = _ROW.unpack_from
+    try:
+        while at < end:
+            row_len, count = unpack(payload, at)
+            at += _ROW.size
+            row = payload[at : at + row_len]
+            at += row_len + 2 * count
+            q_bytes = sum(payload[at - 2 * count : at - count])
+            v_bytes = sum(payload[at - count : at])
+            qualifiers = payload[at : at + q_bytes]
+            at += q_bytes
+            values = payload[at : at + v_bytes]
+            at += v_bytes
+            if at > end:
+                raise CodecError(f"write-ahead log: cells record cut short at byte {at}")
+            rows.append((row, count, qualifiers, values))
     except struct.error as exc:
         raise CodecError(f"write-ahead log: bad cells record: {exc}") from None
     return rows

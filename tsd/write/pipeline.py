@@ -4,15 +4,18 @@ and closed in the right order."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tsd.config import Config
+from tsd.head import Head
 from tsd.meta.service import MetaService
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
+from tsd.write.head_flush import build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer, WriterLimits
 
@@ -25,6 +28,8 @@ class WritePath:
     writer: Writer
     ingest: IngestService
     meta: MetaService
+    #: the embedded engine's in-memory head (None on HBase, or with appends)
+    head: Head | None = None
 
     @classmethod
     def build(
@@ -48,7 +53,11 @@ class WritePath:
                 registry,
                 segment_bytes=config.storage.wal_segment_bytes,
             )
-        writer = Writer(storage, config.storage, registry, limits=limits, wal=wal)
+        sink = None
+        cfg = config.storage
+        if cfg.backend == "embedded" and not cfg.enable_appends:
+            sink = build_head_sink(storage, cfg, registry, wal=wal, wall_clock=time.time)
+        writer = Writer(storage, cfg, registry, limits=limits, wal=wal, head=sink)
         ingest = IngestService(
             writer,
             uids,
@@ -56,7 +65,7 @@ class WritePath:
             on_new_series=meta.tracker.on_new_series,
             registry=registry,
         )
-        return cls(writer, ingest, meta)
+        return cls(writer, ingest, meta, sink.head if sink is not None else None)
 
     async def start(self) -> None:
         """Replay the write-ahead log left by the last run, then start taking points."""

@@ -21,6 +21,10 @@
   logged and its future fails ("Storage exception"). While storage refuses writes (disk
   full, read-only: :class:`~tsd.errors.StorageRefused`) :attr:`storage_refusal` says so,
   until a write succeeds; every new batch is still tried, so recovery needs no restart.
+* The head (embedded store): with a :class:`~tsd.write.head_flush.HeadSink`, a batch goes
+  into the in-memory head instead (visible to queries at once) while it is logged; the
+  sink writes each row once, compacted, when its hour is closed (docs/write-path.md).
+  No single cells are written then, and nothing is left to compact.
 * Compaction. Rows stored by the writer are queued in a
   :class:`~tsd.write.schedule.CompactionSchedule`; a background task hands them to the
   :class:`~tsd.write.compactor.Compactor` once their hour has closed.
@@ -49,6 +53,7 @@ from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
+from tsd.write.head_flush import HeadSink
 from tsd.write.schedule import CompactionSchedule
 
 log = get_logger(WRITER)
@@ -87,6 +92,7 @@ class Writer:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         wal: WriteAheadLog | None = None,
+        head: HeadSink | None = None,
     ) -> None:
         """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
         both are done; batches are then cut
@@ -94,6 +100,7 @@ class Writer:
         without ``sync`` is on disk within that interval."""
         self._storage = storage
         self._wal = wal
+        self._head = head
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
@@ -119,7 +126,7 @@ class Writer:
         self._refusal: StorageRefused | None = None
         self._flusher: asyncio.Task[None] | None = None
         # Compaction (never with appends: OpenTSDB does not compact append rows).
-        self._compacting = cfg.enable_compaction and not cfg.enable_appends
+        self._compacting = cfg.enable_compaction and not cfg.enable_appends and head is None
         self._schedule = schedule if schedule is not None else CompactionSchedule()
         self._compactor = Compactor(
             storage, self._table, registry, fix_duplicates=cfg.fix_duplicates
@@ -144,6 +151,8 @@ class Writer:
         """Start the background flush (and compaction) tasks; call from the running loop."""
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        if self._head is not None:
+            self._head.start()
         if self._compacting and self._compaction_task is None:
             self._compaction_task = asyncio.get_running_loop().create_task(self._compact_loop())
 
@@ -157,6 +166,8 @@ class Writer:
             self.start()
         assert self._flusher is not None
         await self._flusher
+        if self._head is not None:
+            await self._head.close(self._limits.close_compaction_budget_s)
         if self._wal is not None:
             await self._wal.close()
         if self._compaction_task is not None:
@@ -185,6 +196,11 @@ class Writer:
         batch.add_points(points)
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
+
+    @property
+    def head(self) -> HeadSink | None:
+        """The embedded store's in-memory head (None: batches go to storage as cells)."""
+        return self._head
 
     @property
     def storage_refusal(self) -> StorageRefused | None:
@@ -289,6 +305,9 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        if self._head is not None:
+            await self._write_to_head(self._head, batch, ack, slots)
+            return
         started = time.perf_counter()
         # The log's write and fsync run beside the store's write: storage is not held up
         # by the fsync, and the ack waits for both (a crash between them loses nothing:
@@ -297,27 +316,61 @@ class Writer:
         try:
             error = await self._write_with_retries(list(batch.sorted_rows()), batch.cells)
         finally:
-            self._batch_latency.observe(time.perf_counter() - started)
-            self._in_flight_cells -= batch.cells
-            slots.release()
-            if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
-                self._writable.set()
+            self._written(batch, slots, started)
         seq = await logged
+        if not self._settle(batch, ack, error):
+            return
+        if seq is not None and self._wal is not None:
+            self._wal.mark_stored(seq)
+        if self._compacting:
+            self._note_rows(batch.rows)
+
+    def _written(self, batch: Batch, slots: asyncio.Semaphore, started: float) -> None:
+        """A batch's write is over: its slot and its room go back."""
+        self._batch_latency.observe(time.perf_counter() - started)
+        self._in_flight_cells -= batch.cells
+        slots.release()
+        if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
+            self._writable.set()
+
+    def _settle(self, batch: Batch, ack: Ack, error: StorageError | None) -> bool:
+        """Resolve the batch's ack (and the refusal state); True when it was stored."""
         if error is not None:
             self._dropped.inc(batch.cells)
             if isinstance(error, StorageRefused):
                 self._refusal = error
             if not ack.done():
                 ack.set_exception(error)
-            return
-        if seq is not None and self._wal is not None:
-            self._wal.mark_stored(seq)
+            return False
         self._refusal = None
         self._stored.inc(batch.cells)
         if not ack.done():
             ack.set_result(None)
-        if self._compacting:
-            self._note_rows(batch.rows)
+        return True
+
+    async def _write_to_head(
+        self, sink: HeadSink, batch: Batch, ack: Ack, slots: asyncio.Semaphore
+    ) -> None:
+        """Log the batch, then put it in the head (visible to queries from then on), then
+        acknowledge it: the head only holds logged points. A failed log write fails the
+        batch (the head would be its only copy); so does a head over its bound whose rows
+        storage refuses."""
+        started = time.perf_counter()
+        try:
+            record, runs = sink.encode(batch.rows.items())
+            error: StorageError | None = sink.refusal
+            seq = None
+            if error is None and self._wal is not None:
+                try:
+                    seq = await self._wal.append(record, batch.cells)
+                except StorageError as exc:
+                    log.error("writer.wal_failed", cells=batch.cells, error=exc.message)
+                    error = exc
+            if error is None:
+                sink.add(runs, seq)
+        finally:
+            self._written(batch, slots, started)
+        self._settle(batch, ack, error)
 
     async def _log(self, batch: Batch) -> int | None:
         """Log the batch (written and fsynced); its record's number, None without a log
@@ -372,6 +425,11 @@ class Writer:
         replayed = 0
         for path in await asyncio.to_thread(wal.segments):
             records = await asyncio.to_thread(wal.read_segment, path)
+            if self._head is not None:
+                cells = await self._head.replay(records)
+                log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
+                replayed += cells
+                continue
             cells = 0
             writing: asyncio.Future[None] | None = None
             for columns in iter_records(records):
@@ -392,7 +450,8 @@ class Writer:
                 await writing
             log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
             replayed += cells
-        await asyncio.to_thread(wal.drop_recovered)
+        if self._head is None:  # else the head drops them once it wrote their rows
+            await asyncio.to_thread(wal.drop_recovered)
         self._stored.inc(replayed)
         return replayed
 
