@@ -32,12 +32,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
 from tsd.storage.base import Cell, CellBlock, Row, ScanSpec
 
-__all__ = ["Head", "HeadRow", "HeadSnapshot", "Taken"]
+__all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 
 #: Bytes counted per row beyond its points: the key, the row object, two bytearrays and
 #: the index entries (measured with sys.getsizeof, rounded up).
@@ -301,15 +302,20 @@ class Head:
         return min((row.first_batch for row in self._rows.values() if row.count), default=None)
 
 
-class _Copy:
-    """A row's points at the time of a snapshot."""
+#: a row's points at the time of a snapshot: qualifiers, values, count, ms count, clean
+_Copy = tuple[bytes, bytes, int, int, bool]
 
-    __slots__ = ("cells", "qualifiers", "values")
 
-    def __init__(self, row: HeadRow) -> None:
-        self.qualifiers = bytes(row.qualifiers)
-        self.values = bytes(row.values)
-        self.cells = _cells_of(self.qualifiers, self.values, row.count, row.ms_count, row.clean)
+@dataclass(frozen=True, slots=True)
+class HeadRuns:
+    """Clean rows of seconds points, end to end: per row its key and point count, all
+    qualifiers joined (2 bytes each) and all values joined (lengths from the flags). The
+    query layer decodes them straight to arrays (:mod:`tsd.query.head_rows`)."""
+
+    keys: list[bytes]
+    counts: npt.NDArray[np.int64]
+    qualifiers: bytes
+    values: bytes
 
 
 class HeadSnapshot:
@@ -317,7 +323,10 @@ class HeadSnapshot:
     key (:meth:`merge_into`), the rest read on their own (:meth:`remaining`)."""
 
     def __init__(self, rows: Iterable[HeadRow]) -> None:
-        self._rows = {row.key: _Copy(row) for row in rows}
+        self._rows: dict[bytes, _Copy] = {
+            row.key: (bytes(row.qualifiers), bytes(row.values), row.count, row.ms_count, row.clean)
+            for row in rows
+        }
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -336,25 +345,33 @@ class HeadSnapshot:
                 continue
             # A stored single cell the head puts again is replaced by it, as the row's
             # write-out will replace it.
-            replaced = _split(head.qualifiers, head.values)
+            replaced = _split(head[0], head[1])
             kept = tuple(
                 c for c in stored.cells if c.family != FAMILY or c.qualifier not in replaced
             )
-            extra = tuple(Cell(FAMILY, q, v) for q, v in head.cells)
+            extra = tuple(Cell(FAMILY, q, v) for q, v in _cells_of(*head))
             merged.append(Row(stored.key, kept + extra))
         return CellBlock.from_rows(merged, block.wire_bytes)
 
-    def remaining(self) -> CellBlock:
-        """The rows no stored row was merged with, in key order, as one block."""
+    def remaining(self) -> tuple[HeadRuns, CellBlock]:
+        """The rows no stored row was merged with: clean rows of seconds points as
+        :class:`HeadRuns`, the others as one block of cells."""
         rows = self._rows
-        keys = sorted(rows)
-        cells = [rows[k].cells for k in keys]
         self._rows = {}
+        fast = [k for k, (_, _, _, ms, clean) in rows.items() if clean and not ms]
+        runs = HeadRuns(
+            fast,
+            np.fromiter((rows[k][2] for k in fast), np.int64, len(fast)),
+            b"".join([rows[k][0] for k in fast]),
+            b"".join([rows[k][1] for k in fast]),
+        )
+        keys = sorted(k for k, (_, _, _, ms, clean) in rows.items() if not clean or ms)
         if not keys:
-            return CellBlock.empty()
+            return runs, CellBlock.empty()
+        cells = [_cells_of(*rows[k]) for k in keys]
         flat = [c for row in cells for c in row]
         n = len(flat)
-        return CellBlock(
+        return runs, CellBlock(
             keys,
             np.fromiter(map(len, cells), np.int64, len(cells)),
             [FAMILY],

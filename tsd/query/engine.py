@@ -40,15 +40,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tsd.codec import KeyLayout, encode_tags, salt_bucket
+from tsd.codec import KeyLayout, encode_tags, join_compacted, salt_bucket
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
-from tsd.head import Head, HeadSnapshot
+from tsd.head import Head, HeadRuns, HeadSnapshot
 from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.head_rows import decode_head_runs
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
 from tsd.query.limits import (
     BYTES_PER_CELL,
@@ -100,7 +101,16 @@ from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
-from tsd.storage.base import CellBlock, Delete, ReadStats, Row, RowFilter, ScanSpec, Storage
+from tsd.storage.base import (
+    Cell,
+    CellBlock,
+    Delete,
+    ReadStats,
+    Row,
+    RowFilter,
+    ScanSpec,
+    Storage,
+)
 from tsd.uid.service import UidService
 
 __all__ = ["QueryEngine"]
@@ -481,7 +491,15 @@ class QueryEngine:
             self._storage, self._table, self._layout, plan, path, request, decode, stats
         )
         if head is not None and len(head):
-            await decode(head.remaining())
+            runs, block = head.remaining()
+            if len(block):
+                await decode(block)
+            if runs.keys:
+                points = await self._compute_sized(
+                    len(runs.values) // 4, decode_head_runs, runs, self._layout
+                )
+                tally.add(points, len(runs.keys))
+                parts.append((runs.keys, points))
         return parts
 
     async def _compute_sized(
@@ -829,7 +847,28 @@ def _with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:
     if head is None or not len(head):
         return list(rows)
     merged = head.merge_into(CellBlock.from_rows(rows))
-    return [*merged, *head.remaining()]
+    runs, rest = head.remaining()
+    fresh = CellBlock.from_rows(
+        [Row(key, (Cell(FAMILY, q, v),)) for key, q, v in _compacted_runs(runs)]
+    )
+    return [*merged, *rest, *fresh]
+
+
+def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
+    """Clean head rows as (key, compacted qualifier, compacted value)."""
+    out = []
+    q_at = v_at = 0
+    lengths = np.frombuffer(runs.qualifiers[1::2], np.uint8) & 0x7
+    v_ends = np.cumsum(lengths.astype(np.int64) + 1).tolist()
+    for key, count in zip(runs.keys, runs.counts.tolist(), strict=True):
+        q_end = q_at + 2 * count
+        v_end = v_ends[q_end // 2 - 1]
+        qualifier, value = join_compacted(
+            runs.qualifiers[q_at:q_end], runs.values[v_at:v_end], count, False, True
+        )
+        out.append((key, qualifier, value))
+        q_at, v_at = q_end, v_end
+    return out
 
 
 def _timed_decode(
