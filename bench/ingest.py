@@ -506,6 +506,13 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, Rates]:
     """Alternating rounds of every server, each on a fresh data directory."""
     os.sched_setaffinity(0, mode.generator_cpus)
     servers: list[tuple[str, Starter]] = [("tsd", start_tsd)]
+    if args.baseline_src is not None:
+        source = Path(args.baseline_src)  # made absolute in main()
+
+        async def start_baseline(data_dir: Path, mode: Mode) -> Server | None:
+            return await start_tsd(data_dir, mode, source=source)
+
+        servers.append(("baseline", start_baseline))
     if not args.no_vm:
         servers.append(("VM", start_vm))
     found: dict[str, Rates] = {}
@@ -530,7 +537,19 @@ METHOD = (
 )
 
 
+def report_baseline(found: dict[str, Rates], source: str) -> None:
+    """This checkout against the one under ``--baseline-src``, same run, rounds alternating."""
+    tsd, base = found["tsd"], found["baseline"]
+    print(f"  against the baseline checkout {source}: points per daemon CPU-second")
+    for name in tsd.rounds:
+        if name in base.rounds:
+            now, before = tsd.median(name).cpu, base.median(name).cpu
+            print(f"    {name:20} {now:10,.0f} vs {before:10,.0f}  ratio {now / before:.3f}")
+
+
 def report(mode: Mode, found: dict[str, Rates], args: argparse.Namespace) -> None:
+    if "baseline" in found:
+        report_baseline(found, args.baseline_src)
     tsd, vm = found["tsd"], found.get("VM")
     print(f"\nmode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
     print("  median of rounds; points/s wall clock | points per CPU-second of the daemon")
@@ -571,7 +590,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per server, alternating")
     parser.add_argument("--modes", default="pinned,shared", help="pinned and/or shared")
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument(
+        "--baseline-src",
+        help="another checkout's tsd sources (e.g. a `git archive` of the previous commit):"
+        " its daemon runs in the same rounds, alternating, and the ratios are printed",
+    )
     args = parser.parse_args()
+    if args.baseline_src is not None:
+        args.baseline_src = str(Path(args.baseline_src).resolve())
     available = modes()
     chosen = [available[m] for m in args.modes.split(",") if m in available]
     if not chosen:
