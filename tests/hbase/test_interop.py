@@ -42,6 +42,7 @@ from tests.hbase.opentsdb import (
     read_uid_table,
     running_opentsdb,
 )
+from tests.hbase.tsd_process import hbase_keys
 from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig, build_config
@@ -107,14 +108,7 @@ def tsd_keys(cfg: StorageConfig) -> dict[str, str]:
         "tsd.network.bind": "127.0.0.1",
         "tsd.network.port": "0",
         "tsd.core.auto_create_metrics": "true",
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
+        **hbase_keys(cfg),
     }
 
 

@@ -268,6 +268,9 @@ class IngestSession(Generic[T]):
     track_acks: bool = False
     #: (points taken, points refused) counters, or None
     counters: tuple[Counter, Counter] | None = None
+    #: set when storage refused points up front (HBase's spool full), and how many
+    refusal: StorageRefused | None = None
+    refused_writes: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
     #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
     _collecting: list[_Miss[T]] | None = None
@@ -303,7 +306,7 @@ class IngestSession(Generic[T]):
         try:
             ack = self.service.writer.add_points(points)
         except TsdError as exc:  # shutting down, or HBase's spool full: all are refused
-            if self._track_refusal(exc, tags):
+            if self._track_refusal(exc, tags, len(points)):
                 return
             refused = Refused.of(exc)
             for position in range(len(points)):
@@ -455,11 +458,16 @@ class IngestSession(Generic[T]):
             self.counters[0].value += 1
         self._note_ack(ack, None if tag is None else (tag,))
 
-    def _track_refusal(self, exc: TsdError, tags: Sequence[T] | None) -> bool:
-        """With ``track_acks``, points storage refused up front (HBase's spool is full)
-        count as a failed write, as a batch storage refused does: the reply then carries
-        the refusal's status. False when they are to be refused one by one instead."""
-        if not (self.track_acks and tags is not None and isinstance(exc, StorageRefused)):
+    def _track_refusal(self, exc: TsdError, tags: Sequence[T] | None, count: int = 1) -> bool:
+        """Points storage refused up front (HBase's spool is full) are noted in
+        :attr:`refusal` and :attr:`refused_writes`; with ``track_acks`` they count as a
+        failed write, as a batch storage refused does, so that the reply carries the
+        refusal's status (True). False when they are to be refused one by one."""
+        if not isinstance(exc, StorageRefused):
+            return False
+        self.refusal = exc
+        self.refused_writes += count
+        if not (self.track_acks and tags is not None):
             return False
         failed: Ack = asyncio.get_running_loop().create_future()
         failed.set_exception(exc)
