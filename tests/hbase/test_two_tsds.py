@@ -28,7 +28,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
+from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table, tsd_hbase_keys
 from tests.hbase_harness import ROOT, HBaseServer
 from tsd.config import StorageConfig
 from tsd.schema import hbase_settings
@@ -56,17 +56,7 @@ def free_port() -> int:
 
 def tsd_argv(cfg: StorageConfig, port: int, data_dir: Path) -> list[str]:
     """``python -m tsd tsd`` on ``cfg``'s tables, its write-ahead log under ``data_dir``."""
-    keys = {
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
-        "tsd.storage.data_dir": str(data_dir),
-    }
+    keys = {**tsd_hbase_keys(cfg), "tsd.storage.data_dir": str(data_dir)}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     return [
         *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
