@@ -41,8 +41,8 @@ from tests.hbase.opentsdb import (
     put_telnet,
     read_uid_table,
     running_opentsdb,
+    tsd_hbase_keys,
 )
-from tests.hbase.tsd_process import hbase_keys
 from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig, build_config
@@ -108,7 +108,7 @@ def tsd_keys(cfg: StorageConfig) -> dict[str, str]:
         "tsd.network.bind": "127.0.0.1",
         "tsd.network.port": "0",
         "tsd.core.auto_create_metrics": "true",
-        **hbase_keys(cfg),
+        **tsd_hbase_keys(cfg),
     }
 
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
-from tests.hbase.tsd_process import tsd_process
-from tests.hbase_harness import HBaseServer
+from tests.hbase.tsd_process import START_TIMEOUT_S, free_port, tsd_argv, tsd_process
+from tests.hbase_harness import ROOT, HBaseServer
 from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
@@ -155,3 +156,21 @@ async def test_two_tsds_assigning_the_same_names_in_batches_agree_on_every_uid(
         for m, _, _, tags in points
     )
     assert sorted(row.key for row in rows) == expected_keys
+
+
+async def test_a_second_tsd_on_the_same_data_directory_is_refused(
+    hbase_server: HBaseServer, tmp_path: Path
+) -> None:
+    """Two daemons on one write-ahead log would replay and delete each other's segments:
+    the second exits 3 (cannot open its store) and says why."""
+    async with fresh_tables(hbase_server) as cfg, tsd_process(cfg, tmp_path / "tsd1.log"):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            tsd_argv(cfg, free_port(), tmp_path / "tsd1"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+        )
+    assert done.returncode == 3, done.stderr
+    assert "is in use by another process" in done.stderr

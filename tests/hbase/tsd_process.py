@@ -1,9 +1,10 @@
-"""A ``python -m tsd tsd`` subprocess on the test HBase, as a deployment runs it."""
+"""A ``python -m tsd tsd`` subprocess on the test HBase's tables, as a deployment runs it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.hbase.opentsdb import tsd_hbase_keys
 from tests.hbase_harness import ROOT
 from tsd.config import StorageConfig
 
@@ -25,38 +27,30 @@ def free_port() -> int:
         return port
 
 
-def hbase_keys(cfg: StorageConfig) -> dict[str, str]:
-    """The keys of a tsd on ``cfg``'s HBase tables, compaction off."""
-    return {
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
-    }
+def tsd_argv(
+    cfg: StorageConfig, port: int, data_dir: Path, extra: Mapping[str, str] | None = None
+) -> list[str]:
+    """``python -m tsd tsd`` on ``cfg``'s tables, its write-ahead log under ``data_dir``;
+    ``extra``: more keys (they win)."""
+    keys = {**tsd_hbase_keys(cfg), "tsd.storage.data_dir": str(data_dir), **(extra or {})}
+    settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
+    return [
+        *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
+        *["--auto-metric", *settings],
+    ]
 
 
 @contextlib.asynccontextmanager
 async def tsd_process(
     cfg: StorageConfig, log: Path, extra: Mapping[str, str] | None = None
 ) -> AsyncIterator[int]:
-    """``python -m tsd tsd`` on ``cfg``'s tables (its data directory, for the log, next to
-    ``log``); yields its port once it answers HTTP, and stops it with SIGTERM (which
-    drains what it accepted) afterwards. ``extra``: more ``--set`` keys (they win)."""
+    """``python -m tsd tsd`` on ``cfg``'s tables (its data directory named after ``log``);
+    yields its port once it answers HTTP, and stops it with SIGTERM (which drains what it
+    accepted) afterwards. ``extra``: more keys (they win)."""
     port = free_port()
-    keys = {
-        **hbase_keys(cfg),
-        "tsd.storage.data_dir": str(log.with_suffix(".data")),
-        **(extra or {}),
-    }
-    settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
-            *["--auto-metric", *settings],
+            *tsd_argv(cfg, port, log.with_suffix(""), extra),
             cwd=ROOT,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
@@ -71,9 +65,14 @@ async def tsd_process(
             async with asyncio.timeout(STOP_TIMEOUT_S):
                 await process.wait()
         except TimeoutError:
+            process.send_signal(signal.SIGQUIT)  # the daemon logs where every task waits
+            await asyncio.sleep(1.0)
             process.kill()
             await process.wait()
-            raise
+            output = await asyncio.to_thread(log.read_text, errors="replace")
+            raise AssertionError(
+                f"tsd did not stop in {STOP_TIMEOUT_S} s:\n{output[-20000:]}"
+            ) from None
 
 
 async def wait_ready(process: asyncio.subprocess.Process, port: int, log: Path) -> None:
