@@ -123,6 +123,13 @@ class WriteAheadLog:
             )
         return scan.records
 
+    def drop_segment(self, path: Path) -> None:
+        """Delete one segment :meth:`segments` listed, its records stored (the HBase spool
+        drains them one by one, after the daemon started)."""
+        if path in self._recovered:
+            self._recovered.remove(path)
+        self._executor.submit(path.unlink, missing_ok=True)
+
     def drop_recovered(self) -> None:
         """Delete the segments :meth:`segments` listed (their cells are stored now)."""
         for path in self._recovered:

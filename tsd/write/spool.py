@@ -30,8 +30,9 @@ Theory of operation:
 * Visible. ``spool.*`` stats (backlog bytes, records, cells, oldest age; drained records
   and cells; drain errors; refused points) and ``spool.*`` log lines (started, waiting,
   draining, progress, drained, full, accepting).
-* Shutdown (:meth:`close`): the drain stops; records not stored stay in the log, which
-  the next start replays into HBase. Acknowledgements still waiting fail.
+* Shutdown (:meth:`close`): the drain stops; records not stored stay in the log.
+  Acknowledgements still waiting fail. On the next start :meth:`adopt` queues them
+  before anything new (the daemon listens at once; each segment is deleted once drained).
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tsd.errors import SpoolFull, StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.wal import WriteAheadLog
 from tsd.wal.log import read_record_at
-from tsd.wal.record import Columns, iter_records
+from tsd.wal.record import HEADER, SEGMENT_MAGIC, Columns, iter_records
 
 log = get_logger(WRITER)
 
@@ -64,11 +66,14 @@ RESUME_FRACTION = 0.9
 class _Spooled:
     """A logged record HBase has not taken yet."""
 
-    seq: int
-    cells: int
+    seq: int  # negative: a record the last run left (no sequence number in this run)
+    cells: int  # 0 for those: counted once read
     size: int
     logged_at: float  # wall clock
     ack: asyncio.Future[None] | None
+    #: a record the last run left: its segment and offset, and whether it ends the segment
+    where: tuple[Path, int] | None = None
+    ends_segment: bool = False
 
 
 class Spool:
@@ -192,6 +197,10 @@ class Spool:
             pending.insert(at, item)
         self._bytes += size
         self._cells += cells
+        self._check_bound()
+        self._wake.set()
+
+    def _check_bound(self) -> None:
         if self._refusal is None and self._bytes >= self._max_bytes:
             self._refusal = SpoolFull(
                 f"HBase is not taking writes and {self._bytes} bytes of data points wait"
@@ -199,7 +208,37 @@ class Spool:
                 f" {self._max_bytes}): data points are refused until it catches up"
             )
             log.error("spool.full", **self._status())
-        self._wake.set()
+
+    async def adopt(self) -> int:
+        """Queue the records the last run left in the log, before any new batch (call
+        before :meth:`start`): the daemon listens at once and they drain in the
+        background, rather than being replayed first. The number of records queued."""
+        wal = self._wal
+        adopted: list[_Spooled] = []
+        for path in await asyncio.to_thread(wal.segments):
+            records = await asyncio.to_thread(wal.read_segment, path)
+            if not records:
+                wal.drop_segment(path)
+                continue
+            logged_at = (await asyncio.to_thread(path.stat)).st_mtime
+            offset = len(SEGMENT_MAGIC)
+            for n, (_, payload) in enumerate(records):
+                size = HEADER.size + len(payload)
+                last = n == len(records) - 1
+                adopted.append(_Spooled(0, 0, size, logged_at, None, (path, offset), last))
+                offset += size
+        for n, item in enumerate(adopted):
+            item.seq = n - len(adopted)  # before every record of this run (0 and up)
+        if adopted:
+            self._pending.extendleft(reversed(adopted))
+            self._bytes += sum(item.size for item in adopted)
+            self._active = True
+            self._started_at = time.monotonic()
+            self._outage_cells = 0
+            log.warning("spool.adopted", **self._status())
+            self._check_bound()
+            self._wake.set()
+        return len(adopted)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -246,7 +285,7 @@ class Spool:
     async def _read(self, item: _Spooled) -> list[Columns] | None:
         """The record's cells, read back from its segment; None when it cannot be read
         (damage under the log: logged, and the record is given up)."""
-        where = self._wal.location(item.seq)
+        where = item.where or self._wal.location(item.seq)
         try:
             if where is None:
                 raise StorageError(f"write-ahead log: record {item.seq} is not in the log")
@@ -285,12 +324,16 @@ class Spool:
         pending.popleft()
         self._bytes -= item.size
         self._cells -= item.cells
-        self._wal.mark_stored(item.seq)
+        if item.where is None:
+            self._wal.mark_stored(item.seq)
+        elif item.ends_segment:
+            self._wal.drop_segment(item.where[0])
         if columns is not None:
+            cells = item.cells or sum(len(qualifiers) for _, qualifiers, _ in columns)
             self._drained_records.inc()
-            self._drained_cells.inc(item.cells)
-            self._outage_cells += item.cells
-            self._on_stored(columns, item.cells)
+            self._drained_cells.inc(cells)
+            self._outage_cells += cells
+            self._on_stored(columns, cells)
             if item.ack is not None and not item.ack.done():
                 item.ack.set_result(None)
         elif item.ack is not None and not item.ack.done():

@@ -450,13 +450,17 @@ class Writer:
     async def recover(self) -> int:
         """Store the cells the log holds from the last run (before taking new points);
         the number of cells replayed. Raises StorageError when storage refuses them (the
-        log keeps them for the next try).
+        log keeps them for the next try). With a spool (HBase) they are queued in it
+        instead, ahead of every new batch, and drained once the writer starts: 0.
 
         Records are decoded and turned into puts while storage writes the record before
         (its engine works in a thread of its own), the collector held off as in
         :func:`_make_puts`."""
         wal = self._wal
         if wal is None:
+            return 0
+        if self._spool is not None:  # on HBase: drained in the background, in order
+            await self._spool.adopt()
             return 0
         replayed = 0
         for path in await asyncio.to_thread(wal.segments):
