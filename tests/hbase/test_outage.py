@@ -57,6 +57,23 @@ T0_MS = 1_700_000_000_000
 TSD_KEYS = {"tsd.storage.hbase.thrift.timeout": "5000"}
 
 
+#: how much the daemon's resident memory may grow during the outage (the backlog is on disk)
+RSS_GROWTH_LIMIT = 64 * 2**20
+
+
+def resident(metrics: str) -> int:
+    """The daemon's resident memory from /metrics (prometheus-client's process collector)."""
+    for line in metrics.splitlines():
+        if line.startswith("process_resident_memory_bytes "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no process_resident_memory_bytes in /metrics")
+
+
+async def resident_bytes(http: aiohttp.ClientSession, port: int) -> int:
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as reply:
+        return resident(await reply.text())
+
+
 def value(series: int, tick: int) -> int:
     return (tick * 7 + series) % 1000
 
@@ -218,12 +235,14 @@ async def test_a_hbase_outage_under_steady_ingest_loses_nothing(
             sender = asyncio.ensure_future(send(port, load, warm, stop_load))
             await warm.wait()
             await asyncio.sleep(BEFORE_S)
+            rss_before = await resident_bytes(http, port)
             await proxy.cut()
             cut_at = time.perf_counter()
             await asyncio.sleep(OUTAGE_S)
             during = await stats(http, port)
             async with http.get(f"http://127.0.0.1:{port}/metrics") as reply:
                 metrics = await reply.text()
+            rss_growth = resident(metrics) - rss_before
             await proxy.restore()
             restored_at = time.perf_counter()
             await asyncio.sleep(AFTER_S)
@@ -243,7 +262,8 @@ async def test_a_hbase_outage_under_steady_ingest_loses_nothing(
             f" {drained_at - restored_at:.1f} s after the restore"
             f" ({drained_at - sent_at:.1f} s after the load stopped);"
             f" probes: http max {max(probes.http_s):.3f} s, telnet max"
-            f" {max(probes.telnet_s):.3f} s"
+            f" {max(probes.telnet_s):.3f} s; daemon RSS grew {rss_growth / 2**20:.1f} MiB"
+            " during the outage"
         )
 
         assert load.replies == []  # no put refused
@@ -253,6 +273,8 @@ async def test_a_hbase_outage_under_steady_ingest_loses_nothing(
         assert during["spool.backlog_age_s"] >= OUTAGE_S - 2
         assert 'tsd_spool_backlog{type="bytes"}' in metrics
         assert after["spool.drained:cells"] >= during["spool.backlog:cells"]
+        # The backlog is on disk: held in memory as Puts it would take 100+ bytes a cell.
+        assert rss_growth < RSS_GROWTH_LIMIT
 
         end_ms = T0_MS + int(ticks * TICK_S * 1000)
         async with running_opentsdb(hbase_server, cfg, tmp_path / "opentsdb") as opentsdb:
