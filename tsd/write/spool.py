@@ -321,7 +321,10 @@ class Spool:
 
     def _stored(self, item: _Spooled, columns: list[Columns] | None) -> None:
         pending = self._pending
-        pending.popleft()
+        if pending[0] is item:
+            pending.popleft()
+        else:  # (a failed direct write queued ahead of it meanwhile: cannot happen today)
+            pending.remove(item)
         self._bytes -= item.size
         self._cells -= item.cells
         if item.where is None:
