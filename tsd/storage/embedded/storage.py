@@ -89,7 +89,10 @@ DEFAULT_MAP_SIZE = 1 << 40
 MAX_TABLES = 255
 #: Threads running read transactions; LMDB readers never block each other or the writer.
 READER_THREADS = 4
-FORMAT = b"tsd-embedded 1"
+#: 2: compacted data cells live in packed entries (keys.py, packed.py); a store of format 1
+#: is converted when a writer opens it
+FORMAT = b"tsd-embedded 2"
+_FORMAT_1 = b"tsd-embedded 1"
 _FORMAT_KEY = b"\x00format"
 _CATALOG = b"catalog"
 _TABLE_PREFIX = b"table:"
@@ -218,6 +221,12 @@ class EmbeddedStorage(Storage):
         with self._env.begin(write=True, db=catalog) as txn:
             found = txn.get(_FORMAT_KEY)
             if found is None:
+                txn.put(_FORMAT_KEY, FORMAT)
+            elif found == _FORMAT_1:
+                for key, value in list(txn.cursor()):
+                    if key != _FORMAT_KEY:
+                        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=False)
+                        cells.convert_to_packed(txn, TableInfo("", db, _decode_families(value)))
                 txn.put(_FORMAT_KEY, FORMAT)
             elif found != FORMAT:
                 raise StorageUnavailable(f"unsupported embedded store format {found!r}")
