@@ -75,9 +75,10 @@ from tsd.storage.base import (
     Storage,
     check_distinct_cells,
 )
-from tsd.storage.embedded import cells
+from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.keys import row_start
+from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 from tsd.storage.embedded.writer import WriterThread
 
 T = TypeVar("T")
@@ -96,7 +97,7 @@ _FORMAT_1 = b"tsd-embedded 1"
 _FORMAT_KEY = b"\x00format"
 _CATALOG = b"catalog"
 _TABLE_PREFIX = b"table:"
-_LOCK_FILE = "tsd.lock"
+_LOCK_FILE = LOCK_FILE
 # HBase's table-name characters (namespace:qualifier) and family-name rules, kept strict
 # so the same names work on both backends.
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
@@ -404,6 +405,34 @@ class EmbeddedStorage(Storage):
             )
             for row in rows:
                 yield row
+
+    # -- upkeep (maintenance.py) -------------------------------------------------------------
+
+    async def delete_range(self, table: str, start: bytes, stop: bytes) -> int:
+        """Every entry of the rows in ``[start, stop)`` in one write transaction (one pass of
+        a cursor); the entries deleted. The freed pages are reused by later writes."""
+        info = await self._table(table)
+        return await self._write(
+            lambda txn: maintenance.delete_range(txn, info, start, stop), solo=True
+        )
+
+    async def check_store(self, repair: bool = False) -> list[tuple[str, BadEntry]]:
+        """Every entry of every table whose bytes do not decode; with ``repair``, deleted."""
+        found: list[tuple[str, BadEntry]] = []
+        for name in await self.list_tables():
+            info = self._tables[name]
+            start: bytes | None = b""
+            while start is not None:
+                bad, _, start = await self._read(
+                    maintenance.check_entries, info, start, maintenance.CHECK_BATCH
+                )
+                found += [(name, entry) for entry in bad]
+                if repair and bad:
+                    delete = functools.partial(
+                        maintenance.delete_keys, table=info, keys=[entry.key for entry in bad]
+                    )
+                    await self._write(delete)
+        return found
 
     # -- closing ------------------------------------------------------------------------------
 
