@@ -159,7 +159,7 @@ async def test_plain_and_packed_cells_of_a_row_read_in_qualifier_order(
     assert only_u is not None
     assert [tuple(c) for c in only_u.cells] == [("u", *other)]
     # one packed entry holds both compacted cells
-    with store._env.begin(db=store._tables["d"].db) as txn:
+    with store._env.begin(db=store._tables["d"].packed) as txn:
         entry = txn.get(packed_key(row, "t"))
     assert entry is not None
     assert packed.unpack(entry) == sorted([early, late])
@@ -220,6 +220,8 @@ async def test_a_format_1_store_is_converted_when_opened(tmp_path: Path) -> None
         assert got is not None
         assert [(c.qualifier, c.value) for c in got.cells] == sorted([cell, pair])
         with storage._env.begin(db=storage._tables["d"].db) as txn:
+            assert [k for k, _ in txn.cursor()] == []
+        with storage._env.begin(db=storage._tables["d"].packed) as txn:
             assert [k for k, _ in txn.cursor()] == [keys.packed_key(row, "t")]
             assert cells.read_cell(txn, storage._tables["d"], row, "t", pair[0]) == pair[1]
     finally:

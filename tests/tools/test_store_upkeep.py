@@ -52,7 +52,7 @@ async def test_check_store_reports_and_fixes_undecodable_rows(tmp_path: Path) ->
     assert (result.code, result.out) == (0, "")
     storage = EmbeddedStorage(path)
     try:
-        with storage._env.begin(write=True, db=storage._tables["tsdb"].db) as txn:
+        with storage._env.begin(write=True, db=storage._tables["tsdb"].packed) as txn:
             stored = txn.get(packed_key(keys[3], "t"))
             assert stored is not None
             txn.put(packed_key(keys[3], "t"), stored[:-7])  # torn

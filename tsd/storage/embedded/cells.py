@@ -7,7 +7,7 @@ cells through the key layout of :mod:`tsd.storage.embedded.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -51,6 +51,9 @@ class TableInfo:
     name: str
     db: lmdb._Database
     families: tuple[FamilySpec, ...]
+    #: the packed rows (keys.py): a database of their own, so that the pages of the rows
+    #: that stay are not the sparse leftovers of the single cells compaction deletes
+    packed: lmdb._Database | None = None
     #: family name as stored in keys -> family name
     names: dict[bytes, str] = field(init=False, repr=False, compare=False)
 
@@ -71,7 +74,9 @@ def read_cell(
 ) -> bytes | None:
     table.check_family(family)
     if is_packed(family, qualifier):
-        stored = txn.get(packed_key(row, family), db=table.db)
+        if table.packed is None:
+            return None
+        stored = txn.get(packed_key(row, family), db=table.packed)
         return None if stored is None else dict(packed.unpack(stored)).get(qualifier)
     key, bucket = cell_key(cell_prefix(row, family), qualifier)
     stored = txn.get(key, db=table.db)
@@ -101,8 +106,9 @@ def _update_packed(
     txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, value: bytes | None
 ) -> None:
     """Set (or with ``value`` None, remove) one cell of the row's packed entry."""
+    db = _packed_db(table)
     key = packed_key(row, family)
-    stored = txn.get(key, db=table.db)
+    stored = txn.get(key, db=db)
     pairs = dict(packed.unpack(stored)) if stored is not None else {}
     if value is None:
         if pairs.pop(qualifier, None) is None:
@@ -110,9 +116,15 @@ def _update_packed(
     else:
         pairs[qualifier] = value
     if pairs:
-        txn.put(key, packed.pack(list(pairs.items())), db=table.db)
+        txn.put(key, packed.pack(list(pairs.items())), db=db)
     else:
-        txn.delete(key, db=table.db)
+        txn.delete(key, db=db)
+
+
+def _packed_db(table: TableInfo) -> lmdb._Database:
+    if table.packed is None:
+        raise StorageError("embedded store opened read-only")
+    return table.packed
 
 
 def _delete_cell(txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes) -> None:
@@ -135,8 +147,13 @@ def _delete_cell(txn: Txn, table: TableInfo, row: bytes, family: str, qualifier:
         txn.delete(key, db=table.db)
 
 
-def _delete_prefix(txn: Txn, table: TableInfo, prefix: bytes) -> None:
-    cursor = txn.cursor(db=table.db)
+def _delete_prefix(txn: Txn, table: TableInfo, prefix: bytes, packed_too: bool = False) -> None:
+    if packed_too and table.packed is not None:
+        _delete_prefix_in(txn.cursor(db=table.packed), prefix)
+    _delete_prefix_in(txn.cursor(db=table.db), prefix)
+
+
+def _delete_prefix_in(cursor: lmdb.Cursor[bytes], prefix: bytes) -> None:
     if not cursor.set_range(prefix):
         return
     # Cursor.delete moves to the next entry; an exhausted cursor has key b"".
@@ -190,13 +207,13 @@ def _apply_delete(txn: Txn, table: TableInfo, delete: Delete) -> None:
     if delete.family is None:
         if delete.qualifier is not None:
             raise StorageError("a Delete with a qualifier needs a family")
-        _delete_prefix(txn, table, row_start(delete.row))
+        _delete_prefix(txn, table, row_start(delete.row), packed_too=True)
         return
     table.check_family(delete.family)
     if delete.qualifier is None:
         _delete_prefix(txn, table, cell_prefix(delete.row, delete.family))
         if delete.family == PACKED_FAMILY:
-            txn.delete(packed_key(delete.row, delete.family), db=table.db)
+            txn.delete(packed_key(delete.row, delete.family), db=_packed_db(table))
     else:
         _delete_cell(txn, table, delete.row, delete.family, delete.qualifier)
 
@@ -242,14 +259,20 @@ def append(
 
 
 def convert_to_packed(txn: Txn, table: TableInfo) -> None:
-    """Move the cells that belong in packed entries (stored one key each by format 1) there."""
+    """Move what belongs in the packed database there: compacted cells stored one key each
+    (format 1) and packed rows stored among the plain cells (format 2)."""
     moved: dict[tuple[bytes, str], dict[bytes, bytes]] = {}
+    rows: list[tuple[bytes, bytes]] = []
     stale: list[bytes] = []
     cursor = txn.cursor(db=table.db)
     for key, value in cursor:
         row, family_at = split_row(key)
         family_end = key.find(b"\x00", family_at)
-        family = table.names.get(key[family_at:family_end]) if family_end >= 0 else None
+        if family_end < 0:  # a packed row
+            stale.append(key)
+            rows.append((key, value))
+            continue
+        family = table.names.get(key[family_at:family_end])
         if family != PACKED_FAMILY:
             continue
         pairs = decode_bucket(value) if is_bucket(key) else [(key[family_end + 1 :], value)]
@@ -258,12 +281,61 @@ def convert_to_packed(txn: Txn, table: TableInfo) -> None:
             moved.setdefault((row, family), {}).update(pairs)
     for key in stale:
         txn.delete(key, db=table.db)
+    for key, value in rows:
+        txn.put(key, value, db=_packed_db(table))
     for (row, family), found in moved.items():
         for qualifier, value in found.items():
             write_cell(txn, table, Put(row, family, qualifier, value))
 
 
 # -- read-transaction operations --------------------------------------------------------------
+
+
+class Entries:
+    """A table's two databases read as one key order: plain cells and packed rows merged
+    (the packed key of a row and family sorts right after that family's plain keys).
+    ``set_range`` positions both; ``iternext`` yields (key, value) from there."""
+
+    __slots__ = ("_plain", "_packed", "_plain_at", "_packed_at")
+
+    def __init__(self, txn: Txn, table: TableInfo) -> None:
+        self._plain = txn.cursor(db=table.db)
+        self._packed = txn.cursor(db=table.packed) if table.packed is not None else None
+        self._plain_at = self._packed_at = False
+
+    def set_range(self, key: bytes) -> bool:
+        self._plain_at = self._plain.set_range(key)
+        self._packed_at = self._packed is not None and self._packed.set_range(key)
+        return self._plain_at or self._packed_at
+
+    def iternext(self) -> Iterator[tuple[bytes, bytes]]:
+        if not self._packed_at:
+            return self._plain.iternext() if self._plain_at else iter(())
+        assert self._packed is not None
+        if not self._plain_at:
+            return self._packed.iternext()
+        return _merge(self._plain.iternext(), self._packed.iternext())
+
+
+def _merge(
+    plain: Iterator[tuple[bytes, bytes]], rows: Iterator[tuple[bytes, bytes]]
+) -> Iterator[tuple[bytes, bytes]]:
+    a = next(plain, None)
+    b = next(rows, None)
+    while a is not None and b is not None:
+        if a[0] < b[0]:
+            yield a
+            a = next(plain, None)
+        else:
+            yield b
+            b = next(rows, None)
+    if a is not None:
+        yield a
+        yield from plain
+    if b is not None:
+        yield b
+        yield from rows
+
 
 #: packed entries met while reading rows: (index of the row in the result, [(position among
 #: the row's plain cells, family, stored value)])
@@ -277,7 +349,7 @@ def read_rows(
     names = table.names
     found: list[Row] = []
     deferred: Deferred = []
-    cursor = txn.cursor(db=table.db)
+    cursor = Entries(txn, table)
     for row in rows:
         prefix = row_start(row)
         if not cursor.set_range(prefix):
@@ -349,7 +421,7 @@ def scan_batch(
     deferred: Deferred = []
     if position.remaining is not None:
         max_rows = min(max_rows, position.remaining)
-    cursor = txn.cursor(db=table.db)
+    cursor = Entries(txn, table)
     seek = position.next_key
     position.next_key = None
     position.batch_cells = 0
@@ -368,7 +440,7 @@ def scan_batch(
 
 
 def _read_rows_from(
-    cursor: lmdb.Cursor[bytes],
+    cursor: Entries,
     position: ScanCursor,
     names: dict[bytes, str],
     families: Collection[str],

@@ -22,20 +22,13 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
 
 import lmdb
 
 from tsd.errors import StorageError, StorageUnavailable
 from tsd.storage.embedded import packed
+from tsd.storage.embedded.cells import Entries, TableInfo, Txn
 from tsd.storage.embedded.keys import decode_bucket, is_bucket, row_start, split_row
-
-if TYPE_CHECKING:
-    from tsd.storage.embedded.cells import TableInfo
-
-    Txn: TypeAlias = lmdb.Transaction[bytes]
-else:
-    Txn = lmdb.Transaction
 
 LOCK_FILE = "tsd.lock"
 #: entries examined per check batch (one read transaction each)
@@ -55,7 +48,7 @@ def check_entries(
 ) -> tuple[list[BadEntry], int, bytes | None]:
     """Check up to ``limit`` entries from key ``start``: (bad ones, entries read, next key)."""
     bad: list[BadEntry] = []
-    cursor = txn.cursor(db=table.db)
+    cursor = Entries(txn, table)
     if not cursor.set_range(start):
         return bad, 0, None
     read = 0
@@ -94,24 +87,32 @@ def _entry_problem(table: TableInfo, key: bytes, value: bytes) -> str | None:
 
 
 def delete_keys(txn: Txn, table: TableInfo, keys: list[bytes]) -> int:
-    return sum(bool(txn.delete(key, db=table.db)) for key in keys)
+    """Delete entries by key, from whichever of the table's databases holds each."""
+    deleted = 0
+    for key in keys:
+        deleted += bool(txn.delete(key, db=table.db))
+        if table.packed is not None:
+            deleted += bool(txn.delete(key, db=table.packed))
+    return deleted
 
 
 def delete_range(txn: Txn, table: TableInfo, start: bytes, stop: bytes) -> int:
     """Delete every entry of the rows in ``[start, stop)``; the entries deleted."""
-    cursor = txn.cursor(db=table.db)
     stop_key = row_start(stop) if stop else None
     deleted = 0
-    if not cursor.set_range(row_start(start)):
-        return 0
-    # Cursor.delete moves to the next entry; an exhausted cursor has key b"".
-    while True:
-        key = cursor.key()
-        if not key or (stop_key is not None and key >= stop_key):
-            return deleted
-        if not cursor.delete():
-            return deleted
-        deleted += 1
+    for db in (table.db, table.packed):
+        if db is None:
+            continue
+        cursor = txn.cursor(db=db)
+        if not cursor.set_range(row_start(start)):
+            continue
+        # Cursor.delete moves to the next entry; an exhausted cursor has key b"".
+        while True:
+            key = cursor.key()
+            if not key or (stop_key is not None and key >= stop_key) or not cursor.delete():
+                break
+            deleted += 1
+    return deleted
 
 
 def store_pages(path: str | os.PathLike[str]) -> tuple[int, int]:

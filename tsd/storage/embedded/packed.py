@@ -186,40 +186,64 @@ def _assemble(
         qualifiers = ((offsets << 4) | flags).astype(">u2").tobytes()
     qsize = len(qualifiers) // rows if rows else 0
     widths = (flags & 7) + 1
+    tail = 1 if mode & _TAIL else 0
     if vmode == _V_RAW:
-        values = raw_values
+        values = raw_values + bytes([meta]) * tail
         ends = [len(values)]
+    elif bool((widths == widths.flat[0]).all()):
+        width = int(widths.flat[0])
+        source = floats if floats is not None else ints
+        assert source is not None
+        dtype = (">f8" if width == 8 else ">f4") if floats is not None else f">i{width}"
+        size = n * width + tail
+        out = np.empty((rows, size), np.uint8)
+        with np.errstate(over="ignore"):
+            out[:, : n * width] = source.astype(dtype).view(np.uint8).reshape(rows, n * width)
+        if tail:
+            out[:, -1] = meta
+        values = out.tobytes()
+        ends = list(range(size, rows * size + 1, size))
     else:
-        if bool((widths == widths.flat[0]).all()):
-            width = int(widths.flat[0])
-            if floats is not None:
-                values = floats.astype(">f8" if width == 8 else ">f4").tobytes()
-            else:
-                assert ints is not None
-                values = ints.astype(f">i{width}").tobytes()
-            ends = [(i + 1) * n * width for i in range(rows)]
-        else:
-            if floats is not None:
-                eight = floats.astype(">f8", order="C").view(np.uint8).reshape(rows, n, 8)
-                singles = widths == 4
-                with np.errstate(over="ignore"):
-                    four = floats[singles].astype(">f4").view(np.uint8).reshape(-1, 4)
-                eight[singles, 4:] = four
-                keep = np.ones((rows, n, 8), np.bool_)
-                keep[singles, :4] = False
-            else:
-                assert ints is not None
-                eight = ints.astype(">i8", order="C").view(np.uint8).reshape(rows, n, 8)
-                keep = _PLANE[None, None, :] >= (8 - widths)[:, :, None]
-            values = eight.reshape(-1)[keep.reshape(-1)].tobytes()
-            ends = np.cumsum(widths.sum(axis=1)).tolist()
-    tail = bytes([meta]) if mode & _TAIL else b""
+        values, ends = _scatter(floats, ints, widths, tail, meta)
     cells = []
     start = 0
     for i, end in enumerate(ends):
-        cells.append((qualifiers[i * qsize : (i + 1) * qsize], values[start:end] + tail))
+        cells.append((qualifiers[i * qsize : (i + 1) * qsize], values[start:end]))
         start = end
     return cells
+
+
+def _scatter(
+    floats: F64 | None, ints: I64 | None, widths: I64, tail: int, meta: int
+) -> tuple[bytes, list[int]]:
+    """The value bytes of (rows, n) points of mixed widths, each row followed by ``tail``
+    meta bytes: each width written in one pass through an unaligned strided view of the
+    output (a big-endian word starting at every byte); the row ends."""
+    rows, n = widths.shape
+    flat = widths.reshape(-1)
+    starts = np.zeros(rows * n, np.int64)
+    np.cumsum(flat[:-1], out=starts[1:])
+    ends = widths.sum(axis=1).cumsum()
+    if tail:
+        starts += np.repeat(np.arange(rows, dtype=np.int64), n)
+        ends += np.arange(1, rows + 1, dtype=np.int64)
+    total = int(ends[-1]) if rows else 0
+    out = np.zeros(total + 8, np.uint8)
+    source = (floats if floats is not None else ints).reshape(-1)  # type: ignore[union-attr]
+    for width in (8, 4, 2, 1):
+        picked = flat == width
+        if not picked.any():
+            continue
+        if floats is not None:
+            dtype = np.dtype(">f8" if width == 8 else ">f4")
+        else:
+            dtype = np.dtype(f">i{width}")
+        words = np.ndarray((total + 9 - width,), dtype, out, 0, (1,))
+        with np.errstate(over="ignore"):
+            words[starts[picked]] = source[picked]
+    if tail:
+        out[ends - 1] = meta
+    return out[:total].tobytes(), ends.tolist()
 
 
 def _canonical_flags(ints: I64 | None, floats: F64 | None) -> I64:

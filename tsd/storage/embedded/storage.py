@@ -86,17 +86,19 @@ T = TypeVar("T")
 #: Virtual address space reserved for the map; the file grows only as data is written. 1 TiB is
 #: far below the 128 TiB of user address space on 64-bit Linux, so no resizing is ever needed.
 DEFAULT_MAP_SIZE = 1 << 40
-#: LMDB named databases: the catalog plus one per table.
+#: Tables at most (LMDB named databases: the catalog plus two per table).
 MAX_TABLES = 255
 #: Threads running read transactions; LMDB readers never block each other or the writer.
 READER_THREADS = 4
-#: 2: compacted data cells live in packed entries (keys.py, packed.py); a store of format 1
-#: is converted when a writer opens it
-FORMAT = b"tsd-embedded 2"
-_FORMAT_1 = b"tsd-embedded 1"
+#: 3: compacted data cells live in packed rows, in a database of their own per table
+#: (keys.py, packed.py); a store of an earlier format is converted when a writer opens it
+FORMAT = b"tsd-embedded 3"
+_CONVERTED = (b"tsd-embedded 1", b"tsd-embedded 2")
 _FORMAT_KEY = b"\x00format"
 _CATALOG = b"catalog"
 _TABLE_PREFIX = b"table:"
+#: the named database of a table's packed rows (keys.py)
+_PACKED_PREFIX = b"packed:"
 _LOCK_FILE = LOCK_FILE
 # HBase's table-name characters (namespace:qualifier) and family-name rules, kept strict
 # so the same names work on both backends.
@@ -187,7 +189,7 @@ class EmbeddedStorage(Storage):
             return lmdb.open(
                 str(self.path),
                 map_size=map_size,
-                max_dbs=MAX_TABLES + 1,
+                max_dbs=2 * MAX_TABLES + 1,
                 readonly=self.read_only,
                 create=not self.read_only,
                 lock=True,
@@ -223,25 +225,36 @@ class EmbeddedStorage(Storage):
             found = txn.get(_FORMAT_KEY)
             if found is None:
                 txn.put(_FORMAT_KEY, FORMAT)
-            elif found == _FORMAT_1:
+            elif found in _CONVERTED:
                 for key, value in list(txn.cursor()):
                     if key != _FORMAT_KEY:
-                        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=False)
-                        cells.convert_to_packed(txn, TableInfo("", db, _decode_families(value)))
+                        info = self._open_table(key.decode("ascii"), value, txn, create=True)
+                        cells.convert_to_packed(txn, info)
                 txn.put(_FORMAT_KEY, FORMAT)
             elif found != FORMAT:
                 raise StorageUnavailable(f"unsupported embedded store format {found!r}")
         return catalog
 
+    def _open_table(
+        self, name: str, families: bytes, txn: Txn | None = None, create: bool = False
+    ) -> TableInfo:
+        """A table's two databases (plain cells, packed rows); the packed one is None in a
+        format-1 store opened read-only (it has none)."""
+        key = name.encode("ascii")
+        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=create)
+        try:
+            packed_db = self._env.open_db(_PACKED_PREFIX + key, txn=txn, create=create)
+        except lmdb.NotFoundError:
+            packed_db = None
+        return TableInfo(name, db, _decode_families(families), packed_db)
+
     def _load_tables(self) -> dict[str, TableInfo]:
-        tables = {}
         with self._env.begin(db=self._catalog) as txn:
             entries = [(k, v) for k, v in txn.cursor() if k != _FORMAT_KEY]
-        for key, value in entries:
-            name = key.decode("ascii")
-            db = self._env.open_db(_TABLE_PREFIX + key, create=False)
-            tables[name] = TableInfo(name, db, _decode_families(value))
-        return tables
+        return {
+            key.decode("ascii"): self._open_table(key.decode("ascii"), value)
+            for key, value in entries
+        }
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -309,11 +322,10 @@ class EmbeddedStorage(Storage):
         key = table.encode("ascii")
         stored = txn.get(key, db=self._catalog)
         if stored is not None:  # created by a create_table queued just before this one
-            db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=False)
-            return False, TableInfo(table, db, _decode_families(stored))
-        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=True)
-        txn.put(key, _encode_families(families), db=self._catalog)
-        return True, TableInfo(table, db, families)
+            return False, self._open_table(table, stored, txn)
+        encoded = _encode_families(families)
+        txn.put(key, encoded, db=self._catalog)
+        return True, self._open_table(table, encoded, txn, create=True)
 
     async def list_tables(self) -> list[str]:
         await self._read(self._refresh_tables)
