@@ -20,7 +20,7 @@ points through ``/api/v1/import``, then ``/internal/force_flush`` and
 ``/internal/force_merge``, and its data directory measured once its size is stable.
 
 ``--query-baseline REV`` also times ``bench/query.py`` (``--skip-single --no-vm``) at git
-revision REV and at the working tree, rounds alternating, and prints both p50s.
+revision REV and at HEAD, rounds alternating, and prints both p50s.
 
 Run: ``python -m bench.footprint [--series N] [--hours H] [--sets walk,counter,gauge]
 [--whole-rows] [--no-vm] [--query-baseline REV] [--query-series N] [--rounds N]``.
@@ -197,14 +197,19 @@ async def vm_bytes(values: Values) -> int | None:
 
 
 def query_baseline(rev: str, series: int, rounds: int) -> None:
-    """bench/query.py at ``rev`` and at the working tree, rounds alternating."""
+    """bench/query.py at ``rev`` and at HEAD (each a clean export of the commit, so edits
+    made meanwhile do not count), rounds alternating."""
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="tsd-bench-rev-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        trees = {f"before ({rev})": Path(tmp), "after (working tree)": root}
+        trees = {}
+        for name, commit in ((f"before ({rev})", rev), ("after (HEAD)", "HEAD")):
+            tree = Path(tmp) / commit
+            tree.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(root), "archive", commit], check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            trees[name] = tree
         figures: dict[str, list[float]] = {name: [] for name in trees}
         phases: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(rounds):
