@@ -374,6 +374,11 @@ def _unpack_deferred(rows: list[Row], deferred: Deferred) -> None:
         return
     decoded = iter(packed.unpack_many([value for _, entries in deferred for *_, value in entries]))
     for index, entries in deferred:
+        if len(entries) == 1 and not rows[index].cells:  # the common row: compacted only
+            family = entries[0][1]
+            found = tuple([_new_cell(Cell, (family, q, v)) for q, v in next(decoded)])
+            rows[index] = Row(rows[index].key, found)
+            continue
         cells = list(rows[index].cells)
         families = {cell.family for cell in cells}
         mixed = False

@@ -217,33 +217,30 @@ def _scatter(
     floats: F64 | None, ints: I64 | None, widths: I64, tail: int, meta: int
 ) -> tuple[bytes, list[int]]:
     """The value bytes of (rows, n) points of mixed widths, each row followed by ``tail``
-    meta bytes: each width written in one pass through an unaligned strided view of the
-    output (a big-endian word starting at every byte); the row ends."""
+    meta bytes, and the row ends: every point laid out on 8 bytes (4-byte floats in the
+    last four), then the unused leading bytes dropped in one boolean pass."""
     rows, n = widths.shape
-    flat = widths.reshape(-1)
-    starts = np.zeros(rows * n, np.int64)
-    np.cumsum(flat[:-1], out=starts[1:])
-    ends = widths.sum(axis=1).cumsum()
-    if tail:
-        starts += np.repeat(np.arange(rows, dtype=np.int64), n)
-        ends += np.arange(1, rows + 1, dtype=np.int64)
-    total = int(ends[-1]) if rows else 0
-    out = np.zeros(total + 8, np.uint8)
-    source = (floats if floats is not None else ints).reshape(-1)  # type: ignore[union-attr]
-    for width in (8, 4, 2, 1):
-        picked = flat == width
-        if not picked.any():
-            continue
-        if floats is not None:
-            dtype = np.dtype(">f8" if width == 8 else ">f4")
-        else:
-            dtype = np.dtype(f">i{width}")
-        words = np.ndarray((total + 9 - width,), dtype, out, 0, (1,))
+    size = n * 8 + tail
+    buf = np.empty((rows, size), np.uint8)
+    if floats is not None:
+        buf[:, : n * 8] = floats.astype(">f8").view(np.uint8).reshape(rows, n * 8)
+        singles = np.nonzero(widths.reshape(-1) == 4)[0]
+        flat = buf.reshape(-1)
+        at = (singles // n) * size + (singles % n) * 8
         with np.errstate(over="ignore"):
-            words[starts[picked]] = source[picked]
+            four = floats.reshape(-1)[singles].astype(">f4").view(np.uint8).reshape(-1, 4)
+        flat[at[:, None] + _PLANE[None, 4:]] = four
+        keep = np.ones((rows, size), np.bool_)
+        keep.reshape(-1)[at[:, None] + _PLANE[None, :4]] = False
+    else:
+        assert ints is not None
+        buf[:, : n * 8] = ints.astype(">i8").view(np.uint8).reshape(rows, n * 8)
+        keep = np.ones((rows, size), np.bool_)
+        keep[:, : n * 8] = (_PLANE[None, None, :] >= (8 - widths)[:, :, None]).reshape(rows, -1)
     if tail:
-        out[ends - 1] = meta
-    return out[:total].tobytes(), ends.tolist()
+        buf[:, -1] = meta
+    ends = np.cumsum(widths.sum(axis=1) + tail)
+    return buf[keep].tobytes(), ends.tolist()
 
 
 def _canonical_flags(ints: I64 | None, floats: F64 | None) -> I64:
