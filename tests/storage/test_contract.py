@@ -572,3 +572,47 @@ async def test_calls_after_close_raise_storage_unavailable(storage: Storage, tab
         await storage.put(table, [Put(b"r", "f", b"q", b"v")])
     with pytest.raises(StorageUnavailable):
         await scan_all(storage, table)
+
+
+# -- bulk reads --------------------------------------------------------------------------------
+
+
+def _random_cells(seed: int) -> list[Put]:
+    """Rows of binary keys (00 and FF bytes, prefixes of each other) with cells in both
+    families, some with qualifiers long enough for the embedded store's bucket keys."""
+    rng = random.Random(seed)
+    puts = []
+    rows = {
+        bytes(rng.choice((0, 1, 0xFF, 0x61)) for _ in range(rng.randint(1, 6))) for _ in range(60)
+    }
+    for row in rows:
+        for _ in range(rng.randint(1, 5)):
+            length = rng.choice((0, 1, 2, 4, 120, 600, 1200))
+            qualifier = bytes(rng.randrange(256) for _ in range(length))
+            value = bytes(rng.randrange(256) for _ in range(rng.randint(0, 20)))
+            puts.append(Put(row, rng.choice("fg"), qualifier, value))
+    return puts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_scan_blocks_hold_the_rows_of_scan(storage: Storage, table: str, seed: int) -> None:
+    # The query path reads CellBlocks: the same rows and cells as scan, batch for batch
+    # within the spec's batch size, whatever the families, filter, bounds and limit.
+    await storage.put(table, _random_cells(seed))
+    rng = random.Random(seed)
+    specs = [
+        ScanSpec(),
+        ScanSpec(batch_rows=3),
+        ScanSpec(families=("g",), batch_rows=2),
+        ScanSpec(start=b"\x01", stop=b"\xff\x01", batch_rows=5),
+        ScanSpec(row_filter=RowFilter(b"(?s).\\x00.*"), batch_rows=4),
+        ScanSpec(families=("f",), limit=7, batch_rows=3),
+        ScanSpec(limit=rng.randint(1, 30), row_filter=RowFilter(b"(?s)[^a].*")),
+    ]
+    for spec in specs:
+        want = await scan_all(storage, table, spec)
+        blocks = []
+        async with aclosing(storage.scan_blocks(table, spec)) as found:
+            blocks = [block async for block in found]
+        assert all(0 < len(block) <= spec.batch_rows for block in blocks)
+        assert [row for block in blocks for row in block] == want

@@ -7,7 +7,7 @@ cells through the key layout of :mod:`tsd.storage.embedded.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -259,6 +259,24 @@ def scan_batch(
     """
     names = table.names
     rows: list[Row] = []
+
+    def read(cursor: lmdb.Cursor[bytes], max_rows: int) -> bytes | None:
+        return _read_rows_from(cursor, position, names, families, row_filter, rows, max_rows)
+
+    read_batch(txn, table, position, max_rows, read, rows)
+    return rows
+
+
+def read_batch(
+    txn: Txn,
+    table: TableInfo,
+    position: ScanCursor,
+    max_rows: int,
+    read: Callable[[lmdb.Cursor[bytes], int], bytes | None],
+    rows: Sized,
+) -> None:
+    """One scan batch from ``position``: ``read(cursor, max_rows)`` adds rows to ``rows``
+    and answers the key to seek to next (None: done); ``position`` is advanced."""
     if position.remaining is not None:
         max_rows = min(max_rows, position.remaining)
     cursor = txn.cursor(db=table.db)
@@ -268,12 +286,11 @@ def scan_batch(
     while seek is not None:
         if not cursor.set_range(seek):
             break
-        seek = _read_rows_from(cursor, position, names, families, row_filter, rows, max_rows)
+        seek = read(cursor, max_rows)
     if position.remaining is not None:
         position.remaining -= len(rows)
         if position.remaining <= 0:
             position.next_key = None
-    return rows
 
 
 def _read_rows_from(

@@ -51,7 +51,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -66,21 +66,25 @@ from tsd.errors import (
     TableNotFound,
 )
 from tsd.storage.base import (
+    CellBlock,
     CheckAndPut,
     FamilySpec,
     Mutation,
     Put,
+    ReadStats,
     Row,
     ScanSpec,
     Storage,
     check_distinct_cells,
 )
 from tsd.storage.embedded import cells
+from tsd.storage.embedded.blocks import scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.keys import row_start
 from tsd.storage.embedded.writer import WriterThread
 
 T = TypeVar("T")
+B = TypeVar("B", bound=Sized)
 
 #: Virtual address space reserved for the map; the file grows only as data is written. 1 TiB is
 #: far below the 128 TiB of user address space on 64-bit Linux, so no resizing is ever needed.
@@ -379,6 +383,27 @@ class EmbeddedStorage(Storage):
         return await self._read(cells.read_rows, info, tuple(rows), wanted)
 
     async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
+        async with contextlib.aclosing(self._batches(cells.scan_batch, table, spec)) as batches:
+            async for rows in batches:
+                for row in rows:
+                    yield row
+
+    async def scan_blocks(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[CellBlock, None]:
+        """:meth:`scan`'s rows, a batch at a time, read straight into CellBlocks
+        (blocks.py: no Row or Cell objects on the query path)."""
+        async with contextlib.aclosing(self._batches(scan_block, table, spec)) as blocks:
+            async for block in blocks:
+                if stats is not None:
+                    stats.add(block, 0.0)
+                yield block
+
+    async def _batches(
+        self, read: Callable[..., B], table: str, spec: ScanSpec
+    ) -> AsyncGenerator[B, None]:
+        """The non-empty batches of ``read`` (scan_batch or scan_block) over ``spec``, each
+        in its own read transaction."""
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
         if spec.limit is not None and spec.limit <= 0:
@@ -390,11 +415,9 @@ class EmbeddedStorage(Storage):
         )
         batch_rows = max(1, spec.batch_rows)
         while position.next_key is not None:
-            rows = await self._read(
-                cells.scan_batch, info, position, wanted, spec.row_filter, batch_rows
-            )
-            for row in rows:
-                yield row
+            batch = await self._read(read, info, position, wanted, spec.row_filter, batch_rows)
+            if len(batch):
+                yield batch
 
     # -- closing ------------------------------------------------------------------------------
 
