@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.codec.const import TIMESTAMP_BYTES
-from tsd.query.decode import RowPoints, base_times_s, series_key
+from tsd.query.decode import RowPoints, _one_length, base_times_s, series_key
 from tsd.query.series import BoolArray, Int64Array, SeriesBatch
 
 __all__ = ["Spans", "assemble_spans"]
@@ -115,7 +115,7 @@ def _series_of_rows(
     others one by one.
     """
     time_at = layout.tags_start - TIMESTAMP_BYTES
-    if keys and len({len(k) for k in keys}) == 1:
+    if keys and _one_length(keys):
         width = len(keys[0])
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
         row_base = base_times_s(layout, keys)
