@@ -358,3 +358,41 @@ def test_c_helper_takes_compacted_rows() -> None:
     )
     assert found is not None
     assert np.frombuffer(found[1]).tolist() == [i + 0.5 if i % 3 else i for i in range(360)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_spans_of_uniform_rows_match_the_row_by_row_gather(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows of equal point counts (compacted grids) are moved as one matrix; the answer must be
+    # the row-by-row gather's, whatever the parts' order, missing hours and tag widths.
+    from tsd.query import spans as spans_module
+
+    rng = random.Random(seed)
+    n = rng.choice([1, 3, 6])
+    tagvs = [bytes((0, rng.choice((0, 1)), v)) for v in rng.sample(range(1, 255), 5)]
+    made = []
+    for tagv in tagvs:
+        for hour in range(4):
+            if rng.random() < 0.2:
+                continue  # a missing hour
+            base_s = BASE + 3600 * hour
+            key = encode_row_key(LAYOUT, METRIC, base_s, [(b"\x00\x00\x01", tagv)])
+            offsets = sorted(rng.sample(range(3600), n))
+            cells = [_point(base_s, 1000 * s, rng.choice([1, 2.5, -7])) for s in offsets]
+            compacted = compact_row(cells)
+            assert compacted is not None
+            made.append(Row(key, (Cell("t", *compacted),)))
+    rng.shuffle(made)
+    cuts = sorted(rng.sample(range(1, len(made)), 2))
+    pieces = [made[: cuts[0]], made[cuts[0] : cuts[1]], made[cuts[1] :]]
+    parts = [([r.key for r in p], decode_rows(CellBlock.from_rows(p), LAYOUT)) for p in pieces]
+    fast = assemble_spans(parts, LAYOUT)
+    monkeypatch.setattr(spans_module, "_gather_uniform", lambda *a: None)
+    slow = assemble_spans(parts, LAYOUT)
+    assert fast.keys == slow.keys
+    for name in ("timestamps", "values", "offsets", "int_values", "is_int"):
+        got, want = getattr(fast.batch, name), getattr(slow.batch, name)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got.tolist() == want.tolist()

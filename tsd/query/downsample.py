@@ -60,7 +60,13 @@ def downsample(
     seek = _seek_time(spec, start_ms)
     shared = None if spec.use_calendar else _shared_segments(batch, spec, seek)
     if shared is not None:
-        seg_times, seg_values, seg_series = shared
+        times, seg_values, k = shared
+        s_count = batch.series_count
+        if spec.fill_policy is FillPolicy.NONE:
+            counts = np.full(s_count, k, dtype=np.int64)
+            return SeriesBatch(np.tile(times, s_count), seg_values, _offsets(counts))
+        seg_times = np.tile(times, s_count)
+        seg_series = np.repeat(np.arange(s_count, dtype=np.int64), k)
     else:
         if batch.point_count and batch.timestamps.min() < seek:
             batch = batch.select_points(batch.timestamps >= seek)
@@ -77,8 +83,9 @@ def downsample(
 
 def _shared_segments(
     batch: SeriesBatch, spec: DownsampleSpec, seek: int
-) -> tuple[Int64Array, Float64Array, Int64Array] | None:
-    """The general path's (segment times, values, series) when every series has the same
+) -> tuple[Int64Array, Float64Array, int] | None:
+    """(bucket times of one series, the values of every series' buckets, buckets per
+    series): the general path's segments when every series has the same
     timestamps and their fixed-interval buckets all hold the same number of points (a
     regular grid: the usual shape of scraped data); None otherwise. The buckets are worked
     out once, on the first series, and the values reduced as one (buckets x points) matrix
@@ -108,9 +115,7 @@ def _shared_segments(
     values = _reduce_regular(cells, spec.function)
     if values is None:
         return None
-    times = np.tile(buckets[::per_bucket], s_count)
-    series = np.repeat(np.arange(s_count, dtype=np.int64), k)
-    return times, values, series
+    return buckets[::per_bucket], values, k
 
 
 def _seek_time(spec: DownsampleSpec, start_ms: int) -> int:
