@@ -191,7 +191,8 @@ def _gather_uniform(
     sizes = np.array([len(a) for a in arrays], dtype=np.int64)
     part_base = np.cumsum(sizes) - sizes
     rows = (part_base[moves.part] + moves.start) // width
-    return _cat(arrays, dtype).reshape(-1, width)[rows].reshape(-1)
+    taken: npt.NDArray[_T] = _cat(arrays, dtype).reshape(-1, width)[rows].reshape(-1)
+    return taken
 
 
 def _rows_overlap(ts: Int64Array, series_of_row: Int64Array, counts: Int64Array) -> bool:
