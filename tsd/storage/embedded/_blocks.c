@@ -50,8 +50,43 @@ static int buf_add(Buf *b, const void *src, Py_ssize_t len) {
 
 static int buf_i64(Buf *b, int64_t v) { return buf_add(b, &v, 8); }
 
+/* A bytes object grown in place (its only reference is ours): the joined qualifiers and
+ * values are handed out without a final copy. */
 typedef struct {
-    Buf counts, findex, qlen, vlen, quals, vals;
+    PyObject *obj;
+    Py_ssize_t n, cap;
+} Bytes;
+
+static int bytes_add(Bytes *b, const void *src, Py_ssize_t len) {
+    if (b->n + len > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 65536;
+        while (cap < b->n + len) cap *= 2;
+        if (!b->obj) {
+            b->obj = PyBytes_FromStringAndSize(NULL, cap);
+            if (!b->obj) return -1;
+        } else if (_PyBytes_Resize(&b->obj, cap) < 0) {
+            return -1;
+        }
+        b->cap = cap;
+    }
+    if (len) memcpy(PyBytes_AS_STRING(b->obj) + b->n, src, (size_t)len);
+    b->n += len;
+    return 0;
+}
+
+/* The bytes object of exactly what was added (a new reference); b is emptied. */
+static PyObject *bytes_take(Bytes *b) {
+    if (!b->obj) return PyBytes_FromStringAndSize(NULL, 0);
+    if (b->n != b->cap && _PyBytes_Resize(&b->obj, b->n) < 0) return NULL;
+    PyObject *obj = b->obj;
+    b->obj = NULL;
+    b->n = b->cap = 0;
+    return obj;
+}
+
+typedef struct {
+    Buf counts, findex, qlen, vlen;
+    Bytes quals, vals;
     PyObject *keys;
     Py_ssize_t cells;
 } Out;
@@ -60,7 +95,7 @@ static int add_cell(Out *o, int family, const char *q, Py_ssize_t ql, const char
                     Py_ssize_t vl) {
     unsigned char f = (unsigned char)family;
     if (buf_add(&o->findex, &f, 1) < 0 || buf_i64(&o->qlen, ql) < 0 || buf_i64(&o->vlen, vl) < 0 ||
-        buf_add(&o->quals, q, ql) < 0 || buf_add(&o->vals, v, vl) < 0)
+        bytes_add(&o->quals, q, ql) < 0 || bytes_add(&o->vals, v, vl) < 0)
         return -1;
     return 0;
 }
@@ -248,11 +283,15 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
             0)
             goto fail;
     }
-    result = Py_BuildValue("(Oy#y#y#y#y#y#nO)", o.keys, o.counts.p ? o.counts.p : "", o.counts.n,
+    PyObject *quals = bytes_take(&o.quals), *vals = quals ? bytes_take(&o.vals) : NULL;
+    if (!vals) {
+        Py_XDECREF(quals);
+        goto fail;
+    }
+    result = Py_BuildValue("(Oy#y#y#y#NNnO)", o.keys, o.counts.p ? o.counts.p : "", o.counts.n,
                            o.findex.p ? o.findex.p : "", o.findex.n, o.qlen.p ? o.qlen.p : "",
-                           o.qlen.n, o.vlen.p ? o.vlen.p : "", o.vlen.n,
-                           o.quals.p ? o.quals.p : "", o.quals.n, o.vals.p ? o.vals.p : "",
-                           o.vals.n, batch_cells, next_key ? next_key : Py_None);
+                           o.qlen.n, o.vlen.p ? o.vlen.p : "", o.vlen.n, quals, vals,
+                           batch_cells, next_key ? next_key : Py_None);
     goto done;
 fail:
     result = NULL;
@@ -264,8 +303,8 @@ done:
     free(o.findex.p);
     free(o.qlen.p);
     free(o.vlen.p);
-    free(o.quals.p);
-    free(o.vals.p);
+    Py_XDECREF(o.quals.obj);
+    Py_XDECREF(o.vals.obj);
     free(prefix.p);
     free(fprefix.p);
     return result;
