@@ -21,34 +21,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define KEY_LIMIT 511
-
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-} Buf;
-
-static int buf_add(Buf *b, const void *src, Py_ssize_t len) {
-    if (b->n + len > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + len) cap *= 2;
-        char *p = realloc(b->p, (size_t)cap);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (len) memcpy(b->p + b->n, src, (size_t)len);
-    b->n += len;
-    return 0;
-}
-
-static int buf_i64(Buf *b, int64_t v) { return buf_add(b, &v, 8); }
 
 /* A bytes object grown in place (its only reference is ours): the joined qualifiers and
  * values are handed out without a final copy. */
@@ -74,6 +49,11 @@ static int bytes_add(Bytes *b, const void *src, Py_ssize_t len) {
     return 0;
 }
 
+static int bytes_i64(Bytes *b, int64_t v) { return bytes_add(b, &v, 8); }
+
+/* The bytes added so far (valid until the next add). */
+#define BYTES_AT(b) PyBytes_AS_STRING((b).obj)
+
 /* The bytes object of exactly what was added (a new reference); b is emptied. */
 static PyObject *bytes_take(Bytes *b) {
     if (!b->obj) return PyBytes_FromStringAndSize(NULL, 0);
@@ -85,8 +65,7 @@ static PyObject *bytes_take(Bytes *b) {
 }
 
 typedef struct {
-    Buf counts, findex, qlen, vlen;
-    Bytes quals, vals;
+    Bytes counts, findex, qlen, vlen, quals, vals;
     PyObject *keys;
     Py_ssize_t cells;
 } Out;
@@ -94,7 +73,8 @@ typedef struct {
 static int add_cell(Out *o, int family, const char *q, Py_ssize_t ql, const char *v,
                     Py_ssize_t vl) {
     unsigned char f = (unsigned char)family;
-    if (buf_add(&o->findex, &f, 1) < 0 || buf_i64(&o->qlen, ql) < 0 || buf_i64(&o->vlen, vl) < 0 ||
+    if (bytes_add(&o->findex, &f, 1) < 0 || bytes_i64(&o->qlen, ql) < 0 ||
+        bytes_i64(&o->vlen, vl) < 0 ||
         bytes_add(&o->quals, q, ql) < 0 || bytes_add(&o->vals, v, vl) < 0)
         return -1;
     return 0;
@@ -155,7 +135,7 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
     o.keys = PyList_New(0);
     if (!o.keys) return NULL;
     /* the current row's prefix (escaped row + 00 00) and family prefix, copied */
-    Buf prefix = {0}, fprefix = {0};
+    Bytes prefix = {0}, fprefix = {0};
     int family = -1, corrupt = 0;
     Py_ssize_t qualifier_at = 0, row_cells = 0, batch_cells = 0;
     const char *sk = stop == Py_None ? NULL : PyBytes_AS_STRING(stop);
@@ -172,7 +152,7 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
         Py_ssize_t kn = PyBytes_GET_SIZE(kobj);
         const char *v = PyBytes_AS_STRING(vobj);
         Py_ssize_t vn = PyBytes_GET_SIZE(vobj);
-        if (fprefix.n && kn >= fprefix.n && memcmp(k, fprefix.p, (size_t)fprefix.n) == 0 &&
+        if (fprefix.n && kn >= fprefix.n && memcmp(k, BYTES_AT(fprefix), (size_t)fprefix.n) == 0 &&
             kn < KEY_LIMIT) {
             if (family >= 0) {
                 if (add_cell(&o, family, (const char *)k + qualifier_at, kn - qualifier_at, v,
@@ -183,9 +163,9 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
             Py_CLEAR(item);
             continue;
         }
-        if (!prefix.n || kn < prefix.n || memcmp(k, prefix.p, (size_t)prefix.n) != 0) {
+        if (!prefix.n || kn < prefix.n || memcmp(k, BYTES_AT(prefix), (size_t)prefix.n) != 0) {
             if (row_cells) {
-                if (buf_i64(&o.counts, row_cells) < 0) goto fail;
+                if (bytes_i64(&o.counts, row_cells) < 0) goto fail;
                 batch_cells += row_cells;
                 row_cells = 0;
             } else if (prefix.n) {
@@ -212,9 +192,9 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
             }
             prefix.n = 0;
             fprefix.n = 0;
-            if (buf_add(&prefix, k, end + 2) < 0) goto fail;
+            if (bytes_add(&prefix, k, end + 2) < 0) goto fail;
             if (PyList_GET_SIZE(o.keys) >= max_rows || batch_cells >= max_cells) {
-                next_key = PyBytes_FromStringAndSize(prefix.p, prefix.n);
+                next_key = PyBytes_FromStringAndSize(BYTES_AT(prefix), prefix.n);
                 if (!next_key) goto fail;
                 prefix.n = 0; /* nothing pending */
                 break;
@@ -250,7 +230,7 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
         if (family == -1 && PyErr_Occurred()) goto fail;
         qualifier_at = family_end + 1;
         fprefix.n = 0;
-        if (buf_add(&fprefix, k, qualifier_at) < 0) goto fail;
+        if (bytes_add(&fprefix, k, qualifier_at) < 0) goto fail;
         if (family >= 0) {
             if (kn == KEY_LIMIT) {
                 Py_ssize_t added = add_bucket(&o, family, (const unsigned char *)v, vn);
@@ -276,22 +256,24 @@ static PyObject *scan_entries(PyObject *self, PyObject *args) {
         goto done;
     }
     if (row_cells) {
-        if (buf_i64(&o.counts, row_cells) < 0) goto fail;
+        if (bytes_i64(&o.counts, row_cells) < 0) goto fail;
         batch_cells += row_cells;
     } else if (prefix.n && PyList_GET_SIZE(o.keys) > (Py_ssize_t)(o.counts.n / 8)) {
         if (PyList_SetSlice(o.keys, PyList_GET_SIZE(o.keys) - 1, PyList_GET_SIZE(o.keys), NULL) <
             0)
             goto fail;
     }
-    PyObject *quals = bytes_take(&o.quals), *vals = quals ? bytes_take(&o.vals) : NULL;
-    if (!vals) {
-        Py_XDECREF(quals);
-        goto fail;
+    PyObject *cols[6] = {NULL};
+    Bytes *from[6] = {&o.counts, &o.findex, &o.qlen, &o.vlen, &o.quals, &o.vals};
+    for (int i = 0; i < 6; i++) {
+        cols[i] = bytes_take(from[i]);
+        if (!cols[i]) {
+            for (int j = 0; j < i; j++) Py_DECREF(cols[j]);
+            goto fail;
+        }
     }
-    result = Py_BuildValue("(Oy#y#y#y#NNnO)", o.keys, o.counts.p ? o.counts.p : "", o.counts.n,
-                           o.findex.p ? o.findex.p : "", o.findex.n, o.qlen.p ? o.qlen.p : "",
-                           o.qlen.n, o.vlen.p ? o.vlen.p : "", o.vlen.n, quals, vals,
-                           batch_cells, next_key ? next_key : Py_None);
+    result = Py_BuildValue("(ONNNNNNnO)", o.keys, cols[0], cols[1], cols[2], cols[3], cols[4],
+                           cols[5], batch_cells, next_key ? next_key : Py_None);
     goto done;
 fail:
     result = NULL;
@@ -299,14 +281,8 @@ done:
     Py_XDECREF(item);
     Py_XDECREF(next_key);
     Py_DECREF(o.keys);
-    free(o.counts.p);
-    free(o.findex.p);
-    free(o.qlen.p);
-    free(o.vlen.p);
-    Py_XDECREF(o.quals.obj);
-    Py_XDECREF(o.vals.obj);
-    free(prefix.p);
-    free(fprefix.p);
+    Bytes *owned[8] = {&o.counts, &o.findex, &o.qlen, &o.vlen, &o.quals, &o.vals, &prefix, &fprefix};
+    for (int i = 0; i < 8; i++) Py_XDECREF(owned[i]->obj);
     return result;
 }
 
