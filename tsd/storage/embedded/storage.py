@@ -93,6 +93,10 @@ DEFAULT_MAP_SIZE = 1 << 40
 MAX_TABLES = 255
 #: Threads running read transactions; LMDB readers never block each other or the writer.
 READER_THREADS = 4
+#: Blocks of a bulk read (scan_blocks) read per reader-thread call: each call is a thread
+#: hop (submit, wake-up, loop callback), a sizeable part of a query reading thousands of
+#: compacted rows; the blocks keep the spec's batch size.
+BLOCKS_PER_READ = 4
 FORMAT = b"tsd-embedded 1"
 _FORMAT_KEY = b"\x00format"
 _CATALOG = b"catalog"
@@ -393,17 +397,18 @@ class EmbeddedStorage(Storage):
     ) -> AsyncGenerator[CellBlock, None]:
         """:meth:`scan`'s rows, a batch at a time, read straight into CellBlocks
         (blocks.py: no Row or Cell objects on the query path)."""
-        async with contextlib.aclosing(self._batches(scan_block, table, spec)) as blocks:
+        batches = self._batches(scan_block, table, spec, BLOCKS_PER_READ)
+        async with contextlib.aclosing(batches) as blocks:
             async for block in blocks:
                 if stats is not None:
                     stats.add(block, 0.0)
                 yield block
 
     async def _batches(
-        self, read: Callable[..., B], table: str, spec: ScanSpec
+        self, read: Callable[..., B], table: str, spec: ScanSpec, per_read: int = 1
     ) -> AsyncGenerator[B, None]:
-        """The non-empty batches of ``read`` (scan_batch or scan_block) over ``spec``, each
-        in its own read transaction."""
+        """The non-empty batches of ``read`` (scan_batch or scan_block) over ``spec``,
+        ``per_read`` batches per read transaction (one reader-thread hop)."""
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
         if spec.limit is not None and spec.limit <= 0:
@@ -415,9 +420,12 @@ class EmbeddedStorage(Storage):
         )
         batch_rows = max(1, spec.batch_rows)
         while position.next_key is not None:
-            batch = await self._read(read, info, position, wanted, spec.row_filter, batch_rows)
-            if len(batch):
-                yield batch
+            batches = await self._read(
+                _several, read, per_read, info, position, wanted, spec.row_filter, batch_rows
+            )
+            for batch in batches:
+                if len(batch):
+                    yield batch
 
     # -- closing ------------------------------------------------------------------------------
 
@@ -440,6 +448,22 @@ class EmbeddedStorage(Storage):
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
+
+
+def _several(
+    txn: Txn,
+    read: Callable[..., B],
+    count: int,
+    info: TableInfo,
+    position: ScanCursor,
+    *args: Any,
+) -> list[B]:
+    """Up to ``count`` batches of ``read`` in one transaction, while the scan has rows
+    left (``args``: the families, row filter and batch size ``read`` takes)."""
+    batches = [read(txn, info, position, *args)]
+    while len(batches) < count and position.next_key is not None:
+        batches.append(read(txn, info, position, *args))
+    return batches
 
 
 def _check_families(info: TableInfo, families: Sequence[str]) -> frozenset[str]:
