@@ -1,8 +1,7 @@
-"""The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
-store's bulk read (tsd/storage/embedded/_blocks.c) and the seconds cell decoder
-(tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``: without a C
-compiler tsd installs anyway and uses their pure-Python fallbacks (tsd/storage/hbase/rows.py,
-tsd/storage/embedded/blocks.py's loop, tsd/query/decode.py's numpy path), only slower."""
+"""The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c) and the seconds
+cell decoder (tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``:
+without a C compiler tsd installs anyway and uses their pure-Python fallbacks
+(tsd/storage/hbase/rows.py, tsd/query/decode.py's numpy path), only slower."""
 
 from setuptools import Extension, setup
 
@@ -11,12 +10,6 @@ setup(
         Extension(
             "tsd.storage.hbase._rows",
             ["tsd/storage/hbase/_rows.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        ),
-        Extension(
-            "tsd.storage.embedded._blocks",
-            ["tsd/storage/embedded/_blocks.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -594,18 +594,10 @@ def _random_cells(seed: int) -> list[Put]:
     return puts
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_scan_blocks_hold_the_rows_of_scan(
-    storage: Storage, table: str, seed: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_scan_blocks_hold_the_rows_of_scan(storage: Storage, table: str, seed: int) -> None:
     # The query path reads CellBlocks: the same rows and cells as scan, batch for batch
-    # within the spec's batch size, whatever the families, filter, bounds and limit. The
-    # embedded store reads them with its C helper when built, else with its Python loop.
-    from tsd.storage.embedded import blocks as embedded_blocks
-
-    if not compiled:
-        monkeypatch.setattr(embedded_blocks, "_C", None)
+    # within the spec's batch size, whatever the families, filter, bounds and limit.
     await storage.put(table, _random_cells(seed))
     rng = random.Random(seed)
     specs = [
