@@ -23,20 +23,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tsd.errors import StorageError, StorageFull, StorageReadOnly
+from tsd.errors import StorageError, StorageFull, StorageReadOnly, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
-from tsd.wal.record import SEGMENT_MAGIC, scan_records
+from tsd.wal.record import HEADER, SEGMENT_MAGIC, read_records, scan_records
 
 log = get_logger(WRITER)
 
 #: Bytes after which a new segment is started.
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 SUFFIX = ".wal"
+#: held (flock) by the process that owns the log, from start to close
+LOCK_FILE = "LOCK"
 
 
 def segment_path(directory: Path, number: int) -> Path:
@@ -63,9 +66,10 @@ class WriteAheadLog:
         self._file: int | None = None  # the open segment's descriptor
         self._number = 0  # the open segment's number
         self._size = 0  # bytes in the open segment
-        self._segment_of: dict[int, int] = {}  # unstored record -> its segment
+        self._segment_of: dict[int, tuple[int, int]] = {}  # unstored record -> (segment, offset)
         self._unstored: dict[int, int] = {}  # segment -> records not stored yet
         self._recovered: list[Path] = []
+        self._lock_fd: int | None = None
         self._appended = registry.counter("wal.records", type="appended")
         self._synced_cells = registry.counter("wal.cells", type="synced")
         self._fsyncs = registry.counter("wal.fsyncs")
@@ -79,11 +83,28 @@ class WriteAheadLog:
         """The segments the last run left, oldest first (blocking: run it in a thread).
         New records go to segments numbered after them."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
         paths = sorted(self.directory.glob("*" + SUFFIX))
         self._recovered = paths
         if paths:
             self._number = max(self._number, int(paths[-1].stem))
         return paths
+
+    def _take_lock(self) -> None:
+        """One process per log: a second daemon (or one started with the same
+        tsd.storage.data_dir on HBase) would replay and delete the first one's segments."""
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StorageUnavailable(
+                f"write-ahead log {str(self.directory)!r} is in use by another process"
+                " (each daemon needs its own tsd.storage.data_dir)"
+            ) from None
+        self._lock_fd = fd
 
     def read_segment(self, path: Path) -> list[tuple[int, bytes]]:
         """The intact records of one segment, ``(type, payload)`` (blocking: run it in a
@@ -102,6 +123,13 @@ class WriteAheadLog:
                 reason=scan.problem,
             )
         return scan.records
+
+    def drop_segment(self, path: Path) -> None:
+        """Delete one segment :meth:`segments` listed, its records stored (the HBase spool
+        drains them one by one, after the daemon started)."""
+        if path in self._recovered:
+            self._recovered.remove(path)
+        self._executor.submit(path.unlink, missing_ok=True)
 
     def drop_recovered(self) -> None:
         """Delete the segments :meth:`segments` listed (their cells are stored now)."""
@@ -123,12 +151,21 @@ class WriteAheadLog:
 
     def mark_stored(self, seq: int) -> None:
         """The record ``seq`` is in storage: its segment may go once all of it is."""
-        number = self._segment_of.pop(seq, None)
-        if number is None:
+        where = self._segment_of.pop(seq, None)
+        if where is None:
             return
+        number = where[0]
         self._unstored[number] -= 1
         if not self._unstored[number] and number != self._number:
             self._drop(number)
+
+    def location(self, seq: int) -> tuple[Path, int] | None:
+        """The segment and byte offset of record ``seq`` while it is not stored (the
+        HBase spool reads it back from there: :func:`read_record_at`); None once stored."""
+        where = self._segment_of.get(seq)
+        if where is None:
+            return None
+        return segment_path(self.directory, where[0]), where[1]
 
     async def close(self) -> None:
         """Finish the commits under way and close the segment (it stays for the next
@@ -142,6 +179,9 @@ class WriteAheadLog:
             if not self._unstored.get(number):
                 self._drop(number)
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     # -- the commit task ----------------------------------------------------------------------
 
@@ -150,9 +190,10 @@ class WriteAheadLog:
         try:
             while self._queue:
                 items, self._queue = self._queue, []
+                records = [record for record, _, _ in items]
                 try:
-                    number, closed = await loop.run_in_executor(
-                        self._executor, self._write, [record for record, _, _ in items]
+                    number, start, closed = await loop.run_in_executor(
+                        self._executor, self._write, records
                     )
                 except OSError as exc:
                     self._failures.inc()
@@ -166,8 +207,10 @@ class WriteAheadLog:
                 seqs = range(self._next_seq, self._next_seq + len(items))
                 self._next_seq += len(items)
                 self._unstored[number] = self._unstored.get(number, 0) + len(items)
-                for seq in seqs:
-                    self._segment_of[seq] = number
+                offset = start
+                for seq, record in zip(seqs, records, strict=True):
+                    self._segment_of[seq] = (number, offset)
+                    offset += len(record)
                 if closed is not None and not self._unstored.get(closed):
                     self._drop(closed)
                 for seq, (_, cells, done) in zip(seqs, items, strict=True):
@@ -180,10 +223,10 @@ class WriteAheadLog:
         finally:
             self._committing = None
 
-    def _write(self, records: list[bytes]) -> tuple[int, int | None]:
+    def _write(self, records: list[bytes]) -> tuple[int, int, int | None]:
         """In the log's thread: append the records to the open segment (starting a new
-        one when it is full), fsync once; the segment's number, and the number of the
-        segment closed meanwhile (if any)."""
+        one when it is full), fsync once; the segment's number, the offset of the first
+        record, and the number of the segment closed meanwhile (if any)."""
         closed = None
         if self._file is None or self._size >= self._segment_bytes:
             closed = self._start_segment()
@@ -200,7 +243,7 @@ class WriteAheadLog:
                 os.ftruncate(fd, start)
             raise
         self._size = start + len(data)
-        return self._number, closed
+        return self._number, start, closed
 
     def _start_segment(self) -> int | None:
         """Open the next segment; the number of the one closed (None at the first)."""
@@ -238,6 +281,27 @@ def _log_error(exc: OSError) -> StorageError:
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return StorageReadOnly(message)
     return StorageError(message)
+
+
+def read_record_at(path: Path, offset: int) -> tuple[int, bytes]:
+    """The record that starts at ``offset`` of segment ``path``, ``(type, payload)``
+    (blocking: run it in a thread). Only a record the log committed may be asked for:
+    raises StorageError when it is not there whole or its checksum does not match."""
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            header = file.read(HEADER.size)
+            if len(header) == HEADER.size:
+                length = HEADER.unpack(header)[0]
+                data = header + file.read(length)
+            else:
+                data = header
+    except OSError as exc:
+        raise StorageError(f"write-ahead log: {exc.strerror or exc}") from None
+    records, _, problem = read_records(data)
+    if problem is not None or len(records) != 1:
+        raise StorageError(f"write-ahead log: {path.name} at byte {offset}: {problem}")
+    return records[0]
 
 
 def _write_all(fd: int, data: bytes) -> None:

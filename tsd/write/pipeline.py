@@ -53,11 +53,22 @@ class WritePath:
                 registry,
                 segment_bytes=config.storage.wal_segment_bytes,
             )
-        sink = None
         cfg = config.storage
+        # On HBase the log also spools what HBase cannot take (an outage): tsd.write.spool.
+        spool_max_bytes = cfg.wal_max_bytes if cfg.backend == "hbase" else None
+        # On the embedded store, points wait in the in-memory head: tsd.head.
+        sink = None
         if cfg.backend == "embedded" and not cfg.enable_appends:
             sink = build_head_sink(storage, cfg, registry, wal=wal, wall_clock=time.time)
-        writer = Writer(storage, cfg, registry, limits=limits, wal=wal, head=sink)
+        writer = Writer(
+            storage,
+            cfg,
+            registry,
+            limits=limits,
+            wal=wal,
+            spool_max_bytes=spool_max_bytes,
+            head=sink,
+        )
         ingest = IngestService(
             writer,
             uids,
