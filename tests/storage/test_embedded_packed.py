@@ -226,3 +226,18 @@ async def test_a_format_1_store_is_converted_when_opened(tmp_path: Path) -> None
             assert cells.read_cell(txn, storage._tables["d"], row, "t", pair[0]) == pair[1]
     finally:
         await storage.close()
+
+
+def test_threads_decode_at_once() -> None:
+    """Readers decode on several threads: each needs its own zstd context."""
+    import concurrent.futures
+
+    cells = [compacted([(BASE + 10 * i, (i * s) % 7) for i in range(360)]) for s in range(1, 7)]
+    stored = [packed.pack([c]) for c in cells]
+    assert all(s[2] & 0x04 for s in stored)  # zstd-coded: repetitive values
+
+    def decode(_: int) -> bool:
+        return all(packed.unpack(s) == [c] for s, c in zip(stored, cells, strict=True))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(decode, range(400)))

@@ -24,6 +24,7 @@ kept verbatim behind its tag byte, so every byte string round-trips.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -64,10 +65,25 @@ _POW10 = [float(10**k) for k in range(MAX_DECIMALS + 1)]
 _PLANE = np.arange(8, dtype=np.int64)
 _BIT_WEIGHTS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
-_compressor = zstandard.ZstdCompressor(
-    level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
-)
-_decompressor = zstandard.ZstdDecompressor()
+#: zstd contexts are not safe to share between threads (readers decode concurrently)
+_zstd = threading.local()
+
+
+def _compress(data: bytes) -> bytes:
+    compressor = getattr(_zstd, "compressor", None)
+    if compressor is None:
+        compressor = _zstd.compressor = zstandard.ZstdCompressor(
+            level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
+        )
+    return bytes(compressor.compress(data))
+
+
+def _decompress(data: bytes) -> bytes:
+    decompressor = getattr(_zstd, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd.decompressor = zstandard.ZstdDecompressor()
+    return bytes(decompressor.decompress(data, max_output_size=_MAX_RAW))
+
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
@@ -353,7 +369,7 @@ def _encode_fast(qualifier: bytes, value: bytes) -> bytes | None:
         mode |= _TAIL
     payload = b"".join(columns)
     if len(payload) > 64:
-        packed = _compressor.compress(payload)
+        packed = _compress(payload)
         if len(packed) * 10 < len(payload) * 9:
             mode |= _ZSTD
             payload = packed
@@ -395,7 +411,7 @@ def _decode_fast(data: bytes, pos: int) -> tuple[bytes, bytes, int]:
     if len(payload) != plen:
         raise ValueError("truncated fast cell")
     if mode & _ZSTD:
-        payload = _decompressor.decompress(payload, max_output_size=_MAX_RAW)
+        payload = _decompress(payload)
     view = np.frombuffer(payload, np.uint8)
     at = ((n - 1) * tbits + 7) // 8
     offsets = first + step * np.arange(n, dtype=np.int64)
