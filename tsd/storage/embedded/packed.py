@@ -323,7 +323,7 @@ def _encode_fast(qualifier: bytes, value: bytes) -> bytes | None:
         flags = raw & 0xF
         mode = 0
     n = len(offsets)
-    if n > MAX_POINTS:
+    if not 2 <= n <= MAX_POINTS:
         return None
     widths = (flags & 7) + 1
     total = int(widths.sum())
