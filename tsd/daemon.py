@@ -59,6 +59,8 @@ log = get_logger(DAEMON)
 #: Seconds a stop waits for telnet connections, then for HTTP requests, to finish.
 TELNET_DRAIN_TIMEOUT_S = 15.0
 HTTP_SHUTDOWN_TIMEOUT_S = 15.0
+#: A stop still running after this long logs every task's stack (``daemon.task`` lines).
+STOP_WATCHDOG_S = TELNET_DRAIN_TIMEOUT_S + HTTP_SHUTDOWN_TIMEOUT_S + 15.0
 
 
 class Daemon:
@@ -266,6 +268,15 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
+        # A stop that hangs says where: every task's stack, once, after STOP_WATCHDOG_S.
+        watchdog = asyncio.get_running_loop().call_later(STOP_WATCHDOG_S, log_task_stacks)
+        try:
+            await self._stop_in_order()
+        finally:
+            watchdog.cancel()
+        log.info("daemon.stopped")
+
+    async def _stop_in_order(self) -> None:
         if self._query_engine is not None:
             self._query_engine.cancel_all()  # running queries stop at their next chunk
         if self._listener is not None:
@@ -286,7 +297,6 @@ class Daemon:
             self._listener.close()
         if self._storage is not None and self._owns_storage:
             await self._storage.close()
-        log.info("daemon.stopped")
 
     async def run_until_stopped(self) -> int:
         """Start, serve until SIGTERM/SIGINT/diediedie, stop; the exit status."""
