@@ -27,12 +27,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
-from tsd.errors import BadRequestError, PutLineError, TsdError
+from tsd.errors import BadRequestError, NoSuchUniqueName, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
+from tsd.protocol.rollup_put import INVALID_VALUE, STORAGE, RollupError
 from tsd.protocol.telnet import (
     TELNET_REF_CACHE,
     Command,
@@ -42,6 +43,7 @@ from tsd.protocol.telnet import (
     HelpCommand,
     LineBuffer,
     PutCommand,
+    RollupCommand,
     StatsCommand,
     UnknownCommand,
     VersionCommand,
@@ -57,6 +59,7 @@ from tsd.protocol.telnet import (
 from tsd.server.flow import FlowControl
 from tsd.server.listener import TrackedProtocol
 from tsd.server.peer import is_loopback
+from tsd.server.rollups import Rollups
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService, IngestSession, RefPoint, RefusalKind, Refused
@@ -94,6 +97,8 @@ class TelnetContext:
     idle_timeout_s: float = 0.0
     #: the prefix of storage failures: OpenTSDB's on HBase, ``STORAGE_ERROR`` embedded
     storage_error: str = HBASE_ERROR
+    #: the ``rollup`` command's checks and writer (``tsd.server.rollups.Rollups``)
+    rollups: Any = None
 
 
 #: Batches of UID lookups one connection runs at once (a burst of new series: the misses
@@ -300,9 +305,10 @@ class TelnetProtocol(TrackedProtocol):
                 alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
                 if not session.try_append(command.point, None, (alias,)):
                     return _SlowPut(command.point, alias)
-            elif session.has_pending():
-                # Commands answer after the puts before them (tcollector's version probe
-                # then means "everything sent so far is handled").
+            elif type(command) is RollupCommand or session.has_pending():
+                # A rollup is checked and stored by awaiting; other commands answer after
+                # the puts before them (tcollector's version probe then means "everything
+                # sent so far is handled").
                 return _Barrier(command)
             else:
                 self._run_command(command)
@@ -318,7 +324,10 @@ class TelnetProtocol(TrackedProtocol):
                     await session.append(blocked.point, None, (blocked.alias,))
                 elif isinstance(blocked, _Barrier):
                     await session.settle()
-                    self._run_command(blocked.command)
+                    if isinstance(blocked.command, RollupCommand):
+                        await self._run_rollup(blocked.command)
+                    else:
+                        self._run_command(blocked.command)
                 elif session.is_full():
                     await session.wait_room()
                 elif self._flow is not None and self._flow.writing_paused:
@@ -383,6 +392,27 @@ class TelnetProtocol(TrackedProtocol):
             self._diediedie()
         elif isinstance(command, UnknownCommand):
             self._write(format_unknown_command(command.name))
+
+    async def _run_rollup(self, command: RollupCommand) -> None:
+        """RollupDataPointRpc: store the point; a refusal is answered with OpenTSDB's line
+        (failures in the write itself only with ``tsd.rpc.telnet.return_errors``)."""
+        rollups: Rollups = self._context.rollups
+        point = command.point
+        try:
+            await rollups.store(point, groupby=point.groupby is not None)
+        except NoSuchUniqueName as exc:
+            self._stats.unknown_metrics.inc()
+            self._write_line(f"rollup: unknown metric: {exc.message}")
+        except RollupError as exc:
+            if exc.kind == STORAGE:
+                if self._context.return_errors:
+                    self._write_line(f"rollup: HBase error: {exc.message}")
+                return
+            if exc.kind == INVALID_VALUE:
+                self._stats.invalid_values.inc()
+            else:
+                self._stats.illegal_arguments.inc()
+            self._write_line(f"rollup: {exc.kind}: {exc.message}")
 
     def _diediedie(self) -> None:
         if self._context.diediedie_loopback_only and not self._loopback:

@@ -1,0 +1,80 @@
+"""POST /api/rollup (RollupDataPointRpc over PutDataPointRpc.processDataPoint).
+
+The body is /api/put's (one object or a list) with ``interval``, ``aggregator`` and
+``groupByAggregator``; the reply is /api/put's (204, or ``summary``/``details``). Points
+are checked and stored one by one, in body order (:mod:`tsd.server.rollups`).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tsd.errors import NoSuchUniqueName
+from tsd.protocol.put_reply import (
+    STORAGE_EXCEPTION,
+    UNEXPECTED_EXCEPTION,
+    UNKNOWN_METRIC,
+    PutError,
+    parse_put_flags,
+    put_response,
+)
+from tsd.protocol.rollup_json import parse_rollup_body
+from tsd.protocol.rollup_put import (
+    ILLEGAL_ARGUMENT,
+    INVALID_VALUE,
+    NO_SUCH_ROLLUP,
+    STORAGE,
+    RollupError,
+)
+from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
+from tsd.server.http.errors import json_response
+from tsd.server.rollups import Rollups
+
+NOT_A_NUMBER = "Unable to parse value to a number"
+
+
+async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamResponse:
+    if request.method != "POST":
+        raise method_not_allowed(request.method)
+    services = request.app[SERVICES]
+    rollups: Rollups = services.rollups
+    flags = parse_put_flags(query_params(request))
+    parsed = parse_rollup_body(await request.read())
+    errors: list[PutError] = []
+    queued = stored = 0
+    for item in parsed:
+        if isinstance(item, PutError):
+            errors.append(item)
+            continue
+        point, echo = item
+        try:
+            await rollups.store(point, groupby=point.groupby is not None)
+        except RollupError as exc:
+            if exc.kind == STORAGE:  # failed in the write: queued, reported in details
+                queued += 1
+                errors.append(PutError(STORAGE_EXCEPTION.format(message=exc.message), echo))
+                continue
+            message = {
+                INVALID_VALUE: NOT_A_NUMBER,
+                NO_SUCH_ROLLUP: UNEXPECTED_EXCEPTION,
+                ILLEGAL_ARGUMENT: exc.message,
+            }[exc.kind]
+            errors.append(PutError(message, echo))
+            continue
+        except NoSuchUniqueName:
+            errors.append(PutError(UNKNOWN_METRIC, echo))
+            continue
+        queued += 1
+        stored += 1
+    status, body = put_response(
+        flags,
+        points=len(parsed),
+        queued=queued,
+        good_writes=stored if flags.sync else None,
+        failed_writes=queued - stored if flags.sync else 0,
+        errors=errors,
+    )
+    return json_response(body, status)
+
+
+ROUTES = {"api/rollup": Route(handle_rollup, modes=frozenset({"rw", "wo"}))}
