@@ -252,3 +252,103 @@ async def test_help_lists_rollup(make_tsd: MakeTsd) -> None:
     await client.send(b"help\n")
     assert b" put rollup " in await client.line()
     await client.close()
+
+
+# -- reading rollups ----------------------------------------------------------------------------
+
+
+async def get_query(daemon: Daemon, m: str, **params: str) -> tuple[int, Any]:
+    url = f"http://127.0.0.1:{daemon.port}/api/query"
+    query = {"start": str(DAY), "end": str(DAY + 86400 - 1), "m": m, **params}
+    async with aiohttp.ClientSession() as http, http.get(url, params=query) as reply:
+        return reply.status, orjson.loads(await reply.read())
+
+
+def dps(answer: Any) -> list[dict[str, Any]]:
+    return [{int(ts): v for ts, v in r["dps"].items()} for r in answer]
+
+
+async def hourly(daemon: Daemon, metric: str, host: str, rows: dict[str, list[float]]) -> None:
+    """Hourly rollups of each aggregator in ``rows`` (value i at hour i)."""
+    points = [
+        point(
+            metric=metric,
+            timestamp=DAY + i * 3600,
+            value=value,
+            tags={"host": host},
+            interval="1h",
+            aggregator=agg,
+        )
+        for agg, values in rows.items()
+        for i, value in enumerate(values)
+    ]
+    assert (await post(daemon, points))[0] == 204
+
+
+async def test_downsampled_queries_read_the_rollups(make_tsd: MakeTsd) -> None:
+    tsd = await rollup_tsd(make_tsd)
+    await hourly(tsd, "r.q", "a", {"sum": [10, 20, 30], "count": [2, 4, 5], "max": [7, 9, 8]})
+    await hourly(tsd, "r.q", "b", {"sum": [1, 2, 3], "count": [1, 1, 1], "max": [1, 2, 3]})
+    # raw data under the same metric: read only when the rollups are not
+    raw = [point(metric="r.q", timestamp=DAY + 60, value=1000, tags={"host": "a"})]
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{tsd.port}/api/put"
+        async with http.post(url, data=orjson.dumps(raw), params={"sync": ""}) as reply:
+            assert reply.status == 204
+    h = [DAY, DAY + 3600, DAY + 7200]
+    status, answer = await get_query(tsd, "sum:1h-sum:r.q")
+    assert status == 200
+    assert dps(answer) == [{h[0]: 11, h[1]: 22, h[2]: 33}]
+    # avg from sum and count, per series, then the group's sum
+    _, answer = await get_query(tsd, "sum:1h-avg:r.q")
+    assert dps(answer) == [{h[0]: 10 / 2 + 1, h[1]: 20 / 4 + 2, h[2]: 30 / 5 + 3}]
+    # a 2h bucket: sums over counts of the bucket's rollups
+    _, answer = await get_query(tsd, "max:2h-avg:r.q{host=a}")
+    assert dps(answer) == [{h[0]: 30 / 6, h[2]: 30 / 5}]
+    _, answer = await get_query(tsd, "sum:2h-count:r.q")
+    assert dps(answer) == [{h[0]: 2 + 4 + 1 + 1, h[2]: 5 + 1}]
+    _, answer = await get_query(tsd, "max:1h-mimmax:r.q")
+    assert dps(answer) == [{h[0]: 7, h[1]: 9, h[2]: 8}]
+    # the default interval (1m) is raw data, and so is ROLLUP_RAW
+    _, answer = await get_query(tsd, "sum:1m-sum:r.q")
+    assert dps(answer) == [{DAY + 60: 1000}]
+    _, answer = await get_query(tsd, "sum:1h-sum:rollup_raw:r.q")
+    assert dps(answer) == [{DAY: 1000}]
+    # a function with no rollup column
+    status, answer = await get_query(tsd, "sum:1h-first:r.q")
+    assert status == 400
+    assert answer["error"]["message"] == "No ID found mapping to aggregator: first"
+
+
+async def test_rollup_usage_fallbacks(make_tsd: MakeTsd) -> None:
+    tsd = await rollup_tsd(make_tsd)
+    raw = [
+        point(metric="r.fb", timestamp=DAY + 60 * i, value=i, tags={"host": "a"}) for i in range(3)
+    ]
+    assert (await post_put(tsd, raw)) == 204
+    # no 1h rollups of r.fb: NOFALLBACK answers nothing, FALLBACK_RAW and FALLBACK read raw
+    assert dps((await get_query(tsd, "sum:1h-sum:r.fb"))[1]) == []
+    assert dps((await get_query(tsd, "sum:1h-sum:rollup_nofallback:r.fb"))[1]) == []
+    for usage in ("rollup_fallback_raw", "rollup_fallback"):
+        assert dps((await get_query(tsd, f"sum:1h-sum:{usage}:r.fb"))[1]) == [{DAY: 3}]
+
+
+async def test_pre_aggregate_queries_read_the_pre_aggregate_tables(make_tsd: MakeTsd) -> None:
+    tsd = await rollup_tsd(make_tsd)
+    client = await TelnetClient.connect(tsd.port)
+    await client.send(f"rollup sum r.pa {DAY + 5} 40 host=a\n".encode())
+    await client.send(f"rollup 1h-sum:sum r.pa {DAY} 400 host=a\n".encode())
+    assert await client.sync() == []
+    await client.close()
+    _, answer = await get_query(tsd, "sum:pre-agg:r.pa")
+    assert dps(answer) == [{DAY + 5: 40}]
+    _, answer = await get_query(tsd, "sum:1h-sum:pre-agg:r.pa")
+    assert dps(answer) == [{DAY: 400}]
+    assert answer[0]["tags"] == {"host": "a", "_aggregate": "SUM"}
+
+
+async def post_put(daemon: Daemon, points: list[dict[str, Any]]) -> int:
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{daemon.port}/api/put"
+        async with http.post(url, data=orjson.dumps(points), params={"sync": ""}) as reply:
+            return reply.status

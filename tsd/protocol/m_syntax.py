@@ -36,6 +36,7 @@ from tsd.query_model import (
     Filter,
     RateOptions,
     SubQuery,
+    parse_rollup_usage,
     split_literals,
     wildcard_pattern,
 )
@@ -290,7 +291,8 @@ def parse_m_subquery(text: str) -> SubQuery:
     parts = _split_parts(text)
     metric, filters = parse_metric_and_filters(parts[-1])
     rate, rate_options, downsample = False, None, None
-    explicit_tags = False
+    explicit_tags = pre_aggregate = False
+    rollup_usage = None
     for part in parts[1:-1]:
         lowered = part.lower()
         if lowered.startswith("rate"):
@@ -301,8 +303,12 @@ def parse_m_subquery(text: str) -> SubQuery:
             downsample = part
         elif lowered.startswith("explicit_tags"):
             explicit_tags = True
-        # pre-agg, rollup_*, percentiles[...], show-histogram-buckets and anything
-        # unrecognised: ignored (tsd has no rollup or histogram storage).
+        elif lowered == "pre-agg":
+            pre_aggregate = True
+        elif lowered.startswith("rollup_"):
+            rollup_usage = parse_rollup_usage(part)
+        # percentiles[...], show-histogram-buckets and anything unrecognised: ignored (tsd
+        # has no histogram storage).
     return SubQuery(
         aggregator=parts[0],
         metric=metric,
@@ -311,6 +317,8 @@ def parse_m_subquery(text: str) -> SubQuery:
         rate_options=rate_options,
         filters=tuple(filters),
         explicit_tags=explicit_tags,
+        pre_aggregate=pre_aggregate,
+        rollup_usage=rollup_usage,
     )
 
 

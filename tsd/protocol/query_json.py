@@ -48,6 +48,7 @@ from tsd.query_model import (
     RateOptions,
     SubQuery,
     TSQuery,
+    parse_rollup_usage,
 )
 
 _LONG_MAX = 2**63 - 1
@@ -324,6 +325,8 @@ def _bind_subquery(document: object) -> SubQuery:
         rate_options=values.get("rate_options"),
         filters=tuple(filters),
         explicit_tags=values.get("explicit_tags", False),
+        pre_aggregate=values.get("pre_aggregate", False),
+        rollup_usage=values.get("rollup_usage"),
     )
 
 
@@ -450,4 +453,6 @@ _SUBQUERY_BINDERS: dict[str, _Binder] = {
     "rate": ("rate", _as_bool),
     "rateOptions": ("rate_options", _bind_rate_options),
     "explicitTags": ("explicit_tags", _as_bool),
+    "preAggregate": ("pre_aggregate", _as_bool),
+    "rollupUsage": ("rollup_usage", lambda value, key: parse_rollup_usage(_as_str(value, key))),
 }

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -95,6 +96,7 @@ from tsd.query.results import (
     series_facts,
     series_tag_uids,
 )
+from tsd.query.rollup import RollupConfigLike, RollupRead, decode_rollup_rows, plan_reads
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
@@ -190,6 +192,8 @@ class QueryEngine:
         self._layout = KeyLayout.from_storage_config(config.storage)
         self._table = config.storage.data_table
         self._fix_duplicates = config.storage.fix_duplicates
+        #: ``tsd.rollups.config`` when rollups are enabled (set by the daemon)
+        self.rollups: RollupConfigLike | None = None
         self._cfg = cfg = config.query
         if compute_slots is None:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
@@ -319,10 +323,33 @@ class QueryEngine:
         control: QueryControl,
         reads: list[ReadStats] | None = None,
     ) -> list[SeriesResult]:
+        """The sub-query over its reads (tsd/query/rollup.py): raw data, or stored rollups
+        with their fallbacks, the next tried while one finds no series."""
+        plan = plan_reads(self.rollups, sub, self._table)
+        for source in plan[:-1]:
+            found = await self._run_read(query, sub, control, reads, source)
+            if found is not None:
+                return found
+        return await self._run_read(query, sub, control, reads, plan[-1]) or []
+
+    async def _run_read(
+        self,
+        query: TSQuery,
+        sub: SubQuery,
+        control: QueryControl,
+        reads: list[ReadStats] | None,
+        source: RollupRead,
+    ) -> list[SeriesResult] | None:
+        """One read of the sub-query; None when it found no series."""
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
         spec = sub.downsample_spec
-        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
+        if source.is_rollup:
+            assert spec is not None
+            start_s, end_s = source.scan_window_s(query.start_ms, query.end_ms, sub.rate)
+            sub = dataclasses.replace(sub, downsample_spec=source.engine_spec(spec))
+        else:
+            start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
         # Planning time: one series' worth of buckets over the limit is refused unread.
         per_series = buckets_per_series(spec, start_s * 1000, end_s * 1000)
         filled = fills(spec)
@@ -335,7 +362,7 @@ class QueryEngine:
             plan, filter_tagks, request = await self._plan_metric(sub, start_s, end_s)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
-            return []
+            return None
         t1 = time.perf_counter()
         tally = _ScanTally(
             self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
@@ -345,7 +372,7 @@ class QueryEngine:
         if reads is not None:
             reads.append(read)
         path = read.path = choose_path(plan, request)
-        parts = await self._read(plan, path, request, tally, read)
+        parts = await self._read(plan, path, request, tally, read, source)
         spans = await self._compute_sized(
             sum(points.point_count for _, points in parts), assemble_spans, parts, self._layout
         )
@@ -357,7 +384,7 @@ class QueryEngine:
         timings["dpsPreFilter"] = tally.points
         timings.update(read_stats_json(read))
         if not spans.series_count:
-            return []
+            return None
         facts = await self._series_facts(spans, work)
         # Filters and grouping run per series; a regexp (or wildcard) can take long on one
         # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
@@ -455,22 +482,30 @@ class QueryEngine:
         request: ReadRequest,
         tally: _ScanTally,
         stats: ReadStats,
+        source: RollupRead | None = None,
     ) -> list[tuple[list[bytes], RowPoints]]:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
-        thread while the next is read, counted against the limits."""
+        thread while the next is read, counted against the limits. ``source``: the table
+        and cells to read (default: the data table's)."""
         parts: list[tuple[list[bytes], RowPoints]] = []
+        table = self._table if source is None else source.table
+        rollup = source if source is not None and source.is_rollup else None
 
         async def decode(block: CellBlock) -> None:
-            points, spent = await self._compute_sized(
-                len(block.values) // 4, _timed_decode, block, self._layout, self._fix_duplicates
-            )
+            work = len(block.values) // 4
+            if rollup is not None:
+                points, spent = await self._compute_sized(
+                    work, _timed_rollup_decode, block, self._layout, rollup
+                )
+            else:
+                points, spent = await self._compute_sized(
+                    work, _timed_decode, block, self._layout, self._fix_duplicates
+                )
             stats.decode_s += spent
             tally.add(points, len(block))
             parts.append((block.keys, points))
 
-        await read_rows(
-            self._storage, self._table, self._layout, plan, path, request, decode, stats
-        )
+        await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
         return parts
 
     async def _compute_sized(
@@ -805,6 +840,14 @@ def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) ->
     ts = batch.timestamps
     inside = (ts >= start_ms) & (ts <= end_ms) & np.repeat(keep, batch.lengths)
     return int(np.count_nonzero(inside))
+
+
+def _timed_rollup_decode(
+    block: CellBlock, layout: KeyLayout, source: RollupRead
+) -> tuple[RowPoints, float]:
+    started = time.thread_time()
+    points = decode_rollup_rows(block, layout, source)
+    return points, time.thread_time() - started
 
 
 def _timed_decode(
