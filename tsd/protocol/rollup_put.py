@@ -44,6 +44,7 @@ __all__ = [
     "INVALID_VALUE",
     "NO_SUCH_ROLLUP",
     "STORAGE",
+    "UNKNOWN_METRIC",
     "PreparedRollup",
     "RollupError",
     "RollupPoint",
@@ -57,6 +58,7 @@ ILLEGAL_ARGUMENT: Final = "illegal argument"  # IllegalArgumentException
 INVALID_VALUE: Final = "invalid value"  # NumberFormatException
 NO_SUCH_ROLLUP: Final = "No such rollup"  # NoSuchRollupForIntervalException
 STORAGE: Final = "storage"  # thrown inside the write callback: reported as a storage error
+UNKNOWN_METRIC: Final = "unknown metric"  # NoSuchUniqueName (auto-create off)
 
 _FLOAT4 = struct.Struct(">f")
 _FLOAT8 = struct.Struct(">d")
@@ -69,6 +71,9 @@ class RollupError(BadRequestError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+        #: the point's tags when OpenTSDB had changed them (the aggregate tag added) before
+        #: it failed: /api/rollup's echo shows them so
+        self.tags: dict[str, str] | None = None
 
 
 def _illegal(message: str) -> RollupError:
@@ -229,10 +234,32 @@ def prepare_rollup(point: RollupPoint, rules: RollupRules, *, groupby: bool) -> 
         if groupby_agg is None or agg_tag_value.lower() != groupby_agg.lower():
             raise _illegal(
                 f"Given tag value for {key} of {agg_tag_value} did not match the group by "
-                f"aggregator of {groupby_agg} for {metric} {format_java_map(tags)}"
+                f"aggregator of {'null' if groupby_agg is None else groupby_agg} for {metric} "
+                f"{format_java_map(tags)}"
             )
         agg_tag_value = groupby_agg.upper()
         tags[key] = agg_tag_value
+    try:
+        return _place(point, rules, tags, agg_tag_value, flags, value, groupby=groupby)
+    except RollupError as exc:
+        exc.tags = tags
+        raise
+
+
+def _place(
+    point: RollupPoint,
+    rules: RollupRules,
+    tags: dict[str, str],
+    agg_tag_value: str,
+    flags: int,
+    value: bytes,
+    *,
+    groupby: bool,
+) -> PreparedRollup:
+    """addAggregatePointInternal from the group-by checks on (the tags hold the aggregate
+    tag by then)."""
+    metric, timestamp, interval = point.metric, point.timestamp, point.interval
+    groupby_agg, config = point.groupby, rules.config
     if groupby:
         assert groupby_agg
         if groupby_agg.lower() not in AGGREGATOR_NAMES:

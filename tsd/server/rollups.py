@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from tsd.errors import NoSuchUniqueName, TsdError
 from tsd.protocol.rollup_put import (
     STORAGE,
+    UNKNOWN_METRIC,
     RollupError,
     RollupPoint,
     RollupRules,
@@ -28,13 +29,17 @@ class Rollups:
     registry: StatsRegistry
 
     async def store(self, point: RollupPoint, *, groupby: bool) -> None:
-        """Check and store one point. Raises RollupError (refused before storage, or kind
-        STORAGE: failed in the write), or NoSuchUniqueName (auto-create off)."""
+        """Check and store one point. Raises RollupError: refused before storage, or kind
+        UNKNOWN_METRIC (auto-create off) or STORAGE (failed in the write)."""
         prepared = prepare_rollup(point, self.rules, groupby=groupby)
         try:
             await self.writer.write(prepared)
-        except NoSuchUniqueName:
-            raise
+        except NoSuchUniqueName as exc:
+            error = RollupError(UNKNOWN_METRIC, exc.message)
+            error.tags = dict(prepared.tags)
+            raise error from exc
         except TsdError as exc:
-            raise RollupError(STORAGE, exc.message) from exc
+            error = RollupError(STORAGE, exc.message)
+            error.tags = dict(prepared.tags)
+            raise error from exc
         self.registry.counter("rollup.stored").inc()

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from tsd.errors import BadRequestError, NoSuchUniqueName, PutLineError, TsdError
+from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
+from tsd.protocol import rollup_put
 from tsd.protocol.names import NameRules
-from tsd.protocol.rollup_put import INVALID_VALUE, STORAGE, RollupError
 from tsd.protocol.telnet import (
     TELNET_REF_CACHE,
     Command,
@@ -400,15 +400,14 @@ class TelnetProtocol(TrackedProtocol):
         point = command.point
         try:
             await rollups.store(point, groupby=point.groupby is not None)
-        except NoSuchUniqueName as exc:
-            self._stats.unknown_metrics.inc()
-            self._write_line(f"rollup: unknown metric: {exc.message}")
-        except RollupError as exc:
-            if exc.kind == STORAGE:
+        except rollup_put.RollupError as exc:
+            if exc.kind == rollup_put.STORAGE:
                 if self._context.return_errors:
                     self._write_line(f"rollup: HBase error: {exc.message}")
                 return
-            if exc.kind == INVALID_VALUE:
+            if exc.kind == rollup_put.UNKNOWN_METRIC:
+                self._stats.unknown_metrics.inc()
+            elif exc.kind == rollup_put.INVALID_VALUE:
                 self._stats.invalid_values.inc()
             else:
                 self._stats.illegal_arguments.inc()

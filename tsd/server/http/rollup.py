@@ -7,13 +7,16 @@ are checked and stored one by one, in body order (:mod:`tsd.server.rollups`).
 
 from __future__ import annotations
 
+from typing import cast
+
 from aiohttp import web
 
-from tsd.errors import NoSuchUniqueName
+from tsd.protocol.names import java_hash_order
 from tsd.protocol.put_reply import (
     STORAGE_EXCEPTION,
     UNEXPECTED_EXCEPTION,
     UNKNOWN_METRIC,
+    DatapointEcho,
     PutError,
     parse_put_flags,
     put_response,
@@ -26,6 +29,7 @@ from tsd.protocol.rollup_put import (
     STORAGE,
     RollupError,
 )
+from tsd.protocol.rollup_put import UNKNOWN_METRIC as ROLLUP_UNKNOWN_METRIC
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.errors import json_response
 from tsd.server.rollups import Rollups
@@ -50,6 +54,9 @@ async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamRespon
         try:
             await rollups.store(point, groupby=point.groupby is not None)
         except RollupError as exc:
+            if exc.tags is not None:  # OpenTSDB echoes the tags it had added to
+                shown = {key: exc.tags[key] for key in java_hash_order(exc.tags)}
+                echo = cast(DatapointEcho, {**echo, "tags": shown})
             if exc.kind == STORAGE:  # failed in the write: queued, reported in details
                 queued += 1
                 errors.append(PutError(STORAGE_EXCEPTION.format(message=exc.message), echo))
@@ -58,11 +65,9 @@ async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamRespon
                 INVALID_VALUE: NOT_A_NUMBER,
                 NO_SUCH_ROLLUP: UNEXPECTED_EXCEPTION,
                 ILLEGAL_ARGUMENT: exc.message,
+                ROLLUP_UNKNOWN_METRIC: UNKNOWN_METRIC,
             }[exc.kind]
             errors.append(PutError(message, echo))
-            continue
-        except NoSuchUniqueName:
-            errors.append(PutError(UNKNOWN_METRIC, echo))
             continue
         queued += 1
         stored += 1
