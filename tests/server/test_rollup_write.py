@@ -331,6 +331,11 @@ async def test_rollup_usage_fallbacks(make_tsd: MakeTsd) -> None:
     assert dps((await get_query(tsd, "sum:1h-sum:rollup_nofallback:r.fb"))[1]) == []
     for usage in ("rollup_fallback_raw", "rollup_fallback"):
         assert dps((await get_query(tsd, f"sum:1h-sum:{usage}:r.fb"))[1]) == [{DAY: 3}]
+    # rows with other columns only are not found either
+    await hourly(tsd, "r.fb", "a", {"sum": [50]})
+    assert dps((await get_query(tsd, "sum:1h-sum:r.fb"))[1]) == [{DAY: 50}]
+    assert dps((await get_query(tsd, "sum:1h-max:r.fb"))[1]) == []
+    assert dps((await get_query(tsd, "sum:1h-max:rollup_fallback:r.fb"))[1]) == [{DAY: 2}]
 
 
 async def test_pre_aggregate_queries_read_the_pre_aggregate_tables(make_tsd: MakeTsd) -> None:

@@ -96,7 +96,13 @@ from tsd.query.results import (
     series_facts,
     series_tag_uids,
 )
-from tsd.query.rollup import RollupConfigLike, RollupRead, decode_rollup_rows, plan_reads
+from tsd.query.rollup import (
+    RollupConfigLike,
+    RollupRead,
+    decode_rollup_rows,
+    plan_reads,
+    rollup_rows,
+)
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
@@ -494,6 +500,8 @@ class QueryEngine:
         async def decode(block: CellBlock) -> None:
             work = len(block.values) // 4
             if rollup is not None:
+                # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
+                block = rollup_rows(block, rollup)
                 points, spent = await self._compute_sized(
                     work, _timed_rollup_decode, block, self._layout, rollup
                 )

@@ -41,7 +41,14 @@ from tsd.query.decode import RowPoints
 from tsd.query_model import DownsampleSpec, SubQuery
 from tsd.storage.base import CellBlock
 
-__all__ = ["IntervalLike", "RollupConfigLike", "RollupRead", "decode_rollup_rows", "plan_reads"]
+__all__ = [
+    "IntervalLike",
+    "RollupConfigLike",
+    "RollupRead",
+    "decode_rollup_rows",
+    "plan_reads",
+    "rollup_rows",
+]
 
 #: downsample functions whose rollup columns are another aggregator's (RollupQuery)
 _COLUMN_OF = {"zimsum": "sum", "mimmax": "max", "mimmin": "min"}
@@ -159,6 +166,18 @@ def _rollup_read(
         sum_id, count_id = config.id_for("sum"), config.id_for("count")
         return RollupRead(table, interval, aggregator, sum_id, count_id, bucket)
     return RollupRead(table, interval, aggregator, config.id_for(aggregator), bucket_ms=bucket)
+
+
+def rollup_rows(block: CellBlock, read: RollupRead) -> CellBlock:
+    """The rows of ``block`` holding a cell of the columns ``read`` reads (OpenTSDB's scan
+    filters cells by their first qualifier byte, so a row without one is never seen)."""
+    wanted = {read.agg_id, read.count_id} - {-1}
+    keep = [
+        i
+        for i, row in enumerate(block)
+        if any(len(c.qualifier) == 3 and c.qualifier[0] in wanted for c in row.cells)
+    ]
+    return block if len(keep) == len(block) else block.take(keep)
 
 
 def _value(data: bytes, flags: int) -> tuple[float, int | None] | None:
