@@ -264,7 +264,7 @@ async def get_query(daemon: Daemon, m: str, **params: str) -> tuple[int, Any]:
         return reply.status, orjson.loads(await reply.read())
 
 
-def dps(answer: Any) -> list[dict[str, Any]]:
+def dps(answer: Any) -> list[dict[int, Any]]:
     return [{int(ts): v for ts, v in r["dps"].items()} for r in answer]
 
 
