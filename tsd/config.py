@@ -77,6 +77,8 @@ class CoreConfig:
     meta_enable_realtime_ts: bool = False
     meta_enable_realtime_uid: bool = False
     meta_enable_tsuid_incrementing: bool = False
+    #: histogram codecs: a JSON map of codec class -> id, or a file ending in .json
+    histograms_config: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.meta.enable_realtime_ts": ("core", "meta_enable_realtime_ts", _bool),
     "tsd.core.meta.enable_realtime_uid": ("core", "meta_enable_realtime_uid", _bool),
     "tsd.core.meta.enable_tsuid_incrementing": ("core", "meta_enable_tsuid_incrementing", _bool),
+    "tsd.core.histograms.config": ("core", "histograms_config", _str),
     "tsd.uid.lru.name.size": ("uid", "cache_max_entries", _int),
     "tsd.core.uid.random_metrics": ("uid", "random_metrics", _bool),
     "tsd.storage.backend": ("storage", "backend", _choice("embedded", "hbase")),

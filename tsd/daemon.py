@@ -32,6 +32,7 @@ from tsd.config import Config, RollupsConfig, load_config
 from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.meta.service import MetaService
+from tsd.protocol.histogram_put import HistogramCodecs, parse_histogram_config
 from tsd.protocol.names import NameRules
 from tsd.protocol.rollup_config import RollupConfig, parse_rollup_config, rollup_config_source
 from tsd.protocol.rollup_put import RollupRules
@@ -40,6 +41,7 @@ from tsd.query.engine import QueryEngine
 from tsd.query.tracking import QUERY_TRACKER, QueryTracker
 from tsd.schema import ensure_tables, storage_settings
 from tsd.server.credentials import Credentials
+from tsd.server.histograms import Histograms
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
@@ -78,6 +80,22 @@ def load_rollup_config(cfg: RollupsConfig) -> RollupConfig | None:
         except OSError as exc:
             raise ConfigError("tsd.rollups.config", f"Failed to open conf file: {path}") from exc
     return parse_rollup_config(text)
+
+
+def load_histogram_codecs(value: str) -> HistogramCodecs | None:
+    """HistogramCodecManager's reading of ``tsd.core.histograms.config`` (None when unset:
+    histograms are off)."""
+    if not value:
+        return None
+    text = value
+    if value.endswith(".json"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                "tsd.core.histograms.config", f"Unable to open plugin config file: {value}"
+            ) from exc
+    return parse_histogram_config(text)
 
 
 class Daemon:
@@ -145,6 +163,12 @@ class Daemon:
         )
         if services.query_engine is not None:
             services.query_engine.rollups = rollup_config
+        services.histograms = Histograms(
+            load_histogram_codecs(config.core.histograms_config),
+            services.rollups.writer,
+            config.storage.data_table,
+            services.rules,
+        )
         services.extra[META_KEY] = write_path.meta
         services.extra[INSTRUMENTED_STORAGE] = storage
         tracker = services.extra[QUERY_TRACKER] = QueryTracker()
@@ -221,6 +245,7 @@ class Daemon:
             idle_timeout_s=float(self.config.network.socket_timeout_s),
             storage_error=HBASE_ERROR if self.config.storage.backend == "hbase" else STORAGE_ERROR,
             rollups=services.rollups,
+            histograms=services.histograms,
         )
 
     def _stats_tags(self) -> tuple[tuple[str, str], ...]:

@@ -25,6 +25,7 @@ from tsd.protocol.telnet import (
     DropCachesCommand,
     ExitCommand,
     HelpCommand,
+    HistogramCommand,
     LineBuffer,
     PutCommand,
     RollupCommand,
@@ -425,7 +426,11 @@ def test_put_refuses_with_invalid_value(line: bytes, reply: str) -> None:
             RollupCommand(RollupPoint("m", 1, "1", {"k": "v"}, "1h", "sum", None, True)),
             id="rollup",
         ),
-        pytest.param(b"histogram m 1 x k=v", UnknownCommand("histogram"), id="histogram"),
+        pytest.param(
+            b"histogram m 1 x k=v",
+            HistogramCommand(("histogram", "m", "1", "x", "k=v")),
+            id="histogram",
+        ),
         pytest.param(b"version\t", UnknownCommand("version\t"), id="tab_is_part_of_word"),
         pytest.param(b"\xe9t\xe9", UnknownCommand("été"), id="latin1_word"),
     ],
@@ -455,7 +460,7 @@ def test_command_names_follow_opentsdb_modes() -> None:
 
 def test_help_lists_commands_with_a_trailing_space() -> None:
     assert format_help() == (
-        b"available commands: stats dropcaches version exit help put rollup diediedie \n"
+        b"available commands: stats dropcaches version exit help put rollup histogram diediedie \n"
     )
     assert format_help(("stats", "help")) == b"available commands: stats help \n"
 

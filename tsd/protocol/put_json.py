@@ -688,3 +688,17 @@ def bind_string(raw: object) -> str | None:
 def incoming_error(message: str, point: Incoming) -> PutError:
     """A failure with the point's echo (IncomingDataPoint's NON_NULL properties)."""
     return _error(message, point)
+
+
+def missing_field(point: Incoming, *, value: bool) -> str | None:
+    """IncomingDataPoint.validate's first failure (metric, timestamp, value, tags); with
+    ``value=False`` the value is left to the caller (HistogramPojo checks it last)."""
+    if not point.metric:
+        return METRIC_EMPTY
+    if point.timestamp <= 0:
+        return INVALID_TIMESTAMP
+    if value and (point.value is None or point.value == ""):
+        return EMPTY_VALUE
+    if not point.tags:
+        return MISSING_TAGS
+    return None

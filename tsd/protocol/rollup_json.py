@@ -13,6 +13,7 @@ from tsd.protocol.put_json import (
     bind_string,
     incoming_error,
     load_put_elements,
+    missing_field,
 )
 from tsd.protocol.put_reply import DatapointEcho, PutError
 from tsd.protocol.rollup_put import RollupPoint
@@ -20,12 +21,6 @@ from tsd.protocol.rollup_put import RollupPoint
 __all__ = ["parse_rollup_body"]
 
 NULL_DATAPOINT: Final = "Unexpected null datapoint encountered in set."
-_PRESENCE: Final = (
-    ("Metric name was empty", lambda p: not p.metric),
-    ("Invalid timestamp", lambda p: p.timestamp <= 0),
-    ("Empty value", lambda p: p.value is None or p.value == ""),
-    ("Missing tags", lambda p: not p.tags),
-)
 
 
 def parse_rollup_body(body: bytes) -> list[tuple[RollupPoint, DatapointEcho] | PutError]:
@@ -54,7 +49,7 @@ def parse_rollup_body(body: bytes) -> list[tuple[RollupPoint, DatapointEcho] | P
             continue
         incoming, interval, aggregator, groupby = item
         echo = _echo(incoming, interval, aggregator, groupby)
-        failed = next((m for m, check in _PRESENCE if check(incoming)), None)
+        failed = missing_field(incoming, value=True)
         if failed is None and not groupby:
             if not interval:
                 failed = "Missing interval"

@@ -44,6 +44,7 @@ __all__ = [
     "INVALID_VALUE",
     "NO_SUCH_ROLLUP",
     "STORAGE",
+    "UNEXPECTED",
     "UNKNOWN_METRIC",
     "PreparedRollup",
     "RollupError",
@@ -59,6 +60,7 @@ INVALID_VALUE: Final = "invalid value"  # NumberFormatException
 NO_SUCH_ROLLUP: Final = "No such rollup"  # NoSuchRollupForIntervalException
 STORAGE: Final = "storage"  # thrown inside the write callback: reported as a storage error
 UNKNOWN_METRIC: Final = "unknown metric"  # NoSuchUniqueName (auto-create off)
+UNEXPECTED: Final = "Unexpected runtime exception"  # any other RuntimeException
 
 _FLOAT4 = struct.Struct(">f")
 _FLOAT8 = struct.Struct(">d")
@@ -156,6 +158,8 @@ def split_interval_agg(text: str) -> tuple[str | None, str | None, str | None]:
     """``1h-sum:count`` -> (interval, rollup aggregator, group-by aggregator), as
     RollupDataPointRpc splits it (Java's split drops trailing empty parts)."""
     parts = java_split(text, ":")
+    if not parts:  # ":" alone: Java's split gives no parts and OpenTSDB indexes the first
+        raise RollupError(UNEXPECTED, "Index 0 out of bounds for length 0")
     interval = temporal = spatial = None
     dash = parts[0].find("-")
     if dash > -1:

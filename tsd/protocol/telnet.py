@@ -58,7 +58,7 @@ from tsd.protocol.names import (
     is_plain_name,
     parse_tag,
 )
-from tsd.protocol.rollup_put import RollupError, RollupPoint, parse_rollup_line
+from tsd.protocol.rollup_put import UNEXPECTED, RollupError, RollupPoint, parse_rollup_line
 from tsd.protocol.telnet_words import metric_and_timestamp
 
 __all__ = [
@@ -217,9 +217,18 @@ class PutCommand:
 
 @dataclass(frozen=True, slots=True)
 class RollupCommand:
-    """A ``rollup`` line, parsed (its checks against the rollup config come when stored)."""
+    """A ``rollup`` line, parsed (its checks against the rollup config come when stored).
+    None: a line OpenTSDB fails on with a runtime exception and answers nothing."""
 
-    point: RollupPoint
+    point: RollupPoint | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramCommand:
+    """A ``histogram`` line's words (checked when handled: the first check is whether
+    histograms are configured, tsd.protocol.histogram_put.parse_histogram_line)."""
+
+    words: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +271,7 @@ class UnknownCommand:
 Command = (
     PutCommand
     | RollupCommand
+    | HistogramCommand
     | VersionCommand
     | StatsCommand
     | HelpCommand
@@ -289,6 +299,8 @@ def _parse_rollup_command(words: list[str], rules: NameRules) -> Command:
     try:
         return RollupCommand(parse_rollup_line(words))
     except RollupError as exc:
+        if exc.kind == UNEXPECTED:
+            return RollupCommand(None)
         raise PutLineError(exc.kind, exc.message, "rollup") from None
 
 
@@ -301,6 +313,7 @@ _PARSERS: Final[Mapping[str, _Parser]] = {
     "help": lambda words, rules: _HELP,
     "put": _parse_put_command,
     "rollup": _parse_rollup_command,
+    "histogram": lambda words, rules: HistogramCommand(tuple(words)),
     "diediedie": lambda words, rules: _DIEDIEDIE,
 }
 
@@ -316,7 +329,7 @@ def telnet_command_names(mode: str = "rw", allow_diediedie: bool = True) -> tupl
     """
     names = ["stats", "dropcaches", "version", "exit", "help"]
     if mode != "ro":
-        names += ["put", "rollup"]
+        names += ["put", "rollup", "histogram"]
     if allow_diediedie:
         names.append("diediedie")
     return tuple(names)

@@ -45,6 +45,7 @@ MAX_API_VERSION = 1
 ROUTE_MODULES = (
     "tsd.server.http.put",
     "tsd.server.http.rollup",
+    "tsd.server.http.histogram",
     "tsd.server.http.uid",
     "tsd.server.http.version",
     "tsd.server.http.stats",

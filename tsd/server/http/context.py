@@ -36,6 +36,8 @@ class Services:
     query_engine: Any = None
     #: /api/rollup and telnet ``rollup`` (``tsd.server.rollups.Rollups``), built by the daemon
     rollups: Any = None
+    #: /api/histogram and telnet ``histogram`` (``tsd.server.histograms.Histograms``)
+    histograms: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

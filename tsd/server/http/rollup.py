@@ -17,9 +17,6 @@ from tsd.protocol.put_reply import (
     UNEXPECTED_EXCEPTION,
     UNKNOWN_METRIC,
     DatapointEcho,
-    PutError,
-    parse_put_flags,
-    put_response,
 )
 from tsd.protocol.rollup_json import parse_rollup_body
 from tsd.protocol.rollup_put import (
@@ -28,10 +25,11 @@ from tsd.protocol.rollup_put import (
     NO_SUCH_ROLLUP,
     STORAGE,
     RollupError,
+    RollupPoint,
 )
 from tsd.protocol.rollup_put import UNKNOWN_METRIC as ROLLUP_UNKNOWN_METRIC
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
-from tsd.server.http.errors import json_response
+from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.cells import Failure, store_points
 from tsd.server.rollups import Rollups
 
 NOT_A_NUMBER = "Unable to parse value to a number"
@@ -40,17 +38,9 @@ NOT_A_NUMBER = "Unable to parse value to a number"
 async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamResponse:
     if request.method != "POST":
         raise method_not_allowed(request.method)
-    services = request.app[SERVICES]
-    rollups: Rollups = services.rollups
-    flags = parse_put_flags(query_params(request))
-    parsed = parse_rollup_body(await request.read())
-    errors: list[PutError] = []
-    queued = stored = 0
-    for item in parsed:
-        if isinstance(item, PutError):
-            errors.append(item)
-            continue
-        point, echo = item
+    rollups: Rollups = request.app[SERVICES].rollups
+
+    async def store(point: RollupPoint, echo: DatapointEcho) -> Failure[RollupPoint] | None:
         try:
             await rollups.store(point, groupby=point.groupby is not None)
         except RollupError as exc:
@@ -58,28 +48,17 @@ async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamRespon
                 shown = {key: exc.tags[key] for key in java_hash_order(exc.tags)}
                 echo = cast(DatapointEcho, {**echo, "tags": shown})
             if exc.kind == STORAGE:  # failed in the write: queued, reported in details
-                queued += 1
-                errors.append(PutError(STORAGE_EXCEPTION.format(message=exc.message), echo))
-                continue
+                return Failure(STORAGE_EXCEPTION.format(message=exc.message), echo, queued=True)
             message = {
                 INVALID_VALUE: NOT_A_NUMBER,
                 NO_SUCH_ROLLUP: UNEXPECTED_EXCEPTION,
                 ILLEGAL_ARGUMENT: exc.message,
                 ROLLUP_UNKNOWN_METRIC: UNKNOWN_METRIC,
             }[exc.kind]
-            errors.append(PutError(message, echo))
-            continue
-        queued += 1
-        stored += 1
-    status, body = put_response(
-        flags,
-        points=len(parsed),
-        queued=queued,
-        good_writes=stored if flags.sync else None,
-        failed_writes=queued - stored if flags.sync else 0,
-        errors=errors,
-    )
-    return json_response(body, status)
+            return Failure(message, echo)
+        return None
+
+    return await store_points(request, parse_rollup_body(await request.read()), store)
 
 
 ROUTES = {"api/rollup": Route(handle_rollup, modes=frozenset({"rw", "wo"}))}
