@@ -49,6 +49,7 @@ from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
+from tsd.write.retention import Retention
 from tsd.write.schedule import CompactionSchedule
 
 log = get_logger(WRITER)
@@ -126,6 +127,9 @@ class Writer:
         )
         self._compaction_tick_s = max(1, cfg.compaction_flush_interval_s)
         self._compaction_task: asyncio.Task[None] | None = None
+        retention_s = cfg.embedded_retention_s if cfg.backend == "embedded" else 0
+        self._retention = Retention(storage, self._table, self._layout, retention_s)
+        self._expired = registry.counter("retention.deleted", type="entries")
         self._time_at = self._layout.salt_width + self._layout.metric_width
         # Stats, under OpenTSDB's names where it has them.
         self._added = registry.counter("datapoints.added", type="all")
@@ -144,7 +148,8 @@ class Writer:
         """Start the background flush (and compaction) tasks; call from the running loop."""
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-        if self._compacting and self._compaction_task is None:
+        housekeeping = self._compacting or self._retention.retention_s > 0
+        if housekeeping and self._compaction_task is None:
             self._compaction_task = asyncio.get_running_loop().create_task(self._compact_loop())
 
     async def close(self) -> None:
@@ -163,7 +168,7 @@ class Writer:
             self._compaction_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._compaction_task
-            rows = self._schedule.take_eligible(self._wall_clock())
+            rows = self._schedule.take_eligible(self._wall_clock()) if self._compacting else []
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._limits.close_compaction_budget_s):
                     await self._compactor.compact(rows)
@@ -419,14 +424,29 @@ class Writer:
     # -- the compaction task ------------------------------------------------------------------
 
     async def _compact_loop(self) -> None:
+        """Compaction of closed hours and, with a retention, dropping expired ones."""
         while True:
             await asyncio.sleep(self._compaction_tick_s)
             try:
-                rows = self._schedule.take(self._wall_clock())
+                rows = self._schedule.take(self._wall_clock()) if self._compacting else []
                 if rows:
                     await self._compactor.compact(rows)
+                if self._retention.due(self._wall_clock()):
+                    await self.apply_retention()
             except Exception:  # a bug must not end compaction for the daemon's lifetime
                 log.exception("compaction.crashed")
+
+    async def apply_retention(self) -> int:
+        """Drop the hours older than ``tsd.storage.embedded.retention``; entries deleted."""
+        try:
+            deleted = await self._retention.apply(self._wall_clock())
+        except StorageError as exc:
+            log.warning("retention.failed", error=str(exc))
+            return 0
+        self._expired.inc(deleted)
+        if deleted:
+            log.info("retention.dropped", entries=deleted, before=self._retention.cutoff_s)
+        return deleted
 
     async def compact_due(self) -> int:
         """Compact the rows the schedule releases now; the number of rows handed out."""
