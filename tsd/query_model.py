@@ -208,6 +208,8 @@ class SubQuery:
     #: ``rollupUsage`` as TsdbQuery.ROLLUP_USAGE.parse reads it (None: not given, which
     #: OpenTSDB's query treats as ROLLUP_NOFALLBACK)
     rollup_usage: str | None = None
+    #: the rollup interval the answer was read from (``rollupTable``), set by the engine
+    rollup_table: str = "raw"
 
     @property
     def effective_rate_options(self) -> RateOptions:

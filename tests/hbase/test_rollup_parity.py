@@ -602,3 +602,26 @@ BAD_HISTOGRAM_LINES = [
 @pytest.mark.parametrize("line", BAD_HISTOGRAM_LINES)
 async def test_bad_histogram_lines_get_opentsdbs_replies(env: Env, line: str) -> None:
     assert await put_telnet(env.tsd.port, [line]) == await put_telnet(env.opentsdb.port, [line])
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["sum:1h-avg:rollup_fallback:{m}", "sum:1h-sum:pre-agg:{m}", "sum:pre-agg:{m}{{host=*}}"],
+)
+async def test_show_query_echoes_the_rollup_read(
+    env: Env, query_data: tuple[str, str], template: str
+) -> None:
+    m = template.format(m=query_data[0])
+    echoes = []
+    for url in (env.tsd_url, env.opentsdb.url):
+        params = {"start": str(DAY), "end": str(DAY + 86400 - 1), "m": m, "show_query": "true"}
+        async with env.http.get(f"{url}/api/query", params=params) as reply:
+            body = await reply.json(content_type=None)
+        echoes.append(
+            [
+                {k: r["query"][k] for k in ("rollupTable", "rollupUsage", "preAggregate")}
+                for r in body
+            ]
+        )
+    assert echoes[0]
+    assert echoes[0] == echoes[1]

@@ -353,7 +353,9 @@ class QueryEngine:
         if source.is_rollup:
             assert spec is not None
             start_s, end_s = source.scan_window_s(query.start_ms, query.end_ms, sub.rate)
-            sub = dataclasses.replace(sub, downsample_spec=source.engine_spec(spec))
+            sub = dataclasses.replace(
+                sub, downsample_spec=source.engine_spec(spec), rollup_table=source.name
+            )
         else:
             start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
         # Planning time: one series' worth of buckets over the limit is refused unread.

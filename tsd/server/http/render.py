@@ -180,7 +180,7 @@ def subquery_echo(sub: SubQuery, filter_tagks: Sequence[bytes] = ()) -> dict[str
         "useFuzzyFilter": True,
         "preAggregate": sub.pre_aggregate,
         "rollupUsage": sub.rollup_usage,
-        "rollupTable": "raw",
+        "rollupTable": sub.rollup_table,
         "showHistogramBuckets": False,
         "useMultiGets": True,
         "tags": sub.tags,
