@@ -210,6 +210,8 @@ class SubQuery:
     rollup_usage: str | None = None
     #: the rollup interval the answer was read from (``rollupTable``), set by the engine
     rollup_table: str = "raw"
+    #: ``percentiles``: a histogram query, one output series per percentile
+    percentiles: tuple[float, ...] = ()
 
     @property
     def effective_rate_options(self) -> RateOptions:

@@ -625,3 +625,101 @@ async def test_show_query_echoes_the_rollup_read(
         )
     assert echoes[0]
     assert echoes[0] == echoes[1]
+
+
+def percentile_bodies(metric: str) -> list[dict[str, Any]]:
+    """Histograms of two hosts over three hours, some at the same timestamps."""
+    bodies = []
+    for i in range(12):
+        for host, shift in (("web01", 0), ("web02", 3)):
+            if host == "web02" and i % 3 == 0:
+                continue
+            bodies.append(
+                {
+                    "metric": metric,
+                    "timestamp": DAY + i * 900,
+                    "tags": {"host": host},
+                    "buckets": {
+                        "0,0.1": (i + shift) % 4,
+                        "0.1,0.25": i + 1,
+                        "0.25,1": 2 * shift + 1,
+                        "1,10": (i * 7 + shift) % 5,
+                    },
+                    "underflow": i % 2,
+                    "overflow": shift,
+                }
+            )
+    return bodies
+
+
+PERCENTILE_QUERIES = [
+    "sum:percentiles[50,90,99]:{m}",
+    "sum:percentiles[99]:{m}{{host=*}}",
+    "none:percentiles[50]:{m}",
+    "sum:1h-sum:percentiles[75]:{m}",  # the 1h rollup table is read: no histograms there
+    "sum:1h-sum:rollup_raw:percentiles[75]:{m}",
+    "sum:2h-sum:rollup_raw:percentiles[25, 99.9]:{m}{{host=web02}}",
+    "sum:30m-sum:rollup_raw:percentiles[10]:{m}{{host=*}}",
+    "sum:percentiles[0.5,100,1,0]:{m}",
+]
+#: refused: (query, OpenTSDB's message; its details print the TSQuery object)
+PERCENTILE_ERRORS = [
+    (
+        "sum:2h-avg:percentiles[25]:{m}",
+        "Only SUM downsampling aggregation supported for histogram query",
+    ),
+    (
+        "avg:percentiles[25]:{m}",
+        "Only NONE or SUM aggregation function supported for histogram query",
+    ),
+    ("sum:percentiles[101]:{m}", "Invalid percentile parameters: 101.0"),
+    ("sum:percentiles[-1.5]:{m}", "Invalid percentile parameters: -1.5"),
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def percentile_data(env: Env) -> tuple[str, str]:
+    ours, theirs = "pq.tsd", "pq.otsdb"
+    assert await post_histogram(env, env.tsd_url, percentile_bodies(ours), "?sync") == (204, None)
+    assert await post_histogram(env, env.opentsdb.url, percentile_bodies(theirs), "?sync") == (
+        204,
+        None,
+    )
+    return ours, theirs
+
+
+@pytest.mark.parametrize("template", PERCENTILE_QUERIES)
+async def test_percentiles_answer_as_opentsdbs(
+    env: Env, percentile_data: tuple[str, str], template: str
+) -> None:
+    for metric in percentile_data:
+        m = template.format(m=metric)
+        theirs = await answer(env, env.opentsdb.url, m)
+        ours = await answer(env, env.tsd_url, m)
+        assert theirs[0] == 200, theirs
+        assert bool(theirs[1]) == ("rollup_raw" in m or "-sum" not in m), m
+        assert semantic_named(*ours) == semantic_named(*theirs), m
+
+
+@pytest.mark.parametrize(("template", "message"), PERCENTILE_ERRORS)
+async def test_bad_percentile_queries_answer_as_opentsdbs(
+    env: Env, template: str, message: str
+) -> None:
+    m = template.format(m="pq.tsd")
+    for url in (env.opentsdb.url, env.tsd_url):
+        status, body = await answer(env, url, m)
+        assert (status, body["error"]["message"]) == (400, message), url
+
+
+def semantic_named(status: int, body: Any) -> Any:
+    if status != 200:
+        return status, body
+    return sorted(
+        (
+            r["metric"],
+            sorted(r["tags"].items()),
+            sorted(r["aggregateTags"]),
+            sorted(r["dps"].items()),
+        )
+        for r in body
+    )

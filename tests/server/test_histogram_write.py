@@ -138,3 +138,27 @@ async def test_histograms_not_configured(make_tsd: MakeTsd) -> None:
         b"'tsd.core.histograms.config' configuration."
     ]
     await client.close()
+
+
+async def test_percentiles_over_stored_histograms(make_tsd: MakeTsd) -> None:
+    tsd = await histo_tsd(make_tsd)
+    points = [
+        {"metric": "h.q", "timestamp": HOUR + 10, "tags": {"host": "a"},
+         "buckets": {"0,1": 1, "1,3": 1, "3,5": 2}},
+        {"metric": "h.q", "timestamp": HOUR + 10, "tags": {"host": "b"},
+         "buckets": {"0,1": 4}},
+        {"metric": "h.q", "timestamp": HOUR + 70, "tags": {"host": "a"},
+         "buckets": {"10,20": 3}},
+    ]  # fmt: skip
+    assert await post(tsd, points) == (204, None)
+    url = f"http://127.0.0.1:{tsd.port}/api/query"
+    params = {"start": str(HOUR), "end": str(HOUR + 3599), "m": "sum:percentiles[50,90]:h.q"}
+    async with aiohttp.ClientSession() as http, http.get(url, params=params) as reply:
+        assert reply.status == 200
+        answer = orjson.loads(await reply.read())
+    by_metric = {r["metric"]: r["dps"] for r in answer}
+    # at +10 the group's sum: 0-1: 5, 1-3: 1, 3-5: 2 (8 in all): 50% in 0-1, 90% in 3-5
+    assert by_metric == {
+        "h.q_pct_50.0": {str(HOUR + 10): 0.5, str(HOUR + 70): 15.0},
+        "h.q_pct_90.0": {str(HOUR + 10): 4.0, str(HOUR + 70): 15.0},
+    }

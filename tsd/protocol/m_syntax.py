@@ -293,6 +293,7 @@ def parse_m_subquery(text: str) -> SubQuery:
     rate, rate_options, downsample = False, None, None
     explicit_tags = pre_aggregate = False
     rollup_usage = None
+    percentiles: tuple[float, ...] = ()
     for part in parts[1:-1]:
         lowered = part.lower()
         if lowered.startswith("rate"):
@@ -307,8 +308,9 @@ def parse_m_subquery(text: str) -> SubQuery:
             pre_aggregate = True
         elif lowered.startswith("rollup_"):
             rollup_usage = parse_rollup_usage(part)
-        # percentiles[...], show-histogram-buckets and anything unrecognised: ignored (tsd
-        # has no histogram storage).
+        elif lowered.startswith("percentiles"):
+            percentiles = parse_percentiles(part)
+        # show-histogram-buckets and anything unrecognised: ignored.
     return SubQuery(
         aggregator=parts[0],
         metric=metric,
@@ -319,7 +321,22 @@ def parse_m_subquery(text: str) -> SubQuery:
         explicit_tags=explicit_tags,
         pre_aggregate=pre_aggregate,
         rollup_usage=rollup_usage,
+        percentiles=percentiles,
     )
+
+
+def parse_percentiles(spec: str) -> tuple[float, ...]:
+    """QueryRpc.parsePercentiles: ``percentiles[99, 95.5]`` (Float.valueOf each)."""
+    start, end = spec.find("["), spec.find("]")
+    if start == -1 or end == -1:
+        raise BadRequestError(f"Malformated percentile query paramater: {spec}")
+    values = []
+    for text in spec[start + 1 : end].split(","):
+        try:
+            values.append(float(text.strip()))
+        except ValueError:
+            raise BadRequestError(f'For input string: "{text.strip()}"') from None
+    return tuple(values)
 
 
 def parse_tsuid_subquery(text: str) -> SubQuery:

@@ -49,6 +49,7 @@ from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.histogram import decode_histogram_rows, group_percentiles, percentile_metric
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
 from tsd.query.limits import (
     BYTES_PER_CELL,
@@ -420,6 +421,8 @@ class QueryEngine:
         control.charge(cells * BYTES_PER_CELL + output * BYTES_PER_OUTPUT_POINT)
         if query.delete:
             await self._delete_rows(parts, spans, keep)
+        if source.histograms is not None:
+            return await self._histogram_results(sub, query, spans, facts, groups, source)
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
         aggregated = await self._aggregate(spans, groups, sub, query, window, control, work)
@@ -427,6 +430,48 @@ class QueryEngine:
         timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings, work)
+
+    async def _histogram_results(
+        self,
+        sub: SubQuery,
+        query: TSQuery,
+        spans: Spans,
+        facts: SeriesFacts,
+        groups: list[list[int]],
+        source: RollupRead,
+    ) -> list[SeriesResult]:
+        """A percentiles query's series (tsd/query/histogram.py): per group, one series per
+        percentile."""
+        assert source.histograms is not None
+        metric_uid = spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
+        metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
+        out: list[SeriesResult] = []
+        for members in groups:
+            with_data = [i for i in members if facts.has_points[i]]
+            if not with_data:
+                continue
+            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+            series = group_percentiles(
+                spans.batch,
+                with_data,
+                source.histograms,
+                sub.percentiles,
+                sub.downsample_spec,
+                query.start_ms,
+                query.end_ms,
+            )
+            for p, dps in zip(sub.percentiles, series, strict=True):
+                out.append(
+                    SeriesResult(
+                        sub=sub,
+                        metric=percentile_metric(metric, p),
+                        tags=tags,
+                        aggregate_tags=aggregate_tags,
+                        dps=dps,
+                        tsuids=[facts.tsuids[i] for i in with_data],
+                    )
+                )
+        return out
 
     async def scan_plan(self, query: TSQuery, sub: SubQuery) -> ScanPlan:
         """The row scans that ``sub`` of ``query`` reads (``tsdb scan`` prints their rows)."""
@@ -501,7 +546,12 @@ class QueryEngine:
 
         async def decode(block: CellBlock) -> None:
             work = len(block.values) // 4
-            if rollup is not None:
+            if source is not None and source.histograms is not None:
+                started = time.thread_time()
+                histograms = None if source.is_rollup else source.histograms
+                points = decode_histogram_rows(block, self._layout, histograms)
+                spent = time.thread_time() - started
+            elif rollup is not None:
                 # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
                 block = rollup_rows(block, rollup)
                 points, spent = await self._compute_sized(

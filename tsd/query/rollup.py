@@ -36,6 +36,7 @@ import numpy as np
 
 from tsd.codec import KeyLayout
 from tsd.codec.const import TIMESTAMP_BYTES
+from tsd.codec.histogram import SimpleHistogram
 from tsd.codec.rollup import RollupSpan, rollup_base_time
 from tsd.query.decode import RowPoints
 from tsd.query_model import DownsampleSpec, SubQuery
@@ -95,6 +96,9 @@ class RollupRead:
     count_id: int = -1
     #: the query's downsample interval (``avg`` sums per bucket of it)
     bucket_ms: int = 0
+    #: a histogram query (tsd/query/histogram.py): the decoded histograms of the read, which
+    #: the points' values index
+    histograms: list[SimpleHistogram] | None = None
 
     @property
     def is_rollup(self) -> bool:
@@ -125,7 +129,17 @@ class RollupRead:
 
 
 def plan_reads(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> list[RollupRead]:
-    """The reads of ``sub`` in the order OpenTSDB tries them (at least one)."""
+    """The reads of ``sub`` in the order OpenTSDB tries them (at least one). A histogram
+    query (``percentiles``) reads once, where a downsampled query would first read: when
+    that is a rollup table it finds no histograms there (OpenTSDB decodes histogram cells
+    of raw rows only, and does not fall back for histogram queries)."""
+    reads = _plan(config, sub, data_table)
+    if sub.percentiles:
+        return [replace(reads[0], histograms=[])]
+    return reads
+
+
+def _plan(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> list[RollupRead]:
     raw_table = data_table
     if sub.pre_aggregate and config is not None:
         raw_table = config.default.pre_aggregation_table

@@ -172,7 +172,7 @@ def subquery_echo(sub: SubQuery, filter_tagks: Sequence[bytes] = ()) -> dict[str
         "downsample": sub.downsample,
         "rate": sub.rate,
         "filters": [_filter_echo(f) for f in sub.filters],
-        "percentiles": None,
+        "percentiles": list(sub.percentiles) or None,
         "index": sub.index,
         "rateOptions": rate_options,
         "filterTagKs": [base64.b64encode(t).decode() for t in tagks] if sub.filters else None,
