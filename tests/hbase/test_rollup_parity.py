@@ -617,6 +617,7 @@ async def test_show_query_echoes_the_rollup_read(
         params = {"start": str(DAY), "end": str(DAY + 86400 - 1), "m": m, "show_query": "true"}
         async with env.http.get(f"{url}/api/query", params=params) as reply:
             body = await reply.json(content_type=None)
+        assert isinstance(body, list), (url, body)
         echoes.append(
             [
                 {k: r["query"][k] for k in ("rollupTable", "rollupUsage", "preAggregate")}
