@@ -212,6 +212,13 @@ class SubQuery:
     rollup_table: str = "raw"
     #: ``percentiles``: a histogram query, one output series per percentile
     percentiles: tuple[float, ...] = ()
+    #: ``showHistogramBuckets``: a histogram query, one output series per bucket
+    show_histogram_buckets: bool = False
+
+    @property
+    def is_histogram_query(self) -> bool:
+        """TSSubQuery.isHistogramQuery."""
+        return bool(self.percentiles) or self.show_histogram_buckets
 
     @property
     def effective_rate_options(self) -> RateOptions:

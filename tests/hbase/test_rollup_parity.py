@@ -662,6 +662,10 @@ PERCENTILE_QUERIES = [
     "sum:2h-sum:rollup_raw:percentiles[25, 99.9]:{m}{{host=web02}}",
     "sum:30m-sum:rollup_raw:percentiles[10]:{m}{{host=*}}",
     "sum:percentiles[0.5,100,1,0]:{m}",
+    "sum:show-histogram-buckets:{m}",
+    "sum:percentiles[50]:show-histogram-buckets:{m}{{host=*}}",
+    "none:show-histogram-buckets:{m}",
+    "sum:1h-sum:rollup_raw:show-histogram-buckets:{m}",
 ]
 #: refused: (query, OpenTSDB's message; its details print the TSQuery object)
 PERCENTILE_ERRORS = [
@@ -675,6 +679,10 @@ PERCENTILE_ERRORS = [
     ),
     ("sum:percentiles[101]:{m}", "Invalid percentile parameters: 101.0"),
     ("sum:percentiles[-1.5]:{m}", "Invalid percentile parameters: -1.5"),
+    (
+        "max:show-histogram-buckets:{m}",
+        "Only NONE or SUM aggregation function supported for histogram query",
+    ),
 ]
 
 

@@ -61,8 +61,9 @@ def test_full_m_syntax() -> None:
                      SubQuery("sum", metric="m", rollup_usage="ROLLUP_NOFALLBACK"),
                      id="rollup_usage_unknown_is_nofallback"),
         pytest.param("sum:percentiles[99, 95.5]:show-histogram-buckets:m",
-                     SubQuery("sum", metric="m", percentiles=(99.0, 95.5)),
-                     id="percentiles_and_ignored_buckets"),
+                     SubQuery("sum", metric="m", percentiles=(99.0, 95.5),
+                              show_histogram_buckets=True),
+                     id="percentiles_and_buckets"),
         pytest.param("sum:m{}", SubQuery("sum", metric="m"), id="empty_braces"),
         pytest.param("sum:m{}{host=a}", SubQuery("sum", metric="m", filters=(
             Filter("host", "literal_or", "a"),)), id="only_non_group_by"),

@@ -151,14 +151,39 @@ async def test_percentiles_over_stored_histograms(make_tsd: MakeTsd) -> None:
          "buckets": {"10,20": 3}},
     ]  # fmt: skip
     assert await post(tsd, points) == (204, None)
-    url = f"http://127.0.0.1:{tsd.port}/api/query"
-    params = {"start": str(HOUR), "end": str(HOUR + 3599), "m": "sum:percentiles[50,90]:h.q"}
-    async with aiohttp.ClientSession() as http, http.get(url, params=params) as reply:
-        assert reply.status == 200
-        answer = orjson.loads(await reply.read())
+    answer = await query_hour(tsd, "sum:percentiles[50,90]:h.q")
     by_metric = {r["metric"]: r["dps"] for r in answer}
     # at +10 the group's sum: 0-1: 5, 1-3: 1, 3-5: 2 (8 in all): 50% in 0-1, 90% in 3-5
     assert by_metric == {
         "h.q_pct_50.0": {str(HOUR + 10): 0.5, str(HOUR + 70): 15.0},
         "h.q_pct_90.0": {str(HOUR + 10): 4.0, str(HOUR + 70): 15.0},
     }
+
+
+async def test_histogram_buckets_as_series(make_tsd: MakeTsd) -> None:
+    tsd = await histo_tsd(make_tsd)
+    points = [
+        {"metric": "h.b", "timestamp": HOUR + 10, "tags": {"host": "a"},
+         "buckets": {"0,1": 1, "1,3": 2}, "overflow": 4},
+        {"metric": "h.b", "timestamp": HOUR + 20, "tags": {"host": "a"},
+         "buckets": {"1,3": 5, "3,5": 6}},
+    ]  # fmt: skip
+    assert await post(tsd, points) == (204, None)
+    answer = await query_hour(tsd, "sum:show-histogram-buckets:h.b")
+    # the buckets of the first histogram, underflow first, overflow last; integer counts
+    t1, t2 = str(HOUR + 10), str(HOUR + 20)
+    assert [(r["metric"], r["dps"]) for r in answer] == [
+        ("h.b_UNDERFLOW", {t1: 0, t2: 0}),
+        ("h.b_0.0_1.0", {t1: 1, t2: 0}),
+        ("h.b_1.0_3.0", {t1: 2, t2: 5}),
+        ("h.b_OVERFLOW", {t1: 4, t2: 0}),
+    ]
+
+
+async def query_hour(daemon: Daemon, m: str) -> Any:
+    """The /api/query answer (200) for ``m`` over the test hour."""
+    url = f"http://127.0.0.1:{daemon.port}/api/query"
+    params = {"start": str(HOUR), "end": str(HOUR + 3599), "m": m}
+    async with aiohttp.ClientSession() as http, http.get(url, params=params) as reply:
+        assert reply.status == 200
+        return orjson.loads(await reply.read())

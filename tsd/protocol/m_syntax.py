@@ -294,6 +294,7 @@ def parse_m_subquery(text: str) -> SubQuery:
     explicit_tags = pre_aggregate = False
     rollup_usage = None
     percentiles: tuple[float, ...] = ()
+    show_buckets = False
     for part in parts[1:-1]:
         lowered = part.lower()
         if lowered.startswith("rate"):
@@ -310,7 +311,9 @@ def parse_m_subquery(text: str) -> SubQuery:
             rollup_usage = parse_rollup_usage(part)
         elif lowered.startswith("percentiles"):
             percentiles = parse_percentiles(part)
-        # show-histogram-buckets and anything unrecognised: ignored.
+        elif lowered.startswith("show-histogram-buckets"):
+            show_buckets = True
+        # anything unrecognised: ignored.
     return SubQuery(
         aggregator=parts[0],
         metric=metric,
@@ -322,6 +325,7 @@ def parse_m_subquery(text: str) -> SubQuery:
         pre_aggregate=pre_aggregate,
         rollup_usage=rollup_usage,
         percentiles=percentiles,
+        show_histogram_buckets=show_buckets,
     )
 
 

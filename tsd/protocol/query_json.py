@@ -247,7 +247,7 @@ def _validate_subquery(
         if spec.use_calendar and not spec.run_all and not spec.calendar_unit:
             # OpenTSDB fails later with a NumberFormatException (a 500).
             raise BadRequestError(f"Invalid calendar downsampling interval: {spec.spec}")
-    if sub.percentiles:  # TSSubQuery.checkHistogramQuery
+    if sub.is_histogram_query:  # TSSubQuery.checkHistogramQuery
         if sub.aggregator not in ("none", "sum"):
             raise BadRequestError(
                 "Only NONE or SUM aggregation function supported for histogram query"
@@ -338,6 +338,7 @@ def _bind_subquery(document: object) -> SubQuery:
         pre_aggregate=values.get("pre_aggregate", False),
         rollup_usage=values.get("rollup_usage"),
         percentiles=values.get("percentiles", ()),
+        show_histogram_buckets=values.get("show_histogram_buckets", False),
     )
 
 
@@ -479,5 +480,6 @@ _SUBQUERY_BINDERS: dict[str, _Binder] = {
     "explicitTags": ("explicit_tags", _as_bool),
     "preAggregate": ("pre_aggregate", _as_bool),
     "percentiles": ("percentiles", lambda value, key: _as_percentiles(value, key)),
+    "showHistogramBuckets": ("show_histogram_buckets", _as_bool),
     "rollupUsage": ("rollup_usage", lambda value, key: parse_rollup_usage(_as_str(value, key))),
 }

@@ -49,7 +49,7 @@ from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.query.decode import RowPoints, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
-from tsd.query.histogram import decode_histogram_rows, group_percentiles, percentile_metric
+from tsd.query.histogram import decode_histogram_rows, histogram_series
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
 from tsd.query.limits import (
     BYTES_PER_CELL,
@@ -440,8 +440,8 @@ class QueryEngine:
         groups: list[list[int]],
         source: RollupRead,
     ) -> list[SeriesResult]:
-        """A percentiles query's series (tsd/query/histogram.py): per group, one series per
-        percentile."""
+        """A histogram query's series (tsd/query/histogram.py): per group, one series per
+        percentile, then per bucket."""
         assert source.histograms is not None
         metric_uid = spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
         metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
@@ -451,20 +451,21 @@ class QueryEngine:
             if not with_data:
                 continue
             tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
-            series = group_percentiles(
+            series = histogram_series(
                 spans.batch,
                 with_data,
                 source.histograms,
                 sub.percentiles,
+                sub.show_histogram_buckets,
                 sub.downsample_spec,
                 query.start_ms,
                 query.end_ms,
             )
-            for p, dps in zip(sub.percentiles, series, strict=True):
+            for suffix, dps in series:
                 out.append(
                     SeriesResult(
                         sub=sub,
-                        metric=percentile_metric(metric, p),
+                        metric=metric + suffix,
                         tags=tags,
                         aggregate_tags=aggregate_tags,
                         dps=dps,

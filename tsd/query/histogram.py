@@ -35,9 +35,8 @@ from tsd.storage.base import CellBlock
 
 __all__ = [
     "decode_histogram_rows",
-    "group_percentiles",
+    "histogram_series",
     "percentile",
-    "percentile_metric",
 ]
 
 _F4 = struct.Struct(">f")
@@ -137,22 +136,20 @@ def _java_div(num: float, den: int) -> float:
     return num / den
 
 
-def percentile_metric(metric: str, p: float) -> str:
-    """``<metric>_pct_<Float.toString(p)>``."""
-    return f"{metric}_pct_{java_float_to_string(p)}"
-
-
-def group_percentiles(
+def histogram_series(
     batch: SeriesBatch,
     members: Sequence[int],
     histograms: Sequence[SimpleHistogram],
     percentiles: Sequence[float],
+    show_buckets: bool,
     downsample: DownsampleSpec | None,
     start_ms: int,
     end_ms: int,
-) -> list[AggregatedSeries]:
-    """One series per percentile for the group of series ``members``, over
-    [start_ms, end_ms]."""
+) -> list[tuple[str, AggregatedSeries]]:
+    """(metric suffix, series) for the group of series ``members`` over [start_ms, end_ms]:
+    one per percentile (``_pct_<p>``), then with ``show_buckets`` one per bucket of the
+    group's first histogram (``_UNDERFLOW``, ``_<lower>_<upper>``..., ``_OVERFLOW``; the
+    counts as integers, 0 where a histogram lacks the bucket)."""
     by_time: dict[int, list[SimpleHistogram]] = {}
     for s in members:
         timestamps, values = batch.series(s)
@@ -165,7 +162,30 @@ def group_percentiles(
     times = sorted(by_time)
     summed = [_summed(by_time[ts]) for ts in times]
     stamps = np.array(times, dtype=np.int64)
-    return [
-        AggregatedSeries(stamps, np.array([percentile(h, p) for h in summed], dtype=np.float64))
+    out = [
+        (
+            f"_pct_{java_float_to_string(p)}",
+            AggregatedSeries(
+                stamps, np.array([percentile(h, p) for h in summed], dtype=np.float64)
+            ),
+        )
         for p in percentiles
     ]
+    if show_buckets and summed:
+        columns: list[tuple[str, list[int]]] = [("_UNDERFLOW", [h.underflow for h in summed])]
+        for key in sorted(summed[0].entries):
+            low, high, _ = summed[0].entries[key]
+            name = f"_{java_float_to_string(low)}_{java_float_to_string(high)}"
+            columns.append((name, [h.entries[key][2] if key in h.entries else 0 for h in summed]))
+        columns.append(("_OVERFLOW", [h.overflow for h in summed]))
+        for name, counts in columns:
+            ints = np.array(counts, dtype=np.int64)
+            out.append(
+                (
+                    name,
+                    AggregatedSeries(
+                        stamps, ints.astype(np.float64), ints, np.ones(len(ints), dtype=bool)
+                    ),
+                )
+            )
+    return out

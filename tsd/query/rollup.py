@@ -134,7 +134,7 @@ def plan_reads(config: RollupConfigLike | None, sub: SubQuery, data_table: str) 
     that is a rollup table it finds no histograms there (OpenTSDB decodes histogram cells
     of raw rows only, and does not fall back for histogram queries)."""
     reads = _plan(config, sub, data_table)
-    if sub.percentiles:
+    if sub.is_histogram_query:
         return [replace(reads[0], histograms=[])]
     return reads
 

@@ -181,10 +181,10 @@ def subquery_echo(sub: SubQuery, filter_tagks: Sequence[bytes] = ()) -> dict[str
         "preAggregate": sub.pre_aggregate,
         "rollupUsage": sub.rollup_usage,
         "rollupTable": sub.rollup_table,
-        "showHistogramBuckets": False,
+        "showHistogramBuckets": sub.show_histogram_buckets,
         "useMultiGets": True,
         "tags": sub.tags,
-        "histogramQuery": False,
+        "histogramQuery": sub.is_histogram_query,
     }
 
 
