@@ -315,7 +315,7 @@ class TelnetProtocol(TrackedProtocol):
         try:
             while blocked is not None:
                 if isinstance(blocked, _SlowPut):
-                    await session.append(blocked.point, None, (blocked.alias,))
+                    await session.append(blocked.point, None, (blocked.alias,), missed=True)
                 elif isinstance(blocked, _Barrier):
                     await session.settle()
                     self._run_command(blocked.command)
