@@ -25,6 +25,7 @@ async def test_a_worker_serves_telnet_with_the_daemons_replies_in_order(
     make_tsd: MakeTsd,
 ) -> None:
     tsd = await make_tsd(**{"tsd.network.worker_threads": "2"})
+    await eventually(_pool(tsd).all_ready, attempts=6000)
     client = await TelnetClient.connect(tsd.port)
     lines = [b"put w.m %d %d host=a\n" % (T + i, i) for i in range(2000)]
     lines[700] = b"put w.m %d x host=a\n" % T  # refused by the parser
@@ -50,6 +51,7 @@ def _added(tsd: Daemon) -> int:
 async def test_a_worker_that_dies_is_replaced(make_tsd: MakeTsd) -> None:
     tsd = await make_tsd(**{"tsd.network.worker_threads": "2"})
     pool = _pool(tsd)
+    await eventually(pool.all_ready, attempts=6000)
     (first,) = pool.pids()
     client = await TelnetClient.connect(tsd.port)
     await client.send(b"put w.m %d 1 host=a\n" % T)
@@ -57,7 +59,7 @@ async def test_a_worker_that_dies_is_replaced(make_tsd: MakeTsd) -> None:
     os.kill(first, signal.SIGKILL)
     assert await client.reader.read() == b""  # its connections went with it
     await client.close()
-    await eventually(lambda: bool(pool.pids()) and pool.pids()[0] != first)
+    await eventually(lambda: pool.pids()[0] != first and pool.all_ready(), attempts=6000)
     other = await TelnetClient.connect(tsd.port)
     await other.send(b"put w.m %d 2 host=a\n" % (T + 1))
     assert await other.sync() == []

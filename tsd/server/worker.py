@@ -9,7 +9,8 @@ with the same pure parsers as the daemon (:mod:`tsd.protocol.telnet`), and sends
 one message per read, in order, over the channel:
 
 * runs of puts whose raw metric and tag words were accepted by the full parser before
-  (typed by :func:`~tsd.protocol.telnet.take_known_puts`): ``(0, [(key, ts, value), ...])``;
+  (typed by :func:`~tsd.protocol.telnet.take_known_puts`), as columns: ``(0, keys,
+  timestamps, values)``;
 * a put the full parser accepted, the first of its words: ``(1, key, (metric, ts, value,
   tags))``;
 * any other line, as read (the owner parses it again, for OpenTSDB's reply or the
@@ -190,7 +191,9 @@ class Client(asyncio.Protocol):
                 known: list[tuple[Any, int, int | float]] = []
                 index = take_known_puts(lines, index, keys, known, count)
                 if known:
-                    items.append((0, known))
+                    # columns: the owner maps and zips them at C speed
+                    keys_, stamps, values = zip(*known, strict=True)
+                    items.append((0, keys_, stamps, values))
                     continue
             line = lines[index]
             index += 1
@@ -303,6 +306,7 @@ async def serve(channel_fd: int, handoff_fd: int, settings: dict[str, Any]) -> N
                 worker.adopt(socket.socket(fileno=fd), cid, first)
 
     loop.add_reader(handoff.fileno(), take_handoffs)
+    worker.send(("ready", 0))  # the owner hands connections over from now on
     await worker.done
 
 

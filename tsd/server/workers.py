@@ -30,7 +30,7 @@ from tsd.model import DataPoint
 from tsd.server.listener import TrackedProtocol
 from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats, _Barrier, _SlowPut
 from tsd.server.worker import Deframer, frame, remember_key
-from tsd.write.ingest import RefPoint
+from tsd.write.ingest import SeriesRef
 
 log = get_logger(TELNET)
 
@@ -125,36 +125,36 @@ class RemoteTelnet(TelnetProtocol):
             if kind == 0:
                 if session.is_full():
                     return True
-                known = item[1]
-                start = self._at
-                stop = min(len(known), start + session.room())
-                points: list[RefPoint] = []
-                append = points.append
-                get = refs.get
-                at = start
-                while at < stop:
-                    key, timestamp, value = known[at]
-                    ref = get(key)
-                    if ref is None:
-                        break
-                    append((ref, timestamp, value))
-                    at += 1
-                if points:
-                    received.value += len(points)
-                    session.append_by_ref(points)
-                if at < len(known) and at == stop:
-                    self._at = at
-                    continue  # the writer's room ran out: check it again
-                if at >= len(known):
+                keys = item[1]
+                start, count = self._at, len(keys)
+                stop = min(count, start + session.room())
+                found = list(map(refs.get, keys[start:stop]))
+                try:
+                    taken = found.index(None)
+                except ValueError:
+                    taken = len(found)
+                if taken:
+                    end = start + taken
+                    received.value += taken
+                    refs_ = cast(list[SeriesRef], found[:taken])
+                    stamps, values = item[2][start:end], item[3][start:end]
+                    session.append_by_ref(list(zip(refs_, stamps, values, strict=True)))
+                at = start + taken
+                if at >= count:
                     items.popleft()
                     self._at = 0
                     continue
-                # a series resolved once and forgotten since (its ref cache was cleared)
-                key, timestamp, value = known[at]
+                if at == stop:
+                    self._at = at
+                    continue  # the writer's room ran out: check it again
+                # a series resolved once and forgotten since (its ref cache was cleared),
+                # or whose first put is still being resolved
+                key = keys[at]
                 self._at = at + 1
                 received.value += 1
                 metric, tags = series[key]
-                blocked = self._put(DataPoint(metric, timestamp, value, tags), key)
+                point = DataPoint(metric, item[2][at], item[3][at], tags)
+                blocked = self._put(point, key)
             elif kind == 1:
                 items.popleft()
                 received.value += 1
@@ -184,6 +184,9 @@ class WorkerChannel(asyncio.Protocol):
         self.lost = asyncio.get_running_loop().create_future()
         self._deframer = Deframer()
         self._paused = False
+        #: the worker said it serves (a connection handed to a worker still starting
+        #: would wait for its imports, past a short tsd.core.socket.timeout)
+        self.ready = False
 
     def start(self, settings: dict[str, Any]) -> None:
         owner_channel, worker_channel = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -243,6 +246,8 @@ class WorkerChannel(asyncio.Protocol):
             elif kind == "r":
                 if protocol is not None:
                     protocol.resume_writing()
+            elif kind == "ready":
+                self.ready = True
             elif kind == "x":
                 connections.pop(cid, None)
                 if protocol is not None:
@@ -280,7 +285,7 @@ class WorkerChannel(asyncio.Protocol):
         """Hand ``transport``'s socket to the worker; the owner's half, or None when the
         worker cannot take it (the caller keeps the connection)."""
         sock = transport.get_extra_info("socket")
-        if sock is None or self.handoff is None or self.transport is None:
+        if sock is None or self.handoff is None or self.transport is None or not self.ready:
             return None
         fd = os.dup(sock.fileno())
         try:
@@ -381,6 +386,10 @@ class WorkerPool:
         self._next += 1
         self._cid += 1
         return channel.adopt(transport, first, self._cid)
+
+    def all_ready(self) -> bool:
+        """True once every worker serves (until then the daemon keeps its connections)."""
+        return bool(self._channels) and all(channel.ready for channel in self._channels)
 
     def pids(self) -> list[int]:
         return [c.process.pid for c in self._channels if c.process is not None]
