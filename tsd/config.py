@@ -39,6 +39,8 @@ class NetworkConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_required: bool = False
+    #: processes sharing telnet ingest: 0 = one per core, 1 = this process alone
+    worker_threads: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +264,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.socket.timeout": ("network", "socket_timeout_s", _int),
     "tsd.core.connections.limit": ("network", "connections_limit", _int),
     "tsd.network.header_timeout": ("network", "header_timeout_s", _range(0, 86_400)),
+    "tsd.network.worker_threads": ("network", "worker_threads", _range(0, 1024)),
     "tsd.network.tls.cert": ("network", "tls_cert", _str),
     "tsd.network.tls.key": ("network", "tls_key", _str),
     "tsd.network.tls.required": ("network", "tls_required", _bool),

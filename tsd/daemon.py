@@ -47,9 +47,16 @@ from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.listener import Listener
 from tsd.server.rollups import Rollups
-from tsd.server.telnet import HBASE_ERROR, STORAGE_ERROR, TelnetContext, telnet_factory
+from tsd.server.telnet import (
+    HBASE_ERROR,
+    STORAGE_ERROR,
+    TelnetContext,
+    TelnetStats,
+    telnet_factory,
+)
 from tsd.server.telnet_auth import authenticated_telnet_factory
 from tsd.server.tls import server_context
+from tsd.server.workers import WorkerPool, worker_count
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
@@ -124,6 +131,7 @@ class Daemon:
         self._uids: UidService | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
+        self._workers: WorkerPool | None = None
         self._query_engine: Any = None
         self._stopped = False
 
@@ -203,6 +211,18 @@ class Daemon:
             tls=tls,
             tls_required=network.tls_required,
         )
+        workers = worker_count(network.worker_threads)
+        if workers and credentials is None and "put" in telnet_context.commands:
+            writer = write_path.writer
+            self._workers = WorkerPool(
+                telnet_context,
+                TelnetStats(self.registry),
+                workers,
+                writer_full=writer.is_full,
+                wait_writable=writer.wait_writable,
+            )
+            await self._workers.start()
+            self._listener.handoff = self._workers.adopt
         await self._listener.start(config.network.bind, config.network.port)
         self._register_stats(uids)
         log.info(
@@ -350,6 +370,8 @@ class Daemon:
                     [asyncio.ensure_future(p.wait_closed()) for p in protocols],
                     timeout=TELNET_DRAIN_TIMEOUT_S,
                 )
+        if self._workers is not None:
+            await self._workers.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._write_path is not None:

@@ -268,7 +268,7 @@ class TelnetProtocol(TrackedProtocol):
         to the session by ref (:func:`take_known_puts`), at most as many as the writer has
         room for; any other line takes the full parser on its own.
         """
-        session, context, refs = self._session, self._context, self._refs
+        session, refs = self._session, self._refs
         received = self._stats.received
         fast = self._put_enabled
         flow = self._flow
@@ -294,30 +294,42 @@ class TelnetProtocol(TrackedProtocol):
             line = lines[index]
             self._next = index + 1
             received.value += 1
-            if line is None:  # over tsd.rpc.telnet.max_line
-                self._stats.illegal_arguments.inc()
-                self._stats.errors.inc()
-                self._write(format_error(line_too_long(context.max_line_bytes)))
-                continue
-            try:
-                command = parse_command(line, context.rules, context.commands)
-            except BadRequestError as exc:
-                self._count_parse_error(exc)
-                self._write(format_error(exc))
-                continue
-            if type(command) is PutCommand:
-                words = line.split(b" ", 4)
-                alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
-                if not session.try_append(command.point, None, (alias,)):
-                    return _SlowPut(command.point, alias)
-            elif type(command) in (RollupCommand, HistogramCommand) or session.has_pending():
-                # A rollup is checked and stored by awaiting; other commands answer after
-                # the puts before them (tcollector's version probe then means "everything
-                # sent so far is handled").
-                return _Barrier(command)
-            else:
-                self._run_command(command)
+            blocked = self._run_line(line)
+            if blocked is not None:
+                return blocked
         return None
+
+    def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | None:
+        """One line through the full parser: handled, or what it must wait for."""
+        context, session = self._context, self._session
+        if line is None:  # over tsd.rpc.telnet.max_line
+            self._stats.illegal_arguments.inc()
+            self._stats.errors.inc()
+            self._write(format_error(line_too_long(context.max_line_bytes)))
+            return None
+        try:
+            command = parse_command(line, context.rules, context.commands)
+        except BadRequestError as exc:
+            self._count_parse_error(exc)
+            self._write(format_error(exc))
+            return None
+        if type(command) is PutCommand:
+            words = line.split(b" ", 4)
+            alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
+            return self._put(command.point, alias)
+        if type(command) in (RollupCommand, HistogramCommand) or session.has_pending():
+            # A rollup is checked and stored by awaiting; other commands answer after the
+            # puts before them (tcollector's version probe then means "everything sent so
+            # far is handled").
+            return _Barrier(command)
+        self._run_command(command)
+        return None
+
+    def _put(self, point: DataPoint, alias: tuple[bytes, bytes]) -> _SlowPut | None:
+        """A parsed put: buffered now, or a :class:`_SlowPut` whose series needs a lookup."""
+        if self._session.try_append(point, None, (alias,)):
+            return None
+        return _SlowPut(point, alias)
 
     async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
         """Handle lines that need awaiting (UID lookups run in the session's window)."""
@@ -325,22 +337,26 @@ class TelnetProtocol(TrackedProtocol):
         session = self._session
         try:
             while blocked is not None:
-                if isinstance(blocked, _SlowPut):
-                    await session.append(blocked.point, None, (blocked.alias,))
-                elif isinstance(blocked, _Barrier):
-                    await session.settle()
-                    if isinstance(blocked.command, RollupCommand):
-                        await self._run_rollup(blocked.command)
-                    elif isinstance(blocked.command, HistogramCommand):
-                        await self._run_histogram(blocked.command)
-                    else:
-                        self._run_command(blocked.command)
-                elif session.is_full():
-                    await session.wait_room()
-                elif self._flow is not None and self._flow.writing_paused:
-                    await self._flow.drain()
+                while blocked is not None:
+                    if isinstance(blocked, _SlowPut):
+                        await session.append(blocked.point, None, (blocked.alias,), missed=True)
+                    elif isinstance(blocked, _Barrier):
+                        await session.settle()
+                        if isinstance(blocked.command, RollupCommand):
+                            await self._run_rollup(blocked.command)
+                        elif isinstance(blocked.command, HistogramCommand):
+                            await self._run_histogram(blocked.command)
+                        else:
+                            self._run_command(blocked.command)
+                    elif session.is_full():
+                        await session.wait_room()
+                    elif self._flow is not None and self._flow.writing_paused:
+                        await self._flow.drain()
+                    blocked = self._run_lines()
+                await session.settle()
+                # What arrived meanwhile (nothing here, reading is paused; a worker's
+                # connection gets its next reads): handled before the task ends.
                 blocked = self._run_lines()
-            await session.settle()
         except Exception:
             self._stats.exceptions.inc()
             log.exception("telnet.crashed", peer=self._peer)
