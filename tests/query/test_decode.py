@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsd.query.decode as decode_module
 from tsd.codec import (
     KeyLayout,
     compact_row,
@@ -158,6 +159,9 @@ def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bo
             with pytest.raises(CodecError) as caught:
                 decode_rows([row], LAYOUT, fix_duplicates=fix_duplicates)
             assert caught.value.message == error
+            with pytest.raises(CodecError) as caught:
+                decode_rows(CellBlock.from_rows([row]), LAYOUT, fix_duplicates=fix_duplicates)
+            assert caught.value.message == error
     assert _fast(readable, fix_duplicates) == expected
     # the same rows read in bulk (cells end to end, as the HBase backend reads them)
     assert _fast(CellBlock.from_rows(readable), fix_duplicates) == expected
@@ -270,3 +274,62 @@ def test_rows_of_4_and_8_byte_floats_only_decode_as_the_reference(
     key = encode_row_key(LAYOUT, METRIC, BASE, [(b"\x00\x00\x01", b"\x00\x00\x01")])
     row = Row(key, tuple(Cell("t", q, v) for q, v in sorted(cells.items())))
     assert _fast(CellBlock.from_rows([row]), True) == [_reference(row, True)]
+
+
+@st.composite
+def plain_rows(draw: st.DrawFn) -> list[Row]:
+    """Rows of single and compacted cells, in seconds or ms, any values: what the compiled
+    decoder takes (or hands back when the points are not in strictly increasing order)."""
+    out = []
+    for r in range(draw(st.integers(min_value=1, max_value=5))):
+        base_s = BASE + 3600 * r
+        points = draw(st.lists(st.tuples(OFFSETS_MS, VALUES), max_size=30))
+        cells = dict(_point(base_s, off, value) for off, value in points)
+        if draw(st.booleans()) and cells:
+            compacted = compact_row(sorted(cells.items()), fix_duplicates=True)
+            cells = dict([compacted]) if compacted else {}
+        key = encode_row_key(LAYOUT, METRIC, base_s, [(b"\x00\x00\x01", bytes((0, 0, r + 1)))])
+        out.append(Row(key, tuple(Cell("t", q, v) for q, v in sorted(cells.items()))))
+    return out
+
+
+def _mixes_units(qualifier: bytes) -> bool:
+    """A compacted cell holding both second (2-byte) and ms (4-byte) qualifiers (the numpy
+    decoder hands those to the scalar one; so does the compiled decoder)."""
+    widths = set()
+    at = 0
+    while at < len(qualifier):
+        width = 4 if qualifier[at] >= 0xF0 else 2
+        widths.add(width)
+        at += width
+    return len(widths) > 1
+
+
+@pytest.mark.skipif(decode_module._COMPILED is None, reason="the C extension is not built")
+@decode_settings
+@given(plain_rows())
+def test_compiled_decoding_of_plain_rows_matches_numpys_and_the_reference(
+    rows_: list[Row],
+) -> None:
+    block = CellBlock.from_rows(rows_)
+    expected = [_reference(row, True) for row in rows_]
+    compiled = decode_module._COMPILED
+    assert _fast(block, True) == expected
+    try:
+        decode_module._COMPILED = None
+        assert _fast(block, True) == expected
+    finally:
+        decode_module._COMPILED = compiled
+    # taken whenever each row's points, cell after cell, come in strictly increasing time
+    increasing = True
+    for row in rows_:
+        base_s = int.from_bytes(row.key[3:7], "big")
+        stamps = [
+            p.timestamp_ms
+            for c in row.cells
+            for p in decode_cells(base_s, [(c.qualifier, c.value)], fix_duplicates=True).points
+        ]
+        increasing &= all(a < b for a, b in zip(stamps, stamps[1:], strict=False))
+        increasing &= not any(_mixes_units(c.qualifier) for c in row.cells)
+    taken = decode_module._decode_plain(block, LAYOUT) is not None
+    assert taken == increasing

@@ -30,6 +30,7 @@ random rows):
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,11 @@ U8Array = npt.NDArray[np.uint8]
 #: int32 or int64 arrays (per-point work uses the narrower type where values fit)
 IntArray = npt.NDArray[np.signedinteger[Any]]
 U64Array = npt.NDArray[np.uint64]
+
+try:  # the compiled reader of HBase replies also decodes plain rows (tsd/storage/hbase/_rows.c)
+    _COMPILED: Any = importlib.import_module("tsd.storage.hbase._rows")
+except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
+    _COMPILED = None
 
 _MS_MARK = 0xF0
 _ANNOTATION_PREFIX = 0x01
@@ -469,6 +475,10 @@ def decode_rows(
     Raises IllegalDataError, with the scalar decoder's message, for a row OpenTSDB could not
     read (corrupt cells, conflicting duplicates without ``fix_duplicates``).
     """
+    if isinstance(rows, CellBlock) and _COMPILED is not None:
+        plain = _decode_plain(rows, layout)
+        if plain is not None:
+            return plain
     n_rows = len(rows)
     c = _collect(rows)
     bad = np.zeros(n_rows, dtype=np.bool_)
@@ -534,6 +544,36 @@ def decode_rows(
         merged.is_int,
         annotations,
         stored,
+    )
+
+
+def _decode_plain(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
+    """decode_rows at compiled speed (one pass, no GIL) when every row is plain: single and
+    compacted cells, well formed, points in strictly increasing time. None otherwise."""
+    base_ms = base_times_s(layout, block.keys) * 1000
+
+    def i64(a: Any) -> Any:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    found = _COMPILED.decode_points(
+        i64(block.counts),
+        i64(block.qualifier_lengths),
+        i64(block.value_lengths),
+        block.qualifiers,
+        block.values,
+        i64(base_ms),
+    )
+    if found is None:
+        return None
+    offsets, timestamps, doubles, ints, is_int = found
+    return RowPoints(
+        np.frombuffer(offsets, np.int64),
+        np.frombuffer(timestamps, np.int64),
+        np.frombuffer(doubles, np.float64),
+        None if ints is None else np.frombuffer(ints, np.int64),
+        None if is_int is None else np.frombuffer(is_int, np.bool_),
+        (),
+        block.stored_bytes,
     )
 
 
