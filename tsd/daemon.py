@@ -293,15 +293,40 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_shutdown)
+        loop.add_signal_handler(signal.SIGQUIT, log_task_stacks)
         try:
             await self.start()
             await self._stop_requested.wait()
         finally:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(signum)
             await self.stop()
         return 0
+
+
+def log_task_stacks() -> None:
+    """SIGQUIT (``kill -3``, Java's thread dump that OpenTSDB operators know): one log line
+    per asyncio task with where it waits, outermost frame first. The daemon keeps running."""
+    tasks = asyncio.all_tasks()
+    log.warning("daemon.task_dump", tasks=len(tasks))
+    for task in tasks:
+        log.warning("daemon.task", task=task.get_name(), stack=" > ".join(_awaiting(task)))
+
+
+def _awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """The chain of coroutines ``task`` is suspended in (Task.get_stack gives only the
+    outermost frame of a suspended coroutine)."""
+    frames: list[str] = []
+    coro: Any = task.get_coro()
+    while coro is not None and len(frames) < 64:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            frames.append(repr(coro))
+            break
+        frames.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
 
 
 # -- the command line -------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -52,11 +54,8 @@ def free_port() -> int:
         return port
 
 
-@contextlib.asynccontextmanager
-async def tsd_process(cfg: StorageConfig, log: Path) -> AsyncIterator[int]:
-    """``python -m tsd tsd`` on ``cfg``'s tables; yields its port once it answers HTTP, and
-    stops it with SIGTERM (which drains what it accepted) afterwards."""
-    port = free_port()
+def tsd_argv(cfg: StorageConfig, port: int, data_dir: Path) -> list[str]:
+    """``python -m tsd tsd`` on ``cfg``'s tables, its write-ahead log under ``data_dir``."""
     keys = {
         "tsd.storage.backend": "hbase",
         "tsd.storage.hbase.thrift.host": cfg.thrift_host,
@@ -66,12 +65,24 @@ async def tsd_process(cfg: StorageConfig, log: Path) -> AsyncIterator[int]:
         "tsd.storage.hbase.tree_table": cfg.tree_table,
         "tsd.storage.hbase.meta_table": cfg.meta_table,
         "tsd.storage.enable_compaction": "false",
+        "tsd.storage.data_dir": str(data_dir),
     }
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
+    return [
+        *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
+        *["--auto-metric", *settings],
+    ]
+
+
+@contextlib.asynccontextmanager
+async def tsd_process(cfg: StorageConfig, log: Path) -> AsyncIterator[int]:
+    """``python -m tsd tsd`` on ``cfg``'s tables (its data directory named after ``log``);
+    yields its port once it answers HTTP, and stops it with SIGTERM (which drains what it
+    accepted) afterwards."""
+    port = free_port()
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
-            *["--auto-metric", *settings],
+            *tsd_argv(cfg, port, log.with_suffix("")),
             cwd=ROOT,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
@@ -86,9 +97,14 @@ async def tsd_process(cfg: StorageConfig, log: Path) -> AsyncIterator[int]:
             async with asyncio.timeout(STOP_TIMEOUT_S):
                 await process.wait()
         except TimeoutError:
+            process.send_signal(signal.SIGQUIT)  # the daemon logs where every task waits
+            await asyncio.sleep(1.0)
             process.kill()
             await process.wait()
-            raise
+            output = await asyncio.to_thread(log.read_text, errors="replace")
+            raise AssertionError(
+                f"tsd did not stop in {STOP_TIMEOUT_S} s:\n{output[-20000:]}"
+            ) from None
 
 
 async def wait_ready(process: asyncio.subprocess.Process, port: int, log: Path) -> None:
@@ -219,3 +235,21 @@ async def test_two_tsds_assigning_the_same_names_in_batches_agree_on_every_uid(
         for m, _, _, tags in points
     )
     assert sorted(row.key for row in rows) == expected_keys
+
+
+async def test_a_second_tsd_on_the_same_data_directory_is_refused(
+    hbase_server: HBaseServer, tmp_path: Path
+) -> None:
+    """Two daemons on one write-ahead log would replay and delete each other's segments:
+    the second exits 3 (cannot open its store) and says why."""
+    async with fresh_tables(hbase_server) as cfg, tsd_process(cfg, tmp_path / "tsd1.log"):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            tsd_argv(cfg, free_port(), tmp_path / "tsd1"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT_S,
+        )
+    assert done.returncode == 3, done.stderr
+    assert "is in use by another process" in done.stderr

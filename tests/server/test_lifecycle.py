@@ -186,3 +186,20 @@ async def test_bad_config_exits_2(tmp_path: Path) -> None:
     _, err = await process.communicate()
     assert process.returncode == 2
     assert b"tsd.mode" in err
+
+
+async def test_sigquit_logs_where_every_task_waits_and_the_daemon_goes_on(
+    data_dir: Path,
+) -> None:
+    tsd = await TsdProcess.start(data_dir)
+    tsd.process.send_signal(signal.SIGQUIT)
+    assert tsd.process.stderr is not None
+    dump = orjson.loads(await tsd.process.stderr.readline())
+    while dump["event"] != "daemon.task_dump":  # lines logged before the signal
+        dump = orjson.loads(await tsd.process.stderr.readline())
+    tasks = [orjson.loads(await tsd.process.stderr.readline()) for _ in range(dump["tasks"])]
+    assert {task["event"] for task in tasks} == {"daemon.task"}
+    # the writer's flush loop is one of them, waiting for its next batch
+    assert any("_flush_loop" in task["stack"] for task in tasks), tasks
+    assert await put_http(tsd.port, "/api/put?sync", points("after.quit", 3)) == 204
+    assert await tsd.stop(signal.SIGTERM) == 0

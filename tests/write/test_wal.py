@@ -14,7 +14,7 @@ from tests.write.conftest import MakeWriter
 from tests.write.points import add
 from tests.write.readback import stored_points
 from tsd.config import StorageConfig
-from tsd.errors import StorageError
+from tsd.errors import StorageError, StorageUnavailable
 from tsd.model import DataPoint, make_tags
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
@@ -130,3 +130,16 @@ async def test_a_full_log_disk_loses_nothing_and_the_log_resumes_when_space_retu
     await ingest.writer.flush()
     assert registry.counter("wal.records", type="appended").value == logged + 1
     assert len(await stored_points(storage, tables, ingest.uids)) == 20 * 200 + 1
+
+
+async def test_a_second_log_on_the_same_directory_is_refused_until_the_first_closes(
+    tmp_path: Path,
+) -> None:
+    first = log_in(tmp_path / "wal")
+    first.segments()
+    second = log_in(tmp_path / "wal")
+    with pytest.raises(StorageUnavailable, match="in use by another process"):
+        second.segments()
+    await first.close()
+    assert second.segments() == []
+    await second.close()

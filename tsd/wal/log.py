@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tsd.errors import StorageError
+from tsd.errors import StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.wal.record import SEGMENT_MAGIC, scan_records
@@ -36,6 +37,8 @@ log = get_logger(WRITER)
 #: Bytes after which a new segment is started.
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 SUFFIX = ".wal"
+#: held (flock) by the process that owns the log, from start to close
+LOCK_FILE = "LOCK"
 
 
 def segment_path(directory: Path, number: int) -> Path:
@@ -65,6 +68,7 @@ class WriteAheadLog:
         self._segment_of: dict[int, int] = {}  # unstored record -> its segment
         self._unstored: dict[int, int] = {}  # segment -> records not stored yet
         self._recovered: list[Path] = []
+        self._lock_fd: int | None = None
         self._appended = registry.counter("wal.records", type="appended")
         self._synced_cells = registry.counter("wal.cells", type="synced")
         self._fsyncs = registry.counter("wal.fsyncs")
@@ -78,11 +82,28 @@ class WriteAheadLog:
         """The segments the last run left, oldest first (blocking: run it in a thread).
         New records go to segments numbered after them."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
         paths = sorted(self.directory.glob("*" + SUFFIX))
         self._recovered = paths
         if paths:
             self._number = max(self._number, int(paths[-1].stem))
         return paths
+
+    def _take_lock(self) -> None:
+        """One process per log: a second daemon (or one started with the same
+        tsd.storage.data_dir on HBase) would replay and delete the first one's segments."""
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StorageUnavailable(
+                f"write-ahead log {str(self.directory)!r} is in use by another process"
+                " (each daemon needs its own tsd.storage.data_dir)"
+            ) from None
+        self._lock_fd = fd
 
     def read_segment(self, path: Path) -> list[tuple[int, bytes]]:
         """The intact records of one segment, ``(type, payload)`` (blocking: run it in a
@@ -141,6 +162,9 @@ class WriteAheadLog:
             if not self._unstored.get(number):
                 self._drop(number)
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     # -- the commit task ----------------------------------------------------------------------
 
