@@ -365,16 +365,17 @@ async def _key_ranges(storage: Storage, table: str, spec: ScanSpec, pieces: int)
     """``spec`` cut into up to ``pieces`` key ranges between its first and last row keys
     (evenly over the bytes where they differ), when storage can tell the last key cheaply.
     The ranges partition the scan exactly; only their balance depends on the guess."""
-    last = await storage.last_key(table, spec.start, spec.stop)
-    if last is None:
-        return [spec]
     first_spec = dataclasses.replace(spec, row_filter=None, limit=1, batch_rows=1)
-    first = None
-    async with contextlib.aclosing(storage.scan_keys(table, first_spec)) as batches:
-        async for batch in batches:
-            first = batch[0] if batch else None
-            break
-    if first is None or first >= last:
+
+    async def first_key() -> bytes | None:
+        async with contextlib.aclosing(storage.scan_keys(table, first_spec)) as batches:
+            async for batch in batches:
+                return batch[0] if batch else None
+        return None
+
+    # both probes at once: two round trips in parallel rather than four in a row
+    first, last = await all_or_none([first_key(), storage.last_key(table, spec.start, spec.stop)])
+    if first is None or last is None or first >= last:
         return [spec]
     points = split_keys(first, last, pieces)
     bounds = [spec.start, *points, spec.stop]
