@@ -57,7 +57,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from tests.hbase.opentsdb import running_opentsdb
+from tests.hbase.opentsdb import running_opentsdb, tsd_hbase_keys
 from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, base_time_for, encode_point, make_series_key
 from tsd.config import StorageConfig
@@ -244,24 +244,10 @@ async def timed(
     return Result(name, points, wall, cpu)
 
 
-def tsd_settings(cfg: StorageConfig) -> dict[str, str]:
-    """The ``--set`` keys of a tsd on ``cfg``'s HBase tables, compaction off."""
-    return {
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
-    }
-
-
 async def start_tsd(
     cfg: StorageConfig, profile: str | None
 ) -> tuple[asyncio.subprocess.Process, int]:
-    keys = {**tsd_settings(cfg), "tsd.logging.format": "json"}
+    keys = {**tsd_hbase_keys(cfg), "tsd.logging.format": "json"}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.hbase_ingest import HBase, make_tables, start_hbase, tables, tsd_settings
+from bench.hbase_ingest import HBase, make_tables, start_hbase, tables
 from bench.ingest import (
     BASE_TS,
     Rate,
@@ -48,6 +48,7 @@ from bench.ingest import (
     start_tsd,
     timed,
 )
+from tests.hbase.opentsdb import tsd_hbase_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 #: goals of issue 11: new series/s on the embedded store; HBase: times the baseline
@@ -80,7 +81,7 @@ async def daemon(
     settings: dict[str, str] = dict(extra)
     if hbase is not None:
         await make_tables(tables(hbase.server, prefix))
-        settings |= tsd_settings(tables(hbase.server, prefix))
+        settings |= tsd_hbase_keys(tables(hbase.server, prefix))
     mode = next(iter(modes().values()))
     server = await start_tsd(data_dir, mode, source=source, settings=settings)
     try:

@@ -28,8 +28,9 @@ import socket
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -117,13 +118,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def victoria_metrics(
-    values: npt.NDArray[np.float64], step: int, repeat: int
-) -> tuple[float, int] | None:
-    """(p50 seconds of the equivalent query, points answered), or None without the binary."""
+@contextlib.asynccontextmanager
+async def victoria_with(
+    values: npt.NDArray[Any], step: int, metric: str
+) -> AsyncIterator[tuple[aiohttp.ClientSession, str, Path] | None]:
+    """A VictoriaMetrics in a temporary directory holding ``values`` (one series per row,
+    host h00000...) as ``metric``, flushed: (session, base URL, data directory), or None
+    without the binary."""
     binary = shutil.which("victoria-metrics")
     if binary is None:
-        return None
+        yield None
+        return
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="tsd-bench-vm-") as data:
         process = await asyncio.create_subprocess_exec(
@@ -144,7 +149,7 @@ async def victoria_metrics(
                     lines = b"\n".join(
                         orjson.dumps(
                             {
-                                "metric": {"__name__": "bench_cpu", "host": f"h{s:05d}"},
+                                "metric": {"__name__": metric, "host": f"h{s:05d}"},
                                 "values": values[s].tolist(),
                                 "timestamps": stamps,
                             }
@@ -155,32 +160,43 @@ async def victoria_metrics(
                         assert reply.status == 204, await reply.text()
                 async with session.get(f"{base}/internal/force_flush"):
                     pass
-                params = {
-                    "query": "sum(avg_over_time(bench_cpu[1m]))",
-                    "start": str(BASE + 60),
-                    "end": str(BASE + DAY),
-                    "step": "60",
-                    "nocache": "1",
-                }
-                url = f"{base}/api/v1/query_range"
-                points = 0
-                for _ in range(50):  # until the imported data is searchable
-                    async with session.get(url, params=params) as reply:
-                        result = (await reply.json())["data"]["result"]
-                    points = len(result[0]["values"]) if result else 0
-                    if points >= DAY // 60 - 1:
-                        break
-                    await asyncio.sleep(0.2)
-                samples = []
-                for _ in range(repeat):
-                    t0 = time.perf_counter()
-                    async with session.get(url, params=params) as reply:
-                        await reply.read()
-                    samples.append(time.perf_counter() - t0)
-                return statistics.median(samples), points
+                yield session, base, Path(data)
         finally:
             process.terminate()
             await process.wait()
+
+
+async def victoria_metrics(
+    values: npt.NDArray[np.float64], step: int, repeat: int
+) -> tuple[float, int] | None:
+    """(p50 seconds of the equivalent query, points answered), or None without the binary."""
+    async with victoria_with(values, step, "bench_cpu") as found:
+        if found is None:
+            return None
+        session, base, _ = found
+        params = {
+            "query": "sum(avg_over_time(bench_cpu[1m]))",
+            "start": str(BASE + 60),
+            "end": str(BASE + DAY),
+            "step": "60",
+            "nocache": "1",
+        }
+        url = f"{base}/api/v1/query_range"
+        points = 0
+        for _ in range(50):  # until the imported data is searchable
+            async with session.get(url, params=params) as reply:
+                result = (await reply.json())["data"]["result"]
+            points = len(result[0]["values"]) if result else 0
+            if points >= DAY // 60 - 1:
+                break
+            await asyncio.sleep(0.2)
+        samples = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            async with session.get(url, params=params) as reply:
+                await reply.read()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples), points
 
 
 async def _wait_for(session: aiohttp.ClientSession, url: str) -> None:

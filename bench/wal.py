@@ -6,22 +6,34 @@ it. Measured: ``Writer.recover()`` into the embedded store (read, CRC check, dec
 store), against the baseline of the same cells handed to ``Storage.put`` already built,
 in the same run, rounds alternating. Goal (issue 9): 10 M points replayed in 30 s at most.
 
-Run: ``python -m bench.wal [--points N] [--repeat R]``.
+HBase drain (``--hbase``; issue 9, milestone 4): records as an outage leaves them in the
+log (one second of 20,000 points/s each: 2,000 series, 10 cells a row) drained into HBase
+by the :class:`~tsd.write.spool.Spool` (read back from the segments, decoded, put one
+record at a time, in order), against the baseline of the same cells handed to
+``Storage.put`` already built, one record at a time, in the same run, rounds alternating.
+``--hbase`` starts a standalone HBase (``scripts/hbase``, as bench/hbase_ingest.py does);
+``--hbase HOST:PORT`` uses a running Thrift gateway.
+
+Run: ``python -m bench.wal [--points N] [--repeat R] [--hbase [HOST:PORT]
+[--hbase-points N]]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
 
 from tsd.codec import KeyLayout, encode_point, make_series_key
 from tsd.config import StorageConfig
+from tsd.schema import hbase_settings
 from tsd.stats import StatsRegistry
 from tsd.storage.base import FamilySpec, Put
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.hbase import HBaseStorage
 from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Row
 from tsd.write.writer import Writer
@@ -31,19 +43,21 @@ CELLS_PER_RECORD = 50_000
 GOAL_S = 30.0
 
 
-def make_records(points: int) -> list[list[Row]]:
-    """``points`` cells in full row-hours of 3,600 one-second points (int values), as
-    records of about 50,000 cells: rows of distinct series, the cells shared."""
+def make_records(
+    points: int, per_row: int = 3600, per_record: int = CELLS_PER_RECORD
+) -> list[list[Row]]:
+    """``points`` cells in rows of ``per_row`` one-second points (int values), as records
+    of about ``per_record`` cells: rows of distinct series, the cells shared."""
     layout = KeyLayout()
-    cells = [encode_point(BASE_TS + s, s % 100)[1:] for s in range(3600)]
-    rows_needed = -(-points // 3600)
+    cells = [encode_point(BASE_TS + s, s % 100)[1:] for s in range(per_row)]
+    rows_needed = -(-points // per_row)
     rows: list[Row] = []
     for n in range(rows_needed):
         series = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", n.to_bytes(3, "big"))])
-        count = min(3600, points - n * 3600)
+        count = min(per_row, points - n * per_row)
         rows.append((series.row_key(BASE_TS), cells[:count]))
-    per_record = max(1, CELLS_PER_RECORD // 3600)
-    return [rows[i : i + per_record] for i in range(0, len(rows), per_record)]
+    rows_per_record = max(1, per_record // per_row)
+    return [rows[i : i + rows_per_record] for i in range(0, len(rows), rows_per_record)]
 
 
 async def write_log(directory: Path, records: list[list[Row]]) -> None:
@@ -89,11 +103,110 @@ async def baseline(records: list[list[Row]], store_path: Path) -> float:
     return elapsed
 
 
+# -- the HBase drain --------------------------------------------------------------------------
+
+#: an outage's records: one second of 20,000 points/s over 2,000 series
+HBASE_PER_ROW = 10
+HBASE_PER_RECORD = 20_000
+
+
+async def hbase_tables(address: tuple[str, int], prefix: str) -> StorageConfig:
+    host, port = address
+    cfg = StorageConfig(
+        backend="hbase",
+        thrift_host=host,
+        thrift_port=port,
+        data_table=f"{prefix}tsdb",
+        uid_table=f"{prefix}tsdb-uid",
+        tree_table=f"{prefix}tsdb-tree",
+        meta_table=f"{prefix}tsdb-meta",
+        enable_compaction=False,
+    )
+    storage = HBaseStorage(hbase_settings(cfg))
+    try:
+        await storage.create_table(cfg.data_table, [FamilySpec("t")])
+    finally:
+        await storage.close()
+    return cfg
+
+
+async def hbase_drain(cfg: StorageConfig, records: list[list[Row]], directory: Path) -> float:
+    """Seconds for the spool to store ``records`` (logged by this process, as an outage
+    leaves them) into HBase."""
+    storage = HBaseStorage(hbase_settings(cfg))
+    wal = WriteAheadLog(directory, StatsRegistry())
+    await asyncio.to_thread(wal.segments)
+    writer = Writer(storage, cfg, StatsRegistry(), wal=wal, spool_max_bytes=1 << 50)
+    spool = writer.spool
+    assert spool is not None
+    last: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for n, rows in enumerate(records):
+        record = encode_cells((row, dict(cells)) for row, cells in rows)
+        cells = sum(len(cells) for _, cells in rows)
+        seq = await wal.append(record, cells)
+        spool.add(seq, cells, len(record), last if n == len(records) - 1 else None, routed=False)
+    started = time.perf_counter()
+    writer.start()
+    await last  # records drain in order: the last one's ack resolves last
+    elapsed = time.perf_counter() - started
+    await writer.close()
+    await storage.close()
+    return elapsed
+
+
+async def hbase_baseline(cfg: StorageConfig, records: list[list[Row]]) -> float:
+    """The same cells, Puts already built, into HBase one record at a time."""
+    storage = HBaseStorage(hbase_settings(cfg))
+    batches = [[Put(row, "t", q, v) for row, cells in rows for q, v in cells] for rows in records]
+    started = time.perf_counter()
+    for puts in batches:
+        await storage.put(cfg.data_table, puts)
+    elapsed = time.perf_counter() - started
+    await storage.close()
+    return elapsed
+
+
+def run_hbase(address: str, points: int, repeat: int) -> None:
+    from bench.hbase_ingest import start_hbase  # noqa: PLC0415 (java only when asked)
+
+    records = make_records(points, HBASE_PER_ROW, HBASE_PER_RECORD)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        hbase = None
+        if address:
+            host, _, port = address.rpartition(":")
+            where = (host or "127.0.0.1", int(port))
+        else:
+            hbase = start_hbase(root / "hbase")
+            where = (hbase.server.thrift_host, hbase.server.thrift_port)
+        try:
+            drains, puts = [], []
+            for n in range(repeat):
+                cfg = asyncio.run(hbase_tables(where, f"wal{os.getpid()}d{n}_"))
+                drains.append(asyncio.run(hbase_drain(cfg, records, root / f"wal{n}")))
+                cfg = asyncio.run(hbase_tables(where, f"wal{os.getpid()}b{n}_"))
+                puts.append(asyncio.run(hbase_baseline(cfg, records)))
+        finally:
+            if hbase is not None:
+                hbase.stop()
+    drain, put = min(drains), min(puts)
+    print(f"HBase drain: {points:,} points in {len(records)} records; best of {repeat}")
+    print(f"  spool drain into HBase: {drain:6.2f} s ({points / drain:,.0f} points/s)")
+    print(f"  Storage.put of the same cells, built: {put:6.2f} s ({points / put:,.0f} points/s)")
+    print(f"  drain / Storage.put: {drain / put:.2f}")
+    print(f"  a 60 s outage at 20,000 points/s drains in {1_200_000 / (points / drain):.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=2, help="rounds, best kept")
+    parser.add_argument("--hbase", nargs="?", const="", default=None, metavar="HOST:PORT")
+    parser.add_argument("--hbase-points", type=int, default=1_000_000)
     args = parser.parse_args()
+    if args.hbase is not None:
+        run_hbase(args.hbase, args.hbase_points, args.repeat)
+        return
     records = make_records(args.points)
     best_replay = best_put = float("inf")
     log_bytes = 0

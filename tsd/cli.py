@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "search": ("tsd.tools.search", "Find series by metric and tags (tsdb search lookup)"),
     "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
     "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
+    "check-store": ("tsd.tools.check_store", "Check the embedded store's bytes; --fix them"),
+    "compact-store": (
+        "tsd.tools.compact_store",
+        "Shrink the embedded store's file to its live data (daemon stopped)",
+    ),
 }
 
 

@@ -118,6 +118,12 @@ class StorageConfig:
     wal_enable: bool = True
     wal_sync_interval_ms: int = 1000  # a point acked without sync is on disk within this
     wal_segment_bytes: int = 64 * 1024 * 1024
+    # On HBase, the log keeps what HBase cannot take (an outage) up to this many bytes,
+    # then points are refused (docs/write-path.md). 1 GiB: about 1.5 hours at 20,000
+    # points/s (about 10 bytes a point in the log), on a disk of any size a TSD host has.
+    wal_max_bytes: int = 1024 * 1024 * 1024
+    # Embedded store: seconds of data kept (whole hours older are dropped); 0 = forever.
+    embedded_retention_s: int = 0
     thrift_host: str = "localhost"
     thrift_port: int = 9090
     thrift_transport: str = "buffered"
@@ -182,6 +188,25 @@ def _int(text: str) -> int:
 
 def _str(text: str) -> str:
     return text.strip()
+
+
+_RETENTION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def _retention(text: str) -> int:
+    """``30d``, ``12h``, ``2w``, ``1y`` or plain seconds; empty or 0: keep forever. Data is
+    dropped by whole hours, so anything from 0 to an hour is refused."""
+    value = text.strip().lower()
+    if value in ("", "0"):
+        return 0
+    unit = _RETENTION_UNITS.get(value[-1])
+    digits = value[:-1] if unit is not None else value
+    if not digits.isdigit():
+        raise ValueError(f"not a duration (like 30d, 12h, 2w): {text!r}")
+    seconds = int(digits) * (unit or 1)
+    if seconds < 3600:
+        raise ValueError(f"must be at least an hour (1h) or 0 for forever, not {text!r}")
+    return seconds
 
 
 def _choice(*choices: str) -> Callable[[str], str]:
@@ -273,6 +298,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.storage.wal.enable": ("storage", "wal_enable", _bool),
     "tsd.storage.wal.sync_interval": ("storage", "wal_sync_interval_ms", _range(1, 3_600_000)),
     "tsd.storage.wal.segment_size": ("storage", "wal_segment_bytes", _range(4096, 1 << 40)),
+    "tsd.storage.wal.max_bytes": ("storage", "wal_max_bytes", _range(1 << 20, 1 << 50)),
     "tsd.storage.hbase.thrift.host": ("storage", "thrift_host", _str),
     "tsd.storage.hbase.thrift.port": ("storage", "thrift_port", _range(1, 65535)),
     "tsd.storage.hbase.thrift.transport": (
@@ -295,6 +321,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     ),
     "tsd.storage.hbase.data_ttl": ("storage", "hbase_data_ttl_s", _range(0, 2**31 - 1)),
     "tsd.storage.create_tables": ("storage", "create_tables", _bool),
+    "tsd.storage.embedded.retention": ("storage", "embedded_retention_s", _retention),
     "tsd.query.timeout": ("query", "timeout_ms", _int),
     "tsd.query.skip_unresolved_tagvs": ("query", "skip_unresolved_tagvs", _bool),
     "tsd.query.filter.expansion_limit": ("query", "filter_expansion_limit", _int),

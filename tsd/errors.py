@@ -167,6 +167,14 @@ class StorageReadOnly(StorageRefused):
     status = 503
 
 
+class SpoolFull(StorageRefused):
+    """HBase cannot take writes and the write-ahead log already holds
+    ``tsd.storage.wal.max_bytes`` of points waiting for it: new points are refused until
+    the backlog drains (docs/write-path.md). HTTP 503."""
+
+    status = 503
+
+
 class TableNotFound(StorageError):
     """The named table does not exist."""
 

@@ -68,6 +68,21 @@ class OpenTSDB:
         return f"http://127.0.0.1:{self.port}"
 
 
+def tsd_hbase_keys(cfg: StorageConfig) -> dict[str, str]:
+    """The configuration keys of a tsd on ``cfg``'s HBase tables, read-time compaction off
+    (OpenTSDB's default is on: it would rewrite rows under a test's feet)."""
+    return {
+        "tsd.storage.backend": "hbase",
+        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
+        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
+        "tsd.storage.hbase.data_table": cfg.data_table,
+        "tsd.storage.hbase.uid_table": cfg.uid_table,
+        "tsd.storage.hbase.tree_table": cfg.tree_table,
+        "tsd.storage.hbase.meta_table": cfg.meta_table,
+        "tsd.storage.enable_compaction": "false",
+    }
+
+
 def opentsdb_conf(
     server: HBaseServer,
     cfg: StorageConfig,

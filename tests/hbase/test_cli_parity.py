@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hbase.opentsdb import fresh_tables, opentsdb_classpath, opentsdb_conf
+from tests.hbase.opentsdb import fresh_tables, opentsdb_classpath, opentsdb_conf, tsd_hbase_keys
 from tests.hbase_harness import HBaseServer
 from tsd.config import StorageConfig
 
@@ -70,16 +70,8 @@ class Clis:
     def __init__(self, server: HBaseServer, cfg: StorageConfig, workdir: Path) -> None:
         self.workdir = workdir
         self.tsd_conf = workdir / "tsd.conf"
-        self.tsd_conf.write_text(
-            "tsd.logging.level = warning\n"
-            "tsd.storage.backend = hbase\n"
-            f"tsd.storage.hbase.thrift.host = {cfg.thrift_host}\n"
-            f"tsd.storage.hbase.thrift.port = {cfg.thrift_port}\n"
-            f"tsd.storage.hbase.data_table = {cfg.data_table}\n"
-            f"tsd.storage.hbase.uid_table = {cfg.uid_table}\n"
-            f"tsd.storage.hbase.tree_table = {cfg.tree_table}\n"
-            f"tsd.storage.hbase.meta_table = {cfg.meta_table}\n"
-        )
+        keys = {"tsd.logging.level": "warning", **tsd_hbase_keys(cfg)}
+        self.tsd_conf.write_text("".join(f"{key} = {value}\n" for key, value in keys.items()))
         java_dir = workdir / "java"
         java_dir.mkdir()
         self.opentsdb_conf = opentsdb_conf(server, cfg, java_dir, 0)

@@ -41,6 +41,7 @@ from tests.hbase.opentsdb import (
     put_telnet,
     read_uid_table,
     running_opentsdb,
+    tsd_hbase_keys,
 )
 from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
@@ -107,14 +108,7 @@ def tsd_keys(cfg: StorageConfig) -> dict[str, str]:
         "tsd.network.bind": "127.0.0.1",
         "tsd.network.port": "0",
         "tsd.core.auto_create_metrics": "true",
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
+        **tsd_hbase_keys(cfg),
     }
 
 

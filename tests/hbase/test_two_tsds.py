@@ -18,19 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import socket
 import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
+from tests.hbase.tsd_process import START_TIMEOUT_S, free_port, tsd_argv, tsd_process
 from tests.hbase_harness import ROOT, HBaseServer
-from tsd.config import StorageConfig
 from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
@@ -39,85 +35,10 @@ pytestmark = pytest.mark.hbase
 
 H0 = 1356998400
 NAMES = 200
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 60.0
 
 
 def put_lines() -> list[str]:
     return [f"put race.metric.{i} {H0 + i} {i} racek{i}=racev{i} shared=both" for i in range(NAMES)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def tsd_argv(cfg: StorageConfig, port: int, data_dir: Path) -> list[str]:
-    """``python -m tsd tsd`` on ``cfg``'s tables, its write-ahead log under ``data_dir``."""
-    keys = {
-        "tsd.storage.backend": "hbase",
-        "tsd.storage.hbase.thrift.host": cfg.thrift_host,
-        "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
-        "tsd.storage.hbase.data_table": cfg.data_table,
-        "tsd.storage.hbase.uid_table": cfg.uid_table,
-        "tsd.storage.hbase.tree_table": cfg.tree_table,
-        "tsd.storage.hbase.meta_table": cfg.meta_table,
-        "tsd.storage.enable_compaction": "false",
-        "tsd.storage.data_dir": str(data_dir),
-    }
-    settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
-    return [
-        *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
-        *["--auto-metric", *settings],
-    ]
-
-
-@contextlib.asynccontextmanager
-async def tsd_process(cfg: StorageConfig, log: Path) -> AsyncIterator[int]:
-    """``python -m tsd tsd`` on ``cfg``'s tables (its data directory named after ``log``);
-    yields its port once it answers HTTP, and stops it with SIGTERM (which drains what it
-    accepted) afterwards."""
-    port = free_port()
-    with log.open("wb") as out:
-        process = await asyncio.create_subprocess_exec(
-            *tsd_argv(cfg, port, log.with_suffix("")),
-            cwd=ROOT,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-    try:
-        await wait_ready(process, port, log)
-        yield port
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        try:
-            async with asyncio.timeout(STOP_TIMEOUT_S):
-                await process.wait()
-        except TimeoutError:
-            process.send_signal(signal.SIGQUIT)  # the daemon logs where every task waits
-            await asyncio.sleep(1.0)
-            process.kill()
-            await process.wait()
-            output = await asyncio.to_thread(log.read_text, errors="replace")
-            raise AssertionError(
-                f"tsd did not stop in {STOP_TIMEOUT_S} s:\n{output[-20000:]}"
-            ) from None
-
-
-async def wait_ready(process: asyncio.subprocess.Process, port: int, log: Path) -> None:
-    async with asyncio.timeout(START_TIMEOUT_S), aiohttp.ClientSession() as http:
-        while True:
-            if process.returncode is not None:
-                output = await asyncio.to_thread(log.read_text)
-                raise RuntimeError(f"tsd exited ({process.returncode}):\n{output}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"http://127.0.0.1:{port}/api/version") as reply:
-                    if reply.status == 200:
-                        return
-            await asyncio.sleep(0.1)
 
 
 async def test_two_tsds_assigning_the_same_names_at_once_agree_on_every_uid(

@@ -35,7 +35,7 @@ MakeWriter = Callable[..., IngestService]
 @pytest.fixture
 async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[MakeWriter]:
     """``make_writer(store=None, limits=None, schedule=None, wall_clock=None, wal=None,
-    **storage_cfg)``:
+    spool_max_bytes=None, **storage_cfg)``:
     a started Writer behind its ingest service (``.writer``).
 
     Metrics are auto-created unless ``auto_create_metrics=False`` is given.
@@ -49,6 +49,7 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
         schedule: CompactionSchedule | None = None,
         wall_clock: Callable[[], float] | None = None,
         wal: WriteAheadLog | None = None,
+        spool_max_bytes: int | None = None,
         auto_create_metrics: bool = True,
         **storage_cfg: Any,
     ) -> IngestService:
@@ -69,6 +70,7 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
             limits=limits,
             schedule=schedule,
             wal=wal,
+            spool_max_bytes=spool_max_bytes,
             **extra,
         )
         writer.start()

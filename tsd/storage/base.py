@@ -456,6 +456,18 @@ class Storage(ABC):
         a big scan into key ranges read in parallel."""
         return None
 
+    async def delete_range(self, table: str, start: bytes, stop: bytes) -> int:
+        """Delete every row with ``start <= key < stop``; the rows deleted. Retention drops
+        whole expired hours with it. This default scans the keys and deletes them in
+        batches; a backend that can delete a key range in place overrides it."""
+        deleted = 0
+        spec = ScanSpec(start=start, stop=stop, batch_rows=1024)
+        async with contextlib.aclosing(self.scan_keys(table, spec)) as batches:
+            async for keys in batches:
+                await self.delete(table, [Delete(key) for key in keys])
+                deleted += len(keys)
+        return deleted
+
     @abstractmethod
     async def increment(
         self, table: str, row: bytes, family: str, qualifier: bytes, amount: int = 1

@@ -149,6 +149,10 @@ class InstrumentedStorage(Storage):
         result: bytes | None = await self._timed("scan", self.inner.last_key(table, start, stop))
         return result
 
+    async def delete_range(self, table: str, start: bytes, stop: bytes) -> int:
+        result: int = await self._timed("delete", self.inner.delete_range(table, start, stop))
+        return result
+
     async def check_and_put_many(self, table: str, checks: Sequence[CheckAndPut]) -> list[bool]:
         result: list[bool] = await self._timed(
             "check_and_put", self.inner.check_and_put_many(table, checks)

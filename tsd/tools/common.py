@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from tsd.config import Config, load_config
+from tsd.errors import UsageError
 from tsd.log import configure_logging
 from tsd.protocol.names import NameRules
 from tsd.schema import ensure_tables, storage_settings
@@ -95,3 +96,12 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     """Run a tool's coroutine on uvloop, as the daemon runs."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
+
+
+def embedded_data_dir(args: argparse.Namespace, command: str) -> str:
+    """The embedded store a maintenance command works on: ``--data-dir`` or
+    ``tsd.storage.data_dir`` of ``--config``; UsageError with another backend."""
+    cfg = load_config(args.config)
+    if cfg.storage.backend != "embedded":
+        raise UsageError(f"{command} works on the embedded store (tsd.storage.backend)")
+    return str(args.data_dir if args.data_dir is not None else cfg.storage.data_dir)

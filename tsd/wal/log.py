@@ -30,7 +30,7 @@ from pathlib import Path
 from tsd.errors import StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
-from tsd.wal.record import SEGMENT_MAGIC, scan_records
+from tsd.wal.record import HEADER, SEGMENT_MAGIC, read_records, scan_records
 
 log = get_logger(WRITER)
 
@@ -65,7 +65,7 @@ class WriteAheadLog:
         self._file: int | None = None  # the open segment's descriptor
         self._number = 0  # the open segment's number
         self._size = 0  # bytes in the open segment
-        self._segment_of: dict[int, int] = {}  # unstored record -> its segment
+        self._segment_of: dict[int, tuple[int, int]] = {}  # unstored record -> (segment, offset)
         self._unstored: dict[int, int] = {}  # segment -> records not stored yet
         self._recovered: list[Path] = []
         self._lock_fd: int | None = None
@@ -123,6 +123,13 @@ class WriteAheadLog:
             )
         return scan.records
 
+    def drop_segment(self, path: Path) -> None:
+        """Delete one segment :meth:`segments` listed, its records stored (the HBase spool
+        drains them one by one, after the daemon started)."""
+        if path in self._recovered:
+            self._recovered.remove(path)
+        self._executor.submit(path.unlink, missing_ok=True)
+
     def drop_recovered(self) -> None:
         """Delete the segments :meth:`segments` listed (their cells are stored now)."""
         for path in self._recovered:
@@ -143,12 +150,21 @@ class WriteAheadLog:
 
     def mark_stored(self, seq: int) -> None:
         """The record ``seq`` is in storage: its segment may go once all of it is."""
-        number = self._segment_of.pop(seq, None)
-        if number is None:
+        where = self._segment_of.pop(seq, None)
+        if where is None:
             return
+        number = where[0]
         self._unstored[number] -= 1
         if not self._unstored[number] and number != self._number:
             self._drop(number)
+
+    def location(self, seq: int) -> tuple[Path, int] | None:
+        """The segment and byte offset of record ``seq`` while it is not stored (the
+        HBase spool reads it back from there: :func:`read_record_at`); None once stored."""
+        where = self._segment_of.get(seq)
+        if where is None:
+            return None
+        return segment_path(self.directory, where[0]), where[1]
 
     async def close(self) -> None:
         """Finish the commits under way and close the segment (it stays for the next
@@ -173,9 +189,10 @@ class WriteAheadLog:
         try:
             while self._queue:
                 items, self._queue = self._queue, []
+                records = [record for record, _, _ in items]
                 try:
-                    number, closed = await loop.run_in_executor(
-                        self._executor, self._write, [record for record, _, _ in items]
+                    number, start, closed = await loop.run_in_executor(
+                        self._executor, self._write, records
                     )
                 except OSError as exc:
                     self._failures.inc()
@@ -189,8 +206,10 @@ class WriteAheadLog:
                 seqs = range(self._next_seq, self._next_seq + len(items))
                 self._next_seq += len(items)
                 self._unstored[number] = self._unstored.get(number, 0) + len(items)
-                for seq in seqs:
-                    self._segment_of[seq] = number
+                offset = start
+                for seq, record in zip(seqs, records, strict=True):
+                    self._segment_of[seq] = (number, offset)
+                    offset += len(record)
                 if closed is not None and not self._unstored.get(closed):
                     self._drop(closed)
                 for seq, (_, cells, done) in zip(seqs, items, strict=True):
@@ -203,10 +222,10 @@ class WriteAheadLog:
         finally:
             self._committing = None
 
-    def _write(self, records: list[bytes]) -> tuple[int, int | None]:
+    def _write(self, records: list[bytes]) -> tuple[int, int, int | None]:
         """In the log's thread: append the records to the open segment (starting a new
-        one when it is full), fsync once; the segment's number, and the number of the
-        segment closed meanwhile (if any)."""
+        one when it is full), fsync once; the segment's number, the offset of the first
+        record, and the number of the segment closed meanwhile (if any)."""
         closed = None
         if self._file is None or self._size >= self._segment_bytes:
             closed = self._start_segment()
@@ -223,7 +242,7 @@ class WriteAheadLog:
                 os.ftruncate(fd, start)
             raise
         self._size = start + len(data)
-        return self._number, closed
+        return self._number, start, closed
 
     def _start_segment(self) -> int | None:
         """Open the next segment; the number of the one closed (None at the first)."""
@@ -250,6 +269,27 @@ class WriteAheadLog:
         """Forget a segment and delete its file (in the log's thread)."""
         self._unstored.pop(number, None)
         self._executor.submit(segment_path(self.directory, number).unlink, missing_ok=True)
+
+
+def read_record_at(path: Path, offset: int) -> tuple[int, bytes]:
+    """The record that starts at ``offset`` of segment ``path``, ``(type, payload)``
+    (blocking: run it in a thread). Only a record the log committed may be asked for:
+    raises StorageError when it is not there whole or its checksum does not match."""
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            header = file.read(HEADER.size)
+            if len(header) == HEADER.size:
+                length = HEADER.unpack(header)[0]
+                data = header + file.read(length)
+            else:
+                data = header
+    except OSError as exc:
+        raise StorageError(f"write-ahead log: {exc.strerror or exc}") from None
+    records, _, problem = read_records(data)
+    if problem is not None or len(records) != 1:
+        raise StorageError(f"write-ahead log: {path.name} at byte {offset}: {problem}")
+    return records[0]
 
 
 def _write_all(fd: int, data: bytes) -> None:

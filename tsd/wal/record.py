@@ -136,6 +136,12 @@ def scan_records(data: bytes) -> Scan:
     return Scan(*_records(data, len(SEGMENT_MAGIC)))
 
 
+def read_records(data: bytes) -> tuple[list[tuple[int, bytes]], int, str | None]:
+    """The intact records of ``data`` (records back to back, no segment header), where
+    the good bytes end, and why reading stopped early (None: at the end)."""
+    return _records(data, 0)
+
+
 def _records(data: bytes, at: int) -> tuple[list[tuple[int, bytes]], int, str | None]:
     records: list[tuple[int, bytes]] = []
     end = len(data)

@@ -268,6 +268,9 @@ class IngestSession(Generic[T]):
     track_acks: bool = False
     #: (points taken, points refused) counters, or None
     counters: tuple[Counter, Counter] | None = None
+    #: set when storage refused points up front (HBase's spool full), and how many
+    refusal: StorageRefused | None = None
+    refused_writes: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
     #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
     _collecting: list[_Miss[T]] | None = None
@@ -302,7 +305,9 @@ class IngestSession(Generic[T]):
         """
         try:
             ack = self.service.writer.add_points(points)
-        except TsdError as exc:  # shutting down: every point is refused
+        except TsdError as exc:  # shutting down, or HBase's spool full: all are refused
+            if self._track_refusal(exc, tags, len(points)):
+                return
             refused = Refused.of(exc)
             for position in range(len(points)):
                 self._refuse(None if tags is None else tags[position], None, refused)
@@ -391,10 +396,12 @@ class IngestSession(Generic[T]):
 
     async def stored(self, timeout_s: float | None) -> SyncOutcome[T]:
         """After :meth:`settle` (``track_acks`` only): write now, wait until storage
-        holds every point or ``timeout_s`` passes, and sort the points by outcome."""
+        holds every point or ``timeout_s`` passes (on HBase, during an outage, at most
+        :meth:`Writer.sync_wait_s`), and sort the points by outcome."""
         writer = self.service.writer
         writer.flush_soon()
-        pending = {tracked.ack for tracked in self._tracked}
+        timeout_s = writer.sync_wait_s(timeout_s)
+        pending = {tracked.ack for tracked in self._tracked if not tracked.ack.done()}
         if pending:
             try:
                 async with asyncio.timeout(timeout_s):
@@ -443,12 +450,32 @@ class IngestSession(Generic[T]):
     def _add_one(self, ref: SeriesRef, point: DataPoint, tag: T | None) -> None:
         try:
             ack = self.service.writer.add_to(ref, point.timestamp, point.value)
-        except TsdError as exc:  # shutting down
-            self._refuse(tag, point, Refused.of(exc))
+        except TsdError as exc:  # shutting down, or HBase's spool full
+            if not self._track_refusal(exc, None if tag is None else (tag,)):
+                self._refuse(tag, point, Refused.of(exc))
             return
         if self.counters is not None:
             self.counters[0].value += 1
         self._note_ack(ack, None if tag is None else (tag,))
+
+    def _track_refusal(self, exc: TsdError, tags: Sequence[T] | None, count: int = 1) -> bool:
+        """Points storage refused up front (HBase's spool is full) are noted in
+        :attr:`refusal` and :attr:`refused_writes`; with ``track_acks`` they count as a
+        failed write, as a batch storage refused does, so that the reply carries the
+        refusal's status (True). False when they are to be refused one by one."""
+        if not isinstance(exc, StorageRefused):
+            return False
+        self.refusal = exc
+        self.refused_writes += count
+        if not (self.track_acks and tags is not None):
+            return False
+        failed: Ack = asyncio.get_running_loop().create_future()
+        failed.set_exception(exc)
+        failed.exception()  # seen: nobody else needs to look
+        self._tracked.append(_Tracked(failed, list(tags)))
+        if self.counters is not None:
+            self.counters[1].value += len(tags)
+        return True
 
     def _remember(self, aliases: Iterable[Hashable], ref: SeriesRef) -> None:
         cache = self.cache

@@ -48,7 +48,18 @@ class WritePath:
                 registry,
                 segment_bytes=config.storage.wal_segment_bytes,
             )
-        writer = Writer(storage, config.storage, registry, limits=limits, wal=wal)
+        # On HBase the log also spools what HBase cannot take (an outage): tsd.write.spool.
+        spool_max_bytes = (
+            config.storage.wal_max_bytes if config.storage.backend == "hbase" else None
+        )
+        writer = Writer(
+            storage,
+            config.storage,
+            registry,
+            limits=limits,
+            wal=wal,
+            spool_max_bytes=spool_max_bytes,
+        )
         ingest = IngestService(
             writer,
             uids,

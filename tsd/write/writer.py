@@ -18,7 +18,10 @@
   :meth:`wait_writable` returns, so a slow store slows the clients down instead of
   growing the heap.
 * Failed writes are retried (``retry_delays_s``); a batch that still fails is dropped,
-  logged and its future fails ("Storage exception"). While storage refuses writes (disk
+  logged and its future fails ("Storage exception"). On HBase with the log, a failed
+  write is not retried here: the batch joins the :class:`~tsd.write.spool.Spool`, which
+  keeps what HBase cannot take in the log and drains it in order (``spool_max_bytes``).
+  While storage refuses writes (disk
   full, read-only: :class:`~tsd.errors.StorageRefused`) :attr:`storage_refusal` says so,
   until a write succeeds; every new batch is still tried, so recovery needs no restart.
 * Compaction. Rows stored by the writer are queued in a
@@ -46,10 +49,12 @@ from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.wal import WriteAheadLog, encode_cells
-from tsd.wal.record import Row, iter_records
+from tsd.wal.record import Columns, Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
+from tsd.write.retention import Retention
 from tsd.write.schedule import CompactionSchedule
+from tsd.write.spool import Spool
 
 log = get_logger(WRITER)
 
@@ -71,6 +76,8 @@ class WriterLimits:
     retry_delays_s: tuple[float, ...] = (0.1, 0.5, 2.0)
     #: seconds a shutdown spends compacting rows that are due
     close_compaction_budget_s: float = 30.0
+    #: with a spool, the longest a ``sync`` put without ``sync_timeout`` waits for HBase
+    spooled_sync_wait_s: float = 60.0
 
 
 class Writer:
@@ -87,11 +94,14 @@ class Writer:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         wal: WriteAheadLog | None = None,
+        spool_max_bytes: int | None = None,
     ) -> None:
         """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
         both are done; batches are then cut
         at least every ``tsd.storage.wal.sync_interval``, so that a point acknowledged
-        without ``sync`` is on disk within that interval."""
+        without ``sync`` is on disk within that interval. ``spool_max_bytes`` (with a
+        ``wal``; the HBase backend): keep batches storage does not take in the log, up
+        to that many bytes, and store them in order once it takes writes again."""
         self._storage = storage
         self._wal = wal
         self._table = cfg.data_table
@@ -126,6 +136,9 @@ class Writer:
         )
         self._compaction_tick_s = max(1, cfg.compaction_flush_interval_s)
         self._compaction_task: asyncio.Task[None] | None = None
+        retention_s = cfg.embedded_retention_s if cfg.backend == "embedded" else 0
+        self._retention = Retention(storage, self._table, self._layout, retention_s)
+        self._expired = registry.counter("retention.deleted", type="entries")
         self._time_at = self._layout.salt_width + self._layout.metric_width
         # Stats, under OpenTSDB's names where it has them.
         self._added = registry.counter("datapoints.added", type="all")
@@ -135,6 +148,11 @@ class Writer:
         self._storage_errors = registry.counter("rpc.errors", type="hbase_errors")
         self._dropped = registry.counter("datapoints.dropped", type="storage_errors")
         self._batch_latency = registry.histogram("writer.batch.latency")
+        self._spool: Spool | None = None
+        if wal is not None and spool_max_bytes is not None:
+            self._spool = Spool(
+                wal, self._store_columns, self._spooled, registry, max_bytes=spool_max_bytes
+            )
         registry.gauge("writer.pending_cells", self.pending_cells)
         registry.gauge("compaction.queue.size", lambda: len(self._schedule))
 
@@ -144,7 +162,10 @@ class Writer:
         """Start the background flush (and compaction) tasks; call from the running loop."""
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
-        if self._compacting and self._compaction_task is None:
+            if self._spool is not None:
+                self._spool.start()
+        housekeeping = self._compacting or self._retention.retention_s > 0
+        if housekeeping and self._compaction_task is None:
             self._compaction_task = asyncio.get_running_loop().create_task(self._compact_loop())
 
     async def close(self) -> None:
@@ -157,13 +178,15 @@ class Writer:
             self.start()
         assert self._flusher is not None
         await self._flusher
+        if self._spool is not None:
+            await self._spool.close()
         if self._wal is not None:
             await self._wal.close()
         if self._compaction_task is not None:
             self._compaction_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._compaction_task
-            rows = self._schedule.take_eligible(self._wall_clock())
+            rows = self._schedule.take_eligible(self._wall_clock()) if self._compacting else []
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._limits.close_compaction_budget_s):
                     await self._compactor.compact(rows)
@@ -178,6 +201,9 @@ class Writer:
         :meth:`room` points."""
         if self._closing:
             raise StorageUnavailable("the writer is shutting down")
+        if self._spool is not None and self._spool.refusal is not None:
+            self._spool.count_refused(len(points))
+            raise self._spool.refusal
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
@@ -190,8 +216,24 @@ class Writer:
     def storage_refusal(self) -> StorageRefused | None:
         """The error of the last write when storage refused it (full, read-only); None
         again once a write succeeds. Protocols use it to stop acknowledging points before
-        they are stored while the store refuses writes."""
+        they are stored while the store refuses writes. On HBase, also the spool's
+        refusal once the log holds ``tsd.storage.wal.max_bytes`` HBase has not taken."""
+        if self._refusal is None and self._spool is not None:
+            return self._spool.refusal
         return self._refusal
+
+    @property
+    def spool(self) -> Spool | None:
+        """The HBase spool (None on the embedded store or without the log)."""
+        return self._spool
+
+    def sync_wait_s(self, timeout_s: float | None) -> float | None:
+        """How long a ``sync`` put waits for storage, given its ``sync_timeout``: with a
+        spool, at most :attr:`WriterLimits.spooled_sync_wait_s` without one (during an
+        outage the points wait in the log, and the reply is OpenTSDB's sync timeout)."""
+        if timeout_s is None and self._spool is not None:
+            return self._limits.spooled_sync_wait_s
+        return timeout_s
 
     def room(self) -> int:
         """Points that can still be buffered before the writer is full (0 when it is)."""
@@ -203,6 +245,9 @@ class Writer:
         """Buffer one point of a known series (the hot path: no suspension, no lookups)."""
         if self._closing:
             raise StorageUnavailable("the writer is shutting down")
+        if self._spool is not None and self._spool.refusal is not None:
+            self._spool.count_refused(1)
+            raise self._spool.refusal
         base_time_s, qualifier, value_bytes = encode_point(timestamp, value)
         batch = self._batch
         if batch.started_at is None:
@@ -240,7 +285,11 @@ class Writer:
         await self._writable.wait()
 
     def flush_soon(self) -> None:
-        """Write the current batch now rather than when due (``sync`` callers)."""
+        """Write the current batch now rather than when due (``sync`` callers). Not
+        while spooling: the batch would wait in the log all the same, and batches cut
+        once per interval keep the spool's queue growing with time, not with requests."""
+        if self._spool is not None and self._spool.active:
+            return
         if not self._batch.is_empty():
             self._flush_asked = True
             self._wake.set()
@@ -289,6 +338,41 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        spool = self._spool
+        if spool is not None:
+            if spool.active:
+                await self._write_to_spool(spool, batch, ack, slots)
+                return
+            spool.direct_started()
+        try:
+            await self._write_direct(batch, ack, slots)
+        finally:
+            if spool is not None:
+                spool.direct_done()
+
+    def _written(self, batch: Batch, slots: asyncio.Semaphore) -> None:
+        """A batch left memory (stored, logged for the spool, or failed)."""
+        self._in_flight_cells -= batch.cells
+        slots.release()
+        if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
+            self._writable.set()
+
+    async def _write_to_spool(
+        self, spool: Spool, batch: Batch, ack: Ack, slots: asyncio.Semaphore
+    ) -> None:
+        """While spooling: log the batch only; the spool stores it after those before it."""
+        spool.routing_started()
+        try:
+            logged = await self._log(batch)
+        finally:
+            self._written(batch, slots)
+        if logged is None:
+            spool.routing_failed()
+            self._fail(batch, ack, StorageError("the write-ahead log failed while spooling"))
+            return
+        spool.add(logged[0], batch.cells, logged[1], ack, routed=True)
+
+    async def _write_direct(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
         started = time.perf_counter()
         # The log's write and fsync run beside the store's write: storage is not held up
         # by the fsync, and the ack waits for both (a crash between them loses nothing:
@@ -298,17 +382,14 @@ class Writer:
             error = await self._write_with_retries(list(batch.sorted_rows()), batch.cells)
         finally:
             self._batch_latency.observe(time.perf_counter() - started)
-            self._in_flight_cells -= batch.cells
-            slots.release()
-            if self.pending_cells() < self._limits.max_pending_cells * 3 // 4:
-                self._writable.set()
-        seq = await logged
+            self._written(batch, slots)
+        record = await logged
+        seq = None if record is None else record[0]
+        if error is not None and record is not None and self._spool is not None:
+            self._spool.add(record[0], batch.cells, record[1], ack, routed=False, error=error)
+            return
         if error is not None:
-            self._dropped.inc(batch.cells)
-            if isinstance(error, StorageRefused):
-                self._refusal = error
-            if not ack.done():
-                ack.set_exception(error)
+            self._fail(batch, ack, error)
             return
         if seq is not None and self._wal is not None:
             self._wal.mark_stored(seq)
@@ -319,20 +400,32 @@ class Writer:
         if self._compacting:
             self._note_rows(batch.rows)
 
-    async def _log(self, batch: Batch) -> int | None:
-        """Log the batch (written and fsynced); its record's number, None without a log
-        or when the log failed (the batch is still stored: the log is a second copy)."""
+    def _fail(self, batch: Batch, ack: Ack, error: StorageError) -> None:
+        """Storage did not take the batch: it is dropped (the log keeps it, if it took it,
+        for the next start) and its ack fails."""
+        self._dropped.inc(batch.cells)
+        if isinstance(error, StorageRefused):
+            self._refusal = error
+        if not ack.done():
+            ack.set_exception(error)
+
+    async def _log(self, batch: Batch) -> tuple[int, int] | None:
+        """Log the batch (written and fsynced); its record's number and size, None
+        without a log or when the log failed (the batch is still stored: the log is a
+        second copy)."""
         if self._wal is None:
             return None
+        record = encode_cells(batch.rows.items())
         try:
-            return await self._wal.append(encode_cells(batch.rows.items()), batch.cells)
+            return await self._wal.append(record, batch.cells), len(record)
         except StorageError as exc:
             log.error("writer.wal_failed", cells=batch.cells, error=exc.message)
             return None
 
     async def _write_with_retries(self, rows: list[Row], cells: int) -> StorageError | None:
-        """None once storage holds the rows, else the last error."""
-        delays = self._limits.retry_delays_s
+        """None once storage holds the rows, else the last error. With a spool, one
+        attempt: the spool does the retrying, in order."""
+        delays = self._limits.retry_delays_s if self._spool is None else ()
         for attempt in range(len(delays) + 1):
             try:
                 await self._write_rows(rows)
@@ -343,7 +436,8 @@ class Writer:
                     log.warning("writer.flush_retry", cells=cells, error=str(exc))
                     await asyncio.sleep(delays[attempt])
                     continue
-                log.error("writer.flush_failed", cells=cells, error=str(exc))
+                if self._spool is None:  # else the spool says what happens next
+                    log.error("writer.flush_failed", cells=cells, error=str(exc))
                 return exc
             except Exception as exc:  # a bug: fail the ack rather than hang sync callers
                 log.exception("writer.flush_crashed", cells=cells)
@@ -361,13 +455,17 @@ class Writer:
     async def recover(self) -> int:
         """Store the cells the log holds from the last run (before taking new points);
         the number of cells replayed. Raises StorageError when storage refuses them (the
-        log keeps them for the next try).
+        log keeps them for the next try). With a spool (HBase) they are queued in it
+        instead, ahead of every new batch, and drained once the writer starts: 0.
 
         Records are decoded and turned into puts while storage writes the record before
         (its engine works in a thread of its own), the collector held off as in
         :func:`_make_puts`."""
         wal = self._wal
         if wal is None:
+            return 0
+        if self._spool is not None:  # on HBase: drained in the background, in order
+            await self._spool.adopt()
             return 0
         replayed = 0
         for path in await asyncio.to_thread(wal.segments):
@@ -396,6 +494,23 @@ class Writer:
         self._stored.inc(replayed)
         return replayed
 
+    async def _store_columns(self, columns: list[Columns]) -> None:
+        """Store a logged record's cells (the spool's drain)."""
+        if self._appends:
+            await self._write_appends(
+                [(row, list(zip(qs, vs, strict=True))) for row, qs, vs in columns]
+            )
+            return
+        puts = _make_puts((row, zip(qs, vs, strict=True)) for row, qs, vs in columns)
+        await self._storage.put(self._table, puts)
+        self._flushes.inc()
+
+    def _spooled(self, columns: list[Columns], cells: int) -> None:
+        """The spool stored a record: count it, and schedule its rows' compaction."""
+        self._stored.inc(cells)
+        if self._compacting:
+            self._note_rows(row for row, _, _ in columns)
+
     async def _write_puts(self, rows: list[Row]) -> None:
         await self._storage.put(self._table, _make_puts(rows))
         self._flushes.inc()
@@ -419,14 +534,29 @@ class Writer:
     # -- the compaction task ------------------------------------------------------------------
 
     async def _compact_loop(self) -> None:
+        """Compaction of closed hours and, with a retention, dropping expired ones."""
         while True:
             await asyncio.sleep(self._compaction_tick_s)
             try:
-                rows = self._schedule.take(self._wall_clock())
+                rows = self._schedule.take(self._wall_clock()) if self._compacting else []
                 if rows:
                     await self._compactor.compact(rows)
+                if self._retention.due(self._wall_clock()):
+                    await self.apply_retention()
             except Exception:  # a bug must not end compaction for the daemon's lifetime
                 log.exception("compaction.crashed")
+
+    async def apply_retention(self) -> int:
+        """Drop the hours older than ``tsd.storage.embedded.retention``; entries deleted."""
+        try:
+            deleted = await self._retention.apply(self._wall_clock())
+        except StorageError as exc:
+            log.warning("retention.failed", error=str(exc))
+            return 0
+        self._expired.inc(deleted)
+        if deleted:
+            log.info("retention.dropped", entries=deleted, before=self._retention.cutoff_s)
+        return deleted
 
     async def compact_due(self) -> int:
         """Compact the rows the schedule releases now; the number of rows handed out."""

@@ -41,6 +41,12 @@ HELP = {
     "uid.cache-hit": "UID cache hits, by kind",
     "uid.cache-miss": "UID cache misses, by kind",
     "uid.cache-size": "Entries in the UID cache, by kind",
+    "spool.backlog": "Data points waiting in the write-ahead log for HBase, by unit",
+    "spool.backlog_age_s": "Seconds the oldest data point has waited in the log for HBase",
+    "spool.active": "1 while batches wait in the write-ahead log for HBase",
+    "spool.drained": "Records and cells stored into HBase from the log after an outage",
+    "spool.errors": "Failed attempts to store the oldest waiting record",
+    "spool.refused": "Data points refused because the log held tsd.storage.wal.max_bytes",
 }
 
 

@@ -99,7 +99,19 @@ async def handle_put(request: web.Request, path: ApiPath) -> web.StreamResponse:
     points = sum(piece.count for piece in pieces)
     queued = points - len(put.failed)
     if not wait:
-        status, reply = put_response(flags, points=points, queued=queued, errors=put.errors())
+        if session.refusal is not None:  # storage began refusing (HBase's spool full)
+            refused_writes = session.refused_writes
+            status, reply = put_response(
+                flags,
+                points=points,
+                queued=queued + refused_writes,
+                good_writes=queued,
+                failed_writes=refused_writes,
+                errors=put.errors(),
+                refusal=session.refusal,
+            )
+        else:
+            status, reply = put_response(flags, points=points, queued=queued, errors=put.errors())
         return json_response(reply, status)
     outcome = await session.stored(flags.sync_timeout_ms / 1000 or None)
     errors = put.errors()

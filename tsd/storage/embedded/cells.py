@@ -7,7 +7,7 @@ cells through the key layout of :mod:`tsd.storage.embedded.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -15,13 +15,17 @@ import lmdb
 
 from tsd.errors import StorageError
 from tsd.storage.base import Cell, Delete, FamilySpec, Mutation, Put, Row, RowFilter
+from tsd.storage.embedded import packed
 from tsd.storage.embedded.keys import (
     KEY_LIMIT,
+    PACKED_FAMILY,
     cell_key,
     cell_prefix,
     decode_bucket,
     encode_bucket,
     is_bucket,
+    is_packed,
+    packed_key,
     row_after,
     row_start,
     split_row,
@@ -47,6 +51,9 @@ class TableInfo:
     name: str
     db: lmdb._Database
     families: tuple[FamilySpec, ...]
+    #: the packed rows (keys.py): a database of their own, so that the pages of the rows
+    #: that stay are not the sparse leftovers of the single cells compaction deletes
+    packed: lmdb._Database | None = None
     #: family name as stored in keys -> family name
     names: dict[bytes, str] = field(init=False, repr=False, compare=False)
 
@@ -66,6 +73,11 @@ def read_cell(
     txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes
 ) -> bytes | None:
     table.check_family(family)
+    if is_packed(family, qualifier):
+        if table.packed is None:
+            return None
+        stored = txn.get(packed_key(row, family), db=table.packed)
+        return None if stored is None else dict(packed.unpack(stored)).get(qualifier)
     key, bucket = cell_key(cell_prefix(row, family), qualifier)
     stored = txn.get(key, db=table.db)
     if stored is None or not bucket:
@@ -77,6 +89,9 @@ def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
     if not put.row:
         raise StorageError("row key must not be empty")
     table.check_family(put.family)
+    if is_packed(put.family, put.qualifier):
+        _update_packed(txn, table, put.row, put.family, put.qualifier, put.value)
+        return
     key, bucket = cell_key(cell_prefix(put.row, put.family), put.qualifier)
     if not bucket:
         txn.put(key, put.value, db=table.db)
@@ -87,7 +102,35 @@ def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
     txn.put(key, encode_bucket(pairs), db=table.db)
 
 
+def _update_packed(
+    txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, value: bytes | None
+) -> None:
+    """Set (or with ``value`` None, remove) one cell of the row's packed entry."""
+    db = _packed_db(table)
+    key = packed_key(row, family)
+    stored = txn.get(key, db=db)
+    pairs = dict(packed.unpack(stored)) if stored is not None else {}
+    if value is None:
+        if pairs.pop(qualifier, None) is None:
+            return
+    else:
+        pairs[qualifier] = value
+    if pairs:
+        txn.put(key, packed.pack(list(pairs.items())), db=db)
+    else:
+        txn.delete(key, db=db)
+
+
+def _packed_db(table: TableInfo) -> lmdb._Database:
+    if table.packed is None:
+        raise StorageError("embedded store opened read-only")
+    return table.packed
+
+
 def _delete_cell(txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes) -> None:
+    if is_packed(family, qualifier):
+        _update_packed(txn, table, row, family, qualifier, None)
+        return
     key, bucket = cell_key(cell_prefix(row, family), qualifier)
     if not bucket:
         txn.delete(key, db=table.db)
@@ -104,8 +147,13 @@ def _delete_cell(txn: Txn, table: TableInfo, row: bytes, family: str, qualifier:
         txn.delete(key, db=table.db)
 
 
-def _delete_prefix(txn: Txn, table: TableInfo, prefix: bytes) -> None:
-    cursor = txn.cursor(db=table.db)
+def _delete_prefix(txn: Txn, table: TableInfo, prefix: bytes, packed_too: bool = False) -> None:
+    if packed_too and table.packed is not None:
+        _delete_prefix_in(txn.cursor(db=table.packed), prefix)
+    _delete_prefix_in(txn.cursor(db=table.db), prefix)
+
+
+def _delete_prefix_in(cursor: lmdb.Cursor[bytes], prefix: bytes) -> None:
     if not cursor.set_range(prefix):
         return
     # Cursor.delete moves to the next entry; an exhausted cursor has key b"".
@@ -137,8 +185,9 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
                 prefix = cell_prefix(mutation.row, mutation.family)
                 room = KEY_LIMIT - len(prefix)
                 last_row, last_family = mutation.row, mutation.family
-            if len(mutation.qualifier) < room:  # not a bucket key: see keys.py
-                run.append((prefix + mutation.qualifier, mutation.value))
+            qualifier = mutation.qualifier
+            if len(qualifier) < room and not is_packed(last_family, qualifier):  # keys.py
+                run.append((prefix + qualifier, mutation.value))
                 continue
         _flush_puts(txn, table, run)
         if isinstance(mutation, Put):
@@ -158,11 +207,13 @@ def _apply_delete(txn: Txn, table: TableInfo, delete: Delete) -> None:
     if delete.family is None:
         if delete.qualifier is not None:
             raise StorageError("a Delete with a qualifier needs a family")
-        _delete_prefix(txn, table, row_start(delete.row))
+        _delete_prefix(txn, table, row_start(delete.row), packed_too=True)
         return
     table.check_family(delete.family)
     if delete.qualifier is None:
         _delete_prefix(txn, table, cell_prefix(delete.row, delete.family))
+        if delete.family == PACKED_FAMILY:
+            txn.delete(packed_key(delete.row, delete.family), db=_packed_db(table))
     else:
         _delete_cell(txn, table, delete.row, delete.family, delete.qualifier)
 
@@ -207,7 +258,88 @@ def append(
     write_cell(txn, table, Put(row, family, qualifier, current + value))
 
 
+def convert_to_packed(txn: Txn, table: TableInfo) -> None:
+    """Move what belongs in the packed database there: compacted cells stored one key each
+    (format 1) and packed rows stored among the plain cells (format 2)."""
+    moved: dict[tuple[bytes, str], dict[bytes, bytes]] = {}
+    rows: list[tuple[bytes, bytes]] = []
+    stale: list[bytes] = []
+    cursor = txn.cursor(db=table.db)
+    for key, value in cursor:
+        row, family_at = split_row(key)
+        family_end = key.find(b"\x00", family_at)
+        if family_end < 0:  # a packed row
+            stale.append(key)
+            rows.append((key, value))
+            continue
+        family = table.names.get(key[family_at:family_end])
+        if family != PACKED_FAMILY:
+            continue
+        pairs = decode_bucket(value) if is_bucket(key) else [(key[family_end + 1 :], value)]
+        if any(is_packed(family, q) for q, _ in pairs):
+            stale.append(key)
+            moved.setdefault((row, family), {}).update(pairs)
+    for key in stale:
+        txn.delete(key, db=table.db)
+    for key, value in rows:
+        txn.put(key, value, db=_packed_db(table))
+    for (row, family), found in moved.items():
+        for qualifier, value in found.items():
+            write_cell(txn, table, Put(row, family, qualifier, value))
+
+
 # -- read-transaction operations --------------------------------------------------------------
+
+
+class Entries:
+    """A table's two databases read as one key order: plain cells and packed rows merged
+    (the packed key of a row and family sorts right after that family's plain keys).
+    ``set_range`` positions both; ``iternext`` yields (key, value) from there."""
+
+    __slots__ = ("_plain", "_packed", "_plain_at", "_packed_at")
+
+    def __init__(self, txn: Txn, table: TableInfo) -> None:
+        self._plain = txn.cursor(db=table.db)
+        self._packed = txn.cursor(db=table.packed) if table.packed is not None else None
+        self._plain_at = self._packed_at = False
+
+    def set_range(self, key: bytes) -> bool:
+        self._plain_at = self._plain.set_range(key)
+        self._packed_at = self._packed is not None and self._packed.set_range(key)
+        return self._plain_at or self._packed_at
+
+    def iternext(self) -> Iterator[tuple[bytes, bytes]]:
+        if not self._packed_at:
+            return self._plain.iternext() if self._plain_at else iter(())
+        assert self._packed is not None
+        if not self._plain_at:
+            return self._packed.iternext()
+        return _merge(self._plain.iternext(), self._packed.iternext())
+
+
+def _merge(
+    plain: Iterator[tuple[bytes, bytes]], rows: Iterator[tuple[bytes, bytes]]
+) -> Iterator[tuple[bytes, bytes]]:
+    a = next(plain, None)
+    b = next(rows, None)
+    while a is not None and b is not None:
+        if a[0] < b[0]:
+            yield a
+            a = next(plain, None)
+        else:
+            yield b
+            b = next(rows, None)
+    if a is not None:
+        yield a
+        yield from plain
+    if b is not None:
+        yield b
+        yield from rows
+
+
+#: packed entries met while reading rows: (index of the row in the result, [(position among
+#: the row's plain cells, family, stored value)])
+Deferred: TypeAlias = list[tuple[int, list[tuple[int, str, bytes]]]]
 
 
 def read_rows(
@@ -215,20 +347,52 @@ def read_rows(
 ) -> list[Row]:
     """The rows among ``rows`` that have cells (in ``families`` when not empty), in order."""
     names = table.names
-    found = []
-    cursor = txn.cursor(db=table.db)
+    found: list[Row] = []
+    deferred: Deferred = []
+    cursor = Entries(txn, table)
     for row in rows:
         prefix = row_start(row)
         if not cursor.set_range(prefix):
             continue
         cells: list[Cell] = []
+        entries: list[tuple[int, str, bytes]] = []
         for key, value in cursor.iternext():
             if not key.startswith(prefix):
                 break
-            _add_cells(cells, key, len(prefix), value, names, families)
-        if cells:
+            _add_cells(cells, entries, key, len(prefix), value, names, families)
+        if entries:
+            deferred.append((len(found), entries))
+        if cells or entries:
             found.append(Row(row, tuple(cells)))
+    _unpack_deferred(found, deferred)
     return found
+
+
+def _unpack_deferred(rows: list[Row], deferred: Deferred) -> None:
+    """Put the cells of the packed entries met into their rows (decoded all at once)."""
+    if not deferred:
+        return
+    decoded = iter(packed.unpack_many([value for _, entries in deferred for *_, value in entries]))
+    for index, entries in deferred:
+        if len(entries) == 1 and not rows[index].cells:  # the common row: compacted only
+            family = entries[0][1]
+            found = tuple([_new_cell(Cell, (family, q, v)) for q, v in next(decoded)])
+            rows[index] = Row(rows[index].key, found)
+            continue
+        cells = list(rows[index].cells)
+        families = {cell.family for cell in cells}
+        mixed = False
+        inserts = [(position, family, next(decoded)) for position, family, _ in entries]
+        for position, family, pairs in reversed(inserts):
+            mixed = mixed or family in families
+            cells[position:position] = [_new_cell(Cell, (family, q, v)) for q, v in pairs]
+        if mixed:  # plain and packed cells of one family: back to qualifier order
+            cells.sort(key=_cell_order)
+        rows[index] = Row(rows[index].key, tuple(cells))
+
+
+def _cell_order(cell: Cell) -> tuple[str, bytes]:
+    return cell.family, cell.qualifier
 
 
 @dataclass(slots=True)
@@ -259,16 +423,20 @@ def scan_batch(
     """
     names = table.names
     rows: list[Row] = []
+    deferred: Deferred = []
     if position.remaining is not None:
         max_rows = min(max_rows, position.remaining)
-    cursor = txn.cursor(db=table.db)
+    cursor = Entries(txn, table)
     seek = position.next_key
     position.next_key = None
     position.batch_cells = 0
     while seek is not None:
         if not cursor.set_range(seek):
             break
-        seek = _read_rows_from(cursor, position, names, families, row_filter, rows, max_rows)
+        seek = _read_rows_from(
+            cursor, position, names, families, row_filter, rows, deferred, max_rows
+        )
+    _unpack_deferred(rows, deferred)
     if position.remaining is not None:
         position.remaining -= len(rows)
         if position.remaining <= 0:
@@ -277,23 +445,26 @@ def scan_batch(
 
 
 def _read_rows_from(
-    cursor: lmdb.Cursor[bytes],
+    cursor: Entries,
     position: ScanCursor,
     names: dict[bytes, str],
     families: Collection[str],
     row_filter: RowFilter | None,
     rows: list[Row],
+    deferred: Deferred,
     max_rows: int,
 ) -> bytes | None:
     """Append rows from the cursor's position; the key to seek to next, or None when done.
 
     Sets ``position.next_key`` when it stops at a row boundary with rows still to read.
     This is the scan's inner loop, so consecutive cells of one row and family take a
-    fast path: one ``startswith`` and a slice per cell.
+    fast path: one ``startswith`` and a slice per cell. Packed entries are noted in
+    ``deferred`` and decoded by the caller, all at once.
     """
     prefix = b""  # the current row's smallest key: escaped row + 00 00
     row = b""
     cells: list[Cell] = []
+    entries: list[tuple[int, str, bytes]] = []
     stop = position.stop_key
     family_prefix = b""  # prefix + family + 00 of the current cells
     family = ""
@@ -305,7 +476,11 @@ def _read_rows_from(
                 cells.append(_new_cell(Cell, (family, key[qualifier_at:], value)))
             continue
         if not prefix or not key.startswith(prefix):
-            if cells:
+            if cells or entries:
+                if entries:
+                    deferred.append((len(rows), entries))
+                    position.batch_cells += len(entries)
+                    entries = []
                 rows.append(Row(row, tuple(cells)))
                 position.batch_cells += len(cells)
                 cells = []
@@ -319,6 +494,14 @@ def _read_rows_from(
             if row_filter is not None and not row_filter.matches(row):
                 return row_after(row)
         family_end = key.find(b"\x00", len(prefix))
+        if family_end < 0:  # a packed entry: escaped row 00 00 family 01
+            family_prefix = b""
+            name = names.get(key[len(prefix) : -1])
+            if name is None or key[-1] != 1:
+                raise StorageError(f"corrupt embedded key (unknown family): {key[:64]!r}")
+            if not families or name in families:
+                entries.append((len(cells), name, value))
+            continue
         name = names.get(key[len(prefix) : family_end])
         if name is None:
             raise StorageError(f"corrupt embedded key (unknown family): {key[:64]!r}")
@@ -332,13 +515,16 @@ def _read_rows_from(
             cells.extend(Cell(family, q, v) for q, v in decode_bucket(value))
         else:
             cells.append(_new_cell(Cell, (family, key[qualifier_at:], value)))
-    if cells:
+    if cells or entries:
+        if entries:
+            deferred.append((len(rows), entries))
         rows.append(Row(row, tuple(cells)))
     return None
 
 
 def _add_cells(
     cells: list[Cell],
+    entries: list[tuple[int, str, bytes]],
     key: bytes,
     family_at: int,
     value: bytes,
@@ -346,12 +532,15 @@ def _add_cells(
     families: Collection[str],
 ) -> None:
     family_end = key.find(b"\x00", family_at)
-    family = names.get(key[family_at:family_end])
-    if family is None:
+    packed_entry = family_end < 0
+    family = names.get(key[family_at:-1] if packed_entry else key[family_at:family_end])
+    if family is None or (packed_entry and key[-1] != 1):
         raise StorageError(f"corrupt embedded key (unknown family): {key[:64]!r}")
     if families and family not in families:
         return
-    if is_bucket(key):
+    if packed_entry:
+        entries.append((len(cells), family, value))
+    elif is_bucket(key):
         cells.extend(Cell(family, q, v) for q, v in decode_bucket(value))
     else:
         cells.append(_new_cell(Cell, (family, key[family_end + 1 :], value)))

@@ -29,6 +29,13 @@ buckets sort where their members would, so scans stay in order.
 
 A row whose ``prefix`` (escaped row, terminator, family, separator) exceeds
 ``KEY_LIMIT`` cannot be stored: :func:`cell_prefix` raises.
+
+*Packed* cells (:func:`is_packed`: the compacted data cells of family ``t``) are not
+stored under their own keys: all of a row's packed cells of one family share the entry
+``escape(row) 00 00 family 01`` (:func:`packed_key`), whose value is their compressed form
+(:mod:`tsd.storage.embedded.packed`). That key sorts after every plain cell of the family
+and before the next family, and it is told from a plain key by having no ``00`` after the
+row terminator. Which home a cell has depends on its family and qualifier only.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ ROW_END = b"\x00\x00"
 #: sorts after every key of the row it follows and before the next row's keys
 ROW_AFTER = b"\x00\x01"
 FAMILY_END = b"\x00"
+PACKED_END = b"\x01"
+#: the family whose compacted cells are packed (OpenTSDB's data family, TSDB.FAMILY)
+PACKED_FAMILY = "t"
 _LEN = struct.Struct(">I")
 
 
@@ -114,3 +124,20 @@ def decode_bucket(value: bytes) -> list[tuple[bytes, bytes]]:
 
 def encode_bucket(pairs: dict[bytes, bytes]) -> bytes:
     return b"".join(_LEN.pack(len(q)) + q + _LEN.pack(len(v)) + v for q, v in sorted(pairs.items()))
+
+
+def is_packed(family: str, qualifier: bytes) -> bool:
+    """Whether the cell lives in its row's packed entry: a data-family qualifier of two or
+    more points (even length >= 4, not one millisecond point)."""
+    size = len(qualifier)
+    return (
+        family == PACKED_FAMILY and size >= 4 and not size & 1 and (size > 4 or qualifier[0] < 0xF0)
+    )
+
+
+def packed_key(row: bytes, family: str) -> bytes:
+    """The key of the row's packed entry for ``family``."""
+    key = row_start(row) + family.encode("ascii") + PACKED_END
+    if len(key) > KEY_LIMIT:
+        cell_prefix(row, family)  # raises the too-long error
+    return key

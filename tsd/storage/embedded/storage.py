@@ -75,9 +75,10 @@ from tsd.storage.base import (
     Storage,
     check_distinct_cells,
 )
-from tsd.storage.embedded import cells
+from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.keys import row_start
+from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 from tsd.storage.embedded.writer import WriterThread
 
 T = TypeVar("T")
@@ -85,15 +86,20 @@ T = TypeVar("T")
 #: Virtual address space reserved for the map; the file grows only as data is written. 1 TiB is
 #: far below the 128 TiB of user address space on 64-bit Linux, so no resizing is ever needed.
 DEFAULT_MAP_SIZE = 1 << 40
-#: LMDB named databases: the catalog plus one per table.
+#: Tables at most (LMDB named databases: the catalog plus two per table).
 MAX_TABLES = 255
 #: Threads running read transactions; LMDB readers never block each other or the writer.
 READER_THREADS = 4
-FORMAT = b"tsd-embedded 1"
+#: 3: compacted data cells live in packed rows, in a database of their own per table
+#: (keys.py, packed.py); a store of an earlier format is converted when a writer opens it
+FORMAT = b"tsd-embedded 3"
+_CONVERTED = (b"tsd-embedded 1", b"tsd-embedded 2")
 _FORMAT_KEY = b"\x00format"
 _CATALOG = b"catalog"
 _TABLE_PREFIX = b"table:"
-_LOCK_FILE = "tsd.lock"
+#: the named database of a table's packed rows (keys.py)
+_PACKED_PREFIX = b"packed:"
+_LOCK_FILE = LOCK_FILE
 # HBase's table-name characters (namespace:qualifier) and family-name rules, kept strict
 # so the same names work on both backends.
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
@@ -183,7 +189,7 @@ class EmbeddedStorage(Storage):
             return lmdb.open(
                 str(self.path),
                 map_size=map_size,
-                max_dbs=MAX_TABLES + 1,
+                max_dbs=2 * MAX_TABLES + 1,
                 readonly=self.read_only,
                 create=not self.read_only,
                 lock=True,
@@ -219,19 +225,36 @@ class EmbeddedStorage(Storage):
             found = txn.get(_FORMAT_KEY)
             if found is None:
                 txn.put(_FORMAT_KEY, FORMAT)
+            elif found in _CONVERTED:
+                for key, value in list(txn.cursor()):
+                    if key != _FORMAT_KEY:
+                        info = self._open_table(key.decode("ascii"), value, txn, create=True)
+                        cells.convert_to_packed(txn, info)
+                txn.put(_FORMAT_KEY, FORMAT)
             elif found != FORMAT:
                 raise StorageUnavailable(f"unsupported embedded store format {found!r}")
         return catalog
 
+    def _open_table(
+        self, name: str, families: bytes, txn: Txn | None = None, create: bool = False
+    ) -> TableInfo:
+        """A table's two databases (plain cells, packed rows); the packed one is None in a
+        format-1 store opened read-only (it has none)."""
+        key = name.encode("ascii")
+        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=create)
+        try:
+            packed_db = self._env.open_db(_PACKED_PREFIX + key, txn=txn, create=create)
+        except lmdb.NotFoundError:
+            packed_db = None
+        return TableInfo(name, db, _decode_families(families), packed_db)
+
     def _load_tables(self) -> dict[str, TableInfo]:
-        tables = {}
         with self._env.begin(db=self._catalog) as txn:
             entries = [(k, v) for k, v in txn.cursor() if k != _FORMAT_KEY]
-        for key, value in entries:
-            name = key.decode("ascii")
-            db = self._env.open_db(_TABLE_PREFIX + key, create=False)
-            tables[name] = TableInfo(name, db, _decode_families(value))
-        return tables
+        return {
+            key.decode("ascii"): self._open_table(key.decode("ascii"), value)
+            for key, value in entries
+        }
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -299,11 +322,10 @@ class EmbeddedStorage(Storage):
         key = table.encode("ascii")
         stored = txn.get(key, db=self._catalog)
         if stored is not None:  # created by a create_table queued just before this one
-            db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=False)
-            return False, TableInfo(table, db, _decode_families(stored))
-        db = self._env.open_db(_TABLE_PREFIX + key, txn=txn, create=True)
-        txn.put(key, _encode_families(families), db=self._catalog)
-        return True, TableInfo(table, db, families)
+            return False, self._open_table(table, stored, txn)
+        encoded = _encode_families(families)
+        txn.put(key, encoded, db=self._catalog)
+        return True, self._open_table(table, encoded, txn, create=True)
 
     async def list_tables(self) -> list[str]:
         await self._read(self._refresh_tables)
@@ -395,6 +417,34 @@ class EmbeddedStorage(Storage):
             )
             for row in rows:
                 yield row
+
+    # -- upkeep (maintenance.py) -------------------------------------------------------------
+
+    async def delete_range(self, table: str, start: bytes, stop: bytes) -> int:
+        """Every entry of the rows in ``[start, stop)`` in one write transaction (one pass of
+        a cursor); the entries deleted. The freed pages are reused by later writes."""
+        info = await self._table(table)
+        return await self._write(
+            lambda txn: maintenance.delete_range(txn, info, start, stop), solo=True
+        )
+
+    async def check_store(self, repair: bool = False) -> list[tuple[str, BadEntry]]:
+        """Every entry of every table whose bytes do not decode; with ``repair``, deleted."""
+        found: list[tuple[str, BadEntry]] = []
+        for name in await self.list_tables():
+            info = self._tables[name]
+            start: bytes | None = b""
+            while start is not None:
+                bad, _, start = await self._read(
+                    maintenance.check_entries, info, start, maintenance.CHECK_BATCH
+                )
+                found += [(name, entry) for entry in bad]
+                if repair and bad:
+                    delete = functools.partial(
+                        maintenance.delete_keys, table=info, keys=[entry.key for entry in bad]
+                    )
+                    await self._write(delete)
+        return found
 
     # -- closing ------------------------------------------------------------------------------
 

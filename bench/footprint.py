@@ -1,0 +1,282 @@
+"""Bytes per point on disk: the embedded store beside VictoriaMetrics, same points, same run.
+
+Three data sets, fixed seed, each ``--series`` series (default 1,000) x 24 h x 10 s:
+
+* ``walk``: a %.2f random walk (steps normal(0, 1), two decimals: 4- or 8-byte floats);
+* ``counter``: integer counters, increments uniform in 0..1000;
+* ``gauge``: integers drawn from {0, 1, 2, 3}.
+
+Each is loaded the way the daemon loads it: through the :class:`~tsd.write.writer.Writer`
+with its write-ahead log and compaction schedule, in time order, on a simulated wall clock
+(points arrive 5 s after their time, compaction runs each simulated minute, hours are
+compacted as the daemon compacts them), then the writer is closed and the whole data
+directory (store and log) measured: its files' sizes, and the pages the store's B-trees use
+(``live``). ``after compact-store`` is the directory after ``tsdb compact-store`` (a
+compacting copy of the store). ``--whole-rows`` also loads each set as whole compacted rows
+(what the store receives once open hours are held in memory, without single cells first).
+
+VictoriaMetrics (Debian's ``victoria-metrics``, when installed) is loaded with the same
+points through ``/api/v1/import``, then ``/internal/force_flush`` and
+``/internal/force_merge``, and its data directory measured once its size is stable.
+
+``--query-baseline REV`` also times ``bench/query.py`` (``--skip-single --no-vm``) at git
+revision REV and at HEAD, rounds alternating, and prints both p50s.
+
+Run: ``python -m bench.footprint [--series N] [--hours H] [--sets walk,counter,gauge]
+[--whole-rows] [--no-vm] [--query-baseline REV] [--query-series N] [--rounds N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.query import victoria_with
+from tsd.codec import KeyLayout, SeriesKey, compact_row, encode_point, make_series_key
+from tsd.config import Config, CoreConfig, StorageConfig
+from tsd.schema import ensure_tables
+from tsd.stats import StatsRegistry
+from tsd.storage.base import Put
+from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.embedded.maintenance import compact_store, store_pages
+from tsd.uid.service import UidService
+from tsd.wal import WriteAheadLog
+from tsd.write.pipeline import WAL_DIRECTORY
+from tsd.write.schedule import CompactionSchedule
+from tsd.write.writer import Writer
+
+BASE = 1356998400  # 2013-01-01 00:00:00 UTC
+STEP = 10
+SEED = 20261124
+Values = npt.NDArray[np.float64] | npt.NDArray[np.int64]
+
+
+def make_set(name: str, n_series: int, n_points: int) -> Values:
+    rng = np.random.default_rng([SEED, ["walk", "counter", "gauge"].index(name)])
+    if name == "walk":
+        steps = np.round(rng.normal(0, 1, size=(n_series, n_points)), 2)
+        start = np.round(rng.uniform(0, 1000, size=(n_series, 1)), 2)
+        return np.asarray(np.round(start + np.cumsum(steps, axis=1), 2), np.float64)
+    if name == "counter":
+        increments = rng.integers(0, 1001, size=(n_series, n_points))
+        return np.asarray(np.cumsum(increments, axis=1), np.int64)
+    return np.asarray(rng.integers(0, 4, size=(n_series, n_points)), np.int64)
+
+
+def dir_bytes(path: Path) -> tuple[int, int]:
+    """(sum of file sizes, bytes allocated on disk) of every file under ``path``."""
+    size = blocks = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            st = os.stat(os.path.join(root, name))
+            size += st.st_size
+            blocks += st.st_blocks * 512
+    return size, blocks
+
+
+async def series_keys(storage: EmbeddedStorage, cfg: Config, n: int) -> list[SeriesKey]:
+    uids = UidService(storage, cfg)
+    layout = KeyLayout.from_storage_config(cfg.storage)
+    metric = await uids.metrics.assign("bench.footprint")
+    host = await uids.tagk.assign("host")
+    return [
+        make_series_key(layout, metric, [(host, await uids.tagv.assign(f"h{s:05d}"))])
+        for s in range(n)
+    ]
+
+
+async def open_for_load(path: Path, n: int) -> tuple[Config, EmbeddedStorage, list[SeriesKey]]:
+    """A new store in ``path`` with the tables and ``n`` series of the bench's metric."""
+    cfg = Config(
+        core=CoreConfig(auto_create_metrics=True), storage=StorageConfig(data_dir=str(path))
+    )
+    storage = EmbeddedStorage(path)
+    await ensure_tables(storage, cfg.storage)
+    return cfg, storage, await series_keys(storage, cfg, n)
+
+
+async def load_through_writer(path: Path, values: Values) -> float:
+    """Load as the daemon does; the seconds it took."""
+    cfg, storage, keys = await open_for_load(path, values.shape[0])
+    now = float(BASE)
+    registry = StatsRegistry()
+    wal = WriteAheadLog(path / WAL_DIRECTORY, registry, segment_bytes=cfg.storage.wal_segment_bytes)
+    writer = Writer(
+        storage,
+        cfg.storage,
+        registry,
+        schedule=CompactionSchedule(),
+        wall_clock=lambda: now,
+        wal=wal,
+    )
+    await writer.recover()
+    writer.start()
+    t0 = time.perf_counter()
+    for t in range(values.shape[1]):
+        ts = BASE + t * STEP
+        now = ts + 5.0
+        column = values[:, t].tolist()
+        if writer.is_full():
+            await writer.wait_writable()
+        writer.add_points([(key, ts, v) for key, v in zip(keys, column, strict=True)])
+        if t % 6 == 5:
+            await writer.compact_due()
+        if t % 60 == 0:
+            await asyncio.sleep(0)
+    await writer.flush()
+    now = BASE + values.shape[1] * STEP + 3600.0 + 1200.0  # an hour later: all compacted
+    while await writer.compact_due():
+        pass
+    await writer.close()
+    elapsed = time.perf_counter() - t0
+    await storage.close()
+    return elapsed
+
+
+async def load_whole_rows(path: Path, values: Values) -> float:
+    """Each row once, compacted (what the store receives when open hours stay in memory)."""
+    cfg, storage, keys = await open_for_load(path, values.shape[0])
+    per_hour = 3600 // STEP
+    t0 = time.perf_counter()
+    for hour in range(values.shape[1] // per_hour):
+        base = BASE + hour * 3600
+        puts = []
+        block = values[:, hour * per_hour : (hour + 1) * per_hour].tolist()
+        for key, row_values in zip(keys, block, strict=True):
+            cell = compact_row(
+                [encode_point(base + i * STEP, v)[1:] for i, v in enumerate(row_values)]
+            )
+            assert cell is not None
+            puts.append(Put(key.row_key(base), "t", *cell))
+        await storage.put(cfg.storage.data_table, puts)
+    elapsed = time.perf_counter() - t0
+    await storage.close()
+    return elapsed
+
+
+def measure(path: Path, points: int, label: str) -> dict[str, float]:
+    size, disk = dir_bytes(path)
+    used, total = store_pages(path)
+    wal_size, _ = dir_bytes(path / WAL_DIRECTORY) if (path / WAL_DIRECTORY).exists() else (0, 0)
+    print(
+        f"  {label:<34} dir {size / points:5.2f} B/pt (on disk {disk / points:5.2f}; "
+        f"log {wal_size} B)  store pages in use {used / points:5.2f} B/pt of "
+        f"{total / points:5.2f}"
+    )
+    return {"dir": size / points, "disk": disk / points, "live": used / points}
+
+
+async def vm_bytes(values: Values) -> int | None:
+    """VictoriaMetrics' data directory bytes for the same points, None without the binary."""
+    async with victoria_with(values, STEP, "bench_footprint") as found:
+        if found is None:
+            return None
+        session, base, data = found
+        async with session.get(f"{base}/internal/force_merge"):
+            pass
+        last = -1
+        for _ in range(120):  # until merges settle
+            await asyncio.sleep(1.0)
+            size = dir_bytes(data)[0]
+            if size == last:
+                break
+            last = size
+        return dir_bytes(data)[0]
+
+
+def query_baseline(rev: str, series: int, rounds: int) -> None:
+    """bench/query.py at ``rev`` and at HEAD (each a clean export of the commit, so edits
+    made meanwhile do not count), rounds alternating."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-rev-") as tmp:
+        trees = {}
+        for name, commit in ((f"before ({rev})", rev), ("after (HEAD)", "HEAD")):
+            tree = Path(tmp) / commit
+            tree.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(root), "archive", commit], check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            trees[name] = tree
+        figures: dict[str, list[float]] = {name: [] for name in trees}
+        phases: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                out = subprocess.run(
+                    [sys.executable, "-m", "bench.query", "--skip-single", "--no-vm"]
+                    + ["--series", str(series), "--repeat", "5"],
+                    cwd=tree,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": str(tree)},
+                ).stdout
+                found = re.search(r"engine, compacted .*?p50 (\d+) ms", out)
+                scan = re.search(r"phases \(cpu\): scan (\d+) ms", out)
+                assert found is not None, out
+                assert scan is not None, out
+                figures[name].append(float(found.group(1)))
+                phases[name].append(float(scan.group(1)))
+        print(f"query ({series} series x 1 day, sum:1m-avg, bench/query.py), {rounds} rounds:")
+        for name in trees:
+            print(
+                f"  {name:<24} p50 {statistics.median(figures[name]):6.0f} ms "
+                f"(rounds {figures[name]}), scan phase {statistics.median(phases[name]):.0f} ms"
+            )
+        before, after = (statistics.median(v) for v in figures.values())
+        print(f"  after / before: {after / before:.2f}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    n_points = args.hours * 3600 // STEP
+    loaders: list[tuple[str, Callable[[Path, Values], object]]] = [
+        ("through the writer", load_through_writer)
+    ]
+    if args.whole_rows:
+        loaders.append(("whole compacted rows", load_whole_rows))
+    for name in args.sets.split(","):
+        values = make_set(name, args.series, n_points)
+        points = values.size
+        print(f"{name}: {args.series} series x {n_points} points = {points:,} points")
+        for label, loader in loaders:
+            with tempfile.TemporaryDirectory(prefix="tsd-bench-footprint-") as tmp:
+                path = Path(tmp) / "data"
+                elapsed = await loader(path, values)  # type: ignore[misc]
+                print(f"  loaded {label} in {elapsed:.0f} s")
+                measure(path, points, label)
+                t0 = time.perf_counter()
+                compact_store(path)
+                measure(path, points, f"after compact-store ({time.perf_counter() - t0:.1f} s)")
+        if not args.no_vm:
+            vm = await vm_bytes(values)
+            if vm is None:
+                print("  victoria-metrics: not installed")
+            else:
+                print(f"  victoria-metrics                   dir {vm / points:5.2f} B/pt")
+    if args.query_baseline:
+        query_baseline(args.query_baseline, args.query_series, args.rounds)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=1000)
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--sets", default="walk,counter,gauge")
+    parser.add_argument("--whole-rows", action="store_true")
+    parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument("--query-baseline", default="")
+    parser.add_argument("--query-series", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    asyncio.run(main(parser.parse_args()))

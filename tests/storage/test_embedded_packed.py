@@ -1,0 +1,228 @@
+"""The embedded store's packed (compressed) form of compacted cells: exact round trips of
+every byte string, and the storage interface unchanged around it."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tsd.codec import compact_row, encode_point
+from tsd.errors import StorageError
+from tsd.storage.base import Delete, FamilySpec, Put, ScanSpec
+from tsd.storage.embedded import EmbeddedStorage, packed
+from tsd.storage.embedded.keys import is_packed, packed_key
+
+BASE = 1356998400
+
+
+def compacted(points: list[tuple[int, int | float]]) -> tuple[bytes, bytes]:
+    cell = compact_row([encode_point(ts, value)[1:] for ts, value in points])
+    assert cell is not None
+    return cell
+
+
+values = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-300, 300),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.decimals(-1e6, 1e6, places=2, allow_nan=False, allow_infinity=False).map(float),
+    st.sampled_from([0, 1, 2, 3, 0.5, -0.0, 1e300, 3.4e38, 1.5e-45]),
+)
+
+
+@st.composite
+def data_cells(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    ms = draw(st.booleans())
+    mixed = draw(st.booleans())
+    unit = 1000 if ms else 1
+    offsets = draw(st.lists(st.integers(0, 3599 * unit), min_size=2, max_size=60, unique=True))
+    step = draw(st.sampled_from([0, 1, 10, 15]))
+    if step:
+        offsets = [i * step * unit for i in range(len(offsets)) if i * step < 3600]
+    kind = draw(st.sampled_from(["any", "int", "float"]))
+    pick = values if kind == "any" else st.integers(-(10**6), 10**6)
+    if kind == "float":
+        pick = st.decimals(-1e4, 1e4, places=3, allow_nan=False).map(float)
+    points = []
+    for i, offset in enumerate(sorted(set(offsets))):
+        ts = BASE * 1000 + offset if ms else BASE + offset
+        if mixed and ms and i % 3 == 0:
+            ts = BASE + offset // 1000
+        points.append((ts, draw(pick)))
+    unique: dict[int, tuple[int, int | float]] = {}
+    for ts, value in points:
+        key = ts if ts > 0xFFFFFFFF else ts * 1000
+        unique.setdefault(key, (ts, value))
+    return compacted(list(unique.values()) if len(unique) > 1 else points[:1] * 0 + points)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data_cells())
+def test_compacted_cells_round_trip(cell: tuple[bytes, bytes]) -> None:
+    stored = packed.pack([cell])
+    assert packed.unpack(stored) == [cell]
+    assert packed.unpack_many([stored, stored]) == [[cell], [cell]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(min_size=2, max_size=40).map(lambda b: b[: len(b) // 2 * 2]).filter(lambda b: b),
+    st.binary(max_size=80),
+)
+def test_any_bytes_round_trip(qualifier: bytes, value: bytes) -> None:
+    """Odd cells (wrong lengths, bad flags, garbage) come back byte for byte."""
+    stored = packed.pack([(qualifier, value)])
+    assert packed.unpack(stored) == [(qualifier, value)]
+    assert packed.unpack_many([stored]) == [[(qualifier, value)]]
+
+
+def test_regular_rows_are_small() -> None:
+    """A %.2f random walk of 360 points at 10 s: well under 2 bytes a point (raw ~10)."""
+    level = 50.0
+    points = []
+    for i in range(360):
+        level = round(level + ((i * 7919) % 200 - 100) / 100, 2)
+        points.append((BASE + 10 * i, level))
+    cell = compacted(points)
+    stored = packed.pack([cell])
+    assert len(stored) < 2 * 360 < len(cell[0]) + len(cell[1])
+    assert packed.unpack(stored) == [cell]
+
+
+def test_many_shapes_decode_together() -> None:
+    cells = [compacted([(BASE + 10 * i, (i * s) % 7) for i in range(360)]) for s in range(20)]
+    cells += [compacted([(BASE + 10 * i, i * 0.25 + s) for i in range(100)]) for s in range(5)]
+    cells += [compacted([(BASE + 7 * i + i % 2, i) for i in range(10)])]
+    stored = [packed.pack([c]) for c in cells]
+    assert packed.unpack_many(stored) == [[c] for c in cells]
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20])
+def test_damaged_bytes_raise_storage_error(cut: int) -> None:
+    stored = packed.pack([compacted([(BASE + i, i * 1000) for i in range(50)])])
+    with pytest.raises(StorageError, match="corrupt embedded packed value"):
+        packed.unpack(stored[:-cut])
+    with pytest.raises(StorageError, match="corrupt embedded packed value"):
+        packed.unpack_many([stored[:-cut]])
+
+
+def test_which_cells_are_packed() -> None:
+    assert is_packed("t", b"\x00\x07\x00\x17")
+    assert not is_packed("t", b"\x00\x07")  # one point
+    assert not is_packed("t", b"\xf0\x00\x01\x07")  # one millisecond point
+    assert not is_packed("t", b"\x01\x00\x07")  # annotation
+    assert not is_packed("f", b"\x00\x07\x00\x17")
+
+
+# -- through the storage interface -------------------------------------------------------------
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EmbeddedStorage]:
+    storage = EmbeddedStorage(tmp_path / "store")
+    await storage.create_table("d", [FamilySpec("t"), FamilySpec("u")])
+    yield storage
+    await storage.close()
+
+
+async def test_plain_and_packed_cells_of_a_row_read_in_qualifier_order(
+    store: EmbeddedStorage,
+) -> None:
+    row = b"\x00\x00\x01\x50\xe2\x27\x00\x00\x00\x01\x00\x00\x01"
+    early = compacted([(BASE + 1, 1), (BASE + 2, 2)])
+    late = compacted([(BASE + 100, 1.5), (BASE + 200, 2.5)])
+    single = encode_point(BASE + 50, 7)[1:]
+    note = (b"\x01\x00\x05", b'{"description":"x"}')
+    other = (b"\x00\x01\x00\x02", b"zz")  # family u: never packed
+    await store.put(
+        "d",
+        [
+            Put(row, "t", *late),
+            Put(row, "t", *single),
+            Put(row, "t", *early),
+            Put(row, "t", *note),
+            Put(row, "u", *other),
+        ],
+    )
+    want = sorted([("t", *early), ("t", *late), ("t", *single), ("t", *note), ("u", *other)])
+    got = await store.get("d", row)
+    assert got is not None
+    assert [tuple(c) for c in got.cells] == want
+    scanned = [r async for r in store.scan("d", ScanSpec())]
+    assert [tuple(c) for c in scanned[0].cells] == want
+    only_u = await store.get("d", row, ["u"])
+    assert only_u is not None
+    assert [tuple(c) for c in only_u.cells] == [("u", *other)]
+    # one packed entry holds both compacted cells
+    with store._env.begin(db=store._tables["d"].packed) as txn:
+        entry = txn.get(packed_key(row, "t"))
+    assert entry is not None
+    assert packed.unpack(entry) == sorted([early, late])
+    # delete one packed cell, then the family
+    await store.delete("d", [Delete(row, "t", early[0])])
+    got = await store.get("d", row, ["t"])
+    assert got is not None
+    assert [c.qualifier for c in got.cells] == sorted([late[0], single[0], note[0]])
+    await store.delete("d", [Delete(row, "t")])
+    got = await store.get("d", row)
+    assert got is not None
+    assert [c.family for c in got.cells] == ["u"]
+
+
+async def test_check_and_put_and_append_see_packed_cells(store: EmbeddedStorage) -> None:
+    row = b"r1"
+    cell = compacted([(BASE, 1), (BASE + 10, 2)])
+    assert await store.check_and_put("d", row, "t", cell[0], None, Put(row, "t", *cell))
+    assert not await store.check_and_put("d", row, "t", cell[0], None, Put(row, "t", *cell))
+    await store.append("d", row, "t", cell[0], b"\x05")
+    got = await store.get("d", row)
+    assert got is not None
+    assert got.cells[0].value == cell[1] + b"\x05"
+
+
+async def test_scan_batches_split_rows_with_packed_entries(store: EmbeddedStorage) -> None:
+    rows = [struct.pack(">I", i) for i in range(50)]
+    cells = {r: compacted([(BASE + 10 * j, j * i) for j in range(30)]) for i, r in enumerate(rows)}
+    await store.put("d", [Put(r, "t", *cells[r]) for r in rows])
+    got = [r async for r in store.scan("d", ScanSpec(batch_rows=7))]
+    assert [r.key for r in got] == rows
+    assert all([tuple(c)[1:] for c in r.cells] == [cells[r.key]] for r in got)
+    many = await store.get_many("d", rows[::-1])
+    assert [r.key for r in many] == rows[::-1]
+
+
+async def test_a_format_1_store_is_converted_when_opened(tmp_path: Path) -> None:
+    """Format 1 kept compacted cells under their own (bucket) keys: a writer moves them."""
+    from tsd.storage.embedded import cells, keys
+
+    path = tmp_path / "old"
+    storage = EmbeddedStorage(path)
+    await storage.create_table("d", [FamilySpec("t")])
+    row = b"\x00\x00\x01row"
+    cell = compacted([(BASE + 10 * i, i) for i in range(300)])  # a bucket key in format 1
+    pair = compacted([(BASE, 1), (BASE + 1, 2)])  # its own key in format 1
+    info = storage._tables["d"]
+    with storage._env.begin(write=True) as txn:
+        for qualifier, value in (cell, pair):
+            key, bucket = keys.cell_key(keys.cell_prefix(row, "t"), qualifier)
+            stored = keys.encode_bucket({qualifier: value}) if bucket else value
+            txn.put(key, stored, db=info.db)
+        txn.put(b"\x00format", b"tsd-embedded 1", db=storage._catalog)
+    await storage.close()
+    storage = EmbeddedStorage(path)
+    try:
+        got = await storage.get("d", row)
+        assert got is not None
+        assert [(c.qualifier, c.value) for c in got.cells] == sorted([cell, pair])
+        with storage._env.begin(db=storage._tables["d"].db) as txn:
+            assert [k for k, _ in txn.cursor()] == []
+        with storage._env.begin(db=storage._tables["d"].packed) as txn:
+            assert [k for k, _ in txn.cursor()] == [keys.packed_key(row, "t")]
+            assert cells.read_cell(txn, storage._tables["d"], row, "t", pair[0]) == pair[1]
+    finally:
+        await storage.close()
