@@ -1,6 +1,7 @@
-"""The compiled Thrift reply reader (tsd/storage/hbase/_rows.c); everything else is in
-pyproject.toml. ``optional``: without a C compiler tsd installs anyway and reads HBase replies
-with its pure-Python fallback (tsd/storage/hbase/rows.py), only slower."""
+"""The compiled Thrift reply reader (tsd/storage/hbase/_rows.c) and row decoder
+(tsd/codec/_points.c); everything else is in pyproject.toml. ``optional``: without a C
+compiler tsd installs anyway and reads HBase replies and decodes rows with its Python and
+numpy fallbacks (tsd/storage/hbase/rows.py, tsd/query/decode.py), only slower."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +12,12 @@ setup(
             ["tsd/storage/hbase/_rows.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "tsd.codec._points",
+            ["tsd/codec/_points.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

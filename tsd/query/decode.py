@@ -50,8 +50,8 @@ U8Array = npt.NDArray[np.uint8]
 IntArray = npt.NDArray[np.signedinteger[Any]]
 U64Array = npt.NDArray[np.uint64]
 
-try:  # the compiled reader of HBase replies also decodes plain rows (tsd/storage/hbase/_rows.c)
-    _COMPILED: Any = importlib.import_module("tsd.storage.hbase._rows")
+try:  # plain rows decoded at compiled speed (tsd/codec/_points.c)
+    _COMPILED: Any = importlib.import_module("tsd.codec._points")
 except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
     _COMPILED = None
 
