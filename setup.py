@@ -1,7 +1,7 @@
-"""The compiled Thrift reply reader (tsd/storage/hbase/_rows.c) and row decoder
-(tsd/codec/_points.c); everything else is in pyproject.toml. ``optional``: without a C
-compiler tsd installs anyway and reads HBase replies and decodes rows with its Python and
-numpy fallbacks (tsd/storage/hbase/rows.py, tsd/query/decode.py), only slower."""
+"""The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c) and the seconds
+cell decoder (tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``:
+without a C compiler tsd installs anyway and uses their pure-Python fallbacks
+(tsd/storage/hbase/rows.py, tsd/query/decode.py's numpy path), only slower."""
 
 from setuptools import Extension, setup
 
@@ -14,8 +14,8 @@ setup(
             optional=True,
         ),
         Extension(
-            "tsd.codec._points",
-            ["tsd/codec/_points.c"],
+            "tsd.query._decode",
+            ["tsd/query/_decode.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

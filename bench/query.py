@@ -42,11 +42,15 @@ from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.protocol.query_json import parse_query_params
 from tsd.query.decode import decode_rows
 from tsd.query.engine import QueryEngine
+from tsd.query.output import QueryResult, SeriesResult
 from tsd.query.plan import plan_metric_scan, scan_window_s
+from tsd.query.results import aggregate_groups
+from tsd.query.series import AggregatedSeries
 from tsd.query.spans import assemble_spans
+from tsd.query_model import SubQuery, TSQuery
 from tsd.schema import ensure_tables
 from tsd.server.http.render import render_query_result
-from tsd.storage.base import Delete, Put, Row, Storage
+from tsd.storage.base import CellBlock, Delete, Put, Storage
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
 
@@ -250,13 +254,15 @@ async def loop_stall(fn: Callable[[], Awaitable[object]]) -> float:
     return worst
 
 
-async def phases(storage: Storage, cfg: Config, end: int) -> dict[str, float]:
-    """Scan, decode (in the engine's 1,024-row batches), assemble of the compacted data,
-    each on its own, in process CPU seconds (one run)."""
+async def phases(storage: Storage, cfg: Config, end: int, query: TSQuery) -> dict[str, float]:
+    """The engine's steps on the compacted data, each on its own, in process CPU seconds
+    (one run, no worker threads): scan (the blocks the engine reads), decode (per block),
+    assemble, downsample + aggregate (the kernels of the one group), render (JSON)."""
     layout = KeyLayout.from_storage_config(cfg.storage)
     uids = UidService(storage, cfg)
     metric_uid = await uids.metrics.get_id(METRIC)
-    start_s, end_s = scan_window_s(BASE * 1000, end * 1000, None)
+    sub = query.queries[0]
+    start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
     plan = plan_metric_scan(
         layout,
         metric_uid,
@@ -267,25 +273,37 @@ async def phases(storage: Storage, cfg: Config, end: int) -> dict[str, float]:
         expansion_limit=4096,
     )
     t0 = time.process_time()
-    rows: list[Row] = []
+    blocks: list[CellBlock] = []
     for spec in plan.scans:
-        async with contextlib.aclosing(storage.scan(cfg.storage.data_table, spec)) as scanned:
-            rows += [row async for row in scanned]
+        table = cfg.storage.data_table
+        async with contextlib.aclosing(storage.scan_blocks(table, spec)) as scanned:
+            blocks += [block async for block in scanned]
     t1 = time.process_time()
-    parts = [
-        ([r.key for r in rows[i : i + 1024]], decode_rows(rows[i : i + 1024], layout))
-        for i in range(0, len(rows), 1024)
-    ]
+    parts = [(block.keys, decode_rows(block, layout)) for block in blocks]
     t2 = time.process_time()
-    assemble_spans(parts, layout)
+    spans = assemble_spans(parts, layout)
     t3 = time.process_time()
+    window = (start_s * 1000, end_s * 1000)
+    groups = [list(range(spans.series_count))]
+    aggregated = aggregate_groups(spans.batch, groups, sub, query, window)
+    t4 = time.process_time()
+    render_query_result(QueryResult(query, [_series_result(sub, aggregated[0])], []))
+    t5 = time.process_time()
     return {
         "scan_s": t1 - t0,
         "decode_s": t2 - t1,
         "assemble_s": t3 - t2,
+        "aggregate_s": t4 - t3,
+        "render_s": t5 - t4,
         "points": float(sum(p.point_count for _, p in parts)),
-        "rows": float(len(rows)),
+        "rows": float(sum(len(b) for b in blocks)),
     }
+
+
+def _series_result(sub: SubQuery, dps: AggregatedSeries) -> SeriesResult:
+    return SeriesResult(
+        sub=sub, metric=METRIC, tags={}, aggregate_tags=["host"], dps=dps, tsuids=[]
+    )
 
 
 async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: bool) -> None:
@@ -361,12 +379,14 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: boo
             print(
                 f"  event loop while it runs: longest gap between 5 ms ticks {stall * 1000:.0f} ms"
             )
-            p = await phases(storage, cfg, end)
+            p = await phases(storage, cfg, end, query)
             print(
                 f"  phases (cpu): scan {p['scan_s'] * 1000:.0f} ms, "
                 f"decode {p['decode_s'] * 1000:.0f} ms "
                 f"({p['points'] / p['decode_s'] / 1e6:.1f} M points/s), "
-                f"assemble {p['assemble_s'] * 1000:.0f} ms"
+                f"assemble {p['assemble_s'] * 1000:.0f} ms, "
+                f"downsample + aggregate {p['aggregate_s'] * 1000:.0f} ms, "
+                f"render {p['render_s'] * 1000:.0f} ms"
             )
         finally:
             await storage.close()

@@ -219,3 +219,61 @@ def test_matches_scalar_reference(
     got = run(series, ds, start=start, end=end)
     want = [ref.downsample(s, ds, start, end, start, end) for s in series]
     assert nan_safe(got) == nan_safe(want)
+
+
+# -- the regular-grid path ---------------------------------------------------------------------
+
+
+def _grid_batch(rng: object, series: int, step_ms: int, points: int, t0: int, nan: bool):
+    import numpy as np
+
+    from tsd.query.series import SeriesBatch
+
+    assert isinstance(rng, np.random.Generator)
+    ts = t0 + step_ms * np.arange(points, dtype=np.int64)
+    values = np.round(rng.normal(0, 100, series * points), 2)
+    if nan:
+        values[rng.random(series * points) < 0.05] = np.nan
+    offsets = np.arange(series + 1, dtype=np.int64) * points
+    return SeriesBatch(np.tile(ts, series), values, offsets)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_regular_grid_path_gives_the_general_answer(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Series sharing their timestamps take _shared_segments; the same batch through the
+    # general path (the shortcut switched off) must give the same bytes.
+    import numpy as np
+
+    import tsd.query.downsample as ds_module
+
+    rng = np.random.default_rng(seed)
+    step_ms = int(rng.choice([10_000, 15_000, 60_000, 250, 1_000, 7_000]))
+    interval = str(rng.choice(["1m", "30s", "5m", "1h", "10s", "1s"]))
+    function = str(rng.choice(["avg", "sum", "min", "max", "count", "last", "dev", "zimsum"]))
+    fill = str(rng.choice(["", "-nan", "-zero", "-null"]))
+    t0 = T0 + int(rng.integers(0, 3)) * 3_600_000 + int(rng.choice([0, 1, 5_000, 59_999]))
+    batch = _grid_batch(rng, int(rng.integers(2, 20)), step_ms, int(rng.integers(1, 800)), t0,
+                        rng.random() < 0.25)  # fmt: skip
+    ds = parse_downsample(f"{interval}-{function}{fill}")
+    start = T0 + int(rng.integers(0, 2)) * 3_600_000 + int(rng.choice([0, 30_000]))
+    end = t0 + step_ms * 900
+    args = {"start_ms": start, "end_ms": end, "query_start_ms": start, "query_end_ms": end}
+    fast = downsample(batch, ds, **args)
+    monkeypatch.setattr(ds_module, "_shared_segments", lambda *a: None)
+    general = downsample(batch, ds, **args)
+    assert fast.offsets.tolist() == general.offsets.tolist()
+    assert fast.timestamps.tolist() == general.timestamps.tolist()
+    assert fast.values.tobytes() == general.values.tobytes()
+
+
+def test_regular_grid_path_is_taken() -> None:
+    # Not a test that cannot fail: the shortcut must really answer for a plain grid.
+    import numpy as np
+
+    from tsd.query.downsample import _seek_time, _shared_segments
+
+    batch = _grid_batch(np.random.default_rng(1), 5, 10_000, 360, T0, False)
+    ds = parse_downsample("1m-avg")
+    assert _shared_segments(batch, ds, _seek_time(ds, T0)) is not None

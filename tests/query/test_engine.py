@@ -19,7 +19,7 @@ from tsd.daemon import Daemon
 from tsd.errors import BadRequestError, IllegalDataError, NoSuchUniqueName
 from tsd.query.last import LastPointQuery, LastPointSubQuery, parse_last_query_params
 from tsd.server.http.render import render_last_points
-from tsd.storage.base import Put, Row, ScanSpec, Storage
+from tsd.storage.base import CellBlock, Put, ReadStats, Row, ScanSpec, Storage
 from tsd.storage.embedded import EmbeddedStorage
 
 T0 = 1356998400  # 2013-01-01 00:00:00 UTC, an hour boundary
@@ -230,6 +230,12 @@ class _StuckScans(EmbeddedStorage):
     async def scan(self, table: str, spec: ScanSpec) -> AsyncIterator[Row]:  # type: ignore[override]
         await asyncio.Event().wait()
         yield Row(b"", ())  # pragma: no cover - never reached
+
+    async def scan_blocks(  # type: ignore[override]
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncIterator[CellBlock]:
+        await asyncio.Event().wait()
+        yield CellBlock.empty()  # pragma: no cover - never reached
 
 
 async def test_query_timeout_answers_408(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from contextlib import aclosing
 
 import pytest
 
+from tests.storage.conftest import MakeTable
 from tsd.errors import StorageError, StorageUnavailable, TableNotFound
 from tsd.storage.base import (
     Cell,
@@ -572,3 +573,99 @@ async def test_calls_after_close_raise_storage_unavailable(storage: Storage, tab
         await storage.put(table, [Put(b"r", "f", b"q", b"v")])
     with pytest.raises(StorageUnavailable):
         await scan_all(storage, table)
+
+
+# -- bulk reads --------------------------------------------------------------------------------
+
+
+def _random_cells(seed: int) -> list[Put]:
+    """Rows of binary keys (00 and FF bytes, prefixes of each other) with cells in both
+    families, some with qualifiers long enough for the embedded store's bucket keys."""
+    rng = random.Random(seed)
+    puts = []
+    rows = {
+        bytes(rng.choice((0, 1, 0xFF, 0x61)) for _ in range(rng.randint(1, 6))) for _ in range(60)
+    }
+    for row in rows:
+        for _ in range(rng.randint(1, 5)):
+            length = rng.choice((0, 1, 2, 4, 120, 600, 1200))
+            qualifier = bytes(rng.randrange(256) for _ in range(length))
+            value = bytes(rng.randrange(256) for _ in range(rng.randint(0, 20)))
+            puts.append(Put(row, rng.choice("fg"), qualifier, value))
+    return puts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_scan_blocks_hold_the_rows_of_scan(storage: Storage, table: str, seed: int) -> None:
+    # The query path reads CellBlocks: the same rows and cells as scan, batch for batch
+    # within the spec's batch size, whatever the families, filter, bounds and limit.
+    await storage.put(table, _random_cells(seed))
+    rng = random.Random(seed)
+    specs = [
+        ScanSpec(),
+        ScanSpec(batch_rows=3),
+        ScanSpec(families=("g",), batch_rows=2),
+        ScanSpec(start=b"\x01", stop=b"\xff\x01", batch_rows=5),
+        ScanSpec(row_filter=RowFilter(b"(?s).\\x00.*"), batch_rows=4),
+        ScanSpec(families=("f",), limit=7, batch_rows=3),
+        ScanSpec(limit=rng.randint(1, 30), row_filter=RowFilter(b"(?s)[^a].*")),
+    ]
+    for spec in specs:
+        want = await scan_all(storage, table, spec)
+        blocks = []
+        async with aclosing(storage.scan_blocks(table, spec)) as found:
+            blocks = [block async for block in found]
+        assert all(0 < len(block) <= spec.batch_rows for block in blocks)
+        assert [row for block in blocks for row in block] == want
+
+
+def _random_data_rows(seed: int) -> list[Put]:
+    """OpenTSDB-shaped rows in family ``t``: compacted cells alone (the embedded store packs
+    them; only those for odd seeds), some with single points or notes beside them, some
+    singles only."""
+    from tsd.codec import compact_row, encode_point
+
+    rng = random.Random(seed)
+    puts = []
+    for r in range(rng.randint(20, 80)):
+        row = b"\x00\x00\x01" + (1356998400 + 3600 * (r % 5)).to_bytes(4, "big") + bytes([r])
+        base = int.from_bytes(row[3:7], "big")
+        points = [
+            encode_point(base + off, rng.choice([1, 2.5, -7, 1e10 + 0.25]))[1:]
+            for off in sorted(rng.sample(range(3600), rng.randint(2, 30)))
+        ]
+        shapes = ["compacted"] if seed % 2 else ["compacted", "compacted", "mixed", "singles"]
+        shape = rng.choice(shapes)
+        if shape != "singles":
+            compacted = compact_row(points)
+            assert compacted is not None
+            puts.append(Put(row, "t", *compacted))
+        if shape != "compacted":
+            for qualifier, value in points[: rng.randint(1, 3)]:
+                puts.append(Put(row, "t", qualifier, value))
+            if rng.random() < 0.5:
+                puts.append(Put(row, "t", b"\x01\x00\x00", b'{"description":"x"}'))
+    return puts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_scan_blocks_of_data_rows_hold_the_rows_of_scan(
+    storage: Storage, make_table: MakeTable, seed: int
+) -> None:
+    # The same with compacted data rows, which the embedded store keeps packed and reads in
+    # bulk straight into blocks when a batch holds nothing else.
+    table = await make_table("data", ("t",))
+    await storage.put(table, _random_data_rows(seed))
+    specs = [
+        ScanSpec(),
+        ScanSpec(batch_rows=7),
+        ScanSpec(start=b"\x00\x00\x01\x50\xe2\x3a\x10", stop=b"\x00\x00\x01\x50\xe2\x48\x20"),
+        ScanSpec(limit=9, batch_rows=4),
+        ScanSpec(families=("t",), batch_rows=3),
+    ]
+    for spec in specs:
+        want = await scan_all(storage, table, spec)
+        async with aclosing(storage.scan_blocks(table, spec)) as found:
+            blocks = [block async for block in found]
+        assert all(0 < len(block) <= spec.batch_rows for block in blocks)
+        assert [row for block in blocks for row in block] == want

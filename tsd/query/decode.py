@@ -7,6 +7,9 @@ reference of what one row holds; :func:`decode_rows` computes the same thing for
 at once and must agree with it point for point (tests/query/test_decode.py checks that on
 random rows):
 
+0. A block of data cells in seconds that needs no merge (the usual read: compacted rows,
+   or single cells in order) is decoded by the C helper ``_decode.c`` in one walk when it
+   is built; anything else, or without it, takes the numpy steps below (same points).
 1. All cells of all rows are laid end to end: one buffer of qualifiers, one of values,
    with per-cell offsets. A short Python pass collects them; there is no per-point loop.
 2. Each cell is classified from its qualifier length and first byte: a single point in
@@ -43,17 +46,17 @@ from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
 from tsd.query.series import BoolArray, Float64Array, Int64Array
 from tsd.storage.base import CellBlock, Row
 
+try:
+    _C: Any = importlib.import_module("tsd.query._decode")
+except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
+    _C = None
+
 __all__ = ["RowPoints", "base_times_s", "decode_rows", "series_key"]
 
 U8Array = npt.NDArray[np.uint8]
 #: int32 or int64 arrays (per-point work uses the narrower type where values fit)
 IntArray = npt.NDArray[np.signedinteger[Any]]
 U64Array = npt.NDArray[np.uint64]
-
-try:  # plain rows decoded at compiled speed (tsd/codec/_points.c)
-    _COMPILED: Any = importlib.import_module("tsd.codec._points")
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    _COMPILED = None
 
 _MS_MARK = 0xF0
 _ANNOTATION_PREFIX = 0x01
@@ -475,11 +478,11 @@ def decode_rows(
     Raises IllegalDataError, with the scalar decoder's message, for a row OpenTSDB could not
     read (corrupt cells, conflicting duplicates without ``fix_duplicates``).
     """
-    if isinstance(rows, CellBlock) and _COMPILED is not None:
-        plain = _decode_plain(rows, layout)
-        if plain is not None:
-            return plain
     n_rows = len(rows)
+    if isinstance(rows, CellBlock):
+        compiled = _compiled(rows, layout)
+        if compiled is not None:
+            return compiled
     c = _collect(rows)
     bad = np.zeros(n_rows, dtype=np.bool_)
     odd = (c.qlen & 1) == 1
@@ -547,31 +550,29 @@ def decode_rows(
     )
 
 
-def _decode_plain(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
-    """decode_rows at compiled speed (one pass, no GIL) when every row is plain: single and
-    compacted cells, well formed, points in strictly increasing time. None otherwise."""
+def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
+    """decode_rows by the C helper (_decode.c) when it is built and takes the block: data
+    cells in seconds needing no merge (the usual read); None otherwise."""
+    if _C is None or not len(block):
+        return None
     base_ms = base_times_s(layout, block.keys) * 1000
-
-    def i64(a: Any) -> Any:
-        return np.ascontiguousarray(a, dtype=np.int64)
-
-    found = _COMPILED.decode_points(
-        i64(block.counts),
-        i64(block.qualifier_lengths),
-        i64(block.value_lengths),
+    found = _C.decode_seconds(
         block.qualifiers,
         block.values,
-        i64(base_ms),
+        np.ascontiguousarray(block.qualifier_lengths, dtype=np.int64),
+        np.ascontiguousarray(block.value_lengths, dtype=np.int64),
+        np.ascontiguousarray(block.counts, dtype=np.int64),
+        np.ascontiguousarray(base_ms, dtype=np.int64),
     )
     if found is None:
         return None
-    offsets, timestamps, doubles, ints, is_int = found
+    ts, doubles, ints, is_int, row_offsets, any_int = found
     return RowPoints(
-        np.frombuffer(offsets, np.int64),
-        np.frombuffer(timestamps, np.int64),
-        np.frombuffer(doubles, np.float64),
-        None if ints is None else np.frombuffer(ints, np.int64),
-        None if is_int is None else np.frombuffer(is_int, np.bool_),
+        np.frombuffer(row_offsets, dtype=np.int64),
+        np.frombuffer(ts, dtype=np.int64),
+        np.frombuffer(doubles, dtype=np.float64),
+        np.frombuffer(ints, dtype=np.int64) if any_int else None,
+        np.frombuffer(is_int, dtype=np.bool_) if any_int else None,
         (),
         block.stored_bytes,
     )
@@ -580,11 +581,17 @@ def _decode_plain(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
 def base_times_s(layout: KeyLayout, keys: list[bytes]) -> Int64Array:
     """The base time of each row key (one byte matrix when the keys have one length)."""
     at = layout.tags_start - TIMESTAMP_BYTES
-    if keys and len({len(k) for k in keys}) == 1:
+    if keys and _one_length(keys):
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)
         stamps = np.ascontiguousarray(matrix[:, at : at + TIMESTAMP_BYTES])
         return stamps.view(">u4").reshape(len(keys)).astype(np.int64)
     return np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
+
+
+def _one_length(keys: Sequence[bytes]) -> bool:
+    """All keys have the same length (lengths read in C, not a Python set)."""
+    lengths = np.fromiter(map(len, keys), np.int64, len(keys))
+    return bool(lengths.min() == lengths.max())
 
 
 def _base_time_s(layout: KeyLayout, key: bytes) -> int:

@@ -39,6 +39,9 @@ from tsd.query_model import LONG_MAX, LONG_MIN, Interpolation
 
 #: Cells (series x timestamps) per block: bounds the temporary memory of an aggregation.
 BLOCK_CELLS = 1 << 20
+#: Series sharing their timestamps, up to this many cells, are aggregated as one block: the
+#: values are already one matrix, which a block of columns would copy.
+WHOLE_GRID_CELLS = 1 << 23
 
 _DOUBLE_MAX = float(np.finfo(np.float64).max)
 
@@ -107,6 +110,8 @@ def _common_blocks(
         floats = np.asarray(is_float.any(axis=0), dtype=np.bool_)
         floats[:-1] |= floats[1:]
     block = max(1, BLOCK_CELLS // s_count)
+    if not skip and len(times) == width and s_count * width <= WHOLE_GRID_CELLS:
+        block = width  # every column: the grid itself is the block (no copy)
     for lo in range(0, len(times), block):
         hi = min(lo + block, len(times))
         cols = slice(lo + skip, hi + skip)

@@ -127,6 +127,8 @@ def _non_nan(x: F2, m: B2) -> B2:
 
 def _sum_d(x: F2, m: B2) -> F1:
     valid = _non_nan(x, m)
+    if len(x) and valid.all():  # the usual block: no masking (same sums, no temporaries)
+        return sequential_reduce(x, np.add)
     total = sequential_reduce(np.where(valid, x, 0.0), np.add)
     return np.where(valid.any(axis=0), total, np.nan)
 

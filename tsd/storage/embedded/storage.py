@@ -51,7 +51,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -66,22 +66,26 @@ from tsd.errors import (
     TableNotFound,
 )
 from tsd.storage.base import (
+    CellBlock,
     CheckAndPut,
     FamilySpec,
     Mutation,
     Put,
+    ReadStats,
     Row,
     ScanSpec,
     Storage,
     check_distinct_cells,
 )
 from tsd.storage.embedded import cells, maintenance
+from tsd.storage.embedded.blocks import scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.keys import row_start
 from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 from tsd.storage.embedded.writer import WriterThread
 
 T = TypeVar("T")
+B = TypeVar("B", bound=Sized)
 
 #: Virtual address space reserved for the map; the file grows only as data is written. 1 TiB is
 #: far below the 128 TiB of user address space on 64-bit Linux, so no resizing is ever needed.
@@ -90,6 +94,10 @@ DEFAULT_MAP_SIZE = 1 << 40
 MAX_TABLES = 255
 #: Threads running read transactions; LMDB readers never block each other or the writer.
 READER_THREADS = 4
+#: Blocks of a bulk read (scan_blocks) read per reader-thread call: each call is a thread
+#: hop (submit, wake-up, loop callback), a sizeable part of a query reading thousands of
+#: compacted rows; the blocks keep the spec's batch size.
+BLOCKS_PER_READ = 4
 #: 3: compacted data cells live in packed rows, in a database of their own per table
 #: (keys.py, packed.py); a store of an earlier format is converted when a writer opens it
 FORMAT = b"tsd-embedded 3"
@@ -401,6 +409,28 @@ class EmbeddedStorage(Storage):
         return await self._read(cells.read_rows, info, tuple(rows), wanted)
 
     async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
+        async with contextlib.aclosing(self._batches(cells.scan_batch, table, spec)) as batches:
+            async for rows in batches:
+                for row in rows:
+                    yield row
+
+    async def scan_blocks(
+        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+    ) -> AsyncGenerator[CellBlock, None]:
+        """:meth:`scan`'s rows, a batch at a time, read straight into CellBlocks
+        (blocks.py: no Row or Cell objects on the query path)."""
+        batches = self._batches(scan_block, table, spec, BLOCKS_PER_READ)
+        async with contextlib.aclosing(batches) as blocks:
+            async for block in blocks:
+                if stats is not None:
+                    stats.add(block, 0.0)
+                yield block
+
+    async def _batches(
+        self, read: Callable[..., B], table: str, spec: ScanSpec, per_read: int = 1
+    ) -> AsyncGenerator[B, None]:
+        """The non-empty batches of ``read`` (scan_batch or scan_block) over ``spec``,
+        ``per_read`` batches per read transaction (one reader-thread hop)."""
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
         if spec.limit is not None and spec.limit <= 0:
@@ -412,11 +442,12 @@ class EmbeddedStorage(Storage):
         )
         batch_rows = max(1, spec.batch_rows)
         while position.next_key is not None:
-            rows = await self._read(
-                cells.scan_batch, info, position, wanted, spec.row_filter, batch_rows
+            batches = await self._read(
+                _several, read, per_read, info, position, wanted, spec.row_filter, batch_rows
             )
-            for row in rows:
-                yield row
+            for batch in batches:
+                if len(batch):
+                    yield batch
 
     # -- upkeep (maintenance.py) -------------------------------------------------------------
 
@@ -467,6 +498,22 @@ class EmbeddedStorage(Storage):
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
+
+
+def _several(
+    txn: Txn,
+    read: Callable[..., B],
+    count: int,
+    info: TableInfo,
+    position: ScanCursor,
+    *args: Any,
+) -> list[B]:
+    """Up to ``count`` batches of ``read`` in one transaction, while the scan has rows
+    left (``args``: the families, row filter and batch size ``read`` takes)."""
+    batches = [read(txn, info, position, *args)]
+    while len(batches) < count and position.next_key is not None:
+        batches.append(read(txn, info, position, *args))
+    return batches
 
 
 def _check_families(info: TableInfo, families: Sequence[str]) -> frozenset[str]:

@@ -1,0 +1,104 @@
+"""Bulk reads for the query path: a scan batch as one CellBlock, built in the reader thread.
+
+The query engine wants cells end to end (CellBlock). Built here, on the reader thread that
+read the batch, the join costs the event loop nothing, and the store reads several batches
+per thread hop (``EmbeddedStorage.scan_blocks``). The rows are exactly
+:func:`tsd.storage.embedded.cells.scan_batch`'s (tests/storage/test_contract.py compares
+scan_blocks with scan on random tables).
+
+The usual batch of a query, rows that hold only their packed entry (compacted data, no
+single cells, no filter), is read from the packed database alone and unpacked together
+(:func:`tsd.storage.embedded.packed.unpack_many`) straight into the block's columns: no
+Row or Cell object per row. Anything else in the batch's key range (a plain cell, a key
+that does not read) sends the batch through ``scan_batch``, which decides as a scan does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import numpy as np
+
+from tsd.storage.base import CellBlock, RowFilter
+from tsd.storage.embedded import packed
+from tsd.storage.embedded.cells import MAX_BATCH_CELLS, ScanCursor, TableInfo, Txn, scan_batch
+from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY, ROW_END, unescape_row
+
+__all__ = ["scan_block"]
+
+_PACKED_FAMILY_END = PACKED_FAMILY.encode("ascii") + PACKED_END
+
+
+def scan_block(
+    txn: Txn,
+    table: TableInfo,
+    position: ScanCursor,
+    families: Collection[str],
+    row_filter: RowFilter | None,
+    max_rows: int,
+) -> CellBlock:
+    """``scan_batch`` as one CellBlock: up to ``max_rows`` whole rows from ``position``
+    (also ending at the first row boundary past ``MAX_BATCH_CELLS`` cells), advancing it."""
+    if row_filter is None and (not families or PACKED_FAMILY in families):
+        block = _packed_only(txn, table, position, max_rows)
+        if block is not None:
+            return block
+    return CellBlock.from_rows(scan_batch(txn, table, position, families, row_filter, max_rows))
+
+
+def _packed_only(
+    txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
+) -> CellBlock | None:
+    """The batch when every row in its key range is one packed entry; None (``position``
+    untouched) otherwise."""
+    seek = position.next_key
+    if table.packed is None or seek is None or PACKED_FAMILY.encode("ascii") not in table.names:
+        return None
+    if position.remaining is not None:
+        max_rows = min(max_rows, position.remaining)
+    stop = position.stop_key
+    cursor = txn.cursor(db=table.packed)
+    rows: list[bytes] = []
+    values: list[bytes] = []
+    cells = 0
+    next_key: bytes | None = None
+    if cursor.set_range(seek):
+        for key, value in cursor.iternext():
+            if stop is not None and key >= stop:
+                break
+            end = key.find(ROW_END)
+            if end < 0 or key[end + 2 :] != _PACKED_FAMILY_END or not value:
+                return None  # not a packed data entry: scan_batch reads (or refuses) it
+            if len(rows) >= max_rows or cells >= MAX_BATCH_CELLS:
+                next_key = key[: end + 2]
+                break
+            rows.append(unescape_row(key[:end]))
+            values.append(value)
+            cells += 1  # a packed entry counts as one, as scan_batch counts it
+    # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
+    plain = txn.cursor(db=table.db)
+    if plain.set_range(seek):
+        first = plain.key()
+        bound = next_key if next_key is not None else stop
+        if bound is None or first < bound:
+            return None
+    unpacked = packed.unpack_many(values)
+    quals = [q for pairs in unpacked for q, _ in pairs]
+    vals = [v for pairs in unpacked for _, v in pairs]
+    n = len(quals)
+    position.next_key = next_key
+    position.batch_cells = cells
+    if position.remaining is not None:
+        position.remaining -= len(rows)
+        if position.remaining <= 0:
+            position.next_key = None
+    return CellBlock(
+        rows,
+        np.fromiter(map(len, unpacked), np.int64, len(unpacked)),
+        [PACKED_FAMILY] if n else [],
+        np.zeros(n, dtype=np.uint8),
+        np.fromiter(map(len, quals), np.int64, n),
+        np.fromiter(map(len, vals), np.int64, n),
+        b"".join(quals),
+        b"".join(vals),
+    )
