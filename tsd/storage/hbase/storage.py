@@ -79,7 +79,7 @@ DELETE_GUARD_S = 0.002
 #: rows per getRows call
 GET_MANY_CHUNK = 1000
 #: rows asked of a scan's first scannerGetList (then sized by reply_rows)
-FIRST_REPLY_ROWS = 128
+FIRST_REPLY_ROWS = 32
 #: bytes aimed at per scannerGetList reply
 REPLY_BYTES = 512 * 1024
 MIN_REPLY_ROWS = 16
