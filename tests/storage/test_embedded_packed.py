@@ -102,6 +102,19 @@ def test_many_shapes_decode_together() -> None:
     assert packed.unpack_many(stored) == [[c] for c in cells]
 
 
+@pytest.mark.parametrize(
+    "cell",
+    [
+        (b"\xf0\x00\x00\x00", b"\x00"),  # one millisecond point
+        (b"\x00\x07\x00\x07", b"\x01\x01\x00"),  # the same offset twice
+        (b"\x00\x17\x00\x07", b"\x01\x01\x00"),  # offsets out of order
+    ],
+)
+def test_odd_cells_round_trip(cell: tuple[bytes, bytes]) -> None:
+    assert packed.unpack(packed.pack([cell])) == [cell]
+    assert packed.unpack_many([packed.pack([cell])]) == [[cell]]
+
+
 @pytest.mark.parametrize("cut", [1, 5, 20])
 def test_damaged_bytes_raise_storage_error(cut: int) -> None:
     stored = packed.pack([compacted([(BASE + i, i * 1000) for i in range(50)])])

@@ -58,6 +58,8 @@ HEAD_SIZE = _HEAD.size
 #: decimal exponents tried for float cells (10**k is exact as a double up to 22)
 MAX_DECIMALS = 15
 MAX_POINTS = 0xFFFF
+#: cells decoded per numpy pass: their temporaries stay in the CPU cache
+GROUP_ROWS = 128
 ZSTD_LEVEL = 12
 #: integers beyond this take the raw form (their deltas could overflow 64 bits)
 _INT_LIMIT = 1 << 61
@@ -162,7 +164,8 @@ def unpack_many(datas: Sequence[bytes]) -> list[list[Pair]]:
         groups.setdefault(key, []).append((index, base, low, data[at:]))
     try:
         for shape, members in groups.items():
-            _decode_group(shape, members, out)
+            for start in range(0, len(members), GROUP_ROWS):
+                _decode_group(shape, members[start : start + GROUP_ROWS], out)
     except (IndexError, ValueError) as exc:
         raise StorageError(f"corrupt embedded packed value: {exc}") from None
     return out
@@ -339,7 +342,7 @@ def _encode_fast(qualifier: bytes, value: bytes) -> bytes | None:
         flags = raw & 0xF
         mode = 0
     n = len(offsets)
-    if n > MAX_POINTS:
+    if not 2 <= n <= MAX_POINTS:
         return None
     widths = (flags & 7) + 1
     total = int(widths.sum())
