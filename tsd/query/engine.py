@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.query.decode import RowPoints, decode_block, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.histogram import decode_histogram_rows, histogram_series
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
 from tsd.query.limits import (
     BYTES_PER_CELL,
@@ -95,6 +97,13 @@ from tsd.query.results import (
     series_facts,
     series_tag_uids,
 )
+from tsd.query.rollup import (
+    RollupConfigLike,
+    RollupRead,
+    decode_rollup_rows,
+    plan_reads,
+    rollup_rows,
+)
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
@@ -103,6 +112,7 @@ from tsd.storage.base import (
     Block,
     CellBlock,
     Delete,
+    PointBlock,
     ReadStats,
     Row,
     RowFilter,
@@ -199,6 +209,8 @@ class QueryEngine:
         self._layout = KeyLayout.from_storage_config(config.storage)
         self._table = config.storage.data_table
         self._fix_duplicates = config.storage.fix_duplicates
+        #: ``tsd.rollups.config`` when rollups are enabled (set by the daemon)
+        self.rollups: RollupConfigLike | None = None
         self._cfg = cfg = config.query
         if compute_slots is None:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
@@ -328,10 +340,35 @@ class QueryEngine:
         control: QueryControl,
         reads: list[ReadStats] | None = None,
     ) -> list[SeriesResult]:
+        """The sub-query over its reads (tsd/query/rollup.py): raw data, or stored rollups
+        with their fallbacks, the next tried while one finds no series."""
+        plan = plan_reads(self.rollups, sub, self._table)
+        for source in plan[:-1]:
+            found = await self._run_read(query, sub, control, reads, source)
+            if found is not None:
+                return found
+        return await self._run_read(query, sub, control, reads, plan[-1]) or []
+
+    async def _run_read(
+        self,
+        query: TSQuery,
+        sub: SubQuery,
+        control: QueryControl,
+        reads: list[ReadStats] | None,
+        source: RollupRead,
+    ) -> list[SeriesResult] | None:
+        """One read of the sub-query; None when it found no series."""
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
         spec = sub.downsample_spec
-        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
+        if source.is_rollup:
+            assert spec is not None
+            start_s, end_s = source.scan_window_s(query.start_ms, query.end_ms, sub.rate)
+            sub = dataclasses.replace(
+                sub, downsample_spec=source.engine_spec(spec), rollup_table=source.name
+            )
+        else:
+            start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
         # Planning time: one series' worth of buckets over the limit is refused unread.
         per_series = buckets_per_series(spec, start_s * 1000, end_s * 1000)
         filled = fills(spec)
@@ -344,7 +381,7 @@ class QueryEngine:
             plan, filter_tagks, request = await self._plan_metric(sub, start_s, end_s)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
-            return []
+            return None
         t1 = time.perf_counter()
         tally = _ScanTally(
             self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
@@ -354,7 +391,7 @@ class QueryEngine:
         if reads is not None:
             reads.append(read)
         path = read.path = choose_path(plan, request)
-        parts = await self._read(plan, path, request, tally, read)
+        parts = await self._read(plan, path, request, tally, read, source)
         spans = await self._compute_sized(
             sum(points.point_count for _, points in parts), assemble_spans, parts, self._layout
         )
@@ -366,7 +403,7 @@ class QueryEngine:
         timings["dpsPreFilter"] = tally.points
         timings.update(read_stats_json(read))
         if not spans.series_count:
-            return []
+            return None
         facts = await self._series_facts(spans, work)
         # Filters and grouping run per series; a regexp (or wildcard) can take long on one
         # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
@@ -394,6 +431,8 @@ class QueryEngine:
         control.charge(cells * BYTES_PER_CELL + output * BYTES_PER_OUTPUT_POINT)
         if query.delete:
             await self._delete_rows(parts, spans, keep)
+        if source.histograms is not None:
+            return await self._histogram_results(sub, query, spans, facts, groups, source)
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
         aggregated = await self._aggregate(spans, groups, sub, query, window, control, work)
@@ -401,6 +440,49 @@ class QueryEngine:
         timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings, work)
+
+    async def _histogram_results(
+        self,
+        sub: SubQuery,
+        query: TSQuery,
+        spans: Spans,
+        facts: SeriesFacts,
+        groups: list[list[int]],
+        source: RollupRead,
+    ) -> list[SeriesResult]:
+        """A histogram query's series (tsd/query/histogram.py): per group, one series per
+        percentile, then per bucket."""
+        assert source.histograms is not None
+        metric_uid = spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
+        metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
+        out: list[SeriesResult] = []
+        for members in groups:
+            with_data = [i for i in members if facts.has_points[i]]
+            if not with_data:
+                continue
+            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+            series = histogram_series(
+                spans.batch,
+                with_data,
+                source.histograms,
+                sub.percentiles,
+                sub.show_histogram_buckets,
+                sub.downsample_spec,
+                query.start_ms,
+                query.end_ms,
+            )
+            for suffix, dps in series:
+                out.append(
+                    SeriesResult(
+                        sub=sub,
+                        metric=metric + suffix,
+                        tags=tags,
+                        aggregate_tags=aggregate_tags,
+                        dps=dps,
+                        tsuids=[facts.tsuids[i] for i in with_data],
+                    )
+                )
+        return out
 
     async def scan_plan(self, query: TSQuery, sub: SubQuery) -> ScanPlan:
         """The row scans that ``sub`` of ``query`` reads (``tsdb scan`` prints their rows)."""
@@ -464,24 +546,42 @@ class QueryEngine:
         request: ReadRequest,
         tally: _ScanTally,
         stats: ReadStats,
+        source: RollupRead | None = None,
     ) -> list[tuple[list[bytes], RowPoints]]:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
-        thread while the next is read, counted against the limits."""
+        thread while the next is read, counted against the limits. ``source``: the table
+        and cells to read (default: the data table's)."""
         parts: list[tuple[list[bytes], RowPoints]] = []
+        table = self._table if source is None else source.table
+        rollup = source if source is not None and source.is_rollup else None
 
         async def decode(block: Block) -> None:
+            if source is not None and isinstance(block, PointBlock):
+                block = block.cells()  # rollup and histogram cells: not data points
             # decoded points need only their times (a fraction of a cell block's work)
             work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
-            points, spent = await self._compute_sized(
-                work, _timed_decode, block, self._layout, self._fix_duplicates
-            )
+            if source is not None and source.histograms is not None:
+                assert isinstance(block, CellBlock)
+                started = time.thread_time()
+                histograms = None if source.is_rollup else source.histograms
+                points = decode_histogram_rows(block, self._layout, histograms)
+                spent = time.thread_time() - started
+            elif rollup is not None:
+                assert isinstance(block, CellBlock)
+                # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
+                block = rollup_rows(block, rollup)
+                points, spent = await self._compute_sized(
+                    work, _timed_rollup_decode, block, self._layout, rollup
+                )
+            else:
+                points, spent = await self._compute_sized(
+                    work, _timed_decode, block, self._layout, self._fix_duplicates
+                )
             stats.decode_s += spent
             tally.add(points, len(block))
             parts.append((block.keys, points))
 
-        await read_rows(
-            self._storage, self._table, self._layout, plan, path, request, decode, stats
-        )
+        await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
         return parts
 
     async def _compute_sized(
@@ -816,6 +916,14 @@ def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) ->
     ts = batch.timestamps
     inside = (ts >= start_ms) & (ts <= end_ms) & np.repeat(keep, batch.lengths)
     return int(np.count_nonzero(inside))
+
+
+def _timed_rollup_decode(
+    block: CellBlock, layout: KeyLayout, source: RollupRead
+) -> tuple[RowPoints, float]:
+    started = time.thread_time()
+    points = decode_rollup_rows(block, layout, source)
+    return points, time.thread_time() - started
 
 
 def _timed_decode(block: Block, layout: KeyLayout, fix_duplicates: bool) -> tuple[RowPoints, float]:
