@@ -46,7 +46,7 @@ from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
-from tsd.query.decode import RowPoints, decode_rows, series_key
+from tsd.query.decode import RowPoints, decode_block, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.histogram import decode_histogram_rows, histogram_series
@@ -108,7 +108,17 @@ from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
-from tsd.storage.base import CellBlock, Delete, ReadStats, Row, RowFilter, ScanSpec, Storage
+from tsd.storage.base import (
+    Block,
+    CellBlock,
+    Delete,
+    PointBlock,
+    ReadStats,
+    Row,
+    RowFilter,
+    ScanSpec,
+    Storage,
+)
 from tsd.uid.service import UidService
 
 __all__ = ["QueryEngine"]
@@ -545,14 +555,19 @@ class QueryEngine:
         table = self._table if source is None else source.table
         rollup = source if source is not None and source.is_rollup else None
 
-        async def decode(block: CellBlock) -> None:
-            work = len(block.values) // 4
+        async def decode(block: Block) -> None:
+            if source is not None and isinstance(block, PointBlock):
+                block = block.cells()  # rollup and histogram cells: not data points
+            # decoded points need only their times (a fraction of a cell block's work)
+            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
             if source is not None and source.histograms is not None:
+                assert isinstance(block, CellBlock)
                 started = time.thread_time()
                 histograms = None if source.is_rollup else source.histograms
                 points = decode_histogram_rows(block, self._layout, histograms)
                 spent = time.thread_time() - started
             elif rollup is not None:
+                assert isinstance(block, CellBlock)
                 # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
                 block = rollup_rows(block, rollup)
                 points, spent = await self._compute_sized(
@@ -911,10 +926,8 @@ def _timed_rollup_decode(
     return points, time.thread_time() - started
 
 
-def _timed_decode(
-    block: CellBlock, layout: KeyLayout, fix_duplicates: bool
-) -> tuple[RowPoints, float]:
-    """decode_rows and the CPU time it took (in the worker thread that runs it)."""
+def _timed_decode(block: Block, layout: KeyLayout, fix_duplicates: bool) -> tuple[RowPoints, float]:
+    """decode_block and the CPU time it took (in the worker thread that runs it)."""
     started = time.thread_time()
-    points = decode_rows(block, layout, fix_duplicates=fix_duplicates)
+    points = decode_block(block, layout, fix_duplicates=fix_duplicates)
     return points, time.thread_time() - started

@@ -64,7 +64,7 @@ from tsd.codec.const import MAX_TIMESPAN
 from tsd.codec.rowkey import salt_bucket, salt_bytes
 from tsd.query.plan import ScanPlan, TagCondition
 from tsd.query.tasks import all_or_none
-from tsd.storage.base import CellBlock, ReadStats, RowFilter, ScanSpec, Storage
+from tsd.storage.base import Block, ReadStats, RowFilter, ScanSpec, Storage
 
 __all__ = [
     "KEY_ONLY",
@@ -100,7 +100,7 @@ MULTI_GET_MAX_ROWS = 100_000
 MAX_RANGES = 256
 
 #: called with each block read; returns once it is consumed (decoded, counted)
-Consumer = Callable[[CellBlock], Awaitable[None]]
+Consumer = Callable[[Block], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)

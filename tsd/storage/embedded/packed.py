@@ -80,11 +80,30 @@ def _compress(data: bytes) -> bytes:
     return bytes(compressor.compress(data))
 
 
-def _decompress(data: bytes) -> bytes:
+def _decompressor() -> zstandard.ZstdDecompressor:
     decompressor = getattr(_zstd, "decompressor", None)
     if decompressor is None:
         decompressor = _zstd.decompressor = zstandard.ZstdDecompressor()
-    return bytes(decompressor.decompress(data, max_output_size=_MAX_RAW))
+    return decompressor
+
+
+def _decompress(data: bytes) -> bytes:
+    return bytes(_decompressor().decompress(data, max_output_size=_MAX_RAW))
+
+
+def decompress(data: bytes) -> bytes:
+    """A fast cell's zstd payload, decompressed (zstandard.ZstdError when corrupt)."""
+    return _decompress(data)
+
+
+def decompress_many(frames: Sequence[bytes], sizes: bytes) -> Sequence[object]:
+    """Fast cells' zstd payloads decompressed in one call (buffers), ``sizes`` their sizes
+    once decompressed (native uint64 each, exact); zstandard.ZstdError when corrupt."""
+    decompressor = _decompressor()
+    if not hasattr(decompressor, "multi_decompress_to_buffer"):  # the cffi backend
+        return [decompressor.decompress(f, max_output_size=_MAX_RAW) for f in frames]
+    found = decompressor.multi_decompress_to_buffer(list(frames), decompressed_sizes=sizes)
+    return [found[i] for i in range(len(found))]
 
 
 I64 = npt.NDArray[np.int64]

@@ -51,6 +51,7 @@ import numpy as np
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
 from tsd.storage.base import (
+    Block,
     CellBlock,
     CheckAndPut,
     FamilySpec,
@@ -381,7 +382,7 @@ class HBaseStorage(Storage):
         if spec.limit is not None and spec.limit <= 0:
             return
         if not self._scan_batch_cells:
-            async with contextlib.aclosing(self.scan_blocks(table, spec)) as blocks:
+            async with contextlib.aclosing(self._scanner_blocks(table, spec, None)) as blocks:
                 async for block in blocks:
                     for row in block:
                         yield row
@@ -399,7 +400,7 @@ class HBaseStorage(Storage):
 
     async def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
-    ) -> AsyncGenerator[CellBlock, None]:
+    ) -> AsyncGenerator[Block, None]:
         """``scannerGetList`` replies read straight into CellBlocks (tsd/storage/hbase/rows.py),
         the row filter applied to each block's keys."""
         if self._scan_batch_cells:  # rows may come in pieces: joined by scan()
