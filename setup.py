@@ -1,7 +1,9 @@
-"""The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c) and the seconds
-cell decoder (tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``:
+"""The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
+store's packed-row decoder (tsd/storage/embedded/_points.c) and the seconds cell decoder
+(tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
-(tsd/storage/hbase/rows.py, tsd/query/decode.py's numpy path), only slower."""
+(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells, tsd/query/decode.py's
+numpy path), only slower."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +12,12 @@ setup(
         Extension(
             "tsd.storage.hbase._rows",
             ["tsd/storage/hbase/_rows.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "tsd.storage.embedded._points",
+            ["tsd/storage/embedded/_points.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -246,7 +246,7 @@ async def main(args: argparse.Namespace) -> None:
     ]
     if args.whole_rows:
         loaders.append(("whole compacted rows", load_whole_rows))
-    for name in args.sets.split(","):
+    for name in filter(None, args.sets.split(",")):
         values = make_set(name, args.series, n_points)
         points = values.size
         print(f"{name}: {args.series} series x {n_points} points = {points:,} points")

@@ -39,14 +39,17 @@ The servers' own counters (tsd ``tsd.datapoints.added`` and ``.stored``; Victori
 ``vm_rows_inserted_total``) are read after the clock stopped, as a check that every point
 arrived. Rounds alternate tsd, VictoriaMetrics, tsd, ... (``--rounds``) so that both see
 the same machine; each figure is the median over rounds. Each rate is per wall-clock second
-and per second of the server process's own CPU time (/proc utime + stime, all threads).
+and per second of the server's own CPU time (/proc utime + stime, all threads, and
+its child processes: tsd's telnet workers).
 
 Also measured in the same run: ``Storage.put`` of the same cells pre-encoded, in process
 (the storage's own ceiling).
 
 Run: ``python -m bench.ingest [--points N] [--connections C] [--rounds R]
-[--modes pinned,shared] [--no-vm]``; VictoriaMetrics runs when ``victoria-metrics`` is on
-PATH (``apt-get install victoria-metrics``), and is skipped otherwise.
+[--modes pinned,shared] [--no-vm] [--baseline REF]``
+(``--baseline``: tsd from that git ref too, a third server in the same rounds);
+VictoriaMetrics runs when ``victoria-metrics`` is on PATH (``apt-get install
+victoria-metrics``), and is skipped otherwise.
 """
 
 from __future__ import annotations
@@ -54,13 +57,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import os
 import re
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -74,6 +80,7 @@ from tsd.codec import KeyLayout, encode_point, make_series_key
 from tsd.storage.base import FamilySpec, Put
 from tsd.storage.embedded import EmbeddedStorage
 
+ROOT = Path(__file__).resolve().parent.parent
 BASE_TS = int(time.time()) - 7200  # two hours back: stays in open and closed hours alike
 #: issue 3 item 11: points/s with the daemon on one core (a shared machine shows it best as
 #: points per CPU-second of the daemon; the wall-clock rate is printed beside it)
@@ -399,6 +406,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of a process and its live children (tsd's telnet workers,
+    tsd.network.worker_threads), which run for the whole round."""
+    total = cpu_seconds(pid)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 async def timed(
     server: Server,
     session: aiohttp.ClientSession,
@@ -408,12 +429,12 @@ async def timed(
     """From the first byte sent until the server has taken every point (see the module
     docstring for what "taken" means for each server)."""
     acked: list[float] = []
-    cpu_start = cpu_seconds(server.process.pid)
+    cpu_start = tree_cpu_seconds(server.process.pid)
     start = time.perf_counter()
     await asyncio.gather(*senders(acked))
     await server.end_round(session)
     wall = time.perf_counter() - start
-    cpu = max(cpu_seconds(server.process.pid) - cpu_start, 1e-3)
+    cpu = max(tree_cpu_seconds(server.process.pid) - cpu_start, 1e-3)
     return Rate(points / wall, points / cpu, points / (max(acked) - start))
 
 
@@ -502,17 +523,28 @@ def storage_baseline(data_dir: Path, points: int, series: int) -> float:
 Starter = Callable[[Path, Mode], Awaitable[Server | None]]
 
 
-async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, Rates]:
+def export(ref: str, into: Path) -> Path:
+    """The tsd package of git ``ref`` under ``into`` (``git archive``): a baseline daemon."""
+    archive = subprocess.run(
+        ["git", "archive", ref, "tsd"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+async def measure(
+    args: argparse.Namespace, mode: Mode, baseline: Path | None = None
+) -> dict[str, Rates]:
     """Alternating rounds of every server, each on a fresh data directory."""
     os.sched_setaffinity(0, mode.generator_cpus)
     servers: list[tuple[str, Starter]] = [("tsd", start_tsd)]
-    if args.baseline_src is not None:
-        source = Path(args.baseline_src)  # made absolute in main()
+    if baseline is not None:
 
-        async def start_baseline(data_dir: Path, mode: Mode) -> Server | None:
-            return await start_tsd(data_dir, mode, source=source)
+        async def start_before(data_dir: Path, mode: Mode) -> Server | None:
+            return await start_tsd(data_dir, mode, source=baseline)
 
-        servers.append(("baseline", start_baseline))
+        servers.append(("before", start_before))
     if not args.no_vm:
         servers.append(("VM", start_vm))
     found: dict[str, Rates] = {}
@@ -537,25 +569,15 @@ METHOD = (
 )
 
 
-def report_baseline(found: dict[str, Rates], source: str) -> None:
-    """This checkout against the one under ``--baseline-src``, same run, rounds alternating."""
-    tsd, base = found["tsd"], found["baseline"]
-    print(f"  against the baseline checkout {source}: points per daemon CPU-second")
-    for name in tsd.rounds:
-        if name in base.rounds:
-            now, before = tsd.median(name).cpu, base.median(name).cpu
-            print(f"    {name:20} {now:10,.0f} vs {before:10,.0f}  ratio {now / before:.3f}")
-
-
 def report(mode: Mode, found: dict[str, Rates], args: argparse.Namespace) -> None:
-    if "baseline" in found:
-        report_baseline(found, args.baseline_src)
-    tsd, vm = found["tsd"], found.get("VM")
+    tsd, vm, before = found["tsd"], found.get("VM"), found.get("before")
     print(f"\nmode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
     print("  median of rounds; points/s wall clock | points per CPU-second of the daemon")
     header = f"  {'scenario':20} {'tsd':>10} {'tsd acked':>10} {'tsd/cpu':>10}"
     if vm:
         header += f" {'VM':>10} {'VM/cpu':>10} {'tsd/VM':>7} {'cpu ratio':>9}"
+    if before:
+        header += f" {'before':>10} {'tsd/before':>10}"
     print(header)
     for name in tsd.rounds:
         rate = tsd.median(name)
@@ -564,6 +586,9 @@ def report(mode: Mode, found: dict[str, Rates], args: argparse.Namespace) -> Non
             other = vm.median(name)
             row += f" {other.wall:10,.0f} {other.cpu:10,.0f} {rate.wall / other.wall:7.2f}"
             row += f" {rate.cpu / other.cpu:9.2f}"
+        if before and name in before.rounds:
+            old = before.median(name)
+            row += f" {old.wall:10,.0f} {rate.wall / old.wall:10.2f}"
         print(row)
     if mode.name == "pinned":
         for scenario, goal in GOALS.items():
@@ -591,13 +616,9 @@ def main() -> None:
     parser.add_argument("--modes", default="pinned,shared", help="pinned and/or shared")
     parser.add_argument("--no-vm", action="store_true")
     parser.add_argument(
-        "--baseline-src",
-        help="another checkout's tsd sources (e.g. a `git archive` of the previous commit):"
-        " its daemon runs in the same rounds, alternating, and the ratios are printed",
+        "--baseline", metavar="REF", help="also run tsd from this git ref ('before'), alternating"
     )
     args = parser.parse_args()
-    if args.baseline_src is not None:
-        args.baseline_src = str(Path(args.baseline_src).resolve())
     available = modes()
     chosen = [available[m] for m in args.modes.split(",") if m in available]
     if not chosen:
@@ -605,8 +626,12 @@ def main() -> None:
     shape = f"{args.points:,} points, {args.series:,} series, {args.connections} connections"
     print(f"ingest: {shape}; {args.rounds} alternating rounds per server, medians")
     print(f"  {METHOD}")
-    for mode in chosen:
-        report(mode, asyncio.run(measure(args, mode)), args)
+    with tempfile.TemporaryDirectory() as exported:
+        baseline = export(args.baseline, Path(exported)) if args.baseline else None
+        if args.baseline:
+            print(f"  before = tsd at {args.baseline}, after (tsd) = this checkout")
+        for mode in chosen:
+            report(mode, asyncio.run(measure(args, mode, baseline)), args)
     os.sched_setaffinity(0, chosen[0].generator_cpus)
     with tempfile.TemporaryDirectory() as tmp:
         put_rate = storage_baseline(Path(tmp) / "s", args.points, args.series)

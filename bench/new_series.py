@@ -25,11 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import io
 import os
 import statistics
-import subprocess
-import tarfile
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -43,6 +40,7 @@ from bench.ingest import (
     Tsd,
     check_count,
     chunks_per_connection,
+    export,
     modes,
     send_telnet,
     start_tsd,
@@ -50,7 +48,6 @@ from bench.ingest import (
 )
 from tests.hbase.opentsdb import tsd_hbase_keys
 
-ROOT = Path(__file__).resolve().parent.parent
 #: goals of issue 11: new series/s on the embedded store; HBase: times the baseline
 EMBEDDED_GOAL = 50_000
 HBASE_GOAL_RATIO = 5.0
@@ -62,16 +59,6 @@ def cold_lines(count: int, tag: str) -> list[bytes]:
         b"put cold.cpu %d %d host=%s-%d dc=lga\n" % (BASE_TS + i % 3600, i, tag.encode(), i)
         for i in range(count)
     ]
-
-
-def export(ref: str, into: Path) -> Path:
-    """The tsd package of ``ref`` under ``into`` (``git archive``)."""
-    archive = subprocess.run(
-        ["git", "archive", ref, "tsd"], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 @contextlib.asynccontextmanager

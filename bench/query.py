@@ -48,7 +48,7 @@ from tsd.codec import KeyLayout
 from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.model import make_tags
 from tsd.protocol.query_json import parse_query_params
-from tsd.query.decode import decode_rows
+from tsd.query.decode import decode_block
 from tsd.query.engine import QueryEngine
 from tsd.query.output import QueryResult, SeriesResult
 from tsd.query.plan import plan_metric_scan, scan_window_s
@@ -59,7 +59,7 @@ from tsd.query_model import SubQuery, TSQuery
 from tsd.schema import ensure_tables
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
-from tsd.storage.base import CellBlock, Storage
+from tsd.storage.base import Block, Storage
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
 from tsd.write.head_flush import build_head_sink
@@ -290,13 +290,13 @@ async def phases(storage: Storage, cfg: Config, end: int, query: TSQuery) -> dic
         expansion_limit=4096,
     )
     t0 = time.process_time()
-    blocks: list[CellBlock] = []
+    blocks: list[Block] = []
     for spec in plan.scans:
         table = cfg.storage.data_table
         async with contextlib.aclosing(storage.scan_blocks(table, spec)) as scanned:
             blocks += [block async for block in scanned]
     t1 = time.process_time()
-    parts = [(block.keys, decode_rows(block, layout)) for block in blocks]
+    parts = [(block.keys, decode_block(block, layout)) for block in blocks]
     t2 = time.process_time()
     spans = assemble_spans(parts, layout)
     t3 = time.process_time()

@@ -119,3 +119,22 @@ def test_split_matches_java(text: str, parts: list[str]) -> None:
 )
 def test_format_java_bytes_matches_arrays_to_string(data: bytes, java: str) -> None:
     assert format_java_bytes(data) == java
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (99, "99.0"),
+        (99.9, "99.9"),
+        (0.1, "0.1"),
+        (3.14159265, "3.1415927"),
+        (1e-4, "1.0E-4"),
+        (1e7, "1.0E7"),
+        (-1.5, "-1.5"),
+        (0.0, "0.0"),
+    ],
+)
+def test_float_to_string_is_javas(value: float, text: str) -> None:
+    from tsd.java_text import java_float_to_string
+
+    assert java_float_to_string(value) == text

@@ -39,6 +39,8 @@ class NetworkConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_required: bool = False
+    #: processes sharing telnet ingest: 0 = one per core, 1 = this process alone
+    worker_threads: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class CoreConfig:
     meta_enable_realtime_ts: bool = False
     meta_enable_realtime_uid: bool = False
     meta_enable_tsuid_incrementing: bool = False
+    #: histogram codecs: a JSON map of codec class -> id, or a file ending in .json
+    histograms_config: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,19 @@ class QueryConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RollupsConfig:
+    """OpenTSDB 2.4's stored rollups and pre-aggregates (``tsd.rollups.*``)."""
+
+    enable: bool = False
+    #: the rollup JSON itself, or the path of a file whose name ends in ``.json``
+    config: str = ""
+    agg_tag_key: str = "_aggregate"
+    raw_agg_tag_value: str = "RAW"
+    tag_raw: bool = False
+    block_derived: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     format: str = "auto"  # json | console | auto (console on a TTY)
     level: str = "info"
@@ -170,6 +187,7 @@ class Config:
     uid: UidConfig = field(default_factory=UidConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
+    rollups: RollupsConfig = field(default_factory=RollupsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     #: every key/value read (file and overrides), for /api/config
     raw: Mapping[str, str] = field(default_factory=dict)
@@ -249,6 +267,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.socket.timeout": ("network", "socket_timeout_s", _int),
     "tsd.core.connections.limit": ("network", "connections_limit", _int),
     "tsd.network.header_timeout": ("network", "header_timeout_s", _range(0, 86_400)),
+    "tsd.network.worker_threads": ("network", "worker_threads", _range(0, 1024)),
     "tsd.network.tls.cert": ("network", "tls_cert", _str),
     "tsd.network.tls.key": ("network", "tls_key", _str),
     "tsd.network.tls.required": ("network", "tls_required", _bool),
@@ -278,6 +297,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.meta.enable_realtime_ts": ("core", "meta_enable_realtime_ts", _bool),
     "tsd.core.meta.enable_realtime_uid": ("core", "meta_enable_realtime_uid", _bool),
     "tsd.core.meta.enable_tsuid_incrementing": ("core", "meta_enable_tsuid_incrementing", _bool),
+    "tsd.core.histograms.config": ("core", "histograms_config", _str),
     "tsd.uid.lru.name.size": ("uid", "cache_max_entries", _int),
     "tsd.core.uid.random_metrics": ("uid", "random_metrics", _bool),
     "tsd.storage.backend": ("storage", "backend", _choice("embedded", "hbase")),
@@ -338,6 +358,12 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.query.limits.memory": ("query", "limits_memory_bytes", _range(0, 1 << 62)),
     "tsd.query.memory_budget": ("query", "memory_budget_bytes", _range(0, 1 << 62)),
     "tsd.query.compute_slots": ("query", "compute_slots", _range(0, 1024)),
+    "tsd.rollups.enable": ("rollups", "enable", _bool),
+    "tsd.rollups.config": ("rollups", "config", _str),
+    "tsd.rollups.agg_tag_key": ("rollups", "agg_tag_key", _str),
+    "tsd.rollups.raw_agg_tag_value": ("rollups", "raw_agg_tag_value", _str),
+    "tsd.rollups.tag_raw": ("rollups", "tag_raw", _bool),
+    "tsd.rollups.block_derived": ("rollups", "block_derived", _bool),
     "tsd.logging.format": ("log", "format", _choice("json", "console", "auto")),
     "tsd.logging.level": ("log", "level", _choice("debug", "info", "warning", "error")),
 }

@@ -27,24 +27,37 @@ import uvloop
 from aiohttp import web
 
 from tsd.buildinfo import version_reply
-from tsd.config import Config, load_config
+from tsd.codec.rowkey import KeyLayout
+from tsd.config import Config, RollupsConfig, load_config
 from tsd.errors import ConfigError
 from tsd.head import Head
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.meta.service import MetaService
+from tsd.protocol.histogram_put import HistogramCodecs, parse_histogram_config
 from tsd.protocol.names import NameRules
+from tsd.protocol.rollup_config import RollupConfig, parse_rollup_config, rollup_config_source
+from tsd.protocol.rollup_put import RollupRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.query.engine import QueryEngine
 from tsd.query.tracking import QUERY_TRACKER, QueryTracker
 from tsd.schema import ensure_tables, storage_settings
 from tsd.server.credentials import Credentials
+from tsd.server.histograms import Histograms
 from tsd.server.http.app import Services, make_app
 from tsd.server.http.auth import CREDENTIALS_KEY
 from tsd.server.http.meta_support import META_KEY
 from tsd.server.listener import Listener
-from tsd.server.telnet import HBASE_ERROR, STORAGE_ERROR, TelnetContext, telnet_factory
+from tsd.server.rollups import Rollups
+from tsd.server.telnet import (
+    HBASE_ERROR,
+    STORAGE_ERROR,
+    TelnetContext,
+    TelnetStats,
+    telnet_factory,
+)
 from tsd.server.telnet_auth import authenticated_telnet_factory
 from tsd.server.tls import server_context
+from tsd.server.workers import WorkerPool, worker_count
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
@@ -53,6 +66,7 @@ from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.ingest import IngestService
 from tsd.write.pipeline import WritePath
+from tsd.write.rollup import RollupWriter
 from tsd.write.writer import Writer, WriterLimits
 
 log = get_logger(DAEMON)
@@ -60,6 +74,38 @@ log = get_logger(DAEMON)
 #: Seconds a stop waits for telnet connections, then for HTTP requests, to finish.
 TELNET_DRAIN_TIMEOUT_S = 15.0
 HTTP_SHUTDOWN_TIMEOUT_S = 15.0
+#: A stop still running after this long logs every task's stack (``daemon.task`` lines).
+STOP_WATCHDOG_S = TELNET_DRAIN_TIMEOUT_S + HTTP_SHUTDOWN_TIMEOUT_S + 15.0
+
+
+def load_rollup_config(cfg: RollupsConfig) -> RollupConfig | None:
+    """The parsed ``tsd.rollups.config`` when ``tsd.rollups.enable`` (TSDB's constructor:
+    the value is the JSON, or a file when it ends with ``.json``)."""
+    if not cfg.enable:
+        return None
+    text, path = rollup_config_source(cfg.config)
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("tsd.rollups.config", f"Failed to open conf file: {path}") from exc
+    return parse_rollup_config(text)
+
+
+def load_histogram_codecs(value: str) -> HistogramCodecs | None:
+    """HistogramCodecManager's reading of ``tsd.core.histograms.config`` (None when unset:
+    histograms are off)."""
+    if not value:
+        return None
+    text = value
+    if value.endswith(".json"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                "tsd.core.histograms.config", f"Unable to open plugin config file: {value}"
+            ) from exc
+    return parse_histogram_config(text)
 
 
 class Daemon:
@@ -86,6 +132,7 @@ class Daemon:
         self._uids: UidService | None = None
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
+        self._workers: WorkerPool | None = None
         self._query_engine: Any = None
         self._stopped = False
 
@@ -101,8 +148,10 @@ class Daemon:
         if self._storage is None:
             self._storage = open_storage(storage_settings(config.storage))
         storage = InstrumentedStorage(self._storage, self.registry)
+        rollup_config = load_rollup_config(config.rollups)
         if config.storage.create_tables:
-            created = await ensure_tables(storage, config.storage)
+            tables = rollup_config.tables() if rollup_config is not None else []
+            created = await ensure_tables(storage, config.storage, tables)
             if created:
                 log.info("daemon.tables_created", tables=created)
         uids = self._uids = UidService(storage, config)
@@ -111,6 +160,26 @@ class Daemon:
         )
         await write_path.start()
         services = self._services(storage, uids, write_path.ingest, write_path.head)
+        services.rollups = Rollups(
+            RollupRules(
+                rollup_config,
+                config.rollups.agg_tag_key,
+                config.rollups.raw_agg_tag_value,
+                config.rollups.tag_raw,
+                config.rollups.block_derived,
+                services.rules,
+            ),
+            RollupWriter(storage, uids, KeyLayout.from_storage_config(config.storage)),
+            self.registry,
+        )
+        if services.query_engine is not None:
+            services.query_engine.rollups = rollup_config
+        services.histograms = Histograms(
+            load_histogram_codecs(config.core.histograms_config),
+            services.rollups.writer,
+            config.storage.data_table,
+            services.rules,
+        )
         services.extra[META_KEY] = write_path.meta
         services.extra[INSTRUMENTED_STORAGE] = storage
         tracker = services.extra[QUERY_TRACKER] = QueryTracker()
@@ -143,6 +212,18 @@ class Daemon:
             tls=tls,
             tls_required=network.tls_required,
         )
+        workers = worker_count(network.worker_threads)
+        if workers and credentials is None and "put" in telnet_context.commands:
+            writer = write_path.writer
+            self._workers = WorkerPool(
+                telnet_context,
+                TelnetStats(self.registry),
+                workers,
+                writer_full=writer.is_full,
+                wait_writable=writer.wait_writable,
+            )
+            await self._workers.start()
+            self._listener.handoff = self._workers.adopt
         await self._listener.start(config.network.bind, config.network.port)
         self._register_stats(uids)
         log.info(
@@ -188,6 +269,8 @@ class Daemon:
             request_shutdown=self.request_shutdown,
             idle_timeout_s=float(self.config.network.socket_timeout_s),
             storage_error=HBASE_ERROR if self.config.storage.backend == "hbase" else STORAGE_ERROR,
+            rollups=services.rollups,
+            histograms=services.histograms,
         )
 
     def _stats_tags(self) -> tuple[tuple[str, str], ...]:
@@ -269,6 +352,15 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
+        # A stop that hangs says where: every task's stack, once, after STOP_WATCHDOG_S.
+        watchdog = asyncio.get_running_loop().call_later(STOP_WATCHDOG_S, log_task_stacks)
+        try:
+            await self._stop_in_order()
+        finally:
+            watchdog.cancel()
+        log.info("daemon.stopped")
+
+    async def _stop_in_order(self) -> None:
         if self._query_engine is not None:
             self._query_engine.cancel_all()  # running queries stop at their next chunk
         if self._listener is not None:
@@ -281,6 +373,8 @@ class Daemon:
                     [asyncio.ensure_future(p.wait_closed()) for p in protocols],
                     timeout=TELNET_DRAIN_TIMEOUT_S,
                 )
+        if self._workers is not None:
+            await self._workers.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._write_path is not None:
@@ -289,7 +383,6 @@ class Daemon:
             self._listener.close()
         if self._storage is not None and self._owns_storage:
             await self._storage.close()
-        log.info("daemon.stopped")
 
     async def run_until_stopped(self) -> int:
         """Start, serve until SIGTERM/SIGINT/diediedie, stop; the exit status."""

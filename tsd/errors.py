@@ -43,8 +43,8 @@ class PutLineError(BadRequestError):
     ILLEGAL_ARGUMENT = "illegal argument"
     INVALID_VALUE = "invalid value"
 
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(f"put: {kind}: {reason}")
+    def __init__(self, kind: str, reason: str, command: str = "put") -> None:
+        super().__init__(f"{command}: {kind}: {reason}")
         self.kind = kind
         self.reason = reason
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from typing import Final
 
 import orjson
@@ -40,10 +41,12 @@ __all__ = [
     "jackson_double",
     "jackson_text",
     "java_double_to_string",
+    "java_float_to_string",
     "java_split",
     "load_json_keeping_text",
 ]
 
+_F32: Final = struct.Struct(">f")
 #: Double.toString switches to scientific notation outside [1e-3, 1e7).
 _PLAIN_LOW: Final = 1e-3
 _PLAIN_HIGH: Final = 1e7
@@ -57,9 +60,14 @@ def java_double_to_string(value: float) -> str:
         return "Infinity" if value > 0 else "-Infinity"
     if value == 0:
         return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    sign = "-" if value < 0 else ""
-    magnitude = abs(value)
-    digits, exponent = _java_digits(magnitude)
+    digits, exponent = _java_digits(abs(value))
+    return _java_layout(value < 0, abs(value), digits, exponent)
+
+
+def _java_layout(negative: bool, magnitude: float, digits: str, exponent: int) -> str:
+    """Double.toString's (and Float.toString's) layout of significant ``digits`` whose
+    first has decimal ``exponent``: plain in [1e-3, 1e7), else ``d.dddE<n>``."""
+    sign = "-" if negative else ""
     if _PLAIN_LOW <= magnitude < _PLAIN_HIGH:
         if exponent >= 0:
             whole = digits[: exponent + 1].ljust(exponent + 1, "0")
@@ -69,6 +77,21 @@ def java_double_to_string(value: float) -> str:
             fraction = "0" * (-exponent - 1) + digits
         return f"{sign}{whole}.{fraction}"
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def java_float_to_string(value: float) -> str:
+    """Java's ``Float.toString`` of ``value`` rounded to a float: the shortest decimal that
+    reads back as the same float, in Double.toString's layout."""
+    as_float = _F32.unpack(_F32.pack(value))[0] if math.isfinite(value) else value
+    if not math.isfinite(as_float) or as_float == 0:
+        return java_double_to_string(as_float)
+    text = repr(abs(as_float))
+    for precision in range(1, 10):
+        text = f"{abs(as_float):.{precision}g}"
+        if _F32.unpack(_F32.pack(float(text)))[0] == abs(as_float):
+            break
+    digits, exponent = _digits_of(text)
+    return _java_layout(as_float < 0, abs(as_float), digits, exponent)
 
 
 def _java_digits(magnitude: float) -> tuple[str, int]:

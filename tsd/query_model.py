@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Final
 
 from tsd.java_text import java_split
 
@@ -202,6 +203,22 @@ class SubQuery:
     filters: tuple[Filter, ...] = ()
     explicit_tags: bool = False
     index: int = 0
+    #: read the pre-aggregate tables (``preAggregate``, ``pre-agg``)
+    pre_aggregate: bool = False
+    #: ``rollupUsage`` as TsdbQuery.ROLLUP_USAGE.parse reads it (None: not given, which
+    #: OpenTSDB's query treats as ROLLUP_NOFALLBACK)
+    rollup_usage: str | None = None
+    #: the rollup interval the answer was read from (``rollupTable``), set by the engine
+    rollup_table: str = "raw"
+    #: ``percentiles``: a histogram query, one output series per percentile
+    percentiles: tuple[float, ...] = ()
+    #: ``showHistogramBuckets``: a histogram query, one output series per bucket
+    show_histogram_buckets: bool = False
+
+    @property
+    def is_histogram_query(self) -> bool:
+        """TSSubQuery.isHistogramQuery."""
+        return bool(self.percentiles) or self.show_histogram_buckets
 
     @property
     def effective_rate_options(self) -> RateOptions:
@@ -211,6 +228,16 @@ class SubQuery:
     def tags(self) -> dict[str, str]:
         """The group-by filters as OpenTSDB echoes them: ``{tagk: "type(filter)"}``."""
         return {f.tagk: f"{f.type}({f.filter})" for f in self.filters if f.group_by}
+
+
+ROLLUP_USAGES: Final = ("ROLLUP_RAW", "ROLLUP_NOFALLBACK", "ROLLUP_FALLBACK", "ROLLUP_FALLBACK_RAW")
+
+
+def parse_rollup_usage(text: str | None) -> str:
+    """TsdbQuery.ROLLUP_USAGE.parse: the name, upper-cased; anything else (or nothing) is
+    ROLLUP_NOFALLBACK."""
+    upper = (text or "").upper()
+    return upper if upper in ROLLUP_USAGES else "ROLLUP_NOFALLBACK"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ recorded and ignored by the embedded engine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tsd.codec.const import FAMILY, TREE_FAMILY, TSMETA_FAMILY, UID_ID_FAMILY, UID_NAME_FAMILY
@@ -64,10 +65,18 @@ def opentsdb_tables(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:
     }
 
 
-async def ensure_tables(storage: Storage, cfg: StorageConfig) -> list[str]:
-    """Create the tables that are missing; the names of those created now."""
+async def ensure_tables(
+    storage: Storage, cfg: StorageConfig, rollup_tables: Sequence[str] = ()
+) -> list[str]:
+    """Create the tables that are missing; the names of those created now.
+
+    ``rollup_tables``: the rollup and pre-aggregate tables ``tsd.rollups.config`` names,
+    each with the data table's family."""
     created = []
-    for table, families in opentsdb_tables(cfg).items():
+    tables = opentsdb_tables(cfg)
+    for name in rollup_tables:
+        tables.setdefault(name, [FamilySpec(FAMILY, max_versions=1)])
+    for table, families in tables.items():
         if await storage.create_table(table, families):
             created.append(table)
     return created

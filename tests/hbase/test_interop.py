@@ -47,7 +47,7 @@ from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
-from tsd.query.read_path import KEY_ONLY, MULTI_GET, SCAN
+from tsd.query.read_path import KEY_ONLY, MULTI_GET, RANGES, SCAN
 from tsd.schema import hbase_settings
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Row, ScanSpec
@@ -566,10 +566,10 @@ W01, W09 = {"host": "web01"}, {"host": "web09", "cpu": "0"}
 @pytest.mark.parametrize(
     ("m", "path", "groups"),
     [
-        pytest.param(f"none:{INDEX_METRIC}{{host=web09}}", KEY_ONLY, [W09], id="new_value"),
-        pytest.param(f"sum:{INDEX_METRIC}{{host=web01}}", KEY_ONLY, [W01], id="new_series"),
+        pytest.param(f"none:{INDEX_METRIC}{{host=web09}}", RANGES, [W09], id="new_value"),
+        pytest.param(f"sum:{INDEX_METRIC}{{host=web01}}", RANGES, [W01], id="new_series"),
         pytest.param(
-            f"sum:{INDEX_METRIC}{{host=literal_or(web01|web09)}}", KEY_ONLY, [W01, W09], id="or"
+            f"sum:{INDEX_METRIC}{{host=literal_or(web01|web09)}}", RANGES, [W01, W09], id="or"
         ),
         pytest.param(
             f"none:explicit_tags:{INDEX_METRIC}{{host=web09,cpu=0}}", MULTI_GET, [W09], id="exact"
@@ -600,7 +600,8 @@ async def test_series_opentsdb_writes_after_tsds_index_are_found_on_every_path(
     OpenTSDB (meta tracking off) writes series it does not list. Here tsd writes two series
     and its index lists them; then OpenTSDB writes two more of the same metric (one under a
     tag value only OpenTSDB assigned); tsd's index still lists two, and every read path the
-    planner can pick (multi-get, key-only pass, scan) gives OpenTSDB's answer with all four."""
+    planner can pick (multi-get, narrowed ranges, key-only pass, scan) gives OpenTSDB's
+    answer with all four."""
     env = interop
     # the index does not know OpenTSDB's series: reading through it would miss them
     assert await tsd_lookup(env, INDEX_METRIC) == {
@@ -620,6 +621,6 @@ async def test_series_opentsdb_writes_after_tsds_index_are_found_on_every_path(
     # read by the backend's reply reader (reply bytes counted), not row by row through a
     # wrapper's fallback (the daemon's InstrumentedStorage forwards the bulk reads)
     assert all(r["stats"]["bytesFromStorage"] > 0 for r in chosen)
-    for forced in [SCAN, KEY_ONLY] + ([MULTI_GET] if path == MULTI_GET else []):
+    for forced in [SCAN, KEY_ONLY, RANGES] + ([MULTI_GET] if path == MULTI_GET else []):
         monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=forced: p)
         assert_same_answer(await query(env, env.tsd_url, params), theirs)

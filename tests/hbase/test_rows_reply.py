@@ -5,6 +5,7 @@ chunks: the same rows, cells, families and bytes. No server needed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import random
 from typing import Any
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 from thriftpy2.thrift import TApplicationException
 
-from tsd.storage.base import CellBlock, ReadStats
+from tsd.storage.base import Cell, CellBlock, ReadStats, Row
 from tsd.storage.hbase import rows as rows_module
 from tsd.storage.hbase.pool import HBASE_THRIFT, PROTOCOLS
 from tsd.storage.hbase.rows import _Chunks, _ReplyReader, block_from_results
+from tsd.storage.hbase.storage import MIN_REPLY_ROWS, REPLY_BYTES, reply_rows
 
 H = HBASE_THRIFT
 BINARY: Any = importlib.import_module("thriftpy2.protocol.binary")
@@ -165,3 +167,20 @@ def test_take_and_concat_keep_cells() -> None:
 def test_protocols_read_by_the_compiled_reader() -> None:
     # the binary protocol tsd configures is the one the compiled reader understands
     assert "binary" in PROTOCOLS
+
+
+def test_scan_replies_are_sized_by_the_bytes_of_the_last() -> None:
+    """About REPLY_BYTES per scannerGetList, never more rows than the scan's batch."""
+
+    def block(rows: int, wire_bytes: int) -> CellBlock:
+        rows_ = [Row(b"k%05d" % i, (Cell("t", b"q", b"v"),)) for i in range(rows)]
+        return dataclasses.replace(CellBlock.from_rows(rows_), wire_bytes=wire_bytes)
+
+    wide = reply_rows(block(100, 100 * 13_000), 1024)  # rows of 360 single cells
+    narrow = reply_rows(block(100, 100 * 1_700), 1024)  # compacted rows
+    assert wide == REPLY_BYTES // 13_000
+    assert narrow == REPLY_BYTES // 1_700
+    assert reply_rows(block(10, 10 * 10_000_000), 1024) == MIN_REPLY_ROWS
+    assert reply_rows(block(10, 10 * 10_000_000), 7) == 7
+    assert reply_rows(block(100, 100 * 30), 10_000) == 10_000  # keys only: capped
+    assert reply_rows(block(3, 0), 64) == 64  # size unknown (not read by the C reader)

@@ -33,7 +33,7 @@ def test_a_valid_config() -> None:
     assert cfg.default.table == "r1h"
     assert cfg.interval("10m").span == RollupSpan("h", 6, 600)
     assert cfg.aggregation_ids == IDS
-    with pytest.raises(BadRequestError, match="No such rollup interval found for: 5m"):
+    with pytest.raises(BadRequestError, match="No rollups configured for the interval: 5m"):
         cfg.interval("5m")
 
 

@@ -17,6 +17,7 @@ from tsd import __version__
 from tsd.errors import BadRequestError
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
+from tsd.protocol.rollup_put import RollupPoint
 from tsd.protocol.telnet import (
     TELNET_COMMANDS,
     Command,
@@ -24,8 +25,10 @@ from tsd.protocol.telnet import (
     DropCachesCommand,
     ExitCommand,
     HelpCommand,
+    HistogramCommand,
     LineBuffer,
     PutCommand,
+    RollupCommand,
     StatsCommand,
     UnknownCommand,
     VersionCommand,
@@ -418,8 +421,16 @@ def test_put_refuses_with_invalid_value(line: bytes, reply: str) -> None:
         pytest.param(b" put m 1 1 k=v", UnknownCommand(""), id="leading_space"),
         pytest.param(b"Put m 1 1 k=v", UnknownCommand("Put"), id="case_sensitive"),
         pytest.param(b"VERSION", UnknownCommand("VERSION"), id="upper_case"),
-        pytest.param(b"rollup 1h-sum m 1 1 k=v", UnknownCommand("rollup"), id="rollup"),
-        pytest.param(b"histogram m 1 x k=v", UnknownCommand("histogram"), id="histogram"),
+        pytest.param(
+            b"rollup 1h-sum m 1 1 k=v",
+            RollupCommand(RollupPoint("m", 1, "1", {"k": "v"}, "1h", "sum", None, True)),
+            id="rollup",
+        ),
+        pytest.param(
+            b"histogram m 1 x k=v",
+            HistogramCommand(("histogram", "m", "1", "x", "k=v")),
+            id="histogram",
+        ),
         pytest.param(b"version\t", UnknownCommand("version\t"), id="tab_is_part_of_word"),
         pytest.param(b"\xe9t\xe9", UnknownCommand("été"), id="latin1_word"),
     ],
@@ -449,7 +460,7 @@ def test_command_names_follow_opentsdb_modes() -> None:
 
 def test_help_lists_commands_with_a_trailing_space() -> None:
     assert format_help() == (
-        b"available commands: stats dropcaches version exit help put diediedie \n"
+        b"available commands: stats dropcaches version exit help put rollup histogram diediedie \n"
     )
     assert format_help(("stats", "help")) == b"available commands: stats help \n"
 

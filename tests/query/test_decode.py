@@ -159,6 +159,9 @@ def test_fast_decoder_matches_the_reference(rows_: list[Row], fix_duplicates: bo
             with pytest.raises(CodecError) as caught:
                 decode_rows([row], LAYOUT, fix_duplicates=fix_duplicates)
             assert caught.value.message == error
+            with pytest.raises(CodecError) as caught:  # read in bulk: the same error
+                decode_rows(CellBlock.from_rows([row]), LAYOUT, fix_duplicates=fix_duplicates)
+            assert caught.value.message == error
     assert _fast(readable, fix_duplicates) == expected
     # the same rows read in bulk (cells end to end, as the HBase backend reads them)
     assert _fast(CellBlock.from_rows(readable), fix_duplicates) == expected

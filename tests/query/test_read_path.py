@@ -13,7 +13,19 @@ import pytest
 import tsd.query.engine as engine_module
 from tests.query.tsdb_harness import QueryHarness, query_harness
 from tsd.config import StorageConfig
-from tsd.query.read_path import KEY_ONLY, MULTI_GET, SCAN, split_keys, time_slices
+from tsd.query.plan import ScanPlan
+from tsd.query.read_path import (
+    KEY_ONLY,
+    MULTI_GET,
+    RANGES,
+    SCAN,
+    KeyRange,
+    ReadRequest,
+    narrowed_ranges,
+    prefix_stop,
+    split_keys,
+    time_slices,
+)
 from tsd.storage.base import ScanSpec, Storage
 
 T0 = 1356998400  # an hour boundary
@@ -42,9 +54,15 @@ async def harness(
 
 
 QUERIES = [
-    ("m=sum:m{host=h1}", KEY_ONLY),
-    ("m=sum:m{host=h1|h3}", KEY_ONLY),
-    ("m=none:m{host=h1,cpu=2}", KEY_ONLY),
+    ("m=sum:m{host=h1}", RANGES),
+    ("m=sum:m{host=h1|h3}", RANGES),
+    ("m=none:m{host=h1,cpu=2}", RANGES),
+    # cpu's UID is above host's: rows starting with host are read by a key-only pass
+    ("m=none:m{cpu=2}", RANGES),
+    ("m=none:m{cpu=2|3,dc=x}", RANGES),
+    ("m=sum:m{host=h1|h4,cpu=*}", RANGES),
+    ("m=sum:explicit_tags:m{host=h1,cpu=*}", RANGES),
+    ("m=sum:explicit_tags:m{host=h1}", MULTI_GET),
     ("m=sum:explicit_tags:m{host=h1,cpu=2}", MULTI_GET),
     ("m=none:explicit_tags:m{host=h1|h2,cpu=2|3}", MULTI_GET),
     ("m=sum:m{host=*}", SCAN),
@@ -80,7 +98,7 @@ async def test_every_path_gives_the_scans_answer(
     if expected_path is not None:
         assert chosen, "the query should find series"
         assert {s["stats"]["readPath"] for s in chosen} == {expected_path}
-    paths = [SCAN, KEY_ONLY] + ([MULTI_GET] if "explicit_tags" in query else [])
+    paths = [SCAN, KEY_ONLY, RANGES] + ([MULTI_GET] if expected_path == MULTI_GET else [])
     for path in paths:
         monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=path: p)
         answer = await _ask(harness, query)
@@ -124,12 +142,14 @@ async def wide(storage: Storage, storage_config: StorageConfig) -> AsyncIterator
 
 @pytest.mark.parametrize(
     ("extra", "path"),
-    [("none:", KEY_ONLY), ("none:explicit_tags:", MULTI_GET)],
-    ids=["key-only", "multi-get"],
+    [("none:", RANGES), ("none:", KEY_ONLY), ("none:explicit_tags:", MULTI_GET)],
+    ids=["ranges", "key-only", "multi-get"],
 )
 async def test_pinning_one_series_of_10000_reads_only_its_cells(
-    wide: QueryHarness, extra: str, path: str
+    wide: QueryHarness, extra: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if path == KEY_ONLY:  # the planner's fallback when there are too many ranges
+        monkeypatch.setattr(engine_module, "choose_path", lambda plan, request: KEY_ONLY)
     params = {
         "start": [str(T0)],
         "end": [str(T0 + 3599)],
@@ -143,7 +163,8 @@ async def test_pinning_one_series_of_10000_reads_only_its_cells(
     # data cells received: the one series' one cell; other series came as keys at most
     assert stats["columnsFromStorage"] == 1
     assert stats["rowsFromStorage"] == 1
-    # keys read apart (HBase: every row's key; the embedded store filters keys itself)
+    # keys read apart (HBase: every row's key; the embedded store filters keys itself);
+    # the ranges path reads the one range holding only the series' rows
     if path == KEY_ONLY:
         assert 1 <= stats["keyOnlyRows"] <= 10_000
     else:
@@ -163,3 +184,62 @@ def test_split_keys_fall_strictly_between(first: bytes, last: bytes) -> None:
     keys = split_keys(first, last, 4)
     assert keys == sorted(set(keys))
     assert all(first < k < last for k in keys)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "stop"), [(b"a", b"b"), (b"a\xff", b"b"), (b"\x00\xff\xff", b"\x01"), (b"\xff", b"")]
+)
+def test_prefix_stop_is_above_every_key_with_the_prefix(prefix: bytes, stop: bytes) -> None:
+    assert prefix_stop(prefix) == stop
+
+
+def _plan(hours: int = 1, buckets: int = 1) -> ScanPlan:
+    specs = tuple(
+        ScanSpec(
+            bytes([b]) + b"M" + T0.to_bytes(4, "big"),
+            bytes([b]) + b"M" + (T0 + hours * 3600).to_bytes(4, "big"),
+        )
+        for b in range(buckets)
+    )
+    return ScanPlan(b"M", specs, T0, T0 + hours * 3600)
+
+
+K1, K3, V = b"\x00\x01", b"\x00\x03", [bytes([0, i]) for i in range(10)]
+
+
+def _request(pins: list[tuple[bytes, list[bytes]]], decide: bool = True) -> ReadRequest:
+    pairs = tuple(tuple(k + v for v in vs) for k, vs in pins)
+    return ReadRequest(None, True, pairs, tuple((k, tuple(vs)) for k, vs in pins), decide)
+
+
+def test_ranges_of_pins() -> None:
+    """The lowest possible tag key pinned: no range below it; a key above another pinned one
+    leaves the range of tag keys between them (undecided); adjacent values join."""
+    hour = b"\x00M" + T0.to_bytes(4, "big")
+    ranges = narrowed_ranges(_plan(), _request([(K1, [V[1], V[2], V[5]]), (K3, [V[7]])]))
+    expected = []
+    for v in (V[1], V[2], V[5]):
+        expected += [
+            KeyRange(hour + K1 + v, hour + K1 + v + K3, False),
+            KeyRange(hour + K1 + v + K3 + V[7], hour + K1 + v + K3 + V[8], True),
+        ]
+    assert ranges == expected
+    # a first pinned key above the lowest UID: rows may start with a lower key
+    ranges = narrowed_ranges(_plan(), _request([(K3, [V[1], V[2]])]))
+    assert ranges == [
+        KeyRange(hour, hour + K3, False),
+        KeyRange(hour + K3 + V[1], hour + K3 + V[3], True),
+    ]
+
+
+def test_ranges_per_hour_and_bucket_and_their_limit() -> None:
+    ranges = narrowed_ranges(_plan(hours=3, buckets=2), _request([(K1, [V[1]])]))
+    assert ranges is not None
+    assert len(ranges) == 6
+    assert [r.start[0] for r in ranges] == [0, 0, 0, 1, 1, 1]
+    # too many combinations: the first pinned key alone, nothing decided
+    many = [bytes([0, i]) for i in range(60)]
+    ranges = narrowed_ranges(_plan(hours=2), _request([(K1, many), (K3, many)]))
+    assert ranges is not None
+    assert not any(r.decided for r in ranges)
+    assert narrowed_ranges(_plan(hours=24, buckets=4), _request([(K1, many)])) is None

@@ -29,7 +29,7 @@ async def config_of(port: int) -> dict[str, str]:
 async def test_ignored_keys_are_marked(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(
         **{
-            "tsd.network.worker_threads": "8",  # OpenTSDB's, unknown to tsd
+            "tsd.network.keep_alive": "true",  # OpenTSDB's, unknown to tsd
             "hbase.zookeeper.quorum": "zk1",
             "tsd.core.uid.random_metrics": "true",  # parsed, not acted on
             "tsd.storage.flush_interval": "500",  # used
@@ -37,9 +37,9 @@ async def test_ignored_keys_are_marked(make_tsd: MakeTsd) -> None:
     )
     config = await config_of(daemon.port)
     assert config[IGNORED_ENTRY] == (
-        "hbase.zookeeper.quorum,tsd.core.uid.random_metrics,tsd.network.worker_threads"
+        "hbase.zookeeper.quorum,tsd.core.uid.random_metrics,tsd.network.keep_alive"
     )
-    assert config["tsd.network.worker_threads"] == "8"  # still echoed, as OpenTSDB does
+    assert config["tsd.network.keep_alive"] == "true"  # still echoed, as OpenTSDB does
     assert config["tsd.storage.flush_interval"] == "500"
     assert list(config) == sorted(config)
 

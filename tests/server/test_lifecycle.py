@@ -10,9 +10,12 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+import structlog
 
+from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient
 from tests.write.readback import StoredPoint, stored_points
+from tsd import daemon as daemon_module
 from tsd.config import build_config
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
@@ -219,3 +222,20 @@ async def test_sigquit_logs_where_every_task_waits_and_the_daemon_goes_on(
     assert any("_flush_loop" in task["stack"] for task in tasks), tasks
     assert await put_http(tsd.port, "/api/put?sync", points("after.quit", 3)) == 204
     assert await tsd.stop(signal.SIGTERM) == 0
+
+
+async def test_a_stop_that_takes_long_logs_where_every_task_waits(
+    make_tsd: MakeTsd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(daemon_module, "STOP_WATCHDOG_S", 0.0)
+    tsd = await make_tsd()
+    client = await TelnetClient.connect(tsd.port)  # open: the stop waits for it to go
+    with structlog.testing.capture_logs() as logs:
+        await tsd.stop()
+    await client.close()
+    events = [entry["event"] for entry in logs]
+    assert events[0] == "daemon.stopping"
+    assert events[-1] == "daemon.stopped"
+    assert "daemon.task_dump" in events
+    stacks = [entry["stack"] for entry in logs if entry["event"] == "daemon.task"]
+    assert any("_stop_in_order" in stack for stack in stacks), stacks

@@ -213,7 +213,7 @@ async def test_help_stats_dropcaches_exit(tsd: Daemon) -> None:
     client = await TelnetClient.connect(tsd.port)
     await client.send(b"put m 1356998400 1 h=a\nhelp\n")
     assert await client.line() == (
-        b"available commands: stats dropcaches version exit help put diediedie "
+        b"available commands: stats dropcaches version exit help put rollup histogram diediedie "
     )
     await client.send(b"stats\n")
     stats = [await client.line() for _ in range(3)]

@@ -102,6 +102,19 @@ def test_many_shapes_decode_together() -> None:
     assert packed.unpack_many(stored) == [[c] for c in cells]
 
 
+@pytest.mark.parametrize(
+    "cell",
+    [
+        (b"\xf0\x00\x00\x00", b"\x00"),  # one millisecond point
+        (b"\x00\x07\x00\x07", b"\x01\x01\x00"),  # the same offset twice
+        (b"\x00\x17\x00\x07", b"\x01\x01\x00"),  # offsets out of order
+    ],
+)
+def test_odd_cells_round_trip(cell: tuple[bytes, bytes]) -> None:
+    assert packed.unpack(packed.pack([cell])) == [cell]
+    assert packed.unpack_many([packed.pack([cell])]) == [[cell]]
+
+
 @pytest.mark.parametrize("cut", [1, 5, 20])
 def test_damaged_bytes_raise_storage_error(cut: int) -> None:
     stored = packed.pack([compacted([(BASE + i, i * 1000) for i in range(50)])])
@@ -226,3 +239,18 @@ async def test_a_format_1_store_is_converted_when_opened(tmp_path: Path) -> None
             assert cells.read_cell(txn, storage._tables["d"], row, "t", pair[0]) == pair[1]
     finally:
         await storage.close()
+
+
+def test_threads_decode_at_once() -> None:
+    """Readers decode on several threads: each needs its own zstd context."""
+    import concurrent.futures
+
+    cells = [compacted([(BASE + 10 * i, (i * s) % 7) for i in range(360)]) for s in range(1, 7)]
+    stored = [packed.pack([c]) for c in cells]
+    assert all(s[2] & 0x04 for s in stored)  # zstd-coded: repetitive values
+
+    def decode(_: int) -> bool:
+        return all(packed.unpack(s) == [c] for s, c in zip(stored, cells, strict=True))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(decode, range(400)))

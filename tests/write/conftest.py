@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.tmpfs import small_tmpfs
 from tsd.config import Config, StorageConfig
 from tsd.schema import opentsdb_tables
 from tsd.stats import StatsRegistry
@@ -80,3 +82,10 @@ async def make_writer(storage: Storage, tables: StorageConfig) -> AsyncIterator[
     yield make
     for writer in made:
         await writer.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs (skipped where mounting is not allowed): a disk that fills up."""
+    with small_tmpfs(tmp_path / "small", "256k") as mount_point:
+        yield mount_point

@@ -24,6 +24,7 @@ from tsd.storage.base import Storage
 from tsd.wal import WriteAheadLog
 from tsd.write.ingest import IngestService, IngestSession
 from tsd.write.spool import Spool
+from tsd.write.writer import Ack
 
 T0 = 1_356_998_400
 TAGS = make_tags({"host": "a"})
@@ -72,6 +73,22 @@ def spooling(
         spool_max_bytes=max_bytes,
         flush_interval_ms=5,
     )
+
+
+async def add_until_refused(ingest: IngestService, wait_every: int) -> tuple[list[Ack], SpoolFull]:
+    """Add points of consecutive seconds until the writer refuses one: the acks of those
+    taken, and the refusal. Every ``wait_every`` points, wait until the writer has logged
+    what it holds (or refuses)."""
+    spool = spool_of(ingest)
+    taken = []
+    for i in range(20_000):
+        try:
+            taken.append(await add(ingest, DataPoint("sys.cpu", T0 + i, i, TAGS)))
+        except SpoolFull as exc:
+            return taken, exc
+        if i % wait_every == wait_every - 1:
+            await until(lambda: ingest.writer.pending_cells() == 0 or spool.refusal is not None)
+    raise AssertionError("never refused")
 
 
 @pytest.fixture
@@ -125,16 +142,7 @@ async def test_past_max_bytes_points_are_refused_until_the_backlog_drains(
     ingest = spooling(make_writer, outage, tmp_path, max_bytes=400)
     spool = spool_of(ingest)
     outage.down = True
-    taken = []
-    refused = None
-    for i in range(10_000):
-        try:
-            taken.append(await add(ingest, DataPoint("sys.cpu", T0 + i, i, TAGS)))
-        except SpoolFull as exc:
-            refused = exc
-            break
-        await until(lambda: ingest.writer.pending_cells() == 0)
-    assert refused is not None
+    taken, refused = await add_until_refused(ingest, wait_every=1)
     assert refused.status == 503
     assert "tsd.storage.wal.max_bytes = 400" in refused.message
     assert ingest.writer.storage_refusal is refused
@@ -190,3 +198,27 @@ async def test_a_shutdown_while_spooling_leaves_the_backlog_to_the_next_start(
     assert [p.value for p in stored] == [0, 1, 99, 3, 4]
     await again.writer.close()
     assert segments(tmp_path) == []  # the old segments went once drained
+
+
+async def test_a_full_log_disk_during_an_outage_refuses_new_points_and_loses_none(
+    make_writer: MakeWriter,
+    storage: Storage,
+    tables: StorageConfig,
+    outage: Outage,
+    small_disk: Path,
+) -> None:
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (240 * 1024))  # about 16 KiB left for the log
+    ingest = spooling(make_writer, outage, small_disk / "wal")
+    spool = spool_of(ingest)
+    outage.down = True
+    taken, refused = await add_until_refused(ingest, wait_every=100)
+    assert "cannot be written" in refused.message
+    assert ingest.writer.pending_cells() > 0  # the batch the log did not take, in memory
+
+    filler.unlink()  # space returns: the batch is logged, and points are taken again
+    await until(lambda: spool.refusal is None)
+    outage.down = False
+    await asyncio.gather(*taken)
+    stored = await stored_points(storage, tables, ingest.uids)
+    assert len(stored) == len(taken)

@@ -3,12 +3,10 @@ replayed by the next start, stored segments go, a torn tail is cut and reported.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.tmpfs import small_tmpfs
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.conftest import MakeWriter
 from tests.write.points import add
@@ -96,13 +94,6 @@ async def test_torn_tail_is_cut_and_the_intact_records_replayed(
         (p.timestamp_ms, p.value) for p in await stored_points(storage, tables, ingest.uids)
     ] == [(T0 * 1000, 42)]
     assert segments(tmp_path) == []
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 256 KiB tmpfs (skipped where mounting is not allowed): a disk that fills up."""
-    with small_tmpfs(tmp_path / "small", "256k") as mount_point:
-        yield mount_point
 
 
 async def test_a_full_log_disk_loses_nothing_and_the_log_resumes_when_space_returns(

@@ -267,3 +267,8 @@ def decode_value(flags: int, data: bytes) -> int | float:
     if n == 1 or n == 2 or n == 4 or n == 8:
         return int.from_bytes(data, "big", signed=True)
     raise IllegalDataError(BAD_INTEGER_LENGTH.format(index=0, values=format_java_bytes(data)))
+
+
+def parse_java_double(text: str) -> float:
+    """Double.parseDouble's grammar and value (NumberFormatError with Java's message)."""
+    return _parse_java_double(text)

@@ -331,6 +331,10 @@ class HeadSnapshot:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def shares(self, keys: Iterable[bytes]) -> bool:
+        """True when the head holds rows of some of ``keys``."""
+        return bool(self._rows) and not self._rows.keys().isdisjoint(keys)
+
     def merge_into(self, block: CellBlock) -> CellBlock:
         """``block`` with the head's cells after the stored ones of each row both hold
         (the head's are newer); those rows are then no longer :meth:`remaining`."""

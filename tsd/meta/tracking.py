@@ -98,12 +98,20 @@ class MetaTracker:
 
     # -- the writer's hook --------------------------------------------------------------------
 
-    def on_new_series(self, metric_uid: bytes, tag_uids: Sequence[tuple[bytes, bytes]]) -> None:
-        """Queue a series the writer has just seen (sync, cheap, never raises)."""
-        try:
-            tsuid = tsuid_from_parts(self._layout, metric_uid, tag_uids)
-        except CodecError:
-            return
+    def on_new_series(
+        self,
+        metric_uid: bytes,
+        tag_uids: Sequence[tuple[bytes, bytes]],
+        tsuid: bytes | None = None,
+    ) -> None:
+        """Queue a series the writer has just seen (sync, cheap, never raises).
+        ``tsuid``: the series' TSUID when the caller has it already (the ingest service's
+        row-key template holds it), saving the re-encoding."""
+        if tsuid is None:
+            try:
+                tsuid = tsuid_from_parts(self._layout, metric_uid, tag_uids)
+            except CodecError:
+                return
         if tsuid in self._written or tsuid in self._pending or tsuid in self._writing:
             return
         self._pending[tsuid] = (metric_uid, tuple(tag_uids), 0)

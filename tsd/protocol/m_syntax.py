@@ -36,6 +36,7 @@ from tsd.query_model import (
     Filter,
     RateOptions,
     SubQuery,
+    parse_rollup_usage,
     split_literals,
     wildcard_pattern,
 )
@@ -290,7 +291,10 @@ def parse_m_subquery(text: str) -> SubQuery:
     parts = _split_parts(text)
     metric, filters = parse_metric_and_filters(parts[-1])
     rate, rate_options, downsample = False, None, None
-    explicit_tags = False
+    explicit_tags = pre_aggregate = False
+    rollup_usage = None
+    percentiles: tuple[float, ...] = ()
+    show_buckets = False
     for part in parts[1:-1]:
         lowered = part.lower()
         if lowered.startswith("rate"):
@@ -301,8 +305,15 @@ def parse_m_subquery(text: str) -> SubQuery:
             downsample = part
         elif lowered.startswith("explicit_tags"):
             explicit_tags = True
-        # pre-agg, rollup_*, percentiles[...], show-histogram-buckets and anything
-        # unrecognised: ignored (tsd has no rollup or histogram storage).
+        elif lowered == "pre-agg":
+            pre_aggregate = True
+        elif lowered.startswith("rollup_"):
+            rollup_usage = parse_rollup_usage(part)
+        elif lowered.startswith("percentiles"):
+            percentiles = parse_percentiles(part)
+        elif lowered.startswith("show-histogram-buckets"):
+            show_buckets = True
+        # anything unrecognised: ignored.
     return SubQuery(
         aggregator=parts[0],
         metric=metric,
@@ -311,7 +322,25 @@ def parse_m_subquery(text: str) -> SubQuery:
         rate_options=rate_options,
         filters=tuple(filters),
         explicit_tags=explicit_tags,
+        pre_aggregate=pre_aggregate,
+        rollup_usage=rollup_usage,
+        percentiles=percentiles,
+        show_histogram_buckets=show_buckets,
     )
+
+
+def parse_percentiles(spec: str) -> tuple[float, ...]:
+    """QueryRpc.parsePercentiles: ``percentiles[99, 95.5]`` (Float.valueOf each)."""
+    start, end = spec.find("["), spec.find("]")
+    if start == -1 or end == -1:
+        raise BadRequestError(f"Malformated percentile query paramater: {spec}")
+    values = []
+    for text in spec[start + 1 : end].split(","):
+        try:
+            values.append(float(text.strip()))
+        except ValueError:
+            raise BadRequestError(f'For input string: "{text.strip()}"') from None
+    return tuple(values)
 
 
 def parse_tsuid_subquery(text: str) -> SubQuery:

@@ -653,3 +653,52 @@ def _error(message: str, point: _Incoming) -> PutError:
     if point.tsuid is not None:
         echo["tsuid"] = point.tsuid
     return PutError(message, cast(DatapointEcho, echo))
+
+
+# --- Shared with /api/rollup (tsd.protocol.rollup_put) -----------------------------------
+# RollUpDataPoint extends IncomingDataPoint: the same body rules, binding and echo.
+
+Incoming = _Incoming
+
+
+def load_put_elements(body: bytes) -> list[object]:
+    """The body's elements, numbers kept as their text; raises BadRequestError with
+    OpenTSDB's body-level messages (empty, not an object or array, unparseable, empty)."""
+    document = _load_exact(body)
+    elements: list[object] = (
+        [document] if isinstance(document, dict) else cast(list[object], document)
+    )
+    if not isinstance(document, dict | list):
+        raise BadRequestError(NOT_OBJECT_OR_ARRAY)
+    if not elements:
+        raise BadRequestError(EMPTY_LIST)
+    return elements
+
+
+def bind_incoming(element: object) -> Incoming:
+    """Jackson's binding of one element (raises "Unable to parse the given JSON")."""
+    return _bind(element)
+
+
+def bind_string(raw: object) -> str | None:
+    """Jackson's binding of a String property."""
+    return _bind_string(raw)
+
+
+def incoming_error(message: str, point: Incoming) -> PutError:
+    """A failure with the point's echo (IncomingDataPoint's NON_NULL properties)."""
+    return _error(message, point)
+
+
+def missing_field(point: Incoming, *, value: bool) -> str | None:
+    """IncomingDataPoint.validate's first failure (metric, timestamp, value, tags); with
+    ``value=False`` the value is left to the caller (HistogramPojo checks it last)."""
+    if not point.metric:
+        return METRIC_EMPTY
+    if point.timestamp <= 0:
+        return INVALID_TIMESTAMP
+    if value and (point.value is None or point.value == ""):
+        return EMPTY_VALUE
+    if not point.tags:
+        return MISSING_TAGS
+    return None

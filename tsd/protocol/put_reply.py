@@ -241,3 +241,18 @@ def put_timeout_response(
         )
     failed = points - queued + failed_writes
     return 400, summary_body(good_writes, failed, errors, flags.details, timeouts)
+
+
+def cells_response(
+    flags: PutFlags, *, points: int, queued: int, stored: int, errors: Sequence[PutError]
+) -> tuple[int, bytes]:
+    """The reply of /api/rollup and /api/histogram, whose points are written one by one
+    before the reply: ``queued`` passed the checks, ``stored`` of them reached storage."""
+    return put_response(
+        flags,
+        points=points,
+        queued=queued,
+        good_writes=stored if flags.sync else None,
+        failed_writes=queued - stored if flags.sync else 0,
+        errors=errors,
+    )

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 from tsd.errors import BadRequestError
-from tsd.java_text import jackson_text
+from tsd.java_text import jackson_text, java_float_to_string
 from tsd.protocol.m_syntax import (
     add_group_by_filter,
     filter_from_tag_value,
@@ -48,6 +48,7 @@ from tsd.query_model import (
     RateOptions,
     SubQuery,
     TSQuery,
+    parse_rollup_usage,
 )
 
 _LONG_MAX = 2**63 - 1
@@ -246,6 +247,16 @@ def _validate_subquery(
         if spec.use_calendar and not spec.run_all and not spec.calendar_unit:
             # OpenTSDB fails later with a NumberFormatException (a 500).
             raise BadRequestError(f"Invalid calendar downsampling interval: {spec.spec}")
+    if sub.is_histogram_query:  # TSSubQuery.checkHistogramQuery
+        if sub.aggregator not in ("none", "sum"):
+            raise BadRequestError(
+                "Only NONE or SUM aggregation function supported for histogram query"
+            )
+        if spec is not None and spec.spec.split("-")[1:2] != ["sum"]:
+            raise BadRequestError("Only SUM downsampling aggregation supported for histogram query")
+        for p in sub.percentiles:
+            if not 0 <= p <= 100:
+                raise BadRequestError(f"Invalid percentile parameters: {java_float_to_string(p)}")
     return dataclasses.replace(sub, downsample_spec=spec, index=index)
 
 
@@ -324,6 +335,10 @@ def _bind_subquery(document: object) -> SubQuery:
         rate_options=values.get("rate_options"),
         filters=tuple(filters),
         explicit_tags=values.get("explicit_tags", False),
+        pre_aggregate=values.get("pre_aggregate", False),
+        rollup_usage=values.get("rollup_usage"),
+        percentiles=values.get("percentiles", ()),
+        show_histogram_buckets=values.get("show_histogram_buckets", False),
     )
 
 
@@ -433,6 +448,19 @@ def _as_long(value: object, name: str) -> int:
     return max(_LONG_MIN, min(_LONG_MAX, value))
 
 
+def _as_percentiles(value: object, name: str) -> tuple[float, ...]:
+    """A List<Float> (numbers or numeric strings; null: none)."""
+    if value is None:
+        return ()
+    out = []
+    for item in _as_list(value, name):
+        try:
+            out.append(float(item))
+        except (TypeError, ValueError):
+            raise _BindError(f"Cannot deserialize '{name}' as a float from {_kind(item)}") from None
+    return tuple(out)
+
+
 def _kind(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
@@ -450,4 +478,8 @@ _SUBQUERY_BINDERS: dict[str, _Binder] = {
     "rate": ("rate", _as_bool),
     "rateOptions": ("rate_options", _bind_rate_options),
     "explicitTags": ("explicit_tags", _as_bool),
+    "preAggregate": ("pre_aggregate", _as_bool),
+    "percentiles": ("percentiles", lambda value, key: _as_percentiles(value, key)),
+    "showHistogramBuckets": ("show_histogram_buckets", _as_bool),
+    "rollupUsage": ("rollup_usage", lambda value, key: parse_rollup_usage(_as_str(value, key))),
 }

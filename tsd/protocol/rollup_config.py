@@ -25,7 +25,7 @@ from tsd.errors import BadRequestError, ConfigError
 from tsd.protocol.timespec import parse_duration
 from tsd.query_model import AGGREGATOR_NAMES
 
-__all__ = ["RollupConfig", "RollupInterval", "parse_rollup_config"]
+__all__ = ["RollupConfig", "RollupInterval", "parse_rollup_config", "rollup_config_source"]
 
 _SPAN_SECONDS = {"h": 3600, "d": 86400, "n": 86400 * 32, "y": 86400 * 366}
 _UNITS = ("ms", "s", "m", "h", "d", "w", "n", "y")
@@ -53,14 +53,50 @@ class RollupConfig:
     def default(self) -> RollupInterval:
         return next(i for i in self.intervals if i.default_interval)
 
-    def interval(self, name: str) -> RollupInterval:
-        """RollupConfig.getRollupInterval(String)."""
-        if not name:
-            raise BadRequestError("Interval cannot be null or empty")
+    def find(self, name: str) -> RollupInterval | None:
+        """The interval configured as ``name`` (``1h``), or None."""
         for i in self.intervals:
             if i.interval == name:
                 return i
-        raise BadRequestError(f"No such rollup interval found for: {name}")
+        return None
+
+    def interval(self, name: str) -> RollupInterval:
+        """RollupConfig.getRollupInterval(String), with its messages."""
+        if not name:
+            raise BadRequestError("Interval cannot be null or empty")
+        found = self.find(name)
+        if found is None:
+            raise BadRequestError(f"No rollups configured for the interval: {name}")
+        return found
+
+    def id_for(self, aggregator: str | None) -> int:
+        """RollupConfig.getIdForAggregator: raises BadRequestError with its message."""
+        if not aggregator:
+            raise BadRequestError("Aggregator cannot be null or empty.")
+        found = self.aggregation_ids.get(aggregator.lower())
+        if found is None:
+            raise BadRequestError(f"No ID found mapping to aggregator: {aggregator}")
+        return found
+
+    def best_matches(self, seconds: int) -> list[RollupInterval]:
+        """RollupConfig.getRollupInterval(long, String): the intervals a downsample of
+        ``seconds`` can read, largest first (the exact one, then those dividing it); empty
+        when none does."""
+        if seconds <= 0:
+            return []
+        found = {
+            i.span.interval_seconds: i
+            for i in self.intervals
+            if seconds % i.span.interval_seconds == 0
+        }
+        return [found[s] for s in sorted(found, reverse=True)]
+
+    def tables(self) -> list[str]:
+        """Every table the intervals name (rollups, then pre-aggregates), once each."""
+        names = [i.table for i in self.intervals] + [
+            i.pre_aggregation_table for i in self.intervals
+        ]
+        return list(dict.fromkeys(names))
 
 
 def _bad(message: str) -> ConfigError:
@@ -176,3 +212,14 @@ def parse_rollup_config(text: str | bytes) -> RollupConfig:
     if not defaults:
         raise _bad('None of the rollup intervals were marked as the "default".')
     return RollupConfig(tuple(intervals), ids)
+
+
+def rollup_config_source(value: str) -> tuple[str, str | None]:
+    """TSDB's reading of ``tsd.rollups.config``: (the JSON, or the path of the file to
+    read when the value ends with ``.json``). Rollups enabled without it:
+    "Rollups were enabled but 'tsd.rollups.config' is null or empty."."""
+    if not value:
+        raise _bad("Rollups were enabled but 'tsd.rollups.config' is null or empty.")
+    if value.endswith(".json"):
+        return "", value
+    return value, None

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from tsd import __version__
-from tsd.codec.value import encode_value, parse_long, parse_value
+from tsd.codec.value import encode_value, parse_value
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError, PutLineError
 from tsd.java_text import format_java_bytes
 from tsd.model import MAX_MS_TIMESTAMP, DataPoint
@@ -58,6 +58,8 @@ from tsd.protocol.names import (
     is_plain_name,
     parse_tag,
 )
+from tsd.protocol.rollup_put import UNEXPECTED, RollupError, RollupPoint, parse_rollup_line
+from tsd.protocol.telnet_words import metric_and_timestamp
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -214,6 +216,22 @@ class PutCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class RollupCommand:
+    """A ``rollup`` line, parsed (its checks against the rollup config come when stored).
+    None: a line OpenTSDB fails on with a runtime exception and answers nothing."""
+
+    point: RollupPoint | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramCommand:
+    """A ``histogram`` line's words (checked when handled: the first check is whether
+    histograms are configured, tsd.protocol.histogram_put.parse_histogram_line)."""
+
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class VersionCommand:
     pass
 
@@ -252,6 +270,8 @@ class UnknownCommand:
 
 Command = (
     PutCommand
+    | RollupCommand
+    | HistogramCommand
     | VersionCommand
     | StatsCommand
     | HelpCommand
@@ -275,6 +295,15 @@ def _parse_put_command(words: list[str], rules: NameRules) -> Command:
     return PutCommand(parse_put(words, rules))
 
 
+def _parse_rollup_command(words: list[str], rules: NameRules) -> Command:
+    try:
+        return RollupCommand(parse_rollup_line(words))
+    except RollupError as exc:
+        if exc.kind == UNEXPECTED:
+            return RollupCommand(None)
+        raise PutLineError(exc.kind, exc.message, "rollup") from None
+
+
 #: Every command tsd implements, in OpenTSDB's registration order (the ``help`` order).
 _PARSERS: Final[Mapping[str, _Parser]] = {
     "stats": lambda words, rules: _STATS,
@@ -283,6 +312,8 @@ _PARSERS: Final[Mapping[str, _Parser]] = {
     "exit": lambda words, rules: _EXIT,
     "help": lambda words, rules: _HELP,
     "put": _parse_put_command,
+    "rollup": _parse_rollup_command,
+    "histogram": lambda words, rules: HistogramCommand(tuple(words)),
     "diediedie": lambda words, rules: _DIEDIEDIE,
 }
 
@@ -298,7 +329,7 @@ def telnet_command_names(mode: str = "rw", allow_diediedie: bool = True) -> tupl
     """
     names = ["stats", "dropcaches", "version", "exit", "help"]
     if mode != "ro":
-        names.append("put")
+        names += ["put", "rollup", "histogram"]
     if allow_diediedie:
         names.append("diediedie")
     return tuple(names)
@@ -338,15 +369,7 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
     """PutDataPointRpc.importDataPoint over the split words (``words[0]`` is ``put``)."""
     if len(words) < 5:
         raise _illegal(f"not enough arguments (need least 4, got {len(words) - 1})")
-    metric = words[1]
-    if not metric:
-        raise _illegal("empty metric name")
-    try:
-        timestamp = parse_long(words[2].replace(".", ""))
-    except NumberFormatError as exc:
-        raise _invalid_value(exc.message) from None
-    if timestamp <= 0:
-        raise _illegal(f"invalid timestamp: {timestamp}")
+    metric, timestamp = metric_and_timestamp(words[1], words[2], "put")
     text = words[3]
     if not text:
         raise _illegal("empty value")

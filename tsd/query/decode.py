@@ -44,14 +44,14 @@ import numpy.typing as npt
 from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
 from tsd.query.series import BoolArray, Float64Array, Int64Array
-from tsd.storage.base import CellBlock, Row
+from tsd.storage.base import Block, CellBlock, PointBlock, Row
 
 try:
     _C: Any = importlib.import_module("tsd.query._decode")
 except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
     _C = None
 
-__all__ = ["RowPoints", "base_times_s", "decode_rows", "series_key"]
+__all__ = ["RowPoints", "base_times_s", "decode_block", "decode_rows", "series_key"]
 
 U8Array = npt.NDArray[np.uint8]
 #: int32 or int64 arrays (per-point work uses the narrower type where values fit)
@@ -547,6 +547,26 @@ def decode_rows(
         merged.is_int,
         annotations,
         stored,
+    )
+
+
+def decode_block(block: Block, layout: KeyLayout, *, fix_duplicates: bool = False) -> RowPoints:
+    """:func:`decode_rows` of a bulk read's block. A PointBlock holds its rows' points
+    already (the store decoded them, tsd.storage.base): they only get their base times."""
+    if not isinstance(block, PointBlock):
+        return decode_rows(block, layout, fix_duplicates=fix_duplicates)
+    base_ms = base_times_s(layout, block.keys) * 1000
+    row_offsets = np.zeros(len(block) + 1, dtype=np.int64)
+    np.cumsum(block.counts, out=row_offsets[1:])
+    timestamps = block.offsets_ms + np.repeat(base_ms, block.counts)
+    return RowPoints(
+        row_offsets,
+        timestamps,
+        block.values,
+        block.ints,
+        block.is_int,
+        (),
+        block.stored_bytes,
     )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -46,10 +47,11 @@ from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.head import Head, HeadRuns, HeadSnapshot
-from tsd.query.decode import RowPoints, decode_rows, series_key
+from tsd.query.decode import RowPoints, decode_block, decode_rows, series_key
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.head_rows import decode_head_runs
+from tsd.query.histogram import decode_histogram_rows, histogram_series
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
 from tsd.query.limits import (
     BYTES_PER_CELL,
@@ -97,14 +99,23 @@ from tsd.query.results import (
     series_facts,
     series_tag_uids,
 )
+from tsd.query.rollup import (
+    RollupConfigLike,
+    RollupRead,
+    decode_rollup_rows,
+    plan_reads,
+    rollup_rows,
+)
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
 from tsd.storage.base import (
+    Block,
     Cell,
     CellBlock,
     Delete,
+    PointBlock,
     ReadStats,
     Row,
     RowFilter,
@@ -204,6 +215,8 @@ class QueryEngine:
         self._layout = KeyLayout.from_storage_config(config.storage)
         self._table = config.storage.data_table
         self._fix_duplicates = config.storage.fix_duplicates
+        #: ``tsd.rollups.config`` when rollups are enabled (set by the daemon)
+        self.rollups: RollupConfigLike | None = None
         self._cfg = cfg = config.query
         if compute_slots is None:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
@@ -333,10 +346,35 @@ class QueryEngine:
         control: QueryControl,
         reads: list[ReadStats] | None = None,
     ) -> list[SeriesResult]:
+        """The sub-query over its reads (tsd/query/rollup.py): raw data, or stored rollups
+        with their fallbacks, the next tried while one finds no series."""
+        plan = plan_reads(self.rollups, sub, self._table)
+        for source in plan[:-1]:
+            found = await self._run_read(query, sub, control, reads, source)
+            if found is not None:
+                return found
+        return await self._run_read(query, sub, control, reads, plan[-1]) or []
+
+    async def _run_read(
+        self,
+        query: TSQuery,
+        sub: SubQuery,
+        control: QueryControl,
+        reads: list[ReadStats] | None,
+        source: RollupRead,
+    ) -> list[SeriesResult] | None:
+        """One read of the sub-query; None when it found no series."""
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
         spec = sub.downsample_spec
-        start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
+        if source.is_rollup:
+            assert spec is not None
+            start_s, end_s = source.scan_window_s(query.start_ms, query.end_ms, sub.rate)
+            sub = dataclasses.replace(
+                sub, downsample_spec=source.engine_spec(spec), rollup_table=source.name
+            )
+        else:
+            start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
         # Planning time: one series' worth of buckets over the limit is refused unread.
         per_series = buckets_per_series(spec, start_s * 1000, end_s * 1000)
         filled = fills(spec)
@@ -349,7 +387,7 @@ class QueryEngine:
             plan, filter_tagks, request = await self._plan_metric(sub, start_s, end_s)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
-            return []
+            return None
         t1 = time.perf_counter()
         tally = _ScanTally(
             self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
@@ -359,7 +397,7 @@ class QueryEngine:
         if reads is not None:
             reads.append(read)
         path = read.path = choose_path(plan, request)
-        parts = await self._read(plan, path, request, tally, read)
+        parts = await self._read(plan, path, request, tally, read, source)
         spans = await self._compute_sized(
             sum(points.point_count for _, points in parts), assemble_spans, parts, self._layout
         )
@@ -371,7 +409,7 @@ class QueryEngine:
         timings["dpsPreFilter"] = tally.points
         timings.update(read_stats_json(read))
         if not spans.series_count:
-            return []
+            return None
         facts = await self._series_facts(spans, work)
         # Filters and grouping run per series; a regexp (or wildcard) can take long on one
         # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
@@ -399,6 +437,8 @@ class QueryEngine:
         control.charge(cells * BYTES_PER_CELL + output * BYTES_PER_OUTPUT_POINT)
         if query.delete:
             await self._delete_rows(parts, spans, keep)
+        if source.histograms is not None:
+            return await self._histogram_results(sub, query, spans, facts, groups, source)
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
         aggregated = await self._aggregate(spans, groups, sub, query, window, control, work)
@@ -406,6 +446,49 @@ class QueryEngine:
         timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings, work)
+
+    async def _histogram_results(
+        self,
+        sub: SubQuery,
+        query: TSQuery,
+        spans: Spans,
+        facts: SeriesFacts,
+        groups: list[list[int]],
+        source: RollupRead,
+    ) -> list[SeriesResult]:
+        """A histogram query's series (tsd/query/histogram.py): per group, one series per
+        percentile, then per bucket."""
+        assert source.histograms is not None
+        metric_uid = spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
+        metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
+        out: list[SeriesResult] = []
+        for members in groups:
+            with_data = [i for i in members if facts.has_points[i]]
+            if not with_data:
+                continue
+            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+            series = histogram_series(
+                spans.batch,
+                with_data,
+                source.histograms,
+                sub.percentiles,
+                sub.show_histogram_buckets,
+                sub.downsample_spec,
+                query.start_ms,
+                query.end_ms,
+            )
+            for suffix, dps in series:
+                out.append(
+                    SeriesResult(
+                        sub=sub,
+                        metric=metric + suffix,
+                        tags=tags,
+                        aggregate_tags=aggregate_tags,
+                        dps=dps,
+                        tsuids=[facts.tsuids[i] for i in with_data],
+                    )
+                )
+        return out
 
     async def scan_plan(self, query: TSQuery, sub: SubQuery) -> ScanPlan:
         """The row scans that ``sub`` of ``query`` reads (``tsdb scan`` prints their rows)."""
@@ -469,31 +552,60 @@ class QueryEngine:
         request: ReadRequest,
         tally: _ScanTally,
         stats: ReadStats,
+        source: RollupRead | None = None,
     ) -> list[tuple[list[bytes], RowPoints]]:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
-        thread while the next is read, counted against the limits."""
+        thread while the next is read, counted against the limits. ``source``: the table
+        and cells to read (default: the data table's)."""
         parts: list[tuple[list[bytes], RowPoints]] = []
         # The head's rows are copied before storage is read: a row written out meanwhile
         # is then found in one or both (identical points fold), never in neither.
-        head = self._head.snapshot(plan.scans) if self._head is not None else None
+        head = None
+        raw = source is None or (
+            source.table == self._table and not source.is_rollup and source.histograms is None
+        )
+        if self._head is not None and raw:  # the head holds data points only
+            head = self._head.snapshot(plan.scans)
 
-        async def decode(block: CellBlock) -> None:
-            if head is not None:
-                block = head.merge_into(block)  # a stored row the head has points for too
-            points, spent = await self._compute_sized(
-                len(block.values) // 4, _timed_decode, block, self._layout, self._fix_duplicates
-            )
+        table = self._table if source is None else source.table
+        rollup = source if source is not None and source.is_rollup else None
+
+        async def decode(block: Block) -> None:
+            if head is not None and head.shares(block.keys):
+                # a stored row the head has points for too: read as one row
+                if isinstance(block, PointBlock):
+                    block = block.cells()
+                block = head.merge_into(block)
+            if source is not None and isinstance(block, PointBlock):
+                block = block.cells()  # rollup and histogram cells: not data points
+            # decoded points need only their times (a fraction of a cell block's work)
+            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
+            if source is not None and source.histograms is not None:
+                assert isinstance(block, CellBlock)
+                started = time.thread_time()
+                histograms = None if source.is_rollup else source.histograms
+                points = decode_histogram_rows(block, self._layout, histograms)
+                spent = time.thread_time() - started
+            elif rollup is not None:
+                assert isinstance(block, CellBlock)
+                # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
+                block = rollup_rows(block, rollup)
+                points, spent = await self._compute_sized(
+                    work, _timed_rollup_decode, block, self._layout, rollup
+                )
+            else:
+                points, spent = await self._compute_sized(
+                    work, _timed_decode, block, self._layout, self._fix_duplicates
+                )
             stats.decode_s += spent
             tally.add(points, len(block))
             parts.append((block.keys, points))
 
-        await read_rows(
-            self._storage, self._table, self._layout, plan, path, request, decode, stats
-        )
+        await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
         if head is not None and len(head):
-            runs, block = head.remaining()
-            if len(block):
-                await decode(block)
+            runs, rest = head.remaining()
+            if len(rest):
+                await decode(rest)
             if runs.keys:
                 points = await self._compute_sized(
                     len(runs.values) // 4, decode_head_runs, runs, self._layout
@@ -871,10 +983,16 @@ def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
     return out
 
 
-def _timed_decode(
-    block: CellBlock, layout: KeyLayout, fix_duplicates: bool
+def _timed_rollup_decode(
+    block: CellBlock, layout: KeyLayout, source: RollupRead
 ) -> tuple[RowPoints, float]:
-    """decode_rows and the CPU time it took (in the worker thread that runs it)."""
     started = time.thread_time()
-    points = decode_rows(block, layout, fix_duplicates=fix_duplicates)
+    points = decode_rollup_rows(block, layout, source)
+    return points, time.thread_time() - started
+
+
+def _timed_decode(block: Block, layout: KeyLayout, fix_duplicates: bool) -> tuple[RowPoints, float]:
+    """decode_block and the CPU time it took (in the worker thread that runs it)."""
+    started = time.thread_time()
+    points = decode_block(block, layout, fix_duplicates=fix_duplicates)
     return points, time.thread_time() - started

@@ -11,8 +11,22 @@ every cell of the metric. The read paths, chosen per sub-query (:func:`choose_pa
     fetched with ``getRows`` (OpenTSDB 2.4's ``tsd.query.multi_get``, which also needs
     explicit tags). Only rows of matching series are transferred. Up to
     ``MULTI_GET_MAX_ROWS`` keys; beyond, the key-only pass.
+``ranges``
+    Some key pinned to literal values (not all, or no ``explicitTags``): the window is cut
+    into the key ranges that can hold a matching row (:func:`narrowed_ranges`). Tag pairs
+    follow the base time sorted by tag key UID (both OpenTSDB and tsd write them so), so a
+    row carrying ``host=a`` either starts its tags with ``host a`` or starts them with a tag
+    key whose UID is below host's: per hour (and salt bucket) ``[prefix, prefix + host)``
+    and ``[prefix + host + a, ...)`` for each pinned value, refined the same way by the
+    next pinned key inside each value's range. Ranges that can only hold matching rows
+    ("decided": every condition of the regex is a pin, no ``explicitTags``) are scanned
+    with their cells; the others (rows whose tags start below a pinned key, usually none)
+    get the key-only pass below and a ``getRows`` of their matches. A range that can only
+    hold rows no writer makes (a tag key between two consecutive UIDs) is not read. Up to
+    ``MAX_RANGES`` ranges; beyond, the key-only pass over the whole window.
 ``key-only``
-    Some key pinned to literal values (not all, or no ``explicitTags``): a first pass reads
+    Some key pinned, more ranges than ``MAX_RANGES`` (or a ``tsuids`` sub-query with too
+    many rows for a multi-get): a first pass reads
     the window's row keys only (HBase: ``KeyOnlyFilter() AND FirstKeyOnlyFilter()``, one
     value-less cell per row), the regex is applied to the keys here, and the matching rows
     are fetched with ``getRows``. Data cells of other series are never transferred; the key
@@ -50,15 +64,19 @@ from tsd.codec.const import MAX_TIMESPAN
 from tsd.codec.rowkey import salt_bucket, salt_bytes
 from tsd.query.plan import ScanPlan, TagCondition
 from tsd.query.tasks import all_or_none
-from tsd.storage.base import CellBlock, ReadStats, RowFilter, ScanSpec, Storage
+from tsd.storage.base import Block, ReadStats, RowFilter, ScanSpec, Storage
 
 __all__ = [
     "KEY_ONLY",
     "MULTI_GET",
+    "RANGES",
     "SCAN",
+    "KeyRange",
     "ReadRequest",
     "choose_path",
     "multi_get_keys",
+    "narrowed_ranges",
+    "prefix_stop",
     "request_for_filters",
     "request_for_tsuids",
     "read_rows",
@@ -69,6 +87,7 @@ __all__ = [
 SCAN = "scan"
 MULTI_GET = "multi-get"
 KEY_ONLY = "key-only"
+RANGES = "ranges"
 #: reads in flight per sub-query (scans of time slices, getRows calls)
 PARALLEL_READS = 4
 #: row keys per getRows call of the key-only and multi-get paths
@@ -77,9 +96,11 @@ GET_CHUNK = 1000
 KEY_BATCH_ROWS = 10_000
 #: more exact row keys than this: the key-only pass instead of a multi-get
 MULTI_GET_MAX_ROWS = 100_000
+#: most key ranges of the ranges path (all hours and salt buckets together)
+MAX_RANGES = 256
 
 #: called with each block read; returns once it is consumed (decoded, counted)
-Consumer = Callable[[CellBlock], Awaitable[None]]
+Consumer = Callable[[Block], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +115,11 @@ class ReadRequest:
     pinned: bool = False
     #: per pinned tag key, the tag pairs (key UID + value UID) a matching row key contains
     pinned_pairs: tuple[tuple[bytes, ...], ...] = ()
+    #: the pinned tag keys in UID order, each with its value UIDs (sorted)
+    pins: tuple[tuple[bytes, tuple[bytes, ...]], ...] = ()
+    #: a row key carrying every pin matches the row regex (the pins are all its
+    #: conditions and there is no explicitTags)
+    pins_decide: bool = False
 
 
 def request_for_filters(
@@ -102,16 +128,18 @@ def request_for_filters(
     """The read request of a metric sub-query's tag conditions (plan.tag_conditions)."""
     pairs = tuple(tuple(c.tagk_uid + v for v in c.tagv_uids) for c in conditions if c.tagv_uids)
     pinned = bool(pairs)
-    if not (explicit_tags and conditions and not has_not_key):
-        return ReadRequest(None, pinned, pairs)
-    if not all(c.tagv_uids for c in conditions):
-        return ReadRequest(None, pinned, pairs)
+    pins = tuple((c.tagk_uid, tuple(sorted(c.tagv_uids))) for c in conditions if c.tagv_uids)
+    all_pinned = bool(conditions) and all(c.tagv_uids for c in conditions)
+    unknown = ReadRequest(None, pinned, pairs, pins, all_pinned and not explicit_tags)
+    if not (explicit_tags and all_pinned and not has_not_key):
+        return unknown
     count = 1
     for cond in conditions:
         count *= len(cond.tagv_uids or ())
     if count > MULTI_GET_MAX_ROWS:
-        return ReadRequest(None, pinned, pairs)
-    return ReadRequest(tuple(b"".join(p) for p in itertools.product(*pairs)), pinned, pairs)
+        return unknown
+    series = tuple(b"".join(p) for p in itertools.product(*pairs))
+    return ReadRequest(series, pinned, pairs, pins, False)
 
 
 def request_for_tsuids(layout: KeyLayout, tsuids: Sequence[bytes]) -> ReadRequest:
@@ -124,6 +152,8 @@ def choose_path(plan: ScanPlan, request: ReadRequest) -> str:
     series = request.exact_series
     if series is not None and len(series) * len(_hours(plan)) <= MULTI_GET_MAX_ROWS:
         return MULTI_GET
+    if request.pins and narrowed_ranges(plan, request) is not None:
+        return RANGES
     return KEY_ONLY if request.pinned else SCAN
 
 
@@ -143,6 +173,85 @@ def multi_get_keys(layout: KeyLayout, plan: ScanPlan, series: Sequence[bytes]) -
             keys.append(salt + plan.metric_uid + (hour & 0xFFFFFFFF).to_bytes(4, "big") + tags)
     keys.sort()
     return keys
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """Row keys ``start <= key < stop`` (an empty stop: to the end); ``decided``: every row
+    in it matches the sub-query's row regex."""
+
+    start: bytes
+    stop: bytes
+    decided: bool
+
+
+def prefix_stop(prefix: bytes) -> bytes:
+    """The smallest key above every key starting with ``prefix`` (empty: none is)."""
+    kept = prefix.rstrip(b"\xff")
+    return kept[:-1] + bytes([kept[-1] + 1]) if kept else b""
+
+
+def _ranges_per_prefix(pins: Sequence[tuple[bytes, tuple[bytes, ...]]]) -> int:
+    if not pins:
+        return 1
+    return 1 + len(pins[0][1]) * _ranges_per_prefix(pins[1:])
+
+
+def _pin_ranges(
+    prefix: bytes,
+    pins: Sequence[tuple[bytes, tuple[bytes, ...]]],
+    previous: int,
+    decided: bool,
+    out: list[KeyRange],
+) -> None:
+    """The ranges under ``prefix`` (a row key up to a tag pair) holding the rows whose
+    following tag pairs, sorted by key UID and each key above ``previous``, carry every pin."""
+    if not pins:
+        out.append(KeyRange(prefix, prefix_stop(prefix), decided))
+        return
+    tagk, values = pins[0]
+    key = int.from_bytes(tagk, "big")
+    if key - previous > 1:  # a tag key between previous and this one may come first
+        out.append(KeyRange(prefix, prefix + tagk, False))
+    for value in values:
+        _pin_ranges(prefix + tagk + value, pins[1:], key, decided, out)
+
+
+def narrowed_ranges(plan: ScanPlan, request: ReadRequest) -> list[KeyRange] | None:
+    """The key ranges of the ranges path (module docstring), in key order, adjacent ones
+    joined; None when even the first pinned key alone gives more than ``MAX_RANGES``.
+
+    When all pins give too many, only the first few are used (no range is decided then)."""
+    hours = _hours(plan)
+    prefixes = len(hours) * len(plan.scans)
+    pins = request.pins
+    depth = len(pins)
+    while depth and _ranges_per_prefix(pins[:depth]) * prefixes > MAX_RANGES:
+        depth -= 1
+    if not depth:
+        return None
+    decided = request.pins_decide and depth == len(pins)
+    ranges: list[KeyRange] = []
+    for spec in plan.scans:
+        base = spec.start[:-4]
+        for hour in hours:
+            found: list[KeyRange] = []
+            _pin_ranges(
+                base + (hour & 0xFFFFFFFF).to_bytes(4, "big"), pins[:depth], 0, decided, found
+            )
+            for r in found:
+                start = max(r.start, spec.start)
+                stop = min(r.stop, spec.stop) if r.stop and spec.stop else r.stop or spec.stop
+                if not stop or start < stop:
+                    ranges.append(KeyRange(start, stop, r.decided))
+    joined: list[KeyRange] = []
+    for r in ranges:
+        last = joined[-1] if joined else None
+        if last is not None and last.decided == r.decided and last.stop == r.start:
+            joined[-1] = KeyRange(last.start, r.stop, r.decided)
+        else:
+            joined.append(r)
+    return joined
 
 
 def time_slices(spec: ScanSpec, start_s: int, end_s: int, pieces: int) -> list[ScanSpec]:
@@ -186,6 +295,9 @@ async def read_rows(
         keys = multi_get_keys(layout, plan, request.exact_series or ())
         await _get_all(storage, table, keys, plan, consume, stats)
         return
+    if path == RANGES:
+        await _read_ranges(storage, table, plan, request, consume, stats)
+        return
     specs = _sliced(plan)
     if path == KEY_ONLY:
         specs = [_key_pass(spec, request) for spec in specs]
@@ -206,6 +318,40 @@ async def read_rows(
     await all_or_none([_scan_one(storage, table, spec, consume, stats) for spec in specs])
 
 
+async def _read_ranges(
+    storage: Storage,
+    table: str,
+    plan: ScanPlan,
+    request: ReadRequest,
+    consume: Consumer,
+    stats: ReadStats,
+) -> None:
+    """The ranges path: decided ranges scanned with their cells, the others by a key-only
+    pass and a ``getRows`` of their matching keys, up to ``PARALLEL_READS`` at once."""
+    ranges = narrowed_ranges(plan, request)
+    if ranges is None:  # forced (tests) where the planner would not take it
+        ranges = [KeyRange(s.start, s.stop, False) for s in plan.scans]
+    template = plan.scans[0]
+    slots = asyncio.Semaphore(PARALLEL_READS)
+
+    async def read(r: KeyRange) -> None:
+        spec = dataclasses.replace(template, start=r.start, stop=r.stop)
+        if r.decided:
+            async with slots:
+                await _scan_one(storage, table, spec, consume, stats)
+            return
+        keys: list[bytes] = []
+        async with slots:
+            passed = storage.scan_keys(table, _key_pass(spec, request), stats)
+            async with contextlib.aclosing(passed) as batches:
+                async for batch in batches:
+                    keys.extend(batch)
+        if keys:
+            await _get_all(storage, table, keys, plan, consume, stats)
+
+    await all_or_none([read(r) for r in ranges])
+
+
 def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:
     """The key-only pass of ``spec``: bigger batches (keys are small), and the pinned tag
     pairs given to storage as a pre-filter it may push down (HBase does)."""
@@ -219,16 +365,17 @@ async def _key_ranges(storage: Storage, table: str, spec: ScanSpec, pieces: int)
     """``spec`` cut into up to ``pieces`` key ranges between its first and last row keys
     (evenly over the bytes where they differ), when storage can tell the last key cheaply.
     The ranges partition the scan exactly; only their balance depends on the guess."""
-    last = await storage.last_key(table, spec.start, spec.stop)
-    if last is None:
-        return [spec]
     first_spec = dataclasses.replace(spec, row_filter=None, limit=1, batch_rows=1)
-    first = None
-    async with contextlib.aclosing(storage.scan_keys(table, first_spec)) as batches:
-        async for batch in batches:
-            first = batch[0] if batch else None
-            break
-    if first is None or first >= last:
+
+    async def first_key() -> bytes | None:
+        async with contextlib.aclosing(storage.scan_keys(table, first_spec)) as batches:
+            async for batch in batches:
+                return batch[0] if batch else None
+        return None
+
+    # both probes at once: two round trips in parallel rather than four in a row
+    first, last = await all_or_none([first_key(), storage.last_key(table, spec.start, spec.stop)])
+    if first is None or last is None or first >= last:
         return [spec]
     points = split_keys(first, last, pieces)
     bounds = [spec.start, *points, spec.stop]

@@ -59,6 +59,9 @@ class TrackedProtocol(asyncio.Protocol):
 
 #: Builds the telnet protocol for one connection.
 TelnetFactory = Callable[[], TrackedProtocol]
+#: Gives a plaintext telnet connection (its transport, the bytes read) to a worker
+#: process; the owner's half of it, or None to serve it here.
+HandOff = Callable[[asyncio.Transport, bytes], TrackedProtocol | None]
 
 
 class SniffingProtocol(asyncio.Protocol):
@@ -113,6 +116,8 @@ class SniffingProtocol(asyncio.Protocol):
             if self._listener.tls_required:
                 transport.abort()  # tsd.network.tls.required: no plaintext
                 return
+        if not self._decrypted and self._listener.hand_off(self, transport, data):
+            return  # a worker process serves it (tsd.server.workers)
         protocol = self._listener.protocol_for(self, data)
         # Swap first so that anything the new protocol triggers (pause_reading, a
         # close) is delivered to it, then replay what we read.
@@ -161,6 +166,8 @@ class Listener:
         self._sniffing: set[SniffingProtocol] = set()
         self._telnet: set[TrackedProtocol] = set()
         self._server: asyncio.Server | None = None
+        #: set by the daemon when worker processes serve telnet (tsd.network.worker_threads)
+        self.handoff: HandOff | None = None
         registry.gauge("connectionmgr.connections", self.open_connections, type="open")
         self._rejected = registry.counter("connectionmgr.connections", type="rejected")
         self._total = registry.counter("connectionmgr.connections", type="total")
@@ -198,6 +205,20 @@ class Listener:
         protocol.on_lost = self._telnet.discard
         self._telnet.add(protocol)
         return protocol
+
+    def hand_off(
+        self, sniffer: SniffingProtocol, transport: asyncio.Transport, first_bytes: bytes
+    ) -> bool:
+        """Give a plaintext telnet connection to a worker process; False to keep it."""
+        if self.handoff is None or looks_like_http(first_bytes):
+            return False
+        protocol = self.handoff(transport, first_bytes)
+        if protocol is None:
+            return False
+        self._sniffing.discard(sniffer)
+        protocol.on_lost = self._telnet.discard
+        self._telnet.add(protocol)
+        return True
 
     @property
     def telnet_protocols(self) -> frozenset[TrackedProtocol]:

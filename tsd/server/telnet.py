@@ -27,11 +27,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
+from tsd.protocol import rollup_put
+from tsd.protocol.histogram_put import line_histogram, parse_histogram_line
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import (
     TELNET_REF_CACHE,
@@ -40,8 +42,10 @@ from tsd.protocol.telnet import (
     DropCachesCommand,
     ExitCommand,
     HelpCommand,
+    HistogramCommand,
     LineBuffer,
     PutCommand,
+    RollupCommand,
     StatsCommand,
     UnknownCommand,
     VersionCommand,
@@ -55,8 +59,10 @@ from tsd.protocol.telnet import (
     take_known_puts,
 )
 from tsd.server.flow import FlowControl
+from tsd.server.histograms import Histograms
 from tsd.server.listener import TrackedProtocol
 from tsd.server.peer import is_loopback
+from tsd.server.rollups import Rollups
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService, IngestSession, RefPoint, RefusalKind, Refused
@@ -94,6 +100,10 @@ class TelnetContext:
     idle_timeout_s: float = 0.0
     #: the prefix of storage failures: OpenTSDB's on HBase, ``STORAGE_ERROR`` embedded
     storage_error: str = HBASE_ERROR
+    #: the ``rollup`` command's checks and writer (``tsd.server.rollups.Rollups``)
+    rollups: Any = None
+    #: the ``histogram`` command's codecs and writer (``tsd.server.histograms.Histograms``)
+    histograms: Any = None
 
 
 #: Batches of UID lookups one connection runs at once (a burst of new series: the misses
@@ -258,7 +268,7 @@ class TelnetProtocol(TrackedProtocol):
         to the session by ref (:func:`take_known_puts`), at most as many as the writer has
         room for; any other line takes the full parser on its own.
         """
-        session, context, refs = self._session, self._context, self._refs
+        session, refs = self._session, self._refs
         received = self._stats.received
         fast = self._put_enabled
         flow = self._flow
@@ -284,29 +294,42 @@ class TelnetProtocol(TrackedProtocol):
             line = lines[index]
             self._next = index + 1
             received.value += 1
-            if line is None:  # over tsd.rpc.telnet.max_line
-                self._stats.illegal_arguments.inc()
-                self._stats.errors.inc()
-                self._write(format_error(line_too_long(context.max_line_bytes)))
-                continue
-            try:
-                command = parse_command(line, context.rules, context.commands)
-            except BadRequestError as exc:
-                self._count_parse_error(exc)
-                self._write(format_error(exc))
-                continue
-            if type(command) is PutCommand:
-                words = line.split(b" ", 4)
-                alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
-                if not session.try_append(command.point, None, (alias,)):
-                    return _SlowPut(command.point, alias)
-            elif session.has_pending():
-                # Commands answer after the puts before them (tcollector's version probe
-                # then means "everything sent so far is handled").
-                return _Barrier(command)
-            else:
-                self._run_command(command)
+            blocked = self._run_line(line)
+            if blocked is not None:
+                return blocked
         return None
+
+    def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | None:
+        """One line through the full parser: handled, or what it must wait for."""
+        context, session = self._context, self._session
+        if line is None:  # over tsd.rpc.telnet.max_line
+            self._stats.illegal_arguments.inc()
+            self._stats.errors.inc()
+            self._write(format_error(line_too_long(context.max_line_bytes)))
+            return None
+        try:
+            command = parse_command(line, context.rules, context.commands)
+        except BadRequestError as exc:
+            self._count_parse_error(exc)
+            self._write(format_error(exc))
+            return None
+        if type(command) is PutCommand:
+            words = line.split(b" ", 4)
+            alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
+            return self._put(command.point, alias)
+        if type(command) in (RollupCommand, HistogramCommand) or session.has_pending():
+            # A rollup is checked and stored by awaiting; other commands answer after the
+            # puts before them (tcollector's version probe then means "everything sent so
+            # far is handled").
+            return _Barrier(command)
+        self._run_command(command)
+        return None
+
+    def _put(self, point: DataPoint, alias: tuple[bytes, bytes]) -> _SlowPut | None:
+        """A parsed put: buffered now, or a :class:`_SlowPut` whose series needs a lookup."""
+        if self._session.try_append(point, None, (alias,)):
+            return None
+        return _SlowPut(point, alias)
 
     async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
         """Handle lines that need awaiting (UID lookups run in the session's window)."""
@@ -314,17 +337,26 @@ class TelnetProtocol(TrackedProtocol):
         session = self._session
         try:
             while blocked is not None:
-                if isinstance(blocked, _SlowPut):
-                    await session.append(blocked.point, None, (blocked.alias,))
-                elif isinstance(blocked, _Barrier):
-                    await session.settle()
-                    self._run_command(blocked.command)
-                elif session.is_full():
-                    await session.wait_room()
-                elif self._flow is not None and self._flow.writing_paused:
-                    await self._flow.drain()
+                while blocked is not None:
+                    if isinstance(blocked, _SlowPut):
+                        await session.append(blocked.point, None, (blocked.alias,), missed=True)
+                    elif isinstance(blocked, _Barrier):
+                        await session.settle()
+                        if isinstance(blocked.command, RollupCommand):
+                            await self._run_rollup(blocked.command)
+                        elif isinstance(blocked.command, HistogramCommand):
+                            await self._run_histogram(blocked.command)
+                        else:
+                            self._run_command(blocked.command)
+                    elif session.is_full():
+                        await session.wait_room()
+                    elif self._flow is not None and self._flow.writing_paused:
+                        await self._flow.drain()
+                    blocked = self._run_lines()
+                await session.settle()
+                # What arrived meanwhile (nothing here, reading is paused; a worker's
+                # connection gets its next reads): handled before the task ends.
                 blocked = self._run_lines()
-            await session.settle()
         except Exception:
             self._stats.exceptions.inc()
             log.exception("telnet.crashed", peer=self._peer)
@@ -383,6 +415,56 @@ class TelnetProtocol(TrackedProtocol):
             self._diediedie()
         elif isinstance(command, UnknownCommand):
             self._write(format_unknown_command(command.name))
+
+    async def _run_rollup(self, command: RollupCommand) -> None:
+        """RollupDataPointRpc: store the point; a refusal is answered with OpenTSDB's line
+        (failures in the write itself only with ``tsd.rpc.telnet.return_errors``)."""
+        rollups: Rollups = self._context.rollups
+        point = command.point
+        if point is None:
+            self._stats.exceptions.inc()
+            return
+        try:
+            await rollups.store(point, groupby=point.groupby is not None)
+        except rollup_put.RollupError as exc:
+            if exc.kind == rollup_put.STORAGE:
+                if self._context.return_errors:
+                    self._write_line(f"rollup: HBase error: {exc.message}")
+                return
+            if exc.kind == rollup_put.UNKNOWN_METRIC:
+                self._stats.unknown_metrics.inc()
+            elif exc.kind == rollup_put.INVALID_VALUE:
+                self._stats.invalid_values.inc()
+            else:
+                self._stats.illegal_arguments.inc()
+            self._write_line(f"rollup: {exc.kind}: {exc.message}")
+
+    async def _run_histogram(self, command: HistogramCommand) -> None:
+        """HistogramDataPointRpc: the words' failures answer ``histogram: illegal argument``
+        (or ``invalid value``); what fails afterwards OpenTSDB reports from its write
+        callback, ``histogram: HBase error: <message>`` (with
+        ``tsd.rpc.telnet.return_errors``)."""
+        histograms: Histograms = self._context.histograms
+        try:
+            line = parse_histogram_line(list(command.words), histograms.codecs is not None)
+        except PutLineError as exc:
+            self._count_parse_error(exc)
+            self._write(format_error(exc))
+            return
+        assert histograms.codecs is not None
+        try:
+            histogram = line_histogram(line, histograms.codecs)
+        except TsdError as exc:
+            # OpenTSDB's errback parses the text form again to log the point, fails the
+            # same way, and so never writes its reply: only the base64 form is answered.
+            if line.codec_id is not None and self._context.return_errors:
+                self._write_line(f"histogram: HBase error: {exc.message}")
+            return
+        try:
+            await histograms.store(line.metric, line.timestamp, histogram, line.tags)
+        except TsdError as exc:
+            if self._context.return_errors:
+                self._write_line(f"histogram: HBase error: {exc.message}")
 
     def _diediedie(self) -> None:
         if self._context.diediedie_loopback_only and not self._loopback:

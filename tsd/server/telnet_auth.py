@@ -38,6 +38,8 @@ MAX_AUTH_LINE_BYTES = 1024
 #: exit: tcollector probes a connection with ``version`` whatever it may do).
 COMMAND_RIGHTS = {
     "put": Right.WRITE,
+    "rollup": Right.WRITE,
+    "histogram": Right.WRITE,
     "stats": Right.READ,
     "dropcaches": Right.ADMIN,
     "diediedie": Right.ADMIN,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
@@ -222,6 +222,54 @@ class CellBlock(Sequence[Row]):
         )
 
 
+# PointBlock: rows read in bulk whose points the store decoded itself.
+#
+# The embedded store keeps compacted cells in a columnar form of its own (packed rows,
+# tsd/storage/embedded/packed.py). Turning those columns back into OpenTSDB cell bytes only
+# for the query to decode the bytes again cost most of a query; for the rows where it is
+# exact, the store reads the columns straight into points (tsd/storage/embedded/points.py):
+# per point its offset in ms from its row's base time (the key layout, which gives the base
+# time, belongs to the query layer), its value as a double and, for integers, exactly.
+# They are the points tsd.query.decode finds in the rows' cells: sorted, no duplicates.
+
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PointBlock:
+    """R rows and their P points, row after row (``counts``: points per row).
+
+    ``ints``/``is_int`` are None when no point is an integer. ``cell_count`` and
+    ``stored_bytes`` are what the rows' cells would count (the query byte limit counts the
+    cells' key, qualifier and value bytes). :meth:`cells` builds the rows' cells, for
+    readers that want them (the query path never does)."""
+
+    keys: list[bytes]
+    counts: I64
+    offsets_ms: I64
+    values: F64
+    ints: I64 | None
+    is_int: npt.NDArray[np.bool_] | None
+    cell_count: int
+    stored_bytes: int
+    build_cells: Callable[[], CellBlock]
+    wire_bytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def point_count(self) -> int:
+        return len(self.offsets_ms)
+
+    def cells(self) -> CellBlock:
+        return self.build_cells()
+
+
+#: what a bulk read yields
+Block = CellBlock | PointBlock
+
+
 @dataclass(slots=True)
 class ReadStats:
     """What reading data cost one query, added up over its storage calls.
@@ -240,7 +288,7 @@ class ReadStats:
     #: how the rows were chosen (the query layer's read path), for showStats
     path: str = ""
 
-    def add(self, block: CellBlock, decode_s: float) -> None:
+    def add(self, block: Block, decode_s: float) -> None:
         self.rows += len(block)
         self.cells += block.cell_count
         self.wire_bytes += block.wire_bytes
@@ -399,9 +447,10 @@ class Storage(ABC):
 
     async def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
-    ) -> AsyncGenerator[CellBlock, None]:
+    ) -> AsyncGenerator[Block, None]:
         """The rows of :meth:`scan`, ``spec.batch_rows`` at a time, as CellBlocks (row
-        filter applied). Backends that read replies in bulk override it."""
+        filter applied), or as PointBlocks where the store decodes its rows itself.
+        Backends that read replies in bulk override it."""
         batch: list[Row] = []
         async with contextlib.aclosing(self.scan(table, spec)) as rows:
             async for row in rows:

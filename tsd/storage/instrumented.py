@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from tsd.stats import Counter, Histogram, StatsRegistry
 from tsd.storage.base import (
+    Block,
     CellBlock,
     CheckAndPut,
     Delete,
@@ -125,7 +126,7 @@ class InstrumentedStorage(Storage):
 
     def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
-    ) -> AsyncGenerator[CellBlock, None]:
+    ) -> AsyncGenerator[Block, None]:
         return self._timed_scan(self.inner.scan_blocks(table, spec, stats))
 
     def scan_keys(

@@ -93,6 +93,11 @@ class UidService:
             if metric_uid is None:
                 results.append(NoSuchUniqueName("metrics", metric))
                 continue
+            try:  # the common case, every name resolved: one comprehension
+                results.append((metric_uid, [(key_uids[k], value_uids[v]) for k, v in tags]))
+                continue
+            except KeyError:
+                pass
             pairs: list[tuple[bytes, bytes]] = []
             refused: NoSuchUniqueName | None = None
             for key, value in tags:

@@ -130,12 +130,12 @@ class IngestService:
         cfg: StorageConfig,
         *,
         max_series: int = DEFAULT_MAX_SERIES,
-        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]]], None] | None = None,
+        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]], bytes], None] | None = None,
         registry: StatsRegistry | None = None,
     ) -> None:
-        """``on_new_series(metric_uid, tag_uid_pairs)`` is called (synchronously) when a
-        series gets its ref, i.e. once per series until the ref cache is cleared: meta
-        tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
+        """``on_new_series(metric_uid, tag_uid_pairs, tsuid)`` is called (synchronously)
+        when a series gets its ref, i.e. once per series until the ref cache is cleared:
+        meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
         self.writer = writer
         self.uids = uids
         self._layout = KeyLayout.from_storage_config(cfg)
@@ -184,7 +184,7 @@ class IngestService:
     ) -> SeriesRef:
         ref = make_series_key(self._layout, metric_uid, pairs)
         if self._on_new_series is not None:
-            self._on_new_series(metric_uid, pairs)
+            self._on_new_series(metric_uid, pairs, ref.tsuid)
         if len(self._refs) >= self._max_series:
             self._refs.clear()
         self._refs[key] = ref
@@ -340,7 +340,12 @@ class IngestSession(Generic[T]):
         return True
 
     async def append(
-        self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
+        self,
+        point: DataPoint,
+        tag: T | None = None,
+        aliases: Iterable[Hashable] = (),
+        *,
+        missed: bool = False,
     ) -> None:
         """Buffer ``point``, resolving its series in the session's window of lookups.
 
@@ -348,8 +353,9 @@ class IngestSession(Generic[T]):
         the elements of one body) join one batch, resolved by one
         :meth:`IngestService.resolve_many`; up to ``window`` batches run at once, and this
         returns once the point's batch exists (waiting while ``window`` are running).
-        The outcome goes to ``on_refused``; :meth:`settle` waits for every lookup."""
-        if self.try_append(point, tag, aliases):
+        The outcome goes to ``on_refused``; :meth:`settle` waits for every lookup.
+        ``missed``: the caller's :meth:`try_append` of this point just missed."""
+        if not missed and self.try_append(point, tag, aliases):
             return
         miss = (point, tag, tuple(aliases))
         batch = self._collecting
@@ -439,13 +445,34 @@ class IngestSession(Generic[T]):
             for point, tag, _ in batch:
                 self._refuse(tag, point, refused)
             return
+        # Runs of resolved points go to the writer in one call each (a burst of new series
+        # is thousands of points per batch), as much as it has room for at a time.
+        run: list[RefPoint] = []
+        run_tags: list[T | None] = []
+        room = self.room()
         for (point, tag, aliases), ref in zip(batch, refs, strict=True):
             if isinstance(ref, NoSuchUniqueName):
+                self._append_run(run, run_tags)
                 self._refuse(tag, point, Refused.of(ref))
                 continue
-            self._remember(aliases, ref)
-            await self.wait_room()
-            self._add_one(ref, point, tag)
+            if aliases:
+                self._remember(aliases, ref)
+            if room <= 0:
+                self._append_run(run, run_tags)
+                await self.wait_room()
+                room = max(1, self.room())
+            run.append((ref, point.timestamp, point.value))
+            run_tags.append(tag)
+            room -= 1
+        self._append_run(run, run_tags)
+
+    def _append_run(self, run: list[RefPoint], tags: list[T | None]) -> None:
+        """Hand ``run`` to the writer and empty it (and ``tags``)."""
+        if run:
+            kept = None if all(tag is None for tag in tags) else cast(list[T], tags[:])
+            self.append_by_ref(run[:], kept)
+            run.clear()
+            tags.clear()
 
     def _add_one(self, ref: SeriesRef, point: DataPoint, tag: T | None) -> None:
         try:

@@ -27,6 +27,9 @@ Theory of operation:
   error: ...``); points it took before are still logged, so the log passes ``max_bytes``
   by at most the writer's in-memory bound. Points are taken again once the backlog is
   below :data:`RESUME_FRACTION` of the bound.
+* The log failing too (its disk full): the batch stays in memory and is logged again
+  (every 0.1 s, doubling to 2 s), new points are refused meanwhile (:meth:`log_failing`),
+  so nothing acknowledged is lost and memory stays within the writer's bound.
 * Visible. ``spool.*`` stats (backlog bytes, records, cells, oldest age; drained records
   and cells; drain errors; refused points) and ``spool.*`` log lines (started, waiting,
   draining, progress, drained, full, accepting).
@@ -105,6 +108,7 @@ class Spool:
         self._direct = 0  # direct writes in flight
         self._active = False
         self._refusal: SpoolFull | None = None
+        self._log_refusal: SpoolFull | None = None
         self._wake = asyncio.Event()
         self._drainer: asyncio.Task[None] | None = None
         self._started_at = 0.0  # monotonic, when spooling began
@@ -129,8 +133,23 @@ class Spool:
 
     @property
     def refusal(self) -> SpoolFull | None:
-        """Set while the backlog is past ``max_bytes``: new points are refused with it."""
-        return self._refusal
+        """Set while the backlog is past ``max_bytes``, or while the log cannot be written
+        (its disk full) as HBase takes nothing: new points are refused with it."""
+        return self._refusal or self._log_refusal
+
+    def log_failing(self, failing: bool) -> None:
+        """The writer could (not) log a batch on its way into the queue; the batch waits
+        in memory meanwhile, and new points are refused."""
+        if failing and self._log_refusal is None:
+            self._log_refusal = SpoolFull(
+                "HBase is not taking writes and the write-ahead log cannot be written"
+                " (see the writer.wal_failed log lines): data points are refused until"
+                " either takes them"
+            )
+            log.error("spool.log_failing", **self._status())
+        elif not failing and self._log_refusal is not None:
+            self._log_refusal = None
+            log.info("spool.log_writable", **self._status())
 
     def backlog(self) -> tuple[int, int, int]:
         """Bytes, records and cells waiting for HBase."""

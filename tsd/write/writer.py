@@ -83,6 +83,9 @@ class WriterLimits:
     close_compaction_budget_s: float = 30.0
     #: with a spool, the longest a ``sync`` put without ``sync_timeout`` waits for HBase
     spooled_sync_wait_s: float = 60.0
+    #: with a spool, first and longest pause between attempts to log a batch while the log
+    #: fails (its disk full) and HBase does not take writes either
+    spool_log_retry_s: tuple[float, float] = (0.1, 2.0)
 
 
 class Writer:
@@ -383,12 +386,21 @@ class Writer:
         spool.routing_started()
         try:
             logged = await self._log(batch)
+            delay = self._limits.spool_log_retry_s[0]
+            while logged is None and not self._closing:
+                # Neither HBase nor the log takes it (the log's disk full): keep it, refuse
+                # new points meanwhile (the writer's slots and memory bound hold the rest).
+                spool.log_failing(True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._limits.spool_log_retry_s[1])
+                logged = await self._log(batch)
         finally:
             self._written(batch, slots)
         if logged is None:
             spool.routing_failed()
             self._fail(batch, ack, StorageError("the write-ahead log failed while spooling"))
             return
+        spool.log_failing(False)
         spool.add(logged[0], batch.cells, logged[1], ack, routed=True)
 
     async def _write_direct(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:

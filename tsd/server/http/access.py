@@ -72,6 +72,8 @@ ROUTE_RIGHTS: Mapping[str, Callable[[str, ApiPath], Right]] = {
     "api/search": _always(Right.READ),
     "api/query": _query,
     "api/put": _always(Right.WRITE),
+    "api/rollup": _always(Right.WRITE),
+    "api/histogram": _always(Right.WRITE),
     "api/uid": _uid,
     "api/annotation": _read_on_get,
     "api/annotations": _read_on_get,

@@ -44,6 +44,8 @@ MAX_API_VERSION = 1
 #: Handler modules, each with a ``ROUTES`` mapping.
 ROUTE_MODULES = (
     "tsd.server.http.put",
+    "tsd.server.http.rollup",
+    "tsd.server.http.histogram",
     "tsd.server.http.uid",
     "tsd.server.http.version",
     "tsd.server.http.stats",

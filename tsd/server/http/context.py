@@ -34,6 +34,10 @@ class Services:
     request_shutdown: Callable[[], None]
     #: the query engine, once the daemon has one (``tsd.query.engine.QueryEngine``)
     query_engine: Any = None
+    #: /api/rollup and telnet ``rollup`` (``tsd.server.rollups.Rollups``), built by the daemon
+    rollups: Any = None
+    #: /api/histogram and telnet ``histogram`` (``tsd.server.histograms.Histograms``)
+    histograms: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -7,10 +7,12 @@ per thread hop (``EmbeddedStorage.scan_blocks``). The rows are exactly
 scan_blocks with scan on random tables).
 
 The usual batch of a query, rows that hold only their packed entry (compacted data, no
-single cells, no filter), is read from the packed database alone and unpacked together
-(:func:`tsd.storage.embedded.packed.unpack_many`) straight into the block's columns: no
-Row or Cell object per row. Anything else in the batch's key range (a plain cell, a key
-that does not read) sends the batch through ``scan_batch``, which decides as a scan does.
+single cells, no filter), is read from the packed database alone and decoded together
+straight into points (a PointBlock, :mod:`tsd.storage.embedded.points`), or, when an entry
+is not one that path takes, unpacked together into the block's cell columns
+(:func:`tsd.storage.embedded.packed.unpack_many`): no Row or Cell object per row. Anything
+else in the batch's key range (a plain cell, a key that does not read) sends the batch
+through ``scan_batch``, which decides as a scan does.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from collections.abc import Collection
 
 import numpy as np
 
-from tsd.storage.base import CellBlock, RowFilter
-from tsd.storage.embedded import packed
+from tsd.storage.base import Block, CellBlock, RowFilter
+from tsd.storage.embedded import packed, points
 from tsd.storage.embedded.cells import MAX_BATCH_CELLS, ScanCursor, TableInfo, Txn, scan_batch
 from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY, ROW_END, unescape_row
 
@@ -36,7 +38,7 @@ def scan_block(
     families: Collection[str],
     row_filter: RowFilter | None,
     max_rows: int,
-) -> CellBlock:
+) -> Block:
     """``scan_batch`` as one CellBlock: up to ``max_rows`` whole rows from ``position``
     (also ending at the first row boundary past ``MAX_BATCH_CELLS`` cells), advancing it."""
     if row_filter is None and (not families or PACKED_FAMILY in families):
@@ -46,9 +48,7 @@ def scan_block(
     return CellBlock.from_rows(scan_batch(txn, table, position, families, row_filter, max_rows))
 
 
-def _packed_only(
-    txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
-) -> CellBlock | None:
+def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int) -> Block | None:
     """The batch when every row in its key range is one packed entry; None (``position``
     untouched) otherwise."""
     seek = position.next_key
@@ -82,16 +82,22 @@ def _packed_only(
         bound = next_key if next_key is not None else stop
         if bound is None or first < bound:
             return None
-    unpacked = packed.unpack_many(values)
-    quals = [q for pairs in unpacked for q, _ in pairs]
-    vals = [v for pairs in unpacked for _, v in pairs]
-    n = len(quals)
     position.next_key = next_key
     position.batch_cells = cells
     if position.remaining is not None:
         position.remaining -= len(rows)
         if position.remaining <= 0:
             position.next_key = None
+    found = points.decode(rows, values, lambda: _unpacked(rows, values))
+    return found if found is not None else _unpacked(rows, values)
+
+
+def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:
+    """The block of ``rows``, each holding only the packed entry of the same index."""
+    unpacked = packed.unpack_many(values)
+    quals = [q for pairs in unpacked for q, _ in pairs]
+    vals = [v for pairs in unpacked for _, v in pairs]
+    n = len(quals)
     return CellBlock(
         rows,
         np.fromiter(map(len, unpacked), np.int64, len(unpacked)),

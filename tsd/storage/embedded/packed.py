@@ -24,6 +24,7 @@ kept verbatim behind its tag byte, so every byte string round-trips.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,6 +58,8 @@ HEAD_SIZE = _HEAD.size
 #: decimal exponents tried for float cells (10**k is exact as a double up to 22)
 MAX_DECIMALS = 15
 MAX_POINTS = 0xFFFF
+#: cells decoded per numpy pass: their temporaries stay in the CPU cache
+GROUP_ROWS = 128
 ZSTD_LEVEL = 12
 #: integers beyond this take the raw form (their deltas could overflow 64 bits)
 _INT_LIMIT = 1 << 61
@@ -64,10 +67,44 @@ _POW10 = [float(10**k) for k in range(MAX_DECIMALS + 1)]
 _PLANE = np.arange(8, dtype=np.int64)
 _BIT_WEIGHTS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
-_compressor = zstandard.ZstdCompressor(
-    level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
-)
-_decompressor = zstandard.ZstdDecompressor()
+#: zstd contexts are not safe to share between threads (readers decode concurrently)
+_zstd = threading.local()
+
+
+def _compress(data: bytes) -> bytes:
+    compressor = getattr(_zstd, "compressor", None)
+    if compressor is None:
+        compressor = _zstd.compressor = zstandard.ZstdCompressor(
+            level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
+        )
+    return bytes(compressor.compress(data))
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    decompressor = getattr(_zstd, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
+
+
+def _decompress(data: bytes) -> bytes:
+    return bytes(_decompressor().decompress(data, max_output_size=_MAX_RAW))
+
+
+def decompress(data: bytes) -> bytes:
+    """A fast cell's zstd payload, decompressed (zstandard.ZstdError when corrupt)."""
+    return _decompress(data)
+
+
+def decompress_many(frames: Sequence[bytes], sizes: bytes) -> Sequence[object]:
+    """Fast cells' zstd payloads decompressed in one call (buffers), ``sizes`` their sizes
+    once decompressed (native uint64 each, exact); zstandard.ZstdError when corrupt."""
+    decompressor = _decompressor()
+    if not hasattr(decompressor, "multi_decompress_to_buffer"):  # the cffi backend
+        return [decompressor.decompress(f, max_output_size=_MAX_RAW) for f in frames]
+    found = decompressor.multi_decompress_to_buffer(list(frames), decompressed_sizes=sizes)
+    return [found[i] for i in range(len(found))]
+
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
@@ -127,7 +164,8 @@ def unpack_many(datas: Sequence[bytes]) -> list[list[Pair]]:
         groups.setdefault(key, []).append((index, base, low, data[at:]))
     try:
         for shape, members in groups.items():
-            _decode_group(shape, members, out)
+            for start in range(0, len(members), GROUP_ROWS):
+                _decode_group(shape, members[start : start + GROUP_ROWS], out)
     except (IndexError, ValueError) as exc:
         raise StorageError(f"corrupt embedded packed value: {exc}") from None
     return out
@@ -304,7 +342,7 @@ def _encode_fast(qualifier: bytes, value: bytes) -> bytes | None:
         flags = raw & 0xF
         mode = 0
     n = len(offsets)
-    if n > MAX_POINTS:
+    if not 2 <= n <= MAX_POINTS:
         return None
     widths = (flags & 7) + 1
     total = int(widths.sum())
@@ -353,7 +391,7 @@ def _encode_fast(qualifier: bytes, value: bytes) -> bytes | None:
         mode |= _TAIL
     payload = b"".join(columns)
     if len(payload) > 64:
-        packed = _compressor.compress(payload)
+        packed = _compress(payload)
         if len(packed) * 10 < len(payload) * 9:
             mode |= _ZSTD
             payload = packed
@@ -395,7 +433,7 @@ def _decode_fast(data: bytes, pos: int) -> tuple[bytes, bytes, int]:
     if len(payload) != plen:
         raise ValueError("truncated fast cell")
     if mode & _ZSTD:
-        payload = _decompressor.decompress(payload, max_output_size=_MAX_RAW)
+        payload = _decompress(payload)
     view = np.frombuffer(payload, np.uint8)
     at = ((n - 1) * tbits + 7) // 8
     offsets = first + step * np.arange(n, dtype=np.int64)

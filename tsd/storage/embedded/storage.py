@@ -66,7 +66,7 @@ from tsd.errors import (
     TableNotFound,
 )
 from tsd.storage.base import (
-    CellBlock,
+    Block,
     CheckAndPut,
     FamilySpec,
     Mutation,
@@ -416,9 +416,9 @@ class EmbeddedStorage(Storage):
 
     async def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
-    ) -> AsyncGenerator[CellBlock, None]:
-        """:meth:`scan`'s rows, a batch at a time, read straight into CellBlocks
-        (blocks.py: no Row or Cell objects on the query path)."""
+    ) -> AsyncGenerator[Block, None]:
+        """:meth:`scan`'s rows, a batch at a time, read straight into CellBlocks, or for
+        packed rows into PointBlocks (blocks.py: no Row or Cell objects on the query path)."""
         batches = self._batches(scan_block, table, spec, BLOCKS_PER_READ)
         async with contextlib.aclosing(batches) as blocks:
             async for block in blocks:

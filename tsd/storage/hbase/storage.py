@@ -51,6 +51,7 @@ import numpy as np
 from tsd.errors import StorageError, TableNotFound
 from tsd.log import STORAGE, get_logger
 from tsd.storage.base import (
+    Block,
     CellBlock,
     CheckAndPut,
     FamilySpec,
@@ -78,12 +79,28 @@ log = get_logger(f"{STORAGE}.hbase")
 DELETE_GUARD_S = 0.002
 #: rows per getRows call
 GET_MANY_CHUNK = 1000
+#: rows asked of a scan's first scannerGetList (then sized by reply_rows)
+FIRST_REPLY_ROWS = 32
+#: bytes aimed at per scannerGetList reply
+REPLY_BYTES = 512 * 1024
+MIN_REPLY_ROWS = 16
 #: the filter of a key-only pass: one cell per row, its value left out
 KEYS_ONLY_FILTER = b"KeyOnlyFilter() AND FirstKeyOnlyFilter()"
 #: bloom filter types HBase accepts in a column descriptor
 BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 
 Call = Callable[[Any], Awaitable[T]]
+
+
+def reply_rows(block: CellBlock, most: int) -> int:
+    """Rows to ask of the next ``scannerGetList``: about ``REPLY_BYTES`` at the bytes per
+    row of the last reply (a row of single cells is 10 times a compacted one), at most
+    ``most``. Replies of a few hundred KiB to a few MiB keep the gateway's garbage small and
+    let tsd decode one reply while the gateway builds the next."""
+    if not block.wire_bytes or not len(block):
+        return most
+    per_row = block.wire_bytes / len(block)
+    return min(most, max(MIN_REPLY_ROWS, int(REPLY_BYTES / per_row)))
 
 
 def read_slots(pool_size: int) -> int:
@@ -365,7 +382,7 @@ class HBaseStorage(Storage):
         if spec.limit is not None and spec.limit <= 0:
             return
         if not self._scan_batch_cells:
-            async with contextlib.aclosing(self.scan_blocks(table, spec)) as blocks:
+            async with contextlib.aclosing(self._scanner_blocks(table, spec, None)) as blocks:
                 async for block in blocks:
                     for row in block:
                         yield row
@@ -383,7 +400,7 @@ class HBaseStorage(Storage):
 
     async def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
-    ) -> AsyncGenerator[CellBlock, None]:
+    ) -> AsyncGenerator[Block, None]:
         """``scannerGetList`` replies read straight into CellBlocks (tsd/storage/hbase/rows.py),
         the row filter applied to each block's keys."""
         if self._scan_batch_cells:  # rows may come in pieces: joined by scan()
@@ -480,6 +497,7 @@ class HBaseStorage(Storage):
             return
         batch_rows = max(1, spec.batch_rows)
         remaining = spec.limit
+        asked = min(batch_rows, FIRST_REPLY_ROWS)
         scanner = await self._open_scanner(table, spec, filter_string)
         try:
             while True:
@@ -487,15 +505,14 @@ class HBaseStorage(Storage):
                     block = await self._call(
                         "scannerGetList",
                         table,
-                        lambda c: rows_call(
-                            c, "scannerGetList", stats, id=scanner, nbRows=batch_rows
-                        ),
+                        functools.partial(_get_list, stats, scanner, asked),
                         idempotent=False,
                     )
                 if not len(block):
                     return
                 # fewer rows than asked: the scanner is exhausted (no empty call to learn it)
-                exhausted = len(block) < batch_rows
+                exhausted = len(block) < asked
+                asked = reply_rows(block, batch_rows)
                 if spec.row_filter is not None:
                     matches = spec.row_filter.matches
                     block = block.take([i for i, k in enumerate(block.keys) if matches(k)])
@@ -612,6 +629,10 @@ def _batch_mutations(step: MutateRows) -> list[Any]:
 
 async def _mutate_rows(table: bytes, batches: list[Any], client: Any) -> None:
     await client.mutateRows(table, batches, {})
+
+
+async def _get_list(stats: ReadStats | None, scanner: int, rows: int, client: Any) -> CellBlock:
+    return await rows_call(client, "scannerGetList", stats, id=scanner, nbRows=rows)
 
 
 async def _delete_row(table: bytes, row: bytes, client: Any) -> None:

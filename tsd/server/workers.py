@@ -1,0 +1,404 @@
+"""Telnet on every core: worker processes frame and parse, the daemon ingests.
+
+``tsd.network.worker_threads`` (0 = the machine's cores; 1 = none) processes share the
+telnet work: this process (the owner: the log, the writer, UID assignment, HTTP, TLS,
+authentication, every command) and ``worker_threads - 1`` workers
+(:mod:`tsd.server.worker`). The owner still accepts every connection; once the sniffer
+sees a plaintext telnet connection it hands the socket to a worker (round robin) with the
+bytes it read, and keeps a :class:`RemoteTelnet` for it: the same
+:class:`~tsd.server.telnet.TelnetProtocol` (one ingest session, the same replies, the same
+barriers before commands), fed with what the worker parsed instead of raw lines. Why this
+shape and what each guarantee rests on: docs/write-path.md, "Every core".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any, cast
+
+from tsd.log import TELNET, get_logger
+from tsd.model import DataPoint
+from tsd.server.listener import TrackedProtocol
+from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats, _Barrier, _SlowPut
+from tsd.server.worker import Deframer, frame, remember_key
+from tsd.write.ingest import SeriesRef
+
+log = get_logger(TELNET)
+
+#: Seconds a stopping worker gets before it is killed.
+WORKER_STOP_TIMEOUT_S = 5.0
+
+
+def worker_count(setting: int) -> int:
+    """Worker processes for ``tsd.network.worker_threads`` (0: one per core but the
+    owner's)."""
+    total = setting if setting > 0 else (len(os.sched_getaffinity(0)) or 1)
+    return max(0, total - 1)
+
+
+class _RemoteTransport(asyncio.Transport):
+    """What a :class:`RemoteTelnet` writes to: the worker holding the client's socket."""
+
+    def __init__(self, channel: WorkerChannel, cid: int, peer: Any) -> None:
+        super().__init__()
+        self._channel = channel
+        self._cid = cid
+        self._peer = peer
+        self._closing = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._peer if name == "peername" else default
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._closing:
+            self._channel.send(("w", self._cid, bytes(data)))
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self._channel.send(("c", self._cid))
+
+    def abort(self) -> None:
+        self.close()
+
+    # Reading is paused for the whole channel (the owner's writer is full), not per
+    # connection; a client that does not read its replies is no longer read by its
+    # worker, which tells the owner (pause_writing / resume_writing of the protocol).
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+
+class RemoteTelnet(TelnetProtocol):
+    """A telnet connection whose socket a worker holds: the owner's half."""
+
+    def __init__(self, context: TelnetContext, stats: TelnetStats, channel: WorkerChannel) -> None:
+        super().__init__(context, stats)
+        self._channel = channel
+        self._items: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._at = 0  # position in the run of known puts at the head of _items
+
+    def feed(self, items: list[tuple[Any, ...]]) -> None:
+        """What the worker parsed from one read."""
+        if self._exiting:
+            return
+        self._last_read = self._loop.time()
+        self._items.extend(items)
+        if self._task is None:
+            self._handle_available()
+
+    def remote_eof(self) -> None:
+        self._eof = True
+        if self._task is None:
+            self._handle_available()
+
+    def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
+        session, refs, items = self._session, self._refs, self._items
+        received = self._stats.received
+        series = self._channel.series
+        blocked: _SlowPut | _Barrier | None
+        while not self._exiting:
+            if not items:
+                return None
+            item = items[0]
+            kind = item[0]
+            if kind == 0:
+                if session.is_full():
+                    return True
+                keys = item[1]
+                start, count = self._at, len(keys)
+                stop = min(count, start + session.room())
+                found = list(map(refs.get, keys[start:stop]))
+                try:
+                    taken = found.index(None)
+                except ValueError:
+                    taken = len(found)
+                if taken:
+                    end = start + taken
+                    received.value += taken
+                    refs_ = cast(list[SeriesRef], found[:taken])
+                    stamps, values = item[2][start:end], item[3][start:end]
+                    session.append_by_ref(list(zip(refs_, stamps, values, strict=True)))
+                at = start + taken
+                if at >= count:
+                    items.popleft()
+                    self._at = 0
+                    continue
+                if at == stop:
+                    self._at = at
+                    continue  # the writer's room ran out: check it again
+                # a series resolved once and forgotten since (its ref cache was cleared),
+                # or whose first put is still being resolved
+                key = keys[at]
+                self._at = at + 1
+                received.value += 1
+                metric, tags = series[key]
+                point = DataPoint(metric, item[2][at], item[3][at], tags)
+                blocked = self._put(point, key)
+            elif kind == 1:
+                items.popleft()
+                received.value += 1
+                metric, timestamp, value, tags = item[2]
+                blocked = self._put(DataPoint(metric, timestamp, value, tags), item[1])
+            else:
+                items.popleft()
+                received.value += 1
+                blocked = self._run_line(item[1])
+            if blocked is not None:
+                return blocked
+        return None
+
+
+class WorkerChannel(asyncio.Protocol):
+    """The owner's end of one worker: its process, its channel, its connections."""
+
+    def __init__(self, pool: WorkerPool, number: int) -> None:
+        self.pool = pool
+        self.number = number
+        self.transport: asyncio.Transport | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.handoff: socket.socket | None = None
+        self.connections: dict[int, RemoteTelnet] = {}
+        #: (metric word, tag words) -> (metric, tags) of every put the worker parsed first
+        self.series: dict[Any, tuple[str, Any]] = {}
+        self.lost = asyncio.get_running_loop().create_future()
+        self._deframer = Deframer()
+        self._paused = False
+        #: the worker said it serves (a connection handed to a worker still starting
+        #: would wait for its imports, past a short tsd.core.socket.timeout)
+        self.ready = False
+
+    def start(self, settings: dict[str, Any]) -> None:
+        owner_channel, worker_channel = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        owner_handoff, worker_handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tsd.server.worker",
+                    str(worker_channel.fileno()),
+                    str(worker_handoff.fileno()),
+                    json.dumps(settings),
+                ],
+                pass_fds=(worker_channel.fileno(), worker_handoff.fileno()),
+            )
+        finally:
+            worker_channel.close()
+            worker_handoff.close()
+        owner_handoff.setblocking(False)
+        self.handoff = owner_handoff
+        self._channel_socket = owner_channel
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(lambda: self, self._channel_socket)
+
+    # -- the channel ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def send(self, message: object) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame(message))
+
+    def data_received(self, data: bytes) -> None:
+        connections, series = self.connections, self.series
+        for message in self._deframer.feed(data):
+            kind, cid = message[0], message[1]
+            protocol = connections.get(cid)
+            if kind == "d":
+                items = message[2]
+                for item in items:  # in channel order: before any later key-only put
+                    if item[0] == 1:
+                        metric, _, _, tags = item[2]
+                        remember_key(series, item[1], (metric, tags))
+                if protocol is not None:
+                    protocol.feed(items)
+            elif kind == "e":
+                if protocol is not None:
+                    protocol.remote_eof()
+            elif kind == "p":
+                if protocol is not None:
+                    protocol.pause_writing()
+            elif kind == "r":
+                if protocol is not None:
+                    protocol.resume_writing()
+            elif kind == "ready":
+                self.ready = True
+            elif kind == "x":
+                connections.pop(cid, None)
+                if protocol is not None:
+                    protocol.connection_lost(None)
+        self._hold_while_full()
+
+    def _hold_while_full(self) -> None:
+        """Back-pressure: while the writer is full, stop reading the worker (whose clients
+        then stop being read)."""
+        writer = self.pool.writer_full
+        if self._paused or self.transport is None or not writer():
+            return
+        self._paused = True
+        self.transport.pause_reading()
+
+        async def resume() -> None:
+            await self.pool.wait_writable()
+            self._paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+        asyncio.get_running_loop().create_task(resume())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        for protocol in list(self.connections.values()):
+            protocol.connection_lost(None)
+        self.connections.clear()
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # -- connections ------------------------------------------------------------------------
+
+    def adopt(self, transport: asyncio.Transport, first: bytes, cid: int) -> RemoteTelnet | None:
+        """Hand ``transport``'s socket to the worker; the owner's half, or None when the
+        worker cannot take it (the caller keeps the connection)."""
+        sock = transport.get_extra_info("socket")
+        if sock is None or self.handoff is None or self.transport is None or not self.ready:
+            return None
+        fd = os.dup(sock.fileno())
+        try:
+            socket.send_fds(self.handoff, [pickle.dumps((cid, first))], [fd])
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        protocol = RemoteTelnet(self.pool.context, self.pool.stats, self)
+        self.connections[cid] = protocol
+        protocol.connection_made(_RemoteTransport(self, cid, transport.get_extra_info("peername")))
+        transport.pause_reading()
+        transport.close()  # the worker's copy of the socket keeps the connection open
+        return protocol
+
+    async def stop(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        if self.handoff is not None:
+            self.handoff.close()
+            self.handoff = None
+        process = self.process
+        if process is not None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(process.wait), WORKER_STOP_TIMEOUT_S)
+            except TimeoutError:
+                process.kill()
+                await asyncio.to_thread(process.wait)
+
+
+class WorkerPool:
+    """The worker processes of one daemon, restarted when one dies."""
+
+    def __init__(
+        self,
+        context: TelnetContext,
+        stats: TelnetStats,
+        count: int,
+        *,
+        writer_full: Callable[[], bool],
+        wait_writable: Callable[[], Any],
+    ) -> None:
+        self.context = context
+        self.stats = stats
+        self.count = count
+        self.writer_full = writer_full
+        self.wait_writable = wait_writable
+        self.settings = {
+            "special_chars": context.rules.special_chars,
+            "max_tags": context.rules.max_tags,
+            "commands": list(context.commands),
+            "max_line_bytes": context.max_line_bytes,
+        }
+        self._channels: list[WorkerChannel] = []
+        self._next = 0
+        self._cid = 0
+        self._stopping = False
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        for number in range(self.count):
+            await self._start_one(number)
+        log.info("workers.started", workers=self.count)
+
+    async def _start_one(self, number: int) -> None:
+        channel = WorkerChannel(self, number)
+        channel.start(self.settings)
+        await channel.connect()
+        if number < len(self._channels):
+            self._channels[number] = channel
+        else:
+            self._channels.append(channel)
+        watcher = asyncio.get_running_loop().create_task(self._watch(channel))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, channel: WorkerChannel) -> None:
+        """A worker that dies takes its connections with it; start another."""
+        await channel.lost
+        if self._stopping:
+            return
+        process = channel.process
+        status = None
+        if process is not None:
+            with contextlib.suppress(Exception):
+                status = await asyncio.to_thread(process.wait)
+        log.error("workers.died", worker=channel.number, status=status, restarting=True)
+        if channel.handoff is not None:
+            channel.handoff.close()
+            channel.handoff = None
+        await self._start_one(channel.number)
+
+    def adopt(self, transport: asyncio.Transport, first: bytes) -> TrackedProtocol | None:
+        """Give a telnet connection to the next worker; None to keep it here."""
+        if self._stopping or not self._channels:
+            return None
+        channel = self._channels[self._next % len(self._channels)]
+        self._next += 1
+        self._cid += 1
+        return channel.adopt(transport, first, self._cid)
+
+    def all_ready(self) -> bool:
+        """True once every worker serves (until then the daemon keeps its connections)."""
+        return bool(self._channels) and all(channel.ready for channel in self._channels)
+
+    def pids(self) -> list[int]:
+        return [c.process.pid for c in self._channels if c.process is not None]
+
+    async def stop(self) -> None:
+        """After the listener drained the connections: close the channels, wait for the
+        workers to exit."""
+        self._stopping = True
+        for watcher in list(self._watchers):
+            watcher.cancel()
+        await asyncio.gather(*(channel.stop() for channel in self._channels))
+        log.info("workers.stopped", workers=len(self._channels))
