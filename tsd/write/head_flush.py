@@ -235,8 +235,10 @@ class HeadSink:
         return len(keys)
 
     async def close(self, budget_s: float) -> None:
-        """Stop the task, write every row (within ``budget_s``: what is left stays in the
-        log for the next start)."""
+        """Stop the task, write every row. With a log, within ``budget_s``: what is left
+        stays in the log for the next start. Without one the rows left would be lost
+        (acknowledged points), so the close keeps writing past the budget, saying so; only
+        storage refusing them leaves rows unwritten (logged as an error)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -245,7 +247,18 @@ class HeadSink:
         try:
             async with asyncio.timeout(budget_s):
                 await self.flush_all()
-        except (TimeoutError, StorageError) as exc:
+            return
+        except StorageError as exc:
+            log.error("head.close_incomplete", rows=len(self.head), error=str(exc))
+            return
+        except TimeoutError:
+            if self._wal is not None:
+                log.error("head.close_incomplete", rows=len(self.head), error="budget spent")
+                return
+        log.warning("head.close_over_budget", rows=len(self.head), budget_s=budget_s)
+        try:
+            await self.flush_all()
+        except StorageError as exc:
             log.error("head.close_incomplete", rows=len(self.head), error=str(exc))
 
     async def flush_all(self) -> None:
