@@ -17,6 +17,7 @@ from tsd.protocol.histogram_put import (
     base64_bytes,
     histogram_from_buckets,
 )
+from tsd.protocol.put_json import NOT_A_NUMBER
 from tsd.protocol.put_reply import (
     STORAGE_EXCEPTION,
     UNEXPECTED_EXCEPTION,
@@ -26,8 +27,6 @@ from tsd.protocol.put_reply import (
 from tsd.server.histograms import Histograms
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.cells import Failure, store_points
-
-NOT_A_NUMBER = "Unable to parse value to a number"
 
 
 async def handle_histogram(request: web.Request, path: ApiPath) -> web.StreamResponse:

@@ -12,6 +12,7 @@ from typing import cast
 from aiohttp import web
 
 from tsd.protocol.names import java_hash_order
+from tsd.protocol.put_json import NOT_A_NUMBER
 from tsd.protocol.put_reply import (
     STORAGE_EXCEPTION,
     UNEXPECTED_EXCEPTION,
@@ -31,8 +32,6 @@ from tsd.protocol.rollup_put import UNKNOWN_METRIC as ROLLUP_UNKNOWN_METRIC
 from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.cells import Failure, store_points
 from tsd.server.rollups import Rollups
-
-NOT_A_NUMBER = "Unable to parse value to a number"
 
 
 async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamResponse:
