@@ -487,7 +487,10 @@ def _values(value: bytes, flags: I64, widths: I64) -> tuple[int, int, I64] | Non
     singles = widths == 4
     doubles = bits.view(np.float64).copy()
     if singles.any():
-        doubles[singles] = bits[singles].astype(np.uint32).view(np.float32).astype(np.float64)
+        # a signalling NaN raises numpy's 'invalid value' on widening: not finite, kept raw
+        with np.errstate(invalid="ignore"):
+            widened = bits[singles].astype(np.uint32).view(np.float32).astype(np.float64)
+        doubles[singles] = widened
     if not np.isfinite(doubles).all() or (np.abs(doubles) >= 2.0**52).any():
         return None
     for k in range(MAX_DECIMALS + 1):
