@@ -499,7 +499,7 @@ def _values(value: bytes, flags: I64, widths: I64) -> tuple[int, int, I64] | Non
         if (np.abs(mantissas) >= 2.0**52).any():
             return None
         ints = mantissas.astype(np.int64)  # -0.0 becomes 0: the check below sees it
-        if _float_bytes(ints.astype(np.float64) / scale, singles, widths) == value:
+        if _same_bits(ints.astype(np.float64) / scale, bits, singles):
             return _V_DEC, k, ints
     return None
 
@@ -519,15 +519,17 @@ def _sign_extended(value: bytes, widths: I64, *, signed: bool) -> U8:
     return np.ascontiguousarray(np.where(inside, picked, fill).astype(np.uint8))
 
 
-def _float_bytes(doubles: F64, singles: npt.NDArray[np.bool_], widths: I64) -> bytes:
-    """The big-endian value bytes of floats, 4-byte ones where ``singles``."""
+def _same_bits(doubles: F64, bits: npt.NDArray[np.uint64], singles: npt.NDArray[np.bool_]) -> bool:
+    """Whether ``doubles``, written as the cell writes its points (4-byte floats where
+    ``singles``), have exactly the IEEE bits ``bits`` (each point's, right-aligned): the
+    value bytes compared without building them."""
     if not singles.any():
-        return doubles.astype(">f8").tobytes()
-    eight = doubles.astype(">f8", order="C").view(np.uint8).reshape(-1, 8)
+        return bool(np.array_equal(doubles.view(np.uint64), bits))
     with np.errstate(over="ignore"):
-        four = doubles.astype(">f4").view(np.uint8).reshape(-1, 4)
-    padded = np.where(singles[:, None], np.pad(four, ((0, 0), (4, 0))), eight)
-    return bytes(padded[_PLANE[None, :] >= (8 - widths)[:, None]].tobytes())
+        four = doubles[singles].astype(np.float32).view(np.uint32).astype(np.uint64)
+    if not np.array_equal(four, bits[singles]):
+        return False
+    return bool(np.array_equal(doubles[~singles].view(np.uint64), bits[~singles]))
 
 
 def _pack_bits(column: I64, bits: int) -> bytes:
