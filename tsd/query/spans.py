@@ -188,6 +188,8 @@ def _gather_uniform(
     width = int(moves.counts[0])
     if not width or total != width * len(moves.counts) or sum(map(len, arrays)) != total:
         return None
+    if not (moves.counts == width).all():  # the total alone does not say every row is full
+        return None
     sizes = np.array([len(a) for a in arrays], dtype=np.int64)
     part_base = np.cumsum(sizes) - sizes
     rows = (part_base[moves.part] + moves.start) // width
