@@ -68,6 +68,24 @@ class OpenTSDB:
         return f"http://127.0.0.1:{self.port}"
 
 
+def tool_logback(*info_loggers: str) -> str:
+    """A logback.xml for OpenTSDB's command-line tools whose output a test compares: their
+    messages only (``%msg``, on stderr), INFO for ``info_loggers`` (the tool's own lines),
+    WARN elsewhere, and asynchbase's warnings off (its "Slow DNS lookup!" line on a busy
+    machine is not the tool's output)."""
+    loggers = "".join(f'  <logger name="{name}" level="INFO"/>\n' for name in info_loggers)
+    return (
+        "<configuration>\n"
+        '  <appender name="ERR" class="ch.qos.logback.core.ConsoleAppender">\n'
+        "    <target>System.err</target>\n"
+        "    <encoder><pattern>%msg%n</pattern></encoder>\n"
+        "  </appender>\n"
+        f'{loggers}  <logger name="org.hbase.async" level="ERROR"/>\n'
+        '  <root level="WARN"><appender-ref ref="ERR"/></root>\n'
+        "</configuration>\n"
+    )
+
+
 def tsd_hbase_keys(cfg: StorageConfig) -> dict[str, str]:
     """The configuration keys of a tsd on ``cfg``'s HBase tables, read-time compaction off
     (OpenTSDB's default is on: it would rewrite rows under a test's feet)."""

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.hbase.opentsdb import fresh_tables, opentsdb_classpath, opentsdb_conf, tsd_hbase_keys
+from tests.hbase.opentsdb import (
+    fresh_tables,
+    opentsdb_classpath,
+    opentsdb_conf,
+    tool_logback,
+    tsd_hbase_keys,
+)
 from tests.hbase_harness import HBaseServer
 from tsd.config import StorageConfig
 
@@ -48,14 +54,7 @@ QUERIES = [
 #: how long OpenTSDB's lookup that finds a series may take after the other steps
 LOOKUP_GRACE_S = 5
 
-LOGBACK = """<configuration>
-  <appender name="ERR" class="ch.qos.logback.core.ConsoleAppender">
-    <target>System.err</target>
-    <encoder><pattern>%msg%n</pattern></encoder>
-  </appender>
-  <root level="WARN"><appender-ref ref="ERR"/></root>
-</configuration>
-"""
+LOGBACK = tool_logback()
 
 
 @pytest.fixture

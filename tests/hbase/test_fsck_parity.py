@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hbase.opentsdb import tool_logback
 from tests.hbase.test_cli_parity import Clis
 from tests.hbase_harness import HBaseServer
 from tests.tools.test_fsck import corrupt, stored_rows
@@ -27,15 +28,7 @@ from tsd.storage.base import Row
 
 pytestmark = pytest.mark.hbase
 
-LOGBACK = """<configuration>
-  <appender name="ERR" class="ch.qos.logback.core.ConsoleAppender">
-    <target>System.err</target>
-    <encoder><pattern>%msg%n</pattern></encoder>
-  </appender>
-  <logger name="net.opentsdb.tools.Fsck" level="INFO"/>
-  <root level="WARN"><appender-ref ref="ERR"/></root>
-</configuration>
-"""
+LOGBACK = tool_logback("net.opentsdb.tools.Fsck")
 
 #: OpenTSDB's own progress lines, and the one counter that differs (see above)
 NOT_COMPARED = (
@@ -119,7 +112,7 @@ async def test_fsck_finds_and_fixes_what_opentsdb_finds_and_fixes(
     assert_same(ours.out, theirs.stderr)
 
 
-UID_LOGBACK = LOGBACK.replace("net.opentsdb.tools.Fsck", "net.opentsdb.tools.UidManager")
+UID_LOGBACK = tool_logback("net.opentsdb.tools.UidManager")
 
 #: UidManager runs with --verbose: without it, OpenTSDB's CLI turns every logger down to WARN
 #: (its info lines, "Maximum ID for metrics: 2", vanish); tsd always prints them.

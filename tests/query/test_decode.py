@@ -399,3 +399,17 @@ def test_spans_of_uniform_rows_match_the_row_by_row_gather(
         assert (got is None) == (want is None)
         if got is not None:
             assert got.tolist() == want.tolist()
+
+
+def test_row_moves_of_unequal_rows_are_not_taken_for_a_matrix() -> None:
+    # Rows of 2, 1 and 3 points: 6 in all, as three rows of 2 would be. Only rows that are
+    # each full may move as one matrix.
+    from tsd.query.spans import _RowMoves
+
+    moves = _RowMoves(
+        part=np.array([0, 0, 0], dtype=np.int64),
+        start=np.array([0, 2, 3], dtype=np.int64),
+        counts=np.array([2, 1, 3], dtype=np.int64),
+    )
+    values = np.arange(6, dtype=np.int64) * 10
+    assert moves.gather([values], np.int64).tolist() == [0, 10, 20, 30, 40, 50]
