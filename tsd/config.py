@@ -169,6 +169,16 @@ class RollupsConfig:
     raw_agg_tag_value: str = "RAW"
     tag_raw: bool = False
     block_derived: bool = True
+    #: tsd's own rollups (no OpenTSDB setting; docs/rollups.md): ``auto`` computes them on
+    #: the embedded store and not on HBase (where an outside job may own the tables)
+    compute: str = "auto"
+    #: how long after its hour (and its last point) a row-hour's rollups are computed on
+    #: HBase (the embedded store computes them as the head writes a row out)
+    compute_grace_s: int = 120
+
+    def computes(self, backend: str) -> bool:
+        """Whether tsd computes rollups on ``backend``."""
+        return self.compute == "true" or (self.compute == "auto" and backend == "embedded")
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +374,8 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.rollups.raw_agg_tag_value": ("rollups", "raw_agg_tag_value", _str),
     "tsd.rollups.tag_raw": ("rollups", "tag_raw", _bool),
     "tsd.rollups.block_derived": ("rollups", "block_derived", _bool),
+    "tsd.rollups.compute": ("rollups", "compute", _choice("auto", "true", "false")),
+    "tsd.rollups.compute.grace": ("rollups", "compute_grace_s", _range(0, 86_400)),
     "tsd.logging.format": ("log", "format", _choice("json", "console", "auto")),
     "tsd.logging.level": ("log", "level", _choice("debug", "info", "warning", "error")),
 }

@@ -28,19 +28,20 @@ from aiohttp import web
 
 from tsd.buildinfo import version_reply
 from tsd.codec.rowkey import KeyLayout
-from tsd.config import Config, RollupsConfig, load_config
+from tsd.config import Config, load_config
 from tsd.errors import ConfigError
 from tsd.head import Head
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.meta.service import MetaService
 from tsd.protocol.histogram_put import HistogramCodecs, parse_histogram_config
 from tsd.protocol.names import NameRules
-from tsd.protocol.rollup_config import RollupConfig, parse_rollup_config, rollup_config_source
+from tsd.protocol.rollup_config import RollupConfig
 from tsd.protocol.rollup_put import RollupRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.query.engine import QueryEngine
+from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.tracking import QUERY_TRACKER, QueryTracker
-from tsd.schema import ensure_tables, storage_settings
+from tsd.schema import ensure_tables, rollup_setup, storage_settings
 from tsd.server.credentials import Credentials
 from tsd.server.histograms import Histograms
 from tsd.server.http.app import Services, make_app
@@ -78,18 +79,22 @@ HTTP_SHUTDOWN_TIMEOUT_S = 15.0
 STOP_WATCHDOG_S = TELNET_DRAIN_TIMEOUT_S + HTTP_SHUTDOWN_TIMEOUT_S + 15.0
 
 
-def load_rollup_config(cfg: RollupsConfig) -> RollupConfig | None:
-    """The parsed ``tsd.rollups.config`` when ``tsd.rollups.enable`` (TSDB's constructor:
-    the value is the JSON, or a file when it ends with ``.json``)."""
-    if not cfg.enable:
+def computed_rollups(config: Config, effective: RollupConfig | None) -> ComputedRollups | None:
+    """What tsd computes of the rollup configuration in force (docs/rollups.md); logs the
+    intervals it leaves to an outside job."""
+    if effective is None:
         return None
-    text, path = rollup_config_source(cfg.config)
-    if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("tsd.rollups.config", f"Failed to open conf file: {path}") from exc
-    return parse_rollup_config(text)
+    computed = ComputedRollups.from_config(
+        effective, effective.intervals, KeyLayout.from_storage_config(config.storage)
+    )
+    skipped = [
+        i.interval
+        for i in effective.intervals
+        if not i.default_interval and not computed.computes(i)
+    ]
+    if skipped:
+        log.warning("rollup.not_computed_intervals", intervals=skipped, why="longer than an hour")
+    return computed
 
 
 def load_histogram_codecs(value: str) -> HistogramCodecs | None:
@@ -148,15 +153,16 @@ class Daemon:
         if self._storage is None:
             self._storage = open_storage(storage_settings(config.storage))
         storage = InstrumentedStorage(self._storage, self.registry)
-        rollup_config = load_rollup_config(config.rollups)
+        rollups = rollup_setup(config)
+        rollup_config = rollups.stored
         if config.storage.create_tables:
-            tables = rollup_config.tables() if rollup_config is not None else []
-            created = await ensure_tables(storage, config.storage, tables)
+            created = await ensure_tables(storage, config.storage, rollups.tables())
             if created:
                 log.info("daemon.tables_created", tables=created)
+        computed = computed_rollups(config, rollups.effective) if rollups.computes else None
         uids = self._uids = UidService(storage, config)
         write_path = self._write_path = WritePath.build(
-            storage, uids, config, self.registry, self._writer_limits
+            storage, uids, config, self.registry, self._writer_limits, rollups=computed
         )
         await write_path.start()
         services = self._services(storage, uids, write_path.ingest, write_path.head)
@@ -173,7 +179,8 @@ class Daemon:
             self.registry,
         )
         if services.query_engine is not None:
-            services.query_engine.rollups = rollup_config
+            services.query_engine.rollups = rollups.effective
+            services.query_engine.computed = computed
         services.histograms = Histograms(
             load_histogram_codecs(config.core.histograms_config),
             services.rollups.writer,

@@ -15,15 +15,30 @@ recorded and ignored by the embedded engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tsd.codec.const import FAMILY, TREE_FAMILY, TSMETA_FAMILY, UID_ID_FAMILY, UID_NAME_FAMILY
-from tsd.config import StorageConfig
+from tsd.config import Config, RollupsConfig, StorageConfig
 from tsd.errors import ConfigError
+from tsd.protocol.rollup_config import (
+    RollupConfig,
+    default_rollup_config,
+    parse_rollup_config,
+    rollup_config_source,
+)
 from tsd.storage.base import FamilySpec, Storage
 from tsd.storage.settings import EmbeddedSettings, HBaseSettings, StorageSettings
 
-__all__ = ["BACKENDS", "ensure_tables", "hbase_settings", "opentsdb_tables", "storage_settings"]
+__all__ = [
+    "BACKENDS",
+    "RollupSetup",
+    "ensure_tables",
+    "hbase_settings",
+    "opentsdb_tables",
+    "rollup_setup",
+    "storage_settings",
+]
 
 #: tsd.storage.backend values
 BACKENDS = ("embedded", "hbase")
@@ -80,3 +95,43 @@ async def ensure_tables(
         if await storage.create_table(table, families):
             created.append(table)
     return created
+
+
+def load_rollup_config(cfg: RollupsConfig) -> RollupConfig | None:
+    """The parsed ``tsd.rollups.config`` when ``tsd.rollups.enable`` (TSDB's constructor:
+    the value is the JSON, or a file when it ends with ``.json``)."""
+    if not cfg.enable:
+        return None
+    text, path = rollup_config_source(cfg.config)
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("tsd.rollups.config", f"Failed to open conf file: {path}") from exc
+    return parse_rollup_config(text)
+
+
+@dataclass(frozen=True, slots=True)
+class RollupSetup:
+    """The rollup configurations in force."""
+
+    #: ``tsd.rollups.config`` when ``tsd.rollups.enable`` (what /api/rollup stores with)
+    stored: RollupConfig | None
+    #: what queries read and tsd computes: ``stored``, else the default configuration
+    #: when tsd computes rollups (docs/rollups.md), else None
+    effective: RollupConfig | None
+    #: tsd computes rollups (``tsd.rollups.compute``)
+    computes: bool
+
+    def tables(self) -> list[str]:
+        return self.effective.tables() if self.effective is not None else []
+
+
+def rollup_setup(config: Config) -> RollupSetup:
+    """The rollup configurations of ``config`` (raises ConfigError)."""
+    stored = load_rollup_config(config.rollups)
+    computes = config.rollups.computes(config.storage.backend)
+    effective = stored
+    if effective is None and computes:
+        effective = default_rollup_config(config.storage.data_table)
+    return RollupSetup(stored, effective, computes)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.query.tsdb_harness import QueryHarness, query_harness
+from tests.query.tsdb_harness import QueryHarness, embedded_harness
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
-from tsd.config import StorageConfig
 from tsd.errors import CodecError, TsdError
 from tsd.storage.base import ScanSpec
-from tsd.storage.embedded import EmbeddedStorage
 
 T0 = 1356998400  # 2013-01-01 00:00:00 UTC, an hour boundary
 
@@ -135,25 +132,18 @@ def test_head_and_storage_answer_as_after_compaction(
 async def _write_query_write_out(
     directory: Path, fix_duplicates: bool, writes: list[list[Point]]
 ) -> None:
-    storage = EmbeddedStorage(directory)
-    try:
-        async with query_harness(
-            storage,
-            StorageConfig(data_table="tsdb", uid_table="tsdb-uid"),
-            storage_options={"fix_duplicates": fix_duplicates},
-        ) as harness:
-            assert harness.head is not None
-            model = _Model(fix_duplicates)
-            for points in writes:
-                await harness.load(points)
-                await model.add(harness, points)
-                assert len(harness.head.head), "the points wait in the head"
-                before = await _answer(harness)
-                await harness.compact()
-                assert not len(harness.head.head)
-                assert await _answer(harness) == before
-                model.write_out()
-                assert await _stored(harness) == model.stored
-    finally:
-        await storage.close()
-        shutil.rmtree(directory, ignore_errors=True)
+    async with embedded_harness(
+        directory, storage_options={"fix_duplicates": fix_duplicates}
+    ) as harness:
+        assert harness.head is not None
+        model = _Model(fix_duplicates)
+        for points in writes:
+            await harness.load(points)
+            await model.add(harness, points)
+            assert len(harness.head.head), "the points wait in the head"
+            before = await _answer(harness)
+            await harness.compact()
+            assert not len(harness.head.head)
+            assert await _answer(harness) == before
+            model.write_out()
+            assert await _stored(harness) == model.stored

@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from tests.write.points import add
+from tsd.codec import KeyLayout
 from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
 from tsd.model import DataPoint, make_tags
 from tsd.protocol.exp_json import exp_ts_query, parse_exp_json, validate_exp_query
 from tsd.protocol.query_json import parse_query_json, parse_query_params
+from tsd.protocol.rollup_config import RollupConfig
 from tsd.query.engine import QueryEngine
 from tsd.query.expression.executor import expression_variables, run_exp_query
+from tsd.query.rollup_compute import ComputedRollups
 from tsd.schema import opentsdb_tables
 from tsd.server.http.exp import answer_gexp, render_exp_answer
 from tsd.server.http.render import render_query_result
@@ -123,8 +128,10 @@ async def query_harness(
     *,
     storage_options: Mapping[str, Any] | None = None,
     query_options: Mapping[str, Any] | None = None,
+    rollups: RollupConfig | None = None,
 ) -> AsyncIterator[QueryHarness]:
-    """A harness on ``storage`` with the test's isolated tables."""
+    """A harness on ``storage`` with the test's isolated tables; ``rollups``: tsd computes
+    and reads its own rollups of this configuration (tsd.rollups.compute)."""
     cfg = Config(
         core=CoreConfig(auto_create_metrics=True),
         storage=dataclasses.replace(storage_config, **(storage_options or {})),
@@ -134,12 +141,24 @@ async def query_harness(
     tables = opentsdb_tables(cfg.storage)
     for table in (cfg.storage.uid_table, cfg.storage.data_table):
         await storage.create_table(table, tables[table])
+    computed = None
+    if rollups is not None:
+        for table in rollups.tables():
+            if table != cfg.storage.data_table:
+                await storage.create_table(table, tables[cfg.storage.data_table])
+        layout = KeyLayout.from_storage_config(cfg.storage)
+        computed = ComputedRollups.from_config(rollups, rollups.intervals, layout)
     uids = UidService(storage, cfg)
     registry = StatsRegistry()
     sink = None
     if isinstance(storage, EmbeddedStorage) and not cfg.storage.enable_appends:
         sink = build_head_sink(
-            storage, cfg.storage, registry, wal=None, wall_clock=lambda: NOW_MS / 1000
+            storage,
+            cfg.storage,
+            registry,
+            wal=None,
+            wall_clock=lambda: NOW_MS / 1000,
+            rollups=computed,
         )
     writer = Writer(storage, cfg.storage, registry, head=sink)
     writer.start()
@@ -150,9 +169,30 @@ async def query_harness(
         wall_clock=lambda: NOW_MS / 1000,
         head=sink.head if sink is not None else None,
     )
+    engine.rollups = rollups
+    engine.computed = computed
     try:
         yield QueryHarness(
             storage, cfg, uids, IngestService(writer, uids, cfg.storage), engine, sink
         )
     finally:
         await writer.close()
+
+
+@contextlib.asynccontextmanager
+async def embedded_harness(
+    directory: Path, *, remove: bool = True, **options: Any
+) -> AsyncIterator[QueryHarness]:
+    """A harness on a new embedded store in ``directory`` (tables tsdb and tsdb-uid),
+    closed (and the directory removed, with ``remove``) afterwards; ``options`` as
+    :func:`query_harness` takes them."""
+    storage = EmbeddedStorage(directory)
+    try:
+        async with query_harness(
+            storage, StorageConfig(data_table="tsdb", uid_table="tsdb-uid"), **options
+        ) as harness:
+            yield harness
+    finally:
+        await storage.close()
+        if remove:
+            shutil.rmtree(directory, ignore_errors=True)

@@ -42,10 +42,13 @@ T = DAY + 5 * 3600 + 17  # 05:00:17, in the 6th hour of the day
 
 
 async def rollup_tsd(make_tsd: MakeTsd, **keys: str) -> Daemon:
+    """Rollups stored as OpenTSDB stores them: tsd computes none of its own here (an outside
+    job owns the tables; tests/query/test_own_rollups.py has tsd's own)."""
     return await make_tsd(
         **{
             "tsd.rollups.enable": "true",
             "tsd.rollups.config": orjson.dumps(ROLLUP_CONFIG).decode(),
+            "tsd.rollups.compute": "false",
             **keys,
         }
     )

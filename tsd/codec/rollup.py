@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import struct
 from dataclasses import dataclass
 
-from tsd.codec.const import FLAG_BITS, SECOND_MASK
+from tsd.codec.const import FLAG_BITS, FLAG_FLOAT, SECOND_MASK, TIMESTAMP_BYTES
 from tsd.errors import CodecError
 
 __all__ = [
     "RollupSpan",
+    "rollup_row_key",
+    "rollup_slot",
+    "rollup_value_bytes",
     "rollup_base_time",
     "rollup_offset_ms",
     "rollup_qualifier",
@@ -28,6 +32,8 @@ __all__ = [
 MAX_INTERVALS = 7774
 MIN_INTERVALS = 12
 _SPAN_SECONDS = {"h": 3600, "d": 86400, "n": 86400 * 32, "y": 86400 * 366}
+_FLOAT4 = struct.Struct(">f")
+_FLOAT8 = struct.Struct(">d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +90,32 @@ def rollup_offset_ms(qualifier: bytes, span: RollupSpan, at: int = 1) -> int:
     ms, from the 2 offset bytes at ``at`` (after the aggregator id)."""
     offset = int.from_bytes(qualifier[at : at + 2], "big") >> FLAG_BITS
     return offset * span.interval_seconds * 1000
+
+
+def rollup_value_bytes(value: int | float, *, float32: bool = False) -> tuple[int, bytes]:
+    """A rollup value's flags and bytes as TSDB.addAggregatePoint stores them: an integer
+    on the fewest of 1, 2, 4, 8 bytes; a float on 8 bytes, or on 4 when ``float32`` (the
+    telnet command's Float.parseFloat) and the float holds it exactly."""
+    if isinstance(value, int):
+        for width in (1, 2, 4):
+            bound = 1 << (width * 8 - 1)
+            if -bound <= value < bound:
+                return width - 1, value.to_bytes(width, "big", signed=True)
+        return 7, value.to_bytes(8, "big", signed=True)
+    if float32 and _FLOAT4.unpack(_FLOAT4.pack(value))[0] == value:
+        return FLAG_FLOAT | 0x3, _FLOAT4.pack(value)
+    return FLAG_FLOAT | 0x7, _FLOAT8.pack(value)
+
+
+def rollup_row_key(data_key: bytes, base_time: int, tags_start: int) -> bytes:
+    """The rollup row key of a data row key's series at ``base_time`` (the key with its
+    4 base-time bytes, which end at ``tags_start``, replaced; the salt does not depend on
+    time)."""
+    at = tags_start - TIMESTAMP_BYTES
+    return data_key[:at] + base_time.to_bytes(TIMESTAMP_BYTES, "big") + data_key[tags_start:]
+
+
+def rollup_slot(qualifier: bytes) -> bytes:
+    """What a rollup qualifier addresses: its aggregator id and interval, without the value's
+    flags (two cells of one slot are one interval written with values of two widths)."""
+    return qualifier[:2] + bytes([qualifier[2] & 0xF0]) if len(qualifier) == 3 else qualifier

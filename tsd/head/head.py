@@ -331,6 +331,10 @@ class HeadSnapshot:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def keys(self) -> list[bytes]:
+        """The keys of the rows copied (not yet merged or taken as remaining)."""
+        return list(self._rows)
+
     def shares(self, keys: Iterable[bytes]) -> bool:
         """True when the head holds rows of some of ``keys``."""
         return bool(self._rows) and not self._rows.keys().isdisjoint(keys)

@@ -25,7 +25,13 @@ from tsd.errors import BadRequestError, ConfigError
 from tsd.protocol.timespec import parse_duration
 from tsd.query_model import AGGREGATOR_NAMES
 
-__all__ = ["RollupConfig", "RollupInterval", "parse_rollup_config", "rollup_config_source"]
+__all__ = [
+    "RollupConfig",
+    "RollupInterval",
+    "default_rollup_config",
+    "parse_rollup_config",
+    "rollup_config_source",
+]
 
 _SPAN_SECONDS = {"h": 3600, "d": 86400, "n": 86400 * 32, "y": 86400 * 366}
 _UNITS = ("ms", "s", "m", "h", "d", "w", "n", "y")
@@ -223,3 +229,32 @@ def rollup_config_source(value: str) -> tuple[str, str | None]:
     if value.endswith(".json"):
         return "", value
     return value, None
+
+
+def default_rollup_config(data_table: str) -> RollupConfig:
+    """The configuration tsd computes rollups with when ``tsd.rollups.config`` is not given
+    (docs/rollups.md): the raw data as the default interval, and hourly sum, count, min
+    and max in ``tsdb-rollup-1h`` (rows of a day, 24 intervals) for panels of weeks to
+    years. Its ids are those of OpenTSDB's documented example."""
+    return parse_rollup_config(
+        orjson.dumps(
+            {
+                "aggregationIds": {"sum": 0, "count": 1, "min": 2, "max": 3},
+                "intervals": [
+                    {
+                        "table": data_table,
+                        "preAggregationTable": f"{data_table}-preagg",
+                        "interval": "1m",
+                        "rowSpan": "1h",
+                        "defaultInterval": True,
+                    },
+                    {
+                        "table": f"{data_table}-rollup-1h",
+                        "preAggregationTable": f"{data_table}-rollup-agg-1h",
+                        "interval": "1h",
+                        "rowSpan": "1d",
+                    },
+                ],
+            }
+        )
+    )

@@ -23,14 +23,13 @@ them (telnet ``rollup: <kind text>: <message>``, /api/rollup details).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from tsd.codec.const import FLAG_FLOAT, SECOND_MASK
+from tsd.codec.const import SECOND_MASK
 from tsd.codec.qualifier import build_qualifier
-from tsd.codec.rollup import rollup_base_time, rollup_qualifier
+from tsd.codec.rollup import rollup_base_time, rollup_qualifier, rollup_value_bytes
 from tsd.codec.value import parse_value
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
 from tsd.java_text import format_java_bytes, java_split
@@ -61,9 +60,6 @@ NO_SUCH_ROLLUP: Final = "No such rollup"  # NoSuchRollupForIntervalException
 STORAGE: Final = "storage"  # thrown inside the write callback: reported as a storage error
 UNKNOWN_METRIC: Final = "unknown metric"  # NoSuchUniqueName (auto-create off)
 UNEXPECTED: Final = "Unexpected runtime exception"  # any other RuntimeException
-
-_FLOAT4 = struct.Struct(">f")
-_FLOAT8 = struct.Struct(">d")
 
 
 class RollupError(BadRequestError):
@@ -184,20 +180,7 @@ def encode_rollup_value(point: RollupPoint) -> tuple[int, bytes]:
         raise RollupError(INVALID_VALUE, exc.message) from None
     except IllegalValueError as exc:
         raise _illegal(exc.message) from None
-    if isinstance(value, int):
-        data = _vle(value)
-        return len(data) - 1, data
-    if point.float32 and _FLOAT4.unpack(_FLOAT4.pack(value))[0] == value:
-        return FLAG_FLOAT | 0x3, _FLOAT4.pack(value)
-    return FLAG_FLOAT | 0x7, _FLOAT8.pack(value)
-
-
-def _vle(value: int) -> bytes:
-    for width in (1, 2, 4):
-        bound = 1 << (width * 8 - 1)
-        if -bound <= value < bound:
-            return value.to_bytes(width, "big", signed=True)
-    return value.to_bytes(8, "big", signed=True)
+    return rollup_value_bytes(value, float32=point.float32)
 
 
 def prepare_rollup(point: RollupPoint, rules: RollupRules, *, groupby: bool) -> PreparedRollup:

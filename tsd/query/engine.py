@@ -43,6 +43,7 @@ import numpy as np
 
 from tsd.codec import KeyLayout, encode_tags, join_compacted, salt_bucket
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
+from tsd.codec.rollup import rollup_slot
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
@@ -106,6 +107,7 @@ from tsd.query.rollup import (
     plan_reads,
     rollup_rows,
 )
+from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
@@ -217,6 +219,8 @@ class QueryEngine:
         self._fix_duplicates = config.storage.fix_duplicates
         #: ``tsd.rollups.config`` when rollups are enabled (set by the daemon)
         self.rollups: RollupConfigLike | None = None
+        #: the rollups tsd computes itself (tsd.rollups.compute; set by the daemon)
+        self.computed: ComputedRollups | None = None
         self._cfg = cfg = config.query
         if compute_slots is None:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
@@ -348,7 +352,7 @@ class QueryEngine:
     ) -> list[SeriesResult]:
         """The sub-query over its reads (tsd/query/rollup.py): raw data, or stored rollups
         with their fallbacks, the next tried while one finds no series."""
-        plan = plan_reads(self.rollups, sub, self._table)
+        plan = plan_reads(self.rollups, sub, self._table, self.computed)
         for source in plan[:-1]:
             found = await self._run_read(query, sub, control, reads, source)
             if found is not None:
@@ -569,6 +573,11 @@ class QueryEngine:
 
         table = self._table if source is None else source.table
         rollup = source if source is not None and source.is_rollup else None
+        # tsd's own rollups of the head's rows (not written out yet), as the write-out will
+        # store them: merged into the stored rollup rows, replacing their cells.
+        fresh: dict[bytes, dict[bytes, bytes]] = {}
+        if rollup is not None and self._own_rollups(rollup):
+            fresh = await self._head_rollups(plan, rollup)
 
         async def decode(block: Block) -> None:
             if head is not None and head.shares(block.keys):
@@ -588,6 +597,8 @@ class QueryEngine:
                 spent = time.thread_time() - started
             elif rollup is not None:
                 assert isinstance(block, CellBlock)
+                if fresh and not fresh.keys().isdisjoint(block.keys):
+                    block = _with_fresh_rollups(block, fresh)
                 # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
                 block = rollup_rows(block, rollup)
                 points, spent = await self._compute_sized(
@@ -602,6 +613,16 @@ class QueryEngine:
             parts.append((block.keys, points))
 
         await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
+        if fresh:  # rollup rows only the head's rows fill so far
+            keys = sorted(fresh)
+            await decode(
+                CellBlock.from_rows(
+                    [
+                        Row(k, tuple(Cell(FAMILY, q, v) for q, v in sorted(fresh[k].items())))
+                        for k in keys
+                    ]
+                )
+            )
         if head is not None and len(head):
             runs, rest = head.remaining()
             if len(rest):
@@ -613,6 +634,44 @@ class QueryEngine:
                 tally.add(points, len(runs.keys))
                 parts.append((runs.keys, points))
         return parts
+
+    def _own_rollups(self, read: RollupRead) -> bool:
+        """Whether ``read`` reads rollups tsd computes while the head holds rows."""
+        computed = self.computed
+        return (
+            self._head is not None
+            and computed is not None
+            and read.interval is not None
+            and computed.computes(read.interval)
+            and read.table == read.interval.table
+        )
+
+    async def _head_rollups(
+        self, plan: ScanPlan, read: RollupRead
+    ) -> dict[bytes, dict[bytes, bytes]]:
+        """The rollup cells of ``read``'s table that the head's rows of ``plan`` give, by
+        rollup row key then qualifier: each head row merged with its stored row first (a
+        late point's row-hour is recomputed whole, as its write-out will do)."""
+        assert self._head is not None
+        assert self.computed is not None
+        snapshot = self._head.snapshot(plan.scans)
+        if not len(snapshot):
+            return {}
+        keys = snapshot.keys()
+        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
+        rows = _with_head(stored, snapshot)
+        computed = self.computed
+        cells = await self._compute_sized(
+            sum(len(c.value) for r in rows for c in r.cells) // 4,
+            computed.cells_of_block,
+            CellBlock.from_rows(rows),
+            fix_duplicates=self._fix_duplicates,
+            table=read.table,
+        )
+        out: dict[bytes, dict[bytes, bytes]] = {}
+        for key, qualifier, value in cells.get(read.table, ()):
+            out.setdefault(key, {})[qualifier] = value
+        return out
 
     async def _compute_sized(
         self, work: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any
@@ -964,6 +1023,21 @@ def _with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:
         [Row(key, (Cell(FAMILY, q, v),)) for key, q, v in _compacted_runs(runs)]
     )
     return [*merged, *rest, *fresh]
+
+
+def _with_fresh_rollups(block: CellBlock, fresh: dict[bytes, dict[bytes, bytes]]) -> CellBlock:
+    """Stored rollup rows with the cells computed from the head's rows (popped from
+    ``fresh``) in place of theirs."""
+    rows = []
+    for row in block:
+        cells = fresh.pop(row.key, None)
+        if cells is None:
+            rows.append(row)
+            continue
+        slots = {rollup_slot(q) for q in cells}
+        kept = [c for c in row.cells if rollup_slot(c.qualifier) not in slots]
+        rows.append(Row(row.key, (*kept, *(Cell(FAMILY, q, v) for q, v in cells.items()))))
+    return CellBlock.from_rows(rows, block.wire_bytes)
 
 
 def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:

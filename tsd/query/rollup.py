@@ -18,6 +18,14 @@ src/rollup/RollupQuery.java, RollupSeq.java; src/core/Downsampler.java's rollup 
   (raw once it reaches the default), ROLLUP_FALLBACK_RAW goes to raw data, ROLLUP_NOFALLBACK
   (and no ``rollupUsage``) answers nothing.
 
+tsd's own rollups (``tsd.rollups.compute``, tsd/query/rollup_compute.py): a sub-query
+without ``rollupUsage`` reads them when they give its answer (transparently): a downsample
+function they hold a column for (sum, count, min, max, avg and the zim/mim ones), a fixed
+interval (not calendar) that a computed interval divides, and for avg a bucket within one
+rollup row; it falls back to raw data when they find no series. Anything else reads raw
+data. ``rollupUsage`` given keeps OpenTSDB's meaning. The head's rows (not yet written out)
+are rolled up as they are read (tsd/query/engine.py).
+
 Where tsd departs: falling back to raw data, OpenTSDB downsamples at the *rollup's*
 interval (transformRollupQueryToDownSampler), which answers a ``1d`` query read from ``1h``
 rollups with hourly points; tsd keeps the query's downsample, the documented behaviour.
@@ -71,6 +79,13 @@ class IntervalLike(Protocol):
     def default_interval(self) -> bool: ...
     @property
     def span(self) -> RollupSpan: ...
+
+
+class ComputedLike(Protocol):
+    """What is read of ``tsd.query.rollup_compute.ComputedRollups``."""
+
+    def computes(self, interval: IntervalLike) -> bool: ...
+    def has(self, aggregator: str) -> bool: ...
 
 
 class RollupConfigLike(Protocol):
@@ -128,12 +143,21 @@ class RollupRead:
         return spec
 
 
-def plan_reads(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> list[RollupRead]:
-    """The reads of ``sub`` in the order OpenTSDB tries them (at least one). A histogram
+def plan_reads(
+    config: RollupConfigLike | None,
+    sub: SubQuery,
+    data_table: str,
+    computed: ComputedLike | None = None,
+) -> list[RollupRead]:
+    """The reads of ``sub`` in the order OpenTSDB tries them (at least one); ``computed``:
+    the rollups tsd computes (read transparently, see the module docstring). A histogram
     query (``percentiles``) reads once, where a downsampled query would first read: when
     that is a rollup table it finds no histograms there (OpenTSDB decodes histogram cells
     of raw rows only, and does not fall back for histogram queries)."""
-    reads = _plan(config, sub, data_table)
+    if computed is not None and sub.rollup_usage is None and config is not None:
+        reads = _transparent(config, computed, sub, data_table)
+    else:
+        reads = _plan(config, sub, data_table)
     if sub.is_histogram_query:
         return [replace(reads[0], histograms=[])]
     return reads
@@ -168,6 +192,38 @@ def _plan(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> li
     elif sub.rollup_usage == "ROLLUP_FALLBACK_RAW":
         reads.append(raw)
     return reads
+
+
+def _transparent(
+    config: RollupConfigLike, computed: ComputedLike, sub: SubQuery, data_table: str
+) -> list[RollupRead]:
+    """Without ``rollupUsage``: tsd's own rollups when they give the answer, then raw."""
+    raw = RollupRead(data_table)
+    spec = sub.downsample_spec
+    if (
+        spec is None
+        or spec.interval_ms <= 0
+        or spec.interval_ms % 1000
+        or spec.run_all
+        or spec.use_calendar
+        or sub.pre_aggregate
+        or sub.is_histogram_query
+    ):
+        return [raw]
+    aggregator = _COLUMN_OF.get(spec.function, spec.function)
+    if not computed.has(aggregator):
+        return [raw]
+    bucket_s = spec.interval_ms // 1000
+    for interval in config.best_matches(bucket_s):
+        if interval.default_interval or not computed.computes(interval):
+            continue
+        span = interval.span
+        if aggregator == "avg" and (
+            span.units not in ("h", "d") or (span.intervals * span.interval_seconds) % bucket_s
+        ):
+            continue  # an avg bucket across rollup rows: not summed across them
+        return [_rollup_read(config, interval, aggregator, False, spec.interval_ms), raw]
+    return [raw]
 
 
 def _rollup_read(

@@ -14,6 +14,11 @@ points arrived in order is written as its runs joined (:func:`tsd.codec.join_com
 what compact_row returns for them). A row that compaction refuses (two values at one time
 with ``tsd.storage.fix_duplicates`` off) is written as its single cells, as OpenTSDB leaves
 such a row, and counted.
+
+tsd's own rollups (``tsd.rollups.compute``, docs/rollups.md): each chunk's rows, as
+written (the merged row when a late point joined a stored one), give their rollup cells
+(:class:`RollupHook`), stored before the head lets the rows go: a crash between the two
+replays the rows from the log, and writing them out again recomputes the same cells.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from tsd.codec import KeyLayout, compact_row
 from tsd.codec.const import FAMILY
@@ -30,14 +36,42 @@ from tsd.errors import CodecError, StorageError, StorageRefused
 from tsd.head import Head, Taken
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
-from tsd.storage.base import Delete, Mutation, Put, Row, Storage
+from tsd.storage.base import Cell, CellBlock, Delete, Mutation, Put, Row, Storage
 from tsd.wal import WriteAheadLog
 from tsd.wal.record import CELLS, RowRun, decode_row_runs, encode_cells_and_runs
+from tsd.write.rollup import replace_rollup_cells
 
 log = get_logger(WRITER)
 
 #: Rows per read-and-write round.
 CHUNK_ROWS = 512
+
+
+class RollupHook(Protocol):
+    """Rollup cells of whole data rows, per table (tsd.query.rollup_compute.ComputedRollups,
+    handed in by the daemon: write/ does not decode rows)."""
+
+    def cells_of_block(
+        self, block: CellBlock, *, fix_duplicates: bool, table: str | None = None
+    ) -> Mapping[str, Sequence[tuple[bytes, bytes, bytes]]]: ...
+
+
+async def write_rollups(
+    storage: Storage, hook: RollupHook, block: CellBlock, *, fix_duplicates: bool
+) -> int:
+    """Compute and store the rollup cells of the data rows ``block``; the cells stored.
+    Rows that cannot be decoded (OpenTSDB could not read them either) get no rollups
+    (logged); a storage failure raises StorageError."""
+    try:
+        computed = hook.cells_of_block(block, fix_duplicates=fix_duplicates)
+    except CodecError as exc:
+        log.warning("rollup.not_computed", rows=len(block), error=str(exc))
+        return 0
+    stored = 0
+    for table, cells in computed.items():
+        await replace_rollup_cells(storage, table, cells)
+        stored += len(cells)
+    return stored
 
 
 class HeadFlusher:
@@ -51,8 +85,11 @@ class HeadFlusher:
         registry: StatsRegistry,
         *,
         fix_duplicates: bool,
+        rollups: RollupHook | None = None,
     ) -> None:
         self.head = head
+        self.rollups = rollups
+        self._rollup_cells = registry.counter("rollup.computed", type="cells")
         self._storage = storage
         self._table = table
         self._fix_duplicates = fix_duplicates
@@ -75,15 +112,29 @@ class HeadFlusher:
             for row in await self._storage.get_many(self._table, [t.key for t in taken], (FAMILY,))
         }
         mutations: list[Mutation] = []
+        written: list[Row] = []
         for item in taken:
-            self._plan(item, stored.get(item.key), mutations)
+            cell = self._plan(item, stored.get(item.key), mutations)
+            if cell is not None:
+                written.append(Row(item.key, (Cell(FAMILY, *cell),)))
         await self._storage.mutate(self._table, mutations)
+        if self.rollups is not None and written:
+            block = CellBlock.from_rows(written)
+            self._rollup_cells.inc(
+                await write_rollups(
+                    self._storage, self.rollups, block, fix_duplicates=self._fix_duplicates
+                )
+            )
         for item in taken:
             self.head.release(item)
             self._points.inc(item.count)
         self._rows.inc(len(taken))
 
-    def _plan(self, item: Taken, stored: Row | None, out: list[Mutation]) -> None:
+    def _plan(
+        self, item: Taken, stored: Row | None, out: list[Mutation]
+    ) -> tuple[bytes, bytes] | None:
+        """Add the row's mutations to ``out``; the row's compacted cell as written (None
+        when it is written as single cells, or not at all)."""
         stored_cells = [
             (c.qualifier, c.value)
             for c in (stored.cells if stored is not None else ())
@@ -106,12 +157,13 @@ class HeadFlusher:
                 self._refused.inc()
                 log.warning("head.row_not_compacted", row=item.key.hex(), error=str(exc))
                 out.extend(Put(item.key, FAMILY, q, v) for q, v in item.single_cells())
-                return
+                return None
             if compacted is None:
-                return
+                return None
             qualifier, value = compacted
         out.append(Put(item.key, FAMILY, qualifier, value))
         out.extend(Delete(item.key, FAMILY, q) for q, _ in stored_cells if q != qualifier)
+        return qualifier, value
 
 
 class HeadSink:
@@ -290,6 +342,7 @@ def build_head_sink(
     *,
     wal: WriteAheadLog | None,
     wall_clock: Callable[[], float],
+    rollups: RollupHook | None = None,
 ) -> HeadSink:
     """A new head for ``cfg``'s data table, and the sink writing it out as configured
     (``tsd.storage.head.*``)."""
@@ -299,6 +352,7 @@ def build_head_sink(
         cfg.data_table,
         registry,
         fix_duplicates=cfg.fix_duplicates,
+        rollups=rollups,
     )
     return HeadSink(
         flusher,

@@ -15,7 +15,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
-from tsd.write.head_flush import build_head_sink
+from tsd.write.head_flush import RollupHook, build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer, WriterLimits
 
@@ -41,10 +41,12 @@ class WritePath:
         limits: WriterLimits | None = None,
         *,
         logged: bool = True,
+        rollups: RollupHook | None = None,
     ) -> WritePath:
         """``logged``: keep the write-ahead log (``tsd.storage.wal.enable``); ``tsdb
         import`` does not (it runs beside a daemon on the same data directory, whose log
-        is the daemon's, and an interrupted import is simply run again)."""
+        is the daemon's, and an interrupted import is simply run again). ``rollups``:
+        tsd's own rollups, computed as rows are written (tsd.rollups.compute)."""
         meta = MetaService(storage, uids, config, registry)
         wal = None
         if logged and config.storage.wal_enable:
@@ -59,7 +61,9 @@ class WritePath:
         # On the embedded store, points wait in the in-memory head: tsd.head.
         sink = None
         if cfg.backend == "embedded" and not cfg.enable_appends:
-            sink = build_head_sink(storage, cfg, registry, wal=wal, wall_clock=time.time)
+            sink = build_head_sink(
+                storage, cfg, registry, wal=wal, wall_clock=time.time, rollups=rollups
+            )
         writer = Writer(
             storage,
             cfg,

@@ -12,11 +12,44 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from tsd.codec.const import FAMILY
+from tsd.codec.rollup import rollup_slot
 from tsd.codec.rowkey import KeyLayout, make_series_key
-from tsd.storage.base import Put, Storage
+from tsd.storage.base import Delete, Mutation, Put, Storage
 from tsd.uid.service import UidService
 
-__all__ = ["PreparedRollupLike", "RollupWriter"]
+__all__ = ["PreparedRollupLike", "RollupWriter", "put_rollup_cells", "replace_rollup_cells"]
+
+
+async def put_rollup_cells(
+    storage: Storage, table: str, cells: Sequence[tuple[bytes, bytes, bytes]]
+) -> None:
+    """Store rollup cells ``(row key, qualifier, value)`` in ``table``: what /api/rollup
+    stores for one point, and tsd's own rollups (tsd/query/rollup_compute.py) for many."""
+    if cells:
+        await storage.put(table, [Put(key, FAMILY, q, v) for key, q, v in cells])
+
+
+async def replace_rollup_cells(
+    storage: Storage, table: str, cells: Sequence[tuple[bytes, bytes, bytes]]
+) -> None:
+    """Store computed rollup cells in place of those of the same intervals: a stored cell
+    of the same aggregator and interval whose value had another width (another qualifier)
+    is deleted in the same write."""
+    if not cells:
+        return
+    slots: dict[bytes, set[bytes]] = {}
+    for key, qualifier, _ in cells:
+        slots.setdefault(key, set()).add(qualifier)
+    mutations: list[Mutation] = [Put(key, FAMILY, q, v) for key, q, v in cells]
+    for row in await storage.get_many(table, list(slots), (FAMILY,)):
+        new = slots[row.key]
+        wanted = {rollup_slot(q) for q in new}
+        mutations.extend(
+            Delete(row.key, FAMILY, c.qualifier)
+            for c in row.cells
+            if c.qualifier not in new and rollup_slot(c.qualifier) in wanted
+        )
+    await storage.mutate(table, mutations)
 
 
 class PreparedRollupLike(Protocol):
@@ -53,4 +86,4 @@ class RollupWriter:
 
     async def write(self, point: PreparedRollupLike) -> None:
         key = await self.row_key(point)
-        await self._storage.put(point.table, [Put(key, FAMILY, point.qualifier, point.value)])
+        await put_rollup_cells(self._storage, point.table, [(key, point.qualifier, point.value)])
