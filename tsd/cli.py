@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "version": ("tsd.tools.version", "Print the version and build (OpenTSDB's tsdb version)"),
     "copy": ("tsd.tools.copy", "Copy every table to another store (embedded <-> HBase)"),
     "check-store": ("tsd.tools.check_store", "Check the embedded store's bytes; --fix them"),
+    "rollup-backfill": (
+        "tsd.tools.rollup_backfill",
+        "Compute tsd's own rollups of data already stored (a time range)",
+    ),
     "compact-store": (
         "tsd.tools.compact_store",
         "Shrink the embedded store's file to its live data (daemon stopped)",
