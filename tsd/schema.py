@@ -36,6 +36,7 @@ __all__ = [
     "ensure_tables",
     "hbase_settings",
     "opentsdb_tables",
+    "rollup_families",
     "rollup_setup",
     "storage_settings",
 ]
@@ -80,6 +81,12 @@ def opentsdb_tables(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:
     }
 
 
+def rollup_families() -> list[FamilySpec]:
+    """The families of a rollup or pre-aggregate table: the data table's, with its rows
+    packed whole in the embedded store (many 3-byte-qualifier cells, read together)."""
+    return [FamilySpec(FAMILY, max_versions=1, packed_rows=True)]
+
+
 async def ensure_tables(
     storage: Storage, cfg: StorageConfig, rollup_tables: Sequence[str] = ()
 ) -> list[str]:
@@ -90,7 +97,7 @@ async def ensure_tables(
     created = []
     tables = opentsdb_tables(cfg)
     for name in rollup_tables:
-        tables.setdefault(name, [FamilySpec(FAMILY, max_versions=1)])
+        tables.setdefault(name, rollup_families())
     for table, families in tables.items():
         if await storage.create_table(table, families):
             created.append(table)

@@ -28,7 +28,7 @@ from tsd.protocol.rollup_config import RollupConfig
 from tsd.query.engine import QueryEngine
 from tsd.query.expression.executor import expression_variables, run_exp_query
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import opentsdb_tables
+from tsd.schema import opentsdb_tables, rollup_families
 from tsd.server.http.exp import answer_gexp, render_exp_answer
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
@@ -145,7 +145,7 @@ async def query_harness(
     if rollups is not None:
         for table in rollups.tables():
             if table != cfg.storage.data_table:
-                await storage.create_table(table, tables[cfg.storage.data_table])
+                await storage.create_table(table, rollup_families())
         layout = KeyLayout.from_storage_config(cfg.storage)
         computed = ComputedRollups.from_config(rollups, rollups.intervals, layout)
     uids = UidService(storage, cfg)

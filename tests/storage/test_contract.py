@@ -677,3 +677,57 @@ async def test_scan_blocks_of_data_rows_hold_the_rows_of_scan(
             blocks = [block async for block in found]
         assert all(0 < len(block) <= spec.batch_rows for block in blocks)
         assert [row for block in blocks for row in _cells(block)] == want
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_families_packed_whole_read_as_any_other(
+    storage: Storage, table_prefix: str, seed: int
+) -> None:
+    # FamilySpec.packed_rows (the embedded store keeps such a family's cells of a row in one
+    # entry, as columns): puts, overwrites, deletes of cells, families and rows in one
+    # mutate, cells of any length, more than 255 in a row; every read gives the model's.
+    table = f"{table_prefix}packed"
+    await storage.create_table(table, [FamilySpec("f", packed_rows=True), FamilySpec("g")])
+    rng = random.Random(seed)
+    rows = [bytes([r]) + b"\x00" * rng.randint(0, 2) for r in range(1, 12)]
+    model: dict[bytes, dict[tuple[str, bytes], bytes]] = {}
+    for _ in range(4):
+        mutations: list[Put | Delete] = []
+        for _ in range(rng.randint(1, 400)):
+            row = rng.choice(rows)
+            cells = model.setdefault(row, {})
+            roll = rng.random()
+            if roll < 0.85:
+                family = "f" if rng.random() < 0.8 else "g"
+                qualifier = rng.choice(
+                    [bytes([rng.randint(0, 3), rng.randint(0, 2), rng.randint(0, 255)]),
+                     bytes(rng.randint(1, 6))]
+                )  # fmt: skip
+                value = rng.randbytes(rng.choice([0, 1, 2, 4, 8]))
+                mutations.append(Put(row, family, qualifier, value))
+                cells[(family, qualifier)] = value
+            elif roll < 0.95 and cells:
+                family, qualifier = rng.choice(sorted(cells))
+                mutations.append(Delete(row, family, qualifier))
+                del cells[(family, qualifier)]
+            elif roll < 0.98:
+                mutations.append(Delete(row, "f"))
+                for key in [k for k in cells if k[0] == "f"]:
+                    del cells[key]
+            else:
+                mutations.append(Delete(row))
+                cells.clear()
+        await storage.mutate(table, mutations)
+        want = [
+            Row(row, tuple(Cell(f, q, v) for (f, q), v in sorted(model[row].items())))
+            for row in sorted(model)
+            if model[row]
+        ]
+        assert await scan_all(storage, table) == want
+        assert await storage.get_many(table, [r.key for r in want]) == want
+        for spec in (ScanSpec(), ScanSpec(families=("f",), batch_rows=3)):
+            async with aclosing(storage.scan_blocks(table, spec)) as found:
+                blocks = [block async for block in found]
+            assert [row for block in blocks for row in _cells(block)] == await scan_all(
+                storage, table, spec
+            )

@@ -35,7 +35,6 @@ row span (or not dividing it) averages the rows' averages.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -43,10 +42,11 @@ from typing import Protocol
 import numpy as np
 
 from tsd.codec import KeyLayout
-from tsd.codec.const import TIMESTAMP_BYTES
 from tsd.codec.histogram import SimpleHistogram
 from tsd.codec.rollup import RollupSpan, rollup_base_time
-from tsd.query.decode import RowPoints
+from tsd.query.decode import RowPoints, _values, base_times_s
+from tsd.query.downsample import reduce_segments
+from tsd.query.series import BoolArray, Float64Array, Int64Array
 from tsd.query_model import DownsampleSpec, SubQuery
 from tsd.storage.base import CellBlock
 
@@ -61,8 +61,9 @@ __all__ = [
 
 #: downsample functions whose rollup columns are another aggregator's (RollupQuery)
 _COLUMN_OF = {"zimsum": "sum", "mimmax": "max", "mimmin": "min"}
-_F4 = struct.Struct(">f")
-_F8 = struct.Struct(">d")
+#: (row, time) as one sortable integer: rows below 2**21, times in ms below 2**42
+_ROW_KEY = 1 << 42
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class IntervalLike(Protocol):
@@ -250,86 +251,92 @@ def rollup_rows(block: CellBlock, read: RollupRead) -> CellBlock:
     return block if len(keep) == len(block) else block.take(keep)
 
 
-def _value(data: bytes, flags: int) -> tuple[float, int | None] | None:
-    """A cell value as (double, exact int or None); None when its length is not its flags'."""
-    length = (flags & 0x7) + 1
-    if len(data) != length:
-        return None
-    if flags & 0x8:
-        if length == 4:
-            return _F4.unpack(data)[0], None
-        if length == 8:
-            return _F8.unpack(data)[0], None
-        return None
-    number = int.from_bytes(data, "big", signed=True)
-    return float(number), number
-
-
 def decode_rollup_rows(block: CellBlock, layout: KeyLayout, read: RollupRead) -> RowPoints:
     """The points of rollup rows for ``read`` (see the module docstring), row by row in
-    time order."""
+    time order. Vectorised over every cell of the block: cells of the columns read whose
+    value length is their flags' (a later cell of one interval replaces an earlier one, as
+    a later put does); ``avg`` sums the sums and the counts of each downsample bucket (in
+    time order, as the downsampler folds) and divides (0 when the counts are 0)."""
     assert read.interval is not None
-    span = read.interval.span
-    step_ms = span.interval_seconds * 1000
-    at = layout.tags_start - TIMESTAMP_BYTES
-    offsets = [0]
-    timestamps: list[int] = []
-    values: list[float] = []
-    ints: list[int] = []
-    is_int: list[bool] = []
-    stored = 0
-    for row in block:
-        base_ms = int.from_bytes(row.key[at : at + TIMESTAMP_BYTES], "big") * 1000
-        picked: dict[int, tuple[float, int | None]] = {}
-        counts: dict[int, float] = {}
-        for cell in row.cells:
-            q = cell.qualifier
-            stored += len(row.key) + len(q) + len(cell.value)
-            if len(q) != 3:
-                continue
-            packed = int.from_bytes(q[1:3], "big")
-            decoded = _value(cell.value, packed & 0xF)
-            if decoded is None:
-                continue
-            ts = base_ms + (packed >> 4) * step_ms
-            if q[0] == read.agg_id:
-                picked[ts] = decoded
-            elif q[0] == read.count_id:
-                counts[ts] = decoded[0]
-        if read.aggregator == "avg":
-            picked = _averaged(picked, counts, read.bucket_ms)
-        for ts in sorted(picked):
-            value, exact = picked[ts]
-            timestamps.append(ts)
-            values.append(value)
-            ints.append(exact if exact is not None else 0)
-            is_int.append(exact is not None)
-        offsets.append(len(timestamps))
-    any_int = any(is_int)
+    rows_n = len(block)
+    step_ms = read.interval.span.interval_seconds * 1000
+    stored = block.stored_bytes if rows_n else 0
+    ql, vl = block.qualifier_lengths, block.value_lengths
+    q_start = np.cumsum(ql) - ql
+    v_start = np.cumsum(vl) - vl
+    row_of = np.repeat(np.arange(rows_n, dtype=np.int64), block.counts)
+    three = np.flatnonzero(ql == 3)
+    qb = np.frombuffer(block.qualifiers, np.uint8)
+    at = q_start[three]
+    agg = qb[at].astype(np.int64)
+    packed = qb[at + 1].astype(np.int64) << 8 | qb[at + 2]
+    flags = packed & 0xF
+    length = vl[three]
+    ok = (length == (flags & 0x7) + 1) & (((flags & 0x8) == 0) | (length == 4) | (length == 8))
+    wanted = ok & ((agg == read.agg_id) | (agg == read.count_id))
+    cells = three[wanted]
+    agg, flags, rows = agg[wanted], flags[wanted], row_of[cells]
+    base_ms = base_times_s(layout, block.keys) * 1000 if rows_n else _EMPTY
+    ts = base_ms[rows] + (packed[wanted] >> 4) * step_ms
+    buffer = np.frombuffer(block.values + bytes(8), np.uint8)
+    doubles, ints, is_int = _values(buffer, v_start[cells], flags)
+    main = _last_per_time(agg == read.agg_id, rows, ts)
+    if read.aggregator == "avg":
+        counted = _last_per_time(agg == read.count_id, rows, ts)
+        return _averaged(rows, ts, doubles, main, counted, read.bucket_ms, rows_n, stored)
+    rows, ts, doubles = rows[main], ts[main], doubles[main]
+    offsets = np.zeros(rows_n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=rows_n), out=offsets[1:])
+    exact = None
+    if ints is not None and is_int is not None and is_int[main].any():
+        exact, is_int = ints[main], is_int[main]
     return RowPoints(
-        np.array(offsets, dtype=np.int64),
-        np.array(timestamps, dtype=np.int64),
-        np.array(values, dtype=np.float64),
-        np.array(ints, dtype=np.int64) if any_int else None,
-        np.array(is_int, dtype=bool) if any_int else None,
-        stored_bytes=stored,
+        offsets, ts, doubles, exact, is_int if exact is not None else None, stored_bytes=stored
     )
 
 
+def _last_per_time(mask: BoolArray, rows: Int64Array, ts: Int64Array) -> Int64Array:
+    """Indices of the cells of ``mask`` ordered by (row, time), the last cell of each
+    (row, time) only."""
+    picked = np.flatnonzero(mask)
+    order = picked[np.lexsort((ts[picked], rows[picked]))]
+    if len(order) < 2:
+        return order
+    r, t = rows[order], ts[order]
+    last = np.ones(len(order), dtype=np.bool_)
+    last[:-1] = (r[1:] != r[:-1]) | (t[1:] != t[:-1])
+    return order[last]
+
+
 def _averaged(
-    sums: dict[int, tuple[float, int | None]], counts: dict[int, float], bucket_ms: int
-) -> dict[int, tuple[float, int | None]]:
-    """One point per downsample bucket, at its first rollup's time: the bucket's sums over
-    its counts (0 when they are 0), for the cells that have both."""
-    buckets: dict[int, list[float]] = {}
-    for ts in sorted(sums):
-        if ts not in counts:
-            continue
-        key = ts - ts % bucket_ms if bucket_ms > 0 else 0
-        acc = buckets.setdefault(key, [ts, 0.0, 0.0])
-        acc[1] += sums[ts][0]
-        acc[2] += counts[ts]
-    return {
-        int(first): ((total / count) if count else 0.0, None)
-        for first, total, count in buckets.values()
-    }
+    rows: Int64Array,
+    ts: Int64Array,
+    doubles: Float64Array,
+    sums: Int64Array,
+    counts: Int64Array,
+    bucket_ms: int,
+    rows_n: int,
+    stored: int,
+) -> RowPoints:
+    """One point per row and downsample bucket, at its first rollup's time: the bucket's
+    sums over its counts, for the intervals that have both."""
+    key_sum = rows[sums] * _ROW_KEY + ts[sums]
+    key_count = rows[counts] * _ROW_KEY + ts[counts]
+    at = np.searchsorted(key_count, key_sum)
+    found = at < len(key_count)
+    found[found] = key_count[at[found]] == key_sum[found]
+    sums, matched = sums[found], counts[at[found]]
+    r, t = rows[sums], ts[sums]
+    bucket = t - t % bucket_ms if bucket_ms > 0 else np.zeros(len(t), np.int64)
+    n = len(t)
+    change = np.ones(n, dtype=np.bool_)
+    if n:
+        change[1:] = (r[1:] != r[:-1]) | (bucket[1:] != bucket[:-1])
+    starts = np.flatnonzero(change)
+    totals = reduce_segments(doubles[sums], starts, n, "sum")
+    weights = reduce_segments(doubles[matched], starts, n, "sum")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(weights != 0, totals / np.where(weights != 0, weights, 1.0), 0.0)
+    offsets = np.zeros(rows_n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r[starts], minlength=rows_n), out=offsets[1:])
+    return RowPoints(offsets, t[starts], values, None, None, stored_bytes=stored)

@@ -391,6 +391,9 @@ class FamilySpec:
     bloom_filter: str = "ROW"
     block_cache: bool = True
     ttl_s: int | None = None  # None: forever
+    #: the embedded store keeps all of a row's cells of the family in one entry, as
+    #: columns (rollup tables: many small cells read together); HBase ignores it
+    packed_rows: bool = False
 
 
 def check_distinct_cells(checks: Sequence[CheckAndPut]) -> None:

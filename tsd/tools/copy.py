@@ -43,12 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tsd.codec.const import FAMILY
 from tsd.config import Config, StorageConfig, load_config
 from tsd.errors import ConfigError
 from tsd.log import configure_logging
 from tsd.protocol.rollup_config import RollupConfig, parse_rollup_config
-from tsd.schema import storage_settings
+from tsd.schema import rollup_families, storage_settings
 from tsd.storage.base import FamilySpec, Put, Row, ScanSpec, Storage
 from tsd.storage.factory import open_storage
 from tsd.tools import status
@@ -140,7 +139,7 @@ def copy_plan(src: StorageConfig, dst: StorageConfig, rollups: RollupConfig | No
     plan = {role: (source[role], target[role], specs[target[role]]) for role in ROLES}
     for interval in rollups.intervals if rollups is not None else ():
         for table in (interval.table, interval.pre_aggregation_table):
-            plan[f"rollup:{table}"] = (table, table, [FamilySpec(FAMILY)])
+            plan[f"rollup:{table}"] = (table, table, rollup_families())
     return plan
 
 

@@ -93,7 +93,10 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
 
 
 def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:
-    """The block of ``rows``, each holding only the packed entry of the same index."""
+    """The block of ``rows``, each holding only the packed entry of the same index. Entries
+    in the group form (rows packed whole: rollups) give their columns as they are."""
+    if values and all(packed.is_group(v) for v in values):
+        return _grouped(rows, values)
     unpacked = packed.unpack_many(values)
     quals = [q for pairs in unpacked for q, _ in pairs]
     vals = [v for pairs in unpacked for _, v in pairs]
@@ -107,4 +110,20 @@ def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:
         np.fromiter(map(len, vals), np.int64, n),
         b"".join(quals),
         b"".join(vals),
+    )
+
+
+def _grouped(rows: list[bytes], values: list[bytes]) -> CellBlock:
+    columns = [packed.group_columns(v) for v in values]
+    counts = np.fromiter((len(c[0]) for c in columns), np.int64, len(columns))
+    n = int(counts.sum())
+    return CellBlock(
+        rows,
+        counts,
+        [PACKED_FAMILY] if n else [],
+        np.zeros(n, dtype=np.uint8),
+        np.concatenate([c[0] for c in columns]),
+        np.concatenate([c[1] for c in columns]),
+        b"".join(c[2] for c in columns),
+        b"".join(c[3] for c in columns),
     )

@@ -56,10 +56,19 @@ class TableInfo:
     packed: lmdb._Database | None = None
     #: family name as stored in keys -> family name
     names: dict[bytes, str] = field(init=False, repr=False, compare=False)
+    #: the families whose rows are packed whole (FamilySpec.packed_rows)
+    grouped: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = {spec.name.encode("ascii"): spec.name for spec in self.families}
         object.__setattr__(self, "names", names)
+        grouped = frozenset(spec.name for spec in self.families if spec.packed_rows)
+        object.__setattr__(self, "grouped", grouped)
+
+    def packs(self, family: str, qualifier: bytes) -> bool:
+        """Whether the cell lives in its row's packed entry (keys.is_packed, or every cell
+        of a family whose rows are packed whole)."""
+        return family in self.grouped or is_packed(family, qualifier)
 
     def check_family(self, family: str) -> None:
         if family.encode("ascii", "replace") not in self.names:
@@ -73,7 +82,7 @@ def read_cell(
     txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes
 ) -> bytes | None:
     table.check_family(family)
-    if is_packed(family, qualifier):
+    if table.packs(family, qualifier):
         if table.packed is None:
             return None
         stored = txn.get(packed_key(row, family), db=table.packed)
@@ -89,7 +98,7 @@ def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
     if not put.row:
         raise StorageError("row key must not be empty")
     table.check_family(put.family)
-    if is_packed(put.family, put.qualifier):
+    if table.packs(put.family, put.qualifier):
         _update_packed(txn, table, put.row, put.family, put.qualifier, put.value)
         return
     key, bucket = cell_key(cell_prefix(put.row, put.family), put.qualifier)
@@ -106,17 +115,32 @@ def _update_packed(
     txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, value: bytes | None
 ) -> None:
     """Set (or with ``value`` None, remove) one cell of the row's packed entry."""
+    _update_packed_many(txn, table, row, family, [(qualifier, value)])
+
+
+def _update_packed_many(
+    txn: Txn,
+    table: TableInfo,
+    row: bytes,
+    family: str,
+    changes: Sequence[tuple[bytes, bytes | None]],
+) -> None:
+    """Set (value None: remove) cells of the row's packed entry, in order, in one rewrite."""
     db = _packed_db(table)
     key = packed_key(row, family)
     stored = txn.get(key, db=db)
     pairs = dict(packed.unpack(stored)) if stored is not None else {}
-    if value is None:
-        if pairs.pop(qualifier, None) is None:
-            return
-    else:
-        pairs[qualifier] = value
+    changed = False
+    for qualifier, value in changes:
+        if value is None:
+            changed = pairs.pop(qualifier, None) is not None or changed
+        else:
+            pairs[qualifier] = value
+            changed = True
+    if not changed:
+        return
     if pairs:
-        txn.put(key, packed.pack(list(pairs.items())), db=db)
+        txn.put(key, packed.pack(list(pairs.items()), grouped=family in table.grouped), db=db)
     else:
         txn.delete(key, db=db)
 
@@ -128,7 +152,7 @@ def _packed_db(table: TableInfo) -> lmdb._Database:
 
 
 def _delete_cell(txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes) -> None:
-    if is_packed(family, qualifier):
+    if table.packs(family, qualifier):
         _update_packed(txn, table, row, family, qualifier, None)
         return
     key, bucket = cell_key(cell_prefix(row, family), qualifier)
@@ -176,7 +200,26 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
     last_family = ""
     prefix = b""
     room = 0
+    # consecutive changes of one row's cells in a family packed whole: one rewrite
+    group: list[tuple[bytes, bytes | None]] = []
+    group_at: tuple[bytes, str] = (b"", "")
     for mutation in mutations:
+        family = mutation.family
+        if (
+            family is not None
+            and family in table.grouped
+            and (isinstance(mutation, Put) or mutation.qualifier is not None)
+        ):
+            if mutation.row != group_at[0] or family != group_at[1]:
+                _flush_group(txn, table, group_at, group)
+                if not mutation.row:
+                    raise StorageError("row key must not be empty")
+                group_at = (mutation.row, family)
+            value = mutation.value if isinstance(mutation, Put) else None
+            assert mutation.qualifier is not None
+            group.append((mutation.qualifier, value))
+            continue
+        _flush_group(txn, table, group_at, group)
         if isinstance(mutation, Put):
             if mutation.row != last_row or mutation.family != last_family:
                 if not mutation.row:
@@ -194,7 +237,16 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
             write_cell(txn, table, mutation)
         else:
             _apply_delete(txn, table, mutation)
+    _flush_group(txn, table, group_at, group)
     _flush_puts(txn, table, run)
+
+
+def _flush_group(
+    txn: Txn, table: TableInfo, at: tuple[bytes, str], group: list[tuple[bytes, bytes | None]]
+) -> None:
+    if group:
+        _update_packed_many(txn, table, at[0], at[1], group)
+        group.clear()
 
 
 def _flush_puts(txn: Txn, table: TableInfo, run: list[tuple[bytes, bytes]]) -> None:
@@ -212,7 +264,7 @@ def _apply_delete(txn: Txn, table: TableInfo, delete: Delete) -> None:
     table.check_family(delete.family)
     if delete.qualifier is None:
         _delete_prefix(txn, table, cell_prefix(delete.row, delete.family))
-        if delete.family == PACKED_FAMILY:
+        if delete.family == PACKED_FAMILY or delete.family in table.grouped:
             txn.delete(packed_key(delete.row, delete.family), db=_packed_db(table))
     else:
         _delete_cell(txn, table, delete.row, delete.family, delete.qualifier)
@@ -276,7 +328,7 @@ def convert_to_packed(txn: Txn, table: TableInfo) -> None:
         if family != PACKED_FAMILY:
             continue
         pairs = decode_bucket(value) if is_bucket(key) else [(key[family_end + 1 :], value)]
-        if any(is_packed(family, q) for q, _ in pairs):
+        if any(table.packs(family, q) for q, _ in pairs):
             stale.append(key)
             moved.setdefault((row, family), {}).update(pairs)
     for key in stale:
