@@ -23,7 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.query.tsdb_harness import QueryHarness, embedded_harness
+from tsd.protocol.query_json import parse_query_json
 from tsd.protocol.rollup_config import default_rollup_config, parse_rollup_config
+from tsd.query.rollup import plan_reads
 from tsd.storage.base import ScanSpec
 
 T0 = 1356998400  # 2013-01-01 00:00:00 UTC, a day boundary
@@ -93,6 +95,11 @@ async def _check(harness: QueryHarness, queries: list[tuple[str, str, str]]) -> 
     for downsample, function, aggregator in queries:
         spec = f"{downsample}-{function}"
         raw = await harness.query(body=_body(spec, aggregator, "ROLLUP_RAW"))
+        # every query here reads the rollups without rollupUsage (then raw if none found)
+        sub = parse_query_json(orjson.dumps(_body(spec, aggregator, None))).queries[0]
+        engine = harness.engine
+        reads = plan_reads(engine.rollups, sub, "tsdb", engine.computed)
+        assert [r.is_rollup for r in reads] == [True, False]
         transparent = await harness.query(body=_body(spec, aggregator, None))
         exact = downsample in ("10m", "1h") or function not in ("sum", "zimsum", "avg")
         assert _same(raw, transparent, exact), (spec, aggregator, raw, transparent)

@@ -218,13 +218,17 @@ def _transparent(
     for interval in config.best_matches(bucket_s):
         if interval.default_interval or not computed.computes(interval):
             continue
-        span = interval.span
-        if aggregator == "avg" and (
-            span.units not in ("h", "d") or (span.intervals * span.interval_seconds) % bucket_s
-        ):
+        if aggregator == "avg" and _row_seconds(interval.span) % bucket_s:
             continue  # an avg bucket across rollup rows: not summed across them
         return [_rollup_read(config, interval, aggregator, False, spec.interval_ms), raw]
     return [raw]
+
+
+def _row_seconds(span: RollupSpan) -> int:
+    """A length every row of ``span`` is a whole number of (months and years: a day)."""
+    if span.units in ("h", "d"):
+        return span.intervals * span.interval_seconds
+    return 86400
 
 
 def _rollup_read(
@@ -242,12 +246,12 @@ def _rollup_read(
 def rollup_rows(block: CellBlock, read: RollupRead) -> CellBlock:
     """The rows of ``block`` holding a cell of the columns ``read`` reads (OpenTSDB's scan
     filters cells by their first qualifier byte, so a row without one is never seen)."""
-    wanted = {read.agg_id, read.count_id} - {-1}
-    keep = [
-        i
-        for i, row in enumerate(block)
-        if any(len(c.qualifier) == 3 and c.qualifier[0] in wanted for c in row.cells)
-    ]
+    ql = block.qualifier_lengths
+    first = np.frombuffer(block.qualifiers, np.uint8)[(np.cumsum(ql) - ql)[ql == 3]]
+    hit = np.zeros(len(ql), dtype=np.bool_)
+    hit[ql == 3] = (first == read.agg_id) | (first == read.count_id)
+    rows = np.repeat(np.arange(len(block), dtype=np.int64), block.counts)
+    keep = np.flatnonzero(np.bincount(rows[hit], minlength=len(block)))
     return block if len(keep) == len(block) else block.take(keep)
 
 

@@ -37,18 +37,22 @@ async def replace_rollup_cells(
     is deleted in the same write."""
     if not cells:
         return
-    slots: dict[bytes, set[bytes]] = {}
-    for key, qualifier, _ in cells:
-        slots.setdefault(key, set()).add(qualifier)
-    mutations: list[Mutation] = [Put(key, FAMILY, q, v) for key, q, v in cells]
-    for row in await storage.get_many(table, list(slots), (FAMILY,)):
-        new = slots[row.key]
-        wanted = {rollup_slot(q) for q in new}
-        mutations.extend(
-            Delete(row.key, FAMILY, c.qualifier)
-            for c in row.cells
-            if c.qualifier not in new and rollup_slot(c.qualifier) in wanted
-        )
+    by_row: dict[bytes, dict[bytes, bytes]] = {}
+    for key, qualifier, value in cells:
+        by_row.setdefault(key, {})[qualifier] = value
+    stored = {row.key: row for row in await storage.get_many(table, list(by_row), (FAMILY,))}
+    # row after row (a store that keeps a row's cells together rewrites each row once)
+    mutations: list[Mutation] = []
+    for key, new in by_row.items():
+        mutations.extend(Put(key, FAMILY, q, v) for q, v in new.items())
+        row = stored.get(key)
+        if row is not None:
+            wanted = {rollup_slot(q) for q in new}
+            mutations.extend(
+                Delete(key, FAMILY, c.qualifier)
+                for c in row.cells
+                if c.qualifier not in new and rollup_slot(c.qualifier) in wanted
+            )
     await storage.mutate(table, mutations)
 
 
