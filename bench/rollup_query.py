@@ -28,7 +28,6 @@ import contextlib
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +71,8 @@ async def generate(data_dir: Path, n_series: int, days: int) -> tuple[int, float
         core=CoreConfig(auto_create_metrics=True), storage=StorageConfig(data_dir=str(data_dir))
     )
     setup = rollup_setup(cfg)
-    assert setup.effective is not None and setup.computes
+    assert setup.effective is not None
+    assert setup.computes
     storage = EmbeddedStorage(data_dir)
     try:
         await ensure_tables(storage, cfg.storage, setup.tables())
@@ -130,10 +130,10 @@ async def daemon(data_dir: Path) -> AsyncIterator[str]:
         "tsd.query.limits.buckets = 1000000000\n"
         "tsd.logging.level = warning\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tsd", "tsd", "--config", str(conf)],
-        stdout=subprocess.DEVNULL,
-    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tsd", "tsd", "--config", str(conf),
+        stdout=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
@@ -142,7 +142,7 @@ async def daemon(data_dir: Path) -> AsyncIterator[str]:
                     async with session.get(f"{base}/api/version") as reply:
                         if reply.status == 200:
                             break
-                if proc.poll() is not None:
+                if proc.returncode is not None:
                     raise RuntimeError(f"the daemon exited with {proc.returncode}")
                 await asyncio.sleep(0.1)
             else:
@@ -150,7 +150,7 @@ async def daemon(data_dir: Path) -> AsyncIterator[str]:
         yield base
     finally:
         proc.terminate()
-        proc.wait(timeout=120)
+        await asyncio.wait_for(proc.wait(), 120)
 
 
 def body(days: int, raw: bool) -> bytes:
