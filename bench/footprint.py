@@ -19,6 +19,11 @@ VictoriaMetrics (Debian's ``victoria-metrics``, when installed) is loaded with t
 points through ``/api/v1/import``, then ``/internal/force_flush`` and
 ``/internal/force_merge``, and its data directory measured once its size is stable.
 
+Rollups count (issue 12): the embedded store computes tsd's own rollups by default, so
+after loading, each store gets them as the daemon computes them (the default configuration,
+``tsdb rollup-backfill``'s code: the write-out's cells) and the sizes include them; the
+rollup tables' pages are also given on their own, per point of raw data.
+
 ``--query-baseline REV`` also times ``bench/query.py`` (``--skip-single --no-vm``) at git
 revision REV and at HEAD, rounds alternating, and prints both p50s.
 
@@ -46,11 +51,14 @@ import numpy.typing as npt
 from bench.query import victoria_with
 from tsd.codec import KeyLayout, SeriesKey, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
-from tsd.schema import ensure_tables
+from tsd.query.rollup_compute import ComputedRollups
+from tsd.schema import ensure_tables, rollup_setup
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
-from tsd.storage.embedded.maintenance import compact_store, store_pages
+from tsd.storage.embedded.maintenance import compact_store, store_pages, table_bytes
+from tsd.tools.common import ToolStore
+from tsd.tools.rollup_backfill import backfill
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
 from tsd.write.pipeline import WAL_DIRECTORY
@@ -170,12 +178,32 @@ def measure(path: Path, points: int, label: str) -> dict[str, float]:
     size, disk = dir_bytes(path)
     used, total = store_pages(path)
     wal_size, _ = dir_bytes(path / WAL_DIRECTORY) if (path / WAL_DIRECTORY).exists() else (0, 0)
+    rollups = sum(b for table, b in table_bytes(path).items() if "-rollup-" in table)
     print(
         f"  {label:<34} dir {size / points:5.2f} B/pt (on disk {disk / points:5.2f}; "
         f"log {wal_size} B)  store pages in use {used / points:5.2f} B/pt of "
-        f"{total / points:5.2f}"
+        f"{total / points:5.2f}, of which rollups {rollups / points:5.2f}"
     )
     return {"dir": size / points, "disk": disk / points, "live": used / points}
+
+
+async def roll_up(path: Path) -> float:
+    """tsd's own rollups of the loaded store, as the daemon computes them by default; the
+    seconds it took."""
+    cfg = Config(storage=StorageConfig(data_dir=str(path)))
+    setup = rollup_setup(cfg)
+    assert setup.effective is not None
+    storage = EmbeddedStorage(path)
+    try:
+        await ensure_tables(storage, cfg.storage, setup.tables())
+        layout = KeyLayout.from_storage_config(cfg.storage)
+        computed = ComputedRollups.from_config(setup.effective, setup.effective.intervals, layout)
+        t0 = time.perf_counter()
+        store = ToolStore(cfg, storage, UidService(storage, cfg))
+        await backfill(store, computed, BASE - 3600, 2**31)
+        return time.perf_counter() - t0
+    finally:
+        await storage.close()
 
 
 async def vm_bytes(values: Values) -> int | None:
@@ -254,7 +282,8 @@ async def main(args: argparse.Namespace) -> None:
             with tempfile.TemporaryDirectory(prefix="tsd-bench-footprint-") as tmp:
                 path = Path(tmp) / "data"
                 elapsed = await loader(path, values)  # type: ignore[misc]
-                print(f"  loaded {label} in {elapsed:.0f} s")
+                rolled = await roll_up(path)
+                print(f"  loaded {label} in {elapsed:.0f} s, rolled up in {rolled:.1f} s")
                 measure(path, points, label)
                 t0 = time.perf_counter()
                 compact_store(path)

@@ -732,3 +732,88 @@ def semantic_named(status: int, body: Any) -> Any:
         )
         for r in body
     )
+
+
+# -- rollups computed by tsd (issue 12 item 3) ------------------------------------------------
+
+
+def computed_points(metric: str) -> list[dict[str, Any]]:
+    """Raw points over three hours of two series: integers in one hour, floats (some
+    integral) in the others, several per 10 minutes."""
+    points = []
+    for i in range(90):
+        ts = DAY + i * 113
+        for host, value in (("web01", i % 7 - 2), ("web02", round(i * 0.37 - 5, 2))):
+            if ts >= DAY + 3600 and host == "web01":
+                value = i / 4
+            points.append({"metric": metric, "timestamp": ts, "value": value,
+                           "tags": {"host": host}})  # fmt: skip
+    return points
+
+
+def aggregates_as_rollups(points: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """The sum, count, min and max of each series and interval (1h and 10m) of ``points``,
+    as /api/rollup points of ``metric``: what tsd computes, worked out here in Python."""
+    out = []
+    for interval, step in (("1h", 3600), ("10m", 600)):
+        buckets: dict[tuple[str, int], list[Any]] = {}
+        for p in sorted(points, key=lambda p: p["timestamp"]):
+            start = p["timestamp"] - p["timestamp"] % step
+            buckets.setdefault((p["tags"]["host"], start), []).append(p["value"])
+        for (host, start), values in buckets.items():
+            total: Any = 0 if all(isinstance(v, int) for v in values) else 0.0
+            for v in values:  # in time order, as the downsampler folds
+                total += v
+            for agg, value in (("sum", total), ("count", len(values)),
+                               ("min", min(values)), ("max", max(values))):  # fmt: skip
+                out.append({"metric": metric, "timestamp": start, "value": value,
+                            "tags": {"host": host}, "interval": interval,
+                            "aggregator": agg})  # fmt: skip
+    return out
+
+
+async def test_opentsdb_answers_from_the_rollups_tsd_computes(
+    env: Env, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    computed, posted = "rc.computed", "rc.posted"
+    workdir = tmp_path_factory.mktemp("computing-tsd")
+    conf = workdir / "rollups.json"
+    conf.write_bytes(orjson.dumps(rollup_config(env.prefix)))
+    # a second tsd on the same tables, computing rollups (off by default on HBase)
+    computing = Daemon(
+        build_config(
+            {
+                **tsd_keys(env.cfg),
+                "tsd.rollups.enable": "true",
+                "tsd.rollups.config": str(conf),
+                "tsd.rollups.compute": "true",
+                "tsd.storage.data_dir": str(workdir),
+            }
+        )
+    )
+    await computing.start()
+    try:
+        points = computed_points(computed)
+        url = f"http://127.0.0.1:{computing.port}/api/put?sync"
+        async with env.http.post(url, data=orjson.dumps(points)) as reply:
+            assert reply.status == 204
+    finally:
+        await computing.stop()  # the hours noted are rolled up as the writer closes
+    # the cells /api/rollup stores in OpenTSDB for the same aggregates
+    rollups = aggregates_as_rollups(points, posted)
+    assert await post_rollup(env, env.opentsdb.url, rollups, "?sync") == (204, None)
+    for table in ("rollup-1h", "rollup-10m"):
+        mine = await named_cells(env, table, computed)
+        assert mine, table
+        assert mine == await named_cells(env, table, posted), table
+    # OpenTSDB reads them: its answer from the rollups is its answer from the raw points
+    for m in ("sum:1h-avg:{m}", "sum:1h-sum:{m}", "max:10m-max:{m}{{host=*}}",
+              "sum:10m-count:{m}", "min:1h-min:{m}{{host=*}}"):  # fmt: skip
+        query = m.format(m=computed)
+        raw = query.replace(":" + computed, ":rollup_raw:" + computed)
+        from_rollups = semantic(*await answer(env, env.opentsdb.url, query))
+        assert from_rollups[0] == 200, query
+        assert from_rollups[1], query
+        assert from_rollups == semantic(*await answer(env, env.opentsdb.url, raw)), query
+        # and the first tsd (computing none: OpenTSDB's reading of rollups) answers alike
+        assert semantic(*await answer(env, env.tsd_url, query)) == from_rollups, query

@@ -167,9 +167,100 @@ done:
     return result;
 }
 
+/* rollup_cells(qualifiers, values, qlen, vlen, counts, agg_id, count_id): the cells of
+ * rollup rows (tsd.query.rollup.decode_rollup_rows) that a read takes, in one walk: a
+ * 3-byte qualifier whose first byte is agg_id or count_id (count_id -1: none) and whose
+ * value length is its flags' (floats 4 or 8 bytes). Returns (rows int64: the cell's row,
+ * is_count uint8, intervals int64: the qualifier's interval index, doubles float64, ints
+ * int64, is_int uint8) as bytearrays of the cells taken, in cell order. The numpy path of
+ * decode_rollup_rows computes the same (tests/query/test_own_rollups.py, and
+ * test_rollup_decode.py compares both on random rows). */
+static PyObject *rollup_cells(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer q, v, ql, vl, cn;
+    int agg_id, count_id;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*ii", &q, &v, &ql, &vl, &cn, &agg_id, &count_id))
+        return NULL;
+    PyObject *result = NULL;
+    PyObject *r_o = NULL, *c_o = NULL, *n_o = NULL, *d_o = NULL, *i_o = NULL, *isi_o = NULL;
+    Py_ssize_t ncells = ql.len / 8, nrows = cn.len / 8;
+    if (vl.len / 8 != ncells) {
+        PyErr_SetString(PyExc_ValueError, "rollup_cells: lengths disagree");
+        goto fail;
+    }
+    {
+        const unsigned char *qb = q.buf, *vb = v.buf;
+        const int64_t *qlen = ql.buf, *vlen = vl.buf, *counts = cn.buf;
+        r_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
+        c_o = PyByteArray_FromStringAndSize(NULL, ncells);
+        n_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
+        d_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
+        i_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
+        isi_o = PyByteArray_FromStringAndSize(NULL, ncells);
+        if (!r_o || !c_o || !n_o || !d_o || !i_o || !isi_o) goto fail;
+        int64_t *rows = (int64_t *)PyByteArray_AS_STRING(r_o);
+        unsigned char *is_count = (unsigned char *)PyByteArray_AS_STRING(c_o);
+        int64_t *interval = (int64_t *)PyByteArray_AS_STRING(n_o);
+        double *dv = (double *)PyByteArray_AS_STRING(d_o);
+        int64_t *iv = (int64_t *)PyByteArray_AS_STRING(i_o);
+        unsigned char *isi = (unsigned char *)PyByteArray_AS_STRING(isi_o);
+        Py_ssize_t qpos = 0, vpos = 0, cell = 0, out = 0;
+        for (Py_ssize_t r = 0; r < nrows; r++) {
+            for (int64_t c = 0; c < counts[r]; c++, cell++) {
+                if (cell >= ncells) {
+                    PyErr_SetString(PyExc_ValueError, "rollup_cells: counts exceed the cells");
+                    goto fail;
+                }
+                Py_ssize_t len = (Py_ssize_t)qlen[cell], width = (Py_ssize_t)vlen[cell];
+                if (qpos + len > q.len || vpos + width > v.len) {
+                    PyErr_SetString(PyExc_ValueError, "rollup_cells: lengths exceed the bytes");
+                    goto fail;
+                }
+                const unsigned char *qp = qb + qpos, *vp = vb + vpos;
+                qpos += len;
+                vpos += width;
+                if (len != 3) continue;
+                int first = qp[0];
+                int counted = count_id >= 0 && first == count_id;
+                if (first != agg_id && !counted) continue;
+                unsigned unit = ((unsigned)qp[1] << 8) | qp[2];
+                int is_float = (unit & 0x8) != 0;
+                if (width != (Py_ssize_t)(unit & 0x7) + 1 || !valid_length(is_float, width))
+                    continue;
+                rows[out] = r;
+                is_count[out] = first != agg_id;
+                interval[out] = (int64_t)(unit >> 4);
+                read_value(vp, v.len - (vp - vb), width, is_float, &dv[out], &iv[out]);
+                isi[out] = !is_float;
+                out++;
+            }
+        }
+        if (PyByteArray_Resize(r_o, out * 8) || PyByteArray_Resize(c_o, out) ||
+            PyByteArray_Resize(n_o, out * 8) || PyByteArray_Resize(d_o, out * 8) ||
+            PyByteArray_Resize(i_o, out * 8) || PyByteArray_Resize(isi_o, out))
+            goto fail;
+        result = Py_BuildValue("(OOOOOO)", r_o, c_o, n_o, d_o, i_o, isi_o);
+    }
+fail:
+    Py_XDECREF(r_o);
+    Py_XDECREF(c_o);
+    Py_XDECREF(n_o);
+    Py_XDECREF(d_o);
+    Py_XDECREF(i_o);
+    Py_XDECREF(isi_o);
+    PyBuffer_Release(&q);
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&ql);
+    PyBuffer_Release(&vl);
+    PyBuffer_Release(&cn);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_seconds", decode_seconds, METH_VARARGS,
      "Seconds data cells -> (timestamps, doubles, ints, is_int, row_offsets, any_int) or None"},
+    {"rollup_cells", rollup_cells, METH_VARARGS,
+     "Rollup cells a read takes -> (rows, is_count, intervals, doubles, ints, is_int)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -105,7 +105,6 @@ from tsd.query.rollup import (
     RollupRead,
     decode_rollup_rows,
     plan_reads,
-    rollup_rows,
 )
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.series import AggregatedSeries, BoolArray
@@ -600,10 +599,13 @@ class QueryEngine:
                 if fresh and not fresh.keys().isdisjoint(block.keys):
                     block = _with_fresh_rollups(block, fresh)
                 # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
-                block = rollup_rows(block, rollup)
-                points, spent = await self._compute_sized(
+                keys, points, spent = await self._compute_sized(
                     work, _timed_rollup_decode, block, self._layout, rollup
                 )
+                stats.decode_s += spent
+                tally.add(points, len(keys))
+                parts.append((keys, points))
+                return
             else:
                 points, spent = await self._compute_sized(
                     work, _timed_decode, block, self._layout, self._fix_duplicates
@@ -1059,10 +1061,10 @@ def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
 
 def _timed_rollup_decode(
     block: CellBlock, layout: KeyLayout, source: RollupRead
-) -> tuple[RowPoints, float]:
+) -> tuple[list[bytes], RowPoints, float]:
     started = time.thread_time()
-    points = decode_rollup_rows(block, layout, source)
-    return points, time.thread_time() - started
+    keys, points = decode_rollup_rows(block, layout, source)
+    return keys, points, time.thread_time() - started
 
 
 def _timed_decode(block: Block, layout: KeyLayout, fix_duplicates: bool) -> tuple[RowPoints, float]:

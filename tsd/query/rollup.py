@@ -44,7 +44,7 @@ import numpy as np
 from tsd.codec import KeyLayout
 from tsd.codec.histogram import SimpleHistogram
 from tsd.codec.rollup import RollupSpan, rollup_base_time
-from tsd.query.decode import RowPoints, _values, base_times_s
+from tsd.query.decode import _C, RowPoints, _values, base_times_s
 from tsd.query.downsample import reduce_segments
 from tsd.query.series import BoolArray, Float64Array, Int64Array
 from tsd.query_model import DownsampleSpec, SubQuery
@@ -56,7 +56,6 @@ __all__ = [
     "RollupRead",
     "decode_rollup_rows",
     "plan_reads",
-    "rollup_rows",
 ]
 
 #: downsample functions whose rollup columns are another aggregator's (RollupQuery)
@@ -243,104 +242,162 @@ def _rollup_read(
     return RollupRead(table, interval, aggregator, config.id_for(aggregator), bucket_ms=bucket)
 
 
-def rollup_rows(block: CellBlock, read: RollupRead) -> CellBlock:
+def decode_rollup_rows(
+    block: CellBlock, layout: KeyLayout, read: RollupRead
+) -> tuple[list[bytes], RowPoints]:
     """The rows of ``block`` holding a cell of the columns ``read`` reads (OpenTSDB's scan
-    filters cells by their first qualifier byte, so a row without one is never seen)."""
-    ql = block.qualifier_lengths
-    first = np.frombuffer(block.qualifiers, np.uint8)[(np.cumsum(ql) - ql)[ql == 3]]
-    hit = np.zeros(len(ql), dtype=np.bool_)
-    hit[ql == 3] = (first == read.agg_id) | (first == read.count_id)
-    rows = np.repeat(np.arange(len(block), dtype=np.int64), block.counts)
-    keep = np.flatnonzero(np.bincount(rows[hit], minlength=len(block)))
-    return block if len(keep) == len(block) else block.take(keep)
+    filters cells by their first qualifier byte, so a row without one is never seen) and
+    their points (see the module docstring), row by row in time order.
 
-
-def decode_rollup_rows(block: CellBlock, layout: KeyLayout, read: RollupRead) -> RowPoints:
-    """The points of rollup rows for ``read`` (see the module docstring), row by row in
-    time order. Vectorised over every cell of the block: cells of the columns read whose
-    value length is their flags' (a later cell of one interval replaces an earlier one, as
-    a later put does); ``avg`` sums the sums and the counts of each downsample bucket (in
-    time order, as the downsampler folds) and divides (0 when the counts are 0)."""
+    The cells read are those whose value length is their flags' (a later cell of one
+    interval replaces an earlier one, as a later put does), found in one walk by the C
+    helper (or by numpy over the block's cells without it); ``avg`` sums the sums and the
+    counts of each downsample bucket (in time order, as the downsampler folds) and divides
+    (0 when the counts are 0)."""
     assert read.interval is not None
-    rows_n = len(block)
     step_ms = read.interval.span.interval_seconds * 1000
-    stored = block.stored_bytes if rows_n else 0
-    ql, vl = block.qualifier_lengths, block.value_lengths
-    q_start = np.cumsum(ql) - ql
-    v_start = np.cumsum(vl) - vl
-    row_of = np.repeat(np.arange(rows_n, dtype=np.int64), block.counts)
-    three = np.flatnonzero(ql == 3)
-    qb = np.frombuffer(block.qualifiers, np.uint8)
-    at = q_start[three]
-    agg = qb[at].astype(np.int64)
-    packed = qb[at + 1].astype(np.int64) << 8 | qb[at + 2]
-    flags = packed & 0xF
-    length = vl[three]
-    ok = (length == (flags & 0x7) + 1) & (((flags & 0x8) == 0) | (length == 4) | (length == 8))
-    wanted = ok & ((agg == read.agg_id) | (agg == read.count_id))
-    cells = three[wanted]
-    agg, flags, rows = agg[wanted], flags[wanted], row_of[cells]
-    base_ms = base_times_s(layout, block.keys) * 1000 if rows_n else _EMPTY
-    ts = base_ms[rows] + (packed[wanted] >> 4) * step_ms
-    buffer = np.frombuffer(block.values + bytes(8), np.uint8)
-    doubles, ints, is_int = _values(buffer, v_start[cells], flags)
-    main = _last_per_time(agg == read.agg_id, rows, ts)
+    rows, is_count, intervals, doubles, ints, is_int = _cells_read(block, read)
+    # the rows read, numbered 0.. in block order
+    present = np.zeros(len(block), dtype=np.bool_)
+    present[rows] = True
+    kept = np.flatnonzero(present)
+    keys = block.keys
+    stored = block.stored_bytes if len(block) else 0
+    if len(kept) != len(block):
+        keys = [block.keys[i] for i in kept.tolist()]
+        stored = block.take(kept).stored_bytes
+        rows = (np.cumsum(present) - 1)[rows]
+    rows_n = len(kept)
+    base_ms = base_times_s(layout, keys) * 1000 if rows_n else _EMPTY
+    ts = base_ms[rows] + intervals * step_ms
+    key = rows * _ROW_KEY + ts  # (row, time) as one sortable integer
+    main = _last_per_time(~is_count, key)
     if read.aggregator == "avg":
-        counted = _last_per_time(agg == read.count_id, rows, ts)
-        return _averaged(rows, ts, doubles, main, counted, read.bucket_ms, rows_n, stored)
+        counted = _last_per_time(is_count, key)
+        points = _averaged(
+            rows, ts, key, doubles, main, counted, read.bucket_ms, step_ms, rows_n, stored
+        )
+        return keys, points
     rows, ts, doubles = rows[main], ts[main], doubles[main]
     offsets = np.zeros(rows_n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=rows_n), out=offsets[1:])
     exact = None
     if ints is not None and is_int is not None and is_int[main].any():
         exact, is_int = ints[main], is_int[main]
-    return RowPoints(
+    points = RowPoints(
         offsets, ts, doubles, exact, is_int if exact is not None else None, stored_bytes=stored
     )
+    return keys, points
 
 
-def _last_per_time(mask: BoolArray, rows: Int64Array, ts: Int64Array) -> Int64Array:
-    """Indices of the cells of ``mask`` ordered by (row, time), the last cell of each
-    (row, time) only."""
+def _cells_read(
+    block: CellBlock, read: RollupRead
+) -> tuple[Int64Array, BoolArray, Int64Array, Float64Array, Int64Array | None, BoolArray | None]:
+    """(row, is a count cell, interval index, value as a double, exact integer, is an
+    integer) of every cell ``read`` takes, in cell order."""
+    if _C is not None and hasattr(_C, "rollup_cells"):
+        found = _C.rollup_cells(
+            block.qualifiers,
+            block.values,
+            np.ascontiguousarray(block.qualifier_lengths, np.int64),
+            np.ascontiguousarray(block.value_lengths, np.int64),
+            np.ascontiguousarray(block.counts, np.int64),
+            read.agg_id,
+            read.count_id,
+        )
+        r, c, n, d, i, b = found
+        return (
+            np.frombuffer(r, np.int64),
+            np.frombuffer(c, np.bool_),
+            np.frombuffer(n, np.int64),
+            np.frombuffer(d, np.float64),
+            np.frombuffer(i, np.int64),
+            np.frombuffer(b, np.bool_),
+        )
+    return _cells_read_numpy(block, read)
+
+
+def _cells_read_numpy(
+    block: CellBlock, read: RollupRead
+) -> tuple[Int64Array, BoolArray, Int64Array, Float64Array, Int64Array | None, BoolArray | None]:
+    """:func:`_cells_read` with numpy (no C helper)."""
+    ql, vl = block.qualifier_lengths, block.value_lengths
+    q_start = np.cumsum(ql) - ql
+    three = np.flatnonzero(ql == 3)
+    qb = np.frombuffer(block.qualifiers, np.uint8)
+    first = qb[q_start[three]]
+    hit = first == read.agg_id
+    if read.count_id >= 0:
+        hit |= first == read.count_id
+    cells = three[hit]
+    q_at = q_start[cells]
+    packed = qb[q_at + 1].astype(np.int64) << 8 | qb[q_at + 2]
+    flags = packed & 0xF
+    length = vl[cells]
+    ok = (length == (flags & 0x7) + 1) & (((flags & 0x8) == 0) | (length == 4) | (length == 8))
+    cells, q_at, packed, flags = cells[ok], q_at[ok], packed[ok], flags[ok]
+    rows = np.searchsorted(np.cumsum(block.counts), cells, side="right")
+    v_start = (np.cumsum(vl) - vl)[cells]
+    buffer = np.frombuffer(block.values + bytes(8), np.uint8)
+    doubles, ints, is_int = _values(buffer, v_start, flags)
+    return rows, qb[q_at] != read.agg_id, packed >> 4, doubles, ints, is_int
+
+
+def _last_per_time(mask: BoolArray, key: Int64Array) -> Int64Array:
+    """Indices of the cells of ``mask`` ordered by (row, time) (``key``), the last cell of
+    each (row, time) only."""
     picked = np.flatnonzero(mask)
-    order = picked[np.lexsort((ts[picked], rows[picked]))]
-    if len(order) < 2:
-        return order
-    r, t = rows[order], ts[order]
+    if len(picked) < 2:
+        return picked
+    key = key[picked]
+    if bool((key[1:] > key[:-1]).all()):
+        return picked  # the usual rows: cells in qualifier order, one per interval
+    order = np.argsort(key, kind="stable")
+    key = key[order]
     last = np.ones(len(order), dtype=np.bool_)
-    last[:-1] = (r[1:] != r[:-1]) | (t[1:] != t[:-1])
-    return order[last]
+    last[:-1] = key[1:] != key[:-1]
+    return picked[order[last]]
 
 
 def _averaged(
     rows: Int64Array,
     ts: Int64Array,
+    key: Int64Array,
     doubles: Float64Array,
     sums: Int64Array,
     counts: Int64Array,
     bucket_ms: int,
+    step_ms: int,
     rows_n: int,
     stored: int,
 ) -> RowPoints:
     """One point per row and downsample bucket, at its first rollup's time: the bucket's
-    sums over its counts, for the intervals that have both."""
-    key_sum = rows[sums] * _ROW_KEY + ts[sums]
-    key_count = rows[counts] * _ROW_KEY + ts[counts]
-    at = np.searchsorted(key_count, key_sum)
-    found = at < len(key_count)
-    found[found] = key_count[at[found]] == key_sum[found]
-    sums, matched = sums[found], counts[at[found]]
+    sums over its counts, for the intervals that have both. The usual read (every sum with
+    its count, in the same order; buckets of one interval) takes no search and no fold."""
+    key_sum, key_count = key[sums], key[counts]
+    if len(key_sum) == len(key_count) and np.array_equal(key_sum, key_count):
+        matched = counts
+    else:
+        at = np.searchsorted(key_count, key_sum)
+        found = at < len(key_count)
+        found[found] = key_count[at[found]] == key_sum[found]
+        sums, matched = sums[found], counts[at[found]]
     r, t = rows[sums], ts[sums]
-    bucket = t - t % bucket_ms if bucket_ms > 0 else np.zeros(len(t), np.int64)
     n = len(t)
-    change = np.ones(n, dtype=np.bool_)
-    if n:
-        change[1:] = (r[1:] != r[:-1]) | (bucket[1:] != bucket[:-1])
-    starts = np.flatnonzero(change)
-    totals = reduce_segments(doubles[sums], starts, n, "sum")
-    weights = reduce_segments(doubles[matched], starts, n, "sum")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        values = np.where(weights != 0, totals / np.where(weights != 0, weights, 1.0), 0.0)
+    if bucket_ms == step_ms:  # every interval its own bucket
+        starts = np.arange(n, dtype=np.int64)
+        totals, weights = doubles[sums], doubles[matched]
+    else:
+        bucket = t - t % bucket_ms if bucket_ms > 0 else np.zeros(n, np.int64)
+        change = np.ones(n, dtype=np.bool_)
+        if n:
+            change[1:] = (r[1:] != r[:-1]) | (bucket[1:] != bucket[:-1])
+        starts = np.flatnonzero(change)
+        totals = reduce_segments(doubles[sums], starts, n, "sum")
+        weights = reduce_segments(doubles[matched], starts, n, "sum")
+    nonzero = weights != 0
+    values = np.zeros(len(starts), dtype=np.float64)
+    np.divide(totals, weights, out=values, where=nonzero)
     offsets = np.zeros(rows_n + 1, dtype=np.int64)
     np.cumsum(np.bincount(r[starts], minlength=rows_n), out=offsets[1:])
     return RowPoints(offsets, t[starts], values, None, None, stored_bytes=stored)

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tsd.codec import KeyLayout
+from tsd.codec.const import TIMESTAMP_BYTES
 from tsd.config import Config
 from tsd.head import Head
 from tsd.meta.service import MetaService
@@ -17,6 +19,7 @@ from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
 from tsd.write.head_flush import RollupHook, build_head_sink
 from tsd.write.ingest import IngestService
+from tsd.write.rollup_tracker import RollupTracker
 from tsd.write.writer import Writer, WriterLimits
 
 #: the log's directory under tsd.storage.data_dir
@@ -64,6 +67,20 @@ class WritePath:
             sink = build_head_sink(
                 storage, cfg, registry, wal=wal, wall_clock=time.time, rollups=rollups
             )
+        # Where rows are stored as cells at once, their rollups are computed once closed.
+        tracker = None
+        if rollups is not None and sink is None:
+            layout = KeyLayout.from_storage_config(cfg)
+            tracker = RollupTracker(
+                storage,
+                cfg.data_table,
+                rollups,
+                registry,
+                time_at=layout.tags_start - TIMESTAMP_BYTES,
+                fix_duplicates=cfg.fix_duplicates,
+                grace_s=config.rollups.compute_grace_s,
+                wall_clock=time.time,
+            )
         writer = Writer(
             storage,
             cfg,
@@ -72,6 +89,7 @@ class WritePath:
             wal=wal,
             spool_max_bytes=spool_max_bytes,
             head=sink,
+            rollups=tracker,
         )
         ingest = IngestService(
             writer,

@@ -58,6 +58,7 @@ from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink
 from tsd.write.retention import Retention
+from tsd.write.rollup_tracker import RollupTracker
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.spool import Spool
 
@@ -104,6 +105,7 @@ class Writer:
         wal: WriteAheadLog | None = None,
         spool_max_bytes: int | None = None,
         head: HeadSink | None = None,
+        rollups: RollupTracker | None = None,
     ) -> None:
         """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
         both are done; batches are then cut
@@ -114,6 +116,8 @@ class Writer:
         self._storage = storage
         self._wal = wal
         self._head = head
+        #: tsd's own rollups of rows stored as cells (tsd/write/rollup_tracker.py)
+        self._rollups = rollups
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
@@ -176,6 +180,8 @@ class Writer:
                 self._spool.start()
             if self._head is not None:
                 self._head.start()
+            if self._rollups is not None:
+                self._rollups.start()
         housekeeping = self._compacting or self._retention.retention_s > 0
         if housekeeping and self._compaction_task is None:
             self._compaction_task = asyncio.get_running_loop().create_task(self._compact_loop())
@@ -204,6 +210,8 @@ class Writer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._limits.close_compaction_budget_s):
                     await self._compactor.compact(rows)
+        if self._rollups is not None:
+            await self._rollups.close()
         self._closed = True
 
     # -- adding points ------------------------------------------------------------------------
@@ -430,6 +438,8 @@ class Writer:
             ack.set_result(None)
         if self._compacting:
             self._note_rows(batch.rows)
+        if self._rollups is not None:
+            self._rollups.note(batch.rows)
 
     async def _write_to_head(
         self, sink: HeadSink, batch: Batch, ack: Ack, slots: asyncio.Semaphore
@@ -543,6 +553,8 @@ class Writer:
                 cells += sum(len(qualifiers) for _, qualifiers, _ in columns)
                 if self._compacting:
                     self._note_rows(row for row, _, _ in columns)
+                if self._rollups is not None:
+                    self._rollups.note(row for row, _, _ in columns)
                 if self._appends:
                     await self._write_appends(
                         [(row, list(zip(qs, vs, strict=True))) for row, qs, vs in columns]
@@ -578,6 +590,8 @@ class Writer:
         self._stored.inc(cells)
         if self._compacting:
             self._note_rows(row for row, _, _ in columns)
+        if self._rollups is not None:
+            self._rollups.note(row for row, _, _ in columns)
 
     async def _write_puts(self, rows: list[Row]) -> None:
         await self._storage.put(self._table, _make_puts(rows))

@@ -117,22 +117,42 @@ def delete_range(txn: Txn, table: TableInfo, start: bytes, stop: bytes) -> int:
 
 def store_pages(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(bytes of the pages the store's B-trees use, bytes of the file's pages)."""
+    stats, psize, total = _database_pages(path)
+    return (sum(stats.values()) + 2) * psize, total * psize
+
+
+def table_bytes(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Bytes of the pages each table's B-trees use (its plain cells and its packed rows),
+    by table name; the catalog and LMDB's own under ``""``."""
+    stats, psize, _ = _database_pages(path)
+    out: dict[str, int] = {}
+    for name, pages in stats.items():
+        table = ""
+        for prefix in (b"table:", b"packed:"):
+            if name.startswith(prefix):
+                table = name[len(prefix) :].decode("ascii", "replace")
+        out[table] = out.get(table, 0) + pages * psize
+    return out
+
+
+def _database_pages(path: str | os.PathLike[str]) -> tuple[dict[bytes, int], int, int]:
+    """(pages in use per named database, the main one under b"", page size, file pages)."""
     env = lmdb.open(str(path), readonly=True, lock=False, max_dbs=1024, subdir=True)
     try:
         psize = env.stat()["psize"]
-        used = 0
         with env.begin() as txn:
             names = [key for key, _ in txn.cursor()]
-            stats = [env.stat()]
+            stats = {b"": env.stat()}
             for name in names:
                 try:
-                    stats.append(txn.stat(env.open_db(name, txn=txn, create=False)))
+                    stats[name] = txn.stat(env.open_db(name, txn=txn, create=False))
                 except lmdb.Error:
                     continue  # a plain key of the main database, not a named one
-        for stat in stats:
-            used += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-        total = env.info()["last_pgno"] + 1
-        return (used + 2) * psize, total * psize
+        pages = {
+            name: stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+            for name, stat in stats.items()
+        }
+        return pages, psize, env.info()["last_pgno"] + 1
     finally:
         env.close()
 

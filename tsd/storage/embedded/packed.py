@@ -126,16 +126,18 @@ def pack(cells: Sequence[Pair], *, grouped: bool = False) -> bytes:
 
 # -- group form: every cell of a row and family in columns -------------------------------------
 #
-# ``00 'G' mode n:u32 payload``: the count byte 0 followed by more bytes, which the cell form
-# never stores (an entry of no cell is one byte, and is deleted anyway). The payload is the
-# qualifier lengths (u16 each, or one when all are alike: mode bit 1), the value lengths
-# (u32 each, or one: mode bit 2), the qualifiers end to end and the values end to end, cells
-# sorted by qualifier; zstd-compressed when that saves a tenth (mode bit 0). Rollup rows
-# (many 3-byte qualifiers, values of a few bytes) read back as columns straight into a
-# CellBlock (:func:`group_columns`), with no object per cell.
+# ``00 'G' mode n:u32 head_size:u32 head values``: the count byte 0 followed by more bytes,
+# which the cell form never stores (an entry of no cell is one byte, and is deleted anyway).
+# The head is the qualifier lengths (u16 each, or one when all are alike: mode bit 1), the
+# value lengths (u32 each, or one: mode bit 2) and the qualifiers end to end, cells sorted by
+# qualifier, zstd-compressed when that saves a tenth (mode bit 0; a rollup row's qualifiers
+# shrink to almost nothing); the values follow end to end, as they are: reading a row costs
+# one small decompression and one copy (numbers of full precision, rollup sums, would barely
+# compress and take most of a read's time to decompress). Rollup rows read back as columns
+# straight into a CellBlock (:func:`group_columns`), with no object per cell.
 
 GROUP_MARK = b"\x00G"
-_GROUP_HEAD = struct.Struct("<BI")
+_GROUP_HEAD = struct.Struct("<BII")
 _GROUP_ZSTD = 0x01
 _GROUP_ONE_QLEN = 0x02
 _GROUP_ONE_VLEN = 0x04
@@ -155,43 +157,43 @@ def pack_group(cells: Sequence[Pair]) -> bytes:
         qlens, mode = qlens[:1], mode | _GROUP_ONE_QLEN
     if n and (vlens == vlens[0]).all():
         vlens, mode = vlens[:1], mode | _GROUP_ONE_VLEN
-    payload = (
+    head = (
         qlens.astype("<u2").tobytes()
         + vlens.astype("<u4").tobytes()
         + b"".join(q for q, _ in ordered)
-        + b"".join(v for _, v in ordered)
     )
-    if len(payload) > 64:
-        squeezed = _compress(payload)
-        if len(squeezed) * 10 <= len(payload) * 9:
-            payload, mode = squeezed, mode | _GROUP_ZSTD
-    return GROUP_MARK + _GROUP_HEAD.pack(mode, n) + payload
+    if len(head) > 64:
+        squeezed = _compress(head)
+        if len(squeezed) * 10 <= len(head) * 9:
+            head, mode = squeezed, mode | _GROUP_ZSTD
+    values = b"".join(v for _, v in ordered)
+    return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
 
 
 def group_columns(data: bytes) -> tuple[I64, I64, bytes, bytes]:
     """A group entry's (qualifier lengths, value lengths, qualifiers, values); StorageError
     when it does not decode."""
     try:
-        mode, n = _GROUP_HEAD.unpack_from(data, 2)
-        payload = data[2 + _GROUP_HEAD.size :]
+        mode, n, head_size = _GROUP_HEAD.unpack_from(data, 2)
+        at = 2 + _GROUP_HEAD.size
+        head = data[at : at + head_size]
+        values = data[at + head_size :]
         if mode & _GROUP_ZSTD:
-            payload = _decompress(payload)
+            head = _decompress(head)
         nq = 1 if mode & _GROUP_ONE_QLEN and n else n
         nv = 1 if mode & _GROUP_ONE_VLEN and n else n
-        qlens = np.frombuffer(payload, "<u2", nq, 0).astype(np.int64)
-        vlens = np.frombuffer(payload, "<u4", nv, 2 * nq).astype(np.int64)
+        qlens = np.frombuffer(head, "<u2", nq, 0).astype(np.int64)
+        vlens = np.frombuffer(head, "<u4", nv, 2 * nq).astype(np.int64)
     except (ValueError, struct.error, zstandard.ZstdError) as exc:
         raise StorageError(f"corrupt embedded packed value: {exc}") from None
-    at = 2 * nq + 4 * nv
+    q_at = 2 * nq + 4 * nv
     if nq != n:
         qlens = np.full(n, qlens[0], np.int64)
     if nv != n:
         vlens = np.full(n, vlens[0], np.int64)
-    q_end = at + int(qlens.sum())
-    v_end = q_end + int(vlens.sum())
-    if v_end != len(payload):
+    if q_at + int(qlens.sum()) != len(head) or int(vlens.sum()) != len(values):
         raise StorageError("corrupt embedded packed value: group lengths")
-    return qlens, vlens, payload[at:q_end], payload[q_end:v_end]
+    return qlens, vlens, head[q_at:], values
 
 
 def _unpack_group(data: bytes) -> list[Pair]:
