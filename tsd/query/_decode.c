@@ -167,45 +167,52 @@ done:
     return result;
 }
 
-/* rollup_cells(qualifiers, values, qlen, vlen, counts, agg_id, count_id): the cells of
- * rollup rows (tsd.query.rollup.decode_rollup_rows) that a read takes, in one walk: a
- * 3-byte qualifier whose first byte is agg_id or count_id (count_id -1: none) and whose
- * value length is its flags' (floats 4 or 8 bytes). Returns (rows int64: the cell's row,
- * is_count uint8, intervals int64: the qualifier's interval index, doubles float64, ints
- * int64, is_int uint8) as bytearrays of the cells taken, in cell order. The numpy path of
- * decode_rollup_rows computes the same (tests/query/test_own_rollups.py, and
- * test_rollup_decode.py compares both on random rows). */
+/* rollup_cells(qualifiers, values, qlen, vlen, counts, base_ms, step_ms, agg_id, count_id):
+ * the cells of rollup rows (tsd.query.rollup.decode_rollup_rows) that a read takes, in one
+ * walk: a 3-byte qualifier whose first byte is agg_id or count_id (count_id -1: none) and
+ * whose value length is its flags' (floats 4 or 8 bytes); its time is its row's base time
+ * plus its interval index times step_ms. Returns
+ *   ((rows, times, doubles, ints, is_int) of the agg_id cells,
+ *    (rows, times, doubles) of the count_id cells,
+ *    (rows holding a cell taken, agg cells in strictly increasing (row, time),
+ *     count cells likewise, both of the same (row, time) in the same order))
+ * as int64/float64/uint8 bytearrays and ints, in cell order. The numpy path of
+ * decode_rollup_rows computes the same (tests/query/test_rollup_decode.py). */
 static PyObject *rollup_cells(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer q, v, ql, vl, cn;
+    Py_buffer q, v, ql, vl, cn, bm;
+    long long step_ms;
     int agg_id, count_id;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*ii", &q, &v, &ql, &vl, &cn, &agg_id, &count_id))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*Lii", &q, &v, &ql, &vl, &cn, &bm, &step_ms,
+                          &agg_id, &count_id))
         return NULL;
     PyObject *result = NULL;
-    PyObject *r_o = NULL, *c_o = NULL, *n_o = NULL, *d_o = NULL, *i_o = NULL, *isi_o = NULL;
+    PyObject *o[8] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     Py_ssize_t ncells = ql.len / 8, nrows = cn.len / 8;
-    if (vl.len / 8 != ncells) {
+    if (vl.len / 8 != ncells || bm.len / 8 != nrows) {
         PyErr_SetString(PyExc_ValueError, "rollup_cells: lengths disagree");
         goto fail;
     }
     {
         const unsigned char *qb = q.buf, *vb = v.buf;
-        const int64_t *qlen = ql.buf, *vlen = vl.buf, *counts = cn.buf;
-        r_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
-        c_o = PyByteArray_FromStringAndSize(NULL, ncells);
-        n_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
-        d_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
-        i_o = PyByteArray_FromStringAndSize(NULL, ncells * 8);
-        isi_o = PyByteArray_FromStringAndSize(NULL, ncells);
-        if (!r_o || !c_o || !n_o || !d_o || !i_o || !isi_o) goto fail;
-        int64_t *rows = (int64_t *)PyByteArray_AS_STRING(r_o);
-        unsigned char *is_count = (unsigned char *)PyByteArray_AS_STRING(c_o);
-        int64_t *interval = (int64_t *)PyByteArray_AS_STRING(n_o);
-        double *dv = (double *)PyByteArray_AS_STRING(d_o);
-        int64_t *iv = (int64_t *)PyByteArray_AS_STRING(i_o);
-        unsigned char *isi = (unsigned char *)PyByteArray_AS_STRING(isi_o);
-        Py_ssize_t qpos = 0, vpos = 0, cell = 0, out = 0;
+        const int64_t *qlen = ql.buf, *vlen = vl.buf, *counts = cn.buf, *base = bm.buf;
+        Py_ssize_t sizes[8] = {8, 8, 8, 8, 1, 8, 8, 8};
+        for (int k = 0; k < 8; k++) {
+            o[k] = PyByteArray_FromStringAndSize(NULL, ncells * sizes[k]);
+            if (!o[k]) goto fail;
+        }
+        int64_t *m_row = (int64_t *)PyByteArray_AS_STRING(o[0]);
+        int64_t *m_ts = (int64_t *)PyByteArray_AS_STRING(o[1]);
+        double *m_d = (double *)PyByteArray_AS_STRING(o[2]);
+        int64_t *m_i = (int64_t *)PyByteArray_AS_STRING(o[3]);
+        unsigned char *m_isi = (unsigned char *)PyByteArray_AS_STRING(o[4]);
+        int64_t *c_row = (int64_t *)PyByteArray_AS_STRING(o[5]);
+        int64_t *c_ts = (int64_t *)PyByteArray_AS_STRING(o[6]);
+        double *c_d = (double *)PyByteArray_AS_STRING(o[7]);
+        Py_ssize_t qpos = 0, vpos = 0, cell = 0, nm = 0, nc = 0, seen = 0;
+        int m_ordered = 1, c_ordered = 1;
         for (Py_ssize_t r = 0; r < nrows; r++) {
+            int row_seen = 0;
             for (int64_t c = 0; c < counts[r]; c++, cell++) {
                 if (cell >= ncells) {
                     PyErr_SetString(PyExc_ValueError, "rollup_cells: counts exceed the cells");
@@ -221,38 +228,54 @@ static PyObject *rollup_cells(PyObject *self, PyObject *args) {
                 vpos += width;
                 if (len != 3) continue;
                 int first = qp[0];
-                int counted = count_id >= 0 && first == count_id;
-                if (first != agg_id && !counted) continue;
+                int is_main = first == agg_id;
+                if (!is_main && !(count_id >= 0 && first == count_id)) continue;
                 unsigned unit = ((unsigned)qp[1] << 8) | qp[2];
                 int is_float = (unit & 0x8) != 0;
                 if (width != (Py_ssize_t)(unit & 0x7) + 1 || !valid_length(is_float, width))
                     continue;
-                rows[out] = r;
-                is_count[out] = first != agg_id;
-                interval[out] = (int64_t)(unit >> 4);
-                read_value(vp, v.len - (vp - vb), width, is_float, &dv[out], &iv[out]);
-                isi[out] = !is_float;
-                out++;
+                int64_t ts = base[r] + (int64_t)(unit >> 4) * step_ms;
+                double d;
+                int64_t iv;
+                read_value(vp, v.len - (vp - vb), width, is_float, &d, &iv);
+                row_seen = 1;
+                if (is_main) {
+                    if (nm && (m_row[nm - 1] > r || (m_row[nm - 1] == r && m_ts[nm - 1] >= ts)))
+                        m_ordered = 0;
+                    m_row[nm] = r;
+                    m_ts[nm] = ts;
+                    m_d[nm] = d;
+                    m_i[nm] = iv;
+                    m_isi[nm] = !is_float;
+                    nm++;
+                } else {
+                    if (nc && (c_row[nc - 1] > r || (c_row[nc - 1] == r && c_ts[nc - 1] >= ts)))
+                        c_ordered = 0;
+                    c_row[nc] = r;
+                    c_ts[nc] = ts;
+                    c_d[nc] = d;
+                    nc++;
+                }
             }
+            seen += row_seen;
         }
-        if (PyByteArray_Resize(r_o, out * 8) || PyByteArray_Resize(c_o, out) ||
-            PyByteArray_Resize(n_o, out * 8) || PyByteArray_Resize(d_o, out * 8) ||
-            PyByteArray_Resize(i_o, out * 8) || PyByteArray_Resize(isi_o, out))
-            goto fail;
-        result = Py_BuildValue("(OOOOOO)", r_o, c_o, n_o, d_o, i_o, isi_o);
+        int paired = nm == nc;
+        for (Py_ssize_t k = 0; paired && k < nm; k++)
+            paired = m_row[k] == c_row[k] && m_ts[k] == c_ts[k];
+        Py_ssize_t keep[8] = {nm, nm, nm, nm, nm, nc, nc, nc};
+        for (int k = 0; k < 8; k++)
+            if (PyByteArray_Resize(o[k], keep[k] * sizes[k])) goto fail;
+        result = Py_BuildValue("((OOOOO)(OOO)(niii))", o[0], o[1], o[2], o[3], o[4], o[5], o[6],
+                               o[7], seen, m_ordered, c_ordered, paired);
     }
 fail:
-    Py_XDECREF(r_o);
-    Py_XDECREF(c_o);
-    Py_XDECREF(n_o);
-    Py_XDECREF(d_o);
-    Py_XDECREF(i_o);
-    Py_XDECREF(isi_o);
+    for (int k = 0; k < 8; k++) Py_XDECREF(o[k]);
     PyBuffer_Release(&q);
     PyBuffer_Release(&v);
     PyBuffer_Release(&ql);
     PyBuffer_Release(&vl);
     PyBuffer_Release(&cn);
+    PyBuffer_Release(&bm);
     return result;
 }
 
@@ -260,7 +283,7 @@ static PyMethodDef methods[] = {
     {"decode_seconds", decode_seconds, METH_VARARGS,
      "Seconds data cells -> (timestamps, doubles, ints, is_int, row_offsets, any_int) or None"},
     {"rollup_cells", rollup_cells, METH_VARARGS,
-     "Rollup cells a read takes -> (rows, is_count, intervals, doubles, ints, is_int)"},
+     "Rollup cells a read takes -> ((agg cells), (count cells), (seen, ordered, paired))"},
     {NULL, NULL, 0, NULL},
 };
 

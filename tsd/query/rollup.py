@@ -253,73 +253,105 @@ def decode_rollup_rows(
     interval replaces an earlier one, as a later put does), found in one walk by the C
     helper (or by numpy over the block's cells without it); ``avg`` sums the sums and the
     counts of each downsample bucket (in time order, as the downsampler folds) and divides
-    (0 when the counts are 0)."""
+    (0 when the counts are 0). The usual rows (cells in qualifier order, each sum beside its
+    count, buckets of one interval) take no sort, search or fold."""
     assert read.interval is not None
     step_ms = read.interval.span.interval_seconds * 1000
-    rows, is_count, intervals, doubles, ints, is_int = _cells_read(block, read)
-    # the rows read, numbered 0.. in block order
-    present = np.zeros(len(block), dtype=np.bool_)
-    present[rows] = True
-    kept = np.flatnonzero(present)
-    keys = block.keys
-    stored = block.stored_bytes if len(block) else 0
-    if len(kept) != len(block):
+    base_ms = base_times_s(layout, block.keys) * 1000 if len(block) else _EMPTY
+    taken = _cells_read(block, read, base_ms, step_ms)
+    keys, stored, rows_n = block.keys, block.stored_bytes if len(block) else 0, len(block)
+    m_rows, c_rows = taken.m_rows, taken.c_rows
+    if taken.seen != len(block):  # rows without a cell read are not found
+        present = np.zeros(len(block), dtype=np.bool_)
+        present[m_rows] = True
+        present[c_rows] = True
+        kept = np.flatnonzero(present)
         keys = [block.keys[i] for i in kept.tolist()]
         stored = block.take(kept).stored_bytes
-        rows = (np.cumsum(present) - 1)[rows]
-    rows_n = len(kept)
-    base_ms = base_times_s(layout, keys) * 1000 if rows_n else _EMPTY
-    ts = base_ms[rows] + intervals * step_ms
-    key = rows * _ROW_KEY + ts  # (row, time) as one sortable integer
-    main = _last_per_time(~is_count, key)
+        renumber = np.cumsum(present) - 1
+        m_rows, c_rows, rows_n = renumber[m_rows], renumber[c_rows], len(kept)
+    m_key = m_rows * _ROW_KEY + taken.m_ts  # (row, time) as one sortable integer
+    main = None if taken.m_ordered else _last_per_key(m_key)
     if read.aggregator == "avg":
-        counted = _last_per_time(is_count, key)
+        c_key = c_rows * _ROW_KEY + taken.c_ts
+        counted = None if taken.c_ordered else _last_per_key(c_key)
         points = _averaged(
-            rows, ts, key, doubles, main, counted, read.bucket_ms, step_ms, rows_n, stored
+            _Column(m_rows, taken.m_ts, m_key, taken.m_doubles, main),
+            _Column(c_rows, taken.c_ts, c_key, taken.c_doubles, counted),
+            taken.paired and main is None and counted is None,
+            read.bucket_ms,
+            step_ms,
+            rows_n,
+            stored,
         )
         return keys, points
-    rows, ts, doubles = rows[main], ts[main], doubles[main]
+    pick = slice(None) if main is None else main
+    rows, ts, doubles = m_rows[pick], taken.m_ts[pick], taken.m_doubles[pick]
     offsets = np.zeros(rows_n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=rows_n), out=offsets[1:])
-    exact = None
-    if ints is not None and is_int is not None and is_int[main].any():
-        exact, is_int = ints[main], is_int[main]
-    points = RowPoints(
-        offsets, ts, doubles, exact, is_int if exact is not None else None, stored_bytes=stored
+    exact = is_int = None
+    if taken.m_is_int[pick].any():
+        exact, is_int = taken.m_ints[pick], taken.m_is_int[pick]
+    return keys, RowPoints(offsets, ts, doubles, exact, is_int, stored_bytes=stored)
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """The cells a read takes: the aggregator's (rows, times, values) and the counts' for
+    avg, in cell order; how many rows hold one; whether each kind is in strictly increasing
+    (row, time) order, and whether both are of the same (row, time) in the same order."""
+
+    m_rows: Int64Array
+    m_ts: Int64Array
+    m_doubles: Float64Array
+    m_ints: Int64Array
+    m_is_int: BoolArray
+    c_rows: Int64Array
+    c_ts: Int64Array
+    c_doubles: Float64Array
+    seen: int
+    m_ordered: bool
+    c_ordered: bool
+    paired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    rows: Int64Array
+    ts: Int64Array
+    key: Int64Array
+    doubles: Float64Array
+    #: the cells to use, ordered by key (None: all, already so)
+    pick: Int64Array | None
+
+
+def _cells_read(block: CellBlock, read: RollupRead, base_ms: Int64Array, step_ms: int) -> _Taken:
+    """The cells ``read`` takes (:class:`_Taken`): the C helper's walk, else numpy."""
+    if _C is None or not hasattr(_C, "rollup_cells"):
+        return _cells_read_numpy(block, read, base_ms, step_ms)
+    (mr, mt, md, mi, mb), (cr, ct, cd), (seen, m_ord, c_ord, paired) = _C.rollup_cells(
+        block.qualifiers,
+        block.values,
+        np.ascontiguousarray(block.qualifier_lengths, np.int64),
+        np.ascontiguousarray(block.value_lengths, np.int64),
+        np.ascontiguousarray(block.counts, np.int64),
+        np.ascontiguousarray(base_ms, np.int64),
+        step_ms,
+        read.agg_id,
+        read.count_id,
     )
-    return keys, points
-
-
-def _cells_read(
-    block: CellBlock, read: RollupRead
-) -> tuple[Int64Array, BoolArray, Int64Array, Float64Array, Int64Array | None, BoolArray | None]:
-    """(row, is a count cell, interval index, value as a double, exact integer, is an
-    integer) of every cell ``read`` takes, in cell order."""
-    if _C is not None and hasattr(_C, "rollup_cells"):
-        found = _C.rollup_cells(
-            block.qualifiers,
-            block.values,
-            np.ascontiguousarray(block.qualifier_lengths, np.int64),
-            np.ascontiguousarray(block.value_lengths, np.int64),
-            np.ascontiguousarray(block.counts, np.int64),
-            read.agg_id,
-            read.count_id,
-        )
-        r, c, n, d, i, b = found
-        return (
-            np.frombuffer(r, np.int64),
-            np.frombuffer(c, np.bool_),
-            np.frombuffer(n, np.int64),
-            np.frombuffer(d, np.float64),
-            np.frombuffer(i, np.int64),
-            np.frombuffer(b, np.bool_),
-        )
-    return _cells_read_numpy(block, read)
+    i64, f64 = np.int64, np.float64
+    return _Taken(
+        np.frombuffer(mr, i64), np.frombuffer(mt, i64), np.frombuffer(md, f64),
+        np.frombuffer(mi, i64), np.frombuffer(mb, np.bool_),
+        np.frombuffer(cr, i64), np.frombuffer(ct, i64), np.frombuffer(cd, f64),
+        seen, bool(m_ord), bool(c_ord), bool(paired),
+    )  # fmt: skip
 
 
 def _cells_read_numpy(
-    block: CellBlock, read: RollupRead
-) -> tuple[Int64Array, BoolArray, Int64Array, Float64Array, Int64Array | None, BoolArray | None]:
+    block: CellBlock, read: RollupRead, base_ms: Int64Array, step_ms: int
+) -> _Taken:
     """:func:`_cells_read` with numpy (no C helper)."""
     ql, vl = block.qualifier_lengths, block.value_lengths
     q_start = np.cumsum(ql) - ql
@@ -337,67 +369,73 @@ def _cells_read_numpy(
     ok = (length == (flags & 0x7) + 1) & (((flags & 0x8) == 0) | (length == 4) | (length == 8))
     cells, q_at, packed, flags = cells[ok], q_at[ok], packed[ok], flags[ok]
     rows = np.searchsorted(np.cumsum(block.counts), cells, side="right")
+    ts = base_ms[rows] + (packed >> 4) * step_ms
     v_start = (np.cumsum(vl) - vl)[cells]
     buffer = np.frombuffer(block.values + bytes(8), np.uint8)
     doubles, ints, is_int = _values(buffer, v_start, flags)
-    return rows, qb[q_at] != read.agg_id, packed >> 4, doubles, ints, is_int
+    if ints is None or is_int is None:
+        ints, is_int = np.zeros(len(cells), np.int64), np.zeros(len(cells), np.bool_)
+    main = qb[q_at] == read.agg_id
+    count = ~main
+    m_key = rows[main] * _ROW_KEY + ts[main]
+    c_key = rows[count] * _ROW_KEY + ts[count]
+    return _Taken(
+        rows[main], ts[main], doubles[main], ints[main], is_int[main],
+        rows[count], ts[count], doubles[count],
+        len(np.unique(rows)),
+        bool((m_key[1:] > m_key[:-1]).all()),
+        bool((c_key[1:] > c_key[:-1]).all()),
+        bool(np.array_equal(m_key, c_key)),
+    )  # fmt: skip
 
 
-def _last_per_time(mask: BoolArray, key: Int64Array) -> Int64Array:
-    """Indices of the cells of ``mask`` ordered by (row, time) (``key``), the last cell of
-    each (row, time) only."""
-    picked = np.flatnonzero(mask)
-    if len(picked) < 2:
-        return picked
-    key = key[picked]
-    if bool((key[1:] > key[:-1]).all()):
-        return picked  # the usual rows: cells in qualifier order, one per interval
+def _last_per_key(key: Int64Array) -> Int64Array:
+    """Indices ordered by ``key`` (row, time), the last cell of each key only."""
     order = np.argsort(key, kind="stable")
-    key = key[order]
+    ordered = key[order]
     last = np.ones(len(order), dtype=np.bool_)
-    last[:-1] = key[1:] != key[:-1]
-    return picked[order[last]]
+    last[:-1] = ordered[1:] != ordered[:-1]
+    return order[last]
 
 
 def _averaged(
-    rows: Int64Array,
-    ts: Int64Array,
-    key: Int64Array,
-    doubles: Float64Array,
-    sums: Int64Array,
-    counts: Int64Array,
+    sums: _Column,
+    counts: _Column,
+    paired: bool,
     bucket_ms: int,
     step_ms: int,
     rows_n: int,
     stored: int,
 ) -> RowPoints:
     """One point per row and downsample bucket, at its first rollup's time: the bucket's
-    sums over its counts, for the intervals that have both. The usual read (every sum with
-    its count, in the same order; buckets of one interval) takes no search and no fold."""
-    key_sum, key_count = key[sums], key[counts]
-    if len(key_sum) == len(key_count) and np.array_equal(key_sum, key_count):
-        matched = counts
+    sums over its counts, for the intervals that have both."""
+    if paired:
+        totals, weights = sums.doubles, counts.doubles
+        r, t = sums.rows, sums.ts
     else:
+        s_pick = np.arange(len(sums.key)) if sums.pick is None else sums.pick
+        c_pick = np.arange(len(counts.key)) if counts.pick is None else counts.pick
+        key_sum, key_count = sums.key[s_pick], counts.key[c_pick]
         at = np.searchsorted(key_count, key_sum)
         found = at < len(key_count)
         found[found] = key_count[at[found]] == key_sum[found]
-        sums, matched = sums[found], counts[at[found]]
-    r, t = rows[sums], ts[sums]
+        s_pick, c_pick = s_pick[found], c_pick[at[found]]
+        totals, weights = sums.doubles[s_pick], counts.doubles[c_pick]
+        r, t = sums.rows[s_pick], sums.ts[s_pick]
     n = len(t)
     if bucket_ms == step_ms:  # every interval its own bucket
-        starts = np.arange(n, dtype=np.int64)
-        totals, weights = doubles[sums], doubles[matched]
+        first_ts, first_rows = t, r
     else:
         bucket = t - t % bucket_ms if bucket_ms > 0 else np.zeros(n, np.int64)
         change = np.ones(n, dtype=np.bool_)
         if n:
             change[1:] = (r[1:] != r[:-1]) | (bucket[1:] != bucket[:-1])
         starts = np.flatnonzero(change)
-        totals = reduce_segments(doubles[sums], starts, n, "sum")
-        weights = reduce_segments(doubles[matched], starts, n, "sum")
-    nonzero = weights != 0
-    values = np.zeros(len(starts), dtype=np.float64)
-    np.divide(totals, weights, out=values, where=nonzero)
+        totals = reduce_segments(totals, starts, n, "sum")
+        weights = reduce_segments(weights, starts, n, "sum")
+        first_ts, first_rows = t[starts], r[starts]
+    values = np.zeros(len(first_ts), dtype=np.float64)
+    np.divide(totals, weights, out=values, where=weights != 0)
     offsets = np.zeros(rows_n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(r[starts], minlength=rows_n), out=offsets[1:])
-    return RowPoints(offsets, t[starts], values, None, None, stored_bytes=stored)
+    np.cumsum(np.bincount(first_rows, minlength=rows_n), out=offsets[1:])
+    return RowPoints(offsets, first_ts, values, None, None, stored_bytes=stored)

@@ -170,14 +170,14 @@ def pack_group(cells: Sequence[Pair]) -> bytes:
     return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
 
 
-def group_columns(data: bytes) -> tuple[I64, I64, bytes, bytes]:
+def group_columns(data: bytes) -> tuple[I64, I64, bytes, bytes | memoryview]:
     """A group entry's (qualifier lengths, value lengths, qualifiers, values); StorageError
     when it does not decode."""
     try:
         mode, n, head_size = _GROUP_HEAD.unpack_from(data, 2)
         at = 2 + _GROUP_HEAD.size
         head = data[at : at + head_size]
-        values = data[at + head_size :]
+        values = memoryview(data)[at + head_size :]  # joined by the caller: no copy here
         if mode & _GROUP_ZSTD:
             head = _decompress(head)
         nq = 1 if mode & _GROUP_ONE_QLEN and n else n
@@ -191,13 +191,14 @@ def group_columns(data: bytes) -> tuple[I64, I64, bytes, bytes]:
         qlens = np.full(n, qlens[0], np.int64)
     if nv != n:
         vlens = np.full(n, vlens[0], np.int64)
-    if q_at + int(qlens.sum()) != len(head) or int(vlens.sum()) != len(values):
+    if q_at + int(qlens.sum()) != len(head) or int(vlens.sum()) != values.nbytes:
         raise StorageError("corrupt embedded packed value: group lengths")
     return qlens, vlens, head[q_at:], values
 
 
 def _unpack_group(data: bytes) -> list[Pair]:
-    qlens, vlens, quals, vals = group_columns(data)
+    qlens, vlens, quals, view = group_columns(data)
+    vals = bytes(view)
     out = []
     q_at = v_at = 0
     for ql, vl in zip(qlens.tolist(), vlens.tolist(), strict=True):
