@@ -115,18 +115,19 @@ def pack(cells: Sequence[Pair], *, grouped: bool = False) -> bytes:
 # ``00 'G' mode n:u32 head_size:u32 head values``: the count byte 0 followed by more bytes,
 # which the cell form never stores (an entry of no cell is one byte, and is deleted anyway).
 # The head is the qualifier lengths (u16 each, or one when all are alike: mode bit 1), the
-# value lengths (u32 each, or one: mode bit 2) and the qualifiers end to end, cells sorted by
-# qualifier, zstd-compressed when that saves a tenth (mode bit 0; a rollup row's qualifiers
-# shrink to almost nothing); the values follow end to end, as they are: reading a row costs
-# one small decompression and one copy (numbers of full precision, rollup sums, would barely
-# compress and take most of a read's time to decompress). Rollup rows read back as columns
-# straight into a CellBlock (:func:`group_columns`), with no object per cell.
+# value lengths (u32 each, u8 when all are below 256: mode bit 3, or one: mode bit 2) and
+# the qualifiers end to end, cells sorted by qualifier; the values follow end to end, as they
+# are. Nothing is compressed: decompressing a month of rollups' qualifiers with zstd took
+# longer than the rest of reading the row and saved about 2 bytes a cell, and full-precision
+# doubles (rollup sums) barely compress. Reading a row is a few slices and one copy: rollup
+# rows read back as columns straight into a CellBlock (:func:`group_columns`), with no object
+# per cell.
 
 GROUP_MARK = b"\x00G"
 _GROUP_HEAD = struct.Struct("<BII")
-_GROUP_ZSTD = 0x01
 _GROUP_ONE_QLEN = 0x02
 _GROUP_ONE_VLEN = 0x04
+_GROUP_VLEN_U8 = 0x08
 
 
 def is_group(data: bytes) -> bool:
@@ -143,15 +144,13 @@ def pack_group(cells: Sequence[Pair]) -> bytes:
         qlens, mode = qlens[:1], mode | _GROUP_ONE_QLEN
     if n and (vlens == vlens[0]).all():
         vlens, mode = vlens[:1], mode | _GROUP_ONE_VLEN
+    if len(vlens) and int(vlens.max()) < 256:
+        mode |= _GROUP_VLEN_U8
     head = (
         qlens.astype("<u2").tobytes()
-        + vlens.astype("<u4").tobytes()
+        + vlens.astype(np.uint8 if mode & _GROUP_VLEN_U8 else "<u4").tobytes()
         + b"".join(q for q, _ in ordered)
     )
-    if len(head) > 64:
-        squeezed = _compress(head)
-        if len(squeezed) * 10 <= len(head) * 9:
-            head, mode = squeezed, mode | _GROUP_ZSTD
     values = b"".join(v for _, v in ordered)
     return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
 
@@ -164,15 +163,15 @@ def group_columns(data: bytes) -> tuple[I64, I64, bytes, bytes | memoryview]:
         at = 2 + _GROUP_HEAD.size
         head = data[at : at + head_size]
         values = memoryview(data)[at + head_size :]  # joined by the caller: no copy here
-        if mode & _GROUP_ZSTD:
-            head = _decompress(head)
         nq = 1 if mode & _GROUP_ONE_QLEN and n else n
         nv = 1 if mode & _GROUP_ONE_VLEN and n else n
+        vwidth = 1 if mode & _GROUP_VLEN_U8 else 4
         qlens = np.frombuffer(head, "<u2", nq, 0).astype(np.int64)
-        vlens = np.frombuffer(head, "<u4", nv, 2 * nq).astype(np.int64)
+        vlens = np.frombuffer(head, np.uint8 if vwidth == 1 else "<u4", nv, 2 * nq)
+        vlens = vlens.astype(np.int64)
     except (ValueError, struct.error, zstandard.ZstdError) as exc:
         raise StorageError(f"corrupt embedded packed value: {exc}") from None
-    q_at = 2 * nq + 4 * nv
+    q_at = 2 * nq + vwidth * nv
     if nq != n:
         qlens = np.full(n, qlens[0], np.int64)
     if nv != n:
