@@ -76,3 +76,21 @@ async def test_backfill_refuses_bad_ranges(tmp_path: Path) -> None:
     result = await tsdb(tmp_path, "rollup-backfill", "--data-dir", str(tmp_path), "yesterday")
     assert result.code == 2
     assert "bad time" in result.err
+
+
+async def test_import_computes_the_rollups_the_daemon_computes(tmp_path: Path) -> None:
+    async with embedded_harness(
+        tmp_path / "live", remove=False, rollups=default_rollup_config("tsdb")
+    ) as live:
+        await live.load(POINTS)
+        await live.write_out()
+    lines = "".join(
+        f"{metric} {ts} {value} host={tags['host']}\n" for metric, tags, ts, value in POINTS
+    )
+    (tmp_path / "points.txt").write_text(lines)
+    result = await tsdb(
+        tmp_path, "import", "--auto-metric", "--data-dir", str(tmp_path / "imported"),
+        str(tmp_path / "points.txt"),
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert await _rollup_cells(tmp_path / "imported") == await _rollup_cells(tmp_path / "live")

@@ -33,11 +33,13 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from tsd.codec import KeyLayout
 from tsd.config import Config, StorageConfig, load_config
 from tsd.errors import UsageError
 from tsd.log import configure_logging
 from tsd.protocol.names import NameRules
-from tsd.schema import ensure_tables, storage_settings
+from tsd.query.rollup_compute import ComputedRollups
+from tsd.schema import ensure_tables, rollup_setup, storage_settings
 from tsd.storage.base import Storage
 from tsd.storage.embedded.maintenance import held_by_daemon
 from tsd.storage.factory import open_storage
@@ -88,6 +90,16 @@ class ToolStore:
     uids: UidService
 
 
+def own_rollups(cfg: Config, *, computing_only: bool = True) -> ComputedRollups | None:
+    """What tsd computes of the rollup configuration in force (docs/rollups.md): None
+    without one, or (``computing_only``) when ``tsd.rollups.compute`` is off."""
+    setup = rollup_setup(cfg)
+    if setup.effective is None or (computing_only and not setup.computes):
+        return None
+    layout = KeyLayout.from_storage_config(cfg.storage)
+    return ComputedRollups.from_config(setup.effective, setup.effective.intervals, layout)
+
+
 @asynccontextmanager
 async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[ToolStore]:
     """Storage (tables created when missing, unless read-only) and a UidService over it;
@@ -97,7 +109,7 @@ async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[T
     storage = open_storage(storage_settings(cfg.storage, read_only=read_only, exclusive=False))
     try:
         if cfg.storage.create_tables and not read_only:
-            await ensure_tables(storage, cfg.storage)
+            await ensure_tables(storage, cfg.storage, rollup_setup(cfg).tables())
         yield ToolStore(cfg, storage, UidService(storage, cfg))
     finally:
         await storage.close()

@@ -51,7 +51,14 @@ from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, take_known_puts
 from tsd.stats import StatsRegistry
-from tsd.tools.common import add_store_options, name_rules, open_store, run_async, tool_config
+from tsd.tools.common import (
+    add_store_options,
+    name_rules,
+    open_store,
+    own_rollups,
+    run_async,
+    tool_config,
+)
 from tsd.write.ingest import IngestService, IngestSession, RefPoint
 from tsd.write.pipeline import WritePath
 
@@ -288,7 +295,9 @@ async def import_files(
     total = Outcome()
     async with open_store(cfg) as store:
         # Wired as the daemon wires it: meta tracking (tsd.core.meta.*) sees each new series.
-        write_path = WritePath.build(store.storage, store.uids, cfg, registry, logged=False)
+        write_path = WritePath.build(
+            store.storage, store.uids, cfg, registry, logged=False, rollups=own_rollups(cfg)
+        )
         await write_path.start()
         writer = write_path.writer
         started = time.monotonic()

@@ -35,10 +35,16 @@ from tsd.errors import BadRequestError, CodecError, UsageError
 from tsd.protocol.timespec import parse_datetime
 from tsd.query.decode import base_times_s, decode_block
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import ensure_tables, rollup_setup
 from tsd.storage.base import Block, PointBlock, ScanSpec
 from tsd.tools import status
-from tsd.tools.common import ToolStore, add_store_options, open_store, run_async, tool_config
+from tsd.tools.common import (
+    ToolStore,
+    add_store_options,
+    open_store,
+    own_rollups,
+    run_async,
+    tool_config,
+)
 from tsd.write.rollup import replace_rollup_cells
 
 __all__ = ["BackfillCounters", "backfill", "configure", "run"]
@@ -126,21 +132,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"bad time: {exc.message}") from None
     if start_ms < 0 or end_ms <= start_ms:
         raise UsageError("START must be before END")
-    setup = rollup_setup(cfg)
-    if setup.effective is None:
+    computed = own_rollups(cfg, computing_only=False)
+    if computed is None:
         raise UsageError(
             "no rollup configuration: set tsd.rollups.enable and tsd.rollups.config, or "
             "tsd.rollups.compute (docs/rollups.md)"
         )
-    effective = setup.effective
-    layout = KeyLayout.from_storage_config(cfg.storage)
-    computed = ComputedRollups.from_config(effective, effective.intervals, layout)
     if not computed.intervals:
         raise UsageError("the rollup configuration has no interval tsd computes (docs/rollups.md)")
 
     async def main() -> BackfillCounters:
         async with open_store(cfg) as store:
-            await ensure_tables(store.storage, cfg.storage, computed.tables())
             start_hour = start_ms // 1000 - start_ms // 1000 % 3600
             return await backfill(store, computed, start_hour, -(-end_ms // 1000), sys.stdout)
 
