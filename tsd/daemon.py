@@ -168,7 +168,13 @@ class Daemon:
         computed = computed_rollups(config, rollups.effective) if rollups.computes else None
         uids = self._uids = UidService(storage, config)
         write_path = self._write_path = WritePath.build(
-            storage, uids, config, self.registry, self._writer_limits, rollups=computed
+            storage,
+            uids,
+            config,
+            self.registry,
+            self._writer_limits,
+            rollups=computed,
+            rollup_intervals=rollups.intervals(),
         )
         await write_path.start()
         if self._control is not None:

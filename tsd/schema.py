@@ -23,6 +23,7 @@ from tsd.config import Config, RollupsConfig, StorageConfig
 from tsd.errors import ConfigError
 from tsd.protocol.rollup_config import (
     RollupConfig,
+    RollupInterval,
     default_rollup_config,
     parse_rollup_config,
     rollup_config_source,
@@ -132,6 +133,10 @@ class RollupSetup:
 
     def tables(self) -> list[str]:
         return self.effective.tables() if self.effective is not None else []
+
+    def intervals(self) -> tuple[RollupInterval, ...]:
+        """The intervals in force (none without a configuration)."""
+        return self.effective.intervals if self.effective is not None else ()
 
 
 def rollup_setup(config: Config) -> RollupSetup:

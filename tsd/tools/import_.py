@@ -50,6 +50,7 @@ from tsd.errors import PutLineError
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, take_known_puts
+from tsd.schema import rollup_setup
 from tsd.stats import StatsRegistry
 from tsd.tools.common import (
     add_store_options,
@@ -296,7 +297,13 @@ async def import_files(
     async with open_store(cfg) as store:
         # Wired as the daemon wires it: meta tracking (tsd.core.meta.*) sees each new series.
         write_path = WritePath.build(
-            store.storage, store.uids, cfg, registry, logged=False, rollups=own_rollups(cfg)
+            store.storage,
+            store.uids,
+            cfg,
+            registry,
+            logged=False,
+            rollups=own_rollups(cfg),
+            rollup_intervals=rollup_setup(cfg).intervals(),
         )
         await write_path.start()
         writer = write_path.writer

@@ -5,6 +5,7 @@ and closed in the right order."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
 from tsd.write.head_flush import RollupHook, build_head_sink
 from tsd.write.ingest import IngestService
+from tsd.write.retention import RetainedInterval
 from tsd.write.rollup_tracker import RollupTracker
 from tsd.write.writer import Writer, WriterLimits
 
@@ -45,11 +47,14 @@ class WritePath:
         *,
         logged: bool = True,
         rollups: RollupHook | None = None,
+        rollup_intervals: Sequence[RetainedInterval] = (),
     ) -> WritePath:
         """``logged``: keep the write-ahead log (``tsd.storage.wal.enable``); ``tsdb
         import`` does not (it runs beside a daemon on the same data directory, whose log
         is the daemon's, and an interrupted import is simply run again). ``rollups``:
-        tsd's own rollups, computed as rows are written (tsd.rollups.compute)."""
+        tsd's own rollups, computed as rows are written (tsd.rollups.compute).
+        ``rollup_intervals``: the rollup configuration in force (its tables are under
+        retention with the data table)."""
         meta = MetaService(storage, uids, config, registry)
         wal = None
         if logged and config.storage.wal_enable:
@@ -90,6 +95,7 @@ class WritePath:
             spool_max_bytes=spool_max_bytes,
             head=sink,
             rollups=tracker,
+            rollup_intervals=rollup_intervals,
         )
         ingest = IngestService(
             writer,

@@ -57,7 +57,7 @@ from tsd.wal.record import Columns, Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink
-from tsd.write.retention import Retention
+from tsd.write.retention import RetainedInterval, Retention, row_spans
 from tsd.write.rollup_tracker import RollupTracker
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.spool import Spool
@@ -106,13 +106,16 @@ class Writer:
         spool_max_bytes: int | None = None,
         head: HeadSink | None = None,
         rollups: RollupTracker | None = None,
+        rollup_intervals: Sequence[RetainedInterval] = (),
     ) -> None:
         """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
         both are done; batches are then cut
         at least every ``tsd.storage.wal.sync_interval``, so that a point acknowledged
         without ``sync`` is on disk within that interval. ``spool_max_bytes`` (with a
         ``wal``; the HBase backend): keep batches storage does not take in the log, up
-        to that many bytes, and store them in order once it takes writes again."""
+        to that many bytes, and store them in order once it takes writes again.
+        ``rollup_intervals``: the rollup configuration in force, whose tables retention
+        covers with the data table (tsd/write/retention.py)."""
         self._storage = storage
         self._wal = wal
         self._head = head
@@ -151,7 +154,8 @@ class Writer:
         self._compaction_tick_s = max(1, cfg.compaction_flush_interval_s)
         self._compaction_task: asyncio.Task[None] | None = None
         retention_s = cfg.embedded_retention_s if cfg.backend == "embedded" else 0
-        self._retention = Retention(storage, self._table, self._layout, retention_s)
+        tables = row_spans(self._table, rollup_intervals)
+        self._retention = Retention(storage, tables, self._layout, retention_s)
         self._expired = registry.counter("retention.deleted", type="entries")
         self._time_at = self._layout.salt_width + self._layout.metric_width
         # Stats, under OpenTSDB's names where it has them.
@@ -639,15 +643,18 @@ class Writer:
                 log.exception("compaction.crashed")
 
     async def apply_retention(self) -> int:
-        """Drop the hours older than ``tsd.storage.embedded.retention``; entries deleted."""
+        """Drop the rows (data, rollups, pre-aggregates) whose span ended longer than
+        ``tsd.storage.embedded.retention`` ago; the entries deleted."""
         try:
-            deleted = await self._retention.apply(self._wall_clock())
+            by_table = await self._retention.apply(self._wall_clock())
         except StorageError as exc:
             log.warning("retention.failed", error=str(exc))
             return 0
+        deleted = sum(by_table.values())
         self._expired.inc(deleted)
         if deleted:
-            log.info("retention.dropped", entries=deleted, before=self._retention.cutoff_s)
+            dropped = {table: n for table, n in by_table.items() if n}
+            log.info("retention.dropped", entries=dropped, cutoff=self._retention.cutoff_s)
         return deleted
 
     async def compact_due(self) -> int:
