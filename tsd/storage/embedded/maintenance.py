@@ -123,8 +123,18 @@ def store_pages(path: str | os.PathLike[str]) -> tuple[int, int]:
 
 def table_bytes(path: str | os.PathLike[str]) -> dict[str, int]:
     """Bytes of the pages each table's B-trees use (its plain cells and its packed rows),
-    by table name; the catalog and LMDB's own under ``""``."""
+    by table name; the catalog and LMDB's own under ``""``. For a store not open in this
+    process (a store's own: :meth:`EmbeddedStorage.table_bytes`)."""
     stats, psize, _ = _database_pages(path)
+    return _by_table(stats, psize)
+
+
+def txn_table_bytes(env: lmdb.Environment, txn: lmdb.Transaction) -> dict[str, int]:
+    """:func:`table_bytes` of an open store, in one of its read transactions."""
+    return _by_table(_txn_pages(env, txn), env.stat()["psize"])
+
+
+def _by_table(stats: dict[bytes, int], psize: int) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, pages in stats.items():
         table = ""
@@ -139,22 +149,25 @@ def _database_pages(path: str | os.PathLike[str]) -> tuple[dict[bytes, int], int
     """(pages in use per named database, the main one under b"", page size, file pages)."""
     env = lmdb.open(str(path), readonly=True, lock=False, max_dbs=1024, subdir=True)
     try:
-        psize = env.stat()["psize"]
         with env.begin() as txn:
-            names = [key for key, _ in txn.cursor()]
-            stats = {b"": env.stat()}
-            for name in names:
-                try:
-                    stats[name] = txn.stat(env.open_db(name, txn=txn, create=False))
-                except lmdb.Error:
-                    continue  # a plain key of the main database, not a named one
-        pages = {
-            name: stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-            for name, stat in stats.items()
-        }
-        return pages, psize, env.info()["last_pgno"] + 1
+            pages = _txn_pages(env, txn)
+        return pages, env.stat()["psize"], env.info()["last_pgno"] + 1
     finally:
         env.close()
+
+
+def _txn_pages(env: lmdb.Environment, txn: lmdb.Transaction) -> dict[bytes, int]:
+    names = [bytes(key) for key, _ in txn.cursor()]
+    stats = {b"": env.stat()}
+    for name in names:
+        try:
+            stats[name] = txn.stat(env.open_db(name, txn=txn, create=False))
+        except lmdb.Error:
+            continue  # a plain key of the main database, not a named one
+    return {
+        name: stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+        for name, stat in stats.items()
+    }
 
 
 def held_by_daemon(path: str | os.PathLike[str]) -> bool:

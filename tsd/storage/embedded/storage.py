@@ -467,6 +467,11 @@ class EmbeddedStorage(Storage):
             lambda txn: maintenance.delete_range(txn, info, start, stop), solo=True
         )
 
+    async def table_bytes(self) -> dict[str, int]:
+        """Bytes of the pages each table uses, by name (``maintenance.table_bytes`` of this
+        open store: LMDB refuses a second open of it in one process)."""
+        return await self._read(functools.partial(maintenance.txn_table_bytes, self._env))
+
     async def check_store(self, repair: bool = False) -> list[tuple[str, BadEntry]]:
         """Every entry of every table whose bytes do not decode; with ``repair``, deleted."""
         found: list[tuple[str, BadEntry]] = []
