@@ -60,7 +60,7 @@ async def test_write_outs_run_one_at_a_time(tmp_path: Path) -> None:
         _, runs = HeadSink.encode(rows.items())
         sink.add(runs, None)
         written = await asyncio.gather(sink.flush_all(), sink.flush_all(), sink.flush_due())
-        assert written == [600, 0, 0]
+        assert list(written) == [600, 0, 0]
         assert (len(sink.head), sink.head.points, sink.head.bytes) == (0, 0, 0)
         found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
         assert {r.key: [(c.qualifier, c.value) for c in r.cells] for r in found} == {

@@ -239,6 +239,8 @@ class HeadSink:
         finally:
             self._release()
         self._refusal = None
+        if keys and self._wal is not None:
+            self._wal.cut()  # the records of the rows just written can go with their segment
         return len(keys)
 
     async def close(self, budget_s: float) -> None:
