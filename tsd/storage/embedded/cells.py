@@ -7,7 +7,7 @@ cells through the key layout of :mod:`tsd.storage.embedded.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -94,12 +94,15 @@ def read_cell(
     return dict(decode_bucket(stored)).get(qualifier)
 
 
-def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
+def write_cell(
+    txn: Txn, table: TableInfo, put: Put, encoded: Mapping[packed.Pair, bytes] | None = None
+) -> None:
+    """``encoded``: packed cells encoded already (:func:`apply_mutations`)."""
     if not put.row:
         raise StorageError("row key must not be empty")
     table.check_family(put.family)
     if table.packs(put.family, put.qualifier):
-        _update_packed(txn, table, put.row, put.family, put.qualifier, put.value)
+        _update_packed(txn, table, put.row, put.family, put.qualifier, put.value, encoded)
         return
     key, bucket = cell_key(cell_prefix(put.row, put.family), put.qualifier)
     if not bucket:
@@ -112,10 +115,16 @@ def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
 
 
 def _update_packed(
-    txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, value: bytes | None
+    txn: Txn,
+    table: TableInfo,
+    row: bytes,
+    family: str,
+    qualifier: bytes,
+    value: bytes | None,
+    encoded: Mapping[packed.Pair, bytes] | None = None,
 ) -> None:
     """Set (or with ``value`` None, remove) one cell of the row's packed entry."""
-    _update_packed_many(txn, table, row, family, [(qualifier, value)])
+    _update_packed_many(txn, table, row, family, [(qualifier, value)], encoded)
 
 
 def _update_packed_many(
@@ -124,6 +133,7 @@ def _update_packed_many(
     row: bytes,
     family: str,
     changes: Sequence[tuple[bytes, bytes | None]],
+    encoded: Mapping[packed.Pair, bytes] | None = None,
 ) -> None:
     """Set (value None: remove) cells of the row's packed entry, in order, in one rewrite."""
     db = _packed_db(table)
@@ -140,7 +150,8 @@ def _update_packed_many(
     if not changed:
         return
     if pairs:
-        txn.put(key, packed.pack(list(pairs.items()), grouped=family in table.grouped), db=db)
+        grouped = family in table.grouped
+        txn.put(key, packed.pack(list(pairs.items()), encoded, grouped=grouped), db=db)
     else:
         txn.delete(key, db=db)
 
@@ -195,6 +206,7 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
     The hot path of ingest: batches arrive sorted, so the key prefix is reused
     while the row and family stay the same.
     """
+    encoded = _encode_packed(table, mutations)
     run: list[tuple[bytes, bytes]] = []
     last_row: bytes | None = None
     last_family = ""
@@ -234,7 +246,7 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
                 continue
         _flush_puts(txn, table, run)
         if isinstance(mutation, Put):
-            write_cell(txn, table, mutation)
+            write_cell(txn, table, mutation, encoded)
         else:
             _apply_delete(txn, table, mutation)
     _flush_group(txn, table, group_at, group)
@@ -247,6 +259,24 @@ def _flush_group(
     if group:
         _update_packed_many(txn, table, at[0], at[1], group)
         group.clear()
+
+
+def _encode_packed(table: TableInfo, mutations: Sequence[Mutation]) -> dict[packed.Pair, bytes]:
+    """The packed cells (compacted data cells) the mutations put, encoded in one call (the
+    head writes many rows at once: packed.encode_cells takes them together); not those of
+    families packed whole (their group form encodes no cell on its own)."""
+    cells = [
+        (m.qualifier, m.value)
+        for m in mutations
+        if isinstance(m, Put)
+        and type(m.value) is bytes
+        and type(m.qualifier) is bytes
+        and is_packed(m.family, m.qualifier)
+        and m.family not in table.grouped
+    ]
+    if len(cells) < 2:
+        return {}
+    return dict(zip(cells, packed.encode_cells(cells), strict=True))
 
 
 def _flush_puts(txn: Txn, table: TableInfo, run: list[tuple[bytes, bytes]]) -> None:
