@@ -17,6 +17,7 @@ from tsd.config import Config, CoreConfig, StorageConfig, load_config
 from tsd.errors import ConfigError
 from tsd.model import make_tags
 from tsd.protocol.query_json import parse_query_json, parse_query_params
+from tsd.protocol.rollup_config import default_rollup_config, parse_rollup_config
 from tsd.query.engine import QueryEngine
 from tsd.schema import ensure_tables, rollup_setup
 from tsd.stats import StatsRegistry
@@ -26,6 +27,7 @@ from tsd.tools.common import own_rollups
 from tsd.uid.service import UidService
 from tsd.write.head_flush import build_head_sink
 from tsd.write.ingest import IngestService
+from tsd.write.retention import HOUR_ROWS, first_kept, row_spans
 from tsd.write.rollup import put_rollup_cells
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.writer import Writer
@@ -293,3 +295,52 @@ async def test_rollup_rows_go_once_their_whole_span_is_past_the_cutoff(tmp_path:
     assert sizes["03-10"] <= sizes["02-10"], sizes
     assert sizes["02-20"] < sizes["02-10"], sizes
     assert sizes["03-20"] < sizes["03-10"], sizes
+
+
+INTERVAL_OF_SPAN = {"1h": "5m", "6h": "30m", "1d": "1h", "1n": "1h", "1y": "1d"}
+
+
+@pytest.mark.parametrize(
+    ("row_span", "cutoff", "kept"),
+    [
+        # a row goes once its whole span ends at or before the cut-off
+        ("1h", (2013, 3, 10, 5, 0), (2013, 3, 10, 5, 0)),
+        ("6h", (2013, 3, 10, 5, 0), (2013, 3, 10, 0, 0)),
+        ("6h", (2013, 3, 10, 6, 0), (2013, 3, 10, 6, 0)),
+        ("1d", (2013, 3, 10, 23, 0), (2013, 3, 10, 0, 0)),
+        ("1n", (2013, 3, 1, 0, 0), (2013, 3, 1, 0, 0)),  # February ended: gone
+        ("1n", (2013, 2, 28, 23, 0), (2013, 2, 1, 0, 0)),  # February partly inside: kept
+        ("1y", (2013, 12, 31, 23, 0), (2013, 1, 1, 0, 0)),
+    ],
+)
+def test_first_row_kept_by_row_span(
+    row_span: str, cutoff: tuple[int, ...], kept: tuple[int, ...]
+) -> None:
+    config = parse_rollup_config(
+        orjson.dumps(
+            {
+                "aggregationIds": {"sum": 0},
+                "intervals": [
+                    {"table": "tsdb", "preAggregationTable": "tsdb-agg", "interval": "1m",
+                     "rowSpan": "1h", "defaultInterval": True},
+                    {"table": "r", "preAggregationTable": "p",
+                     "interval": INTERVAL_OF_SPAN[row_span], "rowSpan": row_span},
+                ],
+            }
+        )
+    )  # fmt: skip
+    spans = row_spans("tsdb", config.intervals)
+    assert spans["r"] == spans["p"] == (config.intervals[1].span,)
+    at = calendar.timegm((*cutoff, 0))
+    assert first_kept(at, spans["r"]) == calendar.timegm((*kept, 0))
+    # the data table and the default interval's tables: hours
+    assert first_kept(at, spans["tsdb"]) == first_kept(at, spans["tsdb-agg"]) == at - at % 3600
+
+
+def test_a_table_of_two_spans_keeps_every_row_partly_inside() -> None:
+    config = default_rollup_config("tsdb")
+    month = config.intervals[1].span
+    spans = row_spans("tsdb", [*config.intervals, dataclasses.replace(config.intervals[1])])
+    assert spans["tsdb-rollup-1h"] == (month,)
+    day = calendar.timegm((2013, 3, 10, 0, 0, 0))
+    assert first_kept(day, (HOUR_ROWS, month)) == calendar.timegm((2013, 3, 1, 0, 0, 0))
