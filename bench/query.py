@@ -2,9 +2,13 @@
 numpy-only computation of the same answer over the same arrays.
 
 A day of ``--series`` series (default 1,000) at ``--step`` seconds (default 10: 8,640 points
-per series) is written to an embedded store as single cells (the bytes the writer stores),
-queried warm ``--repeat`` times, then compacted (one cell per row, as the compaction queue
-leaves it) and queried again. The baseline takes the same values as numpy arrays already
+per series) is written through the real write path (ingest service, writer, in-memory head,
+all settings at their defaults: no log, as ``tsdb import`` writes), hour after hour, and
+queried warm ``--repeat`` times right after loading ("fresh": what a dashboard or a
+backfill sees; rows whose hour closed and that got no point for
+``tsd.storage.head.grace`` may meanwhile have been written out, and the run says how many
+were still in the head); then every row is written out (one compacted cell per row) and
+queried again. The baseline takes the same values as numpy arrays already
 in memory and computes the 1-minute averages and their sum: no storage, no decoding, no
 grouping; the ratio is what reading OpenTSDB's format from a store costs on top. Both
 answers are checked equal before timing. Also reported: the engine's phases on the
@@ -15,7 +19,10 @@ into VictoriaMetrics (``/api/v1/import``) and the equivalent MetricsQL query
 ``sum(avg_over_time(bench_cpu[1m]))`` at a 60 s step over the day, result cache off
 (``nocache=1``), timed over HTTP on 127.0.0.1 (both use both CPUs).
 
-Run: ``python -m bench.query [--series N] [--step S] [--repeat N] [--skip-single] [--no-vm]``.
+Also, with ``--size``: the embedded file's bytes per point after loading 1,000 series x 6
+hours at 10 s (2.16 M points) through the write path and closing it (issue 9: <= 25).
+
+Run: ``python -m bench.query [--series N] [--step S] [--repeat N] [--no-vm] [--size]``.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
+from tsd.codec import KeyLayout
 from tsd.config import Config, CoreConfig, StorageConfig
+from tsd.model import make_tags
 from tsd.protocol.query_json import parse_query_params
 from tsd.query.decode import decode_block
 from tsd.query.engine import QueryEngine
@@ -50,9 +58,13 @@ from tsd.query.spans import assemble_spans
 from tsd.query_model import SubQuery, TSQuery
 from tsd.schema import ensure_tables
 from tsd.server.http.render import render_query_result
-from tsd.storage.base import Block, Delete, Put, Storage
+from tsd.stats import StatsRegistry
+from tsd.storage.base import Block, Storage
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.head_flush import build_head_sink
+from tsd.write.ingest import IngestService
+from tsd.write.writer import Writer
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC
 DAY = 86400
@@ -67,53 +79,58 @@ def make_values(n_series: int, n_points: int, seed: int = 3) -> npt.NDArray[np.f
 
 
 async def load(
-    storage: Storage, cfg: Config, values: npt.NDArray[np.float64], step: int, compacted: bool
-) -> list[bytes]:
-    """Single cells for every point (sorted puts), as the writer stores them, or directly
-    the compacted cell of each row; the row keys."""
-    uids = UidService(storage, cfg)
-    layout = KeyLayout.from_storage_config(cfg.storage)
-    metric_uid = await uids.metrics.assign(METRIC)
-    host_uid = await uids.tagk.assign("host")
+    storage: Storage, cfg: Config, values: npt.NDArray[np.float64], step: int
+) -> tuple[Writer, int]:
+    """Every point through the ingest service and the writer (into the head), an hour of
+    every series after the other, honouring back-pressure; the started writer (the head's
+    write-out running as in the daemon) and the rows written."""
+    registry = StatsRegistry()
+    sink = build_head_sink(storage, cfg.storage, registry, wal=None, wall_clock=time.time)
+    writer = Writer(storage, cfg.storage, registry, head=sink)
+    writer.start()
+    ingest = IngestService(writer, UidService(storage, cfg), cfg.storage)
     n_series, n_points = values.shape
+    refs = [await ingest.resolve(METRIC, make_tags({"host": f"h{s:05d}"})) for s in range(n_series)]
     per_hour = 3600 // step
-    rows: list[bytes] = []
-    for s in range(n_series):
-        series = make_series_key(
-            layout, metric_uid, [(host_uid, await uids.tagv.assign(f"h{s:05d}"))]
-        )
-        puts: list[Put] = []
-        series_values = values[s].tolist()
-        for hour in range(n_points // per_hour):
-            base = BASE + hour * 3600
-            key = series.row_key(base)
-            rows.append(key)
-            cells = [
-                encode_point(base + i * step, series_values[hour * per_hour + i])[1:]
-                for i in range(per_hour)
-            ]
-            if compacted:
-                cell = compact_row(cells)
-                assert cell is not None
-                cells = [cell]
-            puts += [Put(key, "t", qualifier, value) for qualifier, value in cells]
-        await storage.put(cfg.storage.data_table, puts)
-    return rows
+    stamps = (BASE + np.arange(n_points) * step).tolist()
+    rows = 0
+    for hour in range(n_points // per_hour):
+        span = slice(hour * per_hour, (hour + 1) * per_hour)
+        for s, ref in enumerate(refs):
+            row = values[s, span].tolist()
+            points = [(ref, t, v) for t, v in zip(stamps[span], row, strict=True)]
+            while points:
+                if writer.is_full():
+                    await writer.wait_writable()
+                room = max(1, writer.room())
+                writer.add_points(points[:room])
+                points = points[room:]
+            rows += 1
+        await asyncio.sleep(0)
+    await writer.flush()
+    return writer, rows
 
 
-async def compact(storage: Storage, table: str, rows: list[bytes]) -> None:
-    """Replace every row's cells by its compacted cell (what the compaction queue writes)."""
-    for start in range(0, len(rows), 512):
-        chunk = rows[start : start + 512]
-        found = await storage.get_many(table, chunk, ("t",))
-        puts, deletes = [], []
-        for row in found:
-            cell = compact_row([(c.qualifier, c.value) for c in row.cells])
-            assert cell is not None
-            deletes.append(Delete(row.key, "t"))
-            puts.append(Put(row.key, "t", cell[0], cell[1]))
-        await storage.delete(table, deletes)
-        await storage.put(table, puts)
+async def store_size(tmp: Path) -> tuple[int, int]:
+    """(bytes of the embedded file, points) after 1,000 series x 6 h at 10 s went through
+    the write path and the writer was closed (its head written out)."""
+    cfg = Config(
+        core=CoreConfig(auto_create_metrics=True), storage=StorageConfig(data_dir=str(tmp))
+    )
+    storage = EmbeddedStorage(tmp)
+    try:
+        await ensure_tables(storage, cfg.storage)
+        values = make_values(1000, 6 * 360)
+        writer, _ = await load(storage, cfg, values, 10)
+        await writer.close()
+    finally:
+        await storage.close()
+    return _disk_bytes(tmp), values.size
+
+
+def _disk_bytes(directory: Path) -> int:
+    """Bytes the files under ``directory`` take on disk (allocated blocks)."""
+    return sum(p.stat().st_blocks * 512 for p in directory.rglob("*") if p.is_file())
 
 
 def _free_port() -> int:
@@ -306,7 +323,7 @@ def _series_result(sub: SubQuery, dps: AggregatedSeries) -> SeriesResult:
     )
 
 
-async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: bool) -> None:
+async def main(n_series: int, step: int, repeat: int, vm: bool, size: bool) -> None:
     n_points = DAY // step
     values = make_values(n_series, n_points)
     end = BASE + DAY - 1
@@ -316,9 +333,11 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: boo
         try:
             await ensure_tables(storage, cfg.storage)
             t0 = time.perf_counter()
-            rows = await load(storage, cfg, values, step, compacted=skip_single)
+            writer, rows = await load(storage, cfg, values, step)
             load_s = time.perf_counter() - t0
-            engine = QueryEngine(storage, UidService(storage, cfg), cfg)
+            sink = writer.head
+            assert sink is not None
+            engine = QueryEngine(storage, UidService(storage, cfg), cfg, head=sink.head)
             params = {"start": [str(BASE)], "end": [str(end)], "m": [f"sum:1m-avg:{METRIC}"]}
             query = parse_query_params(params)
 
@@ -338,29 +357,29 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: boo
             )
             total = n_series * n_points
             print(f"data: {n_series} series x {n_points} points at {step}s = {total:,} points")
-            form = "compacted cells" if skip_single else "single cells"
-            print(f"load ({form}, direct puts): {load_s:.1f} s")
+            print(f"load through the write path (ingest, writer, head): {load_s:.1f} s")
             print(
                 f"numpy reference (same arrays in memory): {t_ref * 1000:.1f} ms "
                 f"(cpu {c_ref * 1000:.1f} ms)"
             )
-            if not skip_single:
-                await run_query()  # warm
-                wall, cpu = await timed(repeat, run_query)
-                print(
-                    f"engine, single cells ({len(rows):,} rows, {total:,} cells): p50 "
-                    f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
-                    f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
-                )
-                t0 = time.perf_counter()
-                await compact(storage, cfg.storage.data_table, rows)
-                print(f"compaction of {len(rows):,} rows: {time.perf_counter() - t0:.1f} s")
+            await run_query()  # warm
+            in_head = len(sink.head)
+            fresh, fresh_cpu = await timed(repeat, run_query)
+            in_head = min(in_head, len(sink.head))
+            print(
+                f"engine, fresh ({in_head:,} of {rows:,} rows still in the head): p50 "
+                f"{fresh * 1000:.0f} ms (cpu {fresh_cpu * 1000:.0f} ms)  "
+                f"ratio {fresh / t_ref:.1f}x (cpu {fresh_cpu / c_ref:.1f}x)"
+            )
+            t0 = time.perf_counter()
+            await writer.close()  # every row written out, one compacted cell each
+            print(f"head written out ({rows:,} rows): {time.perf_counter() - t0:.1f} s")
             result = await engine.execute(query)
             assert np.allclose(result.series[0].dps.values, want, rtol=1e-9)
             await run_query()  # warm
             wall, cpu = await timed(repeat, run_query)
             print(
-                f"engine, compacted ({len(rows):,} rows, 1 cell each): p50 "
+                f"engine, compacted ({rows:,} rows, 1 cell each): p50 "
                 f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
                 f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
             )
@@ -373,7 +392,8 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: boo
                     print(
                         f"victoria-metrics, same data, sum(avg_over_time(bench_cpu[1m])) "
                         f"step 60s ({vm_points} points): p50 {vm_wall * 1000:.0f} ms  "
-                        f"tsd/vm ratio {wall / vm_wall:.2f}x"
+                        f"tsd/vm ratio fresh {fresh / vm_wall:.2f}x, "
+                        f"compacted {wall / vm_wall:.2f}x"
                     )
             stall = await loop_stall(run_query)
             print(
@@ -390,6 +410,13 @@ async def main(n_series: int, step: int, repeat: int, skip_single: bool, vm: boo
             )
         finally:
             await storage.close()
+    if size:
+        with tempfile.TemporaryDirectory(prefix="tsd-bench-size-") as tmp:
+            stored, points = await store_size(Path(tmp))
+        print(
+            f"embedded file after {points:,} points (1,000 series x 6 h at 10 s) through the "
+            f"write path: {stored / 1e6:.1f} MB, {stored / points:.1f} B/point (goal <= 25)"
+        )
 
 
 def _time(fn: Callable[[], object]) -> float:
@@ -410,8 +437,8 @@ if __name__ == "__main__":
     parser.add_argument("--step", type=int, default=10, help="seconds between points")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
-        "--skip-single", action="store_true", help="write compacted rows directly; time only those"
+        "--size", action="store_true", help="also the embedded file's bytes per point"
     )
     parser.add_argument("--no-vm", action="store_true", help="skip the VictoriaMetrics baseline")
     args = parser.parse_args()
-    asyncio.run(main(args.series, args.step, args.repeat, args.skip_single, not args.no_vm))
+    asyncio.run(main(args.series, args.step, args.repeat, not args.no_vm, args.size))

@@ -1,8 +1,10 @@
 """A real write path and query engine on one store, for the engine and case tests.
 
-Points go through the real Writer (UIDs, row keys, batching, appends when configured);
-``compact()`` runs the real Compactor over every row; queries run through the real
-QueryEngine and are answered as the HTTP handler serialises them.
+Points go through the real Writer (UIDs, row keys, batching, appends when configured),
+into the in-memory head on the embedded store (as the daemon builds it); ``compact()``
+writes the head's rows out (compacted) and runs the real Compactor over every row;
+queries run through the real QueryEngine and are answered as the HTTP handler serialises
+them.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from tsd.server.http.exp import answer_gexp, render_exp_answer
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
+from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
 from tsd.write.compactor import Compactor
+from tsd.write.head_flush import HeadSink, build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer
 
@@ -42,6 +46,7 @@ class QueryHarness:
     uids: UidService
     ingest: IngestService
     engine: QueryEngine
+    head: HeadSink | None = None
 
     @property
     def writer(self) -> Writer:
@@ -61,8 +66,16 @@ class QueryHarness:
             else:
                 await self.compact()
 
+    async def write_out(self) -> None:
+        """Write the head's rows out (one compacted cell each), as the daemon does once
+        their hour is closed."""
+        if self.head is not None:
+            await self.head.flush_all()
+
     async def compact(self) -> None:
-        """Compact every row of the data table, as the writer's compaction would."""
+        """Write the head's rows out, then compact every row of the data table, as the
+        writer's compaction would."""
+        await self.write_out()
         table = self.config.storage.data_table
         keys = []
         async with contextlib.aclosing(self.storage.scan(table, ScanSpec())) as rows:
@@ -122,10 +135,24 @@ async def query_harness(
     for table in (cfg.storage.uid_table, cfg.storage.data_table):
         await storage.create_table(table, tables[table])
     uids = UidService(storage, cfg)
-    writer = Writer(storage, cfg.storage, StatsRegistry())
+    registry = StatsRegistry()
+    sink = None
+    if isinstance(storage, EmbeddedStorage) and not cfg.storage.enable_appends:
+        sink = build_head_sink(
+            storage, cfg.storage, registry, wal=None, wall_clock=lambda: NOW_MS / 1000
+        )
+    writer = Writer(storage, cfg.storage, registry, head=sink)
     writer.start()
-    engine = QueryEngine(storage, uids, cfg, wall_clock=lambda: NOW_MS / 1000)
+    engine = QueryEngine(
+        storage,
+        uids,
+        cfg,
+        wall_clock=lambda: NOW_MS / 1000,
+        head=sink.head if sink is not None else None,
+    )
     try:
-        yield QueryHarness(storage, cfg, uids, IngestService(writer, uids, cfg.storage), engine)
+        yield QueryHarness(
+            storage, cfg, uids, IngestService(writer, uids, cfg.storage), engine, sink
+        )
     finally:
         await writer.close()

@@ -63,8 +63,11 @@ class TelnetClient:
 
 
 async def stored(daemon: Daemon) -> list[StoredPoint]:
-    """Everything the daemon's storage holds, after writing what is buffered."""
+    """Everything the daemon's storage holds, after writing what is buffered (and the
+    head's rows, on the embedded store)."""
     await daemon.writer.flush()
+    if daemon.writer.head is not None:
+        await daemon.writer.head.flush_all()
     return await stored_points(daemon.storage, daemon.config.storage, daemon.uids)
 
 

@@ -18,6 +18,7 @@ from tsd.codec.compaction import (
     DecodedRow,
     compact_row,
     decode_cells,
+    join_compacted,
     split_cell,
 )
 from tsd.codec.qualifier import (
@@ -68,6 +69,7 @@ __all__ = [
     "build_qualifier",
     "compact_append_value",
     "compact_row",
+    "join_compacted",
     "decode_annotation_qualifier",
     "decode_cells",
     "decode_qualifier",

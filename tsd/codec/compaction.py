@@ -57,6 +57,7 @@ __all__ = [
     "DecodedRow",
     "compact_row",
     "decode_cells",
+    "join_compacted",
     "split_cell",
 ]
 
@@ -284,8 +285,18 @@ def compact_row(
             has_ms = True
         else:
             has_s = True
-    compacted_qualifier = b"".join(e[1] for e in merged)
-    compacted_value = b"".join(e[2] for e in merged)
-    if len(merged) > 1:
-        compacted_value += bytes((MS_MIXED_COMPACT if has_ms and has_s else 0,))
-    return compacted_qualifier, compacted_value
+    return join_compacted(
+        b"".join(e[1] for e in merged), b"".join(e[2] for e in merged), len(merged), has_ms, has_s
+    )
+
+
+def join_compacted(
+    qualifiers: bytes, values: bytes, count: int, has_ms: bool, has_s: bool
+) -> tuple[bytes, bytes]:
+    """The compacted cell of ``count`` points already merged: strictly increasing offsets,
+    canonical flags (as the writer encodes them, and as :func:`compact_row` leaves them),
+    their qualifiers and values joined in that order. One point is its own cell; more get
+    the meta byte (bit 0x01: seconds and milliseconds mixed)."""
+    if count > 1:
+        values += bytes((MS_MIXED_COMPACT if has_ms and has_s else 0,))
+    return qualifiers, values

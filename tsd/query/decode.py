@@ -58,6 +58,7 @@ __all__ = [
     "decode_block",
     "decode_buckets",
     "decode_rows",
+    "reduce_rows",
     "series_key",
 ]
 
@@ -595,11 +596,9 @@ def decode_buckets(
     helper (without the GIL: the event loop reads on meanwhile) when it takes the block,
     else decoded and reduced by numpy, with the same answer. Raises RowsOutOfHour for
     rows that cannot be reduced one by one."""
-    base_ms = base_times_s(layout, block.keys) * 1000
-    stored = block.stored_bytes
     if _C is not None and isinstance(block, CellBlock) and len(block):
         found = _C.decode_buckets(
-            *cell_buffers(block, base_ms),
+            *cell_buffers(block, base_times_s(layout, block.keys) * 1000),
             buckets.spec.interval_ms,
             buckets.seek_ms,
             buckets.function_code,
@@ -613,10 +612,20 @@ def decode_buckets(
                 None,
                 None,
                 (),
-                stored,
+                block.stored_bytes,
                 np.frombuffer(row_points, dtype=np.int64),
             )
     points = decode_block(block, layout, fix_duplicates=fix_duplicates)
+    return reduce_rows(points, block.keys, layout, buckets)
+
+
+def reduce_rows(
+    points: RowPoints, keys: Sequence[bytes], layout: KeyLayout, buckets: RowBuckets
+) -> RowPoints:
+    """Decoded rows (``keys``, their ``points``) each reduced to its buckets by numpy's
+    downsampler, ``row_points`` set, as :func:`decode_buckets` gives them. Raises
+    RowsOutOfHour for rows that cannot be reduced one by one."""
+    base_ms = base_times_s(layout, list(keys)) * 1000
     reduced = downsample_rows(
         points.timestamps, points.values, points.row_offsets, base_ms, buckets
     )

@@ -41,15 +41,24 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tsd.codec import KeyLayout, encode_tags, salt_bucket
+from tsd.codec import KeyLayout, encode_tags, join_compacted, salt_bucket
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
-from tsd.query.decode import RowPoints, decode_block, decode_buckets, decode_rows, series_key
+from tsd.head import Head, HeadRuns, HeadSnapshot
+from tsd.query.decode import (
+    RowPoints,
+    decode_block,
+    decode_buckets,
+    decode_rows,
+    reduce_rows,
+    series_key,
+)
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows, histogram_series
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
 from tsd.query.limits import (
@@ -111,6 +120,7 @@ from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
 from tsd.storage.base import (
     Block,
+    Cell,
     CellBlock,
     Delete,
     PointBlock,
@@ -206,8 +216,11 @@ class QueryEngine:
         *,
         compute_slots: int | None = None,
         wall_clock: Callable[[], float] = time.time,
+        head: Head | None = None,
     ) -> None:
+        """``head``: the embedded engine's in-memory rows, read beside storage."""
         self._storage = storage
+        self._head = head
         self._uids = uids
         self._layout = KeyLayout.from_storage_config(config.storage)
         self._table = config.storage.data_table
@@ -570,10 +583,24 @@ class QueryEngine:
         and cells to read (default: the data table's); ``buckets``: each row reduced to
         its buckets as decoded."""
         parts: list[tuple[list[bytes], RowPoints]] = []
+        # The head's rows are copied before storage is read: a row written out meanwhile
+        # is then found in one or both (identical points fold), never in neither.
+        head = None
+        raw = source is None or (
+            source.table == self._table and not source.is_rollup and source.histograms is None
+        )
+        if self._head is not None and raw:  # the head holds data points only
+            head = self._head.snapshot(plan.scans)
+
         table = self._table if source is None else source.table
         rollup = source if source is not None and source.is_rollup else None
 
         async def decode(block: Block) -> None:
+            if head is not None and head.shares(block.keys):
+                # a stored row the head has points for too: read as one row
+                if isinstance(block, PointBlock):
+                    block = block.cells()
+                block = head.merge_into(block)
             if source is not None and isinstance(block, PointBlock):
                 block = block.cells()  # rollup and histogram cells: not data points
             # decoded points need only their times (a fraction of a cell block's work)
@@ -600,6 +627,16 @@ class QueryEngine:
             parts.append((block.keys, points))
 
         await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
+        if head is not None and len(head):
+            runs, rest = head.remaining()
+            if len(rest):
+                await decode(rest)
+            if runs.keys:
+                points = await self._compute_sized(
+                    len(runs.values) // 4, _decode_head, runs, self._layout, buckets
+                )
+                tally.add(points, len(runs.keys))
+                parts.append((runs.keys, points))
         return parts
 
     async def _compute_sized(
@@ -667,6 +704,8 @@ class QueryEngine:
         """``delete=true``: drop every row read for the series that passed the filters."""
         kept = {spans.keys[i] for i in np.flatnonzero(keep).tolist()}
         doomed = [k for keys, _ in parts for k in keys if series_key(self._layout, k) in kept]
+        if self._head is not None:
+            self._head.discard(doomed)
         for start in range(0, len(doomed), DELETE_BATCH_ROWS):
             chunk = doomed[start : start + DELETE_BATCH_ROWS]
             await self._storage.delete(self._table, [Delete(k) for k in chunk])
@@ -807,7 +846,8 @@ class QueryEngine:
             keys = [
                 salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
             ]
-            rows = await self._storage.get_many(self._table, keys, (FAMILY,))
+            head = self._head.snapshot_keys(keys) if self._head is not None else None
+            rows = _with_head(await self._storage.get_many(self._table, keys, (FAMILY,)), head)
             for row in sorted(rows, key=lambda r: r.key, reverse=True):
                 point = await self._last_in_rows([row])
                 if point is not None:
@@ -839,11 +879,13 @@ class QueryEngine:
                 row_filter=RowFilter(regex) if regex is not None else None,
                 batch_rows=SCAN_BATCH_ROWS,
             )
+            head = self._head.snapshot([spec]) if self._head is not None else None
             async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
-                # A series' rows come in time order: the last one with data wins.
-                async for row in rows:
-                    if has_data(row):
-                        newest[series_key(layout, row.key)] = row
+                scanned = [row async for row in rows]
+            # A series' rows come in time order (key order): the last one with data wins.
+            for row in sorted(_with_head(scanned, head), key=lambda r: r.key):
+                if has_data(row):
+                    newest[series_key(layout, row.key)] = row
         out = []
         for key in sorted(newest):
             point = await self._last_in_rows([newest[key]])
@@ -936,12 +978,48 @@ def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) ->
     return int(np.count_nonzero(inside))
 
 
+def _with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:
+    """Stored rows and the head's rows of the same read, as rows (the head's points after
+    the stored ones of a row both hold)."""
+    if head is None or not len(head):
+        return list(rows)
+    merged = head.merge_into(CellBlock.from_rows(rows))
+    runs, rest = head.remaining()
+    fresh = CellBlock.from_rows(
+        [Row(key, (Cell(FAMILY, q, v),)) for key, q, v in _compacted_runs(runs)]
+    )
+    return [*merged, *rest, *fresh]
+
+
+def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
+    """Clean head rows as (key, compacted qualifier, compacted value)."""
+    out = []
+    q_at = v_at = 0
+    lengths = np.frombuffer(runs.qualifiers[1::2], np.uint8) & 0x7
+    v_ends = np.cumsum(lengths.astype(np.int64) + 1).tolist()
+    for key, count in zip(runs.keys, runs.counts.tolist(), strict=True):
+        q_end = q_at + 2 * count
+        v_end = v_ends[q_end // 2 - 1]
+        qualifier, value = join_compacted(
+            runs.qualifiers[q_at:q_end], runs.values[v_at:v_end], count, False, True
+        )
+        out.append((key, qualifier, value))
+        q_at, v_at = q_end, v_end
+    return out
+
+
 def _timed_rollup_decode(
     block: CellBlock, layout: KeyLayout, source: RollupRead
 ) -> tuple[RowPoints, float]:
     started = time.thread_time()
     points = decode_rollup_rows(block, layout, source)
     return points, time.thread_time() - started
+
+
+def _decode_head(runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None) -> RowPoints:
+    """The head's rows decoded (each reduced to its buckets with ``buckets``)."""
+    points = decode_head_runs(runs, layout)
+    return points if buckets is None else reduce_rows(points, runs.keys, layout, buckets)
 
 
 def _timed_decode(

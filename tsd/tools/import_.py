@@ -28,7 +28,9 @@ and a total, with OpenTSDB's wording: ``Total: imported 1000000 data points in 7
 total also covers writing the last of them to storage (``sync``: the store holds every
 point when the line is printed). Rows whose hour has closed are then compacted, as the
 daemon does when it stops (within the writer's shutdown budget; rows left over stay
-uncompacted, which every reader accepts), which the total does not include.
+uncompacted, which every reader accepts), which the total does not include; on the
+embedded store every row leaves the in-memory head as one compacted cell, and is counted
+in ``Compacted N rows``.
 """
 
 from __future__ import annotations
@@ -314,7 +316,9 @@ async def import_files(
             compacting = time.monotonic()
             await write_path.close()  # compacts the rows whose hour has closed
             compacting = time.monotonic() - compacting
-    rows = _count(registry, "compaction.count", "rows")
+    # rows compacted: by the compactor (HBase) or written out of the head as one compacted
+    # cell each (embedded)
+    rows = _count(registry, "compaction.count", "rows") + _count(registry, "head.flushed", "rows")
     if rows:
         print(f"Compacted {rows} rows in {compacting:.3f}s", file=out)
     if total.bad_lines:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tsd.errors import StorageError, StorageUnavailable
+from tsd.errors import StorageError, StorageFull, StorageReadOnly, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.wal.record import HEADER, SEGMENT_MAGIC, read_records, scan_records
@@ -36,6 +37,8 @@ log = get_logger(WRITER)
 
 #: Bytes after which a new segment is started.
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+#: the least an open segment holds before :meth:`WriteAheadLog.cut` closes it
+MIN_CUT_BYTES = 1024 * 1024
 SUFFIX = ".wal"
 #: held (flock) by the process that owns the log, from start to close
 LOCK_FILE = "LOCK"
@@ -68,6 +71,7 @@ class WriteAheadLog:
         self._segment_of: dict[int, tuple[int, int]] = {}  # unstored record -> (segment, offset)
         self._unstored: dict[int, int] = {}  # segment -> records not stored yet
         self._recovered: list[Path] = []
+        self._cut_asked = False  # cut(): start a new segment at the next append
         self._lock_fd: int | None = None
         self._appended = registry.counter("wal.records", type="appended")
         self._synced_cells = registry.counter("wal.cells", type="synced")
@@ -158,6 +162,13 @@ class WriteAheadLog:
         if not self._unstored[number] and number != self._number:
             self._drop(number)
 
+    def cut(self) -> None:
+        """Start a new segment at the next append once the open one holds
+        :data:`MIN_CUT_BYTES` or more: the head calls this when it has written rows out,
+        so the records they came from go with their segment instead of waiting for it to
+        fill (a small daemon would keep its whole segment size of stored points)."""
+        self._cut_asked = True
+
     def location(self, seq: int) -> tuple[Path, int] | None:
         """The segment and byte offset of record ``seq`` while it is not stored (the
         HBase spool reads it back from there: :func:`read_record_at`); None once stored."""
@@ -196,7 +207,7 @@ class WriteAheadLog:
                     )
                 except OSError as exc:
                     self._failures.inc()
-                    error = StorageError(f"write-ahead log: {exc.strerror or exc}")
+                    error = _log_error(exc)
                     for _, _, done in items:
                         if not done.done():
                             done.set_exception(error)
@@ -227,7 +238,9 @@ class WriteAheadLog:
         one when it is full), fsync once; the segment's number, the offset of the first
         record, and the number of the segment closed meanwhile (if any)."""
         closed = None
-        if self._file is None or self._size >= self._segment_bytes:
+        cut = self._cut_asked and self._size >= MIN_CUT_BYTES
+        if self._file is None or self._size >= self._segment_bytes or cut:
+            self._cut_asked = False
             closed = self._start_segment()
         fd = self._file
         assert fd is not None
@@ -269,6 +282,17 @@ class WriteAheadLog:
         """Forget a segment and delete its file (in the log's thread)."""
         self._unstored.pop(number, None)
         self._executor.submit(segment_path(self.directory, number).unlink, missing_ok=True)
+
+
+def _log_error(exc: OSError) -> StorageError:
+    """A failed log write as the error the writer passes on: a full disk (507) or a
+    read-only one (503) refuse writes until they return; anything else is an I/O error."""
+    message = f"write-ahead log: {exc.strerror or exc}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(message)
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StorageReadOnly(message)
+    return StorageError(message)
 
 
 def read_record_at(path: Path, offset: int) -> tuple[int, bytes]:

@@ -4,15 +4,18 @@ and closed in the right order."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tsd.config import Config
+from tsd.head import Head
 from tsd.meta.service import MetaService
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
+from tsd.write.head_flush import build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer, WriterLimits
 
@@ -25,6 +28,8 @@ class WritePath:
     writer: Writer
     ingest: IngestService
     meta: MetaService
+    #: the embedded engine's in-memory head (None on HBase, or with appends)
+    head: Head | None = None
 
     @classmethod
     def build(
@@ -48,17 +53,21 @@ class WritePath:
                 registry,
                 segment_bytes=config.storage.wal_segment_bytes,
             )
+        cfg = config.storage
         # On HBase the log also spools what HBase cannot take (an outage): tsd.write.spool.
-        spool_max_bytes = (
-            config.storage.wal_max_bytes if config.storage.backend == "hbase" else None
-        )
+        spool_max_bytes = cfg.wal_max_bytes if cfg.backend == "hbase" else None
+        # On the embedded store, points wait in the in-memory head: tsd.head.
+        sink = None
+        if cfg.backend == "embedded" and not cfg.enable_appends:
+            sink = build_head_sink(storage, cfg, registry, wal=wal, wall_clock=time.time)
         writer = Writer(
             storage,
-            config.storage,
+            cfg,
             registry,
             limits=limits,
             wal=wal,
             spool_max_bytes=spool_max_bytes,
+            head=sink,
         )
         ingest = IngestService(
             writer,
@@ -67,7 +76,7 @@ class WritePath:
             on_new_series=meta.tracker.on_new_series,
             registry=registry,
         )
-        return cls(writer, ingest, meta)
+        return cls(writer, ingest, meta, sink.head if sink is not None else None)
 
     async def start(self) -> None:
         """Replay the write-ahead log left by the last run, then start taking points."""

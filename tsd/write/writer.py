@@ -24,6 +24,10 @@
   While storage refuses writes (disk
   full, read-only: :class:`~tsd.errors.StorageRefused`) :attr:`storage_refusal` says so,
   until a write succeeds; every new batch is still tried, so recovery needs no restart.
+* The head (embedded store): with a :class:`~tsd.write.head_flush.HeadSink`, a batch is
+  logged, then goes into the in-memory head (visible to queries) instead of storage; the
+  sink writes each row once, compacted, when its hour is closed (docs/write-path.md).
+  No single cells are written then, and nothing is left to compact.
 * Compaction. Rows stored by the writer are queued in a
   :class:`~tsd.write.schedule.CompactionSchedule`; a background task hands them to the
   :class:`~tsd.write.compactor.Compactor` once their hour has closed.
@@ -52,6 +56,7 @@ from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Columns, Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
+from tsd.write.head_flush import HeadSink
 from tsd.write.retention import Retention
 from tsd.write.schedule import CompactionSchedule
 from tsd.write.spool import Spool
@@ -98,6 +103,7 @@ class Writer:
         wall_clock: Callable[[], float] = time.time,
         wal: WriteAheadLog | None = None,
         spool_max_bytes: int | None = None,
+        head: HeadSink | None = None,
     ) -> None:
         """``wal``: log each batch there (fsynced) while storing it, acknowledging it once
         both are done; batches are then cut
@@ -107,6 +113,7 @@ class Writer:
         to that many bytes, and store them in order once it takes writes again."""
         self._storage = storage
         self._wal = wal
+        self._head = head
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
@@ -132,7 +139,7 @@ class Writer:
         self._refusal: StorageRefused | None = None
         self._flusher: asyncio.Task[None] | None = None
         # Compaction (never with appends: OpenTSDB does not compact append rows).
-        self._compacting = cfg.enable_compaction and not cfg.enable_appends
+        self._compacting = cfg.enable_compaction and not cfg.enable_appends and head is None
         self._schedule = schedule if schedule is not None else CompactionSchedule()
         self._compactor = Compactor(
             storage, self._table, registry, fix_duplicates=cfg.fix_duplicates
@@ -167,6 +174,8 @@ class Writer:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
             if self._spool is not None:
                 self._spool.start()
+            if self._head is not None:
+                self._head.start()
         housekeeping = self._compacting or self._retention.retention_s > 0
         if housekeeping and self._compaction_task is None:
             self._compaction_task = asyncio.get_running_loop().create_task(self._compact_loop())
@@ -183,6 +192,8 @@ class Writer:
         await self._flusher
         if self._spool is not None:
             await self._spool.close()
+        if self._head is not None:
+            await self._head.close(self._limits.close_compaction_budget_s)
         if self._wal is not None:
             await self._wal.close()
         if self._compaction_task is not None:
@@ -214,6 +225,11 @@ class Writer:
         batch.add_points(points)
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
+
+    @property
+    def head(self) -> HeadSink | None:
+        """The embedded store's in-memory head (None: batches go to storage as cells)."""
+        return self._head
 
     @property
     def storage_refusal(self) -> StorageRefused | None:
@@ -308,6 +324,16 @@ class Writer:
         if waiting:
             await asyncio.wait(waiting)
 
+    async def write_out(self) -> int:
+        """Put every point acknowledged so far in storage, where another process reading
+        it (a tool beside the daemon) finds it: the buffered batch is written, then, on the
+        embedded store, every row of the head, whatever its hour; the head's rows
+        written. Raises StorageError when storage refuses them."""
+        await self.flush()
+        if self._head is None:
+            return 0
+        return await self._head.flush_all()
+
     # -- the flush task -----------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
@@ -341,6 +367,9 @@ class Writer:
         task.add_done_callback(self._in_flight.discard)
 
     async def _write(self, batch: Batch, ack: Ack, slots: asyncio.Semaphore) -> None:
+        if self._head is not None:
+            await self._write_to_head(self._head, batch, ack, slots)
+            return
         spool = self._spool
         if spool is not None:
             if spool.active:
@@ -412,6 +441,37 @@ class Writer:
         if self._compacting:
             self._note_rows(batch.rows)
 
+    async def _write_to_head(
+        self, sink: HeadSink, batch: Batch, ack: Ack, slots: asyncio.Semaphore
+    ) -> None:
+        """Log the batch, then put it in the head (visible to queries from then on), then
+        acknowledge it: the head only holds logged points. A failed log write fails the
+        batch (the head would be its only copy); so does a head over its bound whose rows
+        storage refuses."""
+        started = time.perf_counter()
+        try:
+            record, runs = sink.encode(batch.rows.items())
+            error: StorageError | None = sink.refusal
+            seq = None
+            if error is None and self._wal is not None:
+                try:
+                    seq = await self._wal.append(record, batch.cells)
+                except StorageError as exc:
+                    log.error("writer.wal_failed", cells=batch.cells, error=exc.message)
+                    error = exc
+            if error is None:
+                sink.add(runs, seq)
+        finally:
+            self._batch_latency.observe(time.perf_counter() - started)
+            self._written(batch, slots)
+        if error is not None:
+            self._fail(batch, ack, error)
+            return
+        self._refusal = None
+        self._stored.inc(batch.cells)
+        if not ack.done():
+            ack.set_result(None)
+
     def _fail(self, batch: Batch, ack: Ack, error: StorageError) -> None:
         """Storage did not take the batch: it is dropped (the log keeps it, if it took it,
         for the next start) and its ack fails."""
@@ -482,6 +542,11 @@ class Writer:
         replayed = 0
         for path in await asyncio.to_thread(wal.segments):
             records = await asyncio.to_thread(wal.read_segment, path)
+            if self._head is not None:  # into the head: it drops the segments once written
+                cells = await self._head.replay(records)
+                log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
+                replayed += cells
+                continue
             cells = 0
             writing: asyncio.Future[None] | None = None
             for columns in iter_records(records):
@@ -502,7 +567,8 @@ class Writer:
                 await writing
             log.info("wal.replayed", segment=str(path), records=len(records), cells=cells)
             replayed += cells
-        await asyncio.to_thread(wal.drop_recovered)
+        if self._head is None:
+            await asyncio.to_thread(wal.drop_recovered)
         self._stored.inc(replayed)
         return replayed
 

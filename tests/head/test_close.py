@@ -1,0 +1,44 @@
+"""The head's close: every acknowledged point reaches storage on a clean stop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tsd.codec import compact_row, encode_point
+from tsd.codec.const import FAMILY
+from tsd.config import StorageConfig
+from tsd.schema import ensure_tables
+from tsd.stats import StatsRegistry
+from tsd.storage.embedded import EmbeddedStorage
+from tsd.write.head_flush import HeadSink, build_head_sink
+
+BASE = 1356998400
+
+
+def _key(series: int, hour: int) -> bytes:
+    # metric uid 1, base time, one tag pair (3-byte uids: the default layout)
+    return b"\x00\x00\x01" + (BASE + 3600 * hour).to_bytes(4, "big") + series.to_bytes(6, "big")
+
+
+async def test_close_without_a_log_writes_every_row_past_its_budget(tmp_path: Path) -> None:
+    """No write-ahead log: rows left in memory when the close budget runs out would be
+    lost. The close keeps writing past its budget (a budget of 0 ends before any row)."""
+    cfg = StorageConfig(data_dir=str(tmp_path))
+    storage = EmbeddedStorage(tmp_path)
+    try:
+        await ensure_tables(storage, cfg)
+        sink = build_head_sink(storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0)
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        for series in range(1200):  # more than one write-out chunk
+            points = [encode_point(BASE + 10 * i, series + i * 0.5)[1:] for i in range(30)]
+            rows[_key(series, 0)] = dict(points)
+        _, runs = HeadSink.encode(rows.items())
+        sink.add(runs, None)
+        await sink.close(0.0)
+        assert len(sink.head) == 0
+        found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
+        assert {r.key: [(c.qualifier, c.value) for c in r.cells] for r in found} == {
+            key: [compact_row(list(cells.items()))] for key, cells in rows.items()
+        }
+    finally:
+        await storage.close()

@@ -1,0 +1,416 @@
+"""The head: the embedded engine's open row-hours, in memory. Pure (numpy, no loop).
+
+Theory of operation (architecture §1.2a; docs/write-path.md says when a row leaves):
+
+* A row is one series over one hour (an OpenTSDB row key). The head keeps, per row, its
+  points' qualifiers in one ``bytearray`` and their values in another, in the order they
+  arrived: the body of an OpenTSDB compacted cell, built as the writer's batches come
+  (:meth:`Head.add_runs`, straight from the write-ahead log record's runs of bytes, so a
+  batch costs a few Python steps per row and none per point).
+* A row is *clean* while every point it received came strictly after the previous one in
+  time: its cells are then exactly the compacted cell's points, in order, and the cell is
+  the runs joined (:func:`tsd.codec.join_compacted`). Clean-ness is checked per batch with
+  numpy. Any other row (a point out of order, the same time again, seconds and
+  milliseconds in one batch) is read as what the single cells would have been: one cell
+  per qualifier, the last value written to it winning (a second put of a cell replaces
+  it), in qualifier order, so OpenTSDB's compaction rules (:func:`tsd.codec.compact_row`)
+  apply to it unchanged.
+* Readers take a :class:`HeadSnapshot` of the rows a scan would read (before reading
+  storage: a row leaving the head meanwhile is then read from one or the other, or both,
+  and identical duplicates fold). A row that storage holds too (late points for an hour
+  already written) is read as its stored cells followed by the head's, the newer ones,
+  exactly as its merge will write it.
+* Rows leave through :meth:`Head.take` / :meth:`Head.release`: the points taken are dropped
+  once storage holds them; points that arrived meanwhile stay.
+* Bytes are counted (qualifiers, values, and a fixed cost per row) against the writer's
+  bound, ``tsd.storage.head.max_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from tsd.codec import KeyLayout, join_compacted
+from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
+from tsd.storage.base import Cell, CellBlock, Row, ScanSpec
+
+__all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
+
+#: Bytes counted per row beyond its points: the key, the row object, two bytearrays and
+#: the index entries (measured with sys.getsizeof, rounded up).
+ROW_OVERHEAD_BYTES = 360
+
+#: a row key, its cell count, its qualifiers joined, its values joined
+Run = tuple[bytes, int, bytes, bytes]
+
+
+@dataclass(slots=True, eq=False)
+class HeadRow:
+    """One open row-hour: its points' qualifiers and values, in arrival order."""
+
+    key: bytes
+    base_time_s: int
+    qualifiers: bytearray = field(default_factory=bytearray)
+    values: bytearray = field(default_factory=bytearray)
+    count: int = 0
+    ms_count: int = 0
+    #: every point strictly after the one before (see the module docstring)
+    clean: bool = True
+    last_offset_ms: int = -1
+    #: wall clock (s) of the last point
+    written_at: float = 0.0
+    #: the oldest and newest writer batch whose points the row holds
+    first_batch: int = 0
+    last_batch: int = 0
+
+
+def _cells_of(
+    qualifiers: bytes, values: bytes, count: int, ms_count: int, clean: bool
+) -> list[tuple[bytes, bytes]]:
+    if not count:
+        return []
+    if clean:
+        return [join_compacted(qualifiers, values, count, ms_count > 0, ms_count < count)]
+    return sorted(_split(qualifiers, values).items())
+
+
+def _split(qualifiers: bytes, values: bytes) -> dict[bytes, bytes]:
+    """qualifier -> value of a run of points as the writer encodes them (2- or 4-byte
+    qualifiers whose flags give the value's length); a later point replaces an earlier
+    one of the same qualifier."""
+    cells: dict[bytes, bytes] = {}
+    q_at = v_at = 0
+    end = len(qualifiers)
+    while q_at < end:
+        width = 4 if qualifiers[q_at] & MS_BYTE_FLAG == MS_BYTE_FLAG else 2
+        qualifier = qualifiers[q_at : q_at + width]
+        v_len = (qualifier[-1] & 0x7) + 1
+        cells[qualifier] = values[v_at : v_at + v_len]
+        q_at += width
+        v_at += v_len
+    return cells
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """Points of one row handed to storage: its cells, and how much of the row they are."""
+
+    key: bytes
+    cells: list[tuple[bytes, bytes]]
+    #: the points as arrived: qualifiers joined, values joined
+    qualifiers: bytes
+    values: bytes
+    qualifier_bytes: int
+    value_bytes: int
+    count: int
+    ms_count: int
+    last_batch: int
+
+    def single_cells(self) -> list[tuple[bytes, bytes]]:
+        """The points as single cells (the last value of a qualifier), in qualifier order."""
+        return sorted(_split(self.qualifiers, self.values).items())
+
+
+class Head:
+    """The open row-hours of one data table."""
+
+    def __init__(self, layout: KeyLayout) -> None:
+        self._layout = layout
+        self._prefix_end = layout.salt_width + layout.metric_width
+        self._rows: dict[bytes, HeadRow] = {}
+        #: (salt + metric, base time) -> its rows: what a scan of hours reads
+        self._groups: dict[tuple[bytes, int], dict[bytes, HeadRow]] = {}
+        self.bytes = 0
+        self.points = 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._rows
+
+    def get(self, key: bytes) -> HeadRow | None:
+        return self._rows.get(key)
+
+    # -- adding -------------------------------------------------------------------------------
+
+    def add_runs(self, runs: Sequence[Run], batch: int, now: float) -> int:
+        """Add a writer batch's rows (``(row key, cells, qualifiers, values)``, as
+        :func:`tsd.wal.record.decode_row_runs` gives them); the points added."""
+        rows = self._rows
+        added = 0
+        at = self._prefix_end
+        for (key, count, qualifiers, values), (ok, first, last) in zip(
+            runs, _offset_bounds(runs), strict=True
+        ):
+            if not count:
+                continue
+            row = rows.get(key)
+            if row is None:
+                base = int.from_bytes(key[at : at + TIMESTAMP_BYTES], "big")
+                row = rows[key] = HeadRow(key, base, first_batch=batch)
+                group = (key[:at], base)
+                members = self._groups.get(group)
+                if members is None:
+                    members = self._groups[group] = {}
+                members[key] = row
+                self.bytes += ROW_OVERHEAD_BYTES
+            elif not row.count:
+                row.first_batch = batch
+            row.qualifiers += qualifiers
+            row.values += values
+            if row.clean:
+                row.clean = ok and first > row.last_offset_ms
+                row.last_offset_ms = last
+            row.count += count
+            row.ms_count += (len(qualifiers) - 2 * count) // 2
+            row.written_at = now
+            row.last_batch = batch
+            self.bytes += len(qualifiers) + len(values)
+            added += count
+        self.points += added
+        return added
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def snapshot(self, specs: Iterable[ScanSpec]) -> HeadSnapshot:
+        """The rows the scans ``specs`` would read (key range and row filter), copied."""
+        found: dict[bytes, HeadRow] = {}
+        for spec in specs:
+            for row in self._rows_in(spec):
+                if row.count and (spec.row_filter is None or spec.row_filter.matches(row.key)):
+                    found[row.key] = row
+        return HeadSnapshot(found.values())
+
+    def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
+        """The rows of the given keys that the head holds, copied."""
+        rows = self._rows
+        return HeadSnapshot(row for k in keys if (row := rows.get(k)) is not None and row.count)
+
+    def _rows_in(self, spec: ScanSpec) -> Iterator[HeadRow]:
+        at = self._prefix_end
+        start, stop = spec.start, spec.stop
+        if len(start) == len(stop) == at + TIMESTAMP_BYTES and start[:at] == stop[:at]:
+            # prefix + base time on both ends: the hours in between, group by group
+            prefix = start[:at]
+            first = int.from_bytes(start[at:], "big")
+            last = int.from_bytes(stop[at:], "big")
+            groups = self._groups
+            if (last - first) // MAX_TIMESPAN > len(groups):
+                hours: Iterable[int] = sorted(b for p, b in groups if p == prefix)
+            else:
+                hours = range(first - first % MAX_TIMESPAN, last, MAX_TIMESPAN)
+            for base in hours:
+                if first <= base < last:
+                    yield from groups.get((prefix, base), {}).values()
+            return
+        for key, row in self._rows.items():
+            if start <= key and (not stop or key < stop):
+                yield row
+
+    # -- leaving ------------------------------------------------------------------------------
+
+    def closed(self, now: float, grace_s: float) -> list[bytes]:
+        """Rows whose hour ended ``grace_s`` ago and that got no point for ``grace_s``
+        (docs/write-path.md), in key order."""
+        keys: list[bytes] = []
+        for (_, base), members in self._groups.items():
+            if base + MAX_TIMESPAN + grace_s > now:
+                continue
+            keys.extend(k for k, row in members.items() if now - row.written_at >= grace_s)
+        keys.sort()
+        return keys
+
+    def oldest(self, target_bytes: int) -> list[bytes]:
+        """Rows, oldest hour first and then least recently written, whose points add up to
+        at least ``target_bytes`` (the head is over its bound), in key order."""
+        keys: list[bytes] = []
+        freed = 0
+        for group in sorted(self._groups, key=lambda g: g[1]):
+            members = sorted(self._groups[group].values(), key=lambda r: r.written_at)
+            for row in members:
+                keys.append(row.key)
+                freed += len(row.qualifiers) + len(row.values) + ROW_OVERHEAD_BYTES
+                if freed >= target_bytes:
+                    keys.sort()
+                    return keys
+        keys.sort()
+        return keys
+
+    def all_keys(self) -> list[bytes]:
+        return sorted(self._rows)
+
+    def take(self, key: bytes) -> Taken | None:
+        """The row's points as cells for storage (None when it has none); the row keeps
+        them until :meth:`release`."""
+        row = self._rows.get(key)
+        if row is None or not row.count:
+            return None
+        qualifiers, values = bytes(row.qualifiers), bytes(row.values)
+        return Taken(
+            key,
+            _cells_of(qualifiers, values, row.count, row.ms_count, row.clean),
+            qualifiers,
+            values,
+            len(row.qualifiers),
+            len(row.values),
+            row.count,
+            row.ms_count,
+            row.last_batch,
+        )
+
+    def release(self, taken: Taken) -> None:
+        """Storage holds ``taken``: drop those points (points added since stay)."""
+        row = self._rows.get(taken.key)
+        if row is None:
+            return
+        del row.qualifiers[: taken.qualifier_bytes]
+        del row.values[: taken.value_bytes]
+        row.count -= taken.count
+        row.ms_count -= taken.ms_count
+        self.bytes -= taken.qualifier_bytes + taken.value_bytes
+        self.points -= taken.count
+        if row.count:
+            # Only later batches' points are left; their order is checked again.
+            row.first_batch = taken.last_batch + 1
+            row.clean = False
+            return
+        del self._rows[taken.key]
+        group = (taken.key[: self._prefix_end], row.base_time_s)
+        members = self._groups[group]
+        del members[taken.key]
+        if not members:
+            del self._groups[group]
+        self.bytes -= ROW_OVERHEAD_BYTES
+
+    def discard(self, keys: Iterable[bytes]) -> None:
+        """Drop the rows ``keys`` and their points (a query with ``delete``)."""
+        for key in keys:
+            row = self._rows.get(key)
+            if row is not None and row.count:
+                q_size, v_size, count = len(row.qualifiers), len(row.values), row.count
+                self.release(
+                    Taken(key, [], b"", b"", q_size, v_size, count, row.ms_count, row.last_batch)
+                )
+
+    def oldest_batch(self) -> int | None:
+        """The oldest writer batch some row still holds points of (None: none)."""
+        return min((row.first_batch for row in self._rows.values() if row.count), default=None)
+
+
+#: a row's points at the time of a snapshot: qualifiers, values, count, ms count, clean
+_Copy = tuple[bytes, bytes, int, int, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class HeadRuns:
+    """Clean rows of seconds points, end to end: per row its key and point count, all
+    qualifiers joined (2 bytes each) and all values joined (lengths from the flags). The
+    query layer decodes them straight to arrays (:mod:`tsd.query.head_rows`)."""
+
+    keys: list[bytes]
+    counts: npt.NDArray[np.int64]
+    qualifiers: bytes
+    values: bytes
+
+
+class HeadSnapshot:
+    """Copies of the head's rows for one read: merged into the stored rows of the same
+    key (:meth:`merge_into`), the rest read on their own (:meth:`remaining`)."""
+
+    def __init__(self, rows: Iterable[HeadRow]) -> None:
+        self._rows: dict[bytes, _Copy] = {
+            row.key: (bytes(row.qualifiers), bytes(row.values), row.count, row.ms_count, row.clean)
+            for row in rows
+        }
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def shares(self, keys: Iterable[bytes]) -> bool:
+        """True when the head holds rows of some of ``keys``."""
+        return bool(self._rows) and not self._rows.keys().isdisjoint(keys)
+
+    def merge_into(self, block: CellBlock) -> CellBlock:
+        """``block`` with the head's cells after the stored ones of each row both hold
+        (the head's are newer); those rows are then no longer :meth:`remaining`."""
+        rows = self._rows
+        if not rows or rows.keys().isdisjoint(block.keys):
+            return block
+        merged = []
+        for stored in block:
+            head = rows.pop(stored.key, None)
+            if head is None:
+                merged.append(stored)
+                continue
+            # A stored single cell the head puts again is replaced by it, as the row's
+            # write-out will replace it.
+            replaced = _split(head[0], head[1])
+            kept = tuple(
+                c for c in stored.cells if c.family != FAMILY or c.qualifier not in replaced
+            )
+            extra = tuple(Cell(FAMILY, q, v) for q, v in _cells_of(*head))
+            merged.append(Row(stored.key, kept + extra))
+        return CellBlock.from_rows(merged, block.wire_bytes)
+
+    def remaining(self) -> tuple[HeadRuns, CellBlock]:
+        """The rows no stored row was merged with: clean rows of seconds points as
+        :class:`HeadRuns`, the others as one block of cells."""
+        rows = self._rows
+        self._rows = {}
+        fast = [k for k, (_, _, _, ms, clean) in rows.items() if clean and not ms]
+        runs = HeadRuns(
+            fast,
+            np.fromiter((rows[k][2] for k in fast), np.int64, len(fast)),
+            b"".join([rows[k][0] for k in fast]),
+            b"".join([rows[k][1] for k in fast]),
+        )
+        keys = sorted(k for k, (_, _, _, ms, clean) in rows.items() if not clean or ms)
+        if not keys:
+            return runs, CellBlock.empty()
+        cells = [_cells_of(*rows[k]) for k in keys]
+        flat = [c for row in cells for c in row]
+        n = len(flat)
+        return runs, CellBlock(
+            keys,
+            np.fromiter(map(len, cells), np.int64, len(cells)),
+            [FAMILY],
+            np.zeros(n, np.uint8),
+            np.fromiter((len(q) for q, _ in flat), np.int64, n),
+            np.fromiter((len(v) for _, v in flat), np.int64, n),
+            b"".join(q for q, _ in flat),
+            b"".join(v for _, v in flat),
+        )
+
+
+def _offset_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
+    """Per run: (its offsets strictly increase, first offset ms, last offset ms). Runs of
+    one qualifier width are checked with numpy, all runs of a width at once; a run mixing
+    seconds and milliseconds counts as not increasing (read as single cells)."""
+    n = len(runs)
+    counts = np.fromiter((r[1] for r in runs), np.int64, n)
+    q_lens = np.fromiter((len(r[2]) for r in runs), np.int64, n)
+    ok = np.zeros(n, np.bool_)
+    first = np.zeros(n, np.int64)
+    last = np.zeros(n, np.int64)
+    for width, dtype in ((2, ">u2"), (4, ">u4")):
+        idx = np.flatnonzero((q_lens == width * counts) & (counts > 0))
+        if not len(idx):
+            continue
+        raw = np.frombuffer(b"".join([runs[i][2] for i in idx.tolist()]), dtype).astype(np.int64)
+        offsets = (raw >> 4) * 1000 if width == 2 else (raw & 0x0FFFFFC0) >> 6
+        c = counts[idx]
+        ends = np.cumsum(c)
+        starts = ends - c
+        falls = np.flatnonzero(offsets[1:] <= offsets[:-1]) + 1
+        run_of = np.searchsorted(ends, falls, side="right")
+        bad = np.zeros(len(idx), np.bool_)
+        bad[run_of[falls != starts[run_of]]] = True
+        ok[idx] = ~bad
+        first[idx] = offsets[starts]
+        last[idx] = offsets[ends - 1]
+    return zip(ok.tolist(), first.tolist(), last.tolist(), strict=True)

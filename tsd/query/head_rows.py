@@ -1,0 +1,36 @@
+"""The head's clean rows (:class:`tsd.head.HeadRuns`) straight to decoded arrays. Pure.
+
+A clean row of seconds points is, by construction, what one compacted cell would hold:
+2-byte qualifiers strictly increasing in time, each value as long as its flags say. So
+no cell is classified, split or merged: the qualifiers of every row, end to end, give the
+offsets and flags at once, and the values are read with the decoder's own typed reads
+(:func:`tsd.query.decode._values`), which is what :func:`tsd.query.decode.decode_rows`
+would compute for the same rows as compacted cells (tests/head checks the answers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tsd.codec import KeyLayout
+from tsd.head import HeadRuns
+from tsd.query.decode import RowPoints, _values, base_times_s
+
+__all__ = ["decode_head_runs"]
+
+
+def decode_head_runs(runs: HeadRuns, layout: KeyLayout) -> RowPoints:
+    """The points of ``runs``' rows, row after row."""
+    units = np.frombuffer(runs.qualifiers, dtype=">u2").astype(np.int64)
+    flags = units & 0xF
+    lengths = (flags & 0x7) + 1
+    starts = np.cumsum(lengths) - lengths
+    buffer = np.frombuffer(runs.values + bytes(8), dtype=np.uint8)
+    doubles, ints, is_int = _values(buffer, starts, flags)
+    row_offsets = np.zeros(len(runs.keys) + 1, dtype=np.int64)
+    np.cumsum(runs.counts, out=row_offsets[1:])
+    base_ms = base_times_s(layout, runs.keys) * 1000
+    timestamps = np.repeat(base_ms, runs.counts) + (units >> 4) * 1000
+    key_bytes = int(np.dot(np.fromiter(map(len, runs.keys), np.int64, len(runs.keys)), runs.counts))
+    stored = key_bytes + len(runs.qualifiers) + len(runs.values)
+    return RowPoints(row_offsets, timestamps, doubles, ints, is_int, (), stored)

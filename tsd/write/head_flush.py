@@ -1,0 +1,325 @@
+"""Rows leaving the head (:mod:`tsd.head`) for the embedded store: one compacted cell each.
+
+When (docs/write-path.md): a row whose hour ended ``tsd.storage.head.grace`` seconds ago
+and that got no point for as long (:meth:`tsd.head.Head.closed`); the oldest rows, at
+once, while the head holds more than ``tsd.storage.head.max_bytes``; everything on
+shutdown.
+
+How, per chunk of rows: read the rows storage already holds (a late point for an hour
+already written), compact each row's stored data cells followed by the head's (the newer)
+with :func:`tsd.codec.compact_row` (OpenTSDB's compaction, as the compactor applies it),
+and write the compacted cells and delete the cells they replace in one atomic
+``mutate``; then the head drops the points written. A fresh row (nothing stored) whose
+points arrived in order is written as its runs joined (:func:`tsd.codec.join_compacted`,
+what compact_row returns for them). A row that compaction refuses (two values at one time
+with ``tsd.storage.fix_duplicates`` off) is written as its single cells, as OpenTSDB leaves
+such a row, and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from tsd.codec import KeyLayout, compact_row
+from tsd.codec.const import FAMILY
+from tsd.config import StorageConfig
+from tsd.errors import CodecError, StorageError, StorageRefused
+from tsd.head import Head, Taken
+from tsd.log import WRITER, get_logger
+from tsd.stats import StatsRegistry
+from tsd.storage.base import Delete, Mutation, Put, Row, Storage
+from tsd.wal import WriteAheadLog
+from tsd.wal.record import CELLS, RowRun, decode_row_runs, encode_cells_and_runs
+
+log = get_logger(WRITER)
+
+#: Rows per read-and-write round.
+CHUNK_ROWS = 512
+
+
+class HeadFlusher:
+    """Writes rows of a head to a data table as compacted cells."""
+
+    def __init__(
+        self,
+        head: Head,
+        storage: Storage,
+        table: str,
+        registry: StatsRegistry,
+        *,
+        fix_duplicates: bool,
+    ) -> None:
+        self.head = head
+        self._storage = storage
+        self._table = table
+        self._fix_duplicates = fix_duplicates
+        self._rows = registry.counter("head.flushed", type="rows")
+        self._points = registry.counter("head.flushed", type="points")
+        self._merged = registry.counter("head.flushed", type="merged")
+        self._refused = registry.counter("compaction.errors", type="duplicates")
+
+    async def flush(self, keys: Sequence[bytes]) -> None:
+        """Write the rows ``keys`` (sorted keys preferred). Raises StorageError when
+        storage refuses a chunk: its rows stay in the head, the chunks before are out."""
+        for start in range(0, len(keys), CHUNK_ROWS):
+            taken = [t for k in keys[start : start + CHUNK_ROWS] if (t := self.head.take(k))]
+            if taken:
+                await self._flush_chunk(taken)
+
+    async def _flush_chunk(self, taken: list[Taken]) -> None:
+        stored = {
+            row.key: row
+            for row in await self._storage.get_many(self._table, [t.key for t in taken], (FAMILY,))
+        }
+        mutations: list[Mutation] = []
+        for item in taken:
+            self._plan(item, stored.get(item.key), mutations)
+        await self._storage.mutate(self._table, mutations)
+        for item in taken:
+            self.head.release(item)
+            self._points.inc(item.count)
+        self._rows.inc(len(taken))
+
+    def _plan(self, item: Taken, stored: Row | None, out: list[Mutation]) -> None:
+        stored_cells = [
+            (c.qualifier, c.value)
+            for c in (stored.cells if stored is not None else ())
+            if c.family == FAMILY and len(c.qualifier) % 2 == 0
+        ]
+        old = stored_cells
+        if old:
+            # A single cell put again is replaced, as any cell put again (a compacted
+            # cell's qualifier is longer than any single one).
+            replaced = {q for q, _ in item.single_cells()}
+            old = [cell for cell in old if cell[0] not in replaced]
+            self._merged.inc()
+        cells = item.cells
+        if not old and len(cells) == 1:
+            qualifier, value = cells[0]  # points in order: already compacted
+        else:
+            try:
+                compacted = compact_row(old + cells, self._fix_duplicates, row_key=item.key)
+            except CodecError as exc:
+                self._refused.inc()
+                log.warning("head.row_not_compacted", row=item.key.hex(), error=str(exc))
+                out.extend(Put(item.key, FAMILY, q, v) for q, v in item.single_cells())
+                return
+            if compacted is None:
+                return
+            qualifier, value = compacted
+        out.append(Put(item.key, FAMILY, qualifier, value))
+        out.extend(Delete(item.key, FAMILY, q) for q, _ in stored_cells if q != qualifier)
+
+
+class HeadSink:
+    """The writer's side of the head: batches in (numbered), rows out on time through a
+    :class:`HeadFlusher`, and the write-ahead log's records released once every row they
+    fed is in storage.
+
+    A batch's number orders it; the head knows the oldest batch each row still holds
+    points of, so every batch older than :meth:`tsd.head.Head.oldest_batch` is wholly in
+    storage and its log record may go (the segments replayed at start go once the head no
+    longer holds the batches replayed from them)."""
+
+    def __init__(
+        self,
+        flusher: HeadFlusher,
+        registry: StatsRegistry,
+        *,
+        max_bytes: int,
+        grace_s: float,
+        wal: WriteAheadLog | None,
+        wall_clock: Callable[[], float],
+        tick_s: float = 1.0,
+    ) -> None:
+        self.head = head = flusher.head
+        self._flusher = flusher
+        self._max_bytes = max_bytes
+        self._grace_s = grace_s
+        self._wal = wal
+        self._clock = wall_clock
+        self._tick_s = tick_s
+        self._next_batch = 0
+        self._logged: deque[tuple[int, int]] = deque()  # (batch, log record), by batch
+        self._recovered_until: int | None = None  # replayed batches are below this
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._refusal: StorageRefused | None = None
+        # One write-out at a time (the tick, a tool's request, the close): two would take
+        # the same points and release them twice.
+        self._writing_out = asyncio.Lock()
+        registry.gauge("head.bytes", lambda: head.bytes)
+        registry.gauge("head.rows", lambda: len(head))
+        registry.gauge("head.points", lambda: head.points)
+
+    # -- in -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def encode(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> tuple[bytes, list[RowRun]]:
+        """A writer batch's log record, and its rows as the head takes them."""
+        return encode_cells_and_runs(rows)
+
+    def add(self, runs: Sequence[RowRun], seq: int | None) -> None:
+        """Add a writer batch's rows, logged as record ``seq`` (None: no log)."""
+        number = self._add(runs)
+        if seq is not None:
+            self._logged.append((number, seq))
+
+    @property
+    def refusal(self) -> StorageRefused | None:
+        """Storage's refusal (full, read-only) of the head's rows while the head is past
+        its bound: new batches are refused too, rather than held in memory."""
+        if self._refusal is not None and self.head.bytes > self._max_bytes:
+            return self._refusal
+        return None
+
+    def _add(self, runs: Sequence[RowRun]) -> int:
+        number = self._next_batch
+        self._next_batch += 1
+        self.head.add_runs(runs, number, self._clock())
+        if self.head.bytes > self._max_bytes:
+            self._wake.set()
+        return number
+
+    async def replay(self, records: Iterable[tuple[int, bytes]]) -> int:
+        """Add a segment's records (read at start) to the head; the cells added. Rows are
+        written out meanwhile when the head passes its bound."""
+        cells = 0
+        for kind, payload in records:
+            if kind != CELLS:
+                continue
+            runs = decode_row_runs(payload)
+            cells += sum(run[1] for run in runs)
+            self._add(runs)
+            if self.head.bytes > self._max_bytes:
+                await self.flush_due()
+        self._recovered_until = self._next_batch
+        return cells
+
+    # -- out ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._tick_s):
+                    await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.flush_due()
+            except StorageError as exc:
+                log.warning("head.flush_failed", error=str(exc))
+            except Exception:  # a bug must not end the flushing for the daemon's lifetime
+                log.exception("head.flush_crashed")
+
+    async def flush_due(self) -> int:
+        """Write the rows that are closed, and the oldest while the head is over its
+        bound (everything after a failed log write); the rows written."""
+        async with self._writing_out:
+            return await self._flush_due()
+
+    async def _flush_due(self) -> int:
+        head = self.head
+        keys = head.closed(self._clock(), self._grace_s)
+        over = head.bytes - self._max_bytes * 3 // 4
+        if head.bytes > self._max_bytes and over > 0:
+            keys = sorted({*keys, *head.oldest(over)})
+        try:
+            if keys:
+                await self._flusher.flush(keys)
+        except StorageRefused as exc:
+            self._refusal = exc
+            raise
+        finally:
+            self._release()
+        self._refusal = None
+        if keys and self._wal is not None:
+            self._wal.cut()  # the records of the rows just written can go with their segment
+        return len(keys)
+
+    async def close(self, budget_s: float) -> None:
+        """Stop the task, write every row. With a log, within ``budget_s``: what is left
+        stays in the log for the next start. Without one the rows left would be lost
+        (acknowledged points), so the close keeps writing past the budget, saying so; only
+        storage refusing them leaves rows unwritten (logged as an error)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            async with asyncio.timeout(budget_s):
+                await self.flush_all()
+            return
+        except StorageError as exc:
+            log.error("head.close_incomplete", rows=len(self.head), error=str(exc))
+            return
+        except TimeoutError:
+            if self._wal is not None:
+                log.error("head.close_incomplete", rows=len(self.head), error="budget spent")
+                return
+        log.warning("head.close_over_budget", rows=len(self.head), budget_s=budget_s)
+        try:
+            await self.flush_all()
+        except StorageError as exc:
+            log.error("head.close_incomplete", rows=len(self.head), error=str(exc))
+
+    async def flush_all(self) -> int:
+        """Write every row of the head, whatever its hour (a stop; a tool beside the
+        daemon, :mod:`tsd.write.control`); the rows written. Points arriving meanwhile
+        stay for the next write-out; a late point for a row written is merged into its
+        stored cell then, as for any row."""
+        async with self._writing_out:
+            keys = self.head.all_keys()
+            try:
+                await self._flusher.flush(keys)
+            finally:
+                self._release()
+            return len(keys)
+
+    def _release(self) -> None:
+        """Tell the log which records are wholly in storage."""
+        wal = self._wal
+        if wal is None:
+            return
+        oldest = self.head.oldest_batch()
+        below = self._next_batch if oldest is None else oldest
+        logged = self._logged
+        while logged and logged[0][0] < below:
+            wal.mark_stored(logged.popleft()[1])
+        if self._recovered_until is not None and self._recovered_until <= below:
+            self._recovered_until = None
+            wal.drop_recovered()
+
+
+def build_head_sink(
+    storage: Storage,
+    cfg: StorageConfig,
+    registry: StatsRegistry,
+    *,
+    wal: WriteAheadLog | None,
+    wall_clock: Callable[[], float],
+) -> HeadSink:
+    """A new head for ``cfg``'s data table, and the sink writing it out as configured
+    (``tsd.storage.head.*``)."""
+    flusher = HeadFlusher(
+        Head(KeyLayout.from_storage_config(cfg)),
+        storage,
+        cfg.data_table,
+        registry,
+        fix_duplicates=cfg.fix_duplicates,
+    )
+    return HeadSink(
+        flusher,
+        registry,
+        max_bytes=cfg.head_max_bytes,
+        grace_s=cfg.head_grace_s,
+        wal=wal,
+        wall_clock=wall_clock,
+    )
