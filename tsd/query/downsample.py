@@ -31,8 +31,9 @@ spans two rows of a series (rows are whole hours, aligned to the epoch as the bu
 so each row can be reduced to its buckets on its own, before the rows are gathered into
 series: the series then hold their buckets (what :func:`downsample` would give them),
 never their points. decode.py does it in C for the usual cells (``_decode.c``
-``decode_buckets``) and with :func:`downsample_rows` otherwise; both answer as
-:func:`downsample` does on whole series (tests/query/test_row_buckets.py).
+``decode_buckets``) and with :func:`downsample_rows` otherwise (also for the embedded
+store's head rows); both answer as :func:`downsample` does on whole series
+(tests/query/test_row_buckets.py, tests/head/test_differential.py).
 """
 
 from __future__ import annotations
