@@ -16,7 +16,8 @@
  * readable lengths (floats 4 or 8 bytes, integers 1, 2, 4, 8); offsets strictly increasing
  * through each row's cells. Returns (timestamps int64, doubles float64, ints int64, is_int
  * uint8, row_offsets int64, any_int) as bytearrays (writable under numpy; ints and is_int
- * None when no point is an integer), or None.
+ * None when no point is an integer), or None. decode_runs (below) does the same for the
+ * head's clean rows (tsd/query/head_rows.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -58,118 +59,197 @@ static inline void read_value(const unsigned char *p, Py_ssize_t avail, Py_ssize
     *d = is_float ? df : (double)v;
 }
 
-/* Allocates the integer arrays, the first `done` points being doubles (0, not integers). */
-static int start_ints(PyObject **i_o, PyObject **isi_o, int64_t **iv, unsigned char **isi,
-                      Py_ssize_t npoints, Py_ssize_t done) {
-    *i_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
-    *isi_o = PyByteArray_FromStringAndSize(NULL, npoints);
-    if (!*i_o || !*isi_o) return -1;
-    *iv = (int64_t *)PyByteArray_AS_STRING(*i_o);
-    *isi = (unsigned char *)PyByteArray_AS_STRING(*isi_o);
-    memset(*iv, 0, (size_t)done * 8);
-    memset(*isi, 0, (size_t)done);
+/* The arrays a decode fills: timestamps, doubles and row offsets, and once an integer is
+ * met (most data is all doubles) the exact integers and the is-integer flags. */
+typedef struct {
+    PyObject *ts, *d, *i, *isi, *ro;
+    int64_t *tsv, *iv, *rov;
+    double *dv;
+    unsigned char *isiv;
+} Out;
+
+static int start_out(Out *o, Py_ssize_t npoints, Py_ssize_t nrows) {
+    memset(o, 0, sizeof(*o));
+    o->ts = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+    o->d = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+    o->ro = PyByteArray_FromStringAndSize(NULL, (nrows + 1) * 8);
+    if (!o->ts || !o->d || !o->ro) return -1;
+    o->tsv = (int64_t *)PyByteArray_AS_STRING(o->ts);
+    o->dv = (double *)PyByteArray_AS_STRING(o->d);
+    o->rov = (int64_t *)PyByteArray_AS_STRING(o->ro);
+    o->rov[0] = 0;
     return 0;
+}
+
+/* Point `out` (seconds offset `off` in a row of base `base_ms`) from the value at p:
+ * allocates the integer arrays at the first integer, the points before it being doubles. */
+static inline int put_point(Out *o, Py_ssize_t out, Py_ssize_t npoints, int64_t base_ms,
+                            long off, const unsigned char *p, Py_ssize_t avail,
+                            Py_ssize_t width, int is_float) {
+    int64_t scratch = 0;
+    if (!is_float && o->iv == NULL) {
+        o->i = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+        o->isi = PyByteArray_FromStringAndSize(NULL, npoints);
+        if (!o->i || !o->isi) return -1;
+        o->iv = (int64_t *)PyByteArray_AS_STRING(o->i);
+        o->isiv = (unsigned char *)PyByteArray_AS_STRING(o->isi);
+        memset(o->iv, 0, (size_t)out * 8);
+        memset(o->isiv, 0, (size_t)out);
+    }
+    read_value(p, avail, width, is_float, &o->dv[out], o->iv ? &o->iv[out] : &scratch);
+    if (o->isiv) o->isiv[out] = !is_float;
+    o->tsv[out] = base_ms + (int64_t)off * 1000;
+    return 0;
+}
+
+/* The answer for `status` (1 decoded, 0 not taken: None, -1 a Python error), the arrays'
+ * references released. */
+static PyObject *finish(Out *o, int status) {
+    PyObject *result = NULL;
+    if (status == 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    } else if (status > 0) {
+        int any_int = o->iv != NULL;
+        result = Py_BuildValue("(OOOOOi)", o->ts, o->d, any_int ? o->i : Py_None,
+                               any_int ? o->isi : Py_None, o->ro, any_int);
+    }
+    Py_XDECREF(o->ts);
+    Py_XDECREF(o->d);
+    Py_XDECREF(o->i);
+    Py_XDECREF(o->isi);
+    Py_XDECREF(o->ro);
+    return result;
+}
+
+/* decode_seconds' walk: 1 decoded, 0 not taken, -1 error. */
+static int walk_cells(Out *o, const Py_buffer *q, const Py_buffer *v, const int64_t *qlen,
+                      const int64_t *vlen, Py_ssize_t ncells, const int64_t *counts,
+                      Py_ssize_t nrows, const int64_t *base) {
+    const unsigned char *qb = q->buf, *vb = v->buf;
+    Py_ssize_t npoints = q->len / 2, qpos = 0, vpos = 0, cell = 0, out = 0;
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        long last = -1;
+        for (int64_t c = 0; c < counts[r]; c++, cell++) {
+            if (cell >= ncells) return 0;
+            Py_ssize_t len = (Py_ssize_t)qlen[cell], vlen_c = (Py_ssize_t)vlen[cell];
+            if (len < 2 || len % 2 || qpos + len > q->len || vpos + vlen_c > v->len) return 0;
+            const unsigned char *qp = qb + qpos, *vp = vb + vpos;
+            /* A single point (2-byte qualifier) takes its value's length; a compacted
+             * cell's flags give each length, and one meta byte follows its values. */
+            int single = len == 2;
+            Py_ssize_t used = 0;
+            for (Py_ssize_t k = 0; k < len; k += 2) {
+                unsigned unit = ((unsigned)qp[k] << 8) | qp[k + 1];
+                if (unit >= 0xF000) return 0;
+                long off = (long)(unit >> 4);
+                int is_float = (unit & 0x8) != 0;
+                Py_ssize_t at = used, width = single ? vlen_c : (Py_ssize_t)(unit & 0x7) + 1;
+                if (single && (unit & 0xF) == 0xB && width == 8) { /* legacy 4-byte float */
+                    if (vp[0] | vp[1] | vp[2] | vp[3]) return 0;
+                    at = 4;
+                    width = 4;
+                }
+                if (!valid_length(is_float, width) || off <= last) return 0;
+                if (!single && used + width > vlen_c - 1) return 0;
+                if (put_point(o, out, npoints, base[r], off, vp + at, v->len - (vpos + at), width,
+                              is_float) < 0)
+                    return -1;
+                out++;
+                used += width;
+                last = off;
+            }
+            if (!single && used != vlen_c - 1) return 0;
+            qpos += len;
+            vpos += vlen_c;
+        }
+        o->rov[r + 1] = out;
+    }
+    return cell == ncells && out == npoints;
 }
 
 static PyObject *decode_seconds(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer q, v, ql, vl, cn, bm;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &q, &v, &ql, &vl, &cn, &bm)) return NULL;
-    PyObject *result = NULL;
-    PyObject *ts_o = NULL, *d_o = NULL, *i_o = NULL, *isi_o = NULL, *ro_o = NULL;
+    Out o;
     Py_ssize_t ncells = ql.len / 8, nrows = cn.len / 8;
-    if (vl.len / 8 != ncells || bm.len / 8 != nrows || q.len % 2) goto none;
-    {
-        const unsigned char *qb = q.buf, *vb = v.buf;
-        const int64_t *qlen = ql.buf, *vlen = vl.buf, *counts = cn.buf, *base = bm.buf;
-        Py_ssize_t npoints = q.len / 2;
-        ts_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
-        d_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
-        ro_o = PyByteArray_FromStringAndSize(NULL, (nrows + 1) * 8);
-        if (!ts_o || !d_o || !ro_o) goto fail;
-        int64_t *ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
-        double *dv = (double *)PyByteArray_AS_STRING(d_o);
-        int64_t *ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
-        /* The integer arrays only once an integer is met (most data is all doubles). */
-        int64_t *iv = NULL, scratch = 0;
-        unsigned char *isi = NULL;
-        Py_ssize_t qpos = 0, vpos = 0, cell = 0, out = 0;
-        int any_int = 0;
-        ro[0] = 0;
-        for (Py_ssize_t r = 0; r < nrows; r++) {
-            long last = -1;
-            for (int64_t c = 0; c < counts[r]; c++, cell++) {
-                if (cell >= ncells) goto none;
-                Py_ssize_t len = (Py_ssize_t)qlen[cell], vlen_c = (Py_ssize_t)vlen[cell];
-                if (len < 2 || len % 2 || qpos + len > q.len || vpos + vlen_c > v.len) goto none;
-                const unsigned char *qp = qb + qpos, *vp = vb + vpos;
-                /* A single point (2-byte qualifier) takes its value's length; a compacted
-                 * cell's flags give each length, and one meta byte follows its values. */
-                int single = len == 2;
-                Py_ssize_t used = 0;
-                for (Py_ssize_t k = 0; k < len; k += 2) {
-                    unsigned unit = ((unsigned)qp[k] << 8) | qp[k + 1];
-                    if (unit >= 0xF000) goto none;
-                    long off = (long)(unit >> 4);
-                    int is_float = (unit & 0x8) != 0;
-                    Py_ssize_t at = used, width = single ? vlen_c : (Py_ssize_t)(unit & 0x7) + 1;
-                    if (single && (unit & 0xF) == 0xB && width == 8) { /* legacy 4-byte float */
-                        if (vp[0] | vp[1] | vp[2] | vp[3]) goto none;
-                        at = 4;
-                        width = 4;
-                    }
-                    if (!valid_length(is_float, width) || off <= last) goto none;
-                    if (!single && used + width > vlen_c - 1) goto none;
-                    if (!is_float && iv == NULL &&
-                        start_ints(&i_o, &isi_o, &iv, &isi, npoints, out) < 0)
-                        goto fail;
-                    read_value(vp + at, v.len - (vpos + at), width, is_float, &dv[out],
-                               iv ? &iv[out] : &scratch);
-                    if (isi) isi[out] = !is_float;
-                    any_int |= !is_float;
-                    ts[out] = base[r] + (int64_t)off * 1000;
-                    out++;
-                    used += width;
-                    last = off;
-                }
-                if (!single && used != vlen_c - 1) goto none;
-                qpos += len;
-                vpos += vlen_c;
-            }
-            ro[r + 1] = out;
-        }
-        if (cell != ncells || out != npoints) goto none;
-        if (!any_int) {
-            result = Py_BuildValue("(OOOOOi)", ts_o, d_o, Py_None, Py_None, ro_o, 0);
-        } else {
-            result = Py_BuildValue("(OOOOOi)", ts_o, d_o, i_o, isi_o, ro_o, 1);
-        }
-        goto done;
+    int status = 0;
+    if (vl.len / 8 == ncells && bm.len / 8 == nrows && q.len % 2 == 0) {
+        status = start_out(&o, q.len / 2, nrows) < 0
+                     ? -1
+                     : walk_cells(&o, &q, &v, ql.buf, vl.buf, ncells, cn.buf, nrows, bm.buf);
+    } else {
+        memset(&o, 0, sizeof(o));
     }
-none:
-    Py_INCREF(Py_None);
-    result = Py_None;
-    goto done;
-fail:
-    result = NULL;
-done:
-    Py_XDECREF(ts_o);
-    Py_XDECREF(d_o);
-    Py_XDECREF(i_o);
-    Py_XDECREF(isi_o);
-    Py_XDECREF(ro_o);
     PyBuffer_Release(&q);
     PyBuffer_Release(&v);
     PyBuffer_Release(&ql);
     PyBuffer_Release(&vl);
     PyBuffer_Release(&cn);
     PyBuffer_Release(&bm);
-    return result;
+    return finish(&o, status);
+}
+
+/* decode_runs' walk: 1 decoded, 0 not taken, -1 error. */
+static int walk_runs(Out *o, const Py_buffer *q, const Py_buffer *v, const int64_t *counts,
+                     Py_ssize_t nrows, const int64_t *base) {
+    const unsigned char *qb = q->buf, *vb = v->buf;
+    Py_ssize_t npoints = q->len / 2, vpos = 0, out = 0;
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        long last = -1;
+        if (counts[r] < 0 || out + counts[r] > npoints) return 0;
+        for (int64_t c = 0; c < counts[r]; c++) {
+            const unsigned char *qp = qb + 2 * out;
+            unsigned unit = ((unsigned)qp[0] << 8) | qp[1];
+            if (unit >= 0xF000) return 0;
+            long off = (long)(unit >> 4);
+            int is_float = (unit & 0x8) != 0;
+            Py_ssize_t width = (Py_ssize_t)(unit & 0x7) + 1;
+            if (!valid_length(is_float, width) || off <= last || vpos + width > v->len) return 0;
+            if (put_point(o, out, npoints, base[r], off, vb + vpos, v->len - vpos, width,
+                          is_float) < 0)
+                return -1;
+            out++;
+            vpos += width;
+            last = off;
+        }
+        o->rov[r + 1] = out;
+    }
+    return out == npoints && vpos == v->len;
+}
+
+/* decode_runs(qualifiers, values, counts, base_ms): the head's clean rows of seconds points
+ * (tsd.head.HeadRuns), row after row: per row `counts[r]` 2-byte qualifiers, each value as
+ * long as its flags say, no meta byte, offsets strictly increasing. The same tuple as
+ * decode_seconds, or None for anything else (the numpy path in tsd.query.head_rows then
+ * decodes it). */
+static PyObject *decode_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer q, v, cn, bm;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &q, &v, &cn, &bm)) return NULL;
+    Out o;
+    Py_ssize_t nrows = cn.len / 8;
+    int status = 0;
+    if (bm.len / 8 == nrows && q.len % 2 == 0) {
+        status = start_out(&o, q.len / 2, nrows) < 0
+                     ? -1
+                     : walk_runs(&o, &q, &v, cn.buf, nrows, bm.buf);
+    } else {
+        memset(&o, 0, sizeof(o));
+    }
+    PyBuffer_Release(&q);
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&cn);
+    PyBuffer_Release(&bm);
+    return finish(&o, status);
 }
 
 static PyMethodDef methods[] = {
     {"decode_seconds", decode_seconds, METH_VARARGS,
      "Seconds data cells -> (timestamps, doubles, ints, is_int, row_offsets, any_int) or None"},
+    {"decode_runs", decode_runs, METH_VARARGS,
+     "The head's clean seconds rows -> the same tuple as decode_seconds, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -584,8 +584,12 @@ def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
         np.ascontiguousarray(block.counts, dtype=np.int64),
         np.ascontiguousarray(base_ms, dtype=np.int64),
     )
-    if found is None:
-        return None
+    return None if found is None else compiled_points(found, block.stored_bytes)
+
+
+def compiled_points(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
+    """RowPoints of a C helper's answer (``_decode.c``: timestamps, doubles, ints, is_int,
+    row offsets as bytearrays, and whether any point is an integer)."""
     ts, doubles, ints, is_int, row_offsets, any_int = found
     return RowPoints(
         np.frombuffer(row_offsets, dtype=np.int64),
@@ -594,7 +598,7 @@ def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
         np.frombuffer(ints, dtype=np.int64) if any_int else None,
         np.frombuffer(is_int, dtype=np.bool_) if any_int else None,
         (),
-        block.stored_bytes,
+        stored_bytes,
     )
 
 

@@ -576,8 +576,11 @@ class QueryEngine:
                 if isinstance(block, PointBlock):
                     block = block.cells()
                 block = head.merge_into(block)
-            if source is not None and isinstance(block, PointBlock):
-                block = block.cells()  # rollup and histogram cells: not data points
+            cells_only = source is not None and (source.is_rollup or source.histograms is not None)
+            if cells_only and isinstance(block, PointBlock):
+                # rollup and histogram cells: not data points. (A raw read's source is
+                # RollupRead(data table): its PointBlocks are decoded as they are.)
+                block = block.cells()
             # decoded points need only their times (a fraction of a cell block's work)
             work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
             if source is not None and source.histograms is not None:
