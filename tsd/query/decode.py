@@ -424,7 +424,8 @@ def _values(
     word = _typed_view(v, ">u8")[vstart].astype(np.uint64)
     doubles = word.view(np.float64)
     f4 = np.flatnonzero(kind == 0xB)
-    doubles[f4] = (word[f4] >> np.uint64(32)).astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+        doubles[f4] = (word[f4] >> np.uint64(32)).astype(np.uint32).view(np.float32)
     return doubles, None, None
 
 
@@ -444,14 +445,16 @@ def _mixed_values(
         doubles[f8] = word[f8].view(np.float64)
     f4 = np.flatnonzero(kind == 0xB)
     if len(f4):
-        doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+            doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
     return doubles, ints, is_int
 
 
 def _read_type(v: U8Array, vstart: Int64Array, kind: int) -> tuple[Float64Array, Int64Array | None]:
     raw = _typed_view(v, _VALUE_TYPES[kind])[vstart]
     if kind & 0x8:
-        return raw.astype(np.float64), None
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+            return raw.astype(np.float64), None
     ints = raw.astype(np.int64)
     return ints.astype(np.float64), ints
 
