@@ -6,7 +6,8 @@ Per ``--steps`` (default 10 and 60 s between points), a day of ``--series`` seri
 
 * **servers**: tsd as ``tsdb tsd --auto-metric`` (as scripts/tsd starts it) in a
   subprocess on a fresh embedded data directory, every setting at its default (the
-  write-ahead log on, the head on); VictoriaMetrics (Debian's ``victoria-metrics``) with
+  write-ahead log on, the head on; only ``--bind 127.0.0.1 --port 0`` and JSON log lines,
+  to learn its port); VictoriaMetrics (Debian's ``victoria-metrics``) with
   its OpenTSDB listener (``-retentionPeriod=100y``: the data is from 2013). Both may use both CPUs.
 * **loading**: the same telnet ``put`` lines to both, hour after hour (every series' hour,
   then the next hour), over ``--connections`` connections (a series always on the same
@@ -28,12 +29,13 @@ Per ``--steps`` (default 10 and 60 s between points), a day of ``--series`` seri
   server's own CPU time per query (/proc, all threads), the steadier figure on a shared
   machine.
 * **the answers are checked equal** (warm-up round) before anything is timed, so a fast
-  wrong answer cannot pass: same 1,440 buckets, values within rtol 1e-9, and both equal
-  numpy's computation over the generated arrays. Semantics aligned: tsd's 1m-avg bucket
-  ``[m, m+60)`` averages the points at m, m+10, ..., m+50 and is labelled m; MetricsQL's
-  ``avg_over_time(x[1m])`` at t averages the points in ``(t-60, t]``, so it is evaluated
-  at t = m+59 (``nocache=1`` keeps that start: VictoriaMetrics aligns start to the step
-  only for cached queries) and compared with bucket m. Every series has every bucket, so
+  wrong answer cannot pass: same 1,440 buckets, tsd's sums equal VictoriaMetrics' within
+  rtol 1e-9, and both equal numpy's computation over the generated arrays. Semantics
+  aligned: tsd's 1m-avg bucket ``[m, m+60)`` averages the points at m, m+10, ..., m+50
+  and is labelled m; MetricsQL's ``avg_over_time(x[1m])`` at t averages the points in
+  ``(t-60, t]``, so it is evaluated at t = m+59 (``nocache=1`` keeps that start:
+  VictoriaMetrics aligns start to the step only for cached queries) and compared with
+  bucket m. Every series has every bucket, so
   tsd's ``sum`` interpolates nothing and both sums are the plain sum of the per-series
   averages (in another order: hence the tolerance).
 * **after compaction**: tsd is stopped (SIGTERM writes every head row out as one compacted
@@ -222,8 +224,8 @@ def vm_target(server: Server) -> Target:
     return VmTarget("victoria-metrics", server, url, params)
 
 
-def check(target: Target, body: bytes, want: npt.NDArray[np.float64]) -> None:
-    """The answer has the day's 1,440 minute buckets and numpy's sums."""
+def check(target: Target, body: bytes, want: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The answer has the day's 1,440 minute buckets and numpy's sums; its sums."""
     stamps, sums = target.answer(body)
     expected = BASE + 60 * np.arange(BUCKETS, dtype=np.int64)
     if not np.array_equal(stamps, expected):
@@ -234,14 +236,17 @@ def check(target: Target, body: bytes, want: npt.NDArray[np.float64]) -> None:
     if not np.allclose(sums, want, rtol=RTOL, atol=0):
         bad = int(np.flatnonzero(~np.isclose(sums, want, rtol=RTOL, atol=0))[0])
         raise RuntimeError(f"{target.name}: bucket {stamps[bad]} = {sums[bad]}, want {want[bad]}")
+    return sums
 
 
 async def rounds(targets: list[Target], n_rounds: int, want: npt.NDArray[np.float64]) -> None:
     """A warm-up round checking every answer, then ``n_rounds`` alternating rounds."""
     connector = aiohttp.TCPConnector(limit_per_host=1)
     async with aiohttp.ClientSession(connector=connector, read_bufsize=1 << 20) as session:
-        for target in targets:
-            check(target, await target.ask(session), want)
+        answers = [check(target, await target.ask(session), want) for target in targets]
+        for target, sums in zip(targets[1:], answers[1:], strict=True):
+            if not np.allclose(sums, answers[0], rtol=RTOL, atol=0):
+                raise RuntimeError(f"{target.name} and {targets[0].name} answer differently")
         for _ in range(n_rounds):
             for target in targets:
                 await target.timed(session)
