@@ -581,8 +581,9 @@ class QueryEngine:
                 # rollup and histogram cells: not data points. (A raw read's source is
                 # RollupRead(data table): its PointBlocks are decoded as they are.)
                 block = block.cells()
-            # decoded points need only their times (a fraction of a cell block's work)
-            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
+            # decoded points need only their times: a pass over every point (a fraction of
+            # a cell block's work per point, but not per row: rows hold hundreds of points)
+            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block.values)
             if source is not None and source.histograms is not None:
                 assert isinstance(block, CellBlock)
                 started = time.thread_time()
