@@ -4,13 +4,14 @@ every byte string, and the storage interface unchanged around it."""
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.storage.edges import edge_cells
 from tsd.codec import compact_row, encode_point
 from tsd.errors import StorageError
 from tsd.storage.base import Delete, FamilySpec, Put, ScanSpec
@@ -61,12 +62,51 @@ def data_cells(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return compacted(list(unique.values()) if len(unique) > 1 else points[:1] * 0 + points)
 
 
+def _with_edge_cells(test: Callable[[tuple[bytes, bytes]], None]) -> Callable[..., None]:
+    """``test`` with an explicit example for each cell of tests/storage/edges.py."""
+    for _, cell in edge_cells():
+        test = example(cell)(test)
+    return test
+
+
 @settings(max_examples=300, deadline=None)
+@_with_edge_cells
 @given(data_cells())
 def test_compacted_cells_round_trip(cell: tuple[bytes, bytes]) -> None:
     stored = packed.pack([cell])
     assert packed.unpack(stored) == [cell]
     assert packed.unpack_many([stored, stored]) == [[cell], [cell]]
+
+
+def test_integers_past_the_limit_take_the_raw_form() -> None:
+    """Integers of magnitude 2**61 or more (int64's ends among them: numpy's abs once let
+    -2**63 through as a bit-packed integer, with a 9-byte low) keep their value bytes; the
+    others stay bit-packed integers. Every edge cell is a fast cell with base and low on at
+    most 8 bytes (what the query path's C reader takes)."""
+    for values, cell in edge_cells():
+        stored = packed.pack([cell])
+        head = packed._HEAD.unpack_from(stored, 1)
+        assert head[0] == packed.FAST
+        vmode = (head[1] >> 5) & 3
+        assert vmode == (0 if all(abs(v) < 2**61 for v in values) else 2), values
+        assert head[10] <= 8  # w1: base
+        assert head[11] <= 8  # w2: low
+        assert packed.unpack(stored) == [cell]
+        assert packed.unpack_many([stored]) == [[cell]]
+
+
+def test_fast_cells_of_int64_min_written_before_still_read() -> None:
+    """The bytes the writer gave 28 zeros and -2**63 before it kept such integers raw (an
+    integer column, low -2**63 on 9 bytes): still the same cell."""
+    points: list[tuple[int, int | float]] = [(BASE + i, 0) for i in range(28)]
+    cell = compacted([*points, (BASE + 28, -(2**63))])
+    old = bytes.fromhex(
+        "01018c1d00000000000100000000000040000009190000000000000000000080ff28b52ffd00"
+        "00850000480000000000000080000100d4d4e502"
+    )
+    assert packed.pack([cell]) != old
+    assert packed.unpack(old) == [cell]
+    assert packed.unpack_many([old, old]) == [[cell], [cell]]
 
 
 @settings(max_examples=300, deadline=None)

@@ -61,7 +61,8 @@ MAX_POINTS = 0xFFFF
 #: cells decoded per numpy pass: their temporaries stay in the CPU cache
 GROUP_ROWS = 128
 ZSTD_LEVEL = 12
-#: integers beyond this take the raw form (their deltas could overflow 64 bits)
+#: integers of this magnitude or more take the raw form: below it every delta, range and
+#: base fits 63 bits, so base and low take at most 8 bytes (the C reader takes no more)
 _INT_LIMIT = 1 << 61
 _POW10 = [float(10**k) for k in range(MAX_DECIMALS + 1)]
 _PLANE = np.arange(8, dtype=np.int64)
@@ -477,7 +478,8 @@ def _values(value: bytes, flags: I64, widths: I64) -> tuple[int, int, I64] | Non
     if not floats.any():
         ints = _sign_extended(value, widths, signed=True).view(">i8").reshape(-1)
         ints = ints.astype(np.int64)
-        if (np.abs(ints) >= _INT_LIMIT).any():
+        # not np.abs: it wraps -2**63 to itself, which then passed as a small integer
+        if ((ints >= _INT_LIMIT) | (ints <= -_INT_LIMIT)).any():
             return None
         return _V_INT, 0, ints
     if not floats.all() or np.isin(widths, (1, 2)).any():
