@@ -24,10 +24,9 @@ Per ``--steps`` (default 10 and 60 s between points), a day of ``--series`` seri
   VictoriaMetrics ``GET /api/v1/query_range`` of
   ``sum(avg_over_time({__name__="bench.cpu"}[1m]))`` from S+59 to S+86399, step 60,
   ``nocache=1`` (result cache off). Same client (aiohttp, one keep-alive connection
-  each), whole body read. A warm-up round, then ``--rounds``
-  (>= 5) rounds alternating tsd, VictoriaMetrics; p50 of each and the ratio; also the
-  server's own CPU time per query (/proc, all threads), the steadier figure on a shared
-  machine.
+  each), whole body read. A warm-up round, then ``--rounds`` (default 9, at least 5)
+  rounds alternating tsd, VictoriaMetrics; p50 of each and the ratio; also the server's
+  own CPU time per query (/proc, all threads), the steadier figure on a shared machine.
 * **the answers are checked equal** (warm-up round) before anything is timed, so a fast
   wrong answer cannot pass: same 1,440 buckets, tsd's sums equal VictoriaMetrics' within
   rtol 1e-9, and both equal numpy's computation over the generated arrays. Semantics
@@ -411,7 +410,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=1000)
     parser.add_argument("--steps", default="10,60", help="seconds between points, comma-separated")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (>= 5)")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds (>= 5)")
     parser.add_argument("--connections", type=int, default=4, help="telnet connections to load")
     parser.add_argument("--size", action="store_true", help="also bytes per point after 2.16 M")
     parser.add_argument("--no-vm", action="store_true", help="skip VictoriaMetrics")
