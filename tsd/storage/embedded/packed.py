@@ -24,13 +24,13 @@ kept verbatim behind its tag byte, so every byte string round-trips.
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 import zstandard
 
+from tsd.compression import compressor, decompressor
 from tsd.errors import StorageError
 
 #: tag bytes of a packed cell
@@ -68,28 +68,13 @@ _POW10 = [float(10**k) for k in range(MAX_DECIMALS + 1)]
 _PLANE = np.arange(8, dtype=np.int64)
 _BIT_WEIGHTS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
-#: zstd contexts are not safe to share between threads (readers decode concurrently)
-_zstd = threading.local()
-
 
 def _compress(data: bytes) -> bytes:
-    compressor = getattr(_zstd, "compressor", None)
-    if compressor is None:
-        compressor = _zstd.compressor = zstandard.ZstdCompressor(
-            level=ZSTD_LEVEL, write_content_size=False, write_checksum=False, write_dict_id=False
-        )
-    return bytes(compressor.compress(data))
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    decompressor = getattr(_zstd, "decompressor", None)
-    if decompressor is None:
-        decompressor = _zstd.decompressor = zstandard.ZstdDecompressor()
-    return decompressor
+    return bytes(compressor(ZSTD_LEVEL, content_size=False).compress(data))
 
 
 def _decompress(data: bytes) -> bytes:
-    return bytes(_decompressor().decompress(data, max_output_size=_MAX_RAW))
+    return bytes(decompressor().decompress(data, max_output_size=_MAX_RAW))
 
 
 def decompress(data: bytes) -> bytes:
@@ -100,10 +85,10 @@ def decompress(data: bytes) -> bytes:
 def decompress_many(frames: Sequence[bytes], sizes: bytes) -> Sequence[object]:
     """Fast cells' zstd payloads decompressed in one call (buffers), ``sizes`` their sizes
     once decompressed (native uint64 each, exact); zstandard.ZstdError when corrupt."""
-    decompressor = _decompressor()
-    if not hasattr(decompressor, "multi_decompress_to_buffer"):  # the cffi backend
-        return [decompressor.decompress(f, max_output_size=_MAX_RAW) for f in frames]
-    found = decompressor.multi_decompress_to_buffer(list(frames), decompressed_sizes=sizes)
+    context = decompressor()
+    if not hasattr(context, "multi_decompress_to_buffer"):  # the cffi backend
+        return [context.decompress(f, max_output_size=_MAX_RAW) for f in frames]
+    found = context.multi_decompress_to_buffer(list(frames), decompressed_sizes=sizes)
     return [found[i] for i in range(len(found))]
 
 
