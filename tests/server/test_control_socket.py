@@ -144,3 +144,15 @@ async def test_a_store_held_without_a_control_socket_is_shared(tmp_path: Path) -
     the tool goes on, as before there was a socket (tests/tools/test_import.py
     test_a_store_held_by_a_daemon_is_shared runs the CLI so)."""
     assert await request_write_out(tmp_path, 10, lambda: True) is None
+
+
+async def test_a_data_dir_too_deep_for_a_socket_address(make_tsd: MakeTsd, tmp_path: Path) -> None:
+    """sun_path holds 107 bytes: a deeper data directory is reached through
+    /proc/self/fd, by the daemon binding and by the tool connecting."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "data"
+    assert len(str(deep / SOCKET_NAME)) > 108
+    daemon = await make_tsd(**{"tsd.storage.data_dir": str(deep)})
+    await put_sync(daemon, points("deep.m", 0, 3))
+    assert stat.S_ISSOCK((deep / SOCKET_NAME).stat().st_mode)
+    assert await request_write_out(deep, 10, lambda: True) == 1
+    assert len(await stored_cells(daemon)) == 1
