@@ -371,6 +371,19 @@ class IngestSession(Generic[T]):
                 task.add_done_callback(pending.discard)
         batch.append(miss)
 
+    def try_queue_miss(
+        self, point: DataPoint, tag: T | None = None, aliases: tuple[Hashable, ...] = ()
+    ) -> bool:
+        """Queue a point whose :meth:`try_append` just missed into this loop turn's batch
+        of lookups, if one is open and not full (True), without suspending; False when
+        :meth:`append` must be awaited (no open batch, or the window is busy). A burst
+        of new series then costs no await per point."""
+        batch = self._collecting
+        if batch is None or len(batch) >= MAX_MISS_BATCH:
+            return False
+        batch.append((point, tag, aliases))
+        return True
+
     async def append_now(
         self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
     ) -> Refused | None:
