@@ -142,7 +142,7 @@ class Head:
         """Add a writer batch's rows (``(row key, cells, qualifiers, values)``, as
         :func:`tsd.wal.record.decode_row_runs` gives them); the points added."""
         rows = self._rows
-        added = 0
+        added = grown = 0
         at = self._prefix_end
         for (key, count, qualifiers, values), (ok, first, last) in zip(
             runs, _offset_bounds(runs), strict=True
@@ -167,11 +167,14 @@ class Head:
                 row.clean = ok and first > row.last_offset_ms
                 row.last_offset_ms = last
             row.count += count
-            row.ms_count += (len(qualifiers) - 2 * count) // 2
+            q_size = len(qualifiers)
+            if q_size != 2 * count:  # some in milliseconds (4-byte qualifiers)
+                row.ms_count += (q_size - 2 * count) // 2
             row.written_at = now
             row.last_batch = batch
-            self.bytes += len(qualifiers) + len(values)
+            grown += q_size + len(values)
             added += count
+        self.bytes += grown
         self.points += added
         return added
 
