@@ -17,7 +17,9 @@ ref in bulk (``IngestSession.append_by_ref``), with no lookup and no suspension.
   of one session run at once (1 keeps UID assignment in arrival order, as OpenTSDB hands
   them out), and points of known series arriving meanwhile are buffered at once. A caller
   that must answer only after every earlier point (telnet's commands, a put reply) awaits
-  :meth:`IngestSession.settle`.
+  :meth:`IngestSession.settle`. A caller looping over lines without suspending (telnet)
+  adds a miss to the batch of the current turn with :meth:`IngestSession.try_queue_miss`
+  while one is open: a burst of new series then costs no await per point.
 * Back-pressure. :meth:`IngestSession.room` is how many points the writer takes before it
   is full; :meth:`IngestSession.wait_room` waits until it drains. Protocols stop reading
   meanwhile, so a slow store slows its clients instead of growing the heap.
