@@ -57,8 +57,9 @@ SeriesRef: TypeAlias = SeriesKey
 #: A point of a resolved series, as the bulk appenders take it.
 RefPoint: TypeAlias = tuple[SeriesRef, int, int | float]
 
-#: Series refs kept by default (each is a row-key template of about 200 bytes).
-DEFAULT_MAX_SERIES = 1_000_000
+#: Series refs kept by default (each is a row-key template of about 200 bytes, with its
+#: key and the protocols' keys about 1 KB): tsd.core.series_cache.size.
+DEFAULT_MAX_SERIES = 5_000_000
 
 T = TypeVar("T")
 
