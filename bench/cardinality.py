@@ -160,6 +160,13 @@ async def drive(server: Server, series: int, args: argparse.Namespace) -> Load:
         accepted.append(time.perf_counter() - began)
         probes.append(probe_s)
         rss = rss_bytes(pid)
+        if args.progress and (k % args.progress == 0 or accepted[-1] > args.budget):
+            print(
+                f"    {server.name} N={series:,} interval {k}: {accepted[-1]:.2f} s,"
+                f" max after the first {max(accepted[1:], default=0.0):.2f} s,"
+                f" RSS {rss / 2**20:,.0f} MiB",
+                flush=True,
+            )
         budget = args.budget if k else args.first_budget
         if budget is not None and accepted[-1] > budget:
             why = f"interval {k} took {accepted[-1]:.1f} s"
@@ -237,6 +244,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=INTERVAL_S)
     parser.add_argument(
         "--first-budget", type=float, help="hold the first (all new) interval to it too"
+    )
+    parser.add_argument(
+        "--progress", type=int, default=0, metavar="K", help="a line every K intervals"
     )
     parser.add_argument("--head-gb", type=float, default=4.0, help="tsd's head.max_bytes")
     parser.add_argument(
