@@ -1,8 +1,9 @@
 """The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
-store's packed-row decoder (tsd/storage/embedded/_points.c) and the seconds cell decoder
+store's packed-row decoder (tsd/storage/embedded/_points.c) and encoder
+(tsd/storage/embedded/_pack.c) and the seconds cell decoder
 (tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
-(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells, tsd/query/decode.py's
+(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder, tsd/query/decode.py's
 numpy path), only slower."""
 
 from setuptools import Extension, setup
@@ -19,6 +20,13 @@ setup(
             "tsd.storage.embedded._points",
             ["tsd/storage/embedded/_points.c"],
             extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "tsd.storage.embedded._pack",
+            ["tsd/storage/embedded/_pack.c"],
+            # the decimal check rounds as numpy does: no fused multiply-add
+            extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,
         ),
         Extension(

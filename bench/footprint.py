@@ -7,13 +7,14 @@ Three data sets, fixed seed, each ``--series`` series (default 1,000) x 24 h x 1
 * ``gauge``: integers drawn from {0, 1, 2, 3}.
 
 Each is loaded the way the daemon loads it: through the :class:`~tsd.write.writer.Writer`
-with its write-ahead log and compaction schedule, in time order, on a simulated wall clock
-(points arrive 5 s after their time, compaction runs each simulated minute, hours are
-compacted as the daemon compacts them), then the writer is closed and the whole data
-directory (store and log) measured: its files' sizes, and the pages the store's B-trees use
-(``live``). ``after compact-store`` is the directory after ``tsdb compact-store`` (a
-compacting copy of the store). ``--whole-rows`` also loads each set as whole compacted rows
-(what the store receives once open hours are held in memory, without single cells first).
+with its write-ahead log and in-memory head (default bound and grace), in time order, on a
+simulated wall clock (points arrive 5 s after their time, the head's tick runs each
+simulated minute and writes each row out once its hour is closed). The whole data directory
+is measured while the last hour is still in the head (store and log, as a running daemon
+has it), then after the hours closed and the writer closed: its files' sizes, and the
+pages the store's B-trees use (``live``). ``after compact-store`` is the directory after
+``tsdb compact-store`` (a compacting copy of the store). ``--whole-rows`` also loads each
+set as whole compacted rows, straight into the store (no log, no head).
 
 VictoriaMetrics (Debian's ``victoria-metrics``, when installed) is loaded with the same
 points through ``/api/v1/import``, then ``/internal/force_flush`` and
@@ -53,8 +54,8 @@ from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.embedded.maintenance import compact_store, store_pages
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
+from tsd.write.head_flush import build_head_sink
 from tsd.write.pipeline import WAL_DIRECTORY
-from tsd.write.schedule import CompactionSchedule
 from tsd.write.writer import Writer
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC
@@ -108,19 +109,14 @@ async def open_for_load(path: Path, n: int) -> tuple[Config, EmbeddedStorage, li
 
 
 async def load_through_writer(path: Path, values: Values) -> float:
-    """Load as the daemon does; the seconds it took."""
+    """Load as the daemon does (write-ahead log, in-memory head with its default bound and
+    grace, rows written out as their hours close); the seconds it took."""
     cfg, storage, keys = await open_for_load(path, values.shape[0])
     now = float(BASE)
     registry = StatsRegistry()
     wal = WriteAheadLog(path / WAL_DIRECTORY, registry, segment_bytes=cfg.storage.wal_segment_bytes)
-    writer = Writer(
-        storage,
-        cfg.storage,
-        registry,
-        schedule=CompactionSchedule(),
-        wall_clock=lambda: now,
-        wal=wal,
-    )
+    sink = build_head_sink(storage, cfg.storage, registry, wal=wal, wall_clock=lambda: now)
+    writer = Writer(storage, cfg.storage, registry, wal=wal, head=sink)
     await writer.recover()
     writer.start()
     t0 = time.perf_counter()
@@ -131,14 +127,21 @@ async def load_through_writer(path: Path, values: Values) -> float:
         if writer.is_full():
             await writer.wait_writable()
         writer.add_points([(key, ts, v) for key, v in zip(keys, column, strict=True)])
-        if t % 6 == 5:
-            await writer.compact_due()
+        if t % 6 == 5:  # the head's own tick, on the simulated clock
+            await writer.flush()
+            await sink.flush_due()
         if t % 60 == 0:
             await asyncio.sleep(0)
     await writer.flush()
-    now = BASE + values.shape[1] * STEP + 3600.0 + 1200.0  # an hour later: all compacted
-    while await writer.compact_due():
-        pass
+    # While running: the last hour still in the head, its points in the log (store + log).
+    size, _ = dir_bytes(path)
+    wal_size, _ = dir_bytes(path / WAL_DIRECTORY)
+    print(
+        f"  {'loaded, last hour in the head':<34} dir {size / values.size:5.2f} B/pt "
+        f"(log {wal_size} B)"
+    )
+    now = BASE + values.shape[1] * STEP + 3600.0 + 1200.0  # an hour later: every hour closed
+    await sink.flush_due()
     await writer.close()
     elapsed = time.perf_counter() - t0
     await storage.close()

@@ -17,19 +17,28 @@ record at a time, in order), against the baseline of the same cells handed to
 ``--hbase`` starts a standalone HBase (``scripts/hbase``, as bench/hbase_ingest.py does);
 ``--hbase HOST:PORT`` uses a running Thrift gateway.
 
-Run: ``python -m bench.wal [--points N] [--repeat R] [--hbase [HOST:PORT]
-[--hbase-points N]]``.
+Write-out against another commit (``--baseline REF``): each round replays the same log
+and writes the head out once with this checkout and once with the tsd package of REF
+(``git archive``), each in its own process, alternating; the write-out times and their
+ratio are reported (best of the rounds). The log and the rows are the same in both.
+
+Run: ``python -m bench.wal [--points N] [--repeat R] [--per-row N] [--floats] [--baseline REF]
+[--hbase [HOST:PORT] [--hbase-points N]]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.ingest import export
 from tsd.codec import KeyLayout, encode_point, make_series_key
 from tsd.config import StorageConfig
 from tsd.schema import hbase_settings
@@ -42,18 +51,23 @@ from tsd.wal.record import Row
 from tsd.write.head_flush import build_head_sink
 from tsd.write.writer import Writer
 
+ROOT = Path(__file__).resolve().parent.parent
 BASE_TS = 1_700_000_000 - 1_700_000_000 % 3600
 CELLS_PER_RECORD = 50_000
 GOAL_S = 30.0
 
 
 def make_records(
-    points: int, per_row: int = 3600, per_record: int = CELLS_PER_RECORD
+    points: int, per_row: int = 3600, per_record: int = CELLS_PER_RECORD, floats: bool = False
 ) -> list[list[Row]]:
-    """``points`` cells in rows of ``per_row`` one-second points (int values), as records
-    of about ``per_record`` cells: rows of distinct series, the cells shared."""
+    """``points`` cells in rows of ``per_row`` one-second points (int values, or with
+    ``floats`` two-decimal floats as most collectors send), as records of about
+    ``per_record`` cells: rows of distinct series, the cells shared."""
     layout = KeyLayout()
-    cells = [encode_point(BASE_TS + s, s % 100)[1:] for s in range(per_row)]
+    cells = [
+        encode_point(BASE_TS + s, round(s % 1000 * 0.01, 2) if floats else s % 100)[1:]
+        for s in range(per_row)
+    ]
     rows_needed = -(-points // per_row)
     rows: list[Row] = []
     for n in range(rows_needed):
@@ -203,17 +217,73 @@ def run_hbase(address: str, points: int, repeat: int) -> None:
     print(f"  a 60 s outage at 20,000 points/s drains in {1_200_000 / (points / drain):.0f} s")
 
 
+# -- the write-out against another commit ----------------------------------------------------
+
+
+def one_round(points: int, per_row: int, floats: bool) -> None:
+    """One replay and write-out in this process (the tsd it imports); JSON on stdout."""
+    records = make_records(points, per_row, floats=floats)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        asyncio.run(write_log(root / "wal", records))
+        elapsed, written, cells = asyncio.run(replay(root / "wal", root / "replayed"))
+    rows = -(-points // per_row)
+    print(json.dumps({"replay_s": elapsed, "write_out_s": written, "cells": cells, "rows": rows}))
+
+
+def round_in(source: Path, points: int, per_row: int, floats: bool) -> dict[str, float]:
+    """:func:`one_round` in a process importing tsd from ``source`` (bench from here)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), str(ROOT)]))
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.wal", "--one-round", "--points", str(points),
+         "--per-row", str(per_row), *(["--floats"] if floats else [])],
+        cwd=source, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    found: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+def run_baseline(ref: str, points: int, per_row: int, repeat: int, floats: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        before = export(ref, Path(tmp))
+        best = {"after": float("inf"), "before": float("inf")}
+        rows = 0
+        for _ in range(repeat):
+            for name, source in (("after", ROOT), ("before", before)):
+                found = round_in(source, points, per_row, floats)
+                best[name] = min(best[name], found["write_out_s"])
+                rows = int(found["rows"])
+    kind = "two-decimal floats" if floats else "integers"
+    print(
+        f"head write-out: {points:,} points ({kind}), {rows:,} rows of {per_row}; best of {repeat}"
+    )
+    print(f"  before = tsd at {ref}, after = this checkout; rounds alternating")
+    for name in ("before", "after"):
+        print(f"  {name:>6}: {best[name]:6.2f} s ({best[name] / rows * 1000:.3f} ms a row)")
+    print(f"  before / after: {best['before'] / best['after']:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=10_000_000)
+    parser.add_argument("--per-row", type=int, default=3600, help="points a row (an hour)")
     parser.add_argument("--repeat", type=int, default=2, help="rounds, best kept")
+    parser.add_argument("--floats", action="store_true", help="two-decimal float values")
+    parser.add_argument("--baseline", metavar="REF", help="the write-out against this git ref")
+    parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hbase", nargs="?", const="", default=None, metavar="HOST:PORT")
     parser.add_argument("--hbase-points", type=int, default=1_000_000)
     args = parser.parse_args()
     if args.hbase is not None:
         run_hbase(args.hbase, args.hbase_points, args.repeat)
         return
-    records = make_records(args.points)
+    if args.one_round:
+        one_round(args.points, args.per_row, args.floats)
+        return
+    if args.baseline:
+        run_baseline(args.baseline, args.points, args.per_row, args.repeat, args.floats)
+        return
+    records = make_records(args.points, args.per_row, floats=args.floats)
     best_replay = best_put = best_out = float("inf")
     log_bytes = 0
     for _ in range(args.repeat):

@@ -128,6 +128,8 @@ class StorageConfig:
     # The in-memory head of the embedded engine (docs/write-path.md): open row-hours.
     head_max_bytes: int = 256 * 1024 * 1024
     head_grace_s: int = 60  # a row-hour is closed this long after its hour and its last point
+    # A tool beside a running daemon waits this long for it to write out its head.
+    head_flush_timeout_s: int = 300
     # On HBase, the log keeps what HBase cannot take (an outage) up to this many bytes,
     # then points are refused (docs/write-path.md). 1 GiB: about 1.5 hours at 20,000
     # points/s (about 10 bytes a point in the log), on a disk of any size a TSD host has.
@@ -327,6 +329,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.storage.wal.segment_size": ("storage", "wal_segment_bytes", _range(4096, 1 << 40)),
     "tsd.storage.head.max_bytes": ("storage", "head_max_bytes", _range(1 << 20, 1 << 40)),
     "tsd.storage.head.grace": ("storage", "head_grace_s", _range(0, 86_400)),
+    "tsd.storage.head.flush_timeout": ("storage", "head_flush_timeout_s", _range(1, 86_400)),
     "tsd.storage.wal.max_bytes": ("storage", "wal_max_bytes", _range(1 << 20, 1 << 50)),
     "tsd.storage.hbase.thrift.host": ("storage", "thrift_host", _str),
     "tsd.storage.hbase.thrift.port": ("storage", "thrift_port", _range(1, 65535)),

@@ -64,6 +64,7 @@ from tsd.storage.factory import open_storage
 from tsd.storage.instrumented import INSTRUMENTED_STORAGE, InstrumentedStorage
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
+from tsd.write.control import ControlServer
 from tsd.write.ingest import IngestService
 from tsd.write.pipeline import WritePath
 from tsd.write.rollup import RollupWriter
@@ -133,6 +134,7 @@ class Daemon:
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
         self._workers: WorkerPool | None = None
+        self._control: ControlServer | None = None
         self._query_engine: Any = None
         self._stopped = False
 
@@ -147,6 +149,10 @@ class Daemon:
         tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
         if self._storage is None:
             self._storage = open_storage(storage_settings(config.storage))
+        if config.storage.backend == "embedded":
+            # Tools beside the daemon ask it to write out what it acknowledged first.
+            self._control = ControlServer(config.storage.data_dir)
+            await self._control.start()
         storage = InstrumentedStorage(self._storage, self.registry)
         rollup_config = load_rollup_config(config.rollups)
         if config.storage.create_tables:
@@ -159,6 +165,8 @@ class Daemon:
             storage, uids, config, self.registry, self._writer_limits
         )
         await write_path.start()
+        if self._control is not None:
+            self._control.serve(write_path.writer.write_out)
         services = self._services(storage, uids, write_path.ingest, write_path.head)
         services.rollups = Rollups(
             RollupRules(
@@ -361,6 +369,8 @@ class Daemon:
         log.info("daemon.stopped")
 
     async def _stop_in_order(self) -> None:
+        if self._control is not None:
+            await self._control.close()  # a tool asking now waits for the stop's end
         if self._query_engine is not None:
             self._query_engine.cancel_all()  # running queries stop at their next chunk
         if self._listener is not None:
@@ -383,6 +393,8 @@ class Daemon:
             self._listener.close()
         if self._storage is not None and self._owns_storage:
             await self._storage.close()
+        if self._control is not None:
+            self._control.remove()
 
     async def run_until_stopped(self) -> int:
         """Start, serve until SIGTERM/SIGINT/diediedie, stop; the exit status."""

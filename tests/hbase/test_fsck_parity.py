@@ -69,14 +69,20 @@ def assert_same(ours: str, theirs: str) -> None:
     assert mine == reference, "\n".join(difflib.unified_diff(reference, mine, "opentsdb", "tsd"))
 
 
+def clis_on(server: HBaseServer, tables: tuple[StorageConfig, ...], tmp_path: Path) -> list[Clis]:
+    """Both command lines on each of ``tables``, each in a work directory of its own."""
+    clis = []
+    for i, cfg in enumerate(tables):
+        workdir = tmp_path / str(i)
+        workdir.mkdir()
+        clis.append(Clis(server, cfg, workdir))
+    return clis
+
+
 async def test_fsck_finds_and_fixes_what_opentsdb_finds_and_fixes(
     hbase_server: HBaseServer, two_tables: tuple[StorageConfig, ...], tmp_path: Path
 ) -> None:
-    clis = []
-    for i, cfg in enumerate(two_tables):
-        workdir = tmp_path / str(i)
-        workdir.mkdir()
-        clis.append(Clis(hbase_server, cfg, workdir))
+    clis = clis_on(hbase_server, two_tables, tmp_path)
     theirs_cli, ours_cli = clis
     logback = tmp_path / "fsck-logback.xml"
     logback.write_text(LOGBACK)
@@ -132,11 +138,7 @@ def uid_lines(text: str) -> list[str]:
 async def test_uid_fsck_finds_and_fixes_what_opentsdb_finds_and_fixes(
     hbase_server: HBaseServer, two_tables: tuple[StorageConfig, ...], tmp_path: Path
 ) -> None:
-    clis = []
-    for i, cfg in enumerate(two_tables):
-        workdir = tmp_path / str(i)
-        workdir.mkdir()
-        clis.append(Clis(hbase_server, cfg, workdir))
+    clis = clis_on(hbase_server, two_tables, tmp_path)
     logback = tmp_path / "uid-logback.xml"
     logback.write_text(UID_LOGBACK)
     targets = [Target(c.workdir, c.tsd_conf, "hbase") for c in clis]

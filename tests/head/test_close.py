@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tsd.codec import compact_row, encode_point
@@ -36,6 +37,31 @@ async def test_close_without_a_log_writes_every_row_past_its_budget(tmp_path: Pa
         sink.add(runs, None)
         await sink.close(0.0)
         assert len(sink.head) == 0
+        found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
+        assert {r.key: [(c.qualifier, c.value) for c in r.cells] for r in found} == {
+            key: [compact_row(list(cells.items()))] for key, cells in rows.items()
+        }
+    finally:
+        await storage.close()
+
+
+async def test_write_outs_run_one_at_a_time(tmp_path: Path) -> None:
+    """A tool's write-out request, the tick and the stop may ask at once: each takes the
+    rows the one before left, so no point is written or released twice."""
+    cfg = StorageConfig(data_dir=str(tmp_path))
+    storage = EmbeddedStorage(tmp_path)
+    try:
+        await ensure_tables(storage, cfg)
+        sink = build_head_sink(storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0)
+        rows = {
+            _key(series, 0): dict(encode_point(BASE + 10 * i, i)[1:] for i in range(20))
+            for series in range(600)
+        }
+        _, runs = HeadSink.encode(rows.items())
+        sink.add(runs, None)
+        written = await asyncio.gather(sink.flush_all(), sink.flush_all(), sink.flush_due())
+        assert list(written) == [600, 0, 0]
+        assert (len(sink.head), sink.head.points, sink.head.bytes) == (0, 0, 0)
         found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
         assert {r.key: [(c.qualifier, c.value) for c in r.cells] for r in found} == {
             key: [compact_row(list(cells.items()))] for key, cells in rows.items()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, ClassVar
 
 import aiohttp
 import orjson
@@ -14,11 +16,13 @@ import structlog
 
 from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient
+from tests.tools.toolkit import tsdb
 from tests.write.readback import StoredPoint, stored_points
 from tsd import daemon as daemon_module
 from tsd.config import build_config
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.control import SOCKET_NAME, request_write_out
 
 pytestmark = pytest.mark.slow  # daemons in subprocesses, signals, kill -9
 
@@ -26,11 +30,35 @@ T = 1_356_998_400
 
 
 class TsdProcess:
-    """``python -m tsd tsd`` on an ephemeral port; the port is read from its start-up log."""
+    """``python -m tsd tsd`` on an ephemeral port; the port is read from its start-up log.
+    Its stderr is read on (the log lines): a pipe left full would block the daemon's next
+    log line, and with it the daemon. Every daemon a test leaves running (a failed
+    assertion) is killed after it (``reap_daemons``): a running child kept the test's
+    event loop from closing, and the run hung after the failure."""
+
+    running: ClassVar[set[TsdProcess]] = set()
 
     def __init__(self, process: asyncio.subprocess.Process, port: int) -> None:
         self.process = process
         self.port = port
+        self.lines: asyncio.Queue[bytes] = asyncio.Queue()
+        self._drain = asyncio.ensure_future(self._read_log())
+        TsdProcess.running.add(self)
+
+    async def _read_log(self) -> None:
+        assert self.process.stderr is not None
+        while line := await self.process.stderr.readline():
+            self.lines.put_nowait(line)
+
+    async def event(self) -> dict[str, Any]:
+        """The daemon's next log line."""
+        event: dict[str, Any] = orjson.loads(await self.lines.get())
+        return event
+
+    async def exited(self) -> int:
+        await self._drain
+        TsdProcess.running.discard(self)
+        return await self.process.wait()
 
     @classmethod
     async def start(cls, data_dir: Path, *flags: str) -> TsdProcess:
@@ -63,9 +91,16 @@ class TsdProcess:
 
     async def stop(self, signum: int) -> int:
         self.process.send_signal(signum)
-        assert self.process.stderr is not None
-        await self.process.stderr.read()
-        return await self.process.wait()
+        return await self.exited()
+
+
+@pytest.fixture(autouse=True)
+async def reap_daemons() -> AsyncIterator[None]:
+    yield
+    for tsd in list(TsdProcess.running):
+        if tsd.process.returncode is None:
+            await tsd.stop(signal.SIGKILL)
+        TsdProcess.running.discard(tsd)
 
 
 @pytest.fixture
@@ -179,14 +214,66 @@ async def test_acknowledged_points_survive_kill_9_through_the_log(data_dir: Path
     assert not any((data_dir / "wal").glob("*.wal"))  # replayed, stored, dropped
 
 
+async def test_acknowledged_points_survive_kill_9_between_two_head_write_outs(
+    data_dir: Path,
+) -> None:
+    """Rows written out (a tool asked, through the control socket), then more points for
+    the same rows and others, acknowledged with sync, then kill -9: after the restart
+    (which replays the log, records already written out included) every point is there
+    once."""
+    tsd = await TsdProcess.start(data_dir)
+    assert await put_http(tsd.port, "/api/put?sync", points("a.m", 200)[:100]) == 204
+    assert await put_http(tsd.port, "/api/put?sync", points("b.m", 50)) == 204
+    assert await request_write_out(data_dir, 30, lambda: True) == 2  # first write-out
+    assert len(await read_store_beside(data_dir)) == 150
+    assert await put_http(tsd.port, "/api/put?sync", points("a.m", 200)[100:]) == 204
+    assert await put_http(tsd.port, "/api/put?sync", points("c.m", 70)) == 204
+    assert await tsd.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert (data_dir / SOCKET_NAME).exists()  # left behind
+    tsd = await TsdProcess.start(data_dir)
+    assert await query_count(tsd.port, "a.m") == 200
+    # Second write-out: a.m and c.m, and b.m again when the replay read its record (the
+    # log releases a record once written out, but deletes only whole segments): the
+    # stored cell and the same points again fold into one.
+    assert await request_write_out(data_dir, 30, lambda: True) in (2, 3)
+    assert await tsd.stop(signal.SIGTERM) == 0
+    stored = await read_store(data_dir)
+    for metric, count in (("a.m", 200), ("b.m", 50), ("c.m", 70)):
+        assert [p.value for p in stored if p.metric == metric] == list(range(count)), metric
+    assert not (data_dir / SOCKET_NAME).exists()
+
+
+async def test_a_tool_works_on_the_store_of_a_killed_daemon(data_dir: Path) -> None:
+    """kill -9 leaves the daemon's socket file; a tool then finds nobody listening and
+    nobody holding the store, and reads the store alone (what the daemon wrote out)."""
+    tsd = await TsdProcess.start(data_dir)
+    assert await put_http(tsd.port, "/api/put?sync", points("a.m", 20)) == 204
+    assert await request_write_out(data_dir, 30, lambda: True) == 1
+    assert await tsd.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert (data_dir / SOCKET_NAME).exists()
+    query = await tsdb(
+        data_dir.parent, "query", "--data-dir", str(data_dir), str(T), str(T + 60), "sum", "a.m"
+    )
+    assert query.code == 0, query.err
+    assert len(query.out.splitlines()) == 20
+
+
+async def read_store_beside(data_dir: Path) -> list[StoredPoint]:
+    """The store's points, read while a daemon (another process) holds it."""
+    config = build_config({"tsd.storage.data_dir": str(data_dir)})
+    storage = EmbeddedStorage(data_dir, read_only=True)
+    try:
+        return await stored_points(storage, config.storage, UidService(storage, config))
+    finally:
+        await storage.close()
+
+
 async def test_diediedie_stops_the_process_cleanly(data_dir: Path) -> None:
     tsd = await TsdProcess.start(data_dir)
     client = await TelnetClient.connect(tsd.port)
     await client.send(b"put die.m %d 7 host=a\ndiediedie\n" % T)
     assert await client.line() == b"Cleaning up and exiting now."
-    assert tsd.process.stderr is not None
-    await tsd.process.stderr.read()
-    assert await tsd.process.wait() == 0
+    assert await tsd.exited() == 0
     await client.close()
     assert [p.value for p in await read_store(data_dir)] == [7]
 
@@ -212,11 +299,10 @@ async def test_sigquit_logs_where_every_task_waits_and_the_daemon_goes_on(
 ) -> None:
     tsd = await TsdProcess.start(data_dir)
     tsd.process.send_signal(signal.SIGQUIT)
-    assert tsd.process.stderr is not None
-    dump = orjson.loads(await tsd.process.stderr.readline())
+    dump = await tsd.event()
     while dump["event"] != "daemon.task_dump":  # lines logged before the signal
-        dump = orjson.loads(await tsd.process.stderr.readline())
-    tasks = [orjson.loads(await tsd.process.stderr.readline()) for _ in range(dump["tasks"])]
+        dump = await tsd.event()
+    tasks = [await tsd.event() for _ in range(dump["tasks"])]
     assert {task["event"] for task in tasks} == {"daemon.task"}
     # the writer's flush loop is one of them, waiting for its next batch
     assert any("_flush_loop" in task["stack"] for task in tasks), tasks

@@ -4,13 +4,14 @@ every byte string, and the storage interface unchanged around it."""
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.storage.edges import edge_cells
 from tsd.codec import compact_row, encode_point
 from tsd.errors import StorageError
 from tsd.storage.base import Delete, FamilySpec, Put, ScanSpec
@@ -61,12 +62,51 @@ def data_cells(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return compacted(list(unique.values()) if len(unique) > 1 else points[:1] * 0 + points)
 
 
+def _with_edge_cells(test: Callable[[tuple[bytes, bytes]], None]) -> Callable[..., None]:
+    """``test`` with an explicit example for each cell of tests/storage/edges.py."""
+    for _, cell in edge_cells():
+        test = example(cell)(test)
+    return test
+
+
 @settings(max_examples=300, deadline=None)
+@_with_edge_cells
 @given(data_cells())
 def test_compacted_cells_round_trip(cell: tuple[bytes, bytes]) -> None:
     stored = packed.pack([cell])
     assert packed.unpack(stored) == [cell]
     assert packed.unpack_many([stored, stored]) == [[cell], [cell]]
+
+
+def test_integers_past_the_limit_take_the_raw_form() -> None:
+    """Integers of magnitude 2**61 or more (int64's ends among them: numpy's abs once let
+    -2**63 through as a bit-packed integer, with a 9-byte low) keep their value bytes; the
+    others stay bit-packed integers. Every edge cell is a fast cell with base and low on at
+    most 8 bytes (what the query path's C reader takes)."""
+    for values, cell in edge_cells():
+        stored = packed.pack([cell])
+        head = packed._HEAD.unpack_from(stored, 1)
+        assert head[0] == packed.FAST
+        vmode = (head[1] >> 5) & 3
+        assert vmode == (0 if all(abs(v) < 2**61 for v in values) else 2), values
+        assert head[10] <= 8  # w1: base
+        assert head[11] <= 8  # w2: low
+        assert packed.unpack(stored) == [cell]
+        assert packed.unpack_many([stored]) == [[cell]]
+
+
+def test_fast_cells_of_int64_min_written_before_still_read() -> None:
+    """The bytes the writer gave 28 zeros and -2**63 before it kept such integers raw (an
+    integer column, low -2**63 on 9 bytes): still the same cell."""
+    points: list[tuple[int, int | float]] = [(BASE + i, 0) for i in range(28)]
+    cell = compacted([*points, (BASE + 28, -(2**63))])
+    old = bytes.fromhex(
+        "01018c1d00000000000100000000000040000009190000000000000000000080ff28b52ffd00"
+        "00850000480000000000000080000100d4d4e502"
+    )
+    assert packed.pack([cell]) != old
+    assert packed.unpack(old) == [cell]
+    assert packed.unpack_many([old, old]) == [[cell], [cell]]
 
 
 @settings(max_examples=300, deadline=None)
@@ -332,3 +372,78 @@ async def test_head_write_out_beside_readers_keeps_packed_rows_intact(
         r.key: [(c.qualifier, c.value) for c in r.cells] for r in await store.get_many("d", keys)
     }
     assert got == {k: [c] for k, c in whole.items()}
+
+
+# -- the C encoder (_pack.c) against the numpy one ----------------------------------------------
+
+needs_c = pytest.mark.skipif(packed._C is None, reason="the C helper _pack is not built")
+
+
+def numpy_pack(cells: list[tuple[bytes, bytes]]) -> bytes:
+    """packed.pack with the numpy encoder alone."""
+    c_helper = packed._C
+    packed._C = None
+    try:
+        return packed.pack(cells)
+    finally:
+        packed._C = c_helper
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(data_cells(), st.tuples(st.binary(min_size=4, max_size=40), st.binary(max_size=80)))
+)
+def test_the_c_encoder_writes_the_numpy_bytes(cell: tuple[bytes, bytes]) -> None:
+    """Same bytes on disk with and without the C helper: where it takes a cell its fields
+    are numpy's, and what it leaves goes to numpy."""
+    (fields,) = packed._C.fast_fields([cell])
+    if fields is not None:
+        assert fields == packed._fast_fields(*cell)
+    assert packed.pack([cell]) == numpy_pack([cell])
+
+
+def shape_cells() -> list[tuple[bytes, bytes]]:
+    """Compacted rows of the shapes the head writes: integers of every width, decimals,
+    4- and 8-byte floats, milliseconds, mixed widths (a flags column or OpenTSDB's),
+    irregular steps, a large range."""
+    walk = [(BASE + 10 * i, round(50 + ((i * 7919) % 200 - 100) / 100, 2)) for i in range(360)]
+    cells = [
+        compacted(walk),
+        compacted([(BASE + 10 * i, i % 7) for i in range(360)]),
+        compacted([(BASE + i, (-1) ** i * 2**i) for i in range(60)]),
+        compacted([(BASE + 3 * i + i % 2, i * 1000) for i in range(100)]),
+        compacted([(BASE * 1000 + 250 * i, i * 0.125) for i in range(400)]),
+        compacted([(BASE + i, round(0.1 * i, 1)) for i in range(50)]),
+        compacted([(BASE + i, 2**60 - i) for i in range(5)]),
+    ]
+    float32 = b"".join(struct.pack(">f", x) for x in (1.5, 2.25, -0.75))
+    cells.append((bytes.fromhex("000b001b002b"), float32))  # 4-byte floats
+    # left to numpy (raw values): an integer and a float in one cell; no decimal form
+    cells.append((bytes.fromhex("0007001f"), struct.pack(">qd", 5, 2.5)))
+    cells.append(compacted([(BASE + i, 1e300 if i % 2 else 3.4e38) for i in range(10)]))
+    return cells
+
+
+@needs_c
+def test_the_c_encoder_takes_the_common_cells() -> None:
+    cells = shape_cells()
+    found = packed._C.fast_fields(cells)
+    assert found[:-2] == [packed._fast_fields(q, v) for q, v in cells[:-2]]
+    assert None not in found[:-2]  # taken in C, not left to numpy
+    assert found[-2:] == [None, None]  # raw values: numpy's
+    assert [packed.pack([c]) for c in cells] == [numpy_pack([c]) for c in cells]
+
+
+@needs_c
+def test_the_c_encoder_at_the_integer_edges() -> None:
+    """tests/storage/edges.py: int64's ends and the fast form's limit, 2**61 (beyond it the
+    values are raw: left to numpy)."""
+    cells = [cell for _, cell in edge_cells()]
+    found = packed._C.fast_fields(cells)
+    for cell, fields in zip(cells, found, strict=True):
+        if fields is not None:
+            assert fields == packed._fast_fields(*cell)
+    assert [packed.pack([c]) for c in cells] == [numpy_pack([c]) for c in cells]
+    inside = [values for values, _ in edge_cells() if max(map(abs, values)) < 2**61]
+    assert sum(fields is not None for fields in found) == len(inside)

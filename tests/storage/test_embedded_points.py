@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.storage.edges import edge_cells
 from tsd.codec import KeyLayout, compact_row, decode_cells, encode_point, encode_row_key
 from tsd.errors import StorageError
 from tsd.query.decode import RowPoints, decode_block, decode_rows
@@ -158,7 +159,17 @@ def _listed(found: RowPoints) -> list[tuple[int, bytes]]:
     return out
 
 
+def _with_edge_cells(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` with explicit examples: each cell of tests/storage/edges.py alone (int64's
+    ends and integers around 2**61: clean, so taken), then all of them in one batch."""
+    cells = [cell for _, cell in edge_cells()]
+    for cell in cells:
+        test = example([(cell, True)], random.Random(0))(test)
+    return example([(cell, True) for cell in cells], random.Random(1))(test)
+
+
 @settings(max_examples=300, deadline=None)
+@_with_edge_cells
 @given(st.lists(compacted_cells(), min_size=1, max_size=12), st.randoms(use_true_random=False))
 def test_points_are_the_cells_decoded(
     drawn: list[tuple[tuple[bytes, bytes], bool]], rng: random.Random

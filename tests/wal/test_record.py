@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 from tsd.errors import CodecError
 from tsd.wal.record import (
     CELLS,
+    CELLS_ZSTD,
     HEADER,
     SEGMENT_MAGIC,
+    SEGMENT_MAGICS,
     Row,
     decode_cells,
     encode_cells,
     frame,
+    read_records,
     scan_records,
 )
 
@@ -35,13 +38,68 @@ def encoded(rows: list[Row]) -> bytes:
 
 
 def payload(record: bytes) -> bytes:
-    return record[HEADER.size :]
+    """The one record's cells payload, as a reader hands it on (decompressed)."""
+    records, end, problem = read_records(record)
+    assert (len(records), end, problem) == (1, len(record), None)
+    kind, data = records[0]
+    assert kind == CELLS
+    return data
 
 
 def test_cells_record_round_trips() -> None:
     record = encoded(ROWS)
     assert record[8] == CELLS
     assert decode_cells(payload(record)) == ROWS
+
+
+def batch_of_one_point_per_series(series: int) -> list[Row]:
+    """A collector's batch: one point for each of many series of one metric and hour."""
+    hour = b"\x00\x00\x01Q\x00\x00\x00"
+    return [
+        (
+            hour + b"\x00\x00\x01" + s.to_bytes(3, "big"),
+            [(b"\x01\xe0", (s * 7919).to_bytes(4, "big"))],
+        )
+        for s in range(series)
+    ]
+
+
+def test_a_batch_that_compresses_is_logged_in_zstd_and_read_back_as_cells() -> None:
+    rows = batch_of_one_point_per_series(1000)
+    record = encoded(rows)
+    assert record[8] == CELLS_ZSTD
+    plain = frame(CELLS, payload(record))
+    assert len(record) * 3 < len(plain)  # the point of it: the log's bytes on disk
+    assert decode_cells(payload(record)) == rows
+    scan = scan_records(SEGMENT_MAGIC + record + plain)
+    assert scan.problem is None
+    assert [kind for kind, _ in scan.records] == [CELLS, CELLS]
+    assert scan.records[0][1] == scan.records[1][1]
+
+
+def test_a_record_that_would_not_shrink_stays_plain() -> None:
+    record = encoded(ROWS[:1])
+    assert record[8] == CELLS
+    assert payload(record) == record[HEADER.size :]
+
+
+def test_segments_of_format_version_1_are_read() -> None:
+    old = SEGMENT_MAGICS[0]
+    assert old != SEGMENT_MAGIC
+    assert old.startswith(b"TSDWAL\x01")
+    scan = scan_records(old + encoded(ROWS))
+    assert scan.problem is None
+    assert decode_cells(scan.records[0][1]) == ROWS
+
+
+def test_a_compressed_record_with_a_good_checksum_but_bad_zstd_is_damage() -> None:
+    good = encoded(ROWS)
+    bad = frame(CELLS_ZSTD, b"not a zstd frame")
+    scan = scan_records(SEGMENT_MAGIC + good + bad)
+    assert len(scan.records) == 1
+    assert scan.good_end == len(SEGMENT_MAGIC) + len(good)
+    assert scan.problem is not None
+    assert scan.problem.startswith(f"undecodable compressed record at byte {scan.good_end}")
 
 
 @settings(max_examples=100, deadline=None)

@@ -3,6 +3,7 @@ replayed by the next start, stored segments go, a torn tail is cut and reported.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -100,14 +101,14 @@ async def test_a_full_log_disk_loses_nothing_and_the_log_resumes_when_space_retu
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig, small_disk: Path
 ) -> None:
     filler = small_disk / "filler"
-    filler.write_bytes(b"\0" * (240 * 1024))  # about 16 KiB left for the log
+    filler.write_bytes(b"\0" * (240 * 1024))  # about 16 KiB left for the log (zstd records)
     registry = StatsRegistry()
     directory = small_disk / "wal"
     ingest = make_writer(wal=log_in(directory, registry, segment_bytes=1 << 20))
     for hour in range(20):
         acks = [
             await add(ingest, DataPoint("sys.cpu", T0 + 3600 * hour + i, i, TAGS))
-            for i in range(200)
+            for i in range(1000)
         ]
         await ingest.writer.flush()
         assert all(ack.exception() is None for ack in acks)  # stored all the same
@@ -120,7 +121,7 @@ async def test_a_full_log_disk_loses_nothing_and_the_log_resumes_when_space_retu
     await add(ingest, DataPoint("sys.cpu", T0 + 3600 * 20, 1, TAGS))
     await ingest.writer.flush()
     assert registry.counter("wal.records", type="appended").value == logged + 1
-    assert len(await stored_points(storage, tables, ingest.uids)) == 20 * 200 + 1
+    assert len(await stored_points(storage, tables, ingest.uids)) == 20 * 1000 + 1
 
 
 async def test_a_second_log_on_the_same_directory_is_refused_until_the_first_closes(
@@ -134,3 +135,30 @@ async def test_a_second_log_on_the_same_directory_is_refused_until_the_first_clo
     await first.close()
     assert second.segments() == []
     await second.close()
+
+
+async def test_a_cut_starts_a_new_segment_once_the_open_one_holds_a_mebibyte(
+    tmp_path: Path,
+) -> None:
+    """What the head asks after writing rows out: the stored records' segment goes then,
+    not when it would have filled."""
+    log = log_in(tmp_path)
+    big = encode_cells(
+        [(b"\x00\x00\x01Q\x00\x00\x00" + s.to_bytes(6, "big"), {b"\x00\x07": os.urandom(8)})
+         for s in range(120_000)]
+    )  # fmt: skip
+    small = encode_cells([(b"\x01", {b"\x00\x07": b"\x01"})])
+    first = await log.append(small, 1)
+    log.cut()  # under a mebibyte open: not yet
+    second = await log.append(small, 1)
+    assert segments(tmp_path) == ["00000001.wal"]
+    third = await log.append(big, 120_000)
+    log.cut()
+    fourth = await log.append(small, 1)
+    assert segments(tmp_path) == ["00000001.wal", "00000002.wal"]
+    for seq in (first, second, third):
+        log.mark_stored(seq)
+    await log.close()  # the open segment still holds an unstored record
+    assert segments(tmp_path) == ["00000002.wal"]
+    assert len(scan_records((tmp_path / "00000002.wal").read_bytes()).records) == 1
+    del fourth

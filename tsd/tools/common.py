@@ -10,6 +10,12 @@ cached: after ``uid rename`` or ``uid delete``, its answers change once its cach
 dropped (``/api/dropcaches``) or it restarts. Tools that only read open the store
 read-only.
 
+Beside a running daemon, a tool first asks it (its control socket, :mod:`tsd.write.control`)
+to write out every point it acknowledged: the daemon's in-memory head would otherwise hold
+points the tool does not see (and a ``scan --delete`` could not remove). A daemon that
+holds the store but does not answer within ``tsd.storage.head.flush_timeout`` stops the
+tool (exit 3) before it does anything; a socket left by a daemon that is gone is ignored.
+
 Like the daemon, a tool creates the tables that are missing when
 ``tsd.storage.create_tables`` is on, so ``tsdb mkmetric`` works on a fresh data
 directory; OpenTSDB's tools instead refuse to start without them.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,14 +33,16 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from tsd.config import Config, load_config
+from tsd.config import Config, StorageConfig, load_config
 from tsd.errors import UsageError
 from tsd.log import configure_logging
 from tsd.protocol.names import NameRules
 from tsd.schema import ensure_tables, storage_settings
 from tsd.storage.base import Storage
+from tsd.storage.embedded.maintenance import held_by_daemon
 from tsd.storage.factory import open_storage
 from tsd.uid.service import UidService
+from tsd.write.control import request_write_out
 
 T = TypeVar("T")
 
@@ -82,7 +91,9 @@ class ToolStore:
 @asynccontextmanager
 async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[ToolStore]:
     """Storage (tables created when missing, unless read-only) and a UidService over it;
-    storage is closed on the way out."""
+    storage is closed on the way out. A daemon running on the embedded store has written
+    out every point it acknowledged first."""
+    await write_out_running_daemon(cfg.storage)
     storage = open_storage(storage_settings(cfg.storage, read_only=read_only, exclusive=False))
     try:
         if cfg.storage.create_tables and not read_only:
@@ -90,6 +101,19 @@ async def open_store(cfg: Config, *, read_only: bool = False) -> AsyncIterator[T
         yield ToolStore(cfg, storage, UidService(storage, cfg))
     finally:
         await storage.close()
+
+
+async def write_out_running_daemon(cfg: StorageConfig) -> int | None:
+    """Ask the daemon running on the embedded store ``cfg`` (if any) to write out every
+    point it acknowledged; the rows it wrote, None when no daemon runs there (or on
+    HBase, where a daemon's points are in HBase already). StorageUnavailable when a daemon
+    holds the store but does not answer in time."""
+    if cfg.backend != "embedded":
+        return None
+    data_dir = cfg.data_dir
+    return await request_write_out(
+        data_dir, float(cfg.head_flush_timeout_s), functools.partial(held_by_daemon, data_dir)
+    )
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

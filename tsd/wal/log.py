@@ -37,6 +37,8 @@ log = get_logger(WRITER)
 
 #: Bytes after which a new segment is started.
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+#: the least an open segment holds before :meth:`WriteAheadLog.cut` closes it
+MIN_CUT_BYTES = 1024 * 1024
 SUFFIX = ".wal"
 #: held (flock) by the process that owns the log, from start to close
 LOCK_FILE = "LOCK"
@@ -69,6 +71,7 @@ class WriteAheadLog:
         self._segment_of: dict[int, tuple[int, int]] = {}  # unstored record -> (segment, offset)
         self._unstored: dict[int, int] = {}  # segment -> records not stored yet
         self._recovered: list[Path] = []
+        self._cut_asked = False  # cut(): start a new segment at the next append
         self._lock_fd: int | None = None
         self._appended = registry.counter("wal.records", type="appended")
         self._synced_cells = registry.counter("wal.cells", type="synced")
@@ -159,6 +162,13 @@ class WriteAheadLog:
         if not self._unstored[number] and number != self._number:
             self._drop(number)
 
+    def cut(self) -> None:
+        """Start a new segment at the next append once the open one holds
+        :data:`MIN_CUT_BYTES` or more: the head calls this when it has written rows out,
+        so the records they came from go with their segment instead of waiting for it to
+        fill (a small daemon would keep its whole segment size of stored points)."""
+        self._cut_asked = True
+
     def location(self, seq: int) -> tuple[Path, int] | None:
         """The segment and byte offset of record ``seq`` while it is not stored (the
         HBase spool reads it back from there: :func:`read_record_at`); None once stored."""
@@ -228,7 +238,9 @@ class WriteAheadLog:
         one when it is full), fsync once; the segment's number, the offset of the first
         record, and the number of the segment closed meanwhile (if any)."""
         closed = None
-        if self._file is None or self._size >= self._segment_bytes:
+        cut = self._cut_asked and self._size >= MIN_CUT_BYTES
+        if self._file is None or self._size >= self._segment_bytes or cut:
+            self._cut_asked = False
             closed = self._start_segment()
         fd = self._file
         assert fd is not None

@@ -158,6 +158,9 @@ class HeadSink:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._refusal: StorageRefused | None = None
+        # One write-out at a time (the tick, a tool's request, the close): two would take
+        # the same points and release them twice.
+        self._writing_out = asyncio.Lock()
         registry.gauge("head.bytes", lambda: head.bytes)
         registry.gauge("head.rows", lambda: len(head))
         registry.gauge("head.points", lambda: head.points)
@@ -229,6 +232,10 @@ class HeadSink:
         """Write the rows that are closed (at most ``closed_per_flush`` of them: the
         others at the next calls), and the oldest while the head is over its bound
         (everything after a failed log write); the rows written."""
+        async with self._writing_out:
+            return await self._flush_due()
+
+    async def _flush_due(self) -> int:
         head = self.head
         keys = head.closed(self._clock(), self._grace_s)[: self._closed_per_flush]
         over = head.bytes - self._max_bytes * 3 // 4
@@ -243,6 +250,8 @@ class HeadSink:
         finally:
             self._release()
         self._refusal = None
+        if keys and self._wal is not None:
+            self._wal.cut()  # the records of the rows just written can go with their segment
         return len(keys)
 
     async def close(self, budget_s: float) -> None:
@@ -272,12 +281,18 @@ class HeadSink:
         except StorageError as exc:
             log.error("head.close_incomplete", rows=len(self.head), error=str(exc))
 
-    async def flush_all(self) -> None:
-        """Write every row of the head, whatever its hour."""
-        try:
-            await self._flusher.flush(self.head.all_keys())
-        finally:
-            self._release()
+    async def flush_all(self) -> int:
+        """Write every row of the head, whatever its hour (a stop; a tool beside the
+        daemon, :mod:`tsd.write.control`); the rows written. Points arriving meanwhile
+        stay for the next write-out; a late point for a row written is merged into its
+        stored cell then, as for any row."""
+        async with self._writing_out:
+            keys = self.head.all_keys()
+            try:
+                await self._flusher.flush(keys)
+            finally:
+                self._release()
+            return len(keys)
 
     def _release(self) -> None:
         """Tell the log which records are wholly in storage."""

@@ -324,6 +324,16 @@ class Writer:
         if waiting:
             await asyncio.wait(waiting)
 
+    async def write_out(self) -> int:
+        """Put every point acknowledged so far in storage, where another process reading
+        it (a tool beside the daemon) finds it: the buffered batch is written, then, on the
+        embedded store, every row of the head, whatever its hour; the head's rows
+        written. Raises StorageError when storage refuses them."""
+        await self.flush()
+        if self._head is None:
+            return 0
+        return await self._head.flush_all()
+
     # -- the flush task -----------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:

@@ -7,7 +7,7 @@ cells through the key layout of :mod:`tsd.storage.embedded.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -85,12 +85,15 @@ def read_cell(
     return dict(decode_bucket(stored)).get(qualifier)
 
 
-def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
+def write_cell(
+    txn: Txn, table: TableInfo, put: Put, encoded: Mapping[packed.Pair, bytes] | None = None
+) -> None:
+    """``encoded``: packed cells encoded already (:func:`apply_mutations`)."""
     if not put.row:
         raise StorageError("row key must not be empty")
     table.check_family(put.family)
     if is_packed(put.family, put.qualifier):
-        _update_packed(txn, table, put.row, put.family, put.qualifier, put.value)
+        _update_packed(txn, table, put.row, put.family, put.qualifier, put.value, encoded)
         return
     key, bucket = cell_key(cell_prefix(put.row, put.family), put.qualifier)
     if not bucket:
@@ -103,7 +106,13 @@ def write_cell(txn: Txn, table: TableInfo, put: Put) -> None:
 
 
 def _update_packed(
-    txn: Txn, table: TableInfo, row: bytes, family: str, qualifier: bytes, value: bytes | None
+    txn: Txn,
+    table: TableInfo,
+    row: bytes,
+    family: str,
+    qualifier: bytes,
+    value: bytes | None,
+    encoded: Mapping[packed.Pair, bytes] | None = None,
 ) -> None:
     """Set (or with ``value`` None, remove) one cell of the row's packed entry."""
     db = _packed_db(table)
@@ -116,7 +125,7 @@ def _update_packed(
     else:
         pairs[qualifier] = value
     if pairs:
-        txn.put(key, packed.pack(list(pairs.items())), db=db)
+        txn.put(key, packed.pack(list(pairs.items()), encoded), db=db)
     else:
         txn.delete(key, db=db)
 
@@ -171,6 +180,7 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
     The hot path of ingest: batches arrive sorted, so the key prefix is reused
     while the row and family stay the same.
     """
+    encoded = _encode_packed(mutations)
     run: list[tuple[bytes, bytes]] = []
     last_row: bytes | None = None
     last_family = ""
@@ -191,10 +201,26 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
                 continue
         _flush_puts(txn, table, run)
         if isinstance(mutation, Put):
-            write_cell(txn, table, mutation)
+            write_cell(txn, table, mutation, encoded)
         else:
             _apply_delete(txn, table, mutation)
     _flush_puts(txn, table, run)
+
+
+def _encode_packed(mutations: Sequence[Mutation]) -> dict[packed.Pair, bytes]:
+    """The packed cells (compacted data cells) the mutations put, encoded in one call (the
+    head writes many rows at once: packed.encode_cells takes them together)."""
+    cells = [
+        (m.qualifier, m.value)
+        for m in mutations
+        if isinstance(m, Put)
+        and type(m.value) is bytes
+        and type(m.qualifier) is bytes
+        and is_packed(m.family, m.qualifier)
+    ]
+    if len(cells) < 2:
+        return {}
+    return dict(zip(cells, packed.encode_cells(cells), strict=True))
 
 
 def _flush_puts(txn: Txn, table: TableInfo, run: list[tuple[bytes, bytes]]) -> None:

@@ -137,6 +137,22 @@ def store_pages(path: str | os.PathLike[str]) -> tuple[int, int]:
         env.close()
 
 
+def held_by_daemon(path: str | os.PathLike[str]) -> bool:
+    """True while a process holds the store's lock (``tsd.lock``): a daemon has it open.
+    Blocking (a file open and two flocks)."""
+    try:
+        fd = os.open(Path(path) / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing it drops the shared lock taken, if any
+    return False
+
+
 def compact_store(path: str | os.PathLike[str]) -> tuple[int, int]:
     """Rewrite the store's file with its live pages only; (bytes before, bytes after).
 

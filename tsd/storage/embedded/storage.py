@@ -51,6 +51,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -108,6 +109,8 @@ _TABLE_PREFIX = b"table:"
 #: the named database of a table's packed rows (keys.py)
 _PACKED_PREFIX = b"packed:"
 _LOCK_FILE = LOCK_FILE
+#: pauses between attempts to take the store's lock (about 0.3 s in all)
+LOCK_RETRY_PAUSES_S = (0.01, 0.03, 0.1, 0.15)
 # HBase's table-name characters (namespace:qualifier) and family-name rules, kept strict
 # so the same names work on both backends.
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
@@ -213,14 +216,19 @@ class EmbeddedStorage(Storage):
 
     def _take_lock(self) -> IO[bytes]:
         lock_file = open(self.path / _LOCK_FILE, "ab")  # noqa: SIM115 - held until close
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock_file.close()
-            raise StorageUnavailable(
-                f"embedded store {str(self.path)!r} is open for writing by another process"
-            ) from None
-        return lock_file
+        # A tool looking whether a daemon runs (maintenance.held_by_daemon) holds the lock
+        # shared for a few microseconds: tried again for a moment before refusing.
+        for pause in (*LOCK_RETRY_PAUSES_S, None):
+            try:
+                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return lock_file
+            except OSError:
+                if pause is not None:
+                    time.sleep(pause)
+        lock_file.close()
+        raise StorageUnavailable(
+            f"embedded store {str(self.path)!r} is open for writing by another process"
+        )
 
     def _open_catalog(self) -> lmdb._Database:
         if self.read_only:
