@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -241,6 +242,17 @@ async def check_cells(cfg: StorageConfig, metric_uids: dict[str, bytes]) -> None
 
 
 @dataclass
+class Load:
+    """The machine's 1-minute load average at the start of every round (other work on the
+    same cores moves both daemons' figures: the rounds alternate so that it hits both)."""
+
+    samples: list[float] = field(default_factory=list)
+
+    def note(self) -> None:
+        self.samples.append(os.getloadavg()[0])
+
+
+@dataclass
 class Timings:
     wall_ms: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)  # the daemon's
@@ -288,6 +300,7 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
     extra = {"tsd.storage.enable_compaction": "false", "tsd.core.meta.enable_tracking": "false"}
     process, tsd_port = await start_tsd(cfg, None)
     timings: dict[tuple[str, str], Timings] = {}
+    machine = Load()
     try:
         async with (
             running_opentsdb(hbase.server, cfg, tmp / "opentsdb", extra) as opentsdb,
@@ -305,6 +318,7 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
                     raise RuntimeError(f"{query.name}: empty answer")
             for number in range(args.rounds):
                 await check_cells(cfg, metric_uids)
+                machine.note()
                 for query in queries():
                     order = daemons if number % 2 == 0 else daemons[::-1]
                     for who, port, pid in order:
@@ -327,15 +341,21 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
     finally:
         process.terminate()
         await process.wait()
-    return {"timings": timings, "breakdown": breakdown}
+    return {"timings": timings, "breakdown": breakdown, "load": machine}
 
 
 def report(found: dict[str, Any], args: argparse.Namespace) -> None:
     timings: dict[tuple[str, str], Timings] = found["timings"]
+    load: Load = found["load"]
     print(f"\nHBase queries, p50 of {args.rounds} alternating rounds (after a warm-up)")
     print(
+        f"  machine: {os.cpu_count()} CPUs; 1-minute load average at the rounds' starts:"
+        f" {min(load.samples):.1f} to {max(load.samples):.1f} (median"
+        f" {statistics.median(load.samples):.1f})"
+    )
+    print(
         f"  {'query':14} {'cells':>9} {'OpenTSDB ms':>12} {'tsd ms':>9} {'tsd/OpenTSDB':>13}"
-        f" {'tsd CPU us/cell':>16}"
+        f" {'tsd CPU us/cell':>16} {'ratio per round':>16}"
     )
     for query in queries():
         ours = timings[(query.name, "tsd")]
@@ -343,9 +363,12 @@ def report(found: dict[str, Any], args: argparse.Namespace) -> None:
         p50_ours = statistics.median(ours.wall_ms)
         p50_theirs = statistics.median(theirs.wall_ms)
         cpu_per_cell = statistics.median(ours.cpu_s) / query.cells * 1e6
+        # each round's own ratio (the two ran back to back): how far a single round strays
+        per_round = [a / b for a, b in zip(ours.wall_ms, theirs.wall_ms, strict=True)]
+        spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
         print(
             f"  {query.name:14} {query.cells:9,} {p50_theirs:12.0f} {p50_ours:9.0f}"
-            f" {p50_ours / p50_theirs:13.2f} {cpu_per_cell:16.2f}"
+            f" {p50_ours / p50_theirs:13.2f} {cpu_per_cell:16.2f} {spread:>16}"
         )
     # CPU is counted in clock ticks (10 ms): the small queries' figures are coarse.
     print("\n  CPU ms per query (p50): daemon + HBase JVM + Thrift gateway = all")
@@ -387,7 +410,7 @@ def report_breakdown(found: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (at least 5)")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds (at least 5)")
     args = parser.parse_args(argv)
     if shutil.which("java") is None or shutil.which("mvn") is None:
         sys.exit("needs java and mvn (Debian: openjdk-17-jdk-headless maven)")

@@ -161,6 +161,7 @@ class QueryConfig:
     limits_memory_bytes: int = 2 << 30
     memory_budget_bytes: int = 4 << 30
     compute_slots: int = 0  # 0: one less than the CPUs, at least one
+    keep_freed_bytes: int = 1 << 30  # glibc: freed query memory kept for reuse (tsd/malloc.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +366,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.query.limits.memory": ("query", "limits_memory_bytes", _range(0, 1 << 62)),
     "tsd.query.memory_budget": ("query", "memory_budget_bytes", _range(0, 1 << 62)),
     "tsd.query.compute_slots": ("query", "compute_slots", _range(0, 1024)),
+    "tsd.query.keep_freed_bytes": ("query", "keep_freed_bytes", _range(0, 2**31 - 1)),
     "tsd.rollups.enable": ("rollups", "enable", _bool),
     "tsd.rollups.config": ("rollups", "config", _str),
     "tsd.rollups.agg_tag_key": ("rollups", "agg_tag_key", _str),

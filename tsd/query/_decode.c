@@ -17,10 +17,26 @@
  * through each row's cells. Returns (timestamps int64, doubles float64, ints int64, is_int
  * uint8, row_offsets int64, any_int) as bytearrays (writable under numpy; ints and is_int
  * None when no point is an integer), or None.
+ *
+ * decode_buckets(the same six, interval_ms, seek_ms, function) reads the same cells (and
+ * refuses the same) but keeps no point: each row's points from seek_ms on are reduced to
+ * their buckets of interval_ms (which divides the hour; a point past its row's hour is
+ * refused, as its bucket could hold the next row's points) by a running sum (0), average
+ * (1) or count (2), as OpenTSDB's runDouble does. Returns (bucket times int64, values
+ * float64, row_offsets int64 into the buckets, points per row int64), or None.
+ * tests/query/test_row_buckets.py checks it against downsampling whole series.
+ *
+ * decode_runs(qualifiers, values, counts, base_ms) gives decode_seconds' tuple for the
+ * head's clean rows (tsd/query/head_rows.py): per row counts[r] 2-byte qualifiers, each
+ * value as long as its flags say, no meta byte, offsets strictly increasing; None for
+ * anything else (the numpy path decodes it).
+ *
+ * All walk without the GIL: the event loop receives the next reply meanwhile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 static int valid_length(int is_float, Py_ssize_t len) {
@@ -71,105 +87,368 @@ static int start_ints(PyObject **i_o, PyObject **isi_o, int64_t **iv, unsigned c
     return 0;
 }
 
-static PyObject *decode_seconds(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer q, v, ql, vl, cn, bm;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &q, &v, &ql, &vl, &cn, &bm)) return NULL;
-    PyObject *result = NULL;
-    PyObject *ts_o = NULL, *d_o = NULL, *i_o = NULL, *isi_o = NULL, *ro_o = NULL;
-    Py_ssize_t ncells = ql.len / 8, nrows = cn.len / 8;
-    if (vl.len / 8 != ncells || bm.len / 8 != nrows || q.len % 2) goto none;
-    {
-        const unsigned char *qb = q.buf, *vb = v.buf;
-        const int64_t *qlen = ql.buf, *vlen = vl.buf, *counts = cn.buf, *base = bm.buf;
-        Py_ssize_t npoints = q.len / 2;
-        ts_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
-        d_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
-        ro_o = PyByteArray_FromStringAndSize(NULL, (nrows + 1) * 8);
-        if (!ts_o || !d_o || !ro_o) goto fail;
-        int64_t *ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
-        double *dv = (double *)PyByteArray_AS_STRING(d_o);
-        int64_t *ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
-        /* The integer arrays only once an integer is met (most data is all doubles). */
-        int64_t *iv = NULL, scratch = 0;
-        unsigned char *isi = NULL;
-        Py_ssize_t qpos = 0, vpos = 0, cell = 0, out = 0;
-        int any_int = 0;
-        ro[0] = 0;
-        for (Py_ssize_t r = 0; r < nrows; r++) {
-            long last = -1;
-            for (int64_t c = 0; c < counts[r]; c++, cell++) {
-                if (cell >= ncells) goto none;
-                Py_ssize_t len = (Py_ssize_t)qlen[cell], vlen_c = (Py_ssize_t)vlen[cell];
-                if (len < 2 || len % 2 || qpos + len > q.len || vpos + vlen_c > v.len) goto none;
-                const unsigned char *qp = qb + qpos, *vp = vb + vpos;
-                /* A single point (2-byte qualifier) takes its value's length; a compacted
-                 * cell's flags give each length, and one meta byte follows its values. */
-                int single = len == 2;
-                Py_ssize_t used = 0;
-                for (Py_ssize_t k = 0; k < len; k += 2) {
-                    unsigned unit = ((unsigned)qp[k] << 8) | qp[k + 1];
-                    if (unit >= 0xF000) goto none;
-                    long off = (long)(unit >> 4);
-                    int is_float = (unit & 0x8) != 0;
-                    Py_ssize_t at = used, width = single ? vlen_c : (Py_ssize_t)(unit & 0x7) + 1;
-                    if (single && (unit & 0xF) == 0xB && width == 8) { /* legacy 4-byte float */
-                        if (vp[0] | vp[1] | vp[2] | vp[3]) goto none;
-                        at = 4;
-                        width = 4;
-                    }
-                    if (!valid_length(is_float, width) || off <= last) goto none;
-                    if (!single && used + width > vlen_c - 1) goto none;
-                    if (!is_float && iv == NULL &&
-                        start_ints(&i_o, &isi_o, &iv, &isi, npoints, out) < 0)
-                        goto fail;
-                    read_value(vp + at, v.len - (vpos + at), width, is_float, &dv[out],
-                               iv ? &iv[out] : &scratch);
-                    if (isi) isi[out] = !is_float;
-                    any_int |= !is_float;
-                    ts[out] = base[r] + (int64_t)off * 1000;
-                    out++;
-                    used += width;
-                    last = off;
+/* The cells of a block, as decode_seconds and decode_buckets take them. */
+typedef struct {
+    const unsigned char *qb, *vb;
+    Py_ssize_t qn, vn, ncells, nrows;
+    const int64_t *qlen, *vlen, *counts, *base;
+} cells_t;
+
+/* What a walk hands on: each point (its row, time in ms, offset in s, double and exact
+ * long, is_float), then the end of each row. Return 0 to go on, 1 to refuse the block
+ * (the caller answers None), -1 on a Python error. */
+typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
+                        int is_float);
+typedef int (*row_fn)(void *sink, Py_ssize_t row);
+
+/* Walks every point of every row in stored order, refusing what decode_seconds refuses
+ * (see the top of this file). Called without the GIL: touches only the block's buffers. */
+static int walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *sink) {
+    Py_ssize_t qpos = 0, vpos = 0, cell = 0;
+    for (Py_ssize_t r = 0; r < c->nrows; r++) {
+        long last = -1;
+        for (int64_t k = 0; k < c->counts[r]; k++, cell++) {
+            if (cell >= c->ncells) return 1;
+            Py_ssize_t len = (Py_ssize_t)c->qlen[cell], vlen_c = (Py_ssize_t)c->vlen[cell];
+            if (len < 2 || len % 2 || vlen_c < 0 || qpos + len > c->qn || vpos + vlen_c > c->vn)
+                return 1;
+            const unsigned char *qp = c->qb + qpos, *vp = c->vb + vpos;
+            /* A single point (2-byte qualifier) takes its value's length; a compacted
+             * cell's flags give each length, and one meta byte follows its values. */
+            int single = len == 2;
+            Py_ssize_t used = 0;
+            for (Py_ssize_t u = 0; u < len; u += 2) {
+                unsigned unit = ((unsigned)qp[u] << 8) | qp[u + 1];
+                if (unit >= 0xF000) return 1;
+                long off = (long)(unit >> 4);
+                int is_float = (unit & 0x8) != 0;
+                Py_ssize_t at = used, width = single ? vlen_c : (Py_ssize_t)(unit & 0x7) + 1;
+                if (single && (unit & 0xF) == 0xB && width == 8) { /* legacy 4-byte float */
+                    if (vp[0] | vp[1] | vp[2] | vp[3]) return 1;
+                    at = 4;
+                    width = 4;
                 }
-                if (!single && used != vlen_c - 1) goto none;
-                qpos += len;
-                vpos += vlen_c;
+                if (!valid_length(is_float, width) || off <= last) return 1;
+                if (!single && used + width > vlen_c - 1) return 1;
+                double d;
+                int64_t i;
+                read_value(vp + at, c->vn - (vpos + at), width, is_float, &d, &i);
+                int rc = on_point(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+                if (rc) return rc;
+                used += width;
+                last = off;
             }
-            ro[r + 1] = out;
+            if (!single && used != vlen_c - 1) return 1;
+            qpos += len;
+            vpos += vlen_c;
         }
-        if (cell != ncells || out != npoints) goto none;
-        if (!any_int) {
-            result = Py_BuildValue("(OOOOOi)", ts_o, d_o, Py_None, Py_None, ro_o, 0);
-        } else {
-            result = Py_BuildValue("(OOOOOi)", ts_o, d_o, i_o, isi_o, ro_o, 1);
-        }
-        goto done;
+        int rc = on_row(sink, r);
+        if (rc) return rc;
     }
-none:
-    Py_INCREF(Py_None);
-    result = Py_None;
-    goto done;
-fail:
-    result = NULL;
+    return cell == c->ncells ? 0 : 1;
+}
+
+/* The cells_t over the six buffers every entry point takes first. */
+static void fill_cells(Py_buffer b[6], cells_t *c) {
+    c->qb = b[0].buf;
+    c->vb = b[1].buf;
+    c->qn = b[0].len;
+    c->vn = b[1].len;
+    c->qlen = b[2].buf;
+    c->vlen = b[3].buf;
+    c->counts = b[4].buf;
+    c->base = b[5].buf;
+    c->ncells = b[2].len / 8;
+    c->nrows = b[4].len / 8;
+}
+
+/* The end of every entry point: drops the n references in `objs` (NULL ones skipped),
+ * releases the six buffers, and returns `result` (None when `refused`). */
+static PyObject *finish(PyObject *result, int refused, PyObject **objs, int n, Py_buffer b[6]) {
+    for (int k = 0; k < n; k++) Py_XDECREF(objs[k]);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    if (refused) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    return result;
+}
+
+/* Whether the buffers are consistent: as many value lengths as qualifier lengths, a base
+ * time per row, whole qualifier units. */
+static int cells_ok(const cells_t *c, const Py_buffer b[6]) {
+    return b[3].len / 8 == c->ncells && b[5].len / 8 == c->nrows && c->qn % 2 == 0;
+}
+
+/* -- decode_seconds: every point ------------------------------------------------------ */
+
+typedef struct {
+    int64_t *ts, *iv, *ro;
+    double *dv;
+    unsigned char *isi;
+    PyObject *i_o, *isi_o;
+    Py_ssize_t out, npoints;
+    int any_int;
+    PyThreadState *save; /* the released thread state: the integer arrays need the GIL */
+} points_t;
+
+static int on_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
+                    int is_float) {
+    points_t *p = sink;
+    (void)row;
+    (void)off;
+    if (p->out >= p->npoints) return 1;
+    if (!is_float && p->iv == NULL) {
+        PyEval_RestoreThread(p->save);
+        int failed = start_ints(&p->i_o, &p->isi_o, &p->iv, &p->isi, p->npoints, p->out) < 0;
+        p->save = PyEval_SaveThread();
+        if (failed) return -1;
+    }
+    p->dv[p->out] = d;
+    if (p->iv) {
+        p->iv[p->out] = i;
+        p->isi[p->out] = !is_float;
+    }
+    p->any_int |= !is_float;
+    p->ts[p->out++] = ts;
+    return 0;
+}
+
+static int on_points_row(void *sink, Py_ssize_t row) {
+    points_t *p = sink;
+    p->ro[row + 1] = p->out;
+    return 0;
+}
+
+typedef int (*walk_fn)(const void *cells, point_fn on_point, row_fn on_row, void *sink);
+
+static int walk_block(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+    return walk_cells(cells, on_pt, on_row, sink);
+}
+
+/* decode_seconds' and decode_runs' arrays: every point `walk` hands on, without the GIL.
+ * The tuple, None when the walk refuses, NULL on a Python error. */
+static PyObject *walk_points(walk_fn walk, const void *cells, Py_ssize_t npoints,
+                             Py_ssize_t nrows) {
+    PyObject *result = NULL, *ts_o = NULL, *d_o = NULL, *ro_o = NULL;
+    points_t p = {0};
+    p.npoints = npoints;
+    ts_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+    d_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+    ro_o = PyByteArray_FromStringAndSize(NULL, (nrows + 1) * 8);
+    if (!ts_o || !d_o || !ro_o) goto done;
+    p.ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
+    p.dv = (double *)PyByteArray_AS_STRING(d_o);
+    p.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
+    p.ro[0] = 0;
+    p.save = PyEval_SaveThread();
+    int rc = walk(cells, on_point, on_points_row, &p);
+    PyEval_RestoreThread(p.save);
+    if (rc < 0) goto done;
+    if (rc > 0 || p.out != p.npoints) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    } else if (!p.any_int) {
+        result = Py_BuildValue("(OOOOOi)", ts_o, d_o, Py_None, Py_None, ro_o, 0);
+    } else {
+        result = Py_BuildValue("(OOOOOi)", ts_o, d_o, p.i_o, p.isi_o, ro_o, 1);
+    }
 done:
     Py_XDECREF(ts_o);
     Py_XDECREF(d_o);
-    Py_XDECREF(i_o);
-    Py_XDECREF(isi_o);
+    Py_XDECREF(p.i_o);
+    Py_XDECREF(p.isi_o);
     Py_XDECREF(ro_o);
-    PyBuffer_Release(&q);
-    PyBuffer_Release(&v);
-    PyBuffer_Release(&ql);
-    PyBuffer_Release(&vl);
-    PyBuffer_Release(&cn);
-    PyBuffer_Release(&bm);
     return result;
+}
+
+static PyObject *decode_seconds(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[6];
+    cells_t c;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+        return NULL;
+    fill_cells(b, &c);
+    PyObject *result;
+    if (cells_ok(&c, b)) {
+        result = walk_points(walk_block, &c, c.qn / 2, c.nrows);
+    } else {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* -- decode_runs: the head's clean rows ------------------------------------------------ */
+
+typedef struct {
+    const unsigned char *qb, *vb;
+    Py_ssize_t qn, vn, nrows;
+    const int64_t *counts, *base;
+} runs_t;
+
+/* Walks the runs' points row after row (see decode_runs at the top of this file). */
+static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+    const runs_t *c = cells;
+    Py_ssize_t npoints = c->qn / 2, vpos = 0, out = 0;
+    for (Py_ssize_t r = 0; r < c->nrows; r++) {
+        long last = -1;
+        if (c->counts[r] < 0 || out + c->counts[r] > npoints) return 1;
+        for (int64_t k = 0; k < c->counts[r]; k++, out++) {
+            const unsigned char *qp = c->qb + 2 * out;
+            unsigned unit = ((unsigned)qp[0] << 8) | qp[1];
+            if (unit >= 0xF000) return 1;
+            long off = (long)(unit >> 4);
+            int is_float = (unit & 0x8) != 0;
+            Py_ssize_t width = (Py_ssize_t)(unit & 0x7) + 1;
+            if (!valid_length(is_float, width) || off <= last || vpos + width > c->vn) return 1;
+            double d;
+            int64_t i;
+            read_value(c->vb + vpos, c->vn - vpos, width, is_float, &d, &i);
+            int rc = on_pt(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+            if (rc) return rc;
+            vpos += width;
+            last = off;
+        }
+        int rc = on_row(sink, r);
+        if (rc) return rc;
+    }
+    return out == npoints && vpos == c->vn ? 0 : 1;
+}
+
+static PyObject *decode_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[4];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &b[0], &b[1], &b[2], &b[3])) return NULL;
+    runs_t c = {b[0].buf, b[1].buf, b[0].len, b[1].len, b[2].len / 8, b[2].buf, b[3].buf};
+    PyObject *result;
+    if (b[3].len / 8 == c.nrows && c.qn % 2 == 0) {
+        result = walk_points(walk_runs, &c, c.qn / 2, c.nrows);
+    } else {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* -- decode_buckets: each row's points reduced to its fixed-interval buckets ---------- */
+
+enum { FN_SUM = 0, FN_AVG = 1, FN_COUNT = 2 };
+
+typedef struct {
+    int64_t interval, seek, *ts, *ro, *raw, bucket;
+    double *dv, sum;
+    int64_t n; /* values (not NaN) in the open bucket */
+    int function, open;
+    Py_ssize_t out, cap;
+} buckets_t;
+
+/* The open bucket's value as the downsample aggregators' double path gives it (OpenTSDB's
+ * runDouble: NaN skipped, a sum from 0.0 in stored order; an avg that sum over the count;
+ * NaN when every value was NaN, except count: 0). */
+static void close_bucket(buckets_t *s) {
+    if (!s->open) return;
+    double v;
+    if (s->function == FN_COUNT) {
+        v = (double)s->n;
+    } else if (s->n == 0) {
+        v = NAN;
+    } else {
+        v = s->function == FN_AVG ? s->sum / (double)s->n : s->sum;
+    }
+    s->ts[s->out] = s->bucket;
+    s->dv[s->out++] = v;
+    s->open = 0;
+}
+
+static int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
+                           int is_float) {
+    buckets_t *s = sink;
+    (void)i;
+    (void)is_float;
+    s->raw[row]++;
+    /* A point beyond its row's hour: its bucket may hold points of the next row. */
+    if (off >= 3600 || ts < 0) return 1;
+    if (ts < s->seek) return 0;
+    int64_t bucket = ts - ts % s->interval;
+    if (!s->open || bucket != s->bucket) {
+        close_bucket(s);
+        if (s->out >= s->cap) return 1;
+        s->open = 1;
+        s->bucket = bucket;
+        s->sum = 0.0;
+        s->n = 0;
+    }
+    if (!isnan(d)) {
+        s->sum += d;
+        s->n++;
+    }
+    return 0;
+}
+
+static int on_buckets_row(void *sink, Py_ssize_t row) {
+    buckets_t *s = sink;
+    close_bucket(s);
+    s->ro[row + 1] = s->out;
+    return 0;
+}
+
+static PyObject *decode_buckets(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[6];
+    cells_t c;
+    long long interval, seek;
+    int function;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*LLi", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                          &interval, &seek, &function))
+        return NULL;
+    fill_cells(b, &c);
+    PyObject *result = NULL, *ts_o = NULL, *d_o = NULL, *ro_o = NULL, *raw_o = NULL;
+    int refused = 1;
+    buckets_t s = {0};
+    if (!cells_ok(&c, b) || interval <= 0 || 3600000 % interval || function < FN_SUM ||
+        function > FN_COUNT)
+        goto none;
+    s.interval = interval;
+    s.seek = seek;
+    s.function = function;
+    s.cap = c.qn / 2; /* at most a bucket per point */
+    ts_o = PyByteArray_FromStringAndSize(NULL, s.cap * 8);
+    d_o = PyByteArray_FromStringAndSize(NULL, s.cap * 8);
+    ro_o = PyByteArray_FromStringAndSize(NULL, (c.nrows + 1) * 8);
+    raw_o = PyByteArray_FromStringAndSize(NULL, c.nrows * 8);
+    if (!ts_o || !d_o || !ro_o || !raw_o) goto fail;
+    s.ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
+    s.dv = (double *)PyByteArray_AS_STRING(d_o);
+    s.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
+    s.raw = (int64_t *)PyByteArray_AS_STRING(raw_o);
+    s.ro[0] = 0;
+    memset(s.raw, 0, (size_t)c.nrows * 8);
+    PyThreadState *save = PyEval_SaveThread();
+    int rc = walk_cells(&c, on_bucket_point, on_buckets_row, &s);
+    PyEval_RestoreThread(save);
+    if (rc < 0) goto fail;
+    if (rc > 0) goto none;
+    if (PyByteArray_Resize(ts_o, s.out * 8) < 0 || PyByteArray_Resize(d_o, s.out * 8) < 0)
+        goto fail;
+    result = Py_BuildValue("(OOOO)", ts_o, d_o, ro_o, raw_o);
+fail:
+    refused = 0;
+none:;
+    PyObject *objs[] = {ts_o, d_o, ro_o, raw_o};
+    return finish(result, refused, objs, 4, b);
 }
 
 static PyMethodDef methods[] = {
     {"decode_seconds", decode_seconds, METH_VARARGS,
      "Seconds data cells -> (timestamps, doubles, ints, is_int, row_offsets, any_int) or None"},
+    {"decode_runs", decode_runs, METH_VARARGS,
+     "The head's clean seconds rows -> the same tuple as decode_seconds, or None"},
+    {"decode_buckets", decode_buckets, METH_VARARGS,
+     "Seconds data cells -> each row's buckets (timestamps, values, row_offsets, row_points) "
+     "or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
+from tsd.query.downsample import RowBuckets, downsample_rows
 from tsd.query.series import BoolArray, Float64Array, Int64Array
 from tsd.storage.base import Block, CellBlock, PointBlock, Row
 
@@ -51,7 +52,15 @@ try:
 except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
     _C = None
 
-__all__ = ["RowPoints", "base_times_s", "decode_block", "decode_rows", "series_key"]
+__all__ = [
+    "RowPoints",
+    "base_times_s",
+    "decode_block",
+    "decode_buckets",
+    "decode_rows",
+    "reduce_rows",
+    "series_key",
+]
 
 U8Array = npt.NDArray[np.uint8]
 #: int32 or int64 arrays (per-point work uses the narrower type where values fit)
@@ -81,10 +90,19 @@ class RowPoints:
     annotations: tuple[tuple[int, AnnotationCell], ...] = ()
     #: bytes read: key, qualifier and value of every cell (the query byte limit counts these)
     stored_bytes: int = 0
+    #: rows reduced to their buckets (:func:`decode_buckets`): the points each row held
+    #: (the arrays then hold each row's bucket times and values)
+    row_points: Int64Array | None = None
 
     @property
     def point_count(self) -> int:
+        """Points (or buckets) in the arrays."""
         return len(self.timestamps)
+
+    @property
+    def decoded_points(self) -> int:
+        """Data points the rows held (the query's data point limit counts these)."""
+        return self.point_count if self.row_points is None else int(self.row_points.sum())
 
 
 def series_key(layout: KeyLayout, row_key: bytes) -> bytes:
@@ -424,7 +442,8 @@ def _values(
     word = _typed_view(v, ">u8")[vstart].astype(np.uint64)
     doubles = word.view(np.float64)
     f4 = np.flatnonzero(kind == 0xB)
-    doubles[f4] = (word[f4] >> np.uint64(32)).astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+        doubles[f4] = (word[f4] >> np.uint64(32)).astype(np.uint32).view(np.float32)
     return doubles, None, None
 
 
@@ -444,14 +463,16 @@ def _mixed_values(
         doubles[f8] = word[f8].view(np.float64)
     f4 = np.flatnonzero(kind == 0xB)
     if len(f4):
-        doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+            doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
     return doubles, ints, is_int
 
 
 def _read_type(v: U8Array, vstart: Int64Array, kind: int) -> tuple[Float64Array, Int64Array | None]:
     raw = _typed_view(v, _VALUE_TYPES[kind])[vstart]
     if kind & 0x8:
-        return raw.astype(np.float64), None
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+            return raw.astype(np.float64), None
     ints = raw.astype(np.int64)
     return ints.astype(np.float64), ints
 
@@ -558,7 +579,8 @@ def decode_block(block: Block, layout: KeyLayout, *, fix_duplicates: bool = Fals
     base_ms = base_times_s(layout, block.keys) * 1000
     row_offsets = np.zeros(len(block) + 1, dtype=np.int64)
     np.cumsum(block.counts, out=row_offsets[1:])
-    timestamps = block.offsets_ms + np.repeat(base_ms, block.counts)
+    timestamps = np.repeat(base_ms, block.counts)
+    timestamps += block.offsets_ms  # in place: one array of every point, not two
     return RowPoints(
         row_offsets,
         timestamps,
@@ -570,22 +592,84 @@ def decode_block(block: Block, layout: KeyLayout, *, fix_duplicates: bool = Fals
     )
 
 
+def decode_buckets(
+    block: Block, layout: KeyLayout, buckets: RowBuckets, *, fix_duplicates: bool = False
+) -> RowPoints:
+    """The block's rows, each reduced to its buckets (tsd.query.downsample's
+    :class:`RowBuckets`): ``row_points`` holds how many points each row had. By the C
+    helper (without the GIL: the event loop reads on meanwhile) when it takes the block,
+    else decoded and reduced by numpy, with the same answer. Raises RowsOutOfHour for
+    rows that cannot be reduced one by one."""
+    if _C is not None and isinstance(block, CellBlock) and len(block):
+        found = _C.decode_buckets(
+            *cell_buffers(block, base_times_s(layout, block.keys) * 1000),
+            buckets.spec.interval_ms,
+            buckets.seek_ms,
+            buckets.function_code,
+        )
+        if found is not None:
+            ts, values, row_offsets, row_points = found
+            return RowPoints(
+                np.frombuffer(row_offsets, dtype=np.int64),
+                np.frombuffer(ts, dtype=np.int64),
+                np.frombuffer(values, dtype=np.float64),
+                None,
+                None,
+                (),
+                block.stored_bytes,
+                np.frombuffer(row_points, dtype=np.int64),
+            )
+    points = decode_block(block, layout, fix_duplicates=fix_duplicates)
+    return reduce_rows(points, block.keys, layout, buckets)
+
+
+def reduce_rows(
+    points: RowPoints, keys: Sequence[bytes], layout: KeyLayout, buckets: RowBuckets
+) -> RowPoints:
+    """Decoded rows (``keys``, their ``points``) each reduced to its buckets by numpy's
+    downsampler, ``row_points`` set, as :func:`decode_buckets` gives them. Raises
+    RowsOutOfHour for rows that cannot be reduced one by one."""
+    base_ms = base_times_s(layout, list(keys)) * 1000
+    reduced = downsample_rows(
+        points.timestamps, points.values, points.row_offsets, base_ms, buckets
+    )
+    return RowPoints(
+        reduced.offsets,
+        reduced.timestamps,
+        reduced.values,
+        None,
+        None,
+        points.annotations,
+        points.stored_bytes,
+        np.diff(points.row_offsets),
+    )
+
+
+def cell_buffers(block: CellBlock, base_ms: Int64Array) -> tuple[Any, ...]:
+    """The block's cells as _decode.c's helpers take them: qualifiers, values, then int64
+    buffers of qualifier lengths, value lengths, cells per row and base times in ms."""
+    return (
+        block.qualifiers,
+        block.values,
+        *(
+            np.ascontiguousarray(a, dtype=np.int64)
+            for a in (block.qualifier_lengths, block.value_lengths, block.counts, base_ms)
+        ),
+    )
+
+
 def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
     """decode_rows by the C helper (_decode.c) when it is built and takes the block: data
     cells in seconds needing no merge (the usual read); None otherwise."""
     if _C is None or not len(block):
         return None
-    base_ms = base_times_s(layout, block.keys) * 1000
-    found = _C.decode_seconds(
-        block.qualifiers,
-        block.values,
-        np.ascontiguousarray(block.qualifier_lengths, dtype=np.int64),
-        np.ascontiguousarray(block.value_lengths, dtype=np.int64),
-        np.ascontiguousarray(block.counts, dtype=np.int64),
-        np.ascontiguousarray(base_ms, dtype=np.int64),
-    )
-    if found is None:
-        return None
+    found = _C.decode_seconds(*cell_buffers(block, base_times_s(layout, block.keys) * 1000))
+    return None if found is None else compiled_points(found, block.stored_bytes)
+
+
+def compiled_points(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
+    """RowPoints of a C helper's answer (``_decode.c``: timestamps, doubles, ints, is_int,
+    row offsets as bytearrays, and whether any point is an integer)."""
     ts, doubles, ints, is_int, row_offsets, any_int = found
     return RowPoints(
         np.frombuffer(row_offsets, dtype=np.int64),
@@ -594,7 +678,7 @@ def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
         np.frombuffer(ints, dtype=np.int64) if any_int else None,
         np.frombuffer(is_int, dtype=np.bool_) if any_int else None,
         (),
-        block.stored_bytes,
+        stored_bytes,
     )
 
 

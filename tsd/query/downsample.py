@@ -24,9 +24,21 @@ with ``query_start_ms`` (fill policies change nothing there).
 Work is vectorised over all points of all series at once: buckets are found with integer
 arithmetic, runs of (series, bucket) become segments, and segments of similar length are
 reduced together as padded blocks (reducers.py).
+
+Reduced as rows are decoded (:class:`RowBuckets`): with a fixed interval that divides the
+hour, no fill and an aggregator whose double path is a running sum or count, no bucket
+spans two rows of a series (rows are whole hours, aligned to the epoch as the buckets are),
+so each row can be reduced to its buckets on its own, before the rows are gathered into
+series: the series then hold their buckets (what :func:`downsample` would give them),
+never their points. decode.py does it in C for the usual cells (``_decode.c``
+``decode_buckets``) and with :func:`downsample_rows` otherwise (also for the embedded
+store's head rows); both answer as :func:`downsample` does on whole series
+(tests/query/test_row_buckets.py, tests/head/test_differential.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,6 +50,76 @@ from tsd.query_model import DownsampleSpec, FillPolicy
 
 #: Cells of one padded block; bounds the temporary memory of a reduction.
 _MAX_BLOCK_CELLS = 1 << 22
+#: A data row's span: every point of a row lies within an hour of its base time.
+_ROW_SPAN_MS = 3_600_000
+#: Downsample aggregators reduced per row as the rows are decoded (their code in _decode.c).
+ROW_FUNCTIONS = {"sum": 0, "zimsum": 0, "pfsum": 0, "avg": 1, "count": 2}
+
+
+class RowsOutOfHour(Exception):
+    """A row holds a point beyond its hour: its buckets may meet the next row's, so the
+    rows cannot be reduced one by one (no writer makes such rows; the query reads again
+    without :class:`RowBuckets`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowBuckets:
+    """How a query's rows are reduced to buckets as they are decoded (see the module
+    docstring): the spec, the aggregation window's start (the seek) and the function's
+    code for the C helper."""
+
+    spec: DownsampleSpec
+    start_ms: int
+
+    @property
+    def seek_ms(self) -> int:
+        return _seek_time(self.spec, self.start_ms)
+
+    @property
+    def function_code(self) -> int:
+        return ROW_FUNCTIONS[self.spec.function]
+
+
+def row_buckets(spec: DownsampleSpec | None, start_ms: int) -> RowBuckets | None:
+    """The :class:`RowBuckets` of a downsample spec over a window from ``start_ms``; None
+    when its buckets must see whole series (calendar, ``0all``, fill, another function, an
+    interval that does not divide the hour)."""
+    if (
+        spec is None
+        or spec.run_all
+        or spec.use_calendar
+        or spec.fill_policy is not FillPolicy.NONE
+        or spec.function not in ROW_FUNCTIONS
+        or spec.interval_ms <= 0
+        or _ROW_SPAN_MS % spec.interval_ms
+    ):
+        return None
+    return RowBuckets(spec, start_ms)
+
+
+def downsample_rows(
+    timestamps: Int64Array,
+    values: Float64Array,
+    row_offsets: Int64Array,
+    base_ms: Int64Array,
+    buckets: RowBuckets,
+) -> SeriesBatch:
+    """Each row's points reduced to its buckets (one series per row), as
+    :func:`downsample` reduces whole series. Raises RowsOutOfHour when a point lies
+    beyond its row's hour."""
+    lengths = np.diff(row_offsets)
+    if len(timestamps) and bool((timestamps >= np.repeat(base_ms + _ROW_SPAN_MS, lengths)).any()):
+        raise RowsOutOfHour()
+    rows = SeriesBatch(timestamps, values, row_offsets)
+    end_ms = buckets.start_ms  # only a filling downsample reads the end
+    return downsample(
+        rows,
+        buckets.spec,
+        start_ms=buckets.start_ms,
+        end_ms=end_ms,
+        query_start_ms=buckets.start_ms,
+        query_end_ms=end_ms,
+    )
 
 
 def downsample(
@@ -98,7 +180,8 @@ def _shared_segments(
         return None
     grid = batch.timestamps.reshape(s_count, width)
     first = grid[0]
-    if not bool((grid == first).all()):
+    step = max(1, (1 << 17) // width)  # series compared at a time: about 1 MiB
+    if not all(bool((grid[lo : lo + step] == first).all()) for lo in range(0, s_count, step)):
         return None
     lo = int(np.searchsorted(first, seek))  # the seek: earlier points are dropped
     if lo == width:
@@ -221,9 +304,31 @@ def reduce_segments(
 
 def _reduce_regular(grid: Float64Array, function: str) -> Float64Array | None:
     """The common aggregators over rows of ``grid`` (one bucket per row) without NaN,
-    folding column after column as the Java loops do; None when not applicable."""
-    if function not in _REGULAR or np.isnan(grid).any():
+    folding column after column as the Java loops do; None when not applicable. Short
+    rows are done in slices that stay in the CPU's cache: a column of a whole grid of
+    short rows strides across all of its memory, once per column."""
+    if function not in _REGULAR:
         return None
+    rows, width = grid.shape
+    step = _slice_rows(width)
+    if any(bool(np.isnan(grid[lo : lo + step]).any()) for lo in range(0, rows, step)):
+        return None
+    if rows <= step:
+        return _reduce_rows(grid, function)
+    out = np.empty(rows)
+    for lo in range(0, rows, step):
+        out[lo : lo + step] = _reduce_rows(grid[lo : lo + step], function)
+    return out
+
+
+def _slice_rows(width: int) -> int:
+    """Rows of ``width`` values worked on at a time: about 1 MiB of short rows; wide rows
+    (a column is then few values per cache line anyway) all at once."""
+    return (1 << 17) // max(width, 1) if width <= 64 else 1 << 62
+
+
+def _reduce_rows(grid: Float64Array, function: str) -> Float64Array:
+    """_reduce_regular of one slice of rows."""
     width = grid.shape[1]
     with np.errstate(all="ignore"):
         if function in ("min", "mimmin", "max", "mimmax"):

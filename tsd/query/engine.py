@@ -47,7 +47,15 @@ from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
 from tsd.head import Head, HeadRuns, HeadSnapshot
-from tsd.query.decode import RowPoints, decode_block, decode_rows, series_key
+from tsd.query.decode import (
+    RowPoints,
+    decode_block,
+    decode_buckets,
+    decode_rows,
+    reduce_rows,
+    series_key,
+)
+from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.head_rows import decode_head_runs
@@ -173,8 +181,10 @@ class _ScanTally:
 
     def add(self, part: RowPoints, rows: int) -> None:
         self.control.check()
-        self.control.charge(part.point_count * BYTES_PER_POINT)
-        self.points += part.point_count
+        # charged by the points decoded, also when rows were reduced to their buckets:
+        # the limits answer as for the points (an over-estimate of what is then held)
+        self.control.charge(part.decoded_points * BYTES_PER_POINT)
+        self.points += part.decoded_points
         self.stored_bytes += part.stored_bytes
         self.rows += rows
         if self.max_points > 0 and self.points > self.max_points:
@@ -389,15 +399,26 @@ class QueryEngine:
         if plan.is_empty:
             return None
         t1 = time.perf_counter()
-        tally = _ScanTally(
-            self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
-        )
+        # Raw data reduced to buckets row by row as decoded, when the spec allows
+        # (tsd/query/downsample.py): the series then never hold their points.
+        buckets = None
+        if not source.is_rollup and source.histograms is None:
+            buckets = row_buckets(spec, start_s * 1000)
         self.stats.scans += 1
-        read = ReadStats()
+        while True:
+            tally = _ScanTally(
+                self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
+            )
+            read = ReadStats()
+            path = read.path = choose_path(plan, request)
+            try:
+                parts = await self._read(plan, path, request, tally, read, source, buckets)
+            except RowsOutOfHour:
+                buckets = None  # read again, points kept (the first read's charge stays)
+                continue
+            break
         if reads is not None:
             reads.append(read)
-        path = read.path = choose_path(plan, request)
-        parts = await self._read(plan, path, request, tally, read, source)
         spans = await self._compute_sized(
             sum(points.point_count for _, points in parts), assemble_spans, parts, self._layout
         )
@@ -417,7 +438,7 @@ class QueryEngine:
         keep, groups = await self._compute_sized(
             None if patterned else work, self._filter_and_group, sub, plan, facts, control
         )
-        kept_points = int(spans.batch.lengths[keep].sum())
+        kept_points = int(spans.point_lengths[keep].sum())
         kept_series = int(keep.sum())
         in_range_points = 0
         if not per_series:  # raw points: the answer holds those within [start, end]
@@ -441,7 +462,9 @@ class QueryEngine:
             return await self._histogram_results(sub, query, spans, facts, groups, source)
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
-        aggregated = await self._aggregate(spans, groups, sub, query, window, control, work)
+        # rows reduced to buckets as decoded: the kernels start after the downsampling
+        kernels = sub if buckets is None else dataclasses.replace(sub, downsample_spec=None)
+        aggregated = await self._aggregate(spans, groups, kernels, query, window, control, work)
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
         timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
@@ -553,10 +576,12 @@ class QueryEngine:
         tally: _ScanTally,
         stats: ReadStats,
         source: RollupRead | None = None,
+        buckets: RowBuckets | None = None,
     ) -> list[tuple[list[bytes], RowPoints]]:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
         thread while the next is read, counted against the limits. ``source``: the table
-        and cells to read (default: the data table's)."""
+        and cells to read (default: the data table's); ``buckets``: each row reduced to
+        its buckets as decoded."""
         parts: list[tuple[list[bytes], RowPoints]] = []
         # The head's rows are copied before storage is read: a row written out meanwhile
         # is then found in one or both (identical points fold), never in neither.
@@ -576,10 +601,14 @@ class QueryEngine:
                 if isinstance(block, PointBlock):
                     block = block.cells()
                 block = head.merge_into(block)
-            if source is not None and isinstance(block, PointBlock):
-                block = block.cells()  # rollup and histogram cells: not data points
-            # decoded points need only their times (a fraction of a cell block's work)
-            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
+            cells_only = source is not None and (source.is_rollup or source.histograms is not None)
+            if cells_only and isinstance(block, PointBlock):
+                # rollup and histogram cells: not data points. (A raw read's source is
+                # RollupRead(data table): its PointBlocks are decoded as they are.)
+                block = block.cells()
+            # decoded points need only their times: a pass over every point (a fraction of
+            # a cell block's work per point, but not per row: rows hold hundreds of points)
+            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block.values)
             if source is not None and source.histograms is not None:
                 assert isinstance(block, CellBlock)
                 started = time.thread_time()
@@ -595,7 +624,7 @@ class QueryEngine:
                 )
             else:
                 points, spent = await self._compute_sized(
-                    work, _timed_decode, block, self._layout, self._fix_duplicates
+                    work, _timed_decode, block, self._layout, self._fix_duplicates, buckets
                 )
             stats.decode_s += spent
             tally.add(points, len(block))
@@ -608,7 +637,7 @@ class QueryEngine:
                 await decode(rest)
             if runs.keys:
                 points = await self._compute_sized(
-                    len(runs.values) // 4, decode_head_runs, runs, self._layout
+                    len(runs.values) // 4, _decode_head, runs, self._layout, buckets
                 )
                 tally.add(points, len(runs.keys))
                 parts.append((runs.keys, points))
@@ -991,8 +1020,20 @@ def _timed_rollup_decode(
     return points, time.thread_time() - started
 
 
-def _timed_decode(block: Block, layout: KeyLayout, fix_duplicates: bool) -> tuple[RowPoints, float]:
-    """decode_block and the CPU time it took (in the worker thread that runs it)."""
+def _decode_head(runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None) -> RowPoints:
+    """The head's rows decoded (each reduced to its buckets with ``buckets``)."""
+    points = decode_head_runs(runs, layout)
+    return points if buckets is None else reduce_rows(points, runs.keys, layout, buckets)
+
+
+def _timed_decode(
+    block: Block, layout: KeyLayout, fix_duplicates: bool, buckets: RowBuckets | None
+) -> tuple[RowPoints, float]:
+    """decode_block (decode_buckets with ``buckets``) and the CPU time it took (in the
+    worker thread that runs it)."""
     started = time.thread_time()
-    points = decode_block(block, layout, fix_duplicates=fix_duplicates)
+    if buckets is None:
+        points = decode_block(block, layout, fix_duplicates=fix_duplicates)
+    else:
+        points = decode_buckets(block, layout, buckets, fix_duplicates=fix_duplicates)
     return points, time.thread_time() - started

@@ -126,10 +126,12 @@ def _non_nan(x: F2, m: B2) -> B2:
 
 
 def _sum_d(x: F2, m: B2) -> F1:
+    # Java's runDouble sums from 0.0, so its sum is never -0.0; a fold from the first value
+    # is the same sum but for that sign (adding 0.0 fixes it and changes nothing else).
     valid = _non_nan(x, m)
     if len(x) and valid.all():  # the usual block: no masking (same sums, no temporaries)
-        return sequential_reduce(x, np.add)
-    total = sequential_reduce(np.where(valid, x, 0.0), np.add)
+        return sequential_reduce(x, np.add) + 0.0
+    total = sequential_reduce(np.where(valid, x, 0.0), np.add) + 0.0
     return np.where(valid.any(axis=0), total, np.nan)
 
 
@@ -151,7 +153,7 @@ def _max_d(x: F2, m: B2) -> F1:
 
 def _avg_d(x: F2, m: B2) -> F1:
     valid = _non_nan(x, m)
-    total = sequential_reduce(np.where(valid, x, 0.0), np.add)
+    total = sequential_reduce(np.where(valid, x, 0.0), np.add) + 0.0  # as _sum_d
     count = valid.sum(axis=0)
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 

@@ -63,7 +63,7 @@ def series_facts(
 ) -> SeriesFacts:
     tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
     tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
-    has_points = (spans.batch.lengths > 0).tolist()
+    has_points = (spans.point_lengths > 0).tolist()
     return SeriesFacts(tag_uids, tags, tsuids, spans.annotations, has_points)
 
 

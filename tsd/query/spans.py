@@ -39,10 +39,18 @@ class Spans:
     keys: list[bytes]
     batch: SeriesBatch
     annotations: list[list[AnnotationCell]] = field(default_factory=list)
+    #: rows reduced to buckets as decoded (``RowPoints.row_points``): the data points each
+    #: series had (``batch`` holds its buckets); None when ``batch`` holds the points
+    series_points: Int64Array | None = None
 
     @property
     def series_count(self) -> int:
         return len(self.keys)
+
+    @property
+    def point_lengths(self) -> Int64Array:
+        """The data points of each series (before any reduction to buckets)."""
+        return self.batch.lengths if self.series_points is None else self.series_points
 
 
 def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: KeyLayout) -> Spans:
@@ -103,7 +111,12 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
         batch = SeriesBatch(ts, values, offsets, int_values, is_int)
     else:
         batch = SeriesBatch(ts, values, offsets)
-    return Spans(unique, batch, notes)
+    series_points = None
+    if points and all(p.row_points is not None for p in points):
+        row_points = _cat([p.row_points for p in points if p.row_points is not None], np.int64)
+        series_points = np.bincount(row_series, weights=row_points, minlength=len(unique))
+        series_points = series_points.astype(np.int64)
+    return Spans(unique, batch, notes, series_points)
 
 
 def _series_of_rows(
