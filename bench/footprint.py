@@ -26,8 +26,8 @@ default configuration) and whole rows get them from ``tsdb rollup-backfill``'s c
 sizes include them, and the rollup tables' pages are also given on their own, per point of
 raw data.
 
-``--query-baseline REV`` also times ``bench/query.py`` (``--skip-single --no-vm``) at git
-revision REV and at HEAD, rounds alternating, and prints both p50s.
+``--query-baseline REV`` also runs ``bench/query.py --baseline REV`` (60 s data, no
+VictoriaMetrics): the compacted query at git revision REV beside HEAD, rounds alternating.
 
 Run: ``python -m bench.footprint [--series N] [--hours H] [--sets walk,counter,gauge]
 [--whole-rows] [--no-vm] [--query-baseline REV] [--query-series N] [--rounds N]``.
@@ -37,20 +37,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
-import re
-import statistics
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import numpy as np
 import numpy.typing as npt
+import orjson
 
-from bench.query import victoria_with
 from tsd.codec import KeyLayout, SeriesKey, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.query.rollup_compute import ComputedRollups
@@ -234,46 +237,77 @@ async def vm_bytes(values: Values) -> int | None:
 
 
 def query_baseline(rev: str, series: int, rounds: int) -> None:
-    """bench/query.py at ``rev`` and at HEAD (each a clean export of the commit, so edits
-    made meanwhile do not count), rounds alternating."""
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="tsd-bench-rev-") as tmp:
-        trees = {}
-        for name, commit in ((f"before ({rev})", rev), ("after (HEAD)", "HEAD")):
-            tree = Path(tmp) / commit
-            tree.mkdir()
-            archive = subprocess.run(
-                ["git", "-C", str(root), "archive", commit], check=True, capture_output=True
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-            trees[name] = tree
-        figures: dict[str, list[float]] = {name: [] for name in trees}
-        phases: dict[str, list[float]] = {name: [] for name in trees}
-        for _ in range(rounds):
-            for name, tree in trees.items():
-                out = subprocess.run(
-                    [sys.executable, "-m", "bench.query", "--skip-single", "--no-vm"]
-                    + ["--series", str(series), "--repeat", "5"],
-                    cwd=tree,
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    env={**os.environ, "PYTHONPATH": str(tree)},
-                ).stdout
-                found = re.search(r"engine, compacted .*?p50 (\d+) ms", out)
-                scan = re.search(r"phases \(cpu\): scan (\d+) ms", out)
-                assert found is not None, out
-                assert scan is not None, out
-                figures[name].append(float(found.group(1)))
-                phases[name].append(float(scan.group(1)))
-        print(f"query ({series} series x 1 day, sum:1m-avg, bench/query.py), {rounds} rounds:")
-        for name in trees:
-            print(
-                f"  {name:<24} p50 {statistics.median(figures[name]):6.0f} ms "
-                f"(rounds {figures[name]}), scan phase {statistics.median(phases[name]):.0f} ms"
-            )
-        before, after = (statistics.median(v) for v in figures.values())
-        print(f"  after / before: {after / before:.2f}")
+    """bench/query.py's compacted query at ``rev`` beside HEAD, rounds alternating (its
+    ``--baseline``: both daemons on copies of one data directory)."""
+    subprocess.run(
+        [sys.executable, "-m", "bench.query", "--steps", "60", "--no-vm", "--baseline", rev]
+        + ["--series", str(series), "--rounds", str(max(5, rounds))],
+        check=True,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def victoria_with(
+    values: npt.NDArray[Any], step: int, metric: str
+) -> AsyncIterator[tuple[aiohttp.ClientSession, str, Path] | None]:
+    """A VictoriaMetrics in a temporary directory holding ``values`` (one series per row,
+    host h00000...) as ``metric``, flushed: (session, base URL, data directory), or None
+    without the binary."""
+    binary = shutil.which("victoria-metrics")
+    if binary is None:
+        yield None
+        return
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-vm-") as data:
+        process = await asyncio.create_subprocess_exec(
+            binary,
+            f"-storageDataPath={data}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",  # the data is from 2013
+            "-loggerLevel=ERROR",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as session:
+                await _wait_for(session, f"{base}/health")
+                stamps = ((BASE + np.arange(values.shape[1]) * step) * 1000).tolist()
+                for start in range(0, values.shape[0], 50):
+                    lines = b"\n".join(
+                        orjson.dumps(
+                            {
+                                "metric": {"__name__": metric, "host": f"h{s:05d}"},
+                                "values": values[s].tolist(),
+                                "timestamps": stamps,
+                            }
+                        )
+                        for s in range(start, min(start + 50, values.shape[0]))
+                    )
+                    async with session.post(f"{base}/api/v1/import", data=lines) as reply:
+                        assert reply.status == 204, await reply.text()
+                async with session.get(f"{base}/internal/force_flush"):
+                    pass
+                yield session, base, Path(data)
+        finally:
+            process.terminate()
+            await process.wait()
+
+
+async def _wait_for(session: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(200):
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.get(url) as reply:
+                if reply.status == 200:
+                    return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("victoria-metrics did not start")
 
 
 async def main(args: argparse.Namespace) -> None:

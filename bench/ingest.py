@@ -287,7 +287,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def start_vm(data_dir: Path, mode: Mode) -> Server | None:
+async def start_vm(data_dir: Path, mode: Mode, *flags: str) -> Server | None:
+    """VictoriaMetrics with its OpenTSDB listener (and ``flags``), None without the binary."""
     binary = shutil.which("victoria-metrics")
     if binary is None:
         return None
@@ -299,6 +300,7 @@ async def start_vm(data_dir: Path, mode: Mode) -> Server | None:
         f"-httpListenAddr=127.0.0.1:{http_port}",
         f"-opentsdbListenAddr=127.0.0.1:{tsdb_port}",
         "-loggerLevel=ERROR",
+        *flags,
         env={**os.environ, "GOMAXPROCS": str(mode.vm_procs)},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

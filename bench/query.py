@@ -1,28 +1,54 @@
-"""Query latency: ``sum:1m-avg`` over a day of data through the whole engine, against a
-numpy-only computation of the same answer over the same arrays.
+"""Query latency over HTTP: tsd's ``sum:1m-avg`` over a day of data against VictoriaMetrics'
+equivalent MetricsQL query, both real server processes, same points, same run.
 
-A day of ``--series`` series (default 1,000) at ``--step`` seconds (default 10: 8,640 points
-per series) is written through the real write path (ingest service, writer, in-memory head,
-all settings at their defaults: no log, as ``tsdb import`` writes), hour after hour, and
-queried warm ``--repeat`` times right after loading ("fresh": what a dashboard or a
-backfill sees; rows whose hour closed and that got no point for
-``tsd.storage.head.grace`` may meanwhile have been written out, and the run says how many
-were still in the head); then every row is written out (one compacted cell per row) and
-queried again. The baseline takes the same values as numpy arrays already
-in memory and computes the 1-minute averages and their sum: no storage, no decoding, no
-grouping; the ratio is what reading OpenTSDB's format from a store costs on top. Both
-answers are checked equal before timing. Also reported: the engine's phases on the
-compacted data (scan + decode, assemble, aggregate) and the decode rate.
+Per ``--steps`` (default 10 and 60 s between points), a day of ``--series`` series (default
+1,000: 8.64 M points at 10 s) of a %.2f random walk (fixed seed):
 
-Baseline two, when Debian's ``victoria-metrics`` is installed: the same values imported
-into VictoriaMetrics (``/api/v1/import``) and the equivalent MetricsQL query
-``sum(avg_over_time(bench_cpu[1m]))`` at a 60 s step over the day, result cache off
-(``nocache=1``), timed over HTTP on 127.0.0.1 (both use both CPUs).
+* **servers**: tsd as ``tsdb tsd --auto-metric`` (as scripts/tsd starts it) in a
+  subprocess on a fresh embedded data directory, every setting at its default (the
+  write-ahead log on, the head on; only ``--bind 127.0.0.1 --port 0`` and JSON log lines,
+  to learn its port); VictoriaMetrics (Debian's ``victoria-metrics``) with
+  its OpenTSDB listener (``-retentionPeriod=100y``: the data is from 2013). Both may use both CPUs.
+* **loading**: the same telnet ``put`` lines to both, hour after hour (every series' hour,
+  then the next hour), over ``--connections`` connections (a series always on the same
+  one). VictoriaMetrics first: each connection half-closes (``shutdown(SHUT_WR)``) after
+  its last line and is done when the server closes it (VictoriaMetrics closes a telnet
+  connection once every row of it is added), then ``/internal/force_flush`` makes them
+  searchable. tsd second, and queried at once: each connection sends ``version`` after its
+  last put and waits for the reply (every earlier line handled), then one point to
+  ``/api/put?sync`` (its batch, the last, is logged and in the head). So the fresh query
+  reads what a dashboard or a backfill reads: rows still in the head (their hour closed
+  long ago, so each leaves ``tsd.storage.head.grace`` after its last point; the run prints
+  ``tsd.head.rows`` before and after the rounds, the sync point's row included).
+* **queries**: tsd ``GET /api/query?start=S&end=S+86399&m=sum:1m-avg:bench.cpu``;
+  VictoriaMetrics ``GET /api/v1/query_range`` of
+  ``sum(avg_over_time({__name__="bench.cpu"}[1m]))`` from S+59 to S+86399, step 60,
+  ``nocache=1`` (result cache off). Same client (aiohttp, one keep-alive connection
+  each), whole body read. A warm-up round, then ``--rounds`` (default 9, at least 5)
+  rounds alternating tsd, VictoriaMetrics; p50 of each and the ratio; also the server's
+  own CPU time per query (/proc, all threads), the steadier figure on a shared machine.
+* **the answers are checked equal** (warm-up round) before anything is timed, so a fast
+  wrong answer cannot pass: same 1,440 buckets, tsd's sums equal VictoriaMetrics' within
+  rtol 1e-9, and both equal numpy's computation over the generated arrays. Semantics
+  aligned: tsd's 1m-avg bucket ``[m, m+60)`` averages the points at m, m+10, ..., m+50
+  and is labelled m; MetricsQL's ``avg_over_time(x[1m])`` at t averages the points in
+  ``(t-60, t]``, so it is evaluated at t = m+59 (``nocache=1`` keeps that start:
+  VictoriaMetrics aligns start to the step only for cached queries) and compared with
+  bucket m. Every series has every bucket, so
+  tsd's ``sum`` interpolates nothing and both sums are the plain sum of the per-series
+  averages (in another order: hence the tolerance).
+* **after compaction**: tsd is stopped (SIGTERM writes every head row out as one compacted
+  cell) and started again on the same directory (its head empty), and queried the same
+  way beside the same VictoriaMetrics. With ``--baseline REV``, tsd from git revision REV
+  (a clean export, its C helpers built) is started on a copy of that directory and joins
+  the rounds (tsd, VictoriaMetrics, REV): the compacted query against the commit before.
 
-Also, with ``--size``: the embedded file's bytes per point after loading 1,000 series x 6
-hours at 10 s (2.16 M points) through the write path and closing it (issue 9: <= 25).
+With ``--size``: the data directory's bytes per point (allocated blocks, every file: store
+and log) after 1,000 series x 6 hours at 10 s (2.16 M points) went through the daemon the
+same way and it was stopped (issue 9: <= 25).
 
-Run: ``python -m bench.query [--series N] [--step S] [--repeat N] [--no-vm] [--size]``.
+Run: ``python -m bench.query [--series N] [--steps 10,60] [--rounds N] [--connections C]
+[--no-vm] [--size] [--baseline REV]``.
 """
 
 from __future__ import annotations
@@ -30,45 +56,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import shutil
-import socket
 import statistics
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from tsd.codec import KeyLayout
-from tsd.config import Config, CoreConfig, StorageConfig
-from tsd.model import make_tags
-from tsd.protocol.query_json import parse_query_params
-from tsd.query.decode import decode_block
-from tsd.query.engine import QueryEngine
-from tsd.query.output import QueryResult, SeriesResult
-from tsd.query.plan import plan_metric_scan, scan_window_s
-from tsd.query.results import aggregate_groups
-from tsd.query.series import AggregatedSeries
-from tsd.query.spans import assemble_spans
-from tsd.query_model import SubQuery, TSQuery
-from tsd.schema import ensure_tables
-from tsd.server.http.render import render_query_result
-from tsd.stats import StatsRegistry
-from tsd.storage.base import Block, Storage
-from tsd.storage.embedded import EmbeddedStorage
-from tsd.uid.service import UidService
-from tsd.write.head_flush import build_head_sink
-from tsd.write.ingest import IngestService
-from tsd.write.writer import Writer
+from bench.ingest import ROOT, Server, Tsd, cpu_seconds, modes, start_tsd, start_vm
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC
 DAY = 86400
 METRIC = "bench.cpu"
+VM_METRIC = '{__name__="bench.cpu"}'  # VictoriaMetrics keeps the OpenTSDB metric name
+BUCKETS = DAY // 60
+RTOL = 1e-9
+#: issue 9: tsd p50 / VictoriaMetrics p50, fresh and after compaction
+GOAL_RATIO = 3.0
+#: issue 9: the data directory's bytes per point after 2.16 M points
+GOAL_BYTES_PER_POINT = 25.0
 
 
 def make_values(n_series: int, n_points: int, seed: int = 3) -> npt.NDArray[np.float64]:
@@ -78,158 +94,6 @@ def make_values(n_series: int, n_points: int, seed: int = 3) -> npt.NDArray[np.f
     return np.asarray(np.round(50 + np.cumsum(steps, axis=1), 2), dtype=np.float64)
 
 
-async def load(
-    storage: Storage, cfg: Config, values: npt.NDArray[np.float64], step: int
-) -> tuple[Writer, int]:
-    """Every point through the ingest service and the writer (into the head), an hour of
-    every series after the other, honouring back-pressure; the started writer (the head's
-    write-out running as in the daemon) and the rows written."""
-    registry = StatsRegistry()
-    sink = build_head_sink(storage, cfg.storage, registry, wal=None, wall_clock=time.time)
-    writer = Writer(storage, cfg.storage, registry, head=sink)
-    writer.start()
-    ingest = IngestService(writer, UidService(storage, cfg), cfg.storage)
-    n_series, n_points = values.shape
-    refs = [await ingest.resolve(METRIC, make_tags({"host": f"h{s:05d}"})) for s in range(n_series)]
-    per_hour = 3600 // step
-    stamps = (BASE + np.arange(n_points) * step).tolist()
-    rows = 0
-    for hour in range(n_points // per_hour):
-        span = slice(hour * per_hour, (hour + 1) * per_hour)
-        for s, ref in enumerate(refs):
-            row = values[s, span].tolist()
-            points = [(ref, t, v) for t, v in zip(stamps[span], row, strict=True)]
-            while points:
-                if writer.is_full():
-                    await writer.wait_writable()
-                room = max(1, writer.room())
-                writer.add_points(points[:room])
-                points = points[room:]
-            rows += 1
-        await asyncio.sleep(0)
-    await writer.flush()
-    return writer, rows
-
-
-async def store_size(tmp: Path) -> tuple[int, int]:
-    """(bytes of the embedded file, points) after 1,000 series x 6 h at 10 s went through
-    the write path and the writer was closed (its head written out)."""
-    cfg = Config(
-        core=CoreConfig(auto_create_metrics=True), storage=StorageConfig(data_dir=str(tmp))
-    )
-    storage = EmbeddedStorage(tmp)
-    try:
-        await ensure_tables(storage, cfg.storage)
-        values = make_values(1000, 6 * 360)
-        writer, _ = await load(storage, cfg, values, 10)
-        await writer.close()
-    finally:
-        await storage.close()
-    return _disk_bytes(tmp), values.size
-
-
-def _disk_bytes(directory: Path) -> int:
-    """Bytes the files under ``directory`` take on disk (allocated blocks)."""
-    return sum(p.stat().st_blocks * 512 for p in directory.rglob("*") if p.is_file())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def victoria_with(
-    values: npt.NDArray[Any], step: int, metric: str
-) -> AsyncIterator[tuple[aiohttp.ClientSession, str, Path] | None]:
-    """A VictoriaMetrics in a temporary directory holding ``values`` (one series per row,
-    host h00000...) as ``metric``, flushed: (session, base URL, data directory), or None
-    without the binary."""
-    binary = shutil.which("victoria-metrics")
-    if binary is None:
-        yield None
-        return
-    port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="tsd-bench-vm-") as data:
-        process = await asyncio.create_subprocess_exec(
-            binary,
-            f"-storageDataPath={data}",
-            f"-httpListenAddr=127.0.0.1:{port}",
-            "-retentionPeriod=100y",  # the data is from 2013
-            "-loggerLevel=ERROR",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            async with aiohttp.ClientSession() as session:
-                await _wait_for(session, f"{base}/health")
-                stamps = ((BASE + np.arange(values.shape[1]) * step) * 1000).tolist()
-                for start in range(0, values.shape[0], 50):
-                    lines = b"\n".join(
-                        orjson.dumps(
-                            {
-                                "metric": {"__name__": metric, "host": f"h{s:05d}"},
-                                "values": values[s].tolist(),
-                                "timestamps": stamps,
-                            }
-                        )
-                        for s in range(start, min(start + 50, values.shape[0]))
-                    )
-                    async with session.post(f"{base}/api/v1/import", data=lines) as reply:
-                        assert reply.status == 204, await reply.text()
-                async with session.get(f"{base}/internal/force_flush"):
-                    pass
-                yield session, base, Path(data)
-        finally:
-            process.terminate()
-            await process.wait()
-
-
-async def victoria_metrics(
-    values: npt.NDArray[np.float64], step: int, repeat: int
-) -> tuple[float, int] | None:
-    """(p50 seconds of the equivalent query, points answered), or None without the binary."""
-    async with victoria_with(values, step, "bench_cpu") as found:
-        if found is None:
-            return None
-        session, base, _ = found
-        params = {
-            "query": "sum(avg_over_time(bench_cpu[1m]))",
-            "start": str(BASE + 60),
-            "end": str(BASE + DAY),
-            "step": "60",
-            "nocache": "1",
-        }
-        url = f"{base}/api/v1/query_range"
-        points = 0
-        for _ in range(50):  # until the imported data is searchable
-            async with session.get(url, params=params) as reply:
-                result = (await reply.json())["data"]["result"]
-            points = len(result[0]["values"]) if result else 0
-            if points >= DAY // 60 - 1:
-                break
-            await asyncio.sleep(0.2)
-        samples = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            async with session.get(url, params=params) as reply:
-                await reply.read()
-            samples.append(time.perf_counter() - t0)
-        return statistics.median(samples), points
-
-
-async def _wait_for(session: aiohttp.ClientSession, url: str) -> None:
-    for _ in range(200):
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.get(url) as reply:
-                if reply.status == 200:
-                    return
-        await asyncio.sleep(0.05)
-    raise RuntimeError("victoria-metrics did not start")
-
-
 def reference(values: npt.NDArray[np.float64], step: int) -> npt.NDArray[np.float64]:
     """sum across series of the 1-minute averages, numpy only."""
     per_minute = 60 // step
@@ -237,208 +101,326 @@ def reference(values: npt.NDArray[np.float64], step: int) -> npt.NDArray[np.floa
     return np.asarray(minutes.sum(axis=0), dtype=np.float64)
 
 
-async def timed(repeat: int, fn: Callable[[], Awaitable[object]]) -> tuple[float, float]:
-    """(p50 wall seconds, p50 process CPU seconds, all threads): on a shared machine the
-    CPU time is the steadier figure."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        w0, c0 = time.perf_counter(), time.process_time()
-        await fn()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    return statistics.median(walls), statistics.median(cpus)
+def telnet_chunks(
+    values: npt.NDArray[np.float64], step: int, connections: int
+) -> list[list[bytes]]:
+    """Per connection, per hour: the put lines of its series (series s on connection
+    s % connections) for that hour, series after series. ``%.2f`` prints the two-decimal
+    values exactly (each is the double nearest k/100, which is what parsing k/100 gives)."""
+    n_series, n_points = values.shape
+    per_hour = 3600 // step
+    stamps = [b"%d" % t for t in (BASE + np.arange(n_points) * step).tolist()]
+    texts = [[b"%.2f" % v for v in row] for row in values.tolist()]
+    chunks: list[list[bytes]] = [[] for _ in range(connections)]
+    for hour in range(n_points // per_hour):
+        span = range(hour * per_hour, (hour + 1) * per_hour)
+        for c in range(connections):
+            lines: list[bytes] = []
+            for s in range(c, n_series, connections):
+                tail = b" host=h%05d\n" % s
+                row = texts[s]
+                lines.extend(b"put bench.cpu " + stamps[i] + b" " + row[i] + tail for i in span)
+            chunks[c].append(b"".join(lines))
+    return chunks
 
 
-async def loop_stall(fn: Callable[[], Awaitable[object]]) -> float:
-    """The longest the event loop went without running a 5 ms ticker during ``fn``: what
-    ingest on the same loop would wait at worst."""
-    worst = 0.0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal worst
-        last = time.perf_counter()
-        while not done:
-            await asyncio.sleep(0.005)
-            now = time.perf_counter()
-            worst = max(worst, now - last - 0.005)
-            last = now
-
-    task = asyncio.ensure_future(ticker())
-    await fn()
-    done = True
-    await task
-    return worst
-
-
-async def phases(storage: Storage, cfg: Config, end: int, query: TSQuery) -> dict[str, float]:
-    """The engine's steps on the compacted data, each on its own, in process CPU seconds
-    (one run, no worker threads): scan (the blocks the engine reads), decode (per block),
-    assemble, downsample + aggregate (the kernels of the one group), render (JSON)."""
-    layout = KeyLayout.from_storage_config(cfg.storage)
-    uids = UidService(storage, cfg)
-    metric_uid = await uids.metrics.get_id(METRIC)
-    sub = query.queries[0]
-    start_s, end_s = scan_window_s(query.start_ms, query.end_ms, sub.downsample_spec)
-    plan = plan_metric_scan(
-        layout,
-        metric_uid,
-        [],
-        explicit_tags=False,
-        start_s=start_s,
-        end_s=end_s,
-        expansion_limit=4096,
-    )
-    t0 = time.process_time()
-    blocks: list[Block] = []
-    for spec in plan.scans:
-        table = cfg.storage.data_table
-        async with contextlib.aclosing(storage.scan_blocks(table, spec)) as scanned:
-            blocks += [block async for block in scanned]
-    t1 = time.process_time()
-    parts = [(block.keys, decode_block(block, layout)) for block in blocks]
-    t2 = time.process_time()
-    spans = assemble_spans(parts, layout)
-    t3 = time.process_time()
-    window = (start_s * 1000, end_s * 1000)
-    groups = [list(range(spans.series_count))]
-    aggregated = aggregate_groups(spans.batch, groups, sub, query, window)
-    t4 = time.process_time()
-    render_query_result(QueryResult(query, [_series_result(sub, aggregated[0])], []))
-    t5 = time.process_time()
-    return {
-        "scan_s": t1 - t0,
-        "decode_s": t2 - t1,
-        "assemble_s": t3 - t2,
-        "aggregate_s": t4 - t3,
-        "render_s": t5 - t4,
-        "points": float(sum(p.point_count for _, p in parts)),
-        "rows": float(sum(len(b) for b in blocks)),
-    }
-
-
-def _series_result(sub: SubQuery, dps: AggregatedSeries) -> SeriesResult:
-    return SeriesResult(
-        sub=sub, metric=METRIC, tags={}, aggregate_tags=["host"], dps=dps, tsuids=[]
-    )
-
-
-async def main(n_series: int, step: int, repeat: int, vm: bool, size: bool) -> None:
-    n_points = DAY // step
-    values = make_values(n_series, n_points)
-    end = BASE + DAY - 1
-    with tempfile.TemporaryDirectory(prefix="tsd-bench-query-") as tmp:
-        cfg = Config(core=CoreConfig(auto_create_metrics=True), storage=StorageConfig(data_dir=tmp))
-        storage = EmbeddedStorage(Path(tmp))
-        try:
-            await ensure_tables(storage, cfg.storage)
-            t0 = time.perf_counter()
-            writer, rows = await load(storage, cfg, values, step)
-            load_s = time.perf_counter() - t0
-            sink = writer.head
-            assert sink is not None
-            engine = QueryEngine(storage, UidService(storage, cfg), cfg, head=sink.head)
-            params = {"start": [str(BASE)], "end": [str(end)], "m": [f"sum:1m-avg:{METRIC}"]}
-            query = parse_query_params(params)
-
-            async def run_query() -> object:
-                return await engine.compute(render_query_result, await engine.execute(query))
-
-            # Same answer as the reference, then time both.
-            result = await engine.execute(query)
-            got = result.series[0].dps.values
-            want = reference(values, step)
-            assert np.allclose(got, want, rtol=1e-9), "engine and reference disagree"
-            t_ref = statistics.median(
-                [_time(lambda: reference(values, step)) for _ in range(max(3, repeat))]
-            )
-            c_ref = statistics.median(
-                [_cpu(lambda: reference(values, step)) for _ in range(max(3, repeat))]
-            )
-            total = n_series * n_points
-            print(f"data: {n_series} series x {n_points} points at {step}s = {total:,} points")
-            print(f"load through the write path (ingest, writer, head): {load_s:.1f} s")
-            print(
-                f"numpy reference (same arrays in memory): {t_ref * 1000:.1f} ms "
-                f"(cpu {c_ref * 1000:.1f} ms)"
-            )
-            await run_query()  # warm
-            in_head = len(sink.head)
-            fresh, fresh_cpu = await timed(repeat, run_query)
-            in_head = min(in_head, len(sink.head))
-            print(
-                f"engine, fresh ({in_head:,} of {rows:,} rows still in the head): p50 "
-                f"{fresh * 1000:.0f} ms (cpu {fresh_cpu * 1000:.0f} ms)  "
-                f"ratio {fresh / t_ref:.1f}x (cpu {fresh_cpu / c_ref:.1f}x)"
-            )
-            t0 = time.perf_counter()
-            await writer.close()  # every row written out, one compacted cell each
-            print(f"head written out ({rows:,} rows): {time.perf_counter() - t0:.1f} s")
-            result = await engine.execute(query)
-            assert np.allclose(result.series[0].dps.values, want, rtol=1e-9)
-            await run_query()  # warm
-            wall, cpu = await timed(repeat, run_query)
-            print(
-                f"engine, compacted ({rows:,} rows, 1 cell each): p50 "
-                f"{wall * 1000:.0f} ms (cpu {cpu * 1000:.0f} ms)  "
-                f"ratio {wall / t_ref:.1f}x (cpu {cpu / c_ref:.1f}x)"
-            )
-            if vm:
-                found = await victoria_metrics(values, step, repeat)
-                if found is None:
-                    print("victoria-metrics: not installed")
-                else:
-                    vm_wall, vm_points = found
-                    print(
-                        f"victoria-metrics, same data, sum(avg_over_time(bench_cpu[1m])) "
-                        f"step 60s ({vm_points} points): p50 {vm_wall * 1000:.0f} ms  "
-                        f"tsd/vm ratio fresh {fresh / vm_wall:.2f}x, "
-                        f"compacted {wall / vm_wall:.2f}x"
-                    )
-            stall = await loop_stall(run_query)
-            print(
-                f"  event loop while it runs: longest gap between 5 ms ticks {stall * 1000:.0f} ms"
-            )
-            p = await phases(storage, cfg, end, query)
-            print(
-                f"  phases (cpu): scan {p['scan_s'] * 1000:.0f} ms, "
-                f"decode {p['decode_s'] * 1000:.0f} ms "
-                f"({p['points'] / p['decode_s'] / 1e6:.1f} M points/s), "
-                f"assemble {p['assemble_s'] * 1000:.0f} ms, "
-                f"downsample + aggregate {p['aggregate_s'] * 1000:.0f} ms, "
-                f"render {p['render_s'] * 1000:.0f} ms"
-            )
-        finally:
-            await storage.close()
-    if size:
-        with tempfile.TemporaryDirectory(prefix="tsd-bench-size-") as tmp:
-            stored, points = await store_size(Path(tmp))
-        print(
-            f"embedded file after {points:,} points (1,000 series x 6 h at 10 s) through the "
-            f"write path: {stored / 1e6:.1f} MB, {stored / points:.1f} B/point (goal <= 25)"
-        )
-
-
-def _time(fn: Callable[[], object]) -> float:
+async def send_telnet(server: Server, chunks: list[list[bytes]]) -> float:
+    """Every connection's chunks, then the server's end-of-connection handshake (bench.ingest:
+    half-close for VictoriaMetrics, ``version`` for tsd); then the end of the round (tsd:
+    ``/api/put?sync``); seconds taken."""
     t0 = time.perf_counter()
-    fn()
+
+    async def one(parts: list[bytes]) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        for part in parts:
+            writer.write(part)
+            await writer.drain()
+        await server.end_telnet(reader, writer)
+
+    await asyncio.gather(*(one(parts) for parts in chunks))
+    async with aiohttp.ClientSession() as session:
+        await server.end_round(session)
+        if not isinstance(server, Tsd):
+            async with session.get(f"http://127.0.0.1:{server.http_port}/internal/force_flush"):
+                pass
     return time.perf_counter() - t0
 
 
-def _cpu(fn: Callable[[], object]) -> float:
-    t0 = time.process_time()
-    fn()
-    return time.process_time() - t0
+# -- the queries ------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """A server to query: how to ask, and how to read its answer as (bucket starts, sums)."""
+
+    name: str
+    server: Server
+    url: str
+    params: dict[str, str]
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+
+    def answer(self, body: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        raise NotImplementedError
+
+    async def ask(self, session: aiohttp.ClientSession) -> bytes:
+        async with session.get(self.url, params=self.params) as reply:
+            body = await reply.read()
+            if reply.status != 200:
+                raise RuntimeError(f"{self.name} answered {reply.status}: {body[:300]!r}")
+            return body
+
+    async def timed(self, session: aiohttp.ClientSession) -> None:
+        pid = self.server.process.pid
+        c0, w0 = cpu_seconds(pid), time.perf_counter()
+        await self.ask(session)
+        self.walls.append(time.perf_counter() - w0)
+        self.cpus.append(cpu_seconds(pid) - c0)
+
+    def p50(self) -> tuple[float, float]:
+        return statistics.median(self.walls), statistics.median(self.cpus)
+
+
+class TsdTarget(Target):
+    def answer(self, body: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        results = orjson.loads(body)
+        if len(results) != 1:
+            raise RuntimeError(f"{self.name}: {len(results)} series, expected 1")
+        dps = results[0]["dps"]
+        return (
+            np.array([int(t) for t in dps], dtype=np.int64),
+            np.array(list(dps.values()), dtype=np.float64),
+        )
+
+
+class VmTarget(Target):
+    def answer(self, body: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        results = orjson.loads(body)["data"]["result"]
+        if len(results) != 1:
+            raise RuntimeError(f"{self.name}: {len(results)} series, expected 1")
+        pairs = results[0]["values"]
+        # evaluated at m + 59: the window (m - 1, m + 59] is tsd's bucket [m, m + 60)
+        return (
+            np.array([int(t) - 59 for t, _ in pairs], dtype=np.int64),
+            np.array([float(v) for _, v in pairs], dtype=np.float64),
+        )
+
+
+def tsd_target(name: str, server: Server) -> Target:
+    params = {"start": str(BASE), "end": str(BASE + DAY - 1), "m": f"sum:1m-avg:{METRIC}"}
+    return TsdTarget(name, server, f"http://127.0.0.1:{server.http_port}/api/query", params)
+
+
+def vm_target(server: Server) -> Target:
+    params = {
+        "query": f"sum(avg_over_time({VM_METRIC}[1m]))",
+        "start": str(BASE + 59),
+        "end": str(BASE + DAY - 1),
+        "step": "60",
+        "nocache": "1",
+    }
+    url = f"http://127.0.0.1:{server.http_port}/api/v1/query_range"
+    return VmTarget("victoria-metrics", server, url, params)
+
+
+def check(target: Target, body: bytes, want: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The answer has the day's 1,440 minute buckets and numpy's sums; its sums."""
+    stamps, sums = target.answer(body)
+    expected = BASE + 60 * np.arange(BUCKETS, dtype=np.int64)
+    if not np.array_equal(stamps, expected):
+        raise RuntimeError(
+            f"{target.name}: {len(stamps)} buckets {stamps[:3].tolist()}..., expected "
+            f"{BUCKETS} from {BASE} every 60 s"
+        )
+    if not np.allclose(sums, want, rtol=RTOL, atol=0):
+        bad = int(np.flatnonzero(~np.isclose(sums, want, rtol=RTOL, atol=0))[0])
+        raise RuntimeError(f"{target.name}: bucket {stamps[bad]} = {sums[bad]}, want {want[bad]}")
+    return sums
+
+
+async def rounds(targets: list[Target], n_rounds: int, want: npt.NDArray[np.float64]) -> None:
+    """A warm-up round checking every answer, then ``n_rounds`` alternating rounds."""
+    connector = aiohttp.TCPConnector(limit_per_host=1)
+    async with aiohttp.ClientSession(connector=connector, read_bufsize=1 << 20) as session:
+        answers = [check(target, await target.ask(session), want) for target in targets]
+        for target, sums in zip(targets[1:], answers[1:], strict=True):
+            if not np.allclose(sums, answers[0], rtol=RTOL, atol=0):
+                raise RuntimeError(f"{target.name} and {targets[0].name} answer differently")
+        for _ in range(n_rounds):
+            for target in targets:
+                await target.timed(session)
+
+
+async def head_rows(server: Server) -> int:
+    """tsd's ``tsd.head.rows`` gauge."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{server.http_port}/api/stats") as reply,
+    ):
+        records = orjson.loads(await reply.read())
+    return sum(int(r["value"]) for r in records if r["metric"] == "tsd.head.rows")
+
+
+def report(label: str, targets: list[Target]) -> dict[str, float]:
+    """Print each target's p50s and the ratios to VictoriaMetrics'; the ratios by name."""
+    figures = {t.name: t.p50() for t in targets}
+    vm = figures.get("victoria-metrics")
+    ratios = {}
+    for t in targets:
+        wall, cpu = figures[t.name]
+        line = f"  {label:<10} {t.name:<18} p50 {wall * 1000:7.1f} ms"
+        line += f" (server cpu {cpu * 1000:6.1f} ms)"
+        if vm is not None and t.name != "victoria-metrics":
+            ratios[t.name] = wall / vm[0]
+            goal = "ok" if ratios[t.name] <= GOAL_RATIO else "NOT MET"
+            cpu_ratio = cpu / max(vm[1], 1e-9)
+            line += f"  tsd/vm {ratios[t.name]:5.2f}x (cpu {cpu_ratio:5.2f}x)"
+            line += f"  goal <= {GOAL_RATIO:g}x: {goal}"
+        print(line, flush=True)
+    print(
+        f"  {'':<10} rounds (ms): "
+        + "; ".join(f"{t.name} {[round(w * 1000) for w in t.walls]}" for t in targets)
+    )
+    return ratios
+
+
+# -- one step ---------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running(start: Awaitable[Server | None]) -> AsyncIterator[Server | None]:
+    server = await start
+    try:
+        yield server
+    finally:
+        if server is not None:
+            await server.stop()
+
+
+async def measure_step(args: argparse.Namespace, step: int, baseline: Path | None) -> None:
+    mode = modes()["shared"]
+    values = make_values(args.series, DAY // step)
+    want = reference(values, step)
+    chunks = telnet_chunks(values, step, args.connections)
+    points = values.size
+    print(f"\n{args.series} series x 1 day at {step} s = {points:,} points; {METHOD}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-query-") as tmp:
+        data = Path(tmp) / "tsd"
+        vm_start = (
+            start_vm(Path(tmp) / "vm", mode, "-retentionPeriod=100y") if not args.no_vm else _none()
+        )
+        async with running(vm_start) as vm:
+            if vm is not None:
+                print(f"  load victoria-metrics (telnet): {await send_telnet(vm, chunks):.1f} s")
+            async with running(start_tsd(data, mode)) as tsd:
+                assert tsd is not None
+                print(f"  load tsd (telnet): {await send_telnet(tsd, chunks):.1f} s", flush=True)
+                targets = [tsd_target("tsd", tsd)] + ([vm_target(vm)] if vm else [])
+                before = await head_rows(tsd)
+                await rounds(targets, args.rounds, want)
+                after = await head_rows(tsd)
+                rows = args.series * DAY // 3600
+                print(f"  fresh: {before:,} of {rows:,} rows in the head before, {after:,} after")
+                report("fresh", targets)
+            # stopped: every row written out
+            copy = Path(tmp) / "before"
+            if baseline is not None:
+                shutil.copytree(data, copy)
+            async with (
+                running(start_tsd(data, mode)) as tsd,
+                running(
+                    start_tsd(copy, mode, source=baseline) if baseline else _none()
+                ) as before_tsd,
+            ):
+                assert tsd is not None
+                targets = [tsd_target("tsd", tsd)] + ([vm_target(vm)] if vm else [])
+                if before_tsd is not None:
+                    targets.append(tsd_target(f"tsd {args.baseline}", before_tsd))
+                if await head_rows(tsd):
+                    raise RuntimeError("tsd restarted with rows in its head")
+                await rounds(targets, args.rounds, want)
+                report("compacted", targets)
+                if before_tsd is not None:
+                    now, then = targets[0].p50()[0], targets[-1].p50()[0]
+                    print(f"  compacted: tsd / tsd {args.baseline} = {now / then:.2f}x")
+
+
+async def _none() -> None:
+    return None
+
+
+METHOD = (
+    "HTTP to both servers, warm-up round checked equal, then rounds alternating; "
+    "p50 of wall time per query"
+)
+
+
+# -- size -------------------------------------------------------------------------------------
+
+
+async def store_size(n_series: int) -> None:
+    """The data directory after n_series x 6 h at 10 s went through the daemon (stopped)."""
+    values = make_values(n_series, 6 * 360)
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-size-") as tmp:
+        data = Path(tmp) / "tsd"
+        async with running(start_tsd(data, modes()["shared"])) as tsd:
+            assert tsd is not None
+            await send_telnet(tsd, telnet_chunks(values, 10, 4))
+        size = sum(p.stat().st_blocks * 512 for p in data.rglob("*") if p.is_file())
+    per_point = size / values.size
+    goal = "ok" if per_point <= GOAL_BYTES_PER_POINT else "NOT MET"
+    print(
+        f"\ndata directory after {values.size:,} points ({n_series} series x 6 h at 10 s) "
+        f"through the daemon, stopped: {size / 1e6:.1f} MB, {per_point:.2f} B/point "
+        f"(goal <= {GOAL_BYTES_PER_POINT:g}: {goal})"
+    )
+
+
+# -- the baseline -----------------------------------------------------------------------------
+
+
+def export_built(ref: str, into: Path) -> Path:
+    """The tree of git ``ref`` under ``into`` with its C helpers built in place."""
+    archive = subprocess.run(
+        ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=into,
+        check=True,
+        capture_output=True,
+    )
+    return into
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.rounds < 5:
+        raise SystemExit("--rounds: at least 5")
+    with tempfile.TemporaryDirectory(prefix="tsd-bench-rev-") as tmp:
+        baseline = export_built(args.baseline, Path(tmp)) if args.baseline else None
+        for step in (int(s) for s in args.steps.split(",") if s):
+            await measure_step(args, step, baseline)
+    if args.size:
+        await store_size(1000)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=1000)
+    parser.add_argument("--steps", default="10,60", help="seconds between points, comma-separated")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds (>= 5)")
+    parser.add_argument("--connections", type=int, default=4, help="telnet connections to load")
+    parser.add_argument("--size", action="store_true", help="also bytes per point after 2.16 M")
+    parser.add_argument("--no-vm", action="store_true", help="skip VictoriaMetrics")
+    parser.add_argument("--baseline", help="git revision: its tsd joins the compacted rounds")
+    return parser.parse_args(argv)
+
+
+def run(argv: list[str] | None = None) -> None:
+    asyncio.run(main(parse_args(argv)))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", type=int, default=1000)
-    parser.add_argument("--step", type=int, default=10, help="seconds between points")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument(
-        "--size", action="store_true", help="also the embedded file's bytes per point"
-    )
-    parser.add_argument("--no-vm", action="store_true", help="skip the VictoriaMetrics baseline")
-    args = parser.parse_args()
-    asyncio.run(main(args.series, args.step, args.repeat, not args.no_vm, args.size))
+    run()

@@ -81,6 +81,9 @@ class CoreConfig:
     meta_enable_tsuid_incrementing: bool = False
     #: histogram codecs: a JSON map of codec class -> id, or a file ending in .json
     histograms_config: str = ""
+    #: series whose row-key templates the ingest service keeps (tsd.core.series_cache.size):
+    #: a point of a series past it is parsed and resolved as new (from the UID cache)
+    series_cache_size: int = 5_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,7 @@ class QueryConfig:
     limits_memory_bytes: int = 2 << 30
     memory_budget_bytes: int = 4 << 30
     compute_slots: int = 0  # 0: one less than the CPUs, at least one
+    keep_freed_bytes: int = 1 << 30  # glibc: freed query memory kept for reuse (tsd/malloc.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +314,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.meta.enable_realtime_uid": ("core", "meta_enable_realtime_uid", _bool),
     "tsd.core.meta.enable_tsuid_incrementing": ("core", "meta_enable_tsuid_incrementing", _bool),
     "tsd.core.histograms.config": ("core", "histograms_config", _str),
+    "tsd.core.series_cache.size": ("core", "series_cache_size", _range(1, 1 << 40)),
     "tsd.uid.lru.name.size": ("uid", "cache_max_entries", _int),
     "tsd.core.uid.random_metrics": ("uid", "random_metrics", _bool),
     "tsd.storage.backend": ("storage", "backend", _choice("embedded", "hbase")),
@@ -371,6 +376,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.query.limits.memory": ("query", "limits_memory_bytes", _range(0, 1 << 62)),
     "tsd.query.memory_budget": ("query", "memory_budget_bytes", _range(0, 1 << 62)),
     "tsd.query.compute_slots": ("query", "compute_slots", _range(0, 1024)),
+    "tsd.query.keep_freed_bytes": ("query", "keep_freed_bytes", _range(0, 2**31 - 1)),
     "tsd.rollups.enable": ("rollups", "enable", _bool),
     "tsd.rollups.config": ("rollups", "config", _str),
     "tsd.rollups.agg_tag_key": ("rollups", "agg_tag_key", _str),

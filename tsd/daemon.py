@@ -32,6 +32,7 @@ from tsd.config import Config, load_config
 from tsd.errors import ConfigError
 from tsd.head import Head
 from tsd.log import DAEMON, configure_logging, get_logger
+from tsd.malloc import keep_freed_memory
 from tsd.meta.service import MetaService
 from tsd.protocol.histogram_put import HistogramCodecs, parse_histogram_config
 from tsd.protocol.names import NameRules
@@ -511,5 +512,6 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(config.log.format, config.log.level)
     for key in unknown:
         log.warning("config.unknown_key", key=key)
+    keep_freed_memory(config.query.keep_freed_bytes)  # before any thread starts
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(Daemon(config).run_until_stopped())

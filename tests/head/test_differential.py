@@ -110,7 +110,11 @@ async def _answer(harness: QueryHarness) -> Any:
         "start": T0,
         "end": T0 + 3 * 3600,
         "msResolution": True,
-        "queries": [{"aggregator": "sum", "metric": "m", "tags": {"host": "*"}}],
+        "queries": [
+            {"aggregator": "sum", "metric": "m", "tags": {"host": "*"}},
+            # bench/query's shape: every series downsampled, then summed
+            {"aggregator": "sum", "metric": "m", "downsample": "1m-avg"},
+        ],
     }
     try:
         return await harness.query(body=body)

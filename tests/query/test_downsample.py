@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -277,3 +278,28 @@ def test_regular_grid_path_is_taken() -> None:
     batch = _grid_batch(np.random.default_rng(1), 5, 10_000, 360, T0, False)
     ds = parse_downsample("1m-avg")
     assert _shared_segments(batch, ds, _seek_time(ds, T0)) is not None
+
+
+@pytest.mark.parametrize("function", ["sum", "avg", "squareSum", "mult", "min", "max"])
+def test_regular_grids_reduce_in_slices_as_one_column_fold(function: str) -> None:
+    # More rows than one cache-sized slice: the sliced fold is the Java loop's, value for
+    # value (each row folded from its first column to its last, sums from 0.0).
+    from tsd.query.downsample import _reduce_regular, _slice_rows
+
+    rng = np.random.default_rng(5)
+    grid = np.round(rng.normal(0, 100, size=(3 * _slice_rows(6) + 7, 6)), 2)
+    got = _reduce_regular(grid, function)
+    assert got is not None
+    if function in ("min", "max"):
+        want = grid.min(axis=1) if function == "min" else grid.max(axis=1)
+    elif function == "mult":
+        want = grid[:, 0].copy()
+        for j in range(1, 6):
+            want = want * grid[:, j]
+    else:
+        want = np.zeros(len(grid))
+        for j in range(6):
+            want = want + (grid[:, j] * grid[:, j] if function == "squareSum" else grid[:, j])
+        if function == "avg":
+            want = want / 6
+    assert got.tobytes() == want.tobytes()

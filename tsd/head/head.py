@@ -28,8 +28,9 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -142,7 +143,7 @@ class Head:
         """Add a writer batch's rows (``(row key, cells, qualifiers, values)``, as
         :func:`tsd.wal.record.decode_row_runs` gives them); the points added."""
         rows = self._rows
-        added = 0
+        added = grown = 0
         at = self._prefix_end
         for (key, count, qualifiers, values), (ok, first, last) in zip(
             runs, _offset_bounds(runs), strict=True
@@ -167,11 +168,14 @@ class Head:
                 row.clean = ok and first > row.last_offset_ms
                 row.last_offset_ms = last
             row.count += count
-            row.ms_count += (len(qualifiers) - 2 * count) // 2
+            q_size = len(qualifiers)
+            if q_size != 2 * count:  # some in milliseconds (4-byte qualifiers)
+                row.ms_count += (q_size - 2 * count) // 2
             row.written_at = now
             row.last_batch = batch
-            self.bytes += len(qualifiers) + len(values)
+            grown += q_size + len(values)
             added += count
+        self.bytes += grown
         self.points += added
         return added
 
@@ -181,17 +185,22 @@ class Head:
         """The rows the scans ``specs`` would read (key range and row filter), copied."""
         found: dict[bytes, HeadRow] = {}
         for spec in specs:
-            for row in self._rows_in(spec):
-                if row.count and (spec.row_filter is None or spec.row_filter.matches(row.key)):
-                    found[row.key] = row
+            row_filter = spec.row_filter
+            for members in self._members_in(spec):
+                if row_filter is None:
+                    found.update(members)
+                else:
+                    found.update((k, r) for k, r in members.items() if row_filter.matches(k))
         return HeadSnapshot(found.values())
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""
         rows = self._rows
-        return HeadSnapshot(row for k in keys if (row := rows.get(k)) is not None and row.count)
+        return HeadSnapshot(row for k in keys if (row := rows.get(k)) is not None)
 
-    def _rows_in(self, spec: ScanSpec) -> Iterator[HeadRow]:
+    def _members_in(self, spec: ScanSpec) -> Iterator[Mapping[bytes, HeadRow]]:
+        """The rows in the scan's key range, as mappings of key -> row (whole groups of
+        an hour where the range is one metric's hours: no step per row)."""
         at = self._prefix_end
         start, stop = spec.start, spec.stop
         if len(start) == len(stop) == at + TIMESTAMP_BYTES and start[:at] == stop[:at]:
@@ -205,12 +214,12 @@ class Head:
             else:
                 hours = range(first - first % MAX_TIMESPAN, last, MAX_TIMESPAN)
             for base in hours:
-                if first <= base < last:
-                    yield from groups.get((prefix, base), {}).values()
+                if first <= base < last and (members := groups.get((prefix, base))):
+                    yield members
             return
-        for key, row in self._rows.items():
-            if start <= key and (not stop or key < stop):
-                yield row
+        yield {
+            key: row for key, row in self._rows.items() if start <= key and (not stop or key < stop)
+        }
 
     # -- leaving ------------------------------------------------------------------------------
 
@@ -319,38 +328,76 @@ class HeadRuns:
 
 
 class HeadSnapshot:
-    """Copies of the head's rows for one read: merged into the stored rows of the same
-    key (:meth:`merge_into`), the rest read on their own (:meth:`remaining`)."""
+    """The head's rows for one read, copied at once: every row's qualifiers joined end to
+    end, its values likewise, and per row its key, point count, byte lengths and flags
+    (arrays; one concatenation, no bytes object per row). Taken on the event loop (the
+    head's only writer), read afterwards from any thread. Rows a stored row of the same
+    key holds too are merged into it (:meth:`merge_into`); the rest are read on their own
+    (:meth:`remaining`): the clean rows of seconds points, usually all of them, as one
+    :class:`HeadRuns` straight from the joined bytes."""
 
     def __init__(self, rows: Iterable[HeadRow]) -> None:
-        self._rows: dict[bytes, _Copy] = {
-            row.key: (bytes(row.qualifiers), bytes(row.values), row.count, row.ms_count, row.clean)
-            for row in rows
-        }
+        found = [row for row in rows if row.count]
+        n = len(found)
+        self._keys = [row.key for row in found]
+        qualifiers = [row.qualifiers for row in found]
+        values = [row.values for row in found]
+        self._qualifiers = b"".join(qualifiers)
+        self._values = b"".join(values)
+        self._q_ends = np.cumsum(np.fromiter(map(len, qualifiers), np.int64, n))
+        self._v_ends = np.cumsum(np.fromiter(map(len, values), np.int64, n))
+        self._counts = np.fromiter(map(_COUNT, found), np.int64, n)
+        self._ms_counts = np.fromiter(map(_MS_COUNT, found), np.int64, n)
+        self._clean = np.fromiter(map(_CLEAN, found), np.bool_, n)
+        self._left = np.ones(n, np.bool_)  # not merged into a stored row
+        self._index: dict[bytes, int] | None = None
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return int(np.count_nonzero(self._left))
+
+    def _where(self) -> dict[bytes, int]:
+        if self._index is None:
+            self._index = dict(zip(self._keys, range(len(self._keys)), strict=True))
+        return self._index
+
+    def _copy(self, i: int) -> _Copy:
+        q_start = int(self._q_ends[i - 1]) if i else 0
+        v_start = int(self._v_ends[i - 1]) if i else 0
+        return (
+            self._qualifiers[q_start : int(self._q_ends[i])],
+            self._values[v_start : int(self._v_ends[i])],
+            int(self._counts[i]),
+            int(self._ms_counts[i]),
+            bool(self._clean[i]),
+        )
 
     def keys(self) -> list[bytes]:
-        """The keys of the rows copied (not yet merged or taken as remaining)."""
-        return list(self._rows)
+        """The keys of the rows copied (not yet merged into a stored row)."""
+        return [k for k, left in zip(self._keys, self._left.tolist(), strict=True) if left]
 
     def shares(self, keys: Iterable[bytes]) -> bool:
-        """True when the head holds rows of some of ``keys``."""
-        return bool(self._rows) and not self._rows.keys().isdisjoint(keys)
+        """True when the head holds rows of some of ``keys`` not merged yet."""
+        if not len(self):
+            return False
+        where, left = self._where(), self._left
+        if where.keys().isdisjoint(keys):
+            return False
+        return any((i := where.get(k)) is not None and left[i] for k in keys)
 
     def merge_into(self, block: CellBlock) -> CellBlock:
         """``block`` with the head's cells after the stored ones of each row both hold
         (the head's are newer); those rows are then no longer :meth:`remaining`."""
-        rows = self._rows
-        if not rows or rows.keys().isdisjoint(block.keys):
+        if not self.shares(block.keys):
             return block
+        where, left = self._where(), self._left
         merged = []
         for stored in block:
-            head = rows.pop(stored.key, None)
-            if head is None:
+            i = where.get(stored.key)
+            if i is None or not left[i]:
                 merged.append(stored)
                 continue
+            left[i] = False
+            head = self._copy(i)
             # A stored single cell the head puts again is replaced by it, as the row's
             # write-out will replace it.
             replaced = _split(head[0], head[1])
@@ -363,20 +410,17 @@ class HeadSnapshot:
 
     def remaining(self) -> tuple[HeadRuns, CellBlock]:
         """The rows no stored row was merged with: clean rows of seconds points as
-        :class:`HeadRuns`, the others as one block of cells."""
-        rows = self._rows
-        self._rows = {}
-        fast = [k for k, (_, _, _, ms, clean) in rows.items() if clean and not ms]
-        runs = HeadRuns(
-            fast,
-            np.fromiter((rows[k][2] for k in fast), np.int64, len(fast)),
-            b"".join([rows[k][0] for k in fast]),
-            b"".join([rows[k][1] for k in fast]),
-        )
-        keys = sorted(k for k, (_, _, _, ms, clean) in rows.items() if not clean or ms)
-        if not keys:
+        :class:`HeadRuns`, the others as one block of cells. Once only."""
+        left = self._left
+        self._left = np.zeros(len(left), np.bool_)
+        fast = left & self._clean & (self._ms_counts == 0)
+        runs = self._runs(fast)
+        slow = np.flatnonzero(left & ~fast).tolist()
+        if not slow:
             return runs, CellBlock.empty()
-        cells = [_cells_of(*rows[k]) for k in keys]
+        slow.sort(key=self._keys.__getitem__)
+        keys = [self._keys[i] for i in slow]
+        cells = [_cells_of(*self._copy(i)) for i in slow]
         flat = [c for row in cells for c in row]
         n = len(flat)
         return runs, CellBlock(
@@ -389,6 +433,33 @@ class HeadSnapshot:
             b"".join(q for q, _ in flat),
             b"".join(v for _, v in flat),
         )
+
+    def _runs(self, take: npt.NDArray[np.bool_]) -> HeadRuns:
+        """The rows ``take`` as runs: the joined bytes as they are when every row is
+        taken, else the taken rows' byte ranges gathered with one mask each."""
+        rows = np.flatnonzero(take)
+        counts = self._counts[rows]
+        keys = [self._keys[i] for i in rows.tolist()]
+        if len(rows) == len(take):
+            return HeadRuns(keys, counts, self._qualifiers, self._values)
+        return HeadRuns(
+            keys,
+            counts,
+            _gather_bytes(self._qualifiers, self._q_ends, take),
+            _gather_bytes(self._values, self._v_ends, take),
+        )
+
+
+def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[np.bool_]) -> bytes:
+    """The byte ranges of ``joined`` (row i ends at ``ends[i]``) of the rows ``take``."""
+    lengths = np.diff(ends, prepend=0)
+    mask = np.repeat(take, lengths)
+    return np.frombuffer(joined, np.uint8)[mask].tobytes()
+
+
+_COUNT = attrgetter("count")
+_MS_COUNT = attrgetter("ms_count")
+_CLEAN = attrgetter("clean")
 
 
 def _offset_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:

@@ -26,7 +26,12 @@
  * float64, row_offsets int64 into the buckets, points per row int64), or None.
  * tests/query/test_row_buckets.py checks it against downsampling whole series.
  *
- * Both walk the cells without the GIL: the event loop receives the next reply meanwhile.
+ * decode_runs(qualifiers, values, counts, base_ms) gives decode_seconds' tuple for the
+ * head's clean rows (tsd/query/head_rows.py): per row counts[r] 2-byte qualifiers, each
+ * value as long as its flags say, no meta byte, offsets strictly increasing; None for
+ * anything else (the numpy path decodes it).
+ *
+ * All walk without the GIL: the event loop receives the next reply meanwhile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -215,6 +220,48 @@ static int on_points_row(void *sink, Py_ssize_t row) {
     return 0;
 }
 
+typedef int (*walk_fn)(const void *cells, point_fn on_point, row_fn on_row, void *sink);
+
+static int walk_block(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+    return walk_cells(cells, on_pt, on_row, sink);
+}
+
+/* decode_seconds' and decode_runs' arrays: every point `walk` hands on, without the GIL.
+ * The tuple, None when the walk refuses, NULL on a Python error. */
+static PyObject *walk_points(walk_fn walk, const void *cells, Py_ssize_t npoints,
+                             Py_ssize_t nrows) {
+    PyObject *result = NULL, *ts_o = NULL, *d_o = NULL, *ro_o = NULL;
+    points_t p = {0};
+    p.npoints = npoints;
+    ts_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+    d_o = PyByteArray_FromStringAndSize(NULL, npoints * 8);
+    ro_o = PyByteArray_FromStringAndSize(NULL, (nrows + 1) * 8);
+    if (!ts_o || !d_o || !ro_o) goto done;
+    p.ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
+    p.dv = (double *)PyByteArray_AS_STRING(d_o);
+    p.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
+    p.ro[0] = 0;
+    p.save = PyEval_SaveThread();
+    int rc = walk(cells, on_point, on_points_row, &p);
+    PyEval_RestoreThread(p.save);
+    if (rc < 0) goto done;
+    if (rc > 0 || p.out != p.npoints) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    } else if (!p.any_int) {
+        result = Py_BuildValue("(OOOOOi)", ts_o, d_o, Py_None, Py_None, ro_o, 0);
+    } else {
+        result = Py_BuildValue("(OOOOOi)", ts_o, d_o, p.i_o, p.isi_o, ro_o, 1);
+    }
+done:
+    Py_XDECREF(ts_o);
+    Py_XDECREF(d_o);
+    Py_XDECREF(p.i_o);
+    Py_XDECREF(p.isi_o);
+    Py_XDECREF(ro_o);
+    return result;
+}
+
 static PyObject *decode_seconds(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer b[6];
@@ -222,34 +269,68 @@ static PyObject *decode_seconds(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
         return NULL;
     fill_cells(b, &c);
-    PyObject *result = NULL, *ts_o = NULL, *d_o = NULL, *ro_o = NULL;
-    int refused = 1;
-    points_t p = {0};
-    if (!cells_ok(&c, b)) goto none;
-    p.npoints = c.qn / 2;
-    ts_o = PyByteArray_FromStringAndSize(NULL, p.npoints * 8);
-    d_o = PyByteArray_FromStringAndSize(NULL, p.npoints * 8);
-    ro_o = PyByteArray_FromStringAndSize(NULL, (c.nrows + 1) * 8);
-    if (!ts_o || !d_o || !ro_o) goto fail;
-    p.ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
-    p.dv = (double *)PyByteArray_AS_STRING(d_o);
-    p.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
-    p.ro[0] = 0;
-    p.save = PyEval_SaveThread();
-    int rc = walk_cells(&c, on_point, on_points_row, &p);
-    PyEval_RestoreThread(p.save);
-    if (rc < 0) goto fail;
-    if (rc > 0 || p.out != p.npoints) goto none;
-    if (!p.any_int) {
-        result = Py_BuildValue("(OOOOOi)", ts_o, d_o, Py_None, Py_None, ro_o, 0);
+    PyObject *result;
+    if (cells_ok(&c, b)) {
+        result = walk_points(walk_block, &c, c.qn / 2, c.nrows);
     } else {
-        result = Py_BuildValue("(OOOOOi)", ts_o, d_o, p.i_o, p.isi_o, ro_o, 1);
+        Py_INCREF(Py_None);
+        result = Py_None;
     }
-fail:
-    refused = 0;
-none:;
-    PyObject *objs[] = {ts_o, d_o, p.i_o, p.isi_o, ro_o};
-    return finish(result, refused, objs, 5, b);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* -- decode_runs: the head's clean rows ------------------------------------------------ */
+
+typedef struct {
+    const unsigned char *qb, *vb;
+    Py_ssize_t qn, vn, nrows;
+    const int64_t *counts, *base;
+} runs_t;
+
+/* Walks the runs' points row after row (see decode_runs at the top of this file). */
+static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+    const runs_t *c = cells;
+    Py_ssize_t npoints = c->qn / 2, vpos = 0, out = 0;
+    for (Py_ssize_t r = 0; r < c->nrows; r++) {
+        long last = -1;
+        if (c->counts[r] < 0 || out + c->counts[r] > npoints) return 1;
+        for (int64_t k = 0; k < c->counts[r]; k++, out++) {
+            const unsigned char *qp = c->qb + 2 * out;
+            unsigned unit = ((unsigned)qp[0] << 8) | qp[1];
+            if (unit >= 0xF000) return 1;
+            long off = (long)(unit >> 4);
+            int is_float = (unit & 0x8) != 0;
+            Py_ssize_t width = (Py_ssize_t)(unit & 0x7) + 1;
+            if (!valid_length(is_float, width) || off <= last || vpos + width > c->vn) return 1;
+            double d;
+            int64_t i;
+            read_value(c->vb + vpos, c->vn - vpos, width, is_float, &d, &i);
+            int rc = on_pt(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+            if (rc) return rc;
+            vpos += width;
+            last = off;
+        }
+        int rc = on_row(sink, r);
+        if (rc) return rc;
+    }
+    return out == npoints && vpos == c->vn ? 0 : 1;
+}
+
+static PyObject *decode_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[4];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &b[0], &b[1], &b[2], &b[3])) return NULL;
+    runs_t c = {b[0].buf, b[1].buf, b[0].len, b[1].len, b[2].len / 8, b[2].buf, b[3].buf};
+    PyObject *result;
+    if (b[3].len / 8 == c.nrows && c.qn % 2 == 0) {
+        result = walk_points(walk_runs, &c, c.qn / 2, c.nrows);
+    } else {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
+    return result;
 }
 
 /* -- decode_buckets: each row's points reduced to its fixed-interval buckets ---------- */
@@ -477,6 +558,8 @@ static PyMethodDef methods[] = {
      "Seconds data cells -> (timestamps, doubles, ints, is_int, row_offsets, any_int) or None"},
     {"rollup_cells", rollup_cells, METH_VARARGS,
      "Rollup cells a read takes -> ((agg cells), (count cells), (seen, ordered, paired))"},
+    {"decode_runs", decode_runs, METH_VARARGS,
+     "The head's clean seconds rows -> the same tuple as decode_seconds, or None"},
     {"decode_buckets", decode_buckets, METH_VARARGS,
      "Seconds data cells -> each row's buckets (timestamps, values, row_offsets, row_points) "
      "or None"},

@@ -442,7 +442,8 @@ def _values(
     word = _typed_view(v, ">u8")[vstart].astype(np.uint64)
     doubles = word.view(np.float64)
     f4 = np.flatnonzero(kind == 0xB)
-    doubles[f4] = (word[f4] >> np.uint64(32)).astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+        doubles[f4] = (word[f4] >> np.uint64(32)).astype(np.uint32).view(np.float32)
     return doubles, None, None
 
 
@@ -462,14 +463,16 @@ def _mixed_values(
         doubles[f8] = word[f8].view(np.float64)
     f4 = np.flatnonzero(kind == 0xB)
     if len(f4):
-        doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+            doubles[f4] = (word[f4] >> 32).astype(np.uint32).view(np.float32)
     return doubles, ints, is_int
 
 
 def _read_type(v: U8Array, vstart: Int64Array, kind: int) -> tuple[Float64Array, Int64Array | None]:
     raw = _typed_view(v, _VALUE_TYPES[kind])[vstart]
     if kind & 0x8:
-        return raw.astype(np.float64), None
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one
+            return raw.astype(np.float64), None
     ints = raw.astype(np.int64)
     return ints.astype(np.float64), ints
 
@@ -576,7 +579,8 @@ def decode_block(block: Block, layout: KeyLayout, *, fix_duplicates: bool = Fals
     base_ms = base_times_s(layout, block.keys) * 1000
     row_offsets = np.zeros(len(block) + 1, dtype=np.int64)
     np.cumsum(block.counts, out=row_offsets[1:])
-    timestamps = block.offsets_ms + np.repeat(base_ms, block.counts)
+    timestamps = np.repeat(base_ms, block.counts)
+    timestamps += block.offsets_ms  # in place: one array of every point, not two
     return RowPoints(
         row_offsets,
         timestamps,
@@ -660,8 +664,12 @@ def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
     if _C is None or not len(block):
         return None
     found = _C.decode_seconds(*cell_buffers(block, base_times_s(layout, block.keys) * 1000))
-    if found is None:
-        return None
+    return None if found is None else compiled_points(found, block.stored_bytes)
+
+
+def compiled_points(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
+    """RowPoints of a C helper's answer (``_decode.c``: timestamps, doubles, ints, is_int,
+    row offsets as bytearrays, and whether any point is an integer)."""
     ts, doubles, ints, is_int, row_offsets, any_int = found
     return RowPoints(
         np.frombuffer(row_offsets, dtype=np.int64),
@@ -670,7 +678,7 @@ def _compiled(block: CellBlock, layout: KeyLayout) -> RowPoints | None:
         np.frombuffer(ints, dtype=np.int64) if any_int else None,
         np.frombuffer(is_int, dtype=np.bool_) if any_int else None,
         (),
-        block.stored_bytes,
+        stored_bytes,
     )
 
 

@@ -180,7 +180,8 @@ def _shared_segments(
         return None
     grid = batch.timestamps.reshape(s_count, width)
     first = grid[0]
-    if not bool((grid == first).all()):
+    step = max(1, (1 << 17) // width)  # series compared at a time: about 1 MiB
+    if not all(bool((grid[lo : lo + step] == first).all()) for lo in range(0, s_count, step)):
         return None
     lo = int(np.searchsorted(first, seek))  # the seek: earlier points are dropped
     if lo == width:
@@ -303,9 +304,31 @@ def reduce_segments(
 
 def _reduce_regular(grid: Float64Array, function: str) -> Float64Array | None:
     """The common aggregators over rows of ``grid`` (one bucket per row) without NaN,
-    folding column after column as the Java loops do; None when not applicable."""
-    if function not in _REGULAR or np.isnan(grid).any():
+    folding column after column as the Java loops do; None when not applicable. Short
+    rows are done in slices that stay in the CPU's cache: a column of a whole grid of
+    short rows strides across all of its memory, once per column."""
+    if function not in _REGULAR:
         return None
+    rows, width = grid.shape
+    step = _slice_rows(width)
+    if any(bool(np.isnan(grid[lo : lo + step]).any()) for lo in range(0, rows, step)):
+        return None
+    if rows <= step:
+        return _reduce_rows(grid, function)
+    out = np.empty(rows)
+    for lo in range(0, rows, step):
+        out[lo : lo + step] = _reduce_rows(grid[lo : lo + step], function)
+    return out
+
+
+def _slice_rows(width: int) -> int:
+    """Rows of ``width`` values worked on at a time: about 1 MiB of short rows; wide rows
+    (a column is then few values per cache line anyway) all at once."""
+    return (1 << 17) // max(width, 1) if width <= 64 else 1 << 62
+
+
+def _reduce_rows(grid: Float64Array, function: str) -> Float64Array:
+    """_reduce_regular of one slice of rows."""
     width = grid.shape[1]
     with np.errstate(all="ignore"):
         if function in ("min", "mimmin", "max", "mimmax"):

@@ -609,10 +609,14 @@ class QueryEngine:
                 if isinstance(block, PointBlock):
                     block = block.cells()
                 block = head.merge_into(block)
-            if source is not None and isinstance(block, PointBlock):
-                block = block.cells()  # rollup and histogram cells: not data points
-            # decoded points need only their times (a fraction of a cell block's work)
-            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block) * 8
+            cells_only = source is not None and (source.is_rollup or source.histograms is not None)
+            if cells_only and isinstance(block, PointBlock):
+                # rollup and histogram cells: not data points. (A raw read's source is
+                # RollupRead(data table): its PointBlocks are decoded as they are.)
+                block = block.cells()
+            # decoded points need only their times: a pass over every point (a fraction of
+            # a cell block's work per point, but not per row: rows hold hundreds of points)
+            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block.values)
             if source is not None and source.histograms is not None:
                 assert isinstance(block, CellBlock)
                 started = time.thread_time()

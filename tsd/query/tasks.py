@@ -25,11 +25,12 @@ async def all_or_none(coros: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending)
-        for task in tasks:
-            if task.done() and not task.cancelled():
-                error = task.exception()
-                if error is not None:
-                    raise error
+        # Every failure is retrieved (asyncio logs "Task exception was never retrieved"
+        # for the others otherwise); the first in order is raised.
+        errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+        for error in errors:
+            if error is not None:
+                raise error
         return [task.result() for task in tasks]
     except asyncio.CancelledError:
         for task in tasks:

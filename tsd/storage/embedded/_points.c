@@ -226,11 +226,14 @@ typedef struct {
     unsigned char *isi;  /* NULL until an integer is met */
     PyObject *i_o, *isi_o;
     Py_ssize_t total;    /* points of the whole block */
+    PyThreadState *unlocked; /* the GIL released by pass 2 (NULL: held) */
 } Out;
 
 static int start_ints(Out *o, Py_ssize_t done) {
+    if (o->unlocked) PyEval_RestoreThread(o->unlocked); /* allocating takes the GIL */
     o->i_o = PyByteArray_FromStringAndSize(NULL, o->total * 8);
     o->isi_o = PyByteArray_FromStringAndSize(NULL, o->total);
+    if (o->unlocked) o->unlocked = PyEval_SaveThread();
     if (!o->i_o || !o->isi_o) return -1;
     o->iv = (int64_t *)PyByteArray_AS_STRING(o->i_o);
     o->isi = (unsigned char *)PyByteArray_AS_STRING(o->isi_o);
@@ -364,6 +367,8 @@ static PyObject *points(PyObject *self, PyObject *args) {
     PyObject *counts_o = NULL, *ql_o = NULL, *vl_o = NULL, *off_o = NULL, *d_o = NULL;
     PyObject *result = NULL, *want = NULL, *frames = NULL, *sizes = NULL;
     Out o = {0};
+    Py_buffer *views = NULL; /* the decompressed payloads' buffers (pass 2) */
+    Py_ssize_t viewed = 0;   /* views[0 .. viewed) taken; each held where its entry is zstd */
     Cell *cells = PyMem_Malloc(sizeof(Cell) * (size_t)(rows ? rows : 1));
     if (!cells) return PyErr_NoMemory();
     /* pass 1: every header, the points in all, the compressed entries */
@@ -412,8 +417,26 @@ static PyObject *points(PyObject *self, PyObject *args) {
     o.off = (int64_t *)PyByteArray_AS_STRING(off_o);
     o.dv = (double *)PyByteArray_AS_STRING(d_o);
     o.total = total;
-    /* pass 2: the points */
+    /* pass 2: the points. The payloads' buffers are taken first; the walk itself touches
+     * no Python object (the entries stay alive in their list), so it runs without the GIL:
+     * the blocks a scan's reader threads read decode side by side. */
+    views = PyMem_Calloc((size_t)(rows ? rows : 1), sizeof(Py_buffer));
+    if (!views) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (; viewed < rows; viewed++) {
+        Cell *c = &cells[viewed];
+        if (c->verbatim || !(c->mode & M_ZSTD)) continue;
+        PyObject *raw = payloads == Py_None ? Py_None : PyList_GET_ITEM(payloads, viewed);
+        if (raw == Py_None || PyObject_GetBuffer(raw, &views[viewed], PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            goto none;
+        }
+    }
     Py_ssize_t at = 0;
+    int status = 1;
+    o.unlocked = PyEval_SaveThread();
     for (Py_ssize_t r = 0; r < rows; r++) {
         Cell *c = &cells[r];
         Py_ssize_t vlen = 0;
@@ -421,24 +444,23 @@ static PyObject *points(PyObject *self, PyObject *args) {
         if (c->verbatim) {
             taken = decode_verbatim(c, &o, at, &vlen);
         } else if (c->mode & M_ZSTD) {
-            PyObject *raw = PyList_GET_ITEM(payloads, r);
-            Py_buffer view;
-            if (raw == Py_None || PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
-                PyErr_Clear();
-                goto none;
-            }
-            taken = decode_cell(c, view.buf, view.len, &o, at, &vlen);
-            PyBuffer_Release(&view);
+            taken = decode_cell(c, views[r].buf, views[r].len, &o, at, &vlen);
         } else {
             taken = decode_cell(c, c->payload, c->plen, &o, at, &vlen);
         }
-        if (taken < 0) goto fail;
-        if (!taken) goto none;
+        if (taken <= 0) {
+            status = taken;
+            break;
+        }
         counts[r] = c->n;
         ql[r] = (int64_t)c->n * ((c->mode & M_MS) ? 4 : 2);
         vl[r] = vlen;
         at += c->n;
     }
+    PyEval_RestoreThread(o.unlocked);
+    o.unlocked = NULL;
+    if (status < 0) goto fail;
+    if (!status) goto none;
     result = Py_BuildValue("(OOOOOOO)", counts_o, ql_o, vl_o, off_o, d_o,
                            o.i_o ? o.i_o : Py_None, o.isi_o ? o.isi_o : Py_None);
     goto done;
@@ -449,6 +471,10 @@ none:
 fail:
     result = NULL;
 done:
+    for (Py_ssize_t r = 0; r < viewed; r++) {
+        if (views[r].obj) PyBuffer_Release(&views[r]);
+    }
+    PyMem_Free(views);
     PyMem_Free(cells);
     Py_XDECREF(want);
     Py_XDECREF(frames);
