@@ -81,6 +81,9 @@ class CoreConfig:
     meta_enable_tsuid_incrementing: bool = False
     #: histogram codecs: a JSON map of codec class -> id, or a file ending in .json
     histograms_config: str = ""
+    #: series whose row-key templates the ingest service keeps (tsd.core.series_cache.size):
+    #: a point of a series past it is parsed and resolved as new (from the UID cache)
+    series_cache_size: int = 5_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +314,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.meta.enable_realtime_uid": ("core", "meta_enable_realtime_uid", _bool),
     "tsd.core.meta.enable_tsuid_incrementing": ("core", "meta_enable_tsuid_incrementing", _bool),
     "tsd.core.histograms.config": ("core", "histograms_config", _str),
+    "tsd.core.series_cache.size": ("core", "series_cache_size", _range(1, 1 << 40)),
     "tsd.uid.lru.name.size": ("uid", "cache_max_entries", _int),
     "tsd.core.uid.random_metrics": ("uid", "random_metrics", _bool),
     "tsd.storage.backend": ("storage", "backend", _choice("embedded", "hbase")),

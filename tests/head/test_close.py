@@ -68,3 +68,36 @@ async def test_write_outs_run_one_at_a_time(tmp_path: Path) -> None:
         }
     finally:
         await storage.close()
+
+
+async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None:
+    """Closed rows go out at most closed_per_flush per flush (an hour of many series
+    closing at once does not hold the writer): every one of them, over several flushes."""
+    cfg = StorageConfig(data_dir=str(tmp_path))
+    storage = EmbeddedStorage(tmp_path)
+    try:
+        await ensure_tables(storage, cfg)
+        now = [BASE + 7200.0]  # hour 0 ended long ago
+        flusher = build_head_sink(
+            storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0
+        )._flusher
+        sink = HeadSink(
+            flusher,
+            StatsRegistry(),
+            max_bytes=cfg.head_max_bytes,
+            grace_s=60,
+            wal=None,
+            wall_clock=lambda: now[0],
+            closed_per_flush=40,
+        )
+        rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(100)}
+        _, runs = HeadSink.encode(rows.items())
+        sink._add(runs)
+        now[0] += 61  # no point for longer than the grace: every row is closed
+        written = [await sink.flush_due() for _ in range(4)]
+        assert written == [40, 40, 20, 0]
+        assert len(sink.head) == 0
+        found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
+        assert len(found) == 100
+    finally:
+        await storage.close()

@@ -293,3 +293,22 @@ async def test_idle_connection_is_closed_after_socket_timeout(make_tsd: MakeTsd)
     assert await client.reader.read() == b""  # closed by the server once idle
     await client.close()
     assert [p.value for p in await stored(daemon)] == [1]
+
+
+async def test_more_series_than_the_series_cache_holds_are_all_stored(make_tsd: MakeTsd) -> None:
+    """tsd.core.series_cache.size bounds the series refs kept: past it they are dropped and
+    points are resolved again as new series (their UIDs cached), none lost or split."""
+    tsd = await make_tsd(**{"tsd.core.series_cache.size": "3"})
+    client = await TelnetClient.connect(tsd.port)
+    for offset in range(2):
+        lines = [f"put card.m {T + offset} {n + offset} host=h{n}\n" for n in range(7)]
+        await client.send("".join(lines).encode())
+    assert await client.sync() == []
+    assert len(tsd.ingest._refs) <= 3  # the bound held
+    assert await stored(tsd) == [
+        sp("card.m", (T + offset) * 1000, n + offset, host=f"h{n}")
+        for n in range(7)
+        for offset in range(2)
+    ]
+    assert tsd.uids.tagv.stats.assignments == 7  # resolved again, never assigned twice
+    await client.close()

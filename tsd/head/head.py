@@ -143,7 +143,7 @@ class Head:
         """Add a writer batch's rows (``(row key, cells, qualifiers, values)``, as
         :func:`tsd.wal.record.decode_row_runs` gives them); the points added."""
         rows = self._rows
-        added = 0
+        added = grown = 0
         at = self._prefix_end
         for (key, count, qualifiers, values), (ok, first, last) in zip(
             runs, _offset_bounds(runs), strict=True
@@ -168,11 +168,14 @@ class Head:
                 row.clean = ok and first > row.last_offset_ms
                 row.last_offset_ms = last
             row.count += count
-            row.ms_count += (len(qualifiers) - 2 * count) // 2
+            q_size = len(qualifiers)
+            if q_size != 2 * count:  # some in milliseconds (4-byte qualifiers)
+                row.ms_count += (q_size - 2 * count) // 2
             row.written_at = now
             row.last_batch = batch
-            self.bytes += len(qualifiers) + len(values)
+            grown += q_size + len(values)
             added += count
+        self.bytes += grown
         self.points += added
         return added
 
@@ -369,8 +372,8 @@ class HeadSnapshot:
         )
 
     def keys(self) -> list[bytes]:
-        """The keys of the rows copied (not yet merged or taken as remaining)."""
-        return [key for key, left in zip(self._keys, self._left.tolist(), strict=True) if left]
+        """The keys of the rows copied (not yet merged into a stored row)."""
+        return [k for k, left in zip(self._keys, self._left.tolist(), strict=True) if left]
 
     def shares(self, keys: Iterable[bytes]) -> bool:
         """True when the head holds rows of some of ``keys`` not merged yet."""

@@ -42,6 +42,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from sys import intern
 from typing import Any, Final, TypeVar, cast
 
 from tsd import __version__
@@ -379,7 +380,7 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
         for word in words[4:]:
             if _PLAIN_TAG.fullmatch(word) is not None:
                 key, _, tagv = word.partition("=")
-                old = tags.setdefault(key, tagv)
+                old = tags.setdefault(intern(key), tagv)
                 if old == tagv:
                     continue
             elif not word:
@@ -402,7 +403,10 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
             check_metric_and_tags(metric, tags, rules)
     except BadRequestError as exc:
         raise _illegal(exc.message) from None
-    return DataPoint(metric, timestamp, value, tuple(sorted(tags.items())))
+    # Metric and tag key names are interned: every series keeps its parsed names (the
+    # ingest service's key of it), and a million series of one metric would otherwise
+    # hold a million copies of the same few strings (~50 bytes each).
+    return DataPoint(intern(metric), timestamp, value, tuple(sorted(tags.items())))
 
 
 # --- The hot path: puts of known series -----------------------------------------------------

@@ -170,6 +170,7 @@ class TelnetProtocol(TrackedProtocol):
         self._loopback = False
         self._task: asyncio.Task[None] | None = None
         self._put_enabled = "put" in context.commands
+        self._after_miss = False  # the last put was of a series not resolved yet
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
@@ -281,7 +282,10 @@ class TelnetProtocol(TrackedProtocol):
                 index = self._next = 0
                 if not lines:
                     return None
-            if fast:
+            # After a put of a new series the next line is mostly one too (a burst of
+            # them): it goes straight to the full parser, which takes a known series as
+            # well; the fast path is tried again after a put of a known series.
+            if fast and not self._after_miss:
                 if session.is_full():
                     return True
                 points: list[RefPoint] = []
@@ -326,8 +330,14 @@ class TelnetProtocol(TrackedProtocol):
         return None
 
     def _put(self, point: DataPoint, alias: tuple[bytes, bytes]) -> _SlowPut | None:
-        """A parsed put: buffered now, or a :class:`_SlowPut` whose series needs a lookup."""
-        if self._session.try_append(point, None, (alias,)):
+        """A parsed put: buffered now, queued into the open batch of lookups, or a
+        :class:`_SlowPut` whose series needs one started."""
+        session = self._session
+        if session.try_append(point, None, (alias,)):
+            self._after_miss = False
+            return None
+        self._after_miss = True
+        if session.try_queue_miss(point, None, (alias,)):
             return None
         return _SlowPut(point, alias)
 

@@ -312,9 +312,10 @@ def _ranges(starts: I64, lengths: I64) -> I64:
     return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
 
 
-@dataclass(frozen=True, slots=True)
-class Put:
-    """Set one cell (creating the row if needed)."""
+class Put(NamedTuple):
+    """Set one cell (creating the row if needed). A NamedTuple (as :class:`Cell`): every
+    new series builds several (UID rows, series index), and a frozen dataclass's
+    ``__init__`` costs several times as much."""
 
     row: bytes
     family: str

@@ -592,6 +592,9 @@ class UniqueId:
     def _remember(self, name: str, raw: bytes, uid: bytes) -> None:
         """Cache a mapping under its stored name. A name with characters outside ISO-8859-1
         also gets a forward-only alias entry, so the next point spelling it so still hits."""
+        if name.isascii():  # stored as it is spelled (the common case: no decoding)
+            self.cache.put(name, uid)
+            return
         stored = decode_name(raw)
         self.cache.put(stored, uid)
         if stored != name:

@@ -76,13 +76,22 @@ def encode_cells_and_runs(
     sharing the joins.
 
     Per row the work is C-level joins over the map's keys and values (no Python step
-    per cell): this runs on the ingest path, once per writer batch."""
+    per cell): this runs on the ingest path, once per writer batch. A row of one cell
+    (many series with a point each: the usual batch at high cardinality) takes its
+    qualifier and value as they are, without joins."""
     parts: list[bytes] = []
     runs: list[RowRun] = []
     append = parts.append
+    extend = parts.extend
     pack_row = _ROW.pack
     join = b"".join
     for row, cells in rows:
+        if len(cells) == 1:
+            for qualifier, value in cells.items():
+                extend((pack_row(len(row), 1), row, bytes((len(qualifier), len(value)))))
+                extend((qualifier, value))
+                runs.append((row, 1, qualifier, value))
+            continue
         qualifiers, values = cells.keys(), cells.values()
         q_joined, v_joined = join(qualifiers), join(values)
         append(pack_row(len(row), len(cells)))

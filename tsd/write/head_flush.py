@@ -166,6 +166,14 @@ class HeadFlusher:
         return qualifier, value
 
 
+#: Closed rows written out per flush (a tick of about a second) at most; the rest wait for
+#: the next ones. An hour of a million series closes at once, and writing a million rows
+#: (tens of microseconds each) in one go held the writer thread, and the interpreter with
+#: it, for most of a minute while points kept arriving (bench/cardinality). Rows past the
+#: memory bound and the shutdown's are written without this limit.
+CLOSED_ROWS_PER_FLUSH = 5_000
+
+
 class HeadSink:
     """The writer's side of the head: batches in (numbered), rows out on time through a
     :class:`HeadFlusher`, and the write-ahead log's records released once every row they
@@ -186,6 +194,7 @@ class HeadSink:
         wal: WriteAheadLog | None,
         wall_clock: Callable[[], float],
         tick_s: float = 1.0,
+        closed_per_flush: int = CLOSED_ROWS_PER_FLUSH,
     ) -> None:
         self.head = head = flusher.head
         self._flusher = flusher
@@ -194,6 +203,7 @@ class HeadSink:
         self._wal = wal
         self._clock = wall_clock
         self._tick_s = tick_s
+        self._closed_per_flush = closed_per_flush
         self._next_batch = 0
         self._logged: deque[tuple[int, int]] = deque()  # (batch, log record), by batch
         self._recovered_until: int | None = None  # replayed batches are below this
@@ -271,14 +281,15 @@ class HeadSink:
                 log.exception("head.flush_crashed")
 
     async def flush_due(self) -> int:
-        """Write the rows that are closed, and the oldest while the head is over its
-        bound (everything after a failed log write); the rows written."""
+        """Write the rows that are closed (at most ``closed_per_flush`` of them: the
+        others at the next calls), and the oldest while the head is over its bound
+        (everything after a failed log write); the rows written."""
         async with self._writing_out:
             return await self._flush_due()
 
     async def _flush_due(self) -> int:
         head = self.head
-        keys = head.closed(self._clock(), self._grace_s)
+        keys = head.closed(self._clock(), self._grace_s)[: self._closed_per_flush]
         over = head.bytes - self._max_bytes * 3 // 4
         if head.bytes > self._max_bytes and over > 0:
             keys = sorted({*keys, *head.oldest(over)})

@@ -17,7 +17,9 @@ ref in bulk (``IngestSession.append_by_ref``), with no lookup and no suspension.
   of one session run at once (1 keeps UID assignment in arrival order, as OpenTSDB hands
   them out), and points of known series arriving meanwhile are buffered at once. A caller
   that must answer only after every earlier point (telnet's commands, a put reply) awaits
-  :meth:`IngestSession.settle`.
+  :meth:`IngestSession.settle`. A caller looping over lines without suspending (telnet)
+  adds a miss to the batch of the current turn with :meth:`IngestSession.try_queue_miss`
+  while one is open: a burst of new series then costs no await per point.
 * Back-pressure. :meth:`IngestSession.room` is how many points the writer takes before it
   is full; :meth:`IngestSession.wait_room` waits until it drains. Protocols stop reading
   meanwhile, so a slow store slows its clients instead of growing the heap.
@@ -55,8 +57,9 @@ SeriesRef: TypeAlias = SeriesKey
 #: A point of a resolved series, as the bulk appenders take it.
 RefPoint: TypeAlias = tuple[SeriesRef, int, int | float]
 
-#: Series refs kept by default (each is a row-key template of about 200 bytes).
-DEFAULT_MAX_SERIES = 1_000_000
+#: Series refs kept by default (each is a row-key template of about 200 bytes, with its
+#: key and the protocols' keys about 1 KB): tsd.core.series_cache.size.
+DEFAULT_MAX_SERIES = 5_000_000
 
 T = TypeVar("T")
 
@@ -370,6 +373,19 @@ class IngestSession(Generic[T]):
                 pending.add(task)
                 task.add_done_callback(pending.discard)
         batch.append(miss)
+
+    def try_queue_miss(
+        self, point: DataPoint, tag: T | None = None, aliases: tuple[Hashable, ...] = ()
+    ) -> bool:
+        """Queue a point whose :meth:`try_append` just missed into this loop turn's batch
+        of lookups, if one is open and not full (True), without suspending; False when
+        :meth:`append` must be awaited (no open batch, or the window is busy). A burst
+        of new series then costs no await per point."""
+        batch = self._collecting
+        if batch is None or len(batch) >= MAX_MISS_BATCH:
+            return False
+        batch.append((point, tag, aliases))
+        return True
 
     async def append_now(
         self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()

@@ -101,6 +101,7 @@ class WritePath:
             writer,
             uids,
             config.storage,
+            max_series=config.core.series_cache_size,
             on_new_series=meta.tracker.on_new_series,
             registry=registry,
         )
