@@ -26,7 +26,6 @@ UIDMeta is written when a UID is first used by a series rather than at assignmen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -39,6 +38,7 @@ from tsd.meta.tsmeta import TsMetaStore
 from tsd.meta.uidmeta import UidMetaStore
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
+from tsd.tasks import cancel_and_wait
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 
@@ -129,11 +129,8 @@ class MetaTracker:
 
     async def close(self) -> None:
         """Write what is queued, then stop the background task."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.flush()
 
     async def flush(self) -> None:

@@ -37,6 +37,7 @@ from tsd.head import Head, Taken
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Cell, CellBlock, Delete, Mutation, Put, Row, Storage
+from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog
 from tsd.wal.record import CELLS, RowRun, decode_row_runs, encode_cells_and_runs
 from tsd.write.rollup import replace_rollup_cells
@@ -311,11 +312,8 @@ class HeadSink:
         stays in the log for the next start. Without one the rows left would be lost
         (acknowledged points), so the close keeps writing past the budget, saying so; only
         storage refusing them leaves rows unwritten (logged as an error)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         try:
             async with asyncio.timeout(budget_s):
                 await self.flush_all()

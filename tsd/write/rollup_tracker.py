@@ -19,7 +19,6 @@ OpenTSDB's compaction which reads them too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
 
 from tsd.codec.const import FAMILY, TIMESTAMP_BYTES
@@ -27,6 +26,7 @@ from tsd.errors import StorageError
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
+from tsd.tasks import cancel_and_wait
 from tsd.write.head_flush import RollupHook, write_rollups
 from tsd.write.schedule import CompactionSchedule
 
@@ -112,11 +112,8 @@ class RollupTracker:
 
     async def close(self) -> None:
         """Stop the task and roll up every noted row."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         try:
             await self.roll_due(everything=True)
         except StorageError as exc:

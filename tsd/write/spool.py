@@ -41,7 +41,6 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -51,6 +50,7 @@ from pathlib import Path
 from tsd.errors import SpoolFull, StorageError, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
+from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog
 from tsd.wal.log import read_record_at
 from tsd.wal.record import HEADER, SEGMENT_MAGIC, Columns, iter_records
@@ -267,11 +267,8 @@ class Spool:
 
     async def close(self) -> None:
         """Stop draining. What HBase has not taken stays in the log for the next start."""
-        if self._drainer is not None:
-            self._drainer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._drainer
-            self._drainer = None
+        await cancel_and_wait(self._drainer)
+        self._drainer = None
         if self._pending:
             log.warning("spool.closed", **self._status())
         error = StorageUnavailable(

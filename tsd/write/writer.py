@@ -52,6 +52,7 @@ from tsd.errors import StorageError, StorageRefused, StorageUnavailable
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
+from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Columns, Row, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
@@ -207,9 +208,7 @@ class Writer:
         if self._wal is not None:
             await self._wal.close()
         if self._compaction_task is not None:
-            self._compaction_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._compaction_task
+            await cancel_and_wait(self._compaction_task)
             rows = self._schedule.take_eligible(self._wall_clock()) if self._compacting else []
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._limits.close_compaction_budget_s):
