@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tests.query.tsdb_harness import embedded_harness
 from tests.tools.toolkit import tsdb
+from tests.write.readback import table_cells
 from tsd.protocol.rollup_config import default_rollup_config
-from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 
 T0 = 1356998400  # 2013-01-01 00:00:00 UTC
@@ -25,11 +25,7 @@ Cells = list[tuple[bytes, bytes, bytes]]
 async def _rollup_cells(directory: Path) -> Cells:
     storage = EmbeddedStorage(directory)
     try:
-        return [
-            (row.key, c.qualifier, c.value)
-            async for row in storage.scan("tsdb-rollup-1h", ScanSpec())
-            for c in row.cells
-        ]
+        return await table_cells(storage, "tsdb-rollup-1h")
     finally:
         await storage.close()
 

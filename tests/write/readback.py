@@ -22,6 +22,15 @@ class StoredPoint:
     value: int | float
 
 
+async def table_cells(storage: Storage, table: str) -> list[tuple[bytes, bytes, bytes]]:
+    """Every cell of ``table`` as (row key, qualifier, value), in storage order."""
+    return [
+        (row.key, c.qualifier, c.value)
+        async for row in storage.scan(table, ScanSpec())
+        for c in row.cells
+    ]
+
+
 async def data_rows(storage: Storage, cfg: StorageConfig) -> list[Row]:
     return [row async for row in storage.scan(cfg.data_table, ScanSpec())]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.write.points import add
+from tests.write.readback import table_cells
 from tsd.codec import KeyLayout
 from tsd.config import Config, CoreConfig, RollupsConfig, StorageConfig
 from tsd.model import DataPoint, make_tags
@@ -17,7 +18,6 @@ from tsd.protocol.rollup_config import default_rollup_config
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
-from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
 from tsd.write.pipeline import WritePath
@@ -57,11 +57,7 @@ async def _store(directory: Path, appends: bool, batches: list[list[Any]]) -> li
                 assert sink is not None
                 await sink.flush_all()
         await writer.close()
-        return [
-            (row.key, c.qualifier, c.value)
-            async for row in storage.scan("tsdb-rollup-1h", ScanSpec())
-            for c in row.cells
-        ]
+        return await table_cells(storage, "tsdb-rollup-1h")
     finally:
         await storage.close()
 
