@@ -231,17 +231,21 @@ class SeriesKey:
     mostly fall in the same hour.
     """
 
-    __slots__ = ("_last_base", "_last_key", "_prefix", "_suffix", "metric_uid", "salt", "tsuid")
+    __slots__ = ("_last_base", "_last_key", "_prefix", "_suffix", "metric_uid", "salt")
 
     def __init__(self, salt: bytes, metric_uid: bytes, tag_bytes: bytes) -> None:
         self.salt = salt
         self.metric_uid = metric_uid
-        #: metric uid + sorted tag pairs (no salt, no time).
-        self.tsuid = metric_uid + tag_bytes
-        self._prefix = salt + metric_uid
+        self._prefix = salt + metric_uid  # the metric UID itself when unsalted
         self._suffix = tag_bytes
         self._last_base = -1
         self._last_key = b""
+
+    @property
+    def tsuid(self) -> bytes:
+        """metric uid + sorted tag pairs (no salt, no time); built when asked (a template
+        per series is kept for millions of series: no copy of its tags kept for this)."""
+        return self.metric_uid + self._suffix
 
     def row_key(self, base_time_s: int) -> bytes:
         """The row key of this series for the row starting at ``base_time_s``."""
@@ -273,12 +277,13 @@ def make_series_key(layout: KeyLayout, metric_uid: bytes, tags: TagPairs) -> Ser
     """
     _check_uid(metric_uid, layout.metric_width, "metric")
     ordered = sorted(tags)
-    tag_bytes = b"".join([tagk + tagv for tagk, tagv in ordered])
     tagk_width, tagv_width = layout.tagk_width, layout.tagv_width
-    if any(len(tagk) != tagk_width or len(tagv) != tagv_width for tagk, tagv in ordered) or (
-        len(ordered) > 1 and len({tagk for tagk, _ in ordered}) != len(ordered)
-    ):
-        encode_tags(layout, ordered)  # raises for the wrong width or the duplicate tagk
+    last = None
+    for tagk, tagv in ordered:  # sorted: a tagk given twice is next to itself
+        if len(tagk) != tagk_width or len(tagv) != tagv_width or tagk == last:
+            encode_tags(layout, ordered)  # raises for the wrong width or the duplicate tagk
+        last = tagk
+    tag_bytes = b"".join([tagk + tagv for tagk, tagv in ordered])
     if not layout.salt_width:
         return SeriesKey(b"", metric_uid, tag_bytes)
     return SeriesKey(salt_prefix(layout, metric_uid, tag_bytes), metric_uid, tag_bytes)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import attrgetter
 
 import numpy as np
@@ -127,6 +128,8 @@ class Head:
         self._groups: dict[tuple[bytes, int], dict[bytes, HeadRow]] = {}
         self.bytes = 0
         self.points = 0
+        #: counts the calls of :meth:`release` (the only way the oldest batch held grows)
+        self.releases = 0
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -142,7 +145,7 @@ class Head:
     def add_runs(self, runs: Sequence[Run], batch: int, now: float) -> int:
         """Add a writer batch's rows (``(row key, cells, qualifiers, values)``, as
         :func:`tsd.wal.record.decode_row_runs` gives them); the points added."""
-        rows = self._rows
+        rows, groups = self._rows, self._groups
         added = grown = 0
         at = self._prefix_end
         for (key, count, qualifiers, values), (ok, first, last) in zip(
@@ -150,17 +153,32 @@ class Head:
         ):
             if not count:
                 continue
+            q_size = len(qualifiers)
             row = rows.get(key)
-            if row is None:
+            if row is None:  # a new row (every series, once an hour): built whole
                 base = int.from_bytes(key[at : at + TIMESTAMP_BYTES], "big")
-                row = rows[key] = HeadRow(key, base, first_batch=batch)
+                rows[key] = row = HeadRow(
+                    key,
+                    base,
+                    bytearray(qualifiers),
+                    bytearray(values),
+                    count,
+                    (q_size - 2 * count) // 2,
+                    ok,
+                    last,
+                    now,
+                    batch,
+                    batch,
+                )
                 group = (key[:at], base)
-                members = self._groups.get(group)
+                members = groups.get(group)
                 if members is None:
-                    members = self._groups[group] = {}
+                    members = groups[group] = {}
                 members[key] = row
-                self.bytes += ROW_OVERHEAD_BYTES
-            elif not row.count:
+                grown += ROW_OVERHEAD_BYTES + q_size + len(values)
+                added += count
+                continue
+            if not row.count:
                 row.first_batch = batch
             row.qualifiers += qualifiers
             row.values += values
@@ -168,7 +186,6 @@ class Head:
                 row.clean = ok and first > row.last_offset_ms
                 row.last_offset_ms = last
             row.count += count
-            q_size = len(qualifiers)
             if q_size != 2 * count:  # some in milliseconds (4-byte qualifiers)
                 row.ms_count += (q_size - 2 * count) // 2
             row.written_at = now
@@ -223,14 +240,24 @@ class Head:
 
     # -- leaving ------------------------------------------------------------------------------
 
-    def closed(self, now: float, grace_s: float) -> list[bytes]:
+    def closed(self, now: float, grace_s: float, limit: int | None = None) -> list[bytes]:
         """Rows whose hour ended ``grace_s`` ago and that got no point for ``grace_s``
-        (docs/write-path.md), in key order."""
+        (docs/write-path.md), in key order; at most ``limit``, the oldest hours' first.
+
+        The search stops at ``limit``: an hour of a million series closes at once and is
+        written out a few thousand rows a tick, so each tick looks at about as many rows
+        as it takes, not at (and sorts) every row still waiting."""
         keys: list[bytes] = []
-        for (_, base), members in self._groups.items():
+        room = len(self._rows) if limit is None else limit
+        for (_, base), members in sorted(self._groups.items(), key=_hour_of_group):
+            if room <= 0:
+                break
             if base + MAX_TIMESPAN + grace_s > now:
                 continue
-            keys.extend(k for k, row in members.items() if now - row.written_at >= grace_s)
+            idle = (k for k, row in members.items() if now - row.written_at >= grace_s)
+            found = list(islice(idle, room))
+            keys += found
+            room -= len(found)
         keys.sort()
         return keys
 
@@ -274,6 +301,7 @@ class Head:
 
     def release(self, taken: Taken) -> None:
         """Storage holds ``taken``: drop those points (points added since stay)."""
+        self.releases += 1
         row = self._rows.get(taken.key)
         if row is None:
             return
@@ -458,6 +486,12 @@ def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[
 
 
 _COUNT = attrgetter("count")
+
+
+def _hour_of_group(item: tuple[tuple[bytes, int], object]) -> int:
+    return item[0][1]
+
+
 _MS_COUNT = attrgetter("ms_count")
 _CLEAN = attrgetter("clean")
 

@@ -208,6 +208,7 @@ class HeadSink:
         self._next_batch = 0
         self._logged: deque[tuple[int, int]] = deque()  # (batch, log record), by batch
         self._recovered_until: int | None = None  # replayed batches are below this
+        self._releases_seen = -1  # head.releases at the last look at the oldest batch
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._refusal: StorageRefused | None = None
@@ -290,7 +291,7 @@ class HeadSink:
 
     async def _flush_due(self) -> int:
         head = self.head
-        keys = head.closed(self._clock(), self._grace_s)[: self._closed_per_flush]
+        keys = head.closed(self._clock(), self._grace_s, self._closed_per_flush)
         over = head.bytes - self._max_bytes * 3 // 4
         if head.bytes > self._max_bytes and over > 0:
             keys = sorted({*keys, *head.oldest(over)})
@@ -349,7 +350,11 @@ class HeadSink:
         wal = self._wal
         if wal is None:
             return
-        oldest = self.head.oldest_batch()
+        head = self.head
+        if head.releases == self._releases_seen and len(head):
+            return  # no row left since the last look: the oldest batch held is the same
+        self._releases_seen = head.releases
+        oldest = head.oldest_batch()
         below = self._next_batch if oldest is None else oldest
         logged = self._logged
         while logged and logged[0][0] < below:

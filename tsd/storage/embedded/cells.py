@@ -14,15 +14,27 @@ from typing import TYPE_CHECKING, TypeAlias
 import lmdb
 
 from tsd.errors import StorageError
-from tsd.storage.base import Cell, Delete, FamilySpec, Mutation, Put, Row, RowFilter
+from tsd.storage.base import (
+    Cell,
+    CheckAndPut,
+    Delete,
+    FamilySpec,
+    Mutation,
+    Put,
+    Row,
+    RowFilter,
+)
 from tsd.storage.embedded import packed
 from tsd.storage.embedded.keys import (
+    FAMILY_END,
     KEY_LIMIT,
     PACKED_FAMILY,
+    ROW_END,
     cell_key,
     cell_prefix,
     decode_bucket,
     encode_bucket,
+    escape_row,
     is_bucket,
     is_packed,
     packed_key,
@@ -331,6 +343,32 @@ def check_and_put(
     if matches:
         write_cell(txn, table, put)
     return matches
+
+
+def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]) -> list[bool]:
+    """:func:`check_and_put` of each check, in order (distinct cells, one transaction).
+
+    A check that a plain cell is absent (what a batch of new UIDs makes: two per name)
+    is one LMDB put that refuses to overwrite: applied when the key was absent; a key
+    present goes through :func:`check_and_put` (an empty stored cell counts as absent,
+    as in HBase). Packed and bucketed cells always take that path."""
+    for family in {check.family for check in checks}:
+        table.check_family(family)
+    db, put_new = table.db, txn.put
+    tails: dict[str, bytes] = {}
+    results: list[bool] = []
+    for family, qualifier, expected, put in checks:
+        if expected is None and put.row and not table.packs(family, qualifier):
+            tail = tails.get(family)
+            if tail is None:
+                tail = tails[family] = ROW_END + family.encode("ascii") + FAMILY_END
+            key = escape_row(put.row) + tail + qualifier
+            # shorter than the limit: neither a bucket nor a prefix too long (keys.py)
+            if len(key) < KEY_LIMIT and put_new(key, put.value, overwrite=False, db=db):
+                results.append(True)
+                continue
+        results.append(check_and_put(txn, table, put.row, family, qualifier, expected, put))
+    return results
 
 
 def append(

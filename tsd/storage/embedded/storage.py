@@ -389,13 +389,9 @@ class EmbeddedStorage(Storage):
         if not frozen:
             return []
 
-        def apply(txn: Txn) -> list[bool]:
-            return [
-                cells.check_and_put(txn, info, c.put.row, c.family, c.qualifier, c.expected, c.put)
-                for c in frozen
-            ]
-
-        return await self._write(apply, len(frozen))
+        return await self._write(
+            functools.partial(cells.check_and_put_many, table=info, checks=frozen), len(frozen)
+        )
 
     async def append(
         self, table: str, row: bytes, family: str, qualifier: bytes, value: bytes
