@@ -473,19 +473,33 @@ def claim_cell(row: bytes, value: bytes, expected: bytes | None = None) -> Check
 
 
 async def test_check_and_put_many_answers_each_check_in_order(storage, table) -> None:
-    await storage.put(table, [Put(b"taken", "f", b"id", b"old"), Put(b"held", "f", b"id", b"1")])
+    await storage.put(
+        table,
+        [
+            Put(b"taken", "f", b"id", b"old"),
+            Put(b"held", "f", b"id", b"1"),
+            Put(b"empty", "f", b"id", b""),
+        ],
+    )
     checks = [
         claim_cell(b"new-a", b"a"),
         claim_cell(b"taken", b"x"),  # exists: refused
         claim_cell(b"held", b"2", expected=b"1"),  # holds the expected value: applied
+        claim_cell(b"empty", b"e"),  # an empty cell counts as absent (HBase's rule)
         claim_cell(b"new-b", b"b"),
     ]
-    assert await storage.check_and_put_many(table, checks) == [True, False, True, True]
-    # Read back the four rows by key: on HBase a recycled table once showed a row another
+    assert await storage.check_and_put_many(table, checks) == [True, False, True, True, True]
+    # Read back the rows by key: on HBase a recycled table once showed a row another
     # test had left behind (tests/hbase/recycling.py), which says nothing about these checks.
-    rows = await storage.get_many(table, [b"new-a", b"taken", b"held", b"new-b"])
+    rows = await storage.get_many(table, [b"new-a", b"taken", b"held", b"empty", b"new-b"])
     values = {row.key: row.value("f", b"id") for row in rows}
-    assert values == {b"new-a": b"a", b"taken": b"old", b"held": b"2", b"new-b": b"b"}
+    assert values == {
+        b"new-a": b"a",
+        b"taken": b"old",
+        b"held": b"2",
+        b"empty": b"e",
+        b"new-b": b"b",
+    }
     assert await storage.check_and_put_many(table, []) == []
 
 
