@@ -33,7 +33,7 @@ async def test_close_without_a_log_writes_every_row_past_its_budget(tmp_path: Pa
         for series in range(1200):  # more than one write-out chunk
             points = [encode_point(BASE + 10 * i, series + i * 0.5)[1:] for i in range(30)]
             rows[_key(series, 0)] = dict(points)
-        _, runs = HeadSink.encode(rows.items())
+        _, runs = HeadSink.encode(rows)
         sink.add(runs, None)
         await sink.close(0.0)
         assert len(sink.head) == 0
@@ -57,7 +57,7 @@ async def test_write_outs_run_one_at_a_time(tmp_path: Path) -> None:
             _key(series, 0): dict(encode_point(BASE + 10 * i, i)[1:] for i in range(20))
             for series in range(600)
         }
-        _, runs = HeadSink.encode(rows.items())
+        _, runs = HeadSink.encode(rows)
         sink.add(runs, None)
         written = await asyncio.gather(sink.flush_all(), sink.flush_all(), sink.flush_due())
         assert list(written) == [600, 0, 0]
@@ -91,7 +91,7 @@ async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None
             closed_per_flush=40,
         )
         rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(100)}
-        _, runs = HeadSink.encode(rows.items())
+        _, runs = HeadSink.encode(rows)
         sink._add(runs)
         now[0] += 61  # no point for longer than the grace: every row is closed
         written = [await sink.flush_due() for _ in range(4)]

@@ -18,6 +18,7 @@ buildQualifier / getOffsetFromQualifier / getQualifierLength / getFlagsFromQuali
 
 from __future__ import annotations
 
+import importlib
 import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
@@ -71,6 +72,11 @@ _UNPACK_FLOAT = struct.Struct(">f").unpack
 _PACK_DOUBLE = struct.Struct(">d").pack
 #: One-byte values by their unsigned byte (index ``value & 0xFF``).
 _INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
+
+try:  # the compiled encode_points_into (setup.py builds it where a C compiler is)
+    _C: Any = importlib.import_module("tsd.codec._encode")
+except ImportError:  # pragma: no cover
+    _C = None
 #: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
 #: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
 _SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))
@@ -189,8 +195,22 @@ def encode_points_into(
     one are in ``rows``).
 
     The bulk form of :func:`encode_point` for the ingest hot path (every put of one socket
-    read or request body): the common cases are inline, without a call per point.
-    """
+    read or request body): the C helper ``_encode.c`` where built (a list of points), else
+    :func:`python_encode_points_into`."""
+    if _C is not None and type(points) is list:
+        added: int = _C.encode_points_into(
+            rows, points, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
+        )
+        return added
+    return python_encode_points_into(rows, points)
+
+
+def python_encode_points_into(
+    rows: dict[bytes, dict[bytes, bytes]],
+    points: Iterable[tuple[SeriesKey, int, int | float]],
+) -> int:
+    """:func:`encode_points_into` in Python: the common cases are inline, without a call
+    per point."""
     added = 0
     qualifiers = _SECONDS_QUALIFIERS
     int1 = _INT1_BYTES

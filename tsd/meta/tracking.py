@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from itertools import islice
 
 from tsd.codec import KeyLayout, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
@@ -58,6 +59,7 @@ LINGER_S = 0.1
 RETRY_PAUSE_S = 1.0
 
 _Pairs = tuple[tuple[bytes, bytes], ...]
+_new = tuple.__new__
 
 
 class MetaTracker:
@@ -161,9 +163,10 @@ class MetaTracker:
     async def _write_round(self) -> bool:
         """Write one batch; False when it failed (its series are queued again, up to
         MAX_ATTEMPTS times)."""
-        batch = list(self._pending.items())[:BATCH_SIZE]
+        pending = self._pending
+        batch = list(islice(pending.items(), BATCH_SIZE))  # not a copy of all that waits
         for tsuid, _ in batch:
-            del self._pending[tsuid]
+            del pending[tsuid]
         self._writing.update(tsuid for tsuid, _ in batch)
         try:
             await self._write_batch(batch)
@@ -193,9 +196,9 @@ class MetaTracker:
         tsuids = [tsuid for tsuid, _ in batch]
         if not core.meta_enable_tsuid_tracking:
             stamp = now_s.to_bytes(8, "big", signed=True)
-            await self._storage.put(
-                self._table, [Put(t, TSMETA_FAMILY, INDEX_QUALIFIER, stamp) for t in tsuids]
-            )
+            cell = (TSMETA_FAMILY, INDEX_QUALIFIER, stamp)
+            # tuple.__new__: a Put without the frame of its generated __new__ (per series)
+            await self._storage.put(self._table, [_new(Put, (t, *cell)) for t in tsuids])
         elif core.meta_enable_tsuid_incrementing:
             for tsuid in tsuids:
                 count = await self._storage.increment(

@@ -89,6 +89,10 @@ CHARSET = "iso-8859-1"
 
 _T = TypeVar("_T")
 
+#: builds a NamedTuple (Put, CheckAndPut) from a tuple of its fields without the Python
+#: frame of its generated ``__new__``: a batch of new names builds four per name
+_new = tuple.__new__
+
 
 def encode_name(name: str) -> bytes:
     """The stored bytes of ``name``: ISO-8859-1, with ``?`` for any other character (as
@@ -249,10 +253,15 @@ class UniqueId:
             found.update(looked)
             return found
         claimed = self._claim(misses)
-        for batch in {id(batch): batch for batch in claimed.values()}.values():
-            await asyncio.shield(batch.done)
+        outcomes = {}
+        for batch in claimed.values():
+            if id(batch) not in outcomes:
+                outcomes[id(batch)] = await asyncio.shield(batch.done)
         for name, batch in claimed.items():
-            found[name] = batch.result(name)  # raises the first failure
+            outcome = outcomes[id(batch)][name]
+            if isinstance(outcome, BaseException):
+                raise outcome  # the first failure
+            found[name] = outcome
         return found
 
     async def assign(self, name: str) -> bytes:
@@ -560,7 +569,10 @@ class UniqueId:
         reverse = await self.storage.check_and_put_many(
             self.table,
             [
-                CheckAndPut(NAME_FAMILY, qualifier, None, Put(uid, NAME_FAMILY, qualifier, raw))
+                _new(
+                    CheckAndPut,
+                    (NAME_FAMILY, qualifier, None, _new(Put, (uid, NAME_FAMILY, qualifier, raw))),
+                )
                 for raw, uid in candidates
             ],
         )
@@ -571,7 +583,10 @@ class UniqueId:
         forward = await self.storage.check_and_put_many(
             self.table,
             [
-                CheckAndPut(ID_FAMILY, qualifier, None, Put(raw, ID_FAMILY, qualifier, uid))
+                _new(
+                    CheckAndPut,
+                    (ID_FAMILY, qualifier, None, _new(Put, (raw, ID_FAMILY, qualifier, uid))),
+                )
                 for raw, uid in fresh
             ],
         )

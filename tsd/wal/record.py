@@ -25,11 +25,12 @@ Theory of operation (docs/format/wal.md has the box diagrams; Prometheus'
 from __future__ import annotations
 
 import gc
+import importlib
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Final
+from typing import Any, Final
 
 import google_crc32c
 import zstandard
@@ -53,6 +54,11 @@ _ZSTD_LEVEL: Final = 1
 MAX_PAYLOAD_BYTES: Final = 1 << 30
 _ROW: Final = struct.Struct(">HI")  # row key length, cell count
 
+try:  # the compiled encode_cells_and_runs (setup.py builds it where a C compiler is)
+    _C: Any = importlib.import_module("tsd.codec._encode")
+except ImportError:  # pragma: no cover
+    _C = None
+
 #: a row key and its cells, (qualifier, value) in qualifier order
 Row = tuple[bytes, list[tuple[bytes, bytes]]]
 #: a row key, its qualifiers and its values (the same cells, column by column)
@@ -70,10 +76,24 @@ def encode_cells(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> bytes:
 
 
 def encode_cells_and_runs(
-    rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]],
+    rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]] | dict[bytes, dict[bytes, bytes]],
 ) -> tuple[bytes, list[RowRun]]:
     """:func:`encode_cells`, and the same rows as :data:`RowRun` (what the head takes),
-    sharing the joins.
+    sharing the joins. ``rows``: pairs, or a writer batch's dict itself, which the C
+    helper ``tsd/codec/_encode.c`` takes whole where it is built."""
+    if isinstance(rows, dict):
+        if _C is not None:
+            done = _C.encode_cells_and_runs(rows)
+            if done is not None:
+                return frame_cells(done[0]), done[1]
+        rows = rows.items()
+    return python_encode_cells_and_runs(rows)
+
+
+def python_encode_cells_and_runs(
+    rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]],
+) -> tuple[bytes, list[RowRun]]:
+    """:func:`encode_cells_and_runs` in Python.
 
     Per row the work is C-level joins over the map's keys and values (no Python step
     per cell): this runs on the ingest path, once per writer batch. A row of one cell

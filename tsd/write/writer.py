@@ -463,7 +463,7 @@ class Writer:
         storage refuses."""
         started = time.perf_counter()
         try:
-            record, runs = sink.encode(batch.rows.items())
+            record, runs = sink.encode(batch.rows)
             error: StorageError | None = sink.refusal
             seq = None
             if error is None and self._wal is not None:
