@@ -5,7 +5,7 @@ Names follow OpenTSDB's domain words: metric, tagk, tagv, tags, timestamp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: Tags as a tuple of (tagk, tagv) pairs sorted by tagk name.
 Tags = tuple[tuple[str, str], ...]
@@ -28,13 +28,16 @@ def is_ms_timestamp(timestamp: int) -> bool:
     return timestamp > MAX_SECONDS_TIMESTAMP
 
 
-@dataclass(frozen=True, slots=True)
-class DataPoint:
+class DataPoint(NamedTuple):
     """One data point as a client sent it, already typed.
 
     ``timestamp`` is as given: seconds when <= 2**32-1, else milliseconds
     (OpenTSDB's rule). ``value`` is an int or a float per OpenTSDB's typing rule
     (a value with none of ``.``, ``e``, ``E`` is an integer).
+
+    A NamedTuple (immutable as a frozen dataclass): every put line builds one, and a
+    frozen dataclass's ``__init__`` (a ``object.__setattr__`` per field) cost about a
+    microsecond of a new series' twenty.
     """
 
     metric: str

@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 from tsd import __version__
 from tsd.codec.value import encode_value, parse_value
@@ -211,8 +211,10 @@ def line_too_long(max_line_bytes: int) -> BadRequestError:
 # --- Commands --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PutCommand:
+class PutCommand(NamedTuple):
+    """A put line, parsed (a NamedTuple: one per line, built without a frozen dataclass's
+    ``object.__setattr__``)."""
+
     point: DataPoint
 
 

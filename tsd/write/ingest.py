@@ -175,11 +175,15 @@ class IngestService:
             return cast(list[SeriesRef | NoSuchUniqueName], found)
         resolved = await self.uids.resolve_many_for_write(missing)
         made: dict[tuple[str, Tags], SeriesRef | NoSuchUniqueName] = {}
+        new_ref = self._new_ref
         for key, result in zip(missing, resolved, strict=True):
             if isinstance(result, NoSuchUniqueName):
                 made[key] = result
-            else:
-                made[key] = refs.get(key) or self._new_ref(key, *result)
+            else:  # resolved meanwhile by another batch, or new here
+                ref = refs.get(key)
+                made[key] = ref if ref is not None else new_ref(key, *result)
+        if len(made) == len(keys):  # every series new and distinct (a burst): in order
+            return list(made.values())
         return [made[k] if got is None else got for k, got in zip(keys, found, strict=True)]
 
     def _new_ref(
