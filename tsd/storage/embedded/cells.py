@@ -34,7 +34,6 @@ from tsd.storage.embedded.keys import (
     cell_prefix,
     decode_bucket,
     encode_bucket,
-    escape_row,
     is_bucket,
     is_packed,
     packed_key,
@@ -348,26 +347,38 @@ def check_and_put(
 def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]) -> list[bool]:
     """:func:`check_and_put` of each check, in order (distinct cells, one transaction).
 
-    A check that a plain cell is absent (what a batch of new UIDs makes: two per name)
-    is one LMDB put that refuses to overwrite: applied when the key was absent; a key
-    present goes through :func:`check_and_put` (an empty stored cell counts as absent,
-    as in HBase). Packed and bucketed cells always take that path."""
+    Checks that plain cells are absent (what a batch of new UIDs makes: two per name) go
+    in bulk: one ``getmulti`` finds which of their keys exist, and those absent are put in
+    one ``putmulti`` (applied: LMDB has one writer, nothing comes between); a key present
+    goes through :func:`check_and_put` (an empty stored cell counts as absent, as in
+    HBase), as do packed, bucketed and other checks, each in its place in the order."""
     for family in {check.family for check in checks}:
         table.check_family(family)
-    db, put_new = table.db, txn.put
     tails: dict[str, bytes] = {}
-    results: list[bool] = []
+    keys: list[bytes | None] = []
     for family, qualifier, expected, put in checks:
+        key = None
         if expected is None and put.row and not table.packs(family, qualifier):
             tail = tails.get(family)
             if tail is None:
                 tail = tails[family] = ROW_END + family.encode("ascii") + FAMILY_END
-            key = escape_row(put.row) + tail + qualifier
-            # shorter than the limit: neither a bucket nor a prefix too long (keys.py)
-            if len(key) < KEY_LIMIT and put_new(key, put.value, overwrite=False, db=db):
-                results.append(True)
-                continue
-        results.append(check_and_put(txn, table, put.row, family, qualifier, expected, put))
+            key = put.row.replace(b"\x00", b"\x00\xff") + tail + qualifier  # keys.escape_row
+            if len(key) >= KEY_LIMIT:  # a bucket or a prefix too long (keys.py)
+                key = None
+        keys.append(key)
+    cursor = txn.cursor(db=table.db)
+    plain = [key for key in keys if key is not None]
+    present = {key for key, _ in cursor.getmulti(plain)} if plain else set()
+    if plain and not present and len(plain) == len(checks):  # every check a fresh cell
+        cursor.putmulti([(key, c.put.value) for key, c in zip(plain, checks, strict=True)])
+        return [True] * len(checks)
+    results: list[bool] = []
+    for key, (family, qualifier, expected, put) in zip(keys, checks, strict=True):
+        if key is not None and key not in present:
+            txn.put(key, put.value, db=table.db)
+            results.append(True)
+        else:
+            results.append(check_and_put(txn, table, put.row, family, qualifier, expected, put))
     return results
 
 
