@@ -400,7 +400,7 @@ class HBaseStorage(Storage):
                 async for row in rows:
                     yield row
         finally:
-            await self._close_scanner(table, scanner)
+            self._close_later(table, scanner)
 
     async def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
@@ -459,7 +459,7 @@ class HBaseStorage(Storage):
                 idempotent=False,
             )
         finally:
-            await self._close_scanner(table, scanner)
+            self._close_later(table, scanner)
         below = [key for key in block.keys if start <= key and (not stop or key < stop)]
         return max(below) if below else None
 
@@ -570,16 +570,6 @@ class HBaseStorage(Storage):
             if not pieces:
                 return
 
-    async def _close_scanner(self, table: str, scanner: int) -> None:
-        # Best effort: a scanner left open expires on the server (its lease), and the
-        # scan's own outcome (a result, an error, a cancellation) is what the caller needs.
-        try:
-            await self._call(
-                "scannerClose", table, lambda c: c.scannerClose(scanner), idempotent=False
-            )
-        except StorageError as exc:
-            log.info("hbase.scanner_close_failed", table=table, error=str(exc))
-
     def _close_later(self, table: str, scanner: int) -> None:
         """Close ``scanner`` in the background, with the others of the next CLOSE_DELAY_S,
         in one write (:func:`~.pool.pipelined`)."""
@@ -598,7 +588,8 @@ class HBaseStorage(Storage):
             self._closer = None
 
     async def _close_scanners(self, table: str, scanners: list[int]) -> None:
-        # Best effort, as _close_scanner: an unclosed scanner expires on the gateway.
+        # Best effort: a scanner left open expires on the server (its lease), and the
+        # scan's own outcome (a result, an error, a cancellation) is what the caller needed.
         calls = [{"id": scanner} for scanner in scanners]
         try:
             answers = await self._call(
