@@ -104,16 +104,18 @@ typedef struct {
     const int64_t *qlen, *vlen, *counts, *base;
 } cells_t;
 
-/* What a walk hands on: each point (its row, time in ms, offset in s, double and exact
- * long, is_float), then the end of each row. Return 0 to go on, 1 to refuse the block
+/* What a walk hands on: each point (its row, time in ms, offset in ms from the row's base
+ * time, double and exact long, is_float), then the end of each row. Return 0 to go on, 1 to refuse the block
  * (the caller answers None), -1 on a Python error. */
-typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
+typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d, int64_t i,
                         int is_float);
 typedef int (*row_fn)(void *sink, Py_ssize_t row);
 
 /* Walks every point of every row in stored order, refusing what decode_seconds refuses
  * (see the top of this file). Called without the GIL: touches only the block's buffers. */
-static int walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *sink) {
+#define WALKER static inline __attribute__((always_inline)) int
+
+WALKER walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *sink) {
     Py_ssize_t qpos = 0, vpos = 0, cell = 0;
     for (Py_ssize_t r = 0; r < c->nrows; r++) {
         long last = -1;
@@ -143,7 +145,8 @@ static int walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *
                 double d;
                 int64_t i;
                 read_value(vp + at, c->vn - (vpos + at), width, is_float, &d, &i);
-                int rc = on_point(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+                int64_t off_ms = (int64_t)off * 1000;
+                int rc = on_point(sink, r, c->base[r] + off_ms, off_ms, d, i, is_float);
                 if (rc) return rc;
                 used += width;
                 last = off;
@@ -190,11 +193,11 @@ typedef struct {
     PyThreadState *save; /* the released thread state: the integer arrays need the GIL */
 } points_t;
 
-static int on_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
+static inline int on_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d, int64_t i,
                     int is_float) {
     points_t *p = sink;
     (void)row;
-    (void)off;
+    (void)off_ms;
     if (p->out >= p->npoints) return 1;
     if (!is_float && p->iv == NULL) {
         PyEval_RestoreThread(p->save);
@@ -212,17 +215,20 @@ static int on_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, 
     return 0;
 }
 
-static int on_points_row(void *sink, Py_ssize_t row) {
+static inline int on_points_row(void *sink, Py_ssize_t row) {
     points_t *p = sink;
     p->ro[row + 1] = p->out;
     return 0;
 }
 
-typedef int (*walk_fn)(const void *cells, point_fn on_point, row_fn on_row, void *sink);
+/* A walk with its sink compiled in (see WALKERS): returns as the walk does. */
+typedef int (*walk_fn)(const void *cells, void *sink);
 
-static int walk_block(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
-    return walk_cells(cells, on_pt, on_row, sink);
-}
+/* A walker's two compiled forms: every point (walk_points) or the buckets (walk_buckets).
+ * The sinks are inlined into each, not called per point through a pointer. */
+typedef struct {
+    walk_fn points, buckets;
+} walker_t;
 
 /* decode_seconds' and decode_runs' arrays: every point `walk` hands on, without the GIL.
  * The tuple, None when the walk refuses, NULL on a Python error. */
@@ -240,7 +246,7 @@ static PyObject *walk_points(walk_fn walk, const void *cells, Py_ssize_t npoints
     p.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
     p.ro[0] = 0;
     p.save = PyEval_SaveThread();
-    int rc = walk(cells, on_point, on_points_row, &p);
+    int rc = walk(cells, &p);
     PyEval_RestoreThread(p.save);
     if (rc < 0) goto done;
     if (rc > 0 || p.out != p.npoints) {
@@ -269,7 +275,7 @@ typedef struct {
 } runs_t;
 
 /* Walks the runs' points row after row (see decode_runs at the top of this file). */
-static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+WALKER walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
     const runs_t *c = cells;
     Py_ssize_t npoints = c->qn / 2, vpos = 0, out = 0;
     for (Py_ssize_t r = 0; r < c->nrows; r++) {
@@ -286,7 +292,8 @@ static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sin
             double d;
             int64_t i;
             read_value(c->vb + vpos, c->vn - vpos, width, is_float, &d, &i);
-            int rc = on_pt(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+            int64_t off_ms = (int64_t)off * 1000;
+            int rc = on_pt(sink, r, c->base[r] + off_ms, off_ms, d, i, is_float);
             if (rc) return rc;
             vpos += width;
             last = off;
@@ -312,7 +319,7 @@ typedef struct {
 /* The open bucket's value as the downsample aggregators' double path gives it (OpenTSDB's
  * runDouble: NaN skipped, a sum from 0.0 in stored order; an avg that sum over the count;
  * NaN when every value was NaN, except count: 0). */
-static void close_bucket(buckets_t *s) {
+static inline void close_bucket(buckets_t *s) {
     if (!s->open) return;
     double v;
     if (s->function == FN_COUNT) {
@@ -327,17 +334,18 @@ static void close_bucket(buckets_t *s) {
     s->open = 0;
 }
 
-static int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
+static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d, int64_t i,
                            int is_float) {
     buckets_t *s = sink;
     (void)i;
     (void)is_float;
     s->raw[row]++;
     /* A point beyond its row's hour: its bucket may hold points of the next row. */
-    if (off >= 3600 || ts < 0) return 1;
+    if (off_ms >= 3600000 || ts < 0) return 1;
     if (ts < s->seek) return 0;
-    int64_t bucket = ts - ts % s->interval;
-    if (!s->open || bucket != s->bucket) {
+    /* The open bucket's point (no division: points of a row mostly come in time order). */
+    if (!s->open || ts < s->bucket || ts - s->bucket >= s->interval) {
+        int64_t bucket = ts - ts % s->interval;
         close_bucket(s);
         if (s->out >= s->cap) return 1;
         s->open = 1;
@@ -352,7 +360,7 @@ static int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, long off, dou
     return 0;
 }
 
-static int on_buckets_row(void *sink, Py_ssize_t row) {
+static inline int on_buckets_row(void *sink, Py_ssize_t row) {
     buckets_t *s = sink;
     close_bucket(s);
     s->ro[row + 1] = s->out;
@@ -386,7 +394,7 @@ static PyObject *walk_buckets(walk_fn walk, const void *cells, Py_ssize_t cap, P
     s.ro[0] = 0;
     memset(s.raw, 0, (size_t)nrows * 8);
     PyThreadState *save = PyEval_SaveThread();
-    int rc = walk(cells, on_bucket_point, on_buckets_row, &s);
+    int rc = walk(cells, &s);
     PyEval_RestoreThread(save);
     if (rc < 0) goto done;
     if (rc > 0) {
@@ -415,16 +423,14 @@ typedef struct {
 
 /* Hands on each row's points (ms offsets from the row's base time, doubles) in order;
  * refuses counts that do not add up to the points. */
-static int walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+WALKER walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
     const arrays_t *a = cells;
     Py_ssize_t at = 0;
     for (Py_ssize_t r = 0; r < a->nrows; r++) {
         if (a->counts[r] < 0 || at + a->counts[r] > a->npoints) return 1;
         for (int64_t k = 0; k < a->counts[r]; k++, at++) {
             int64_t off_ms = a->offsets[at];
-            /* past the hour (or before the row): the sink refuses it as a cell walk's */
-            long off = off_ms < 0 ? 3600 : (long)(off_ms / 1000);
-            int rc = on_pt(sink, r, a->base[r] + off_ms, off, a->values[at], 0, 1);
+            int rc = on_pt(sink, r, a->base[r] + off_ms, off_ms, a->values[at], 0, 1);
             if (rc) return rc;
         }
         int rc = on_row(sink, r);
@@ -433,19 +439,35 @@ static int walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *s
     return at == a->npoints ? 0 : 1;
 }
 
+#define WALKERS(walk, cells_type)                                                          \
+    static int walk##_points(const void *c, void *sink) {                                   \
+        return walk((const cells_type *)c, on_point, on_points_row, sink);                   \
+    }                                                                                       \
+    static int walk##_buckets(const void *c, void *sink) {                                  \
+        return walk((const cells_type *)c, on_bucket_point, on_buckets_row, sink);           \
+    }                                                                                       \
+    static const walker_t walk##_er = {walk##_points, walk##_buckets};
+
+WALKERS(walk_cells, cells_t)
+WALKERS(walk_runs, void)
+WALKERS(walk_arrays, void)
+#define cells_walker walk_cells_er
+#define runs_walker walk_runs_er
+#define arrays_walker walk_arrays_er
+
 /* -- the entry points --------------------------------------------------------------- */
 
 /* What every entry point does once it holds its buffers: None when they are not
  * consistent (`ok` 0), else the walk's points, or with `bucketed` its buckets. */
-static PyObject *walk_entry(walk_fn walk, const void *cells, int ok, Py_ssize_t cap,
+static PyObject *walk_entry(const walker_t *walker, const void *cells, int ok, Py_ssize_t cap,
                             Py_ssize_t nrows, int bucketed, long long interval, long long seek,
                             int function) {
     if (!ok) {
         Py_INCREF(Py_None);
         return Py_None;
     }
-    if (!bucketed) return walk_points(walk, cells, cap, nrows);
-    return walk_buckets(walk, cells, cap, nrows, interval, seek, function);
+    if (!bucketed) return walk_points(walker->points, cells, cap, nrows);
+    return walk_buckets(walker->buckets, cells, cap, nrows, interval, seek, function);
 }
 
 /* decode_seconds and (`bucketed`) decode_buckets: a block's cells. */
@@ -461,7 +483,7 @@ static PyObject *cells_entry(PyObject *args, int bucketed) {
         parsed = PyArg_ParseTuple(args, "y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]);
     if (!parsed) return NULL;
     fill_cells(b, &c);
-    PyObject *result = walk_entry(walk_block, &c, cells_ok(&c, b), c.qn / 2, c.nrows, bucketed,
+    PyObject *result = walk_entry(&cells_walker, &c, cells_ok(&c, b), c.qn / 2, c.nrows, bucketed,
                                   interval, seek, function);
     for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
     return result;
@@ -481,7 +503,7 @@ static PyObject *runs_entry(PyObject *args, int bucketed) {
     runs_t c = {b[0].buf, b[1].buf, b[0].len, b[1].len, b[2].len / 8, b[2].buf, b[3].buf};
     int ok = b[3].len / 8 == c.nrows && c.qn % 2 == 0;
     PyObject *result =
-        walk_entry(walk_runs, &c, ok, c.qn / 2, c.nrows, bucketed, interval, seek, function);
+        walk_entry(&runs_walker, &c, ok, c.qn / 2, c.nrows, bucketed, interval, seek, function);
     for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
     return result;
 }
@@ -497,7 +519,7 @@ static PyObject *point_buckets(PyObject *self, PyObject *args) {
     arrays_t a = {b[0].buf, b[2].buf, b[3].buf, b[1].buf, b[0].len / 8, b[2].len / 8};
     int ok = b[1].len / 8 == a.npoints && b[3].len / 8 == a.nrows;
     PyObject *result =
-        walk_entry(walk_arrays, &a, ok, a.npoints, a.nrows, 1, interval, seek, function);
+        walk_entry(&arrays_walker, &a, ok, a.npoints, a.nrows, 1, interval, seek, function);
     for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
     return result;
 }

@@ -17,6 +17,8 @@ through ``scan_batch``, which decides as a scan does.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Collection
 
 import numpy as np
@@ -24,7 +26,7 @@ import numpy as np
 from tsd.storage.base import Block, CellBlock, RowFilter
 from tsd.storage.embedded import packed, points
 from tsd.storage.embedded.cells import MAX_BATCH_CELLS, ScanCursor, TableInfo, Txn, scan_batch
-from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY, ROW_END, unescape_row
+from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY
 
 __all__ = ["scan_block"]
 
@@ -50,31 +52,30 @@ def scan_block(
 
 def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int) -> Block | None:
     """The batch when every row in its key range is one packed entry; None (``position``
-    untouched) otherwise."""
+    untouched) otherwise. The entries are taken from the cursor in one call and their keys
+    read together (:func:`points.packed_rows`): no Python per entry."""
     seek = position.next_key
     if table.packed is None or seek is None or PACKED_FAMILY.encode("ascii") not in table.names:
         return None
     if position.remaining is not None:
         max_rows = min(max_rows, position.remaining)
+    # a packed entry counts as one cell, as scan_batch counts it
+    take = min(max_rows, MAX_BATCH_CELLS)
     stop = position.stop_key
     cursor = txn.cursor(db=table.packed)
-    rows: list[bytes] = []
-    values: list[bytes] = []
-    cells = 0
+    found = list(itertools.islice(cursor.iternext(), take + 1)) if cursor.set_range(seek) else []
+    keys = [key for key, _ in found]
+    if stop is not None and keys and keys[-1] >= stop:
+        cut = bisect.bisect_left(keys, stop)
+        del found[cut:], keys[cut:]
+    values = [value for _, value in found]
+    rows = points.packed_rows(keys, values, _PACKED_FAMILY_END)
+    if rows is None:
+        return None  # not a packed data entry: scan_batch reads (or refuses) it
     next_key: bytes | None = None
-    if cursor.set_range(seek):
-        for key, value in cursor.iternext():
-            if stop is not None and key >= stop:
-                break
-            end = key.find(ROW_END)
-            if end < 0 or key[end + 2 :] != _PACKED_FAMILY_END or not value:
-                return None  # not a packed data entry: scan_batch reads (or refuses) it
-            if len(rows) >= max_rows or cells >= MAX_BATCH_CELLS:
-                next_key = key[: end + 2]
-                break
-            rows.append(unescape_row(key[:end]))
-            values.append(value)
-            cells += 1  # a packed entry counts as one, as scan_batch counts it
+    if len(rows) > take:  # the first row of the next batch
+        next_key = keys[take][: -len(_PACKED_FAMILY_END)]
+        del rows[take:], values[take:]
     # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
     plain = txn.cursor(db=table.db)
     if plain.set_range(seek):
@@ -83,13 +84,13 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
         if bound is None or first < bound:
             return None
     position.next_key = next_key
-    position.batch_cells = cells
+    position.batch_cells = len(rows)
     if position.remaining is not None:
         position.remaining -= len(rows)
         if position.remaining <= 0:
             position.next_key = None
-    found = points.decode(rows, values, lambda: _unpacked(rows, values))
-    return found if found is not None else _unpacked(rows, values)
+    found_points = points.decode(rows, values, lambda: _unpacked(rows, values))
+    return found_points if found_points is not None else _unpacked(rows, values)
 
 
 def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:
