@@ -327,7 +327,9 @@ static inline void close_bucket(buckets_t *s) {
     } else if (s->n == 0) {
         v = NAN;
     } else {
-        v = s->function == FN_AVG ? s->sum / (double)s->n : s->sum;
+        /* x / 1 is x (NaN, -0.0 and infinities too): no division for a bucket of one
+         * point, the usual bucket of regular data at the bucket's interval */
+        v = s->function == FN_AVG && s->n > 1 ? s->sum / (double)s->n : s->sum;
     }
     s->ts[s->out] = s->bucket;
     s->dv[s->out++] = v;
@@ -343,9 +345,12 @@ static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_
     /* A point beyond its row's hour: its bucket may hold points of the next row. */
     if (off_ms >= 3600000 || ts < 0) return 1;
     if (ts < s->seek) return 0;
-    /* The open bucket's point (no division: points of a row mostly come in time order). */
+    /* The open bucket's point, or the next bucket's, need no division (64-bit division
+     * costs more than the rest of a point's work): a row's points come in time order. */
     if (!s->open || ts < s->bucket || ts - s->bucket >= s->interval) {
-        int64_t bucket = ts - ts % s->interval;
+        int64_t bucket = s->open && ts >= s->bucket && ts - s->bucket < 2 * s->interval
+                             ? s->bucket + s->interval
+                             : ts - ts % s->interval;
         close_bucket(s);
         if (s->out >= s->cap) return 1;
         s->open = 1;
