@@ -280,8 +280,9 @@ WALKER walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
     Py_ssize_t npoints = c->qn / 2, vpos = 0, out = 0;
     for (Py_ssize_t r = 0; r < c->nrows; r++) {
         long last = -1;
-        if (c->counts[r] < 0 || out + c->counts[r] > npoints) return 1;
-        for (int64_t k = 0; k < c->counts[r]; k++, out++) {
+        int64_t count = c->counts[r], base = c->base[r];
+        if (count < 0 || out + count > npoints) return 1;
+        for (int64_t k = 0; k < count; k++, out++) {
             const unsigned char *qp = c->qb + 2 * out;
             unsigned unit = ((unsigned)qp[0] << 8) | qp[1];
             if (unit >= 0xF000) return 1;
@@ -293,7 +294,7 @@ WALKER walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
             int64_t i;
             read_value(c->vb + vpos, c->vn - vpos, width, is_float, &d, &i);
             int64_t off_ms = (int64_t)off * 1000;
-            int rc = on_pt(sink, r, c->base[r] + off_ms, off_ms, d, i, is_float);
+            int rc = on_pt(sink, r, base + off_ms, off_ms, d, i, is_float);
             if (rc) return rc;
             vpos += width;
             last = off;
@@ -311,7 +312,8 @@ enum { FN_SUM = 0, FN_AVG = 1, FN_COUNT = 2 };
 typedef struct {
     int64_t interval, seek, *ts, *ro, *raw, bucket;
     double *dv, sum;
-    int64_t n; /* values (not NaN) in the open bucket */
+    int64_t n;      /* values (not NaN) in the open bucket */
+    int64_t row_n;  /* points of the row so far */
     int function, open;
     Py_ssize_t out, cap;
 } buckets_t;
@@ -341,7 +343,8 @@ static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_
     buckets_t *s = sink;
     (void)i;
     (void)is_float;
-    s->raw[row]++;
+    (void)row;
+    s->row_n++;
     /* A point beyond its row's hour: its bucket may hold points of the next row. */
     if (off_ms >= 3600000 || ts < 0) return 1;
     if (ts < s->seek) return 0;
@@ -367,6 +370,8 @@ static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_
 
 static inline int on_buckets_row(void *sink, Py_ssize_t row) {
     buckets_t *s = sink;
+    s->raw[row] = s->row_n;
+    s->row_n = 0;
     close_bucket(s);
     s->ro[row + 1] = s->out;
     return 0;
@@ -432,10 +437,11 @@ WALKER walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink)
     const arrays_t *a = cells;
     Py_ssize_t at = 0;
     for (Py_ssize_t r = 0; r < a->nrows; r++) {
-        if (a->counts[r] < 0 || at + a->counts[r] > a->npoints) return 1;
-        for (int64_t k = 0; k < a->counts[r]; k++, at++) {
+        int64_t count = a->counts[r], base = a->base[r];
+        if (count < 0 || at + count > a->npoints) return 1;
+        for (int64_t k = 0; k < count; k++, at++) {
             int64_t off_ms = a->offsets[at];
-            int rc = on_pt(sink, r, a->base[r] + off_ms, off_ms, a->values[at], 0, 1);
+            int rc = on_pt(sink, r, base + off_ms, off_ms, a->values[at], 0, 1);
             if (rc) return rc;
         }
         int rc = on_row(sink, r);
@@ -444,12 +450,21 @@ WALKER walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink)
     return at == a->npoints ? 0 : 1;
 }
 
+/* Each walker compiled with each sink inlined. The sink's state is copied into a local for
+ * the walk and back: a local no pointer reaches can live in registers, where the state
+ * behind `sink` had to be stored and reloaded around every write to the output arrays. */
 #define WALKERS(walk, cells_type)                                                          \
     static int walk##_points(const void *c, void *sink) {                                   \
-        return walk((const cells_type *)c, on_point, on_points_row, sink);                   \
+        points_t local = *(points_t *)sink;                                                 \
+        int rc = walk((const cells_type *)c, on_point, on_points_row, &local);              \
+        *(points_t *)sink = local;                                                          \
+        return rc;                                                                          \
     }                                                                                       \
     static int walk##_buckets(const void *c, void *sink) {                                  \
-        return walk((const cells_type *)c, on_bucket_point, on_buckets_row, sink);           \
+        buckets_t local = *(buckets_t *)sink;                                               \
+        int rc = walk((const cells_type *)c, on_bucket_point, on_buckets_row, &local);      \
+        *(buckets_t *)sink = local;                                                         \
+        return rc;                                                                          \
     }                                                                                       \
     static const walker_t walk##_er = {walk##_points, walk##_buckets};
 
