@@ -58,6 +58,7 @@ __all__ = [
     "decode_block",
     "decode_buckets",
     "decode_rows",
+    "matrix_base_times_s",
     "reduce_rows",
     "series_key",
 ]
@@ -700,12 +701,17 @@ def compiled_points(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
 
 def base_times_s(layout: KeyLayout, keys: list[bytes]) -> Int64Array:
     """The base time of each row key (one byte matrix when the keys have one length)."""
-    at = layout.tags_start - TIMESTAMP_BYTES
     if keys and _one_length(keys):
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)
-        stamps = np.ascontiguousarray(matrix[:, at : at + TIMESTAMP_BYTES])
-        return stamps.view(">u4").reshape(len(keys)).astype(np.int64)
+        return matrix_base_times_s(layout, matrix)
     return np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
+
+
+def matrix_base_times_s(layout: KeyLayout, matrix: U8Array) -> Int64Array:
+    """:func:`base_times_s` of keys of one length laid out as a byte matrix (a key a row)."""
+    at = layout.tags_start - TIMESTAMP_BYTES
+    stamps = np.ascontiguousarray(matrix[:, at : at + TIMESTAMP_BYTES])
+    return stamps.view(">u4").reshape(len(matrix)).astype(np.int64)
 
 
 def _one_length(keys: Sequence[bytes]) -> bool:
