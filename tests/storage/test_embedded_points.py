@@ -349,21 +349,23 @@ def test_packed_rows_in_c_are_the_keys_read_one_by_one(
 ) -> None:
     # Rows escaped as keys.py escapes them or left raw (a corrupt key: a bare 00, 00 then
     # another byte), every tail and empty values: the C helper answers as the Python loop.
-    keys = [(escape_row(row) if escaped else row) + tail for row, tail, _, escaped in entries]
-    values = [value for _, _, value, _ in entries]
+    pairs = [
+        ((escape_row(row) if escaped else row) + tail, value)
+        for row, tail, value, escaped in entries
+    ]
     helper = points._C
     try:
         points._C = None
-        want = points.packed_rows(keys, values, _SUFFIX)
+        want = points.packed_rows(pairs, _SUFFIX)
     finally:
         points._C = helper
-    assert points.packed_rows(keys, values, _SUFFIX) == want
+    assert points.packed_rows(pairs, _SUFFIX) == want
 
 
 def test_packed_rows_unescape_the_row_and_refuse_other_entries() -> None:
     row = b"\x00\x00\x01\x50\xe2\x29\x00\xff\x00"
     key = escape_row(row) + b"\x00\x00" + _SUFFIX
-    assert points.packed_rows([key], [b"v"], _SUFFIX) == [row]
-    assert points.packed_rows([key], [b""], _SUFFIX) is None  # an empty value
-    assert points.packed_rows([key + b"x"], [b"v"], _SUFFIX) is None  # not the family's tail
-    assert points.packed_rows([escape_row(row)], [b"v"], _SUFFIX) is None  # no row end
+    assert points.packed_rows([(key, b"v")], _SUFFIX) == ([row], [b"v"])
+    assert points.packed_rows([(key, b"")], _SUFFIX) is None  # an empty value
+    assert points.packed_rows([(key + b"x", b"v")], _SUFFIX) is None  # not the family's tail
+    assert points.packed_rows([(escape_row(row), b"v")], _SUFFIX) is None  # no row end

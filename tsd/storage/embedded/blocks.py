@@ -64,17 +64,15 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
     stop = position.stop_key
     cursor = txn.cursor(db=table.packed)
     found = list(itertools.islice(cursor.iternext(), take + 1)) if cursor.set_range(seek) else []
-    keys = [key for key, _ in found]
-    if stop is not None and keys and keys[-1] >= stop:
-        cut = bisect.bisect_left(keys, stop)
-        del found[cut:], keys[cut:]
-    values = [value for _, value in found]
-    rows = points.packed_rows(keys, values, _PACKED_FAMILY_END)
-    if rows is None:
+    if stop is not None and found and found[-1][0] >= stop:
+        del found[bisect.bisect_left(found, (stop,)) :]  # (key,) sorts before (key, value)
+    read = points.packed_rows(found, _PACKED_FAMILY_END)
+    if read is None:
         return None  # not a packed data entry: scan_batch reads (or refuses) it
+    rows, values = read
     next_key: bytes | None = None
     if len(rows) > take:  # the first row of the next batch
-        next_key = keys[take][: -len(_PACKED_FAMILY_END)]
+        next_key = found[take][0][: -len(_PACKED_FAMILY_END)]
         del rows[take:], values[take:]
     # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
     plain = txn.cursor(db=table.db)

@@ -39,20 +39,24 @@ def available() -> bool:
     return _C is not None
 
 
-def packed_rows(keys: list[bytes], values: list[bytes], suffix: bytes) -> list[bytes] | None:
-    """The rows of entries read from a packed database: each key's escaped row (before its
-    first ``00 00``, keys.py) unescaped, when what follows is ``suffix`` (the family and
-    ``PACKED_END``) and its value is not empty; None when any entry is not so."""
+def packed_rows(
+    entries: list[tuple[bytes, bytes]], suffix: bytes
+) -> tuple[list[bytes], list[bytes]] | None:
+    """The rows and values of ``(key, value)`` entries read from a packed database: each
+    key's escaped row (before its first ``00 00``, keys.py) unescaped, when what follows is
+    ``suffix`` (the family and ``PACKED_END``) and its value is not empty; None when any
+    entry is not so."""
     if _C is not None:
-        found: list[bytes] | None = _C.packed_rows(keys, values, suffix)
+        found: tuple[list[bytes], list[bytes]] | None = _C.packed_rows(entries, suffix)
         return found
-    rows = []
-    for key, value in zip(keys, values, strict=True):
+    rows, values = [], []
+    for key, value in entries:
         end = key.find(ROW_END)
         if end < 0 or key[end + 2 :] != suffix or not value:
             return None
         rows.append(unescape_row(key[:end]))
-    return rows
+        values.append(value)
+    return rows, values
 
 
 def decode(
