@@ -261,3 +261,33 @@ def test_a_bucket_of_negative_zeros_sums_to_zero_as_java_does(function: str) -> 
     first = _whole(block, buckets).values[0]
     assert first == 0.0
     assert math.copysign(1.0, first) == 1.0
+
+
+@pytest.mark.parametrize("spec", ["1m-avg", "1s-sum", "15m-count"])
+def test_points_in_milliseconds_reduce_as_numpy_does(spec: str) -> None:
+    # The store's decoded points carry ms offsets: bucket edges at the ms, the hour's last ms
+    # kept, a point at 3,600,000 ms refused (RowsOutOfHour on both paths).
+    key = encode_row_key(LAYOUT, METRIC, BASE, [(b"\x00\x00\x01", b"\x00\x00\x01")])
+    offsets = [0, 1, 500, 999, 59_999, 60_000, 60_001, 1_799_999, 3_599_999]
+    values = [1.5, -2.0, math.nan, 4.25, 1e300, -0.0, 7.0, 0.1, 3.0]
+
+    def block(offs: list[int]) -> PointBlock:
+        return PointBlock(
+            [key],
+            np.array([len(offs)], dtype=np.int64),
+            np.array(offs, dtype=np.int64),
+            np.array(values[: len(offs)], dtype=np.float64),
+            None,
+            None,
+            1,
+            0,
+            lambda: CellBlock.empty(),
+        )
+
+    buckets = row_buckets(parse_downsample(spec), BASE * 1000)
+    assert buckets is not None
+    numpy_path = _by_rows(block(offsets), buckets, False).batch
+    _same(_by_rows(block(offsets), buckets, True).batch, numpy_path)
+    for compiled in (True, False):
+        with pytest.raises(RowsOutOfHour):
+            _by_rows(block([*offsets[:-1], 3_600_000]), buckets, compiled)
