@@ -20,7 +20,9 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Collection
+from typing import cast
 
+import lmdb
 import numpy as np
 
 from tsd.storage.base import Block, CellBlock, RowFilter
@@ -63,9 +65,7 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
     take = min(max_rows, MAX_BATCH_CELLS)
     stop = position.stop_key
     cursor = txn.cursor(db=table.packed)
-    found = list(itertools.islice(cursor.iternext(), take + 1)) if cursor.set_range(seek) else []
-    if stop is not None and found and found[-1][0] >= stop:
-        del found[bisect.bisect_left(found, (stop,)) :]  # (key,) sorts before (key, value)
+    found = _entries(cursor, seek, stop, take + 1)
     read = points.packed_rows(found, _PACKED_FAMILY_END)
     if read is None:
         return None  # not a packed data entry: scan_batch reads (or refuses) it
@@ -89,6 +89,36 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
             position.next_key = None
     found_points = points.decode(rows, values, lambda: _unpacked(rows, values))
     return found_points if found_points is not None else _unpacked(rows, values)
+
+
+#: entries taken from the cursor by the first call of :func:`_entries`; each next call takes
+#: four times more (a small scan reads little past its stop, a big one makes few calls)
+_FIRST_ENTRIES = 64
+
+
+def _entries(
+    cursor: lmdb.Cursor, seek: bytes, stop: bytes | None, limit: int
+) -> list[tuple[bytes, bytes]]:
+    """Up to ``limit`` (key, value) entries from ``seek`` on, before ``stop``; taken from
+    the cursor a list at a time (``islice``), not an entry per Python step."""
+    found: list[tuple[bytes, bytes]] = []
+    if not cursor.set_range(seek):
+        return found
+    entries = cursor.iternext()
+    chunk = _FIRST_ENTRIES
+    while len(found) < limit:
+        # bytes, not memoryviews: the store's read transactions are opened without buffers
+        part = cast(
+            list[tuple[bytes, bytes]],
+            list(itertools.islice(entries, min(chunk, limit - len(found)))),
+        )
+        found += part
+        if len(part) < chunk or (stop is not None and part[-1][0] >= stop):
+            break
+        chunk *= 4
+    if stop is not None and found and found[-1][0] >= stop:
+        del found[bisect.bisect_left(found, (stop,)) :]  # (key,) sorts before (key, value)
+    return found
 
 
 def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:
