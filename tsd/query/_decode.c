@@ -105,10 +105,10 @@ typedef struct {
 } cells_t;
 
 /* What a walk hands on: each point (its row, time in ms, offset in ms from the row's base
- * time, double and exact long, is_float), then the end of each row. Return 0 to go on, 1 to refuse the block
- * (the caller answers None), -1 on a Python error. */
-typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d, int64_t i,
-                        int is_float);
+ * time, double and exact long, is_float), then the end of each row. Return 0 to go on, 1
+ * to refuse the block (the caller answers None), -1 on a Python error. */
+typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d,
+                        int64_t i, int is_float);
 typedef int (*row_fn)(void *sink, Py_ssize_t row);
 
 /* Walks every point of every row in stored order, refusing what decode_seconds refuses
@@ -193,8 +193,8 @@ typedef struct {
     PyThreadState *save; /* the released thread state: the integer arrays need the GIL */
 } points_t;
 
-static inline int on_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d, int64_t i,
-                    int is_float) {
+static inline int on_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d,
+                           int64_t i, int is_float) {
     points_t *p = sink;
     (void)row;
     (void)off_ms;
@@ -312,8 +312,8 @@ enum { FN_SUM = 0, FN_AVG = 1, FN_COUNT = 2 };
 typedef struct {
     int64_t interval, seek, *ts, *ro, *raw, bucket;
     double *dv, sum;
-    int64_t n;      /* values (not NaN) in the open bucket */
-    int64_t row_n;  /* points of the row so far */
+    int64_t n;     /* values (not NaN) in the open bucket */
+    int64_t row_n; /* points of the row so far */
     int function, open;
     Py_ssize_t out, cap;
 } buckets_t;
@@ -338,8 +338,8 @@ static inline void close_bucket(buckets_t *s) {
     s->open = 0;
 }
 
-static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d, int64_t i,
-                           int is_float) {
+static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms,
+                                  double d, int64_t i, int is_float) {
     buckets_t *s = sink;
     (void)i;
     (void)is_float;
