@@ -306,6 +306,8 @@ class WorkerChannel(asyncio.Protocol):
                     protocol.resume_writing()
             elif kind == "ready":
                 self.ready = True
+                if self.pool.all_ready():
+                    log.info("workers.ready", workers=len(self.pool.pids()))
             elif kind == "x":
                 connections.pop(cid, None)
                 if protocol is not None:
