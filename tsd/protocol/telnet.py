@@ -39,6 +39,7 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -431,7 +432,28 @@ _Series = TypeVar("_Series")
 TELNET_REF_CACHE: Final = "telnet"
 
 
+try:  # the compiled helper (setup.py); python_take_known_puts is its fallback and spec
+    _c_take_known_puts: Any = importlib.import_module("tsd.codec._encode").take_known_puts
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _c_take_known_puts = None
+
+
 def take_known_puts(
+    lines: Sequence[bytes | None],
+    start: int,
+    known: Mapping[Any, _Series],
+    out: list[tuple[_Series, int, int | float]],
+    limit: int,
+) -> int:
+    """:func:`python_take_known_puts` (the specification), by the compiled helper
+    (``tsd/codec/_encode.c``) when it is built and the arguments are a list of lines, a
+    dict of known series and a list out."""
+    if _c_take_known_puts is not None and type(lines) is list and isinstance(known, dict):
+        return cast(int, _c_take_known_puts(lines, start, known, out, limit))
+    return python_take_known_puts(lines, start, known, out, limit)
+
+
+def python_take_known_puts(
     lines: Sequence[bytes | None],
     start: int,
     known: Mapping[Any, _Series],
