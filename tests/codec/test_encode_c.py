@@ -97,3 +97,26 @@ def test_encode_into_as_python(points: list[tuple[Any, int, Any]]) -> None:
         return int(C.encode_into(rows, pts, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point))
 
     assert _encode(compiled, points) == _encode(python_encode_points_into, points)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(put_lines, max_size=30), st.integers(0, 40), st.data())
+def test_take_known_into_as_python(lines: list[bytes], limit: int, data: Any) -> None:
+    """Typing and encoding in one pass: the cells of python_take_known_puts's points
+    encoded by python_encode_points_into, the same counts."""
+    known: dict[tuple[bytes, bytes], Any] = {}
+    for line in lines:
+        words = line.split(b" ", 4)
+        if len(words) == 5 and data.draw(st.booleans()):
+            known[(words[1], words[4])] = SERIES[len(known) % len(SERIES)]
+    c_rows: dict[bytes, dict[bytes, bytes]] = {}
+    c_stop, c_taken, c_added = C.take_known_into(
+        lines, 0, known, c_rows, limit, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
+    )
+    points: list[tuple[Any, int, int | float]] = []
+    py_stop = python_take_known_puts(lines, 0, known, points, limit)
+    py_rows: dict[bytes, dict[bytes, bytes]] = {}
+    py_added = python_encode_points_into(py_rows, points)
+    assert (c_stop, c_taken, c_added) == (py_stop, len(points), py_added)
+    assert c_rows == py_rows

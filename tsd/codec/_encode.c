@@ -11,6 +11,10 @@
  *   called for what is not the common case (ms timestamps, 8-byte integers, errors).
  *
  * take_known_puts(lines, start, known, out, limit) -> index of the first line not taken
+ *
+ * take_known_into(lines, start, known, rows, limit, qualifiers, int1, encode_point)
+ *   -> (index, points taken, cells added): both in one pass (tsd.codec.qualifier's
+ *   encode_known_lines_into).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,7 +32,55 @@
 
 static PyObject *row_key_name;
 
-/* Value bytes and flags of the common cases; 0 when the caller must ask encode_point. */
+/* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
+ * a finite float); 0 when the caller must ask encode_point, -1 on an error. */
+static int encode_number(int is_float, long long ival, double dval, PyObject *int1, int *flags,
+                         PyObject **bytes)
+{
+    unsigned char buf[8];
+    if (!is_float) {
+        if (ival < -0x80000000LL || ival > 0x7FFFFFFFLL)
+            return 0;
+        if (ival >= -0x80 && ival <= 0x7F) {
+            *flags = FLAGS_INT1;
+            *bytes = PyTuple_GET_ITEM(int1, ival & 0xFF);
+            Py_INCREF(*bytes);
+            return 1;
+        }
+        if (ival >= -0x8000 && ival <= 0x7FFF) {
+            *flags = FLAGS_INT2;
+            buf[0] = (unsigned char)((ival >> 8) & 0xFF);
+            buf[1] = (unsigned char)(ival & 0xFF);
+            *bytes = PyBytes_FromStringAndSize((const char *)buf, 2);
+        } else {
+            *flags = FLAGS_INT4;
+            unsigned long u = (unsigned long)(ival & 0xFFFFFFFFLL);
+            buf[0] = (unsigned char)(u >> 24);
+            buf[1] = (unsigned char)(u >> 16);
+            buf[2] = (unsigned char)(u >> 8);
+            buf[3] = (unsigned char)u;
+            *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
+        }
+        return *bytes == NULL ? -1 : 1;
+    }
+    if (!isfinite(dval))
+        return 0;
+    float f = (float)dval;
+    if (!isinf(f) && (double)f == dval) {
+        *flags = FLAGS_FLOAT32;
+        if (PyFloat_Pack4(dval, (char *)buf, 0) < 0)
+            return -1;
+        *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
+    } else {
+        *flags = FLAGS_FLOAT64;
+        if (PyFloat_Pack8(dval, (char *)buf, 0) < 0)
+            return -1;
+        *bytes = PyBytes_FromStringAndSize((const char *)buf, 8);
+    }
+    return *bytes == NULL ? -1 : 1;
+}
+
+/* encode_number of a Python int (not a bool) or float. */
 static int encode_value(PyObject *value, PyObject *int1, int *flags, PyObject **bytes)
 {
     if (PyLong_CheckExact(value)) {
@@ -38,50 +90,10 @@ static int encode_value(PyObject *value, PyObject *int1, int *flags, PyObject **
             PyErr_Clear();
             return 0;
         }
-        if (v < -0x80000000LL || v > 0x7FFFFFFFLL)
-            return 0;
-        if (v >= -0x80 && v <= 0x7F) {
-            *flags = FLAGS_INT1;
-            *bytes = PyTuple_GET_ITEM(int1, v & 0xFF);
-            Py_INCREF(*bytes);
-            return 1;
-        }
-        unsigned char buf[4];
-        if (v >= -0x8000 && v <= 0x7FFF) {
-            *flags = FLAGS_INT2;
-            buf[0] = (unsigned char)((v >> 8) & 0xFF);
-            buf[1] = (unsigned char)(v & 0xFF);
-            *bytes = PyBytes_FromStringAndSize((const char *)buf, 2);
-        } else {
-            *flags = FLAGS_INT4;
-            unsigned long u = (unsigned long)(v & 0xFFFFFFFFLL);
-            buf[0] = (unsigned char)(u >> 24);
-            buf[1] = (unsigned char)(u >> 16);
-            buf[2] = (unsigned char)(u >> 8);
-            buf[3] = (unsigned char)u;
-            *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
-        }
-        return *bytes == NULL ? -1 : 1;
+        return encode_number(0, v, 0.0, int1, flags, bytes);
     }
-    if (PyFloat_CheckExact(value)) {
-        double d = PyFloat_AS_DOUBLE(value);
-        if (!isfinite(d))
-            return 0;
-        float f = (float)d;
-        unsigned char buf[8];
-        if (!isinf(f) && (double)f == d) {
-            *flags = FLAGS_FLOAT32;
-            if (PyFloat_Pack4(d, (char *)buf, 0) < 0)
-                return -1;
-            *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
-        } else {
-            *flags = FLAGS_FLOAT64;
-            if (PyFloat_Pack8(d, (char *)buf, 0) < 0)
-                return -1;
-            *bytes = PyBytes_FromStringAndSize((const char *)buf, 8);
-        }
-        return *bytes == NULL ? -1 : 1;
-    }
+    if (PyFloat_CheckExact(value))
+        return encode_number(1, 0, PyFloat_AS_DOUBLE(value), int1, flags, bytes);
     return 0;
 }
 
@@ -219,6 +231,15 @@ static int all_digits(const char *s, Py_ssize_t n)
     return 1;
 }
 
+/* The value of n ASCII digits (all_digits checked, at most 18). */
+static long long decimal(const char *s, Py_ssize_t n)
+{
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
 static Py_ssize_t digits(const char *s, Py_ssize_t at, Py_ssize_t n)
 {
     while (at < n && s[at] >= '0' && s[at] <= '9')
@@ -262,105 +283,136 @@ static int plain_float(const char *s, Py_ssize_t n)
     return at == n;
 }
 
+/* A put line typed: its series (borrowed from known), timestamp and value (an integer in
+ * ival, or a float in dval when is_float). */
+typedef struct {
+    PyObject *series;
+    long long timestamp;
+    int is_float;
+    long long ival;
+    double dval;
+} Put;
+
+/* Line ``index`` of tsd.protocol.telnet.python_take_known_puts: 1 when it is taken, 0 when
+ * it is not, -1 on an error. */
+static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *put)
+{
+    PyObject *line = PyList_GET_ITEM(lines, index);
+    PyObject **series = &put->series;
+    long long *timestamp = &put->timestamp;
+    int *is_float = &put->is_float;
+    long long *ival = &put->ival;
+    double *dval = &put->dval;
+    if (!PyBytes_CheckExact(line))
+        return 0;
+    const char *s = PyBytes_AS_STRING(line);
+    Py_ssize_t n = PyBytes_GET_SIZE(line);
+    /* line.split(b" ", 4): command, metric, timestamp, value, tags */
+    Py_ssize_t cut[4];
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0; i < n && found < 4; i++)
+        if (s[i] == ' ')
+            cut[found++] = i;
+    if (found < 4 || cut[0] != 3 || memcmp(s, "put", 3) != 0)
+        return 0;
+    const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
+    Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
+    Py_ssize_t value_n = cut[3] - cut[2] - 1;
+    PyObject *key = Py_BuildValue("(y#y#)", metric, metric_n, s + cut[3] + 1, n - cut[3] - 1);
+    if (key == NULL)
+        return -1;
+    *series = PyDict_GetItemWithError(known, key);
+    Py_DECREF(key);
+    if (*series == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!all_digits(text, text_n) || text_n > 13)
+        return 0;
+    long long ts = decimal(text, text_n);
+    if (ts == 0)
+        return 0;
+    *timestamp = ts;
+    *is_float = 0;
+    /* an integer of up to 18 digits, with an optional minus sign: always within a long */
+    int negative = value_n > 1 && value_text[0] == '-';
+    if (all_digits(value_text + negative, value_n - negative)) {
+        if (value_n - negative > 18)
+            return 0;
+        long long v = decimal(value_text + negative, value_n - negative);
+        *ival = negative ? -v : v;
+        return 1;
+    }
+    if (!plain_float(value_text, value_n))
+        return 0;
+    char buf[128];
+    if (value_n >= (Py_ssize_t)sizeof(buf))
+        return 0; /* a long one: the Python function types it */
+    memcpy(buf, value_text, value_n);
+    buf[value_n] = '\0';
+    char *stop = NULL;
+    double d = PyOS_string_to_double(buf, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    if (stop != buf + value_n || !(d >= -DBL_MAX && d <= DBL_MAX))
+        return 0;
+    *is_float = 1;
+    *dval = d;
+    return 1;
+}
+
+static PyObject *value_object(const Put *put)
+{
+    return put->is_float ? PyFloat_FromDouble(put->dval) : PyLong_FromLongLong(put->ival);
+}
+
+static int check_lines(PyObject *const *args, Py_ssize_t *start, Py_ssize_t *end,
+                       Py_ssize_t limit_at)
+{
+    PyObject *lines = args[0];
+    *start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[limit_at]);
+    if ((*start == -1 || limit == -1) && PyErr_Occurred())
+        return -1;
+    if (!PyList_CheckExact(lines) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "lines must be a list and known a dict");
+        return -1;
+    }
+    *end = PyList_GET_SIZE(lines);
+    if (limit < *end - *start)
+        *end = *start + limit;
+    return 0;
+}
+
 static PyObject *take_known_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "take_known_puts takes 5 arguments");
+    if (nargs != 5 || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "take_known_puts(lines, start, known, out, limit)");
         return NULL;
     }
-    PyObject *lines = args[0], *known = args[2], *out = args[3];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
-    if ((start == -1 || limit == -1) && PyErr_Occurred())
+    Py_ssize_t index, end;
+    if (check_lines(args, &index, &end, 4) < 0)
         return NULL;
-    if (!PyList_CheckExact(lines) || !PyDict_Check(known) || !PyList_CheckExact(out)) {
-        PyErr_SetString(PyExc_TypeError, "take_known_puts: lines and out lists, known a dict");
-        return NULL;
-    }
-    Py_ssize_t end = PyList_GET_SIZE(lines);
-    if (limit < end - start)
-        end = start + limit;
-    Py_ssize_t index = start;
     for (; index < end; index++) {
-        PyObject *line = PyList_GET_ITEM(lines, index);
-        if (!PyBytes_CheckExact(line))
-            break;
-        const char *s = PyBytes_AS_STRING(line);
-        Py_ssize_t n = PyBytes_GET_SIZE(line);
-        /* line.split(b" ", 4): command, metric, timestamp, value, tags */
-        Py_ssize_t cut[4];
-        Py_ssize_t found = 0;
-        for (Py_ssize_t i = 0; i < n && found < 4; i++)
-            if (s[i] == ' ')
-                cut[found++] = i;
-        if (found < 4)
-            break;
-        if (cut[0] != 3 || memcmp(s, "put", 3) != 0)
-            break;
-        const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
-        Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
-        Py_ssize_t value_n = cut[3] - cut[2] - 1;
-        PyObject *key = Py_BuildValue("(y#y#)", metric, metric_n, s + cut[3] + 1, n - cut[3] - 1);
-        if (key == NULL)
-            return NULL;
-        PyObject *series = PyDict_GetItemWithError(known, key);
-        Py_DECREF(key);
-        if (series == NULL) {
-            if (PyErr_Occurred())
+        Put put;
+        int ok = parse_line(args[0], index, args[2], &put);
+        if (ok <= 0) {
+            if (ok < 0)
                 return NULL;
             break;
         }
-        if (!all_digits(text, text_n) || text_n > 13)
-            break;
-        long long timestamp = 0;
-        for (Py_ssize_t i = 0; i < text_n; i++)
-            timestamp = timestamp * 10 + (text[i] - '0');
-        if (timestamp == 0)
-            break;
-        PyObject *value;
-        if (all_digits(value_text, value_n)) {
-            if (value_n > 18)
-                break;
-            long long v = 0;
-            for (Py_ssize_t i = 0; i < value_n; i++)
-                v = v * 10 + (value_text[i] - '0');
-            value = PyLong_FromLongLong(v);
-        } else if (value_n > 1 && value_text[0] == '-' && all_digits(value_text + 1, value_n - 1)) {
-            if (value_n > 19)
-                break;
-            long long v = 0;
-            for (Py_ssize_t i = 1; i < value_n; i++)
-                v = v * 10 + (value_text[i] - '0');
-            value = PyLong_FromLongLong(-v);
-        } else if (plain_float(value_text, value_n)) {
-            char buf[128];
-            if (value_n >= (Py_ssize_t)sizeof(buf))
-                break; /* a long one: the Python function types it */
-            memcpy(buf, value_text, value_n);
-            buf[value_n] = '\0';
-            char *stop = NULL;
-            double d = PyOS_string_to_double(buf, &stop, NULL);
-            if (d == -1.0 && PyErr_Occurred())
-                return NULL;
-            if (stop != buf + value_n || !(d >= -DBL_MAX && d <= DBL_MAX))
-                break;
-            value = PyFloat_FromDouble(d);
-        } else {
-            break;
-        }
+        PyObject *value = value_object(&put);
         if (value == NULL)
             return NULL;
-        PyObject *stamp = PyLong_FromLongLong(timestamp);
+        PyObject *stamp = PyLong_FromLongLong(put.timestamp);
         if (stamp == NULL) {
             Py_DECREF(value);
             return NULL;
         }
-        PyObject *point = PyTuple_Pack(3, series, stamp, value);
+        PyObject *point = PyTuple_Pack(3, put.series, stamp, value);
         Py_DECREF(stamp);
         Py_DECREF(value);
         if (point == NULL)
             return NULL;
-        int appended = PyList_Append(out, point);
+        int appended = PyList_Append(args[3], point);
         Py_DECREF(point);
         if (appended < 0)
             return NULL;
@@ -368,11 +420,101 @@ static PyObject *take_known_puts(PyObject *self, PyObject *const *args, Py_ssize
     return PyLong_FromSsize_t(index);
 }
 
+/* take_known_into(lines, start, known, rows, limit, qualifiers, int1, encode_point)
+ *   -> (index, points taken, cells added): take_known_puts and encode_into in one pass,
+ *   without a Python object per point beyond its cell. */
+static PyObject *take_known_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyDict_CheckExact(args[3]) || !PyTuple_CheckExact(args[5]) ||
+        !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 256 ||
+        PyTuple_GET_SIZE(args[5]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+        PyErr_SetString(PyExc_TypeError, "take_known_into: bad arguments");
+        return NULL;
+    }
+    PyObject *rows = args[3], *qualifiers = args[5], *int1 = args[6], *encode_point = args[7];
+    Py_ssize_t index, end, start;
+    if (check_lines(args, &index, &end, 4) < 0)
+        return NULL;
+    start = index;
+    long long added = 0;
+    PyObject *last_series = NULL, *last_row = NULL;
+    long long last_base = -1;
+    for (; index < end; index++) {
+        Put put;
+        int ok = parse_line(args[0], index, args[2], &put);
+        if (ok <= 0) {
+            if (ok < 0)
+                goto error;
+            break;
+        }
+        PyObject *series = put.series, *bytes = NULL;
+        long long timestamp = put.timestamp;
+        int flags = 0;
+        int fast = 0;
+        if (timestamp <= 0xFFFFFFFFLL) {
+            fast = encode_number(put.is_float, put.ival, put.dval, int1, &flags, &bytes);
+            if (fast < 0)
+                goto error;
+        }
+        if (!fast) { /* milliseconds, or an 8-byte integer: the general encoder */
+            PyObject *value = value_object(&put);
+            PyObject *stamp = value == NULL ? NULL : PyLong_FromLongLong(timestamp);
+            int one = stamp == NULL ? -1
+                                    : encode_one(rows, series, stamp, value, qualifiers, int1,
+                                                 encode_point);
+            Py_XDECREF(value);
+            Py_XDECREF(stamp);
+            if (one < 0)
+                goto error;
+            added += one;
+            continue;
+        }
+        long long base = timestamp - timestamp % MAX_TIMESPAN;
+        PyObject *qualifier =
+            PyTuple_GET_ITEM(qualifiers, ((timestamp - base) << FLAG_BITS) | flags);
+        PyObject *row;
+        if (series == last_series && base == last_base) {
+            row = last_row;
+            Py_INCREF(row);
+        } else {
+            PyObject *base_obj = PyLong_FromLongLong(base);
+            if (base_obj == NULL) {
+                Py_DECREF(bytes);
+                goto error;
+            }
+            row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+            Py_DECREF(base_obj);
+            if (row == NULL) {
+                Py_DECREF(bytes);
+                goto error;
+            }
+            Py_XDECREF(last_row);
+            last_row = row;
+            Py_INCREF(last_row);
+            last_series = series;
+            last_base = base;
+        }
+        int one = put_cell(rows, row, qualifier, bytes);
+        Py_DECREF(row);
+        Py_DECREF(bytes);
+        if (one < 0)
+            goto error;
+        added += one;
+    }
+    Py_XDECREF(last_row);
+    return Py_BuildValue("(nnL)", index, index - start, added);
+error:
+    Py_XDECREF(last_row);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_into", (PyCFunction)(void (*)(void))encode_into, METH_FASTCALL,
      "Encode (series, timestamp, value) points into a batch's rows; the cells added."},
     {"take_known_puts", (PyCFunction)(void (*)(void))take_known_puts, METH_FASTCALL,
      "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
+    {"take_known_into", (PyCFunction)(void (*)(void))take_known_into, METH_FASTCALL,
+     "take_known_puts and encode_into in one pass: (index, points, cells added)."},
     {NULL, NULL, 0, NULL},
 };
 

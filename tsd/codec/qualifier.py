@@ -54,6 +54,7 @@ __all__ = [
     "encode_annotation_qualifier",
     "encode_ms_qualifier",
     "encode_point",
+    "ENCODER_TABLES",
     "encode_points_into",
     "python_encode_points_into",
     "encode_seconds_qualifier",
@@ -184,6 +185,11 @@ def encode_point(timestamp: int, value: int | float) -> tuple[int, bytes, bytes]
     base_time_s = seconds - seconds % MAX_TIMESPAN
     qualifier = _I.pack(MS_FLAG | (timestamp - base_time_s * 1000) << MS_FLAG_BITS | flags)
     return base_time_s, qualifier, value_bytes
+
+
+#: What the compiled encoder needs besides the points (tsd/codec/_encode.c): the seconds
+#: qualifiers, the one-byte values and the general encoder for the rest.
+ENCODER_TABLES: Final = (_SECONDS_QUALIFIERS, _INT1_BYTES, encode_point)
 
 
 def encode_points_into(

@@ -45,10 +45,15 @@ import sys
 from typing import Any, cast
 
 from tsd.codec import SeriesKey
-from tsd.codec.qualifier import encode_points_into
 from tsd.errors import BadRequestError
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import LineBuffer, PutCommand, parse_command, take_known_puts
+from tsd.protocol.telnet import (
+    LineBuffer,
+    PutCommand,
+    parse_command,
+    take_known_puts,
+    take_known_puts_into,
+)
 from tsd.server.flow import WRITE_HIGH_WATER
 from tsd.wal.record import encode_payload_and_runs
 
@@ -238,11 +243,10 @@ class Client(asyncio.Protocol):
         while index < count:
             if worker.puts:
                 if refs:
-                    points: list[tuple[SeriesKey, int, int | float]] = []
-                    index = take_known_puts(lines, index, refs, points, count)
-                    if points:
-                        encode_points_into(self.rows, points)
-                        self.points += len(points)
+                    taken, _ = take_known_puts_into(lines, index, refs, self.rows, count)
+                    if taken:
+                        index += taken
+                        self.points += taken
                         if self.points >= PART_POINTS:
                             self.take_part(items)
                         continue

@@ -23,7 +23,7 @@ embedded store without the head) gets them folded back into rows (:meth:`Batch.f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tsd.codec import SeriesKey
@@ -82,6 +82,16 @@ class Batch:
         for the same cell wins). Values and timestamps must be valid (as the parsers type
         them): a CodecError leaves the points before it buffered."""
         self.cells += encode_points_into(self.rows, points)
+
+    def add_encoded(
+        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
+    ) -> int:
+        """Let ``fill`` encode points straight into the rows (a protocol's parser that
+        encodes as it parses: ``(points, cells added)``, as
+        :func:`~tsd.codec.qualifier.encode_points_into` counts them); the points."""
+        points, added = fill(self.rows)
+        self.cells += added
+        return points
 
     def add_part(self, payload: bytes, runs: list[RowRun], points: int) -> None:
         """Buffer ``points`` points encoded elsewhere: a :data:`~tsd.wal.record.CELLS`

@@ -328,6 +328,23 @@ class IngestSession(Generic[T]):
             self.counters[0].value += len(points)
         self._note_ack(ack, tags, len(points))
 
+    def append_encoded(
+        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
+    ) -> int | None:
+        """Let ``fill`` parse and encode points of resolved series straight into the
+        writer's batch (:meth:`Writer.add_encoded`; ``fill`` honours :meth:`room`), without
+        suspending; the points taken, or None when the writer takes no points now
+        (shutting down, HBase's spool full): the caller's per-point path refuses them."""
+        try:
+            points, ack = self.service.writer.add_encoded(fill)
+        except TsdError:
+            return None
+        if ack is not None:
+            if self.counters is not None:
+                self.counters[0].value += points
+            self._note_ack(ack, None, points)
+        return points
+
     def append_part(self, payload: bytes, runs: list[RowRun], points: int) -> None:
         """Buffer ``points`` points a telnet worker process resolved and encoded (a log
         record's payload and its rows as runs: :meth:`Writer.add_part`), without

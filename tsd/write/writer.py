@@ -237,6 +237,27 @@ class Writer:
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
 
+    def add_encoded(
+        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
+    ) -> tuple[int, Ack | None]:
+        """Let ``fill`` encode points of known series straight into the batch's rows
+        (:meth:`Batch.add_encoded`: the telnet hot path parses and encodes in one pass);
+        the points it took and the batch's ack (None when it took none). Raises as
+        :meth:`add_points` when the writer takes no points (nothing is parsed then)."""
+        if self._closing:
+            raise StorageUnavailable("the writer is shutting down")
+        if self._spool is not None and self._spool.refusal is not None:
+            raise self._spool.refusal
+        batch = self._batch
+        was_empty = batch.cells == 0
+        points = batch.add_encoded(fill)
+        if not points:
+            return 0, None
+        if batch.started_at is None:
+            batch.start(self._clock())
+        self._added.value += points
+        return points, self._added_to_batch(was_empty)
+
     def add_part(self, payload: bytes, runs: list[RowRun], points: int) -> Ack:
         """Buffer ``points`` points encoded elsewhere (a telnet worker's): a log record's
         payload and the same rows as runs (:meth:`Batch.add_part`). Costs a few steps per
