@@ -46,8 +46,10 @@ Also measured in the same run: ``Storage.put`` of the same cells pre-encoded, in
 (the storage's own ceiling).
 
 Run: ``python -m bench.ingest [--points N] [--connections C] [--rounds R]
-[--modes pinned,shared] [--no-vm] [--baseline REF]``
-(``--baseline``: tsd from that git ref too, a third server in the same rounds);
+[--modes pinned,shared] [--no-vm] [--baseline REF] [--set KEY=VALUE ...]``
+(``--baseline``: tsd from that git ref too, a third server in the same rounds; ``--set``:
+a setting of every tsd daemon, e.g. ``tsd.network.worker_threads=0`` for the telnet
+workers);
 VictoriaMetrics runs when ``victoria-metrics`` is on PATH (``apt-get install
 victoria-metrics``), and is skipped otherwise.
 """
