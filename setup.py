@@ -1,10 +1,11 @@
 """The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
 store's packed-row decoder (tsd/storage/embedded/_points.c) and encoder
-(tsd/storage/embedded/_pack.c) and the seconds cell decoder
-(tsd/query/_decode.c); everything else is in pyproject.toml. ``optional``:
+(tsd/storage/embedded/_pack.c), the seconds cell decoder
+(tsd/query/_decode.c) and the ingest encoder (tsd/codec/_encode.c: telnet put lines of
+known series typed, points encoded into a batch's cells); everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
 (tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder, tsd/query/decode.py's
-numpy path), only slower."""
+numpy path, tsd/codec/qualifier.py and tsd/protocol/telnet.py's loops), only slower."""
 
 from setuptools import Extension, setup
 
@@ -27,6 +28,12 @@ setup(
             ["tsd/storage/embedded/_pack.c"],
             # the decimal check rounds as numpy does: no fused multiply-add
             extra_compile_args=["-O2", "-ffp-contract=off"],
+            optional=True,
+        ),
+        Extension(
+            "tsd.codec._encode",
+            ["tsd/codec/_encode.c"],
+            extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(

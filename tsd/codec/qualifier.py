@@ -18,9 +18,10 @@ buildQualifier / getOffsetFromQualifier / getQualifierLength / getFlagsFromQuali
 
 from __future__ import annotations
 
+import importlib
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from tsd.codec.const import (
     ANNOTATION_PREFIX,
@@ -53,7 +54,9 @@ __all__ = [
     "encode_annotation_qualifier",
     "encode_ms_qualifier",
     "encode_point",
+    "ENCODER_TABLES",
     "encode_points_into",
+    "python_encode_points_into",
     "encode_seconds_qualifier",
     "is_ms_qualifier",
     "is_ms_timestamp",
@@ -71,6 +74,11 @@ _UNPACK_FLOAT = struct.Struct(">f").unpack
 _PACK_DOUBLE = struct.Struct(">d").pack
 #: One-byte values by their unsigned byte (index ``value & 0xFF``).
 _INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
+
+try:  # the compiled helper (setup.py); the Python loop below is its fallback and spec
+    _c_encode_into: Any = importlib.import_module("tsd.codec._encode").encode_into
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _c_encode_into = None
 #: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
 #: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
 _SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))
@@ -179,7 +187,26 @@ def encode_point(timestamp: int, value: int | float) -> tuple[int, bytes, bytes]
     return base_time_s, qualifier, value_bytes
 
 
+#: What the compiled encoder needs besides the points (tsd/codec/_encode.c): the seconds
+#: qualifiers, the one-byte values and the general encoder for the rest.
+ENCODER_TABLES: Final = (_SECONDS_QUALIFIERS, _INT1_BYTES, encode_point)
+
+
 def encode_points_into(
+    rows: dict[bytes, dict[bytes, bytes]],
+    points: Iterable[tuple[SeriesKey, int, int | float]],
+) -> int:
+    """Encode ``(series, timestamp, value)`` points into ``rows``: see
+    :func:`python_encode_points_into`, the specification; the compiled helper
+    (``tsd/codec/_encode.c``) does the same when it is built."""
+    if _c_encode_into is not None:
+        return cast(
+            int, _c_encode_into(rows, points, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point)
+        )
+    return python_encode_points_into(rows, points)
+
+
+def python_encode_points_into(
     rows: dict[bytes, dict[bytes, bytes]],
     points: Iterable[tuple[SeriesKey, int, int | float]],
 ) -> int:

@@ -73,7 +73,17 @@ def encode_cells_and_runs(
     rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]],
 ) -> tuple[bytes, list[RowRun]]:
     """:func:`encode_cells`, and the same rows as :data:`RowRun` (what the head takes),
-    sharing the joins.
+    sharing the joins."""
+    payload, runs = encode_payload_and_runs(rows)
+    return frame_cells(payload), runs
+
+
+def encode_payload_and_runs(
+    rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]],
+) -> tuple[bytes, list[RowRun]]:
+    """The :data:`CELLS` payload of ``rows`` (not framed: payloads of several parts of one
+    batch, a telnet worker's among them, join into one record's payload), and the same
+    rows as :data:`RowRun`.
 
     Per row the work is C-level joins over the map's keys and values (no Python step
     per cell): this runs on the ingest path, once per writer batch. A row of one cell
@@ -101,7 +111,7 @@ def encode_cells_and_runs(
         append(q_joined)
         append(v_joined)
         runs.append((row, len(cells), q_joined, v_joined))
-    return frame_cells(join(parts)), runs
+    return join(parts), runs
 
 
 def frame_cells(payload: bytes) -> bytes:

@@ -1,0 +1,122 @@
+"""The compiled ingest helper (tsd/codec/_encode.c) answers exactly as its Python
+specifications: python_take_known_puts (telnet lines of known series typed) and
+python_encode_points_into (points into a batch's cells), on the same generated inputs,
+values bit for bit, errors alike. The other tests of both functions run the compiled
+one wherever it is built."""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.protocol.test_telnet_known_puts import put_lines
+from tsd.codec.qualifier import (
+    _INT1_BYTES,
+    _SECONDS_QUALIFIERS,
+    encode_point,
+    python_encode_points_into,
+)
+from tsd.codec.rowkey import KeyLayout, make_series_key
+from tsd.errors import CodecError
+from tsd.protocol.telnet import python_take_known_puts
+
+pytestmark = pytest.mark.slow  # many generated inputs
+
+try:
+    C: Any = importlib.import_module("tsd.codec._encode")
+except ImportError:  # pragma: no cover - not built here
+    C = None
+
+needs_c = pytest.mark.skipif(C is None, reason="tsd/codec/_encode.c is not built")
+
+
+def _bits(point: tuple[Any, int, int | float]) -> tuple[Any, int, type, bytes]:
+    series, timestamp, value = point
+    raw = struct.pack(">d", value) if isinstance(value, float) else str(value).encode()
+    return series, timestamp, type(value), raw
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(put_lines, max_size=30), st.integers(0, 40), st.integers(0, 40), st.data())
+def test_take_known_puts_as_python(lines: list[bytes], start: int, limit: int, data: Any) -> None:
+    known: dict[tuple[bytes, bytes], str] = {}
+    for line in lines:
+        words = line.split(b" ", 4)
+        if len(words) == 5 and data.draw(st.booleans()):
+            known[(words[1], words[4])] = f"series {len(known)}"
+    lines_or_none: list[bytes | None] = [*lines]
+    if lines and data.draw(st.booleans()):
+        lines_or_none[data.draw(st.integers(0, len(lines) - 1))] = None  # a line too long
+    c_out: list[tuple[str, int, int | float]] = []
+    py_out: list[tuple[str, int, int | float]] = []
+    c_stop = C.take_known_puts(lines_or_none, start, known, c_out, limit)
+    py_stop = python_take_known_puts(lines_or_none, start, known, py_out, limit)
+    assert c_stop == py_stop
+    assert [_bits(p) for p in c_out] == [_bits(p) for p in py_out]
+
+
+SERIES = [
+    make_series_key(KeyLayout(), b"\x00\x00\x01", [(b"\x00\x00\x01", bytes((0, 0, i)))])
+    for i in range(3)
+]
+TIMESTAMPS = st.one_of(
+    st.integers(0, 2**32 - 1),
+    st.integers(1_356_998_400, 1_356_998_400 + 7200),
+    st.integers(10**12, 10**13 - 1),  # milliseconds
+    st.integers(-5, 2**64),  # out of range: encode_point's error
+)
+VALUES = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.integers(-(2**31) - 2, 2**31 + 1),
+    st.sampled_from([0, -1, 127, 128, -128, -129, 32767, 32768, -32768, -32769, True]),
+    st.floats(),
+    st.floats(width=32),
+    st.sampled_from([3.4028235e38, 3.4028236e38, 1e-46, -0.0, float("nan"), float("inf")]),
+)
+
+
+def _encode(encoder: Any, points: list[tuple[Any, int, Any]]) -> tuple[Any, Any]:
+    rows: dict[bytes, dict[bytes, bytes]] = {}
+    try:
+        return encoder(rows, points), rows
+    except CodecError as exc:
+        return ("error", exc.message), rows
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(SERIES), TIMESTAMPS, VALUES), max_size=20))
+def test_encode_into_as_python(points: list[tuple[Any, int, Any]]) -> None:
+    def compiled(rows: dict[bytes, dict[bytes, bytes]], pts: list[Any]) -> int:
+        return int(C.encode_into(rows, pts, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point))
+
+    assert _encode(compiled, points) == _encode(python_encode_points_into, points)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(put_lines, max_size=30), st.integers(0, 40), st.data())
+def test_take_known_into_as_python(lines: list[bytes], limit: int, data: Any) -> None:
+    """Typing and encoding in one pass: the cells of python_take_known_puts's points
+    encoded by python_encode_points_into, the same counts."""
+    known: dict[tuple[bytes, bytes], Any] = {}
+    for line in lines:
+        words = line.split(b" ", 4)
+        if len(words) == 5 and data.draw(st.booleans()):
+            known[(words[1], words[4])] = SERIES[len(known) % len(SERIES)]
+    c_rows: dict[bytes, dict[bytes, bytes]] = {}
+    c_stop, c_taken, c_added = C.take_known_into(
+        lines, 0, known, c_rows, limit, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
+    )
+    points: list[tuple[Any, int, int | float]] = []
+    py_stop = python_take_known_puts(lines, 0, known, points, limit)
+    py_rows: dict[bytes, dict[bytes, bytes]] = {}
+    py_added = python_encode_points_into(py_rows, points)
+    assert (c_stop, c_taken, c_added) == (py_stop, len(points), py_added)
+    assert c_rows == py_rows
