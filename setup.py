@@ -1,10 +1,12 @@
 """The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
 store's packed-row decoder (tsd/storage/embedded/_points.c) and encoder
-(tsd/storage/embedded/_pack.c), the seconds cell decoder (tsd/query/_decode.c) and the
-ingest encoder (tsd/codec/_encode.c); everything else is in pyproject.toml. ``optional``:
+(tsd/storage/embedded/_pack.c), the seconds cell decoder
+(tsd/query/_decode.c) and the ingest encoder (tsd/codec/_encode.c: telnet put lines of
+known series typed, points encoded into a batch's cells, the batch framed for the log);
+everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
-(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder,
-tsd/query/decode.py's numpy path, tsd/codec/qualifier.py's and tsd/wal/record.py's
+(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder, tsd/query/decode.py's
+numpy path, tsd/codec/qualifier.py's, tsd/protocol/telnet.py's and tsd/wal/record.py's
 loops), only slower."""
 
 from setuptools import Extension, setup

@@ -46,8 +46,10 @@ Also measured in the same run: ``Storage.put`` of the same cells pre-encoded, in
 (the storage's own ceiling).
 
 Run: ``python -m bench.ingest [--points N] [--connections C] [--rounds R]
-[--modes pinned,shared] [--no-vm] [--baseline REF]``
-(``--baseline``: tsd from that git ref too, a third server in the same rounds);
+[--modes pinned,shared] [--no-vm] [--baseline REF] [--set KEY=VALUE ...]``
+(``--baseline``: tsd from that git ref too, a third server in the same rounds; ``--set``:
+a setting of every tsd daemon, e.g. ``tsd.network.worker_threads=0`` for the telnet
+workers);
 VictoriaMetrics runs when ``victoria-metrics`` is on PATH (``apt-get install
 victoria-metrics``), and is skipped otherwise.
 """
@@ -540,11 +542,16 @@ async def measure(
 ) -> dict[str, Rates]:
     """Alternating rounds of every server, each on a fresh data directory."""
     os.sched_setaffinity(0, mode.generator_cpus)
-    servers: list[tuple[str, Starter]] = [("tsd", start_tsd)]
+    settings = dict(item.split("=", 1) for item in args.set)
+
+    async def start_after(data_dir: Path, mode: Mode) -> Server | None:
+        return await start_tsd(data_dir, mode, settings=settings)
+
+    servers: list[tuple[str, Starter]] = [("tsd", start_after)]
     if baseline is not None:
 
         async def start_before(data_dir: Path, mode: Mode) -> Server | None:
-            return await start_tsd(data_dir, mode, source=baseline)
+            return await start_tsd(data_dir, mode, source=baseline, settings=settings)
 
         servers.append(("before", start_before))
     if not args.no_vm:
@@ -618,6 +625,13 @@ def main() -> None:
     parser.add_argument("--modes", default="pinned,shared", help="pinned and/or shared")
     parser.add_argument("--no-vm", action="store_true")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the tsd daemons (and 'before'), e.g. tsd.network.worker_threads=1",
+    )
+    parser.add_argument(
         "--baseline", metavar="REF", help="also run tsd from this git ref ('before'), alternating"
     )
     args = parser.parse_args()
@@ -628,6 +642,8 @@ def main() -> None:
     shape = f"{args.points:,} points, {args.series:,} series, {args.connections} connections"
     print(f"ingest: {shape}; {args.rounds} alternating rounds per server, medians")
     print(f"  {METHOD}")
+    if args.set:
+        print(f"  tsd settings: {', '.join(args.set)}")
     with tempfile.TemporaryDirectory() as exported:
         baseline = export(args.baseline, Path(exported)) if args.baseline else None
         if args.baseline:

@@ -1,87 +1,122 @@
-"""The compiled ingest encoder (tsd/codec/_encode.c) against the Python loops it replaces:
-the same cells, the same counts, the same errors, the same log record and head runs."""
+"""The compiled ingest helper (tsd/codec/_encode.c) answers exactly as its Python
+specifications: python_take_known_puts (telnet lines of known series typed) and
+python_encode_points_into (points into a batch's cells), on the same generated inputs,
+values bit for bit, errors alike. The other tests of both functions run the compiled
+one wherever it is built."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsd.codec.qualifier import encode_points_into, python_encode_points_into
-from tsd.codec.rowkey import KeyLayout, SeriesKey, make_series_key
-from tsd.errors import CodecError
-from tsd.wal.record import (
-    decode_row_runs,
-    encode_cells_and_runs,
-    python_encode_cells_and_runs,
-    read_records,
+from tests.protocol.test_telnet_known_puts import put_lines
+from tsd.codec.qualifier import (
+    _INT1_BYTES,
+    _SECONDS_QUALIFIERS,
+    encode_point,
+    python_encode_points_into,
 )
+from tsd.codec.rowkey import KeyLayout, make_series_key
+from tsd.errors import CodecError
+from tsd.protocol.telnet import python_take_known_puts
 
-Encode = Callable[[dict[bytes, dict[bytes, bytes]], list[tuple[SeriesKey, int, Any]]], int]
-_C = importlib.util.find_spec("tsd.codec._encode")
-pytestmark = pytest.mark.skipif(_C is None, reason="the C helper is not built")
+pytestmark = pytest.mark.slow  # many generated inputs
+
+try:
+    C: Any = importlib.import_module("tsd.codec._encode")
+except ImportError:  # pragma: no cover - not built here
+    C = None
+
+needs_c = pytest.mark.skipif(C is None, reason="tsd/codec/_encode.c is not built")
+
+
+def _bits(point: tuple[Any, int, int | float]) -> tuple[Any, int, type, bytes]:
+    series, timestamp, value = point
+    raw = struct.pack(">d", value) if isinstance(value, float) else str(value).encode()
+    return series, timestamp, type(value), raw
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(put_lines, max_size=30), st.integers(0, 40), st.integers(0, 40), st.data())
+def test_take_known_puts_as_python(lines: list[bytes], start: int, limit: int, data: Any) -> None:
+    known: dict[tuple[bytes, bytes], str] = {}
+    for line in lines:
+        words = line.split(b" ", 4)
+        if len(words) == 5 and data.draw(st.booleans()):
+            known[(words[1], words[4])] = f"series {len(known)}"
+    lines_or_none: list[bytes | None] = [*lines]
+    if lines and data.draw(st.booleans()):
+        lines_or_none[data.draw(st.integers(0, len(lines) - 1))] = None  # a line too long
+    c_out: list[tuple[str, int, int | float]] = []
+    py_out: list[tuple[str, int, int | float]] = []
+    c_stop = C.take_known_puts(lines_or_none, start, known, c_out, limit)
+    py_stop = python_take_known_puts(lines_or_none, start, known, py_out, limit)
+    assert c_stop == py_stop
+    assert [_bits(p) for p in c_out] == [_bits(p) for p in py_out]
+
 
 SERIES = [
     make_series_key(KeyLayout(), b"\x00\x00\x01", [(b"\x00\x00\x01", bytes((0, 0, i)))])
     for i in range(3)
 ]
-#: every kind of value and timestamp the encoder meets: the C helper's common cases and
-#: their edges, and what it hands to encode_point (8-byte ints, ms timestamps, errors)
-VALUES = st.one_of(
-    st.integers(-(2**63), 2**63 - 1),
-    st.sampled_from([127, 128, -128, -129, 32767, 32768, -32769, 2**31 - 1, 2**31, -(2**31)]),
-    st.floats(allow_nan=False),
-    st.floats(width=32),
-    st.sampled_from([0.0, -0.0, 3.4028234663852886e38, 3.4028235677973366e38, 1e300, 5e-324]),
-    st.just(float("nan")),
-    st.just(True),
-)
 TIMESTAMPS = st.one_of(
     st.integers(0, 2**32 - 1),
-    st.integers(2**32, 9_999_999_999_999),
-    st.sampled_from([0, 3599, 3600, 2**32 - 1, -1]),
+    st.integers(1_356_998_400, 1_356_998_400 + 7200),
+    st.integers(10**12, 10**13 - 1),  # milliseconds
+    st.integers(-5, 2**64),  # out of range: encode_point's error
 )
-POINTS = st.lists(st.tuples(st.integers(0, 2), TIMESTAMPS, VALUES), max_size=20)
+VALUES = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.integers(-(2**31) - 2, 2**31 + 1),
+    st.sampled_from([0, -1, 127, 128, -128, -129, 32767, 32768, -32768, -32769, True]),
+    st.floats(),
+    st.floats(width=32),
+    st.sampled_from([3.4028235e38, 3.4028236e38, 1e-46, -0.0, float("nan"), float("inf")]),
+)
 
 
-def run(
-    encode: Encode, points: list[tuple[int, int, int | float]]
-) -> tuple[object, dict[bytes, dict[bytes, bytes]]]:
+def _encode(encoder: Any, points: list[tuple[Any, int, Any]]) -> tuple[Any, Any]:
     rows: dict[bytes, dict[bytes, bytes]] = {}
     try:
-        outcome: object = encode(rows, [(SERIES[i], t, v) for i, t, v in points])
+        return encoder(rows, points), rows
     except CodecError as exc:
-        outcome = ("error", str(exc))
-    return outcome, rows
+        return ("error", exc.message), rows
 
 
+@needs_c
 @settings(max_examples=400, deadline=None)
-@given(POINTS)
-def test_points_encode_as_the_python_loop_does(points: list[tuple[int, int, int | float]]) -> None:
-    """Cells, their count, and on a bad point its error with the points before it kept."""
-    assert run(encode_points_into, points) == run(python_encode_points_into, points)
+@given(st.lists(st.tuples(st.sampled_from(SERIES), TIMESTAMPS, VALUES), max_size=20))
+def test_encode_into_as_python(points: list[tuple[Any, int, Any]]) -> None:
+    def compiled(rows: dict[bytes, dict[bytes, bytes]], pts: list[Any]) -> int:
+        return int(C.encode_into(rows, pts, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point))
+
+    assert _encode(compiled, points) == _encode(python_encode_points_into, points)
 
 
-@settings(max_examples=200, deadline=None)
-@given(POINTS)
-def test_a_batch_frames_as_the_python_loop_does(points: list[tuple[int, int, int | float]]) -> None:
-    _, rows = run(python_encode_points_into, points)
-    record, runs = encode_cells_and_runs(rows)
-    assert (record, runs) == python_encode_cells_and_runs(rows.items())
-    records, _, why = read_records(record)
-    assert why is None
-    assert decode_row_runs(records[0][1]) == runs
-
-
-def test_a_row_beyond_the_record_format_takes_the_python_path_and_its_error() -> None:
-    rows = {b"r" * 70_000: {b"\x00\x10": b"\x01"}}
-    with pytest.raises(struct.error, match="format requires") as c_error:
-        encode_cells_and_runs(rows)
-    with pytest.raises(struct.error) as python_error:
-        python_encode_cells_and_runs(rows.items())
-    assert str(c_error.value) == str(python_error.value)
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(st.lists(put_lines, max_size=30), st.integers(0, 40), st.data())
+def test_take_known_into_as_python(lines: list[bytes], limit: int, data: Any) -> None:
+    """Typing and encoding in one pass: the cells of python_take_known_puts's points
+    encoded by python_encode_points_into, the same counts."""
+    known: dict[tuple[bytes, bytes], Any] = {}
+    for line in lines:
+        words = line.split(b" ", 4)
+        if len(words) == 5 and data.draw(st.booleans()):
+            known[(words[1], words[4])] = SERIES[len(known) % len(SERIES)]
+    c_rows: dict[bytes, dict[bytes, bytes]] = {}
+    c_stop, c_taken, c_added = C.take_known_into(
+        lines, 0, known, c_rows, limit, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
+    )
+    points: list[tuple[Any, int, int | float]] = []
+    py_stop = python_take_known_puts(lines, 0, known, points, limit)
+    py_rows: dict[bytes, dict[bytes, bytes]] = {}
+    py_added = python_encode_points_into(py_rows, points)
+    assert (c_stop, c_taken, c_added) == (py_stop, len(points), py_added)
+    assert c_rows == py_rows

@@ -19,8 +19,9 @@ from tests.hbase_harness import THRIFT_READ_TIMEOUT_MS, HBaseServer, drop_tables
 from tsd.config import StorageConfig
 from tsd.errors import StorageTimeout, StorageUnavailable
 from tsd.schema import hbase_settings
-from tsd.storage.base import Cell, FamilySpec, Put, Row
+from tsd.storage.base import Cell, FamilySpec, Put, Row, ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage.hbase.pool import HBASE_THRIFT, pipelined
 from tsd.storage.settings import HBaseSettings
 
 
@@ -241,3 +242,66 @@ async def test_call_on_a_connection_dropped_as_it_is_sent_is_retried_only_if_har
         assert await storage.get(hbase_table, b"n") is None
         assert await storage.increment(hbase_table, b"n", "f", b"q") == 1
         await storage.close()
+
+
+@pytest.mark.hbase
+async def test_pipelined_calls_answer_in_order_each_with_its_own_error(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    storage = HBaseStorage(hbase_settings(hbase_server.storage_config()))
+    name = hbase_table.encode()
+    scans = [
+        {"tableName": name, "scan": HBASE_THRIFT.TScan(startRow=row, caching=10), "attributes": {}}
+        for row in (b"a", b"b", b"c")
+    ]
+    async with storage.pool.connection() as conn:
+        ids = await pipelined(conn.client, "scannerOpenWithScan", scans)
+        assert len(set(ids)) == 3
+        lists = await pipelined(
+            conn.client, "scannerGetList", [{"id": i, "nbRows": 5} for i in ids]
+        )
+        assert [[r.row for r in rows] for rows in lists] == [[b"a", b"b"], [b"b"], []]
+        closed = await pipelined(conn.client, "scannerClose", [{"id": i} for i in [*ids, ids[0]]])
+        assert closed[:3] == [None, None, None]
+        assert isinstance(closed[3], HBASE_THRIFT.IllegalArgument)  # closed already
+        # the connection is still in step: the next call reads its own reply
+        assert await conn.client.getTableNames()
+    await storage.close()
+
+
+class RecordingStorage(HBaseStorage):
+    """Records the scanners it opens (to ask the gateway about them afterwards)."""
+
+    opened: list[int]
+
+    async def _open_scanner(
+        self, table: str, spec: ScanSpec, filter_string: bytes | None = None
+    ) -> int:
+        scanner = await super()._open_scanner(table, spec, filter_string)
+        self.opened = [*getattr(self, "opened", []), scanner]
+        return scanner
+
+
+@pytest.mark.hbase
+async def test_scanners_read_to_their_end_are_closed_in_the_background(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    storage = RecordingStorage(hbase_settings(hbase_server.storage_config()))
+
+    async def rows(start: bytes) -> list[bytes]:
+        spec = ScanSpec(start, b"", ("f",), None, None, 10)
+        blocks = storage.scan_blocks(hbase_table, spec)
+        async with contextlib.aclosing(blocks) as read:
+            return [key async for block in read for key in block.keys]
+
+    found = await asyncio.gather(rows(b"a"), rows(b"b"), rows(b"c"))
+    assert list(found) == [[b"a", b"b"], [b"b"], []]
+    await storage.close()  # waits for the closer
+    other = HBaseStorage(hbase_settings(hbase_server.storage_config()))
+    async with other.pool.connection() as conn:
+        answers = await pipelined(
+            conn.client, "scannerGetList", [{"id": i, "nbRows": 1} for i in storage.opened]
+        )
+    assert len(answers) == 3
+    assert all(isinstance(a, HBASE_THRIFT.IllegalArgument) for a in answers)
+    await other.close()

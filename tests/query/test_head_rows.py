@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from tsd.codec import KeyLayout, encode_point, encode_row_key, join_compacted
 from tsd.head import HeadRuns
+from tsd.protocol.m_syntax import parse_downsample
 from tsd.query import decode as decode_module
-from tsd.query.decode import RowPoints, decode_rows
+from tsd.query.decode import RowPoints, decode_buckets, decode_rows
+from tsd.query.downsample import row_buckets
 from tsd.query.head_rows import decode_head_runs
 from tsd.storage.base import Cell, CellBlock, Row
 
@@ -53,7 +55,11 @@ def _runs(rows: list[tuple[bytes, list[tuple[bytes, bytes]]]]) -> HeadRuns:
 
 
 def _compacted(rows: list[tuple[bytes, list[tuple[bytes, bytes]]]]) -> RowPoints:
-    block = CellBlock.from_rows(
+    return decode_rows(_compacted_block(rows), LAYOUT)
+
+
+def _compacted_block(rows: list[tuple[bytes, list[tuple[bytes, bytes]]]]) -> CellBlock:
+    return CellBlock.from_rows(
         [
             Row(
                 key,
@@ -73,7 +79,6 @@ def _compacted(rows: list[tuple[bytes, list[tuple[bytes, bytes]]]]) -> RowPoints
             for key, points in rows
         ]
     )
-    return decode_rows(block, LAYOUT)
 
 
 def _points(p: RowPoints) -> tuple[list[int], list[int], list[float], list[int] | None]:
@@ -94,6 +99,34 @@ def test_head_runs_decode_as_their_compacted_cells_with_and_without_c(
         for helper in (compiled, None):
             decode_module._C = helper
             assert _points(decode_head_runs(_runs(rows), LAYOUT)) == expected
+    finally:
+        decode_module._C = compiled
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    head_rows(),
+    st.sampled_from(["1s-sum", "10s-avg", "1m-avg", "1m-count", "12m-zimsum", "1h-avg"]),
+    st.integers(0, 7200),
+)
+def test_head_runs_reduce_to_buckets_as_their_compacted_cells(
+    rows: list[tuple[bytes, list[tuple[bytes, bytes]]]], spec: str, seek_s: int
+) -> None:
+    buckets = row_buckets(parse_downsample(spec), (BASE + seek_s) * 1000)
+    assert buckets is not None
+    compiled = decode_module._C
+    try:
+        decode_module._C = None  # the reference: numpy's downsampler over the cells
+        want = decode_buckets(_compacted_block(rows), LAYOUT, buckets)
+        for helper in (compiled, None):
+            decode_module._C = helper
+            got = decode_head_runs(_runs(rows), LAYOUT, buckets)
+            assert got.row_offsets.tolist() == want.row_offsets.tolist()
+            assert got.timestamps.tolist() == want.timestamps.tolist()
+            assert got.values.view(np.int64).tolist() == want.values.view(np.int64).tolist()
+            assert got.row_points is not None
+            assert want.row_points is not None
+            assert got.row_points.tolist() == want.row_points.tolist()
     finally:
         decode_module._C = compiled
 

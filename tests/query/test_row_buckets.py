@@ -5,6 +5,8 @@ Differential: random blocks of compacted and single cells (integers of every wid
 NaN, -0.0), random intervals dividing the hour and seeks, through the C helper and through
 its numpy fallback, must give the very series downsample gives (bit for bit), or both
 refuse the same rows (beyond their hour: RowsOutOfHour; unreadable: the decoder's error).
+The same rows as the embedded store's decoded points (a PointBlock: _decode.c
+``point_buckets``) too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tsd.query.decode import base_times_s, cell_buffers, decode_buckets, decode_
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, downsample, row_buckets
 from tsd.query.series import SeriesBatch
 from tsd.query.spans import Spans, assemble_spans
-from tsd.storage.base import Cell, CellBlock, Row
+from tsd.storage.base import Block, Cell, CellBlock, PointBlock, Row
 
 bucket_settings = settings(max_examples=150, deadline=None)
 
@@ -88,7 +90,25 @@ def _whole(block: CellBlock, buckets: RowBuckets) -> SeriesBatch:
     )
 
 
-def _by_rows(block: CellBlock, buckets: RowBuckets, compiled: bool) -> Spans:
+def _as_points(block: CellBlock) -> PointBlock:
+    """The block's rows as the embedded store's query read gives them: decoded points."""
+    points = decode_rows(block, LAYOUT)
+    counts = np.diff(points.row_offsets)
+    base_ms = base_times_s(LAYOUT, block.keys) * 1000
+    return PointBlock(
+        block.keys,
+        counts,
+        points.timestamps - np.repeat(base_ms, counts),
+        points.values,
+        points.int_values,
+        points.is_int,
+        len(block),
+        points.stored_bytes,
+        lambda: block,
+    )
+
+
+def _by_rows(block: Block, buckets: RowBuckets, compiled: bool) -> Spans:
     helper = decode_module._C
     decode_module._C = helper if compiled else None
     try:
@@ -118,8 +138,8 @@ def _check(block: CellBlock, spec: str, start_hours: int, start_s: int) -> None:
                 _by_rows(block, buckets, compiled)
         return
     points = decode_rows(block, LAYOUT).row_offsets
-    for compiled in (True, False):
-        spans = _by_rows(block, buckets, compiled)
+    for compiled, read in [(c, r) for c in (True, False) for r in (block, _as_points(block))]:
+        spans = _by_rows(read, buckets, compiled)
         _same(spans.batch, expected)
         # the points each series had, as the whole path counts them
         whole = assemble_spans([(block.keys, decode_rows(block, LAYOUT))], LAYOUT)
@@ -162,9 +182,9 @@ def test_a_point_beyond_its_hour_is_refused_by_both_paths() -> None:
     block = CellBlock.from_rows([Row(key, (Cell("t", *compacted),))])
     buckets = row_buckets(parse_downsample("1m-avg"), BASE * 1000)
     assert buckets is not None
-    for compiled in (True, False):
+    for compiled, read in [(c, r) for c in (True, False) for r in (block, _as_points(block))]:
         with pytest.raises(RowsOutOfHour):
-            _by_rows(block, buckets, compiled)
+            _by_rows(read, buckets, compiled)
 
 
 def test_c_helper_reduces_compacted_rows() -> None:
@@ -186,6 +206,16 @@ def test_c_helper_reduces_compacted_rows() -> None:
     assert row_points.tolist() == [360]
     assert ts.tolist() == [(BASE + 60 * m) * 1000 for m in range(60)]
     assert avg.tolist() == [sum(values[6 * m : 6 * m + 6]) / 6 for m in range(60)]
+    # the same row as decoded points
+    offsets = np.arange(360, dtype=np.int64) * 10_000
+    doubles = np.array(values, dtype=np.float64)
+    counts = np.array([360], dtype=np.int64)
+    again = decode_module._C.point_buckets(offsets, doubles, counts, base_ms, 60_000, 0, 1)
+    assert again is not None
+    assert [bytes(a) for a in again] == [bytes(a) for a in found]
+    # a point at 3,600 s is its next hour's: refused, numpy's path then raises RowsOutOfHour
+    offsets[-1] = 3_600_000
+    assert decode_module._C.point_buckets(offsets, doubles, counts, base_ms, 60_000, 0, 1) is None
 
 
 @pytest.mark.parametrize(
@@ -231,3 +261,33 @@ def test_a_bucket_of_negative_zeros_sums_to_zero_as_java_does(function: str) -> 
     first = _whole(block, buckets).values[0]
     assert first == 0.0
     assert math.copysign(1.0, first) == 1.0
+
+
+@pytest.mark.parametrize("spec", ["1m-avg", "1s-sum", "15m-count"])
+def test_points_in_milliseconds_reduce_as_numpy_does(spec: str) -> None:
+    # The store's decoded points carry ms offsets: bucket edges at the ms, the hour's last ms
+    # kept, a point at 3,600,000 ms refused (RowsOutOfHour on both paths).
+    key = encode_row_key(LAYOUT, METRIC, BASE, [(b"\x00\x00\x01", b"\x00\x00\x01")])
+    offsets = [0, 1, 500, 999, 59_999, 60_000, 60_001, 1_799_999, 3_599_999]
+    values = [1.5, -2.0, math.nan, 4.25, 1e300, -0.0, 7.0, 0.1, 3.0]
+
+    def block(offs: list[int]) -> PointBlock:
+        return PointBlock(
+            [key],
+            np.array([len(offs)], dtype=np.int64),
+            np.array(offs, dtype=np.int64),
+            np.array(values[: len(offs)], dtype=np.float64),
+            None,
+            None,
+            1,
+            0,
+            lambda: CellBlock.empty(),
+        )
+
+    buckets = row_buckets(parse_downsample(spec), BASE * 1000)
+    assert buckets is not None
+    numpy_path = _by_rows(block(offsets), buckets, False).batch
+    _same(_by_rows(block(offsets), buckets, True).batch, numpy_path)
+    for compiled in (True, False):
+        with pytest.raises(RowsOutOfHour):
+            _by_rows(block([*offsets[:-1], 3_600_000]), buckets, compiled)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.server.conftest import MakeTsd
 from tsd.daemon import Daemon
+from tsd.server.http.middlewares import INLINE_COMPRESS_BYTES
 
 T = 1_369_141_261
 JSON = "application/json; charset=UTF-8"
@@ -383,6 +384,29 @@ async def test_responses_are_compressed_when_accepted(
     if encoding == "deflate":
         body = zlib.decompress(body)
     assert orjson.loads(body) == ["Sys.Upper", "sys.cpu.nice", "sys.cpu.user"]
+
+
+@pytest.mark.parametrize("points", [360, 4000], ids=["inline", "aiohttp"])
+@pytest.mark.parametrize("accept", ["gzip", "deflate"])
+async def test_query_answers_are_compressed_on_both_sides_of_the_inline_limit(
+    make_tsd: MakeTsd, http: aiohttp.ClientSession, points: int, accept: str
+) -> None:
+    """A body up to INLINE_COMPRESS_BYTES is compressed by the middleware itself, a bigger
+    one by aiohttp: both decompress to the same answer as an identity reply."""
+    c = Client(await make_tsd(), http)
+    puts = [
+        {"metric": "z.m", "timestamp": T + 10 * i, "value": i + 0.5, "tags": {"h": "a"}}
+        for i in range(points)
+    ]
+    assert (await c.call("POST", "/api/put?sync", puts))[0] == 204
+    path = f"/api/query?start={T}&end={T + 10 * points}&m=sum:z.m"
+    status, headers, plain = await c.raw("GET", path)
+    assert (status, headers.get("Content-Encoding")) == (200, None)
+    assert (len(plain) <= INLINE_COMPRESS_BYTES) == (points == 360)
+    status, headers, body = await c.raw("GET", path, **{"Accept-Encoding": accept})
+    assert (status, headers.get("Content-Encoding")) == (200, accept)
+    assert int(headers["Content-Length"]) == len(body)
+    assert (gzip.decompress(body) if accept == "gzip" else zlib.decompress(body)) == plain
 
 
 async def test_dropcaches_config_and_aggregators(

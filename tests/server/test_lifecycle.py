@@ -175,6 +175,16 @@ async def query_count(port: int, metric: str) -> int:
     return sum(len(series["dps"]) for series in answer)
 
 
+async def stat(port: int, metric: str) -> int:
+    """The sum of a counter over its tags (the daemon's /api/stats)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/api/stats") as response,
+    ):
+        records = orjson.loads(await response.read())
+    return sum(int(r["value"]) for r in records if r["metric"] == metric)
+
+
 async def logged_cells(port: int) -> int:
     """The cells the daemon's write-ahead log has written and fsynced (its /api/stats)."""
     async with (
@@ -189,14 +199,33 @@ async def logged_cells(port: int) -> int:
     )
 
 
-async def test_acknowledged_points_survive_kill_9_through_the_log(data_dir: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 3], ids=["one process", "telnet workers"])
+async def test_acknowledged_points_survive_kill_9_through_the_log(
+    data_dir: Path, workers: int
+) -> None:
     """Acknowledged without sync and logged (at most tsd.storage.wal.sync_interval after
     the put; here waited for through /api/stats), or acknowledged with sync: all there
-    after kill -9 and a restart, which replays the log."""
-    tsd = await TsdProcess.start(data_dir, "--set", "tsd.storage.wal.sync_interval=50")
+    after kill -9 and a restart, which replays the log. With telnet workers (every core),
+    the telnet points arrive encoded by the worker, and the same holds."""
+    tsd = await TsdProcess.start(
+        data_dir,
+        "--set",
+        "tsd.storage.wal.sync_interval=50",
+        "--set",
+        f"tsd.network.worker_threads={workers}",
+    )
+    if workers > 1:
+        while (await tsd.event())["event"] != "workers.ready":
+            pass
     client = await TelnetClient.connect(tsd.port)
-    await client.send(b"".join(b"put tel.m %d %d host=a\n" % (T + i, i) for i in range(500)))
+    lines = [b"put tel.m %d %d host=a\n" % (T + i, i) for i in range(500)]
+    await client.send(lines[0])
     assert await client.sync() == []
+    assert await client.sync() == []  # a worker has learnt the series by now
+    await client.send(b"".join(lines[1:]))
+    assert await client.sync() == []
+    if workers > 1:
+        assert await stat(tsd.port, "tsd.workers.points") == 499
     for _ in range(2000):  # the log's next group commit takes them (an event, polled)
         if await logged_cells(tsd.port) >= 500:
             break

@@ -8,7 +8,7 @@ import os
 import signal
 
 from tests.server.conftest import MakeTsd
-from tests.server.support import TelnetClient, eventually
+from tests.server.support import TelnetClient, eventually, stored
 from tsd.daemon import Daemon
 from tsd.server.workers import RemoteTelnet, WorkerPool
 
@@ -46,6 +46,51 @@ async def test_a_worker_serves_telnet_with_the_daemons_replies_in_order(
 def _added(tsd: Daemon) -> int:
     (added,) = [s.value for s in tsd.registry.collect() if s.name == "datapoints.added"]
     return added
+
+
+async def test_a_worker_encodes_the_points_of_series_it_was_taught_in_order(
+    make_tsd: MakeTsd,
+) -> None:
+    """Once the daemon resolved a series for a worker's connection, the worker encodes its
+    points itself and hands them over as parts of a log record: a later point of a cell
+    still wins, a reply still comes after every put before it, the daemon's dropcaches
+    makes the worker forget (and learn again), and every point is stored."""
+    tsd = await make_tsd(**{"tsd.network.worker_threads": "2"})
+    await eventually(_pool(tsd).all_ready, attempts=6000)
+    client = await TelnetClient.connect(tsd.port)
+    await client.send(b"put w.m %d 0 host=a\nput w.m %d 0 host=b\n" % (T, T))
+    assert await client.sync() == []
+    assert await client.sync() == []  # the worker was taught both series before this reply
+    lines = [
+        b"put w.m %d %d host=%s\n" % (T + i, i, b"ab"[i % 2 : i % 2 + 1]) for i in range(1, 3001)
+    ]
+    lines[1000] = b"put w.m %d 9999 host=a\n" % (T + 998)  # the same cell again: it wins
+    lines[2000] = b"put w.m %d x host=a\n" % T  # refused: its reply comes in order
+    await client.send(b"".join(lines[:1500]))
+    await client.send(b"".join(lines[1500:]))
+    assert await client.sync() == [b"put: invalid value: Invalid character 'x' in x"]
+    assert _encoded(tsd) >= 2000  # most of them were encoded by the worker
+    assert _added(tsd) == 3001
+    await client.send(b"dropcaches\n")
+    assert await client.sync() == [b"Caches dropped."]
+    await client.send(b"".join(b"put w.m %d %d host=a\n" % (T + i, i) for i in range(4000, 4100)))
+    assert await client.sync() == []
+    await client.close()
+    points = {
+        (dict(p.tags)["host"], p.timestamp_ms // 1000 - T): p.value for p in await stored(tsd)
+    }
+    expected = {("a", 0): 0, ("b", 0): 0}
+    for i, line in enumerate(lines, start=1):
+        if i != 2001:
+            expected[(line.split(b"=")[1].strip().decode(), int(line.split()[2]) - T)] = int(
+                line.split()[3]
+            )
+    expected.update({("a", i): i for i in range(4000, 4100)})
+    assert points == expected
+
+
+def _encoded(tsd: Daemon) -> int:
+    return sum(s.value for s in tsd.registry.collect() if s.name == "workers.points")
 
 
 async def test_a_worker_that_dies_is_replaced(make_tsd: MakeTsd) -> None:

@@ -24,6 +24,7 @@ from tsd.errors import StorageError
 from tsd.query.decode import RowPoints, decode_block, decode_rows
 from tsd.storage.base import Cell, CellBlock, FamilySpec, PointBlock, Put, Row, ScanSpec
 from tsd.storage.embedded import EmbeddedStorage, packed, points
+from tsd.storage.embedded.keys import escape_row
 
 pytestmark = pytest.mark.skipif(
     not points.available(), reason="tsd.storage.embedded._points not built (no C compiler)"
@@ -325,3 +326,46 @@ async def test_scan_blocks_read_compacted_rows_as_points(
     for got, want in zip(again, await _blocks(store, spec), strict=True):
         assert isinstance(want, CellBlock)
         _same(decode_block(got, LAYOUT), decode_rows(want, LAYOUT))
+
+
+#: a key's tail after its row in the packed database: 00 00, family "t", PACKED_END
+_SUFFIX = b"t\x01"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=0, max_size=12),
+            st.sampled_from([b"\x00\x00t\x01", b"\x00\x00t\x00q", b"\x00\x00u\x01", b"", b"t"]),
+            st.binary(min_size=0, max_size=3),
+            st.booleans(),
+        ),
+        max_size=6,
+    )
+)
+def test_packed_rows_in_c_are_the_keys_read_one_by_one(
+    entries: list[tuple[bytes, bytes, bytes, bool]],
+) -> None:
+    # Rows escaped as keys.py escapes them or left raw (a corrupt key: a bare 00, 00 then
+    # another byte), every tail and empty values: the C helper answers as the Python loop.
+    pairs = [
+        ((escape_row(row) if escaped else row) + tail, value)
+        for row, tail, value, escaped in entries
+    ]
+    helper = points._C
+    try:
+        points._C = None
+        want = points.packed_rows(pairs, _SUFFIX)
+    finally:
+        points._C = helper
+    assert points.packed_rows(pairs, _SUFFIX) == want
+
+
+def test_packed_rows_unescape_the_row_and_refuse_other_entries() -> None:
+    row = b"\x00\x00\x01\x50\xe2\x29\x00\xff\x00"
+    key = escape_row(row) + b"\x00\x00" + _SUFFIX
+    assert points.packed_rows([(key, b"v")], _SUFFIX) == ([row], [b"v"])
+    assert points.packed_rows([(key, b"")], _SUFFIX) is None  # an empty value
+    assert points.packed_rows([(key + b"x", b"v")], _SUFFIX) is None  # not the family's tail
+    assert points.packed_rows([(escape_row(row), b"v")], _SUFFIX) is None  # no row end

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tsd.codec import KeyLayout, make_series_key
+from tsd.codec import KeyLayout, SeriesKey, make_series_key
+from tsd.codec.qualifier import encode_points_into
+from tsd.wal.record import decode_row_runs, encode_payload_and_runs
 from tsd.write.batch import Batch, BatchPolicy
 
 
@@ -89,3 +91,40 @@ def test_points_in_bulk_are_encoded_into_cells() -> None:
         (row, b"\x00\x00", b"\x02"),
         (row, b"\x00\x1b", b"\x3f\x00\x00\x00"),
     ]
+
+
+def test_parts_keep_the_order_of_arrival_in_the_record_and_when_folded() -> None:
+    """A part encoded elsewhere (a telnet worker's) joins the batch in arrival order: the
+    record and the runs are the parts in order, and folding them into cells lets a later
+    point of a cell win, exactly as adding every point here would have."""
+    layout = KeyLayout()
+    a = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x02")])
+    b = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x03")])
+    t0 = 1356998400
+    Points = list[tuple[SeriesKey, int, int | float]]
+    first: Points = [(a, t0, 1), (b, t0, 300), (a, t0 + 1, 2.5)]
+    worker: Points = [(a, t0, 7), (a, t0 + 2, 70000), (b, t0 + 3600, -1)]
+    last: Points = [(a, t0 + 2, 8), (b, t0, 9)]
+    rows: dict[bytes, dict[bytes, bytes]] = {}
+    encode_points_into(rows, worker)
+    payload, runs = encode_payload_and_runs(rows.items())
+
+    batch = make_batch(max_cells=100)
+    batch.add_points(first)
+    batch.add_part(payload, runs, len(worker))
+    batch.add_points(last)
+    assert len(batch) == 3 + 3 + 2  # points, as the writer counts them
+    joined, all_runs = batch.payload_and_runs()
+    assert decode_row_runs(joined) == all_runs
+    assert [run[0] for run in all_runs] == [
+        a.row_key(t0),
+        b.row_key(t0),
+        *[run[0] for run in runs],
+        a.row_key(t0),
+        b.row_key(t0),
+    ]
+    batch.fold()
+    everything = make_batch(max_cells=100)
+    everything.add_points(first + worker + last)
+    assert list(batch.sorted_cells()) == list(everything.sorted_cells())
+    assert not batch.parts

@@ -1,128 +1,119 @@
-/* The ingest hot path's two per-point loops at compiled speed (tsd.codec.qualifier and
- * tsd.wal.record).
+/* The ingest hot path in C: typing telnet put lines of known series, and encoding points
+ * into a writer batch's cells. Drop-in versions of tsd.protocol.telnet.take_known_puts and
+ * tsd.codec.qualifier.encode_points_into (their docstrings are the specification; the
+ * Python functions stay the fallback when this is not built, and tests/codec/test_encode_c.py
+ * checks that both give the same answers).
  *
- * Why: at a million series, every point of a 10 s interval is a row of its own, and the
- * Python loops encoding points into the writer's batch (encode_points_into) and framing
- * that batch's rows for the write-ahead log and the head (encode_cells_and_runs) were a
- * third of the daemon's time (bench/cardinality). These do the same, without a Python
- * step per point.
+ * encode_into(rows, points, qualifiers, int1, encode_point) -> cells added
+ *   rows: dict row key -> dict qualifier -> value bytes; points: a sequence of
+ *   (series, timestamp, value); qualifiers: the 2-byte seconds qualifiers by
+ *   offset << 4 | flags; int1: the 256 one-byte values; encode_point: the Python encoder,
+ *   called for what is not the common case (ms timestamps, 8-byte integers, errors).
  *
- * encode_points_into(rows, points, qualifiers, int1, encode_point) -> cells added
- *   rows: dict row key -> dict qualifier -> value bytes; points: a list of
- *   (series, timestamp, value). The common points (an int of 1, 2 or 4 bytes, or a finite
- *   float; a timestamp in seconds) are encoded here as tsd.codec.qualifier.encode_points_into
- *   does, with its tables (qualifiers: the seconds qualifiers by offset << 4 | flags;
- *   int1: the one-byte values); any other point goes through encode_point(timestamp,
- *   value), whose error (CodecError) propagates with the points before it in rows.
+ * take_known_puts(lines, start, known, out, limit) -> index of the first line not taken
+ *
+ * take_known_into(lines, start, known, rows, limit, qualifiers, int1, encode_point)
+ *   -> (index, points taken, cells added): both in one pass (tsd.codec.qualifier's
+ *   encode_known_lines_into).
  *
  * encode_cells_and_runs(rows) -> (payload, runs) or None
- *   rows: a dict row key -> dict qualifier -> value (a writer batch's). The cells payload of
+ *   rows: a writer batch's dict row key -> dict qualifier -> value. The CELLS payload of
  *   tsd.wal.record (not framed) and the rows as (row, count, qualifiers joined, values
- *   joined); None when a row does not fit that format's fields (the caller's Python
- *   path then says why).
- *
- * tests/codec/test_encode_c.py checks both against the Python code.
+ *   joined), as tsd.wal.record.python_encode_payload_and_runs gives them; None when a row
+ *   does not fit that format's fields (the Python path then raises its error).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <float.h>
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
+#include <stdint.h>
 
+#define MAX_TIMESPAN 3600
+#define FLAG_BITS 4
 #define FLAGS_INT1 0x0
 #define FLAGS_INT2 0x1
 #define FLAGS_INT4 0x3
 #define FLAGS_FLOAT32 0xB
 #define FLAGS_FLOAT64 0xF
-#define MAX_TIMESPAN 3600
 
-static PyObject *ROW_KEY = NULL;   /* "row_key" */
-static PyObject *LAST_BASE = NULL; /* "_last_base": SeriesKey's slots (tsd.codec.rowkey) */
-static PyObject *LAST_KEY = NULL;  /* "_last_key" */
+static PyObject *row_key_name;
 
-static void put_be(unsigned char *out, uint64_t value, int width) {
-    for (int i = width - 1; i >= 0; i--) {
-        out[i] = (unsigned char)(value & 0xFF);
-        value >>= 8;
+/* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
+ * a finite float); 0 when the caller must ask encode_point, -1 on an error. */
+static int encode_number(int is_float, long long ival, double dval, PyObject *int1, int *flags,
+                         PyObject **bytes)
+{
+    unsigned char buf[8];
+    if (!is_float) {
+        if (ival < -0x80000000LL || ival > 0x7FFFFFFFLL)
+            return 0;
+        if (ival >= -0x80 && ival <= 0x7F) {
+            *flags = FLAGS_INT1;
+            *bytes = PyTuple_GET_ITEM(int1, ival & 0xFF);
+            Py_INCREF(*bytes);
+            return 1;
+        }
+        if (ival >= -0x8000 && ival <= 0x7FFF) {
+            *flags = FLAGS_INT2;
+            buf[0] = (unsigned char)((ival >> 8) & 0xFF);
+            buf[1] = (unsigned char)(ival & 0xFF);
+            *bytes = PyBytes_FromStringAndSize((const char *)buf, 2);
+        } else {
+            *flags = FLAGS_INT4;
+            unsigned long u = (unsigned long)(ival & 0xFFFFFFFFLL);
+            buf[0] = (unsigned char)(u >> 24);
+            buf[1] = (unsigned char)(u >> 16);
+            buf[2] = (unsigned char)(u >> 8);
+            buf[3] = (unsigned char)u;
+            *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
+        }
+        return *bytes == NULL ? -1 : 1;
     }
+    if (!isfinite(dval))
+        return 0;
+    float f = (float)dval;
+    if (!isinf(f) && (double)f == dval) {
+        *flags = FLAGS_FLOAT32;
+        if (PyFloat_Pack4(dval, (char *)buf, 0) < 0)
+            return -1;
+        *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
+    } else {
+        *flags = FLAGS_FLOAT64;
+        if (PyFloat_Pack8(dval, (char *)buf, 0) < 0)
+            return -1;
+        *bytes = PyBytes_FromStringAndSize((const char *)buf, 8);
+    }
+    return *bytes == NULL ? -1 : 1;
 }
 
-/* The flags and value bytes of a common value; 0 with *flags -1 when not common. */
-static PyObject *common_value(PyObject *value, PyObject *int1, int *flags) {
-    unsigned char buf[8];
-    *flags = -1;
+/* encode_number of a Python int (not a bool) or float. */
+static int encode_value(PyObject *value, PyObject *int1, int *flags, PyObject **bytes)
+{
     if (PyLong_CheckExact(value)) {
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
         if (overflow || (v == -1 && PyErr_Occurred())) {
             PyErr_Clear();
-            return NULL;
+            return 0;
         }
-        if (v < -0x80000000LL || v > 0x7FFFFFFFLL) return NULL;
-        if (v >= -0x80 && v <= 0x7F) {
-            PyObject *b = PyTuple_GetItem(int1, (Py_ssize_t)(v & 0xFF));
-            if (b == NULL) return NULL;
-            *flags = FLAGS_INT1;
-            Py_INCREF(b);
-            return b;
-        }
-        if (v >= -0x8000 && v <= 0x7FFF) {
-            put_be(buf, (uint64_t)(uint16_t)(int16_t)v, 2);
-            *flags = FLAGS_INT2;
-            return PyBytes_FromStringAndSize((const char *)buf, 2);
-        }
-        put_be(buf, (uint64_t)(uint32_t)(int32_t)v, 4);
-        *flags = FLAGS_INT4;
-        return PyBytes_FromStringAndSize((const char *)buf, 4);
+        return encode_number(0, v, 0.0, int1, flags, bytes);
     }
-    if (PyFloat_CheckExact(value)) {
-        double d = PyFloat_AS_DOUBLE(value);
-        if (!isfinite(d)) return NULL;
-        float f = fabs(d) <= FLT_MAX ? (float)d : 0.0f;
-        if (fabs(d) <= FLT_MAX && (double)f == d) { /* struct '>f' and back gives the same value */
-            uint32_t bits;
-            memcpy(&bits, &f, 4);
-            put_be(buf, bits, 4);
-            *flags = FLAGS_FLOAT32;
-            return PyBytes_FromStringAndSize((const char *)buf, 4);
-        }
-        uint64_t bits;
-        memcpy(&bits, &d, 8);
-        put_be(buf, bits, 8);
-        *flags = FLAGS_FLOAT64;
-        return PyBytes_FromStringAndSize((const char *)buf, 8);
-    }
-    return NULL;
+    if (PyFloat_CheckExact(value))
+        return encode_number(1, 0, PyFloat_AS_DOUBLE(value), int1, flags, bytes);
+    return 0;
 }
 
-/* series.row_key(base): its last key when the base is its last (SeriesKey's cache, read
- * without the Python call: most points of a series fall in the hour of the one before). */
-static PyObject *row_key(PyObject *series, PyObject *base) {
-    PyObject *last_base = PyObject_GetAttr(series, LAST_BASE);
-    if (last_base == NULL) {
-        PyErr_Clear();
-    } else {
-        int same = PyLong_CheckExact(last_base) && PyObject_RichCompareBool(last_base, base, Py_EQ) == 1;
-        Py_DECREF(last_base);
-        if (same) {
-            PyObject *key = PyObject_GetAttr(series, LAST_KEY);
-            if (key != NULL && PyBytes_CheckExact(key)) return key;
-            Py_XDECREF(key);
-            PyErr_Clear();
-        }
-    }
-    return PyObject_CallMethodOneArg(series, ROW_KEY, base);
-}
-
-/* Put qualifier -> value into rows[row]; 1 when the cell is new, 0 when replaced, -1 on
- * error. Steals nothing. */
-static int add_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject *value) {
+/* rows[row][qualifier] = value; 1 when the cell is new, 0 when replaced, -1 on error. */
+static int put_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject *value)
+{
     PyObject *cells = PyDict_GetItemWithError(rows, row);
     if (cells == NULL) {
-        if (PyErr_Occurred()) return -1;
+        if (PyErr_Occurred())
+            return -1;
         cells = PyDict_New();
-        if (cells == NULL) return -1;
+        if (cells == NULL)
+            return -1;
         if (PyDict_SetItem(cells, qualifier, value) < 0 || PyDict_SetItem(rows, row, cells) < 0) {
             Py_DECREF(cells);
             return -1;
@@ -131,76 +122,406 @@ static int add_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject
         return 1;
     }
     int present = PyDict_Contains(cells, qualifier);
-    if (present < 0) return -1;
-    if (PyDict_SetItem(cells, qualifier, value) < 0) return -1;
+    if (present < 0 || PyDict_SetItem(cells, qualifier, value) < 0)
+        return -1;
     return present ? 0 : 1;
 }
 
-static PyObject *encode_points_into(PyObject *self, PyObject *args) {
-    PyObject *rows, *points, *qualifiers, *int1, *encode_point;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &rows, &PyList_Type, &points,
-                          &PyTuple_Type, &qualifiers, &PyTuple_Type, &int1, &encode_point))
+/* One point into rows; cells added (0 or 1), or -1 with an exception set. */
+static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyObject *value,
+                      PyObject *qualifiers, PyObject *int1, PyObject *encode_point)
+{
+    PyObject *qualifier = NULL, *bytes = NULL, *base_obj = NULL;
+    long long base = -1;
+    int flags = 0;
+    int fast = 0;
+    long long ts = -1;
+    if (PyLong_CheckExact(timestamp)) {
+        int overflow = 0;
+        ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+        if (overflow || (ts == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            ts = -1;
+        }
+    }
+    if (ts >= 0 && ts <= 0xFFFFFFFFLL) {
+        fast = encode_value(value, int1, &flags, &bytes);
+        if (fast < 0)
+            return -1;
+    }
+    if (fast) {
+        base = ts - ts % MAX_TIMESPAN;
+        qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
+        Py_INCREF(qualifier);
+        base_obj = PyLong_FromLongLong(base);
+        if (base_obj == NULL)
+            goto error;
+    } else {
+        PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
+        if (encoded == NULL)
+            return -1;
+        if (!PyTuple_Check(encoded) || PyTuple_GET_SIZE(encoded) != 3) {
+            Py_DECREF(encoded);
+            PyErr_SetString(PyExc_TypeError, "encode_point must return a 3-tuple");
+            return -1;
+        }
+        base_obj = PyTuple_GET_ITEM(encoded, 0);
+        qualifier = PyTuple_GET_ITEM(encoded, 1);
+        bytes = PyTuple_GET_ITEM(encoded, 2);
+        Py_INCREF(base_obj);
+        Py_INCREF(qualifier);
+        Py_INCREF(bytes);
+        Py_DECREF(encoded);
+    }
+    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+    Py_DECREF(base_obj);
+    base_obj = NULL;
+    if (row == NULL)
+        goto error;
+    int added = put_cell(rows, row, qualifier, bytes);
+    Py_DECREF(row);
+    Py_DECREF(qualifier);
+    Py_DECREF(bytes);
+    return added;
+error:
+    Py_XDECREF(qualifier);
+    Py_XDECREF(bytes);
+    Py_XDECREF(base_obj);
+    return -1;
+}
+
+static PyObject *encode_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_into takes 5 arguments");
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(points);
+    }
+    PyObject *rows = args[0], *qualifiers = args[2], *int1 = args[3], *encode_point = args[4];
+    if (!PyDict_CheckExact(rows) || !PyTuple_CheckExact(qualifiers) || !PyTuple_CheckExact(int1) ||
+        PyTuple_GET_SIZE(int1) != 256 ||
+        PyTuple_GET_SIZE(qualifiers) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+        PyErr_SetString(PyExc_TypeError, "encode_into: bad arguments");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "points must be iterable");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
     long long added = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *point = PyList_GET_ITEM(points, i);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *point = items[i];
         if (!PyTuple_Check(point) || PyTuple_GET_SIZE(point) != 3) {
-            PyErr_SetString(PyExc_TypeError, "a point is (series, timestamp, value)");
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "a point is a (series, timestamp, value) tuple");
             return NULL;
         }
-        PyObject *series = PyTuple_GET_ITEM(point, 0);
-        PyObject *timestamp = PyTuple_GET_ITEM(point, 1);
-        PyObject *value = PyTuple_GET_ITEM(point, 2);
-        PyObject *value_bytes = NULL, *qualifier = NULL, *base_obj = NULL;
-        int flags;
-        long long ts = -1;
-        if (PyLong_CheckExact(timestamp)) {
-            int overflow = 0;
-            ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-            if (overflow || (ts == -1 && PyErr_Occurred())) {
-                PyErr_Clear();
-                ts = -1;
-            }
+        int one = encode_one(rows, PyTuple_GET_ITEM(point, 0), PyTuple_GET_ITEM(point, 1),
+                             PyTuple_GET_ITEM(point, 2), qualifiers, int1, encode_point);
+        if (one < 0) {
+            Py_DECREF(seq);
+            return NULL;
         }
-        if (ts >= 0 && ts <= 0xFFFFFFFFLL) value_bytes = common_value(value, int1, &flags);
-        if (value_bytes != NULL) {
-            long long base = ts - ts % MAX_TIMESPAN;
-            qualifier = PyTuple_GetItem(qualifiers, (Py_ssize_t)(((ts - base) << 4) | flags));
-            if (qualifier == NULL) {
-                Py_DECREF(value_bytes);
-                return NULL;
-            }
-            Py_INCREF(qualifier);
-            base_obj = PyLong_FromLongLong(base);
-        } else {
-            if (PyErr_Occurred()) return NULL;
-            PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
-            if (encoded == NULL) return NULL;
-            if (!PyTuple_Check(encoded) || PyTuple_GET_SIZE(encoded) != 3) {
-                Py_DECREF(encoded);
-                PyErr_SetString(PyExc_TypeError, "encode_point gives (base, qualifier, value)");
-                return NULL;
-            }
-            base_obj = PyTuple_GET_ITEM(encoded, 0);
-            qualifier = PyTuple_GET_ITEM(encoded, 1);
-            value_bytes = PyTuple_GET_ITEM(encoded, 2);
-            Py_INCREF(base_obj);
-            Py_INCREF(qualifier);
-            Py_INCREF(value_bytes);
-            Py_DECREF(encoded);
-        }
-        PyObject *row = NULL;
-        if (base_obj != NULL) row = row_key(series, base_obj);
-        int fresh = row == NULL ? -1 : add_cell(rows, row, qualifier, value_bytes);
-        Py_XDECREF(row);
-        Py_XDECREF(base_obj);
-        Py_DECREF(qualifier);
-        Py_DECREF(value_bytes);
-        if (fresh < 0) return NULL;
-        added += fresh;
+        added += one;
     }
+    Py_DECREF(seq);
     return PyLong_FromLongLong(added);
+}
+
+static int all_digits(const char *s, Py_ssize_t n)
+{
+    if (n <= 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* The value of n ASCII digits (all_digits checked, at most 18). */
+static long long decimal(const char *s, Py_ssize_t n)
+{
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+static Py_ssize_t digits(const char *s, Py_ssize_t at, Py_ssize_t n)
+{
+    while (at < n && s[at] >= '0' && s[at] <= '9')
+        at++;
+    return at;
+}
+
+/* tsd.protocol.telnet._PLAIN_FLOAT's fullmatch:
+ * -?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|-?[0-9]+[eE][-+]?[0-9]+ */
+static int plain_float(const char *s, Py_ssize_t n)
+{
+    Py_ssize_t at = 0;
+    if (at < n && s[at] == '-')
+        at++;
+    Py_ssize_t start = at;
+    at = digits(s, at, n);
+    Py_ssize_t whole = at - start;
+    int exponent_needed = 0;
+    if (at < n && s[at] == '.') {
+        at++;
+        Py_ssize_t fraction_start = at;
+        at = digits(s, at, n);
+        if (whole == 0 && at == fraction_start)
+            return 0;
+    } else {
+        if (whole == 0)
+            return 0;
+        exponent_needed = 1;
+    }
+    if (at < n && (s[at] == 'e' || s[at] == 'E')) {
+        at++;
+        if (at < n && (s[at] == '-' || s[at] == '+'))
+            at++;
+        Py_ssize_t exp_start = at;
+        at = digits(s, at, n);
+        if (at == exp_start)
+            return 0;
+    } else if (exponent_needed) {
+        return 0;
+    }
+    return at == n;
+}
+
+/* A put line typed: its series (borrowed from known), timestamp and value (an integer in
+ * ival, or a float in dval when is_float). */
+typedef struct {
+    PyObject *series;
+    long long timestamp;
+    int is_float;
+    long long ival;
+    double dval;
+} Put;
+
+/* Line ``index`` of tsd.protocol.telnet.python_take_known_puts: 1 when it is taken, 0 when
+ * it is not, -1 on an error. */
+static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *put)
+{
+    PyObject *line = PyList_GET_ITEM(lines, index);
+    PyObject **series = &put->series;
+    long long *timestamp = &put->timestamp;
+    int *is_float = &put->is_float;
+    long long *ival = &put->ival;
+    double *dval = &put->dval;
+    if (!PyBytes_CheckExact(line))
+        return 0;
+    const char *s = PyBytes_AS_STRING(line);
+    Py_ssize_t n = PyBytes_GET_SIZE(line);
+    /* line.split(b" ", 4): command, metric, timestamp, value, tags */
+    Py_ssize_t cut[4];
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0; i < n && found < 4; i++)
+        if (s[i] == ' ')
+            cut[found++] = i;
+    if (found < 4 || cut[0] != 3 || memcmp(s, "put", 3) != 0)
+        return 0;
+    const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
+    Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
+    Py_ssize_t value_n = cut[3] - cut[2] - 1;
+    PyObject *key = Py_BuildValue("(y#y#)", metric, metric_n, s + cut[3] + 1, n - cut[3] - 1);
+    if (key == NULL)
+        return -1;
+    *series = PyDict_GetItemWithError(known, key);
+    Py_DECREF(key);
+    if (*series == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!all_digits(text, text_n) || text_n > 13)
+        return 0;
+    long long ts = decimal(text, text_n);
+    if (ts == 0)
+        return 0;
+    *timestamp = ts;
+    *is_float = 0;
+    /* an integer of up to 18 digits, with an optional minus sign: always within a long */
+    int negative = value_n > 1 && value_text[0] == '-';
+    if (all_digits(value_text + negative, value_n - negative)) {
+        if (value_n - negative > 18)
+            return 0;
+        long long v = decimal(value_text + negative, value_n - negative);
+        *ival = negative ? -v : v;
+        return 1;
+    }
+    if (!plain_float(value_text, value_n))
+        return 0;
+    char buf[128];
+    if (value_n >= (Py_ssize_t)sizeof(buf))
+        return 0; /* a long one: the Python function types it */
+    memcpy(buf, value_text, value_n);
+    buf[value_n] = '\0';
+    char *stop = NULL;
+    double d = PyOS_string_to_double(buf, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    if (stop != buf + value_n || !(d >= -DBL_MAX && d <= DBL_MAX))
+        return 0;
+    *is_float = 1;
+    *dval = d;
+    return 1;
+}
+
+static PyObject *value_object(const Put *put)
+{
+    return put->is_float ? PyFloat_FromDouble(put->dval) : PyLong_FromLongLong(put->ival);
+}
+
+static int check_lines(PyObject *const *args, Py_ssize_t *start, Py_ssize_t *end,
+                       Py_ssize_t limit_at)
+{
+    PyObject *lines = args[0];
+    *start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[limit_at]);
+    if ((*start == -1 || limit == -1) && PyErr_Occurred())
+        return -1;
+    if (!PyList_CheckExact(lines) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "lines must be a list and known a dict");
+        return -1;
+    }
+    *end = PyList_GET_SIZE(lines);
+    if (limit < *end - *start)
+        *end = *start + limit;
+    return 0;
+}
+
+static PyObject *take_known_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "take_known_puts(lines, start, known, out, limit)");
+        return NULL;
+    }
+    Py_ssize_t index, end;
+    if (check_lines(args, &index, &end, 4) < 0)
+        return NULL;
+    for (; index < end; index++) {
+        Put put;
+        int ok = parse_line(args[0], index, args[2], &put);
+        if (ok <= 0) {
+            if (ok < 0)
+                return NULL;
+            break;
+        }
+        PyObject *value = value_object(&put);
+        if (value == NULL)
+            return NULL;
+        PyObject *stamp = PyLong_FromLongLong(put.timestamp);
+        if (stamp == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        PyObject *point = PyTuple_Pack(3, put.series, stamp, value);
+        Py_DECREF(stamp);
+        Py_DECREF(value);
+        if (point == NULL)
+            return NULL;
+        int appended = PyList_Append(args[3], point);
+        Py_DECREF(point);
+        if (appended < 0)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(index);
+}
+
+/* take_known_into(lines, start, known, rows, limit, qualifiers, int1, encode_point)
+ *   -> (index, points taken, cells added): take_known_puts and encode_into in one pass,
+ *   without a Python object per point beyond its cell. */
+static PyObject *take_known_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyDict_CheckExact(args[3]) || !PyTuple_CheckExact(args[5]) ||
+        !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 256 ||
+        PyTuple_GET_SIZE(args[5]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+        PyErr_SetString(PyExc_TypeError, "take_known_into: bad arguments");
+        return NULL;
+    }
+    PyObject *rows = args[3], *qualifiers = args[5], *int1 = args[6], *encode_point = args[7];
+    Py_ssize_t index, end, start;
+    if (check_lines(args, &index, &end, 4) < 0)
+        return NULL;
+    start = index;
+    long long added = 0;
+    PyObject *last_series = NULL, *last_row = NULL;
+    long long last_base = -1;
+    for (; index < end; index++) {
+        Put put;
+        int ok = parse_line(args[0], index, args[2], &put);
+        if (ok <= 0) {
+            if (ok < 0)
+                goto error;
+            break;
+        }
+        PyObject *series = put.series, *bytes = NULL;
+        long long timestamp = put.timestamp;
+        int flags = 0;
+        int fast = 0;
+        if (timestamp <= 0xFFFFFFFFLL) {
+            fast = encode_number(put.is_float, put.ival, put.dval, int1, &flags, &bytes);
+            if (fast < 0)
+                goto error;
+        }
+        if (!fast) { /* milliseconds, or an 8-byte integer: the general encoder */
+            PyObject *value = value_object(&put);
+            PyObject *stamp = value == NULL ? NULL : PyLong_FromLongLong(timestamp);
+            int one = stamp == NULL ? -1
+                                    : encode_one(rows, series, stamp, value, qualifiers, int1,
+                                                 encode_point);
+            Py_XDECREF(value);
+            Py_XDECREF(stamp);
+            if (one < 0)
+                goto error;
+            added += one;
+            continue;
+        }
+        long long base = timestamp - timestamp % MAX_TIMESPAN;
+        PyObject *qualifier =
+            PyTuple_GET_ITEM(qualifiers, ((timestamp - base) << FLAG_BITS) | flags);
+        PyObject *row;
+        if (series == last_series && base == last_base) {
+            row = last_row;
+            Py_INCREF(row);
+        } else {
+            PyObject *base_obj = PyLong_FromLongLong(base);
+            if (base_obj == NULL) {
+                Py_DECREF(bytes);
+                goto error;
+            }
+            row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+            Py_DECREF(base_obj);
+            if (row == NULL) {
+                Py_DECREF(bytes);
+                goto error;
+            }
+            Py_XDECREF(last_row);
+            last_row = row;
+            Py_INCREF(last_row);
+            last_series = series;
+            last_base = base;
+        }
+        int one = put_cell(rows, row, qualifier, bytes);
+        Py_DECREF(row);
+        Py_DECREF(bytes);
+        if (one < 0)
+            goto error;
+        added += one;
+    }
+    Py_XDECREF(last_row);
+    return Py_BuildValue("(nnL)", index, index - start, added);
+error:
+    Py_XDECREF(last_row);
+    return NULL;
+}
+
+/* -- a writer batch's rows framed for the log and the head --------------------------- */
+
+static void frame_be(unsigned char *out, uint64_t value, int width) {
+    for (int i = width - 1; i >= 0; i--) {
+        out[i] = (unsigned char)(value & 0xFF);
+        value >>= 8;
+    }
 }
 
 typedef struct {
@@ -241,8 +562,8 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
     }
     if (reserve(buf, 6 + row_len + 2 * count + q_total + v_total) < 0) return -1;
     unsigned char head[6];
-    put_be(head, (uint64_t)row_len, 2);
-    put_be(head + 2, (uint64_t)count, 4);
+    frame_be(head, (uint64_t)row_len, 2);
+    frame_be(head + 2, (uint64_t)count, 4);
     append(buf, (const char *)head, 6);
     append(buf, PyBytes_AS_STRING(row), row_len);
     char *q_lens = buf->data + buf->size, *v_lens = q_lens + count;
@@ -314,8 +635,12 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
 }
 
 static PyMethodDef methods[] = {
-    {"encode_points_into", encode_points_into, METH_VARARGS,
-     "(rows, points, qualifiers, int1, encode_point) -> cells added"},
+    {"encode_into", (PyCFunction)(void (*)(void))encode_into, METH_FASTCALL,
+     "Encode (series, timestamp, value) points into a batch's rows; the cells added."},
+    {"take_known_puts", (PyCFunction)(void (*)(void))take_known_puts, METH_FASTCALL,
+     "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
+    {"take_known_into", (PyCFunction)(void (*)(void))take_known_into, METH_FASTCALL,
+     "take_known_puts and encode_into in one pass: (index, points, cells added)."},
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
     {NULL, NULL, 0, NULL},
@@ -323,10 +648,10 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_encode", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__encode(void) {
-    ROW_KEY = PyUnicode_InternFromString("row_key");
-    LAST_BASE = PyUnicode_InternFromString("_last_base");
-    LAST_KEY = PyUnicode_InternFromString("_last_key");
-    if (ROW_KEY == NULL || LAST_BASE == NULL || LAST_KEY == NULL) return NULL;
+PyMODINIT_FUNC PyInit__encode(void)
+{
+    row_key_name = PyUnicode_InternFromString("row_key");
+    if (row_key_name == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from tsd.codec.const import (
     ANNOTATION_PREFIX,
@@ -54,7 +54,9 @@ __all__ = [
     "encode_annotation_qualifier",
     "encode_ms_qualifier",
     "encode_point",
+    "ENCODER_TABLES",
     "encode_points_into",
+    "python_encode_points_into",
     "encode_seconds_qualifier",
     "is_ms_qualifier",
     "is_ms_timestamp",
@@ -73,10 +75,10 @@ _PACK_DOUBLE = struct.Struct(">d").pack
 #: One-byte values by their unsigned byte (index ``value & 0xFF``).
 _INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
 
-try:  # the compiled encode_points_into (setup.py builds it where a C compiler is)
-    _C: Any = importlib.import_module("tsd.codec._encode")
-except ImportError:  # pragma: no cover
-    _C = None
+try:  # the compiled helper (setup.py); the Python loop below is its fallback and spec
+    _c_encode_into: Any = importlib.import_module("tsd.codec._encode").encode_into
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _c_encode_into = None
 #: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
 #: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
 _SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))
@@ -185,7 +187,26 @@ def encode_point(timestamp: int, value: int | float) -> tuple[int, bytes, bytes]
     return base_time_s, qualifier, value_bytes
 
 
+#: What the compiled encoder needs besides the points (tsd/codec/_encode.c): the seconds
+#: qualifiers, the one-byte values and the general encoder for the rest.
+ENCODER_TABLES: Final = (_SECONDS_QUALIFIERS, _INT1_BYTES, encode_point)
+
+
 def encode_points_into(
+    rows: dict[bytes, dict[bytes, bytes]],
+    points: Iterable[tuple[SeriesKey, int, int | float]],
+) -> int:
+    """Encode ``(series, timestamp, value)`` points into ``rows``: see
+    :func:`python_encode_points_into`, the specification; the compiled helper
+    (``tsd/codec/_encode.c``) does the same when it is built."""
+    if _c_encode_into is not None:
+        return cast(
+            int, _c_encode_into(rows, points, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point)
+        )
+    return python_encode_points_into(rows, points)
+
+
+def python_encode_points_into(
     rows: dict[bytes, dict[bytes, bytes]],
     points: Iterable[tuple[SeriesKey, int, int | float]],
 ) -> int:
@@ -195,22 +216,8 @@ def encode_points_into(
     one are in ``rows``).
 
     The bulk form of :func:`encode_point` for the ingest hot path (every put of one socket
-    read or request body): the C helper ``_encode.c`` where built (a list of points), else
-    :func:`python_encode_points_into`."""
-    if _C is not None and type(points) is list:
-        added: int = _C.encode_points_into(
-            rows, points, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
-        )
-        return added
-    return python_encode_points_into(rows, points)
-
-
-def python_encode_points_into(
-    rows: dict[bytes, dict[bytes, bytes]],
-    points: Iterable[tuple[SeriesKey, int, int | float]],
-) -> int:
-    """:func:`encode_points_into` in Python: the common cases are inline, without a call
-    per point."""
+    read or request body): the common cases are inline, without a call per point.
+    """
     added = 0
     qualifiers = _SECONDS_QUALIFIERS
     int1 = _INT1_BYTES

@@ -29,7 +29,17 @@
  * decode_runs(qualifiers, values, counts, base_ms) gives decode_seconds' tuple for the
  * head's clean rows (tsd/query/head_rows.py): per row counts[r] 2-byte qualifiers, each
  * value as long as its flags say, no meta byte, offsets strictly increasing; None for
- * anything else (the numpy path decodes it).
+ * anything else (the numpy path decodes it). runs_buckets(the same four, interval_ms,
+ * seek_ms, function) reduces those rows to decode_buckets' tuple instead.
+ *
+ * point_buckets(offsets_ms, doubles, counts, base_ms, interval_ms, seek_ms, function): the
+ * same reduction of points already decoded (the embedded store's PointBlock: each point's
+ * ms offset from its row's base time and its double, rows of counts[r] points), refused
+ * as decode_buckets refuses a point past its row's hour.
+ *
+ * Why the reductions are here: at 60 s between points a day of 1,000 series is 24,000
+ * rows of 60 points, and numpy's downsampler over the decoded points cost more per row
+ * (a dozen whole-array passes and their temporaries) than the decode itself.
  *
  * All walk without the GIL: the event loop receives the next reply meanwhile.
  */
@@ -94,16 +104,18 @@ typedef struct {
     const int64_t *qlen, *vlen, *counts, *base;
 } cells_t;
 
-/* What a walk hands on: each point (its row, time in ms, offset in s, double and exact
- * long, is_float), then the end of each row. Return 0 to go on, 1 to refuse the block
- * (the caller answers None), -1 on a Python error. */
-typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
-                        int is_float);
+/* What a walk hands on: each point (its row, time in ms, offset in ms from the row's base
+ * time, double and exact long, is_float), then the end of each row. Return 0 to go on, 1
+ * to refuse the block (the caller answers None), -1 on a Python error. */
+typedef int (*point_fn)(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d,
+                        int64_t i, int is_float);
 typedef int (*row_fn)(void *sink, Py_ssize_t row);
 
 /* Walks every point of every row in stored order, refusing what decode_seconds refuses
  * (see the top of this file). Called without the GIL: touches only the block's buffers. */
-static int walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *sink) {
+#define WALKER static inline __attribute__((always_inline)) int
+
+WALKER walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *sink) {
     Py_ssize_t qpos = 0, vpos = 0, cell = 0;
     for (Py_ssize_t r = 0; r < c->nrows; r++) {
         long last = -1;
@@ -133,7 +145,8 @@ static int walk_cells(const cells_t *c, point_fn on_point, row_fn on_row, void *
                 double d;
                 int64_t i;
                 read_value(vp + at, c->vn - (vpos + at), width, is_float, &d, &i);
-                int rc = on_point(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+                int64_t off_ms = (int64_t)off * 1000;
+                int rc = on_point(sink, r, c->base[r] + off_ms, off_ms, d, i, is_float);
                 if (rc) return rc;
                 used += width;
                 last = off;
@@ -162,18 +175,6 @@ static void fill_cells(Py_buffer b[6], cells_t *c) {
     c->nrows = b[4].len / 8;
 }
 
-/* The end of every entry point: drops the n references in `objs` (NULL ones skipped),
- * releases the six buffers, and returns `result` (None when `refused`). */
-static PyObject *finish(PyObject *result, int refused, PyObject **objs, int n, Py_buffer b[6]) {
-    for (int k = 0; k < n; k++) Py_XDECREF(objs[k]);
-    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
-    if (refused) {
-        Py_INCREF(Py_None);
-        return Py_None;
-    }
-    return result;
-}
-
 /* Whether the buffers are consistent: as many value lengths as qualifier lengths, a base
  * time per row, whole qualifier units. */
 static int cells_ok(const cells_t *c, const Py_buffer b[6]) {
@@ -192,11 +193,11 @@ typedef struct {
     PyThreadState *save; /* the released thread state: the integer arrays need the GIL */
 } points_t;
 
-static int on_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
-                    int is_float) {
+static inline int on_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms, double d,
+                           int64_t i, int is_float) {
     points_t *p = sink;
     (void)row;
-    (void)off;
+    (void)off_ms;
     if (p->out >= p->npoints) return 1;
     if (!is_float && p->iv == NULL) {
         PyEval_RestoreThread(p->save);
@@ -214,17 +215,20 @@ static int on_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, 
     return 0;
 }
 
-static int on_points_row(void *sink, Py_ssize_t row) {
+static inline int on_points_row(void *sink, Py_ssize_t row) {
     points_t *p = sink;
     p->ro[row + 1] = p->out;
     return 0;
 }
 
-typedef int (*walk_fn)(const void *cells, point_fn on_point, row_fn on_row, void *sink);
+/* A walk with its sink compiled in (see WALKERS): returns as the walk does. */
+typedef int (*walk_fn)(const void *cells, void *sink);
 
-static int walk_block(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
-    return walk_cells(cells, on_pt, on_row, sink);
-}
+/* A walker's two compiled forms: every point (walk_points) or the buckets (walk_buckets).
+ * The sinks are inlined into each, not called per point through a pointer. */
+typedef struct {
+    walk_fn points, buckets;
+} walker_t;
 
 /* decode_seconds' and decode_runs' arrays: every point `walk` hands on, without the GIL.
  * The tuple, None when the walk refuses, NULL on a Python error. */
@@ -242,7 +246,7 @@ static PyObject *walk_points(walk_fn walk, const void *cells, Py_ssize_t npoints
     p.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
     p.ro[0] = 0;
     p.save = PyEval_SaveThread();
-    int rc = walk(cells, on_point, on_points_row, &p);
+    int rc = walk(cells, &p);
     PyEval_RestoreThread(p.save);
     if (rc < 0) goto done;
     if (rc > 0 || p.out != p.npoints) {
@@ -262,24 +266,6 @@ done:
     return result;
 }
 
-static PyObject *decode_seconds(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer b[6];
-    cells_t c;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
-        return NULL;
-    fill_cells(b, &c);
-    PyObject *result;
-    if (cells_ok(&c, b)) {
-        result = walk_points(walk_block, &c, c.qn / 2, c.nrows);
-    } else {
-        Py_INCREF(Py_None);
-        result = Py_None;
-    }
-    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
-    return result;
-}
-
 /* -- decode_runs: the head's clean rows ------------------------------------------------ */
 
 typedef struct {
@@ -289,13 +275,14 @@ typedef struct {
 } runs_t;
 
 /* Walks the runs' points row after row (see decode_runs at the top of this file). */
-static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+WALKER walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
     const runs_t *c = cells;
     Py_ssize_t npoints = c->qn / 2, vpos = 0, out = 0;
     for (Py_ssize_t r = 0; r < c->nrows; r++) {
         long last = -1;
-        if (c->counts[r] < 0 || out + c->counts[r] > npoints) return 1;
-        for (int64_t k = 0; k < c->counts[r]; k++, out++) {
+        int64_t count = c->counts[r], base = c->base[r];
+        if (count < 0 || out + count > npoints) return 1;
+        for (int64_t k = 0; k < count; k++, out++) {
             const unsigned char *qp = c->qb + 2 * out;
             unsigned unit = ((unsigned)qp[0] << 8) | qp[1];
             if (unit >= 0xF000) return 1;
@@ -306,7 +293,8 @@ static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sin
             double d;
             int64_t i;
             read_value(c->vb + vpos, c->vn - vpos, width, is_float, &d, &i);
-            int rc = on_pt(sink, r, c->base[r] + (int64_t)off * 1000, off, d, i, is_float);
+            int64_t off_ms = (int64_t)off * 1000;
+            int rc = on_pt(sink, r, base + off_ms, off_ms, d, i, is_float);
             if (rc) return rc;
             vpos += width;
             last = off;
@@ -317,22 +305,6 @@ static int walk_runs(const void *cells, point_fn on_pt, row_fn on_row, void *sin
     return out == npoints && vpos == c->vn ? 0 : 1;
 }
 
-static PyObject *decode_runs(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer b[4];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*", &b[0], &b[1], &b[2], &b[3])) return NULL;
-    runs_t c = {b[0].buf, b[1].buf, b[0].len, b[1].len, b[2].len / 8, b[2].buf, b[3].buf};
-    PyObject *result;
-    if (b[3].len / 8 == c.nrows && c.qn % 2 == 0) {
-        result = walk_points(walk_runs, &c, c.qn / 2, c.nrows);
-    } else {
-        Py_INCREF(Py_None);
-        result = Py_None;
-    }
-    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
-    return result;
-}
-
 /* -- decode_buckets: each row's points reduced to its fixed-interval buckets ---------- */
 
 enum { FN_SUM = 0, FN_AVG = 1, FN_COUNT = 2 };
@@ -340,7 +312,8 @@ enum { FN_SUM = 0, FN_AVG = 1, FN_COUNT = 2 };
 typedef struct {
     int64_t interval, seek, *ts, *ro, *raw, bucket;
     double *dv, sum;
-    int64_t n; /* values (not NaN) in the open bucket */
+    int64_t n;     /* values (not NaN) in the open bucket */
+    int64_t row_n; /* points of the row so far */
     int function, open;
     Py_ssize_t out, cap;
 } buckets_t;
@@ -348,7 +321,7 @@ typedef struct {
 /* The open bucket's value as the downsample aggregators' double path gives it (OpenTSDB's
  * runDouble: NaN skipped, a sum from 0.0 in stored order; an avg that sum over the count;
  * NaN when every value was NaN, except count: 0). */
-static void close_bucket(buckets_t *s) {
+static inline void close_bucket(buckets_t *s) {
     if (!s->open) return;
     double v;
     if (s->function == FN_COUNT) {
@@ -356,24 +329,31 @@ static void close_bucket(buckets_t *s) {
     } else if (s->n == 0) {
         v = NAN;
     } else {
-        v = s->function == FN_AVG ? s->sum / (double)s->n : s->sum;
+        /* x / 1 is x (NaN, -0.0 and infinities too): no division for a bucket of one
+         * point, the usual bucket of regular data at the bucket's interval */
+        v = s->function == FN_AVG && s->n > 1 ? s->sum / (double)s->n : s->sum;
     }
     s->ts[s->out] = s->bucket;
     s->dv[s->out++] = v;
     s->open = 0;
 }
 
-static int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, long off, double d, int64_t i,
-                           int is_float) {
+static inline int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, int64_t off_ms,
+                                  double d, int64_t i, int is_float) {
     buckets_t *s = sink;
     (void)i;
     (void)is_float;
-    s->raw[row]++;
+    (void)row;
+    s->row_n++;
     /* A point beyond its row's hour: its bucket may hold points of the next row. */
-    if (off >= 3600 || ts < 0) return 1;
+    if (off_ms >= 3600000 || ts < 0) return 1;
     if (ts < s->seek) return 0;
-    int64_t bucket = ts - ts % s->interval;
-    if (!s->open || bucket != s->bucket) {
+    /* The open bucket's point, or the next bucket's, need no division (64-bit division
+     * costs more than the rest of a point's work): a row's points come in time order. */
+    if (!s->open || ts < s->bucket || ts - s->bucket >= s->interval) {
+        int64_t bucket = s->open && ts >= s->bucket && ts - s->bucket < 2 * s->interval
+                             ? s->bucket + s->interval
+                             : ts - ts % s->interval;
         close_bucket(s);
         if (s->out >= s->cap) return 1;
         s->open = 1;
@@ -388,57 +368,200 @@ static int on_bucket_point(void *sink, Py_ssize_t row, int64_t ts, long off, dou
     return 0;
 }
 
-static int on_buckets_row(void *sink, Py_ssize_t row) {
+static inline int on_buckets_row(void *sink, Py_ssize_t row) {
     buckets_t *s = sink;
+    s->raw[row] = s->row_n;
+    s->row_n = 0;
     close_bucket(s);
     s->ro[row + 1] = s->out;
     return 0;
 }
 
-static PyObject *decode_buckets(PyObject *self, PyObject *args) {
-    (void)self;
-    Py_buffer b[6];
-    cells_t c;
-    long long interval, seek;
-    int function;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*LLi", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
-                          &interval, &seek, &function))
-        return NULL;
-    fill_cells(b, &c);
+/* The buckets of every point `walk` hands on (see decode_buckets at the top of this file),
+ * reduced without the GIL: the tuple, None when the walk refuses, NULL on a Python error.
+ * `cap`: the points the walk can hand on (at most a bucket each). */
+static PyObject *walk_buckets(walk_fn walk, const void *cells, Py_ssize_t cap, Py_ssize_t nrows,
+                              long long interval, long long seek, int function) {
     PyObject *result = NULL, *ts_o = NULL, *d_o = NULL, *ro_o = NULL, *raw_o = NULL;
-    int refused = 1;
     buckets_t s = {0};
-    if (!cells_ok(&c, b) || interval <= 0 || 3600000 % interval || function < FN_SUM ||
-        function > FN_COUNT)
-        goto none;
+    if (interval <= 0 || 3600000 % interval || function < FN_SUM || function > FN_COUNT) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
     s.interval = interval;
     s.seek = seek;
     s.function = function;
-    s.cap = c.qn / 2; /* at most a bucket per point */
+    s.cap = cap;
     ts_o = PyByteArray_FromStringAndSize(NULL, s.cap * 8);
     d_o = PyByteArray_FromStringAndSize(NULL, s.cap * 8);
-    ro_o = PyByteArray_FromStringAndSize(NULL, (c.nrows + 1) * 8);
-    raw_o = PyByteArray_FromStringAndSize(NULL, c.nrows * 8);
-    if (!ts_o || !d_o || !ro_o || !raw_o) goto fail;
+    ro_o = PyByteArray_FromStringAndSize(NULL, (nrows + 1) * 8);
+    raw_o = PyByteArray_FromStringAndSize(NULL, nrows * 8);
+    if (!ts_o || !d_o || !ro_o || !raw_o) goto done;
     s.ts = (int64_t *)PyByteArray_AS_STRING(ts_o);
     s.dv = (double *)PyByteArray_AS_STRING(d_o);
     s.ro = (int64_t *)PyByteArray_AS_STRING(ro_o);
     s.raw = (int64_t *)PyByteArray_AS_STRING(raw_o);
     s.ro[0] = 0;
-    memset(s.raw, 0, (size_t)c.nrows * 8);
+    memset(s.raw, 0, (size_t)nrows * 8);
     PyThreadState *save = PyEval_SaveThread();
-    int rc = walk_cells(&c, on_bucket_point, on_buckets_row, &s);
+    int rc = walk(cells, &s);
     PyEval_RestoreThread(save);
-    if (rc < 0) goto fail;
-    if (rc > 0) goto none;
+    if (rc < 0) goto done;
+    if (rc > 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
     if (PyByteArray_Resize(ts_o, s.out * 8) < 0 || PyByteArray_Resize(d_o, s.out * 8) < 0)
-        goto fail;
+        goto done;
     result = Py_BuildValue("(OOOO)", ts_o, d_o, ro_o, raw_o);
-fail:
-    refused = 0;
-none:;
-    PyObject *objs[] = {ts_o, d_o, ro_o, raw_o};
-    return finish(result, refused, objs, 4, b);
+done:
+    Py_XDECREF(ts_o);
+    Py_XDECREF(d_o);
+    Py_XDECREF(ro_o);
+    Py_XDECREF(raw_o);
+    return result;
+}
+
+/* -- point_buckets: decoded points (a PointBlock's) reduced to each row's buckets ------ */
+
+typedef struct {
+    const int64_t *offsets, *counts, *base;
+    const double *values;
+    Py_ssize_t npoints, nrows;
+} arrays_t;
+
+/* Hands on each row's points (ms offsets from the row's base time, doubles) in order;
+ * refuses counts that do not add up to the points. */
+WALKER walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+    const arrays_t *a = cells;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t r = 0; r < a->nrows; r++) {
+        int64_t count = a->counts[r], base = a->base[r];
+        if (count < 0 || at + count > a->npoints) return 1;
+        for (int64_t k = 0; k < count; k++, at++) {
+            int64_t off_ms = a->offsets[at];
+            int rc = on_pt(sink, r, base + off_ms, off_ms, a->values[at], 0, 1);
+            if (rc) return rc;
+        }
+        int rc = on_row(sink, r);
+        if (rc) return rc;
+    }
+    return at == a->npoints ? 0 : 1;
+}
+
+/* Each walker compiled with each sink inlined. The sink's state is copied into a local for
+ * the walk and back: a local no pointer reaches can live in registers, where the state
+ * behind `sink` had to be stored and reloaded around every write to the output arrays. */
+#define WALKERS(walk, cells_type)                                                          \
+    static int walk##_points(const void *c, void *sink) {                                   \
+        points_t local = *(points_t *)sink;                                                 \
+        int rc = walk((const cells_type *)c, on_point, on_points_row, &local);              \
+        *(points_t *)sink = local;                                                          \
+        return rc;                                                                          \
+    }                                                                                       \
+    static int walk##_buckets(const void *c, void *sink) {                                  \
+        buckets_t local = *(buckets_t *)sink;                                               \
+        int rc = walk((const cells_type *)c, on_bucket_point, on_buckets_row, &local);      \
+        *(buckets_t *)sink = local;                                                         \
+        return rc;                                                                          \
+    }                                                                                       \
+    static const walker_t walk##_er = {walk##_points, walk##_buckets};
+
+WALKERS(walk_cells, cells_t)
+WALKERS(walk_runs, void)
+WALKERS(walk_arrays, void)
+#define cells_walker walk_cells_er
+#define runs_walker walk_runs_er
+#define arrays_walker walk_arrays_er
+
+/* -- the entry points --------------------------------------------------------------- */
+
+/* What every entry point does once it holds its buffers: None when they are not
+ * consistent (`ok` 0), else the walk's points, or with `bucketed` its buckets. */
+static PyObject *walk_entry(const walker_t *walker, const void *cells, int ok, Py_ssize_t cap,
+                            Py_ssize_t nrows, int bucketed, long long interval, long long seek,
+                            int function) {
+    if (!ok) {
+        Py_INCREF(Py_None);
+        return Py_None;
+    }
+    if (!bucketed) return walk_points(walker->points, cells, cap, nrows);
+    return walk_buckets(walker->buckets, cells, cap, nrows, interval, seek, function);
+}
+
+/* decode_seconds and (`bucketed`) decode_buckets: a block's cells. */
+static PyObject *cells_entry(PyObject *args, int bucketed) {
+    Py_buffer b[6];
+    cells_t c;
+    long long interval = 0, seek = 0;
+    int function = 0, parsed;
+    if (bucketed)
+        parsed = PyArg_ParseTuple(args, "y*y*y*y*y*y*LLi", &b[0], &b[1], &b[2], &b[3], &b[4],
+                                  &b[5], &interval, &seek, &function);
+    else
+        parsed = PyArg_ParseTuple(args, "y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]);
+    if (!parsed) return NULL;
+    fill_cells(b, &c);
+    PyObject *result = walk_entry(&cells_walker, &c, cells_ok(&c, b), c.qn / 2, c.nrows, bucketed,
+                                  interval, seek, function);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+/* decode_runs and (`bucketed`) runs_buckets: the head's clean rows. */
+static PyObject *runs_entry(PyObject *args, int bucketed) {
+    Py_buffer b[4];
+    long long interval = 0, seek = 0;
+    int function = 0, parsed;
+    if (bucketed)
+        parsed = PyArg_ParseTuple(args, "y*y*y*y*LLi", &b[0], &b[1], &b[2], &b[3], &interval,
+                                  &seek, &function);
+    else
+        parsed = PyArg_ParseTuple(args, "y*y*y*y*", &b[0], &b[1], &b[2], &b[3]);
+    if (!parsed) return NULL;
+    runs_t c = {b[0].buf, b[1].buf, b[0].len, b[1].len, b[2].len / 8, b[2].buf, b[3].buf};
+    int ok = b[3].len / 8 == c.nrows && c.qn % 2 == 0;
+    PyObject *result =
+        walk_entry(&runs_walker, &c, ok, c.qn / 2, c.nrows, bucketed, interval, seek, function);
+    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+static PyObject *point_buckets(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b[4];
+    long long interval, seek;
+    int function;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*LLi", &b[0], &b[1], &b[2], &b[3], &interval, &seek,
+                          &function))
+        return NULL;
+    arrays_t a = {b[0].buf, b[2].buf, b[3].buf, b[1].buf, b[0].len / 8, b[2].len / 8};
+    int ok = b[1].len / 8 == a.npoints && b[3].len / 8 == a.nrows;
+    PyObject *result =
+        walk_entry(&arrays_walker, &a, ok, a.npoints, a.nrows, 1, interval, seek, function);
+    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
+static PyObject *decode_seconds(PyObject *self, PyObject *args) {
+    (void)self;
+    return cells_entry(args, 0);
+}
+
+static PyObject *decode_buckets(PyObject *self, PyObject *args) {
+    (void)self;
+    return cells_entry(args, 1);
+}
+
+static PyObject *decode_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    return runs_entry(args, 0);
+}
+
+static PyObject *runs_buckets(PyObject *self, PyObject *args) {
+    (void)self;
+    return runs_entry(args, 1);
 }
 
 /* rollup_cells(qualifiers, values, qlen, vlen, counts, base_ms, step_ms, agg_id, count_id):
@@ -562,6 +685,11 @@ static PyMethodDef methods[] = {
      "The head's clean seconds rows -> the same tuple as decode_seconds, or None"},
     {"decode_buckets", decode_buckets, METH_VARARGS,
      "Seconds data cells -> each row's buckets (timestamps, values, row_offsets, row_points) "
+     "or None"},
+    {"runs_buckets", runs_buckets, METH_VARARGS,
+     "The head's clean seconds rows -> decode_buckets' tuple, or None"},
+    {"point_buckets", point_buckets, METH_VARARGS,
+     "Decoded points (ms offsets, doubles, counts per row, base ms) -> decode_buckets' tuple, "
      "or None"},
     {NULL, NULL, 0, NULL},
 };

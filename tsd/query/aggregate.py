@@ -112,10 +112,10 @@ def aggregate_group(
             query_start_ms=query_start_ms,
             query_end_ms=query_end_ms,
         )
-    else:
-        # The span iterator's seek: nothing before the window reaches the rate.
-        if batch.point_count and batch.timestamps.min() < start_ms:
-            batch = batch.select_points(batch.timestamps >= start_ms)
+    elif rate and batch.point_count and batch.timestamps.min() < start_ms:
+        # The span iterator's seek: nothing before the window reaches the rate (without a
+        # rate, aggregate_series seeks the same way).
+        batch = batch.select_points(batch.timestamps >= start_ms)
     if rate:
         batch = rate_of(batch, rate_options or RateOptions())
     return aggregate_series(batch, aggregator, start_ms=start_ms, end_ms=end_ms, rate=rate)

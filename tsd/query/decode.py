@@ -58,6 +58,7 @@ __all__ = [
     "decode_block",
     "decode_buckets",
     "decode_rows",
+    "matrix_base_times_s",
     "reduce_rows",
     "series_key",
 ]
@@ -600,27 +601,43 @@ def decode_buckets(
     helper (without the GIL: the event loop reads on meanwhile) when it takes the block,
     else decoded and reduced by numpy, with the same answer. Raises RowsOutOfHour for
     rows that cannot be reduced one by one."""
-    if _C is not None and isinstance(block, CellBlock) and len(block):
-        found = _C.decode_buckets(
-            *cell_buffers(block, base_times_s(layout, block.keys) * 1000),
-            buckets.spec.interval_ms,
-            buckets.seek_ms,
-            buckets.function_code,
-        )
-        if found is not None:
-            ts, values, row_offsets, row_points = found
-            return RowPoints(
-                np.frombuffer(row_offsets, dtype=np.int64),
-                np.frombuffer(ts, dtype=np.int64),
-                np.frombuffer(values, dtype=np.float64),
-                None,
-                None,
-                (),
-                block.stored_bytes,
-                np.frombuffer(row_points, dtype=np.int64),
+    if _C is not None and len(block):
+        base_ms = base_times_s(layout, block.keys) * 1000
+        if isinstance(block, CellBlock):
+            found = _C.decode_buckets(*cell_buffers(block, base_ms), *bucket_args(buckets))
+        else:
+            found = _C.point_buckets(
+                np.ascontiguousarray(block.offsets_ms, dtype=np.int64),
+                np.ascontiguousarray(block.values, dtype=np.float64),
+                np.ascontiguousarray(block.counts, dtype=np.int64),
+                base_ms,
+                *bucket_args(buckets),
             )
+        if found is not None:
+            return compiled_buckets(found, block.stored_bytes)
     points = decode_block(block, layout, fix_duplicates=fix_duplicates)
     return reduce_rows(points, block.keys, layout, buckets)
+
+
+def bucket_args(buckets: RowBuckets) -> tuple[int, int, int]:
+    """What _decode.c's bucket reductions take after the rows: interval, seek, function."""
+    return buckets.spec.interval_ms, buckets.seek_ms, buckets.function_code
+
+
+def compiled_buckets(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
+    """RowPoints of a C bucket reduction's answer (``_decode.c``: bucket times, values,
+    row offsets into the buckets and points per row, as bytearrays)."""
+    ts, values, row_offsets, row_points = found
+    return RowPoints(
+        np.frombuffer(row_offsets, dtype=np.int64),
+        np.frombuffer(ts, dtype=np.int64),
+        np.frombuffer(values, dtype=np.float64),
+        None,
+        None,
+        (),
+        stored_bytes,
+        np.frombuffer(row_points, dtype=np.int64),
+    )
 
 
 def reduce_rows(
@@ -684,12 +701,17 @@ def compiled_points(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
 
 def base_times_s(layout: KeyLayout, keys: list[bytes]) -> Int64Array:
     """The base time of each row key (one byte matrix when the keys have one length)."""
-    at = layout.tags_start - TIMESTAMP_BYTES
     if keys and _one_length(keys):
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)
-        stamps = np.ascontiguousarray(matrix[:, at : at + TIMESTAMP_BYTES])
-        return stamps.view(">u4").reshape(len(keys)).astype(np.int64)
+        return matrix_base_times_s(layout, matrix)
     return np.fromiter((_base_time_s(layout, k) for k in keys), np.int64, len(keys))
+
+
+def matrix_base_times_s(layout: KeyLayout, matrix: U8Array) -> Int64Array:
+    """:func:`base_times_s` of keys of one length laid out as a byte matrix (a key a row)."""
+    at = layout.tags_start - TIMESTAMP_BYTES
+    stamps = np.ascontiguousarray(matrix[:, at : at + TIMESTAMP_BYTES])
+    return stamps.view(">u4").reshape(len(matrix)).astype(np.int64)
 
 
 def _one_length(keys: Sequence[bytes]) -> bool:

@@ -53,7 +53,6 @@ from tsd.query.decode import (
     decode_block,
     decode_buckets,
     decode_rows,
-    reduce_rows,
     series_key,
 )
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
@@ -1098,8 +1097,7 @@ def _timed_rollup_decode(
 
 def _decode_head(runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None) -> RowPoints:
     """The head's rows decoded (each reduced to its buckets with ``buckets``)."""
-    points = decode_head_runs(runs, layout)
-    return points if buckets is None else reduce_rows(points, runs.keys, layout, buckets)
+    return decode_head_runs(runs, layout, buckets)
 
 
 def _timed_decode(

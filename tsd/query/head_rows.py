@@ -18,25 +18,43 @@ import numpy as np
 from tsd.codec import KeyLayout
 from tsd.head import HeadRuns
 from tsd.query import decode
-from tsd.query.decode import RowPoints, _values, base_times_s, compiled_points
+from tsd.query.decode import (
+    RowPoints,
+    _values,
+    base_times_s,
+    bucket_args,
+    compiled_buckets,
+    compiled_points,
+    reduce_rows,
+)
+from tsd.query.downsample import RowBuckets
 
 __all__ = ["decode_head_runs"]
 
 
-def decode_head_runs(runs: HeadRuns, layout: KeyLayout) -> RowPoints:
-    """The points of ``runs``' rows, row after row."""
+def decode_head_runs(
+    runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None = None
+) -> RowPoints:
+    """The points of ``runs``' rows, row after row; with ``buckets``, each row reduced to
+    its buckets (:func:`tsd.query.decode.decode_buckets`' answer)."""
     base_ms = base_times_s(layout, runs.keys) * 1000
     stored = _stored_bytes(runs)
     compiled = decode._C
     if compiled is not None and runs.keys:
-        found = compiled.decode_runs(
+        arrays = (
             runs.qualifiers,
             runs.values,
             np.ascontiguousarray(runs.counts, dtype=np.int64),
             np.ascontiguousarray(base_ms, dtype=np.int64),
         )
+        if buckets is not None:
+            reduced = compiled.runs_buckets(*arrays, *bucket_args(buckets))
+            if reduced is not None:
+                return compiled_buckets(reduced, stored)
+        found = compiled.decode_runs(*arrays)
         if found is not None:
-            return compiled_points(found, stored)
+            points = compiled_points(found, stored)
+            return points if buckets is None else reduce_rows(points, runs.keys, layout, buckets)
     units = np.frombuffer(runs.qualifiers, dtype=">u2").astype(np.int64)
     flags = units & 0xF
     lengths = (flags & 0x7) + 1
@@ -46,7 +64,8 @@ def decode_head_runs(runs: HeadRuns, layout: KeyLayout) -> RowPoints:
     row_offsets = np.zeros(len(runs.keys) + 1, dtype=np.int64)
     np.cumsum(runs.counts, out=row_offsets[1:])
     timestamps = np.repeat(base_ms, runs.counts) + (units >> 4) * 1000
-    return RowPoints(row_offsets, timestamps, doubles, ints, is_int, (), stored)
+    points = RowPoints(row_offsets, timestamps, doubles, ints, is_int, (), stored)
+    return points if buckets is None else reduce_rows(points, runs.keys, layout, buckets)
 
 
 def _stored_bytes(runs: HeadRuns) -> int:

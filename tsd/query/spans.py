@@ -20,7 +20,13 @@ import numpy.typing as npt
 
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.codec.const import TIMESTAMP_BYTES
-from tsd.query.decode import RowPoints, _one_length, base_times_s, series_key
+from tsd.query.decode import (
+    RowPoints,
+    _one_length,
+    base_times_s,
+    matrix_base_times_s,
+    series_key,
+)
 from tsd.query.series import BoolArray, Int64Array, SeriesBatch
 
 __all__ = ["Spans", "assemble_spans"]
@@ -100,13 +106,14 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
         if int_values is not None and is_int is not None:
             int_values, is_int = int_values[keep], is_int[keep]
     notes: list[list[AnnotationCell]] = [[] for _ in unique]
-    first_row = 0
-    for ks, p in parts:
-        for r, note in p.annotations:
-            notes[int(row_series[first_row + r])].append(note)
-        first_row += len(ks)
-    for series_notes in notes:
-        series_notes.sort(key=lambda a: a.timestamp_ms)
+    if any(p.annotations for p in points):
+        first_row = 0
+        for ks, p in parts:
+            for r, note in p.annotations:
+                notes[int(row_series[first_row + r])].append(note)
+            first_row += len(ks)
+        for series_notes in notes:
+            series_notes.sort(key=lambda a: a.timestamp_ms)
     if int_values is not None and is_int is not None and is_int.any():
         batch = SeriesBatch(ts, values, offsets, int_values, is_int)
     else:
@@ -131,7 +138,7 @@ def _series_of_rows(
     if keys and _one_length(keys):
         width = len(keys[0])
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
-        row_base = base_times_s(layout, keys)
+        row_base = matrix_base_times_s(layout, matrix)
         rest_width = width - TIMESTAMP_BYTES
         # The series bytes zero-padded to whole big-endian words: words compare as memcmp
         # does (equal lengths), and sorting integer columns is several times faster than

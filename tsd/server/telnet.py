@@ -27,6 +27,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from tsd.errors import BadRequestError, PutLineError, TsdError
@@ -57,6 +58,7 @@ from tsd.protocol.telnet import (
     line_too_long,
     parse_command,
     take_known_puts,
+    take_known_puts_into,
 )
 from tsd.server.flow import FlowControl
 from tsd.server.histograms import Histograms
@@ -288,13 +290,22 @@ class TelnetProtocol(TrackedProtocol):
             if fast and not self._after_miss:
                 if session.is_full():
                     return True
-                points: list[RefPoint] = []
-                index = take_known_puts(lines, index, refs, points, session.room())
-                if points:
-                    self._next = index
-                    received.value += len(points)
-                    session.append_by_ref(points)
+                room = session.room()
+                taken = session.append_encoded(
+                    partial(take_known_puts_into, lines, index, refs, limit=room)
+                )
+                if taken:
+                    self._next = index + taken
+                    received.value += taken
                     continue
+                if taken is None:  # the writer takes no points: they are refused one by one
+                    points: list[RefPoint] = []
+                    index = take_known_puts(lines, index, refs, points, room)
+                    if points:
+                        self._next = index
+                        received.value += len(points)
+                        session.append_by_ref(points)
+                        continue
             line = lines[index]
             self._next = index + 1
             received.value += 1

@@ -14,7 +14,15 @@ one message per read, in order, over the channel:
 * a put the full parser accepted, the first of its words: ``(1, key, (metric, ts, value,
   tags))``;
 * any other line, as read (the owner parses it again, for OpenTSDB's reply or the
-  command): ``(2, line)``.
+  command): ``(2, line)``;
+* puts of series whose ref the owner taught this worker (``("k", entries)``: the raw
+  words and the series' row-key template, sent once the owner resolved the series for a
+  connection of this worker), encoded here into the connection's own cells, several
+  reads' worth, then handed over as one part of a log record: ``(3, payload, runs,
+  points)`` (:func:`tsd.wal.record.encode_payload_and_runs`). A connection's part goes
+  before any other line of it (so a command's reply still comes after every put before
+  it), once it holds :data:`PART_POINTS` points, at its end, and at the latest
+  :data:`PART_DELAY_S` after its first point.
 
 The owner answers with the bytes to write (``("w", cid, data)``) and when to close
 (``("c", cid)``): every reply, error line and acknowledgement is the owner's, in order.
@@ -36,16 +44,32 @@ import struct
 import sys
 from typing import Any, cast
 
+from tsd.codec import SeriesKey
 from tsd.errors import BadRequestError
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import LineBuffer, PutCommand, parse_command, take_known_puts
+from tsd.protocol.telnet import (
+    LineBuffer,
+    PutCommand,
+    parse_command,
+    take_known_puts,
+    take_known_puts_into,
+)
 from tsd.server.flow import WRITE_HIGH_WATER
+from tsd.wal.record import encode_payload_and_runs
 
 #: Frame header of every channel message: its length, big-endian.
 HEADER = struct.Struct(">I")
 #: Keys remembered as valid puts before the memory is cleared; the owner's map of the same
 #: keys clears at the same count (both see the same first puts, in the same order).
 MAX_KEYS = 1_000_000
+#: Series refs a worker keeps before it forgets them all (the owner's own bound,
+#: tsd.core.series_cache.size's default); a series forgotten goes by its key again.
+MAX_REFS = 5_000_000
+#: A connection's encoded points go to the owner once this many are buffered ...
+PART_POINTS = 16_384
+#: ... or this long after the first of them (a few reads' worth under load: the owner's
+#: cost is per row of a part, so bigger parts cost it less per point).
+PART_DELAY_S = 0.01
 
 
 def frame(message: object) -> bytes:
@@ -100,6 +124,8 @@ class Worker:
         self.max_line_bytes = int(settings["max_line_bytes"])
         self.puts = "put" in self.commands
         self.keys: dict[Any, Any] = {}
+        #: (metric word, tag text) -> row-key template, as the owner taught them
+        self.refs: dict[Any, SeriesKey] = {}
         self.clients: dict[int, Client] = {}
         self.channel: asyncio.Transport | None = None
         self.paused = False
@@ -109,7 +135,14 @@ class Worker:
     # -- the owner's messages -------------------------------------------------------------------
 
     def on_message(self, message: Any) -> None:
-        kind, cid = message[0], message[1]
+        kind = message[0]
+        if kind == "k":
+            self.learn(message[1])
+            return
+        if kind == "K":
+            self.forget()
+            return
+        cid = message[1]
         client = self.clients.get(cid)
         if kind == "w":
             if client is not None:
@@ -119,6 +152,22 @@ class Worker:
                 client.close()
             else:
                 self._closing.add(cid)
+
+    def learn(self, entries: list[tuple[Any, bytes, bytes, bytes]]) -> None:
+        """Series the owner resolved: their keys and row-key templates."""
+        refs = self.refs
+        for key, salt, metric_uid, tag_bytes in entries:
+            if len(refs) >= MAX_REFS:
+                self.forget()
+            refs[key] = SeriesKey(salt, metric_uid, tag_bytes)
+
+    def forget(self) -> None:
+        """Forget every ref (the owner's ``dropcaches``, or past MAX_REFS). The points
+        encoded with them go first: a later point of the same series then goes by its
+        key, and must not overtake them."""
+        for client in list(self.clients.values()):
+            client.send_part()
+        self.refs.clear()
 
     def send(self, message: object) -> None:
         if self.channel is not None and not self.channel.is_closing():
@@ -167,6 +216,10 @@ class Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.reading = True
         self.writing = True
+        #: the connection's encoded points not handed over yet: row key -> cells
+        self.rows: dict[bytes, dict[bytes, bytes]] = {}
+        self.points = 0
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -184,10 +237,19 @@ class Client(asyncio.Protocol):
             return
         worker = self.worker
         keys, rules, commands = worker.keys, worker.rules, worker.commands
+        refs = worker.refs
         items: list[tuple[Any, ...]] = []
         index, count = 0, len(lines)
         while index < count:
             if worker.puts:
+                if refs:
+                    taken, _ = take_known_puts_into(lines, index, refs, self.rows, count)
+                    if taken:
+                        index += taken
+                        self.points += taken
+                        if self.points >= PART_POINTS:
+                            self.take_part(items)
+                        continue
                 known: list[tuple[Any, int, int | float]] = []
                 index = take_known_puts(lines, index, keys, known, count)
                 if known:
@@ -209,15 +271,40 @@ class Client(asyncio.Protocol):
                     point = command.point
                     items.append((1, key, (point.metric, point.timestamp, point.value, point.tags)))
                     continue
+            self.take_part(items)  # a command answers after every put before it
             items.append((2, line))
-        worker.send(("d", self.cid, items))
+        if items:
+            worker.send(("d", self.cid, items))
+        if self.points and self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(PART_DELAY_S, self.send_part)
+
+    def take_part(self, items: list[tuple[Any, ...]]) -> None:
+        """Append the encoded points as one part to ``items``, if there are any."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if not self.points:
+            return
+        payload, runs = encode_payload_and_runs(self.rows.items())
+        items.append((3, payload, runs, self.points))
+        self.rows = {}
+        self.points = 0
+
+    def send_part(self) -> None:
+        """Hand the encoded points over now."""
+        items: list[tuple[Any, ...]] = []
+        self.take_part(items)
+        if items:
+            self.worker.send(("d", self.cid, items))
 
     def eof_received(self) -> bool:
+        self.send_part()
         self.worker.send(("e", self.cid))
         return True  # the owner closes once it has handled every line
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.send_part()  # what was read counts, as in the owner's own connections
         if self.worker.clients.pop(self.cid, None) is not None:
             self.worker.send(("x", self.cid))
 

@@ -22,15 +22,16 @@ import pickle
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, cast
 
 from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
+from tsd.protocol.telnet import TELNET_REF_CACHE
 from tsd.server.listener import TrackedProtocol
 from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats, _Barrier, _SlowPut
 from tsd.server.worker import Deframer, frame, remember_key
-from tsd.write.ingest import SeriesRef
+from tsd.write.ingest import RefCache, SeriesRef
 
 log = get_logger(TELNET)
 
@@ -95,6 +96,9 @@ class RemoteTelnet(TelnetProtocol):
     def __init__(self, context: TelnetContext, stats: TelnetStats, channel: WorkerChannel) -> None:
         super().__init__(context, stats)
         self._channel = channel
+        # A series this connection resolves is taught to its worker as well, which from
+        # then on encodes that series' points itself (kind 3 items).
+        self._session.cache = channel.learning
         self._items: collections.deque[tuple[Any, ...]] = collections.deque()
         self._at = 0  # position in the run of known puts at the head of _items
 
@@ -139,6 +143,8 @@ class RemoteTelnet(TelnetProtocol):
                     refs_ = cast(list[SeriesRef], found[:taken])
                     stamps, values = item[2][start:end], item[3][start:end]
                     session.append_by_ref(list(zip(refs_, stamps, values, strict=True)))
+                    # the worker does not know these refs (yet): teach them, once per item
+                    self._channel.teach_all(dict(zip(keys[start:end], refs_, strict=True)))
                 at = start + taken
                 if at >= count:
                     items.popleft()
@@ -155,6 +161,14 @@ class RemoteTelnet(TelnetProtocol):
                 metric, tags = series[key]
                 point = DataPoint(metric, item[2][at], item[3][at], tags)
                 blocked = self._put(point, key)
+            elif kind == 3:
+                if session.is_full():
+                    return True
+                items.popleft()
+                received.value += item[3]
+                self._channel.encoded.value += item[3]
+                session.append_part(item[1], item[2], item[3])
+                continue
             elif kind == 1:
                 items.popleft()
                 received.value += 1
@@ -167,6 +181,23 @@ class RemoteTelnet(TelnetProtocol):
             if blocked is not None:
                 return blocked
         return None
+
+
+class _LearningCache(RefCache):
+    """The ref cache of a worker's connections' sessions: a series one of them resolved
+    is remembered in the daemon's telnet cache and taught to the worker (whose puts of it
+    then arrive encoded)."""
+
+    __slots__ = ("_channel", "_shared")
+
+    def __init__(self, shared: RefCache, channel: WorkerChannel) -> None:
+        super().__init__(shared.max_entries)
+        self._shared = shared
+        self._channel = channel
+
+    def remember(self, key: Hashable, ref: SeriesRef) -> None:
+        self._shared.remember(key, ref)
+        self._channel.teach(key, ref)
 
 
 class WorkerChannel(asyncio.Protocol):
@@ -184,6 +215,10 @@ class WorkerChannel(asyncio.Protocol):
         self.lost = asyncio.get_running_loop().create_future()
         self._deframer = Deframer()
         self._paused = False
+        #: points this worker handed over encoded (its parts)
+        self.encoded = pool.context.registry.counter("workers.points", type="encoded")
+        self.learning = _LearningCache(pool.context.ingest.ref_cache(TELNET_REF_CACHE), self)
+        self._teaching: list[tuple[Any, bytes, bytes, bytes]] | None = None
         #: the worker said it serves (a connection handed to a worker still starting
         #: would wait for its imports, past a short tsd.core.socket.timeout)
         self.ready = False
@@ -224,6 +259,29 @@ class WorkerChannel(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             transport.write(frame(message))
 
+    def teach(self, key: Hashable, ref: SeriesRef) -> None:
+        """Tell the worker a series' ref (sent once per loop turn, in one message)."""
+        if self._teaching is None:
+            self._teaching = []
+            asyncio.get_running_loop().call_soon(self._send_teaching)
+        metric_uid = ref.metric_uid
+        self._teaching.append((key, ref.salt, metric_uid, ref.tsuid[len(metric_uid) :]))
+
+    def teach_all(self, refs: dict[Any, SeriesRef]) -> None:
+        """:meth:`teach` of every key of ``refs``."""
+        for key, ref in refs.items():
+            self.teach(key, ref)
+
+    def _send_teaching(self) -> None:
+        entries, self._teaching = self._teaching, None
+        if entries:
+            self.send(("k", entries))
+
+    def forget(self) -> None:
+        """The daemon dropped its caches: so does the worker."""
+        self._teaching = None
+        self.send(("K", 0))
+
     def data_received(self, data: bytes) -> None:
         connections, series = self.connections, self.series
         for message in self._deframer.feed(data):
@@ -248,6 +306,8 @@ class WorkerChannel(asyncio.Protocol):
                     protocol.resume_writing()
             elif kind == "ready":
                 self.ready = True
+                if self.pool.all_ready():
+                    log.info("workers.ready", workers=len(self.pool.pids()))
             elif kind == "x":
                 connections.pop(cid, None)
                 if protocol is not None:
@@ -340,6 +400,7 @@ class WorkerPool:
             "max_line_bytes": context.max_line_bytes,
         }
         self._channels: list[WorkerChannel] = []
+        context.ingest.on_drop_caches(self._forget)
         self._next = 0
         self._cid = 0
         self._stopping = False
@@ -386,6 +447,10 @@ class WorkerPool:
         self._next += 1
         self._cid += 1
         return channel.adopt(transport, first, self._cid)
+
+    def _forget(self) -> None:
+        for channel in self._channels:
+            channel.forget()
 
     def all_ready(self) -> bool:
         """True once every worker serves (until then the daemon keeps its connections)."""

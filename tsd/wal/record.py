@@ -54,7 +54,7 @@ _ZSTD_LEVEL: Final = 1
 MAX_PAYLOAD_BYTES: Final = 1 << 30
 _ROW: Final = struct.Struct(">HI")  # row key length, cell count
 
-try:  # the compiled encode_cells_and_runs (setup.py builds it where a C compiler is)
+try:  # the compiled framing of a writer batch (setup.py builds it where a C compiler is)
     _C: Any = importlib.import_module("tsd.codec._encode")
 except ImportError:  # pragma: no cover
     _C = None
@@ -79,21 +79,31 @@ def encode_cells_and_runs(
     rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]] | dict[bytes, dict[bytes, bytes]],
 ) -> tuple[bytes, list[RowRun]]:
     """:func:`encode_cells`, and the same rows as :data:`RowRun` (what the head takes),
-    sharing the joins. ``rows``: pairs, or a writer batch's dict itself, which the C
-    helper ``tsd/codec/_encode.c`` takes whole where it is built."""
+    sharing the joins."""
+    payload, runs = encode_payload_and_runs(rows)
+    return frame_cells(payload), runs
+
+
+def encode_payload_and_runs(
+    rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]] | dict[bytes, dict[bytes, bytes]],
+) -> tuple[bytes, list[RowRun]]:
+    """:func:`python_encode_payload_and_runs`; a writer batch's dict itself is taken whole
+    by the C helper ``tsd/codec/_encode.c`` where it is built (no Python step per row)."""
     if isinstance(rows, dict):
         if _C is not None:
             done = _C.encode_cells_and_runs(rows)
             if done is not None:
-                return frame_cells(done[0]), done[1]
+                return done[0], done[1]
         rows = rows.items()
-    return python_encode_cells_and_runs(rows)
+    return python_encode_payload_and_runs(rows)
 
 
-def python_encode_cells_and_runs(
+def python_encode_payload_and_runs(
     rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]],
 ) -> tuple[bytes, list[RowRun]]:
-    """:func:`encode_cells_and_runs` in Python.
+    """The :data:`CELLS` payload of ``rows`` (not framed: payloads of several parts of one
+    batch, a telnet worker's among them, join into one record's payload), and the same
+    rows as :data:`RowRun`.
 
     Per row the work is C-level joins over the map's keys and values (no Python step
     per cell): this runs on the ingest path, once per writer batch. A row of one cell
@@ -121,7 +131,7 @@ def python_encode_cells_and_runs(
         append(q_joined)
         append(v_joined)
         runs.append((row, len(cells), q_joined, v_joined))
-    return frame_cells(join(parts)), runs
+    return join(parts), runs
 
 
 def frame_cells(payload: bytes) -> bytes:

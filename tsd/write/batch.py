@@ -13,16 +13,23 @@ the same cell does: the point sent last wins.
 
 Points arrive in bulk on the ingest hot path (:meth:`Batch.add_points`: every put line of
 one socket read, every point of one /api/put body): one loop encodes them straight into
-the rows, with no per-point call into the writer.
+the rows, with no per-point call into the writer. Points a telnet worker process encoded
+arrive already as a part of a log record (:meth:`Batch.add_part`: its payload and its
+rows as runs, a few Python steps per call, none per point); the batch keeps such parts
+in arrival order with its own rows, and the log record and the head's runs are the parts
+joined (:meth:`Batch.payload_and_runs`). A store that takes cells (HBase, or the
+embedded store without the head) gets them folded back into rows (:meth:`Batch.fold`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tsd.codec import SeriesKey
+from tsd.codec.compaction import split_cell
 from tsd.codec.qualifier import encode_points_into
+from tsd.wal.record import RowRun, encode_payload_and_runs
 
 #: Cells in one storage write. Large enough that a flush costs little per cell, small
 #: enough that one write does not hold the storage (or one HBase RPC) for long.
@@ -52,6 +59,9 @@ class Batch:
     cells: int = 0
     #: ``now`` when the first cell was added (None while empty)
     started_at: float | None = None
+    #: parts encoded elsewhere (a log record's payload and its runs), in arrival order;
+    #: ``rows`` holds what arrived after the last of them
+    parts: list[tuple[bytes, list[RowRun]]] = field(default_factory=list)
 
     def add(self, row: bytes, qualifier: bytes, value: bytes, now: float | None = None) -> None:
         """Buffer one cell. The batch's age starts at ``now``, or at :meth:`start` (callers
@@ -72,6 +82,61 @@ class Batch:
         for the same cell wins). Values and timestamps must be valid (as the parsers type
         them): a CodecError leaves the points before it buffered."""
         self.cells += encode_points_into(self.rows, points)
+
+    def add_encoded(
+        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
+    ) -> int:
+        """Let ``fill`` encode points straight into the rows (a protocol's parser that
+        encodes as it parses: ``(points, cells added)``, as
+        :func:`~tsd.codec.qualifier.encode_points_into` counts them); the points."""
+        points, added = fill(self.rows)
+        self.cells += added
+        return points
+
+    def add_part(self, payload: bytes, runs: list[RowRun], points: int) -> None:
+        """Buffer ``points`` points encoded elsewhere: a :data:`~tsd.wal.record.CELLS`
+        payload and the same points as runs (a telnet worker's). The rows buffered so far
+        become a part first, so that the order of arrival is the order of the parts (a
+        later point of a cell wins when the head or a fold reads them)."""
+        if self.rows:
+            self.parts.append(encode_payload_and_runs(self.rows.items()))
+            self.rows = {}
+        self.parts.append((payload, runs))
+        self.cells += points
+
+    def payload_and_runs(self) -> tuple[bytes, list[RowRun]]:
+        """The batch as one log record's payload, and its rows as runs (in arrival order;
+        a row may come more than once, a later run after an earlier one)."""
+        payload, runs = encode_payload_and_runs(self.rows)
+        if not self.parts:
+            return payload, runs
+        all_runs: list[RowRun] = []
+        for _, part_runs in self.parts:
+            all_runs += part_runs
+        all_runs += runs
+        return b"".join([*(part for part, _ in self.parts), payload]), all_runs
+
+    def fold(self) -> None:
+        """Turn the parts back into :attr:`rows` (cells), in order: for a store written
+        cell by cell (HBase, the embedded store without the head). :attr:`cells` stays
+        as counted (the writer's accounting of the batch)."""
+        if not self.parts:
+            return
+        later, self.rows = self.rows, {}
+        rows = self.rows
+        for _, runs in self.parts:
+            for row, count, qualifiers, values in runs:
+                cells = rows.get(row)
+                if cells is None:
+                    cells = rows[row] = {}
+                if count == 1:
+                    cells[qualifiers] = values
+                    continue
+                for _, qualifier, value in split_cell(qualifiers, values + b"\x00"):
+                    cells[qualifier] = value
+        self.parts = []
+        for row, cells in later.items():
+            rows.setdefault(row, {}).update(cells)
 
     def start(self, now: float) -> None:
         """Start the batch's age (the time of its first cell)."""

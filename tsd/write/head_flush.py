@@ -222,7 +222,9 @@ class HeadSink:
     # -- in -----------------------------------------------------------------------------------
 
     @staticmethod
-    def encode(rows: dict[bytes, dict[bytes, bytes]]) -> tuple[bytes, list[RowRun]]:
+    def encode(
+        rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]] | dict[bytes, dict[bytes, bytes]],
+    ) -> tuple[bytes, list[RowRun]]:
         """A writer batch's log record, and its rows as the head takes them."""
         return encode_cells_and_runs(rows)
 

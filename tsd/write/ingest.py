@@ -47,6 +47,7 @@ from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
+from tsd.wal.record import RowRun
 from tsd.write.writer import Ack, Writer
 
 log = get_logger(WRITER)
@@ -147,6 +148,7 @@ class IngestService:
         self._registry = registry or StatsRegistry()
         self._refs: dict[tuple[str, Tags], SeriesRef] = {}
         self._caches: dict[str, RefCache] = {}
+        self._drop_listeners: list[Callable[[], None]] = []
 
     async def resolve(self, metric: str, tags: Tags) -> SeriesRef:
         """The ref of a series, resolving (maybe assigning) its UIDs the first time.
@@ -209,10 +211,17 @@ class IngestService:
         return cache
 
     def drop_caches(self) -> None:
-        """Forget every ref (``dropcaches``, with the UID caches)."""
+        """Forget every ref (``dropcaches``, with the UID caches), and tell those who
+        learnt refs from this service (:meth:`on_drop_caches`: telnet workers)."""
         self._refs.clear()
         for cache in self._caches.values():
             cache.clear()
+        for listener in self._drop_listeners:
+            listener()
+
+    def on_drop_caches(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever :meth:`drop_caches` runs."""
+        self._drop_listeners.append(listener)
 
     def session(
         self,
@@ -322,6 +331,39 @@ class IngestSession(Generic[T]):
         if self.counters is not None:
             self.counters[0].value += len(points)
         self._note_ack(ack, tags, len(points))
+
+    def append_encoded(
+        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
+    ) -> int | None:
+        """Let ``fill`` parse and encode points of resolved series straight into the
+        writer's batch (:meth:`Writer.add_encoded`; ``fill`` honours :meth:`room`), without
+        suspending; the points taken, or None when the writer takes no points now
+        (shutting down, HBase's spool full): the caller's per-point path refuses them."""
+        try:
+            points, ack = self.service.writer.add_encoded(fill)
+        except TsdError:
+            return None
+        if ack is not None:
+            if self.counters is not None:
+                self.counters[0].value += points
+            self._note_ack(ack, None, points)
+        return points
+
+    def append_part(self, payload: bytes, runs: list[RowRun], points: int) -> None:
+        """Buffer ``points`` points a telnet worker process resolved and encoded (a log
+        record's payload and its rows as runs: :meth:`Writer.add_part`), without
+        suspending. Refusals are reported once for the whole part."""
+        try:
+            ack = self.service.writer.add_part(payload, runs, points)
+        except TsdError as exc:  # shutting down, or HBase's spool full
+            if not self._track_refusal(exc, None, points):
+                refused = Refused.of(exc)
+                for _ in range(points):
+                    self._refuse(None, None, refused)
+            return
+        if self.counters is not None:
+            self.counters[0].value += points
+        self._note_ack(ack, None, points)
 
     async def append_all(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
         """:meth:`append_by_ref` in runs of what the writer has room for, waiting while

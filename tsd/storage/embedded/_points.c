@@ -24,6 +24,10 @@
  *   - or None when any entry is anything else (the caller unpacks the cells instead, which
  *     also raises the exact error for a corrupt entry).
  * tests/storage/test_points.py checks it against the cell path on random cells.
+ *
+ * packed_rows(entries, suffix) reads a batch's keys (see below): at 60 s between
+ * points a day of 1,000 series is 24,000 packed entries of 60 points, and finding, checking
+ * and unescaping each key in Python cost more than decoding its points.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -489,7 +493,68 @@ done:
     return result;
 }
 
+/* packed_rows(entries, suffix): the rows of packed entries read from the packed database,
+ * in one pass: for each (key, value) pair, the escaped row before the key's first 00 00
+ * (keys.py), unescaped (00 FF -> 00), when what follows the 00 00 is `suffix` (the family
+ * and PACKED_END) and the value is not empty. Returns (rows, values) as lists, or None as
+ * soon as an entry is not so (the caller then reads the batch the general way, which
+ * decides). */
+static PyObject *packed_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *entries;
+    const char *suffix;
+    Py_ssize_t slen;
+    if (!PyArg_ParseTuple(args, "O!y#", &PyList_Type, &entries, &suffix, &slen)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *rows = PyList_New(n), *values = PyList_New(n);
+    if (!rows || !values) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) goto none;
+        PyObject *k = PyTuple_GET_ITEM(e, 0), *v = PyTuple_GET_ITEM(e, 1);
+        if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) == 0) goto none;
+        const char *kb = PyBytes_AS_STRING(k);
+        Py_ssize_t klen = PyBytes_GET_SIZE(k), end = -1, zeros = 0;
+        for (Py_ssize_t j = 0; j + 1 < klen; j++) {
+            if (kb[j] == 0) {
+                if (kb[j + 1] == 0) {
+                    end = j;
+                    break;
+                }
+                zeros += (unsigned char)kb[j + 1] == 0xFF;
+            }
+        }
+        if (end < 0 || klen - end - 2 != slen || memcmp(kb + end + 2, suffix, (size_t)slen))
+            goto none;
+        PyObject *row = PyBytes_FromStringAndSize(NULL, end - zeros);
+        if (!row) goto fail;
+        char *out = PyBytes_AS_STRING(row);
+        for (Py_ssize_t j = 0, o = 0; j < end; j++) {
+            out[o++] = kb[j];
+            if (kb[j] == 0 && (unsigned char)kb[j + 1] == 0xFF) j++; /* the FF is the escape */
+        }
+        PyList_SET_ITEM(rows, i, row);
+        Py_INCREF(v);
+        PyList_SET_ITEM(values, i, v);
+    }
+    PyObject *result = PyTuple_Pack(2, rows, values);
+    Py_DECREF(rows);
+    Py_DECREF(values);
+    return result;
+none:
+    Py_DECREF(rows);
+    Py_DECREF(values);
+    Py_INCREF(Py_None);
+    return Py_None;
+fail:
+    Py_XDECREF(rows);
+    Py_XDECREF(values);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"packed_rows", packed_rows, METH_VARARGS,
+     "(key, value) pairs of packed entries -> (their rows unescaped, their values), or None"},
     {"points", points, METH_VARARGS,
      "Packed-row values -> (counts, qualifier lengths, value lengths, offsets_ms, doubles, "
      "ints, is_int), (indices, frames, sizes) to decompress first, or None"},

@@ -17,14 +17,18 @@ through ``scan_batch``, which decides as a scan does.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Collection
+from typing import cast
 
+import lmdb
 import numpy as np
 
 from tsd.storage.base import Block, CellBlock, RowFilter
 from tsd.storage.embedded import packed, points
 from tsd.storage.embedded.cells import MAX_BATCH_CELLS, ScanCursor, TableInfo, Txn, scan_batch
-from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY, ROW_END, unescape_row
+from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY
 
 __all__ = ["scan_block"]
 
@@ -50,31 +54,26 @@ def scan_block(
 
 def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int) -> Block | None:
     """The batch when every row in its key range is one packed entry; None (``position``
-    untouched) otherwise."""
+    untouched) otherwise. The entries are taken from the cursor in one call and their keys
+    read together (:func:`points.packed_rows`): no Python per entry."""
     seek = position.next_key
     if table.packed is None or seek is None or PACKED_FAMILY.encode("ascii") not in table.names:
         return None
     if position.remaining is not None:
         max_rows = min(max_rows, position.remaining)
+    # a packed entry counts as one cell, as scan_batch counts it
+    take = min(max_rows, MAX_BATCH_CELLS)
     stop = position.stop_key
     cursor = txn.cursor(db=table.packed)
-    rows: list[bytes] = []
-    values: list[bytes] = []
-    cells = 0
+    found = _entries(cursor, seek, stop, take + 1)
+    read = points.packed_rows(found, _PACKED_FAMILY_END)
+    if read is None:
+        return None  # not a packed data entry: scan_batch reads (or refuses) it
+    rows, values = read
     next_key: bytes | None = None
-    if cursor.set_range(seek):
-        for key, value in cursor.iternext():
-            if stop is not None and key >= stop:
-                break
-            end = key.find(ROW_END)
-            if end < 0 or key[end + 2 :] != _PACKED_FAMILY_END or not value:
-                return None  # not a packed data entry: scan_batch reads (or refuses) it
-            if len(rows) >= max_rows or cells >= MAX_BATCH_CELLS:
-                next_key = key[: end + 2]
-                break
-            rows.append(unescape_row(key[:end]))
-            values.append(value)
-            cells += 1  # a packed entry counts as one, as scan_batch counts it
+    if len(rows) > take:  # the first row of the next batch
+        next_key = found[take][0][: -len(_PACKED_FAMILY_END)]
+        del rows[take:], values[take:]
     # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
     plain = txn.cursor(db=table.db)
     if plain.set_range(seek):
@@ -83,13 +82,43 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
         if bound is None or first < bound:
             return None
     position.next_key = next_key
-    position.batch_cells = cells
+    position.batch_cells = len(rows)
     if position.remaining is not None:
         position.remaining -= len(rows)
         if position.remaining <= 0:
             position.next_key = None
-    found = points.decode(rows, values, lambda: _unpacked(rows, values))
-    return found if found is not None else _unpacked(rows, values)
+    found_points = points.decode(rows, values, lambda: _unpacked(rows, values))
+    return found_points if found_points is not None else _unpacked(rows, values)
+
+
+#: entries taken from the cursor by the first call of :func:`_entries`; each next call takes
+#: four times more (a small scan reads little past its stop, a big one makes few calls)
+_FIRST_ENTRIES = 64
+
+
+def _entries(
+    cursor: lmdb.Cursor, seek: bytes, stop: bytes | None, limit: int
+) -> list[tuple[bytes, bytes]]:
+    """Up to ``limit`` (key, value) entries from ``seek`` on, before ``stop``; taken from
+    the cursor a list at a time (``islice``), not an entry per Python step."""
+    found: list[tuple[bytes, bytes]] = []
+    if not cursor.set_range(seek):
+        return found
+    entries = cursor.iternext()
+    chunk = _FIRST_ENTRIES
+    while len(found) < limit:
+        # bytes, not memoryviews: the store's read transactions are opened without buffers
+        part = cast(
+            list[tuple[bytes, bytes]],
+            list(itertools.islice(entries, min(chunk, limit - len(found)))),
+        )
+        found += part
+        if len(part) < chunk or (stop is not None and part[-1][0] >= stop):
+            break
+        chunk *= 4
+    if stop is not None and found and found[-1][0] >= stop:
+        del found[bisect.bisect_left(found, (stop,)) :]  # (key,) sorts before (key, value)
+    return found
 
 
 def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:

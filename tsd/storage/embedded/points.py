@@ -24,18 +24,39 @@ import zstandard
 
 from tsd.storage.base import CellBlock, PointBlock
 from tsd.storage.embedded import packed
+from tsd.storage.embedded.keys import ROW_END, unescape_row
 
 try:
     _C: Any = importlib.import_module("tsd.storage.embedded._points")
 except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
     _C = None
 
-__all__ = ["available", "decode"]
+__all__ = ["available", "decode", "packed_rows"]
 
 
 def available() -> bool:
     """Whether the C helper is built (without it every batch takes the cells path)."""
     return _C is not None
+
+
+def packed_rows(
+    entries: list[tuple[bytes, bytes]], suffix: bytes
+) -> tuple[list[bytes], list[bytes]] | None:
+    """The rows and values of ``(key, value)`` entries read from a packed database: each
+    key's escaped row (before its first ``00 00``, keys.py) unescaped, when what follows is
+    ``suffix`` (the family and ``PACKED_END``) and its value is not empty; None when any
+    entry is not so."""
+    if _C is not None:
+        found: tuple[list[bytes], list[bytes]] | None = _C.packed_rows(entries, suffix)
+        return found
+    rows, values = [], []
+    for key, value in entries:
+        end = key.find(ROW_END)
+        if end < 0 or key[end + 2 :] != suffix or not value:
+            return None
+        rows.append(unescape_row(key[:end]))
+        values.append(value)
+    return rows, values
 
 
 def decode(

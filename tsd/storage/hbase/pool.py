@@ -36,7 +36,7 @@ import importlib
 import sys
 import time
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -50,12 +50,14 @@ with warnings.catch_warnings():
     from thriftpy2.contrib.aio.client import TAsyncClient
     from thriftpy2.contrib.aio.protocol.binary import TAsyncBinaryProtocol
     from thriftpy2.contrib.aio.socket import TAsyncSocket
+    from thriftpy2.thrift import TMessageType
 
 try:  # thriftpy2's Cython extension; absent when it was installed without a compiler
     CYBIN: Any = importlib.import_module("thriftpy2.protocol.cybin")
 except ImportError:  # pragma: no cover - the wheels ship it
     CYBIN = None
 _MEMORY: Any = importlib.import_module("thriftpy2.transport.memory")
+_FRAMED: Any = importlib.import_module("thriftpy2.contrib.aio.transport.framed")
 
 #: the Thrift module thriftpy2 built from aiohappybase's Hbase.thrift on import
 HBASE_THRIFT: Any = sys.modules["Hbase_thrift"]
@@ -137,6 +139,40 @@ def _discard(socket: Any) -> None:
     if socket.raw_sock is not None:
         socket.raw_sock.close()
         socket.raw_sock = None
+
+
+async def pipelined(client: Any, api: str, calls: Sequence[dict[str, Any]]) -> list[Any]:
+    """Several calls of ``api`` written in one send, their replies read in order: each
+    result, or the exception HBase answered for that call (IOError, IllegalArgument).
+
+    One write instead of one per call: on loopback the send that wakes the gateway's
+    thread costs about 0.15 ms of tsd's CPU on this 2-core machine, more than the rest of
+    a small call. The gateway serves a connection's calls one after the other, in order.
+    Transport failures are raised (the connection is then dropped by the pool). A framed
+    transport sends each call in its own frame (a nonblocking gateway reads one call per
+    frame).
+    """
+    service = client._service
+    oprot = client._oprot
+    framed = isinstance(oprot.trans, _FRAMED.TAsyncFramedTransport)
+    for kwargs in calls:
+        oprot.write_message_begin(api, TMessageType.CALL, client._seqid)
+        args = getattr(service, api + "_args")()
+        for key, value in kwargs.items():
+            setattr(args, key, value)
+        oprot.write_struct(args)
+        oprot.write_message_end()
+        if framed:
+            await oprot.trans.flush()
+    if not framed:
+        await oprot.trans.flush()
+    results: list[Any] = []
+    for _ in calls:
+        try:
+            results.append(await client._recv(api))
+        except (HBASE_THRIFT.IOError, HBASE_THRIFT.IllegalArgument) as exc:
+            results.append(exc)
+    return results
 
 
 Opener = Callable[[], Awaitable[ThriftConnection]]

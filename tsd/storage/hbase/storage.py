@@ -65,7 +65,7 @@ from tsd.storage.base import (
 )
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
-from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection
+from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection, pipelined
 from tsd.storage.hbase.prefilter import contains_filter
 from tsd.storage.hbase.rows import rows_call
 from tsd.storage.settings import HBaseSettings
@@ -86,6 +86,9 @@ REPLY_BYTES = 512 * 1024
 MIN_REPLY_ROWS = 16
 #: the filter of a key-only pass: one cell per row, its value left out
 KEYS_ONLY_FILTER = b"KeyOnlyFilter() AND FirstKeyOnlyFilter()"
+#: how long scanners read to their end wait to be closed, so that one write closes the
+#: scanners of a query (or of several) after its answer has gone, not while it is computed
+CLOSE_DELAY_S = 0.02
 #: bloom filter types HBase accepts in a column descriptor
 BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 
@@ -126,8 +129,9 @@ class HBaseStorage(Storage):
         self._last_delete_done = -math.inf
         #: bulk reads (scan batches, multi-gets) in flight at once, all queries together
         self._read_slots = asyncio.Semaphore(read_slots(settings.pool_size))
-        #: scanners being closed in the background (rows read, close not awaited)
-        self._closing: set[asyncio.Task[None]] = set()
+        #: scanners read to their end, to be closed by the background closer (per table)
+        self._to_close: dict[str, list[int]] = {}
+        self._closer: asyncio.Task[None] | None = None
 
     @property
     def pool(self) -> ConnectionPool:
@@ -396,7 +400,7 @@ class HBaseStorage(Storage):
                 async for row in rows:
                     yield row
         finally:
-            await self._close_scanner(table, scanner)
+            self._close_later(table, scanner)
 
     async def scan_blocks(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
@@ -455,7 +459,7 @@ class HBaseStorage(Storage):
                 idempotent=False,
             )
         finally:
-            await self._close_scanner(table, scanner)
+            self._close_later(table, scanner)
         below = [key for key in block.keys if start <= key and (not stop or key < stop)]
         return max(below) if below else None
 
@@ -527,9 +531,7 @@ class HBaseStorage(Storage):
                     return
         finally:
             # off the reader's path: the rows are all read, closing is the server's cleanup
-            task = asyncio.ensure_future(self._close_scanner(table, scanner))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._close_later(table, scanner)
 
     async def _scan_rows(
         self, table: str, scanner: int, batch_rows: int, spec: ScanSpec
@@ -568,19 +570,45 @@ class HBaseStorage(Storage):
             if not pieces:
                 return
 
-    async def _close_scanner(self, table: str, scanner: int) -> None:
-        # Best effort: a scanner left open expires on the server (its lease), and the
-        # scan's own outcome (a result, an error, a cancellation) is what the caller needs.
+    def _close_later(self, table: str, scanner: int) -> None:
+        """Close ``scanner`` in the background, with the others of the next CLOSE_DELAY_S,
+        in one write (:func:`~.pool.pipelined`)."""
+        self._to_close.setdefault(table, []).append(scanner)
+        if self._closer is None:
+            self._closer = asyncio.ensure_future(self._close_pending())
+
+    async def _close_pending(self) -> None:
         try:
-            await self._call(
-                "scannerClose", table, lambda c: c.scannerClose(scanner), idempotent=False
+            await asyncio.sleep(CLOSE_DELAY_S)
+            while self._to_close:
+                pending, self._to_close = self._to_close, {}
+                for table, scanners in pending.items():
+                    await self._close_scanners(table, scanners)
+        finally:
+            self._closer = None
+
+    async def _close_scanners(self, table: str, scanners: list[int]) -> None:
+        # Best effort: a scanner left open expires on the server (its lease), and the
+        # scan's own outcome (a result, an error, a cancellation) is what the caller needed.
+        calls = [{"id": scanner} for scanner in scanners]
+        try:
+            answers = await self._call(
+                "scannerClose",
+                table,
+                lambda c: pipelined(c, "scannerClose", calls),
+                idempotent=False,
             )
         except StorageError as exc:
             log.info("hbase.scanner_close_failed", table=table, error=str(exc))
+            return
+        for answer in answers:
+            if isinstance(answer, Exception):
+                log.info("hbase.scanner_close_failed", table=table, error=hbase_message(answer))
 
     async def close(self) -> None:
-        if self._closing:
-            await asyncio.wait(list(self._closing))
+        closer = self._closer
+        if closer is not None:
+            await asyncio.wait([closer])
         self._pool.close()
 
 

@@ -1,0 +1,43 @@
+"""The compiled framing of a writer batch (tsd/codec/_encode.c encode_cells_and_runs)
+against the Python loop it replaces: the same log payload and head runs, the same error."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tsd.wal.record import (
+    decode_row_runs,
+    encode_payload_and_runs,
+    python_encode_payload_and_runs,
+)
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tsd.codec._encode") is None, reason="the C helper is not built"
+)
+
+CELLS = st.dictionaries(
+    st.binary(min_size=2, max_size=4), st.binary(min_size=1, max_size=8), min_size=1, max_size=5
+)
+ROWS = st.dictionaries(st.binary(min_size=1, max_size=20), CELLS, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ROWS)
+def test_a_batch_frames_as_the_python_loop_does(rows: dict[bytes, dict[bytes, bytes]]) -> None:
+    payload, runs = encode_payload_and_runs(rows)
+    assert (payload, runs) == python_encode_payload_and_runs(rows.items())
+    assert decode_row_runs(payload) == runs
+
+
+def test_a_row_beyond_the_record_format_takes_the_python_path_and_its_error() -> None:
+    rows = {b"r" * 70_000: {b"\x00\x10": b"\x01"}}
+    with pytest.raises(struct.error, match="format requires") as c_error:
+        encode_payload_and_runs(rows)
+    with pytest.raises(struct.error) as python_error:
+        python_encode_payload_and_runs(rows.items())
+    assert str(c_error.value) == str(python_error.value)
