@@ -120,3 +120,25 @@ def test_take_known_into_as_python(lines: list[bytes], limit: int, data: Any) ->
     py_added = python_encode_points_into(py_rows, points)
     assert (c_stop, c_taken, c_added) == (py_stop, len(points), py_added)
     assert c_rows == py_rows
+
+
+@needs_c
+def test_rows_of_interleaved_series_and_hours_as_python() -> None:
+    """The compiled encoder reads a series' last row key from its slots (no call) when
+    the hour is the one asked last, and asks ``row_key`` otherwise: points of three
+    series alternating, their hours going back and forth, land in the rows Python
+    gives them."""
+    base = 1_356_998_400
+    points: list[tuple[Any, int, Any]] = [
+        (SERIES[i % 3], base + (i % 7) * 1_000 + i, i if i % 2 else i / 4) for i in range(60)
+    ]
+
+    def compiled(rows: dict[bytes, dict[bytes, bytes]], pts: list[Any]) -> int:
+        return int(C.encode_into(rows, pts, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point))
+
+    c_added, c_rows = _encode(compiled, points)
+    py_added, py_rows = _encode(python_encode_points_into, points)
+    assert (c_added, c_rows) == (py_added, py_rows)
+    assert len(c_rows) == 3 * 2  # three series over two hours
+    for series, timestamp, _ in points:
+        assert series.row_key(timestamp - timestamp % 3600) in c_rows

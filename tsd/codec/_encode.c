@@ -24,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -38,6 +39,65 @@
 #define FLAGS_FLOAT64 0xF
 
 static PyObject *row_key_name;
+
+/* SeriesKey (tsd.codec.rowkey) keeps the row key of the last hour asked in two slots,
+ * _last_base and _last_key. Their offsets are learnt from the first series' type, so a
+ * row of the same hour is read from the slots without a Python call (a frame costs about
+ * as much as typing the line); any other object, or another hour, calls row_key. */
+static PyTypeObject *cached_type;
+static Py_ssize_t last_base_at = -1, last_key_at = -1;
+
+static Py_ssize_t member_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t offset = -1;
+    if (Py_TYPE(descr) == &PyMemberDescr_Type) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX)
+            offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
+/* series.row_key(base), a new reference; NULL with an exception set. */
+static PyObject *series_row(PyObject *series, long long base)
+{
+    PyTypeObject *type = Py_TYPE(series);
+    if (cached_type == NULL) {
+        Py_ssize_t base_at = member_offset(type, "_last_base");
+        Py_ssize_t key_at = member_offset(type, "_last_key");
+        if (base_at >= 0 && key_at >= 0) {
+            cached_type = type;
+            Py_INCREF(type);
+            last_base_at = base_at;
+            last_key_at = key_at;
+        }
+    }
+    if (type == cached_type) {
+        PyObject *last = *(PyObject **)((char *)series + last_base_at);
+        PyObject *key = *(PyObject **)((char *)series + last_key_at);
+        if (last != NULL && key != NULL && PyLong_CheckExact(last)) {
+            int overflow = 0;
+            long long at = PyLong_AsLongLongAndOverflow(last, &overflow);
+            if (at == base && !overflow) {
+                Py_INCREF(key);
+                return key;
+            }
+            PyErr_Clear();
+        }
+    }
+    PyObject *base_obj = PyLong_FromLongLong(base);
+    if (base_obj == NULL)
+        return NULL;
+    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+    Py_DECREF(base_obj);
+    return row;
+}
 
 /* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
  * a finite float); 0 when the caller must ask encode_point, -1 on an error. */
@@ -121,10 +181,10 @@ static int put_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject
         Py_DECREF(cells);
         return 1;
     }
-    int present = PyDict_Contains(cells, qualifier);
-    if (present < 0 || PyDict_SetItem(cells, qualifier, value) < 0)
+    Py_ssize_t before = PyDict_GET_SIZE(cells); /* one lookup: the size tells a new cell */
+    if (PyDict_SetItem(cells, qualifier, value) < 0)
         return -1;
-    return present ? 0 : 1;
+    return PyDict_GET_SIZE(cells) > before ? 1 : 0;
 }
 
 /* One point into rows; cells added (0 or 1), or -1 with an exception set. */
@@ -153,9 +213,6 @@ static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyO
         base = ts - ts % MAX_TIMESPAN;
         qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
         Py_INCREF(qualifier);
-        base_obj = PyLong_FromLongLong(base);
-        if (base_obj == NULL)
-            goto error;
     } else {
         PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
         if (encoded == NULL)
@@ -173,9 +230,14 @@ static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyO
         Py_INCREF(bytes);
         Py_DECREF(encoded);
     }
-    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
-    Py_DECREF(base_obj);
-    base_obj = NULL;
+    PyObject *row;
+    if (base_obj == NULL) {
+        row = series_row(series, base);
+    } else {
+        row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+        Py_DECREF(base_obj);
+        base_obj = NULL;
+    }
     if (row == NULL)
         goto error;
     int added = put_cell(rows, row, qualifier, bytes);
@@ -325,9 +387,23 @@ static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *p
     const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
     Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
     Py_ssize_t value_n = cut[3] - cut[2] - 1;
-    PyObject *key = Py_BuildValue("(y#y#)", metric, metric_n, s + cut[3] + 1, n - cut[3] - 1);
+    /* the key (metric word, tag text), built directly: Py_BuildValue reads its format
+     * string on every call, a third of a line's cost */
+    PyObject *key = PyTuple_New(2);
     if (key == NULL)
         return -1;
+    PyObject *word = PyBytes_FromStringAndSize(metric, metric_n);
+    if (word == NULL) {
+        Py_DECREF(key);
+        return -1;
+    }
+    PyTuple_SET_ITEM(key, 0, word);
+    word = PyBytes_FromStringAndSize(s + cut[3] + 1, n - cut[3] - 1);
+    if (word == NULL) {
+        Py_DECREF(key);
+        return -1;
+    }
+    PyTuple_SET_ITEM(key, 1, word);
     *series = PyDict_GetItemWithError(known, key);
     Py_DECREF(key);
     if (*series == NULL)
@@ -484,13 +560,7 @@ static PyObject *take_known_into(PyObject *self, PyObject *const *args, Py_ssize
             row = last_row;
             Py_INCREF(row);
         } else {
-            PyObject *base_obj = PyLong_FromLongLong(base);
-            if (base_obj == NULL) {
-                Py_DECREF(bytes);
-                goto error;
-            }
-            row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
-            Py_DECREF(base_obj);
+            row = series_row(series, base);
             if (row == NULL) {
                 Py_DECREF(bytes);
                 goto error;

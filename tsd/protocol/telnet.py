@@ -166,10 +166,11 @@ class LineBuffer:
             chunk = chunk.replace(b"\r\n", b"\n")
             if chunk[-1:] == b"\r":  # the last line's CR (its LF was cut off above)
                 chunk = chunk[:-1]
-        lines = cast("list[bytes | None]", chunk.split(b"\n"))
+        parts = chunk.split(b"\n")
+        lines = cast("list[bytes | None]", parts)
         limit = self._max
-        if len(chunk) > limit and max(map(len, chunk.split(b"\n"))) > limit:
-            lines = [None if len(line) > limit else line for line in chunk.split(b"\n")]
+        if len(chunk) > limit and max(map(len, parts)) > limit:
+            lines = [None if len(line) > limit else line for line in parts]
         try:
             self._no_newline_yet()
         except BadRequestError:  # the unfinished line is already over the limit
