@@ -56,12 +56,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import io
 import shutil
 import statistics
-import subprocess
-import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -73,7 +69,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from bench.ingest import ROOT, Server, Tsd, cpu_seconds, modes, start_tsd, start_vm
+from bench.ingest import Server, Tsd, cpu_seconds, export, modes, start_tsd, start_vm
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC
 DAY = 86400
@@ -379,27 +375,11 @@ async def store_size(n_series: int) -> None:
 # -- the baseline -----------------------------------------------------------------------------
 
 
-def export_built(ref: str, into: Path) -> Path:
-    """The tree of git ``ref`` under ``into`` with its C helpers built in place."""
-    archive = subprocess.run(
-        ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-        cwd=into,
-        check=True,
-        capture_output=True,
-    )
-    return into
-
-
 async def main(args: argparse.Namespace) -> None:
     if args.rounds < 5:
         raise SystemExit("--rounds: at least 5")
     with tempfile.TemporaryDirectory(prefix="tsd-bench-rev-") as tmp:
-        baseline = export_built(args.baseline, Path(tmp)) if args.baseline else None
+        baseline = export(args.baseline, Path(tmp)) if args.baseline else None
         for step in (int(s) for s in args.steps.split(",") if s):
             await measure_step(args, step, baseline)
     if args.size:
