@@ -16,6 +16,10 @@
  *   -> (index, points taken, cells added): both in one pass (tsd.codec.qualifier's
  *   encode_known_lines_into).
  *
+ * parse_plain_put(line, max_tags, point_type) -> (point, (metric word, tag text)) or None
+ *   a put line of any series in the plain form collectors send, parsed as
+ *   tsd.protocol.telnet.parse_put parses it (the full parser takes every other line).
+ *
  * encode_cells_and_runs(rows) -> (payload, runs) or None
  *   rows: a writer batch's dict row key -> dict qualifier -> value. The CELLS payload of
  *   tsd.wal.record (not framed) and the rows as (row, count, qualifiers joined, values
@@ -362,16 +366,56 @@ typedef struct {
     double dval;
 } Put;
 
+/* A put line's timestamp and value words typed into ``put`` as parse_put types them, in
+ * their usual forms: 1 when typed, 0 when the Python parser must (anything unusual, and
+ * every error), -1 with an exception set. */
+static int type_numbers(const char *text, Py_ssize_t text_n, const char *value_text,
+                        Py_ssize_t value_n, Put *put)
+{
+    long long *timestamp = &put->timestamp;
+    int *is_float = &put->is_float;
+    long long *ival = &put->ival;
+    double *dval = &put->dval;
+    if (!all_digits(text, text_n) || text_n > 13)
+        return 0;
+    long long ts = decimal(text, text_n);
+    if (ts == 0)
+        return 0;
+    *timestamp = ts;
+    *is_float = 0;
+    /* an integer of up to 18 digits, with an optional minus sign: always within a long */
+    int negative = value_n > 1 && value_text[0] == '-';
+    if (all_digits(value_text + negative, value_n - negative)) {
+        if (value_n - negative > 18)
+            return 0;
+        long long v = decimal(value_text + negative, value_n - negative);
+        *ival = negative ? -v : v;
+        return 1;
+    }
+    if (!plain_float(value_text, value_n))
+        return 0;
+    char buf[128];
+    if (value_n >= (Py_ssize_t)sizeof(buf))
+        return 0; /* a long one: the Python function types it */
+    memcpy(buf, value_text, value_n);
+    buf[value_n] = '\0';
+    char *stop = NULL;
+    double d = PyOS_string_to_double(buf, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    if (stop != buf + value_n || !(d >= -DBL_MAX && d <= DBL_MAX))
+        return 0;
+    *is_float = 1;
+    *dval = d;
+    return 1;
+}
+
 /* Line ``index`` of tsd.protocol.telnet.python_take_known_puts: 1 when it is taken, 0 when
  * it is not, -1 on an error. */
 static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *put)
 {
     PyObject *line = PyList_GET_ITEM(lines, index);
     PyObject **series = &put->series;
-    long long *timestamp = &put->timestamp;
-    int *is_float = &put->is_float;
-    long long *ival = &put->ival;
-    double *dval = &put->dval;
     if (!PyBytes_CheckExact(line))
         return 0;
     const char *s = PyBytes_AS_STRING(line);
@@ -408,38 +452,7 @@ static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *p
     Py_DECREF(key);
     if (*series == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    if (!all_digits(text, text_n) || text_n > 13)
-        return 0;
-    long long ts = decimal(text, text_n);
-    if (ts == 0)
-        return 0;
-    *timestamp = ts;
-    *is_float = 0;
-    /* an integer of up to 18 digits, with an optional minus sign: always within a long */
-    int negative = value_n > 1 && value_text[0] == '-';
-    if (all_digits(value_text + negative, value_n - negative)) {
-        if (value_n - negative > 18)
-            return 0;
-        long long v = decimal(value_text + negative, value_n - negative);
-        *ival = negative ? -v : v;
-        return 1;
-    }
-    if (!plain_float(value_text, value_n))
-        return 0;
-    char buf[128];
-    if (value_n >= (Py_ssize_t)sizeof(buf))
-        return 0; /* a long one: the Python function types it */
-    memcpy(buf, value_text, value_n);
-    buf[value_n] = '\0';
-    char *stop = NULL;
-    double d = PyOS_string_to_double(buf, &stop, NULL);
-    if (d == -1.0 && PyErr_Occurred())
-        return -1;
-    if (stop != buf + value_n || !(d >= -DBL_MAX && d <= DBL_MAX))
-        return 0;
-    *is_float = 1;
-    *dval = d;
-    return 1;
+    return type_numbers(text, text_n, value_text, value_n, put);
 }
 
 static PyObject *value_object(const Put *put)
@@ -585,6 +598,160 @@ error:
     return NULL;
 }
 
+/* -- a put line of a new series, in its plain form ---------------------------------------- */
+
+#define MAX_PLAIN_TAGS 64
+
+/* A byte of tsd.protocol.names.PLAIN_NAME_CHARS ([A-Za-z0-9./_-]): valid in any config. */
+static int plain_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '/' || c == '_' || c == '-';
+}
+
+static int plain_run(const char *s, Py_ssize_t n)
+{
+    if (n <= 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!plain_char((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+typedef struct {
+    const char *key, *value;
+    Py_ssize_t key_n, value_n;
+} Tag;
+
+/* Python's str order for ASCII names: bytes, then length. */
+static int tag_before(const Tag *a, const Tag *b)
+{
+    Py_ssize_t n = a->key_n < b->key_n ? a->key_n : b->key_n;
+    int c = memcmp(a->key, b->key, n);
+    return c < 0 || (c == 0 && a->key_n < b->key_n);
+}
+
+static PyObject *interned_ascii(const char *s, Py_ssize_t n)
+{
+    PyObject *text = PyUnicode_DecodeASCII(s, n, NULL);
+    if (text != NULL)
+        PyUnicode_InternInPlace(&text);
+    return text;
+}
+
+/* parse_plain_put(line, max_tags, point_type) -> (point, (metric word, tag text)) or None
+ *   tsd.protocol.telnet.parse_put's answer for a put line in its plain form, the form
+ *   collectors send: single spaces, a metric and 1 to max_tags tags "k=v" of
+ *   PLAIN_NAME_CHARS (names valid whatever the configuration), distinct keys, a usual
+ *   timestamp and value (type_numbers). None for anything else, errors included: the
+ *   caller then runs the full parser, whose answer and reply stay OpenTSDB's. point_type
+ *   is tsd.model.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
+static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyType_Check(args[2]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type) ||
+        ((PyTypeObject *)args[2])->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "parse_plain_put(line, max_tags, point_type)");
+        return NULL;
+    }
+    Py_ssize_t max_tags = PyLong_AsSsize_t(args[1]);
+    if (max_tags == -1 && PyErr_Occurred())
+        return NULL;
+    if (max_tags > MAX_PLAIN_TAGS)
+        max_tags = MAX_PLAIN_TAGS;
+    const char *s = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if (n < 4 || memcmp(s, "put ", 4) != 0)
+        Py_RETURN_NONE;
+    /* the words after "put", each ended by a single space or the line's end */
+    const char *word[4 + MAX_PLAIN_TAGS];
+    Py_ssize_t size[4 + MAX_PLAIN_TAGS];
+    Py_ssize_t words = 0, at = 4;
+    while (at < n) {
+        if (words == 3 + max_tags)
+            Py_RETURN_NONE; /* too many tags for the fast form */
+        const char *end = memchr(s + at, ' ', n - at);
+        Py_ssize_t stop = end == NULL ? n : end - s;
+        if (stop == at)
+            Py_RETURN_NONE; /* an empty word: two spaces, or a space at the end */
+        word[words] = s + at;
+        size[words++] = stop - at;
+        at = stop + 1;
+        if (end != NULL && at == n)
+            Py_RETURN_NONE;
+    }
+    if (words < 4 || !plain_run(word[0], size[0]))
+        Py_RETURN_NONE;
+    Put put;
+    int typed = type_numbers(word[1], size[1], word[2], size[2], &put);
+    if (typed <= 0)
+        return typed < 0 ? NULL : Py_NewRef(Py_None);
+    Tag tags[MAX_PLAIN_TAGS];
+    Py_ssize_t count = words - 3;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const char *w = word[3 + i];
+        const char *eq = memchr(w, '=', size[3 + i]);
+        if (eq == NULL)
+            Py_RETURN_NONE;
+        Tag tag = {w, eq + 1, eq - w, size[3 + i] - (eq - w) - 1};
+        if (!plain_run(tag.key, tag.key_n) || !plain_run(tag.value, tag.value_n))
+            Py_RETURN_NONE; /* a second '=' is not a plain character either */
+        Py_ssize_t j = i; /* insertion sort by key; a key given twice goes to Python */
+        while (j > 0 && tag_before(&tag, &tags[j - 1])) {
+            tags[j] = tags[j - 1];
+            j--;
+        }
+        if (j > 0 && tags[j - 1].key_n == tag.key_n && !memcmp(tags[j - 1].key, tag.key, tag.key_n))
+            Py_RETURN_NONE;
+        tags[j] = tag;
+    }
+    PyObject *pairs = PyTuple_New(count);
+    if (pairs == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = interned_ascii(tags[i].key, tags[i].key_n);
+        PyObject *value = key == NULL ? NULL
+                                      : PyUnicode_DecodeASCII(tags[i].value, tags[i].value_n, NULL);
+        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pairs, i, pair);
+    }
+    PyTypeObject *point_type = (PyTypeObject *)args[2];
+    PyObject *point = point_type->tp_alloc(point_type, 4);
+    if (point == NULL) {
+        Py_DECREF(pairs);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(point, 3, pairs);
+    PyObject *field = interned_ascii(word[0], size[0]);
+    if (field == NULL)
+        goto error;
+    PyTuple_SET_ITEM(point, 0, field);
+    if ((field = PyLong_FromLongLong(put.timestamp)) == NULL)
+        goto error;
+    PyTuple_SET_ITEM(point, 1, field);
+    if ((field = value_object(&put)) == NULL)
+        goto error;
+    PyTuple_SET_ITEM(point, 2, field);
+    /* the telnet ref cache's key of the series: line.split(b" ", 4)[1] and [4] */
+    PyObject *alias = Py_BuildValue("(y#y#)", word[0], size[0], word[3], n - (word[3] - s));
+    if (alias == NULL)
+        goto error;
+    PyObject *answer = PyTuple_Pack(2, point, alias);
+    Py_DECREF(point);
+    Py_DECREF(alias);
+    return answer;
+error:
+    Py_DECREF(point);
+    return NULL;
+}
+
 /* -- a writer batch's rows framed for the log and the head --------------------------- */
 
 static void frame_be(unsigned char *out, uint64_t value, int width) {
@@ -711,6 +878,8 @@ static PyMethodDef methods[] = {
      "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
     {"take_known_into", (PyCFunction)(void (*)(void))take_known_into, METH_FASTCALL,
      "take_known_puts and encode_into in one pass: (index, points, cells added)."},
+    {"parse_plain_put", (PyCFunction)(void (*)(void))parse_plain_put, METH_FASTCALL,
+     "A put line in its plain form parsed as parse_put parses it, or None."},
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
     {NULL, NULL, 0, NULL},

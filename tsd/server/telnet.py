@@ -57,6 +57,7 @@ from tsd.protocol.telnet import (
     format_unknown_command,
     line_too_long,
     parse_command,
+    parse_plain_put,
     take_known_puts,
     take_known_puts_into,
 )
@@ -317,6 +318,12 @@ class TelnetProtocol(TrackedProtocol):
     def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | None:
         """One line through the full parser: handled, or what it must wait for."""
         context, session = self._context, self._session
+        if (
+            self._put_enabled
+            and line is not None
+            and (plain := parse_plain_put(line, context.rules))
+        ):
+            return self._put(*plain)
         if line is None:  # over tsd.rpc.telnet.max_line
             self._stats.illegal_arguments.inc()
             self._stats.errors.inc()
