@@ -121,3 +121,5 @@ def test_interned_names_and_the_limit_of_tags() -> None:
     line = b"put m 1 1 " + b" ".join(b"k%d=v" % i for i in range(3))
     assert parse_plain_put(line, NameRules(max_tags=3)) is not None
     assert parse_plain_put(line, NameRules(max_tags=2)) is None  # the full parser's error
+    for no_tags in (0, -5):  # a configuration with no room for tags takes nothing here
+        assert parse_plain_put(line, NameRules(max_tags=no_tags)) is None

@@ -660,6 +660,8 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
         return NULL;
     if (max_tags > MAX_PLAIN_TAGS)
         max_tags = MAX_PLAIN_TAGS;
+    if (max_tags < 1) /* no tag allowed: every put is the full parser's error */
+        Py_RETURN_NONE;
     const char *s = PyBytes_AS_STRING(args[0]);
     Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
     if (n < 4 || memcmp(s, "put ", 4) != 0)
