@@ -434,7 +434,7 @@ def parse_plain_put(
     PLAIN_NAME_CHARS with distinct keys (names valid under any configuration, so no name
     rule applies), a timestamp and value in the forms :func:`take_known_puts` types. The
     compiled helper (``tsd/codec/_encode.c``) does it in one pass: the line of a new
-    series (a burst of them when collectors restart) costs about a fifth of the full
+    series (a burst of them when collectors restart) costs about a third of the full
     parser's time."""
     if _c_parse_plain_put is None:
         return None
