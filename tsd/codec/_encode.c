@@ -410,6 +410,30 @@ static int type_numbers(const char *text, Py_ssize_t text_n, const char *value_t
     return 1;
 }
 
+/* The telnet ref cache's key of a put line's series: (metric word, tag text), i.e.
+ * line.split(b" ", 4)[1] and [4]. Built directly: Py_BuildValue reads its format string
+ * on every call, a third of a known line's cost. */
+static PyObject *series_words(const char *metric, Py_ssize_t metric_n, const char *tags,
+                              Py_ssize_t tags_n)
+{
+    PyObject *key = PyTuple_New(2);
+    if (key == NULL)
+        return NULL;
+    PyObject *word = PyBytes_FromStringAndSize(metric, metric_n);
+    if (word == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 0, word);
+    word = PyBytes_FromStringAndSize(tags, tags_n);
+    if (word == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 1, word);
+    return key;
+}
+
 /* Line ``index`` of tsd.protocol.telnet.python_take_known_puts: 1 when it is taken, 0 when
  * it is not, -1 on an error. */
 static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *put)
@@ -431,23 +455,9 @@ static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *p
     const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
     Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
     Py_ssize_t value_n = cut[3] - cut[2] - 1;
-    /* the key (metric word, tag text), built directly: Py_BuildValue reads its format
-     * string on every call, a third of a line's cost */
-    PyObject *key = PyTuple_New(2);
+    PyObject *key = series_words(metric, metric_n, s + cut[3] + 1, n - cut[3] - 1);
     if (key == NULL)
         return -1;
-    PyObject *word = PyBytes_FromStringAndSize(metric, metric_n);
-    if (word == NULL) {
-        Py_DECREF(key);
-        return -1;
-    }
-    PyTuple_SET_ITEM(key, 0, word);
-    word = PyBytes_FromStringAndSize(s + cut[3] + 1, n - cut[3] - 1);
-    if (word == NULL) {
-        Py_DECREF(key);
-        return -1;
-    }
-    PyTuple_SET_ITEM(key, 1, word);
     *series = PyDict_GetItemWithError(known, key);
     Py_DECREF(key);
     if (*series == NULL)
@@ -704,7 +714,8 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
             tags[j] = tags[j - 1];
             j--;
         }
-        if (j > 0 && tags[j - 1].key_n == tag.key_n && !memcmp(tags[j - 1].key, tag.key, tag.key_n))
+        const Tag *prev = j > 0 ? &tags[j - 1] : NULL;
+        if (prev != NULL && prev->key_n == tag.key_n && !memcmp(prev->key, tag.key, tag.key_n))
             Py_RETURN_NONE;
         tags[j] = tag;
     }
@@ -741,8 +752,7 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
     if ((field = value_object(&put)) == NULL)
         goto error;
     PyTuple_SET_ITEM(point, 2, field);
-    /* the telnet ref cache's key of the series: line.split(b" ", 4)[1] and [4] */
-    PyObject *alias = Py_BuildValue("(y#y#)", word[0], size[0], word[3], n - (word[3] - s));
+    PyObject *alias = series_words(word[0], size[0], word[3], n - (word[3] - s));
     if (alias == NULL)
         goto error;
     PyObject *answer = PyTuple_Pack(2, point, alias);
