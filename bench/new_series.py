@@ -14,7 +14,8 @@ second of the daemon's CPU time, the daemon on CPU 0 and this generator on CPU 1
 machine has two.
 
 ``--hbase``: the same against one standalone HBase (``scripts/hbase``, as
-bench/hbase_ingest.py starts it; fresh tables each round).
+bench/hbase_ingest.py starts it; fresh tables each round), after one warm-up round of each
+daemon that is not counted (a fresh HBase's first rounds are several times slower).
 
 Run: ``python -m bench.new_series [--series N] [--rounds R] [--baseline REF] [--hbase]
 [--set KEY=VALUE ...]`` (``--set``: a config key for both daemons).
@@ -104,6 +105,14 @@ async def measure(
 ) -> dict[str, list[Rate]]:
     found: dict[str, list[Rate]] = {"before": [], "after": []}
     sources: dict[str, Path | None] = {"before": baseline, "after": None}
+    if hbase is not None:
+        # A fresh HBase runs its first rounds several times slower (JIT, first regions):
+        # one round of each daemon, not counted, so the first measured round is not the
+        # baseline's alone to pay.
+        for name, source in sources.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                rate = await one_round(source, Path(tmp) / "data", hbase, f"warm{name}_", args)
+            print(f"  warm-up {name} (not counted): {rate.wall:,.0f} new series/s", flush=True)
     for number in range(args.rounds):
         for name, source in sources.items():
             with tempfile.TemporaryDirectory() as tmp:

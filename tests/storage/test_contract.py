@@ -503,6 +503,17 @@ async def test_check_and_put_many_answers_each_check_in_order(storage, table) ->
     assert await storage.check_and_put_many(table, []) == []
 
 
+async def test_check_and_put_many_keeps_order_across_a_large_batch(storage, table) -> None:
+    """More checks than the HBase client writes on one connection at once (its parts go
+    over several connections, many calls a write): every answer is its own check's."""
+    rows = [b"big%04d" % i for i in range(700)]
+    await storage.put(table, [Put(row, "f", b"id", b"old") for row in rows[::3]])
+    answers = await storage.check_and_put_many(table, [claim_cell(row, row) for row in rows])
+    assert answers == [i % 3 != 0 for i in range(len(rows))]
+    stored = {row.key: row.value("f", b"id") for row in await scan_all(storage, table)}
+    assert stored == {row: b"old" if i % 3 == 0 else row for i, row in enumerate(rows)}
+
+
 async def test_check_and_put_many_refuses_two_checks_on_one_cell(storage, table) -> None:
     with pytest.raises(StorageError, match="two checks on one cell"):
         await storage.check_and_put_many(table, [claim_cell(b"r", b"1"), claim_cell(b"r", b"2")])

@@ -22,8 +22,8 @@ aiohappybase configures (binary fields stay ``bytes``), except that the binary
 protocol *writes* calls with thriftpy2's compiled encoder (cybin) when it is
 built: the pure-Python encoder spends about 7 ms on a 1,000-cell ``mutateRows``
 (about half of tsd's CPU when ingesting into HBase), cybin 0.4 ms, for the same
-bytes. Replies carrying rows are read by rows.py's compiled reader, the others
-by thriftpy2's asyncio protocol. aiohappybase's
+bytes. Replies carrying rows, and the bool replies of pipelined calls, are read by
+rows.py's compiled reader, the others by thriftpy2's asyncio protocol. aiohappybase's
 Table/Batch layer is not used: the backend needs the raw calls (sorted
 columns, scanner caching, checkAndPut with an unset value) and its own error
 mapping.
@@ -41,6 +41,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from tsd.errors import StorageUnavailable
+from tsd.storage.hbase.rows import compiled_reading, scalar_replies
 
 with warnings.catch_warnings():
     # aiohappybase imports pkg_resources (deprecated by setuptools) at import time.
@@ -61,6 +62,9 @@ _FRAMED: Any = importlib.import_module("thriftpy2.contrib.aio.transport.framed")
 
 #: the Thrift module thriftpy2 built from aiohappybase's Hbase.thrift on import
 HBASE_THRIFT: Any = sys.modules["Hbase_thrift"]
+
+#: the exceptions HBase answers for one call (a pipelined call's result, not a failure)
+HBASE_ANSWERS = (HBASE_THRIFT.IOError, HBASE_THRIFT.IllegalArgument)
 
 TRANSPORTS: dict[str, Any] = aiohappybase.Connection.THRIFT_TRANSPORTS
 PROTOCOLS: dict[str, Any] = dict(aiohappybase.Connection.THRIFT_PROTOCOLS)
@@ -142,8 +146,10 @@ def _discard(socket: Any) -> None:
 
 
 async def pipelined(client: Any, api: str, calls: Sequence[dict[str, Any]]) -> list[Any]:
-    """Several calls of ``api`` written in one send, their replies read in order: each
-    result, or the exception HBase answered for that call (IOError, IllegalArgument).
+    """Several calls of ``api`` (one returning a bool or nothing: checkAndPut,
+    scannerClose) written in one send, their replies read in order: each result, or the
+    exception HBase answered for that call (IOError, IllegalArgument). The replies are read
+    by rows.py's compiled reader when it applies.
 
     One write instead of one per call: on loopback the send that wakes the gateway's
     thread costs about 0.15 ms of tsd's CPU on this 2-core machine, more than the rest of
@@ -166,11 +172,17 @@ async def pipelined(client: Any, api: str, calls: Sequence[dict[str, Any]]) -> l
             await oprot.trans.flush()
     if not framed:
         await oprot.trans.flush()
+    if compiled_reading(client):
+        answers = await scalar_replies(client, api, len(calls))
+        for answer in answers:
+            if isinstance(answer, Exception) and not isinstance(answer, HBASE_ANSWERS):
+                raise answer
+        return answers
     results: list[Any] = []
     for _ in calls:
         try:
             results.append(await client._recv(api))
-        except (HBASE_THRIFT.IOError, HBASE_THRIFT.IllegalArgument) as exc:
+        except HBASE_ANSWERS as exc:
             results.append(exc)
     return results
 
