@@ -114,3 +114,28 @@ def test_put_id_adds_a_forward_only_alias() -> None:
     assert cache.get_id("日本") == uid(1)
     assert cache.get_name(uid(1)) == "??"
     assert (cache.id_entries, cache.name_entries) == (2, 1)
+
+
+def _contents(cache: UidCache) -> tuple[dict[str, bytes | None], dict[bytes, str | None]]:
+    names = [f"n{i}" for i in range(60)]
+    return (
+        {name: cache.get_id(name) for name in names},
+        {uid(i): cache.get_name(uid(i)) for i in range(60)},
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 5, 17, 40])
+def test_put_many_caches_as_put_one_by_one(batch: int) -> None:
+    """In bulk while the young generation has room, one by one past it: either way the
+    same entries as the same puts one at a time (including an old entry put again)."""
+    one, many = UidCache(30), UidCache(30)
+    for start in range(0, 60, batch):
+        pairs = [(f"n{i}", uid(i)) for i in range(start, min(60, start + batch))]
+        pairs.append((f"n{start // 2}", uid(start // 2)))  # put again, maybe from old
+        pairs = list(dict(pairs).items())
+        for name, raw in pairs:
+            one.put(name, raw)
+        many.put_many([name for name, _ in pairs], [raw for _, raw in pairs])
+        assert (many.id_entries, many.name_entries) == (one.id_entries, one.name_entries)
+    assert _contents(many) == _contents(one)
+    assert many.evictions == one.evictions

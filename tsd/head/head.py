@@ -126,6 +126,9 @@ class Head:
         self._rows: dict[bytes, HeadRow] = {}
         #: (salt + metric, base time) -> its rows: what a scan of hours reads
         self._groups: dict[tuple[bytes, int], dict[bytes, HeadRow]] = {}
+        #: groups of a closed hour with no idle row when last looked at: the oldest last
+        #: write of their rows then (see :meth:`closed`)
+        self._busy_since: dict[tuple[bytes, int], float] = {}
         self.bytes = 0
         self.points = 0
         #: counts the calls of :meth:`release` (the only way the oldest batch held grows)
@@ -249,13 +252,25 @@ class Head:
         as it takes, not at (and sorts) every row still waiting."""
         keys: list[bytes] = []
         room = len(self._rows) if limit is None else limit
-        for (_, base), members in sorted(self._groups.items(), key=_hour_of_group):
+        quiet = self._busy_since
+        for group, members in sorted(self._groups.items(), key=_hour_of_group):
             if room <= 0:
                 break
-            if base + MAX_TIMESPAN + grace_s > now:
+            if group[1] + MAX_TIMESPAN + grace_s > now:
                 continue
+            since = quiet.get(group)
+            if since is not None and now - since < grace_s:
+                continue  # no row of it can be idle yet: not looked at row by row
             idle = (k for k, row in members.items() if now - row.written_at >= grace_s)
             found = list(islice(idle, room))
+            if found:
+                quiet.pop(group, None)
+            else:
+                # Every row got a point within grace_s. A row's last write only moves
+                # later and new rows come later still, so none is idle before the
+                # oldest last write is grace_s old: a backfilled hour of a million
+                # rows is not scanned every tick while it is written to.
+                quiet[group] = min(row.written_at for row in members.values())
             keys += found
             room -= len(found)
         keys.sort()
@@ -322,6 +337,7 @@ class Head:
         del members[taken.key]
         if not members:
             del self._groups[group]
+            self._busy_since.pop(group, None)
         self.bytes -= ROW_OVERHEAD_BYTES
 
     def discard(self, keys: Iterable[bytes]) -> None:

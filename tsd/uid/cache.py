@@ -87,6 +87,26 @@ class UidCache:
         self._names_old.pop(uid, None)
         self._store_name(uid, name)
 
+    def put_many(self, names: list[str], uids: list[bytes]) -> None:
+        """:meth:`put` of each pair (``names[i]`` -> ``uids[i]``, all distinct), in a few
+        dict operations when the young generations have room for them all (a batch of new
+        names); one by one otherwise."""
+        if (
+            len(self._ids) + len(names) > self._generation_max
+            or len(self._names) + len(uids) > self._generation_max
+        ):
+            for name, uid in zip(names, uids, strict=True):
+                self.put(name, uid)
+            return
+        if self._ids_old:
+            for name in names:
+                self._ids_old.pop(name, None)
+        if self._names_old:
+            for uid in uids:
+                self._names_old.pop(uid, None)
+        self._ids.update(zip(names, uids, strict=True))
+        self._names.update(zip(uids, names, strict=True))
+
     def put_id(self, name: str, uid: bytes) -> None:
         """Cache name -> uid only (an alias whose stored name is another string)."""
         self._ids_old.pop(name, None)

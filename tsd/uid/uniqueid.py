@@ -545,27 +545,39 @@ class UniqueId:
     async def _assign_many(self, names: list[str]) -> dict[str, bytes | BaseException]:
         """One increment by the number of new stored names, the reverse rows, the forward
         rows; returns the names settled (a UID, the winner's UID, or an exhaustion error).
-        Names that share stored bytes (characters outside ISO-8859-1) share one UID."""
-        by_raw: dict[bytes, list[str]] = {}
-        for name in names:
-            by_raw.setdefault(encode_name(name), []).append(name)
-        raws = list(by_raw)
+        Names that share stored bytes (characters outside ISO-8859-1) share one UID.
+
+        Whole lists at each step (a burst of new series assigns thousands of names a
+        batch): ASCII names, the common case, are stored as spelled, so each is its own
+        row and its mapping is cached with the others in one :meth:`UidCache.put_many`.
+        """
+        spellings: dict[bytes, list[str]] | None = None
+        if "".join(names).isascii():
+            raws = [name.encode("ascii") for name in names]
+            spelled = names
+        else:
+            spellings = {}
+            for name in names:
+                spellings.setdefault(encode_name(name), []).append(name)
+            raws = list(spellings)
+            spelled = [decode_name(raw) for raw in raws]
         top = await self.storage.increment(
             self.table, MAXID_ROW, ID_FAMILY, self._qualifier, len(raws)
         )
         if top <= 0:
             raise UidAssignmentError(f"Got a negative ID from storage: {top}")
         results: dict[str, bytes | BaseException] = {}
-        candidates: list[tuple[bytes, bytes]] = []  # (raw, uid)
-        for new_id, raw in enumerate(raws, start=top - len(raws) + 1):
-            if new_id > self._max_id:
-                exhausted = UidAssignmentError(
-                    f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
-                )
-                results.update(dict.fromkeys(by_raw[raw], exhausted))
-            else:
-                candidates.append((raw, new_id.to_bytes(self.width, "big")))
-        qualifier = self._qualifier
+        first = top - len(raws) + 1
+        usable = max(0, min(len(raws), self._max_id - first + 1))
+        if usable < len(raws):
+            exhausted = UidAssignmentError(
+                f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
+            )
+            for raw, name in zip(raws[usable:], spelled[usable:], strict=True):
+                results.update(dict.fromkeys(_names_of(spellings, raw, name), exhausted))
+            raws, spelled = raws[:usable], spelled[:usable]
+        width, qualifier = self.width, self._qualifier
+        uids = [number.to_bytes(width, "big") for number in range(first, first + len(raws))]
         reverse = await self.storage.check_and_put_many(
             self.table,
             [
@@ -573,13 +585,15 @@ class UniqueId:
                     CheckAndPut,
                     (NAME_FAMILY, qualifier, None, _new(Put, (uid, NAME_FAMILY, qualifier, raw))),
                 )
-                for raw, uid in candidates
+                for raw, uid in zip(raws, uids, strict=True)
             ],
         )
-        # A fresh ID already named: the table is corrupt (OpenTSDB says "run an fsck").
-        # Skip the ID; its names are tried again.
-        fresh = [pair for pair, applied in zip(candidates, reverse, strict=True) if applied]
-        self.stats.reverse_conflicts += len(candidates) - len(fresh)
+        if not all(reverse):
+            # A fresh ID already named: the table is corrupt (OpenTSDB says "run an
+            # fsck"). Skip the ID; its names are tried again.
+            kept = [i for i, applied in enumerate(reverse) if applied]
+            self.stats.reverse_conflicts += len(raws) - len(kept)
+            raws, spelled, uids = _pick(raws, kept), _pick(spelled, kept), _pick(uids, kept)
         forward = await self.storage.check_and_put_many(
             self.table,
             [
@@ -587,19 +601,26 @@ class UniqueId:
                     CheckAndPut,
                     (ID_FAMILY, qualifier, None, _new(Put, (raw, ID_FAMILY, qualifier, uid))),
                 )
-                for raw, uid in fresh
+                for raw, uid in zip(raws, uids, strict=True)
             ],
         )
         lost: list[str] = []
-        for (raw, uid), applied in zip(fresh, forward, strict=True):
-            if applied:
-                self.stats.assignments += 1
-                for name in by_raw[raw]:
+        if not all(forward):  # another writer assigned some first: use its UIDs, leak ours
+            won = [i for i, applied in enumerate(forward) if applied]
+            for i, applied in enumerate(forward):
+                if not applied:
+                    lost += _names_of(spellings, raws[i], spelled[i])
+            self.stats.lost_races += len(raws) - len(won)
+            raws, spelled, uids = _pick(raws, won), _pick(spelled, won), _pick(uids, won)
+        self.stats.assignments += len(raws)
+        if spellings is None:
+            self.cache.put_many(spelled, uids)
+            results.update(zip(spelled, uids, strict=True))
+        else:
+            for raw, uid in zip(raws, uids, strict=True):
+                for name in spellings[raw]:
                     self._remember(name, raw, uid)
                     results[name] = uid
-            else:  # another writer assigned it first: use its UID, leak ours
-                self.stats.lost_races += 1
-                lost += by_raw[raw]
         if lost:
             results.update(await self._lookup_ids(lost))  # a winner deleted since: retried
         return results
@@ -624,6 +645,15 @@ class UniqueId:
             self._has_aliases = False
         else:
             self.cache.discard_name(name)
+
+
+def _names_of(spellings: dict[bytes, list[str]] | None, raw: bytes, name: str) -> list[str]:
+    """The names stored as ``raw`` (``name`` alone when every name is ASCII)."""
+    return [name] if spellings is None else spellings[raw]
+
+
+def _pick(items: list[_T], indexes: list[int]) -> list[_T]:
+    return [items[i] for i in indexes]
 
 
 def _forget(pending: dict[str, asyncio.Task[_T]], name: str, done: asyncio.Task[_T]) -> None:
