@@ -21,7 +21,7 @@ from tsd.codec.qualifier import (
     encode_point,
     python_encode_points_into,
 )
-from tsd.codec.rowkey import KeyLayout, make_series_key
+from tsd.codec.rowkey import KeyLayout, make_series_key, python_tag_suffix
 from tsd.errors import CodecError
 from tsd.protocol.telnet import python_take_known_puts
 
@@ -142,3 +142,26 @@ def test_rows_of_interleaved_series_and_hours_as_python() -> None:
     assert len(c_rows) == 3 * 2  # three series over two hours
     for series, timestamp, _ in points:
         assert series.row_key(timestamp - timestamp % 3600) in c_rows
+
+
+_UID = st.binary(min_size=1, max_size=4)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(_UID, _UID), max_size=10),
+    widths=st.sampled_from([(1, 1), (2, 3), (3, 3), (4, 2)]),
+)
+def test_tag_suffix_answers_as_its_python_version(
+    pairs: list[tuple[bytes, bytes]], widths: tuple[int, int]
+) -> None:
+    """The tag pairs joined in tag key order, or None for a pair of other widths or a tag
+    key given twice (make_series_key then raises the encoder's error)."""
+    tagk_width, tagv_width = widths
+    assert C.tag_suffix(pairs, tagk_width, tagv_width) == python_tag_suffix(
+        pairs, tagk_width, tagv_width
+    )
+    assert C.tag_suffix(tuple(pairs), tagk_width, tagv_width) == python_tag_suffix(
+        tuple(pairs), tagk_width, tagv_width
+    )

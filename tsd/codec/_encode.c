@@ -20,6 +20,10 @@
  *   a put line of any series in the plain form collectors send, parsed as
  *   tsd.protocol.telnet.parse_put parses it (the full parser takes every other line).
  *
+ * tag_suffix(pairs, tagk_width, tagv_width) -> bytes or None
+ *   (tagk, tagv) UID pairs joined in tag key order, as tsd.codec.rowkey.make_series_key
+ *   joins them; None for anything it would check further (widths, a repeated tag key).
+ *
  * encode_cells_and_runs(rows) -> (payload, runs) or None
  *   rows: a writer batch's dict row key -> dict qualifier -> value. The CELLS payload of
  *   tsd.wal.record (not framed) and the rows as (row, count, qualifiers joined, values
@@ -883,6 +887,66 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
     return answer;
 }
 
+/* tag_suffix(pairs, tagk_width, tagv_width): the tag pairs' bytes sorted by tag key, or None
+ * when a pair is not (bytes, bytes) of those widths or a tag key repeats. */
+#define MAX_SUFFIX_PAIRS 256
+
+static PyObject *tag_suffix(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "tag_suffix(pairs, tagk_width, tagv_width)");
+        return NULL;
+    }
+    Py_ssize_t kw = PyLong_AsSsize_t(args[1]), vw = PyLong_AsSsize_t(args[2]);
+    if ((kw == -1 || vw == -1) && PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "pairs must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const char *keys[MAX_SUFFIX_PAIRS], *values[MAX_SUFFIX_PAIRS];
+    int plain = kw > 0 && vw > 0 && n <= MAX_SUFFIX_PAIRS;
+    for (Py_ssize_t i = 0; plain && i < n; i++) {
+        PyObject *pair = items[i];
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            plain = 0;
+            break;
+        }
+        PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
+        if (!PyBytes_CheckExact(k) || !PyBytes_CheckExact(v) || PyBytes_GET_SIZE(k) != kw
+            || PyBytes_GET_SIZE(v) != vw) {
+            plain = 0;
+            break;
+        }
+        /* insertion sort by tag key: a handful of pairs */
+        const char *key = PyBytes_AS_STRING(k), *value = PyBytes_AS_STRING(v);
+        Py_ssize_t j = i;
+        for (; j > 0; j--) {
+            int order = memcmp(keys[j - 1], key, (size_t)kw);
+            if (order == 0) plain = 0; /* a tag key given twice */
+            if (order <= 0) break;
+            keys[j] = keys[j - 1];
+            values[j] = values[j - 1];
+        }
+        keys[j] = key;
+        values[j] = value;
+    }
+    if (!plain) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (kw + vw));
+    if (out != NULL) {
+        char *at = PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(at, keys[i], (size_t)kw);
+            memcpy(at + kw, values[i], (size_t)vw);
+            at += kw + vw;
+        }
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"encode_into", (PyCFunction)(void (*)(void))encode_into, METH_FASTCALL,
      "Encode (series, timestamp, value) points into a batch's rows; the cells added."},
@@ -892,6 +956,8 @@ static PyMethodDef methods[] = {
      "take_known_puts and encode_into in one pass: (index, points, cells added)."},
     {"parse_plain_put", (PyCFunction)(void (*)(void))parse_plain_put, METH_FASTCALL,
      "A put line in its plain form parsed as parse_put parses it, or None."},
+    {"tag_suffix", (PyCFunction)(void (*)(void))tag_suffix, METH_FASTCALL,
+     "Tag pairs' bytes sorted by tag key, or None (tsd.codec.rowkey.make_series_key)."},
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
     {NULL, NULL, 0, NULL},
