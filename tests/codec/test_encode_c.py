@@ -165,3 +165,44 @@ def test_tag_suffix_answers_as_its_python_version(
     assert C.tag_suffix(tuple(pairs), tagk_width, tagv_width) == python_tag_suffix(
         tuple(pairs), tagk_width, tagv_width
     )
+
+
+_METRICS = ["sys.cpu", "sys.mem", "m"]
+_TAGS = [{"host": "a"}, {"host": "b", "dc": "lga"}, {}]
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    points=st.lists(
+        st.tuples(
+            st.sampled_from(_METRICS),
+            st.integers(1, 2**32),
+            st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(-1e18, 1e18)),
+            st.sampled_from(_TAGS),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    known_keys=st.sets(st.tuples(st.sampled_from(_METRICS), st.integers(0, len(_TAGS) - 1))),
+)
+def test_known_usual_points_answers_as_its_python_version(
+    points: list[tuple[str, int, int | float, dict[str, str]]],
+    known_keys: set[tuple[str, int]],
+) -> None:
+    """A decoded /api/put body's points of known series, or None once one is unknown."""
+    import orjson
+
+    from tsd.protocol.put_json import _USUAL_BODY, python_known_usual_points
+    from tsd.write.ingest import RefCache
+
+    body = orjson.dumps(
+        [{"metric": m, "timestamp": t, "value": v, "tags": tags} for m, t, v, tags in points]
+    )
+    usual = _USUAL_BODY.decode(body)
+    known = RefCache(100)
+    for metric, tags_at in known_keys:
+        known[(metric, orjson.dumps(_TAGS[tags_at]))] = object()
+    answer = C.known_usual_points(usual, known)
+    assert answer == python_known_usual_points(usual, known)
+    assert answer == python_known_usual_points(usual, dict(known))

@@ -20,6 +20,12 @@
  *   a put line of any series in the plain form collectors send, parsed as
  *   tsd.protocol.telnet.parse_put parses it (the full parser takes every other line).
  *
+ * known_usual_points(usual, known) -> list of (series, timestamp, value), or None
+ *   usual: a /api/put body decoded as tsd.protocol.put_json's usual points (objects with
+ *   metric, timestamp, value and tags as raw JSON text); known: dict (metric, tags text as
+ *   bytes) -> series. None as soon as one point's series is not in known (the loop in
+ *   put_json.python_known_usual_points is the specification).
+ *
  * tag_suffix(pairs, tagk_width, tagv_width) -> bytes or None
  *   (tagk, tagv) UID pairs joined in tag key order, as tsd.codec.rowkey.make_series_key
  *   joins them; None for anything it would check further (widths, a repeated tag key).
@@ -887,6 +893,76 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
     return answer;
 }
 
+/* known_usual_points(usual, known): see the header. */
+static PyObject *metric_name, *timestamp_name, *value_name, *tags_name;
+
+static PyObject *usual_key(PyObject *point)
+{
+    PyObject *metric = PyObject_GetAttr(point, metric_name);
+    if (metric == NULL) return NULL;
+    PyObject *tags = PyObject_GetAttr(point, tags_name);
+    if (tags == NULL) {
+        Py_DECREF(metric);
+        return NULL;
+    }
+    PyObject *text = PyBytes_FromObject(tags); /* msgspec.Raw: a buffer */
+    Py_DECREF(tags);
+    if (text == NULL) {
+        Py_DECREF(metric);
+        return NULL;
+    }
+    PyObject *key = PyTuple_Pack(2, metric, text);
+    Py_DECREF(metric);
+    Py_DECREF(text);
+    return key;
+}
+
+static PyObject *known_usual_points(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "known_usual_points(list of points, dict)");
+        return NULL;
+    }
+    PyObject *usual = args[0], *known = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(usual);
+    PyObject *points = PyList_New(n);
+    if (points == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *point = PyList_GET_ITEM(usual, i);
+        PyObject *key = usual_key(point);
+        if (key == NULL) goto fail;
+        PyObject *series = PyDict_GetItemWithError(known, key); /* borrowed */
+        Py_DECREF(key);
+        if (series == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            Py_DECREF(points);
+            Py_RETURN_NONE;
+        }
+        PyObject *timestamp = PyObject_GetAttr(point, timestamp_name);
+        if (timestamp == NULL) goto fail;
+        PyObject *value = PyObject_GetAttr(point, value_name);
+        if (value == NULL) {
+            Py_DECREF(timestamp);
+            goto fail;
+        }
+        PyObject *item = PyTuple_New(3);
+        if (item == NULL) {
+            Py_DECREF(timestamp);
+            Py_DECREF(value);
+            goto fail;
+        }
+        Py_INCREF(series);
+        PyTuple_SET_ITEM(item, 0, series);
+        PyTuple_SET_ITEM(item, 1, timestamp);
+        PyTuple_SET_ITEM(item, 2, value);
+        PyList_SET_ITEM(points, i, item);
+    }
+    return points;
+fail:
+    Py_DECREF(points);
+    return NULL;
+}
+
 /* tag_suffix(pairs, tagk_width, tagv_width): the tag pairs' bytes sorted by tag key, or None
  * when a pair is not (bytes, bytes) of those widths or a tag key repeats. */
 #define MAX_SUFFIX_PAIRS 256
@@ -956,6 +1032,8 @@ static PyMethodDef methods[] = {
      "take_known_puts and encode_into in one pass: (index, points, cells added)."},
     {"parse_plain_put", (PyCFunction)(void (*)(void))parse_plain_put, METH_FASTCALL,
      "A put line in its plain form parsed as parse_put parses it, or None."},
+    {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,
+     "(series, timestamp, value) of decoded usual points of known series, or None."},
     {"tag_suffix", (PyCFunction)(void (*)(void))tag_suffix, METH_FASTCALL,
      "Tag pairs' bytes sorted by tag key, or None (tsd.codec.rowkey.make_series_key)."},
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
@@ -968,7 +1046,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_encode", NULL, -1, 
 PyMODINIT_FUNC PyInit__encode(void)
 {
     row_key_name = PyUnicode_InternFromString("row_key");
-    if (row_key_name == NULL)
+    metric_name = PyUnicode_InternFromString("metric");
+    timestamp_name = PyUnicode_InternFromString("timestamp");
+    value_name = PyUnicode_InternFromString("value");
+    tags_name = PyUnicode_InternFromString("tags");
+    if (row_key_name == NULL || metric_name == NULL || timestamp_name == NULL
+        || value_name == NULL || tags_name == NULL)
         return NULL;
     return PyModule_Create(&module);
 }
