@@ -202,7 +202,25 @@ def test_known_usual_points_answers_as_its_python_version(
     usual = _USUAL_BODY.decode(body)
     known = RefCache(100)
     for metric, tags_at in known_keys:
-        known[(metric, orjson.dumps(_TAGS[tags_at]))] = object()
+        series: Any = object()  # stands for a series' ref: only its identity is compared
+        known[(metric, orjson.dumps(_TAGS[tags_at]))] = series
     answer = C.known_usual_points(usual, known)
     assert answer == python_known_usual_points(usual, known)
     assert answer == python_known_usual_points(usual, dict(known))
+
+
+@needs_c
+def test_known_usual_points_reads_other_objects_through_their_attributes() -> None:
+    """Objects that are not the decoder's structs (no slots to read) give the same
+    answer through getattr, and one without a field raises as getattr does."""
+    from types import SimpleNamespace
+
+    from tsd.protocol.put_json import python_known_usual_points
+
+    series: Any = object()
+    known = {("m", b'{"a":"b"}'): series}
+    usual: Any = [SimpleNamespace(metric="m", timestamp=5, value=1.5, tags=b'{"a":"b"}')] * 3
+    assert C.known_usual_points(usual, known) == [(series, 5, 1.5)] * 3
+    assert C.known_usual_points(usual, known) == python_known_usual_points(usual, known)
+    with pytest.raises(AttributeError):
+        C.known_usual_points([SimpleNamespace(metric="m")], known)
