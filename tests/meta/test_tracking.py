@@ -24,6 +24,19 @@ TSMETA_JSON = (
 ONE = (1).to_bytes(8, "big")
 
 
+def counting_meta_writes(storage: Storage) -> tuple[HookedStorage, list[int]]:
+    """``storage`` hooked to note the size of every write to the meta table."""
+    hooked = HookedStorage(storage)
+    meta_writes: list[int] = []
+
+    async def count(table: str, mutations: Any) -> None:
+        if table.endswith("tsdb-meta"):
+            meta_writes.append(len(mutations))
+
+    hooked.hooks["mutate"] = count
+    return hooked, meta_writes
+
+
 async def meta_row(env: Any, tsuid: bytes = TSUID) -> dict[bytes, bytes]:
     row = await env.storage.get(env.config.storage.meta_table, tsuid)
     return {} if row is None else {cell.qualifier: cell.value for cell in row.cells}
@@ -96,14 +109,7 @@ async def test_realtime_uid_writes_uidmeta_once_and_keeps_existing(make_env: Mak
 async def test_meta_is_written_once_per_series_not_per_point(
     make_env: MakeEnv, storage: Storage
 ) -> None:
-    hooked = HookedStorage(storage)
-    meta_writes: list[int] = []
-
-    async def count(table: str, mutations: Any) -> None:
-        if table.endswith("tsdb-meta"):
-            meta_writes.append(len(mutations))
-
-    hooked.hooks["mutate"] = count
+    hooked, meta_writes = counting_meta_writes(storage)
     env = await make_env(store=hooked, meta_enable_tsuid_tracking=True)
     for i in range(40):
         await env.write("sys.cpu.user", NOW_S + i, i, host="web01")
@@ -145,3 +151,26 @@ async def test_storage_errors_are_retried(make_env: MakeEnv, storage: Storage) -
     await env.meta.tracker.flush()
     assert env.meta.tracker.pending() == 0
     assert await meta_row(env) == {b"ts_ctr": ONE}
+
+
+async def test_a_queue_longer_than_a_batch_is_written_in_batches(
+    make_env: MakeEnv, storage: Storage
+) -> None:
+    """More new series than one write takes: every series' index cell is written, in
+    batches of at most BATCH_SIZE, each series once."""
+    from tsd.meta.tracking import BATCH_SIZE
+
+    hooked, meta_writes = counting_meta_writes(storage)
+    env = await make_env(store=hooked, start_tracker=False)
+    tracker = env.meta.tracker
+    tsuids = [b"\x00\x00\x01\x00\x00\x01" + i.to_bytes(3, "big") for i in range(BATCH_SIZE + 5)]
+    for tsuid in tsuids:
+        tracker.on_new_series(tsuid[:3], [(tsuid[3:6], tsuid[6:])], tsuid)
+    tracker.on_new_series(tsuids[0][:3], [(tsuids[0][3:6], tsuids[0][6:])], tsuids[0])
+    await tracker.flush()
+    assert meta_writes == [BATCH_SIZE, 5]
+    for tsuid in (tsuids[0], tsuids[BATCH_SIZE - 1], tsuids[-1]):
+        assert await meta_row(env, tsuid) == {b"tsd_series": NOW_S.to_bytes(8, "big")}
+    for tsuid in tsuids[:3]:  # written: not queued again
+        tracker.on_new_series(tsuid[:3], [(tsuid[3:6], tsuid[6:])], tsuid)
+    assert tracker.pending() == 0

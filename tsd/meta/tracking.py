@@ -88,7 +88,8 @@ class MetaTracker:
         self._wall_clock = wall_clock
         self._pending: dict[bytes, tuple[bytes, _Pairs, int]] = {}
         self._written: set[bytes] = set()
-        self._writing: set[bytes] = set()
+        #: the series of the round being written (tsuid -> its queue entry)
+        self._writing: dict[bytes, tuple[bytes, _Pairs, int]] = {}
         self._uids_written: set[tuple[str, bytes]] = set()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -164,10 +165,14 @@ class MetaTracker:
         """Write one batch; False when it failed (its series are queued again, up to
         MAX_ATTEMPTS times)."""
         pending = self._pending
-        batch = list(islice(pending.items(), BATCH_SIZE))  # not a copy of all that waits
-        for tsuid, _ in batch:
-            del pending[tsuid]
-        self._writing.update(tsuid for tsuid, _ in batch)
+        if len(pending) <= BATCH_SIZE:  # a burst's usual round: the whole queue, as it is
+            writing, self._pending = pending, {}
+        else:  # the first BATCH_SIZE (not a copy of all that waits)
+            writing = dict(islice(pending.items(), BATCH_SIZE))
+            for tsuid in writing:
+                del pending[tsuid]
+        self._writing = writing
+        batch = list(writing.items())
         try:
             await self._write_batch(batch)
         except Exception as exc:  # storage errors, and anything else: the task must live on
@@ -183,10 +188,10 @@ class MetaTracker:
                     self._dropped.inc()
             return False
         finally:
-            self._writing.clear()
+            self._writing = {}
         if len(self._written) + len(batch) > MAX_REMEMBERED:
             self._written.clear()
-        self._written.update(tsuid for tsuid, _ in batch)
+        self._written.update(writing)
         self._tracked.inc(len(batch))
         return True
 
