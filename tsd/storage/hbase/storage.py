@@ -689,8 +689,9 @@ def _batch_mutations(step: MutateRows) -> list[Any]:
 
 
 async def _pipelined_checks(calls: list[dict[str, Any]], client: Any) -> list[bool]:
-    """The checkAndPut ``calls`` in one write; the first exception HBase answered raises
-    (the others of the part are then unknown, as for a failed single call)."""
+    """The checkAndPut ``calls`` in one write; the first exception HBase answered for one
+    of them raises for the part (its applied checks stay applied, as when a batch fails
+    part way: the UID batch then reads the forward rows again)."""
     answers = await pipelined(client, "checkAndPut", calls)
     for answer in answers:
         if isinstance(answer, Exception):
