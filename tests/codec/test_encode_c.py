@@ -23,7 +23,7 @@ from tsd.codec.qualifier import (
 )
 from tsd.codec.rowkey import KeyLayout, make_series_key, python_tag_suffix
 from tsd.errors import CodecError
-from tsd.protocol.telnet import python_take_known_puts
+from tsd.protocol.telnet import put_line_key, python_take_known_puts
 
 pytestmark = pytest.mark.slow  # many generated inputs
 
@@ -45,11 +45,10 @@ def _bits(point: tuple[Any, int, int | float]) -> tuple[Any, int, type, bytes]:
 @settings(max_examples=400, deadline=None)
 @given(st.lists(put_lines, max_size=30), st.integers(0, 40), st.integers(0, 40), st.data())
 def test_take_known_puts_as_python(lines: list[bytes], start: int, limit: int, data: Any) -> None:
-    known: dict[tuple[bytes, bytes], str] = {}
+    known: dict[bytes, str] = {}
     for line in lines:
-        words = line.split(b" ", 4)
-        if len(words) == 5 and data.draw(st.booleans()):
-            known[(words[1], words[4])] = f"series {len(known)}"
+        if len(line.split(b" ", 4)) == 5 and data.draw(st.booleans()):
+            known[put_line_key(line)] = f"series {len(known)}"
     lines_or_none: list[bytes | None] = [*lines]
     if lines and data.draw(st.booleans()):
         lines_or_none[data.draw(st.integers(0, len(lines) - 1))] = None  # a line too long
@@ -59,6 +58,28 @@ def test_take_known_puts_as_python(lines: list[bytes], start: int, limit: int, d
     py_stop = python_take_known_puts(lines_or_none, start, known, py_out, limit)
     assert c_stop == py_stop
     assert [_bits(p) for p in c_out] == [_bits(p) for p in py_out]
+
+
+DECIMALS = st.builds(
+    lambda sign, whole, fraction: sign + whole + b"." + fraction,
+    st.sampled_from([b"", b"-"]),
+    st.text("0123456789", max_size=17).map(str.encode),
+    st.text("0123456789", max_size=17).map(str.encode),
+).filter(lambda text: text.strip(b"-.") != b"")
+
+
+@needs_c
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(DECIMALS, min_size=1, max_size=50))
+def test_plain_decimals_typed_as_python_types_them(texts: list[bytes]) -> None:
+    """A decimal of up to 15 digits is typed without strtod (one division by an exact
+    power of ten); longer ones by strtod: either way the same double as float() gives,
+    bit for bit (-0.0 included)."""
+    lines = [b"put m 1 " + text + b" k=v" for text in [*texts, b"-0.0", b"-.0"]]
+    out: list[tuple[str, int, int | float]] = []
+    assert C.take_known_puts(lines, 0, {b"m k=v": "s"}, out, len(lines)) == len(lines)
+    typed = [struct.pack(">d", value) for _, _, value in out]
+    assert typed == [struct.pack(">d", float(line.split(b" ")[3])) for line in lines]
 
 
 SERIES = [
@@ -105,11 +126,10 @@ def test_encode_into_as_python(points: list[tuple[Any, int, Any]]) -> None:
 def test_take_known_into_as_python(lines: list[bytes], limit: int, data: Any) -> None:
     """Typing and encoding in one pass: the cells of python_take_known_puts's points
     encoded by python_encode_points_into, the same counts."""
-    known: dict[tuple[bytes, bytes], Any] = {}
+    known: dict[bytes, Any] = {}
     for line in lines:
-        words = line.split(b" ", 4)
-        if len(words) == 5 and data.draw(st.booleans()):
-            known[(words[1], words[4])] = SERIES[len(known) % len(SERIES)]
+        if len(line.split(b" ", 4)) == 5 and data.draw(st.booleans()):
+            known[put_line_key(line)] = SERIES[len(known) % len(SERIES)]
     c_rows: dict[bytes, dict[bytes, bytes]] = {}
     c_stop, c_taken, c_added = C.take_known_into(
         lines, 0, known, c_rows, limit, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point

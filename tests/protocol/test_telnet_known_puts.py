@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tsd.errors import BadRequestError
 from tsd.model import Tags
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import PutCommand, parse_command, take_known_puts
+from tsd.protocol.telnet import PutCommand, parse_command, put_line_key, take_known_puts
 
 RULES = NameRules(max_tags=3)
 
@@ -46,7 +46,7 @@ def full_outcome(line: bytes) -> Outcome:
 def connection_outcomes(lines: list[bytes], limit: int) -> tuple[list[Outcome], int]:
     """What a connection answers, through the hot path where it applies; and how many
     lines the hot path took."""
-    known: dict[tuple[bytes, bytes], Series] = {}
+    known: dict[bytes, Series] = {}
     outcomes: list[Outcome] = []
     taken = 0
     index = 0
@@ -62,8 +62,7 @@ def connection_outcomes(lines: list[bytes], limit: int) -> tuple[list[Outcome], 
         outcome = full_outcome(line)
         outcomes.append(outcome)
         if not isinstance(outcome, str):
-            words = line.split(b" ", 4)
-            known[(words[1], words[4])] = outcome[0]
+            known[put_line_key(line)] = outcome[0]
         index = stop + 1
     return outcomes, taken
 
@@ -168,7 +167,7 @@ def test_unusual_values_go_to_the_full_parser(value: bytes) -> None:
 
 
 def test_a_line_too_long_is_never_taken() -> None:
-    known = {(b"m", b"k=v"): "series"}
+    known = {b"m k=v": "series"}
     points: list[tuple[str, int, int | float]] = []
     assert take_known_puts([b"put m 1 1 k=v", None, b"put m 2 2 k=v"], 0, known, points, 9) == 1
     assert points == [("series", 1, 1)]

@@ -33,7 +33,7 @@ def full_parse(timestamp: bytes, value: bytes) -> Typed | None:
 def fast_path(timestamp: bytes, value: bytes) -> Typed | None:
     """What take_known_puts makes of the line of a known series (None: not taken)."""
     out: list[tuple[str, int, int | float]] = []
-    taken = take_known_puts([put_line(timestamp, value)], 0, {(b"m", b"h=a"): "s"}, out, 1)
+    taken = take_known_puts([put_line(timestamp, value)], 0, {b"m h=a": "s"}, out, 1)
     assert taken == len(out)
     return (out[0][1], out[0][2]) if out else None
 

@@ -90,6 +90,7 @@ __all__ = [
     "line_too_long",
     "parse_command",
     "parse_put",
+    "put_line_key",
     "take_known_puts",
     "take_known_puts_into",
     "telnet_command_names",
@@ -424,9 +425,9 @@ except ImportError:  # pragma: no cover - no C compiler at install time
 
 def parse_plain_put(
     line: bytes, rules: NameRules = DEFAULT_NAME_RULES
-) -> tuple[DataPoint, tuple[bytes, bytes]] | None:
+) -> tuple[DataPoint, bytes] | None:
     """A put line of any series in the plain form collectors send, parsed as
-    :func:`parse_put` parses it, with its ``(metric word, tag text)`` key (the form of
+    :func:`parse_put` parses it, with its :func:`put_line_key` (the key of
     :data:`TELNET_REF_CACHE`); None for every other line, to be parsed by
     :func:`parse_command` (errors included, so replies stay OpenTSDB's).
 
@@ -439,7 +440,7 @@ def parse_plain_put(
     if _c_parse_plain_put is None:
         return None
     return cast(
-        "tuple[DataPoint, tuple[bytes, bytes]] | None",
+        "tuple[DataPoint, bytes] | None",
         _c_parse_plain_put(line, rules.max_tags, DataPoint),
     )
 
@@ -464,6 +465,17 @@ _Series = TypeVar("_Series")
 #: The name under which the ingest service keeps the keys :func:`take_known_puts` looks
 #: series up by (the daemon's telnet and ``tsdb import`` share the form).
 TELNET_REF_CACHE: Final = "telnet"
+
+
+def put_line_key(line: bytes) -> bytes:
+    """The key of a put line's series in :data:`TELNET_REF_CACHE`: its metric word and tag
+    text (``line.split(b" ", 4)[1]`` and ``[4]``) joined by one space, for a line
+    :func:`parse_put` accepted. A metric word has no space, so each key names one pair.
+    One bytes object rather than a pair: a known line then costs one allocation and one
+    hash, which the compiled helper (``series_words`` in ``tsd/codec/_encode.c``) builds
+    the same way."""
+    _, metric, _, _, tags = line.split(b" ", 4)
+    return metric + b" " + tags
 
 
 try:  # the compiled helper (setup.py); python_take_known_puts is its fallback and spec
@@ -517,14 +529,14 @@ def python_take_known_puts(
     them, appending ``(series, timestamp, value)`` to ``out``; the index of the first line
     not taken (``len(lines)`` when all were).
 
-    ``known`` maps ``(metric word, tag text)`` (``line.split(b" ", 4)[1]`` and ``[4]``) to
-    the series of a line that :func:`parse_put` accepted. A line is not taken when it is
-    not such a put or its numbers are unusual: the caller parses it with
-    :func:`parse_command` and carries on from the next one. Taken: a timestamp of 1 to 13
-    ASCII digits above 0 (always within OpenTSDB's range), an integer of up to 18 digits
-    with an optional minus sign (always within a long), a plain decimal or exponent float
-    that is finite; each typed exactly as :func:`parse_put` types it. ``None`` (a line over
-    the limit, from :meth:`LineBuffer.take_lines`) is never taken.
+    ``known`` maps :func:`put_line_key` to the series of a line that :func:`parse_put`
+    accepted. A line is not taken when it is not such a put or its numbers are unusual:
+    the caller parses it with :func:`parse_command` and carries on from the next one.
+    Taken: a timestamp of 1 to 13 ASCII digits above 0 (always within OpenTSDB's range), an
+    integer of up to 18 digits with an optional minus sign (always within a long), a plain
+    decimal or exponent float that is finite; each typed exactly as :func:`parse_put` types
+    it. ``None`` (a line over the limit, from :meth:`LineBuffer.take_lines`) is never
+    taken.
     """
     get = known.get
     append = out.append
@@ -542,7 +554,7 @@ def python_take_known_puts(
             line = lines[position]
             # Inline, not a helper per line: a call per line costs a tenth of the whole line.
             command, metric, text, value_text, tags = line.split(b" ", 4)
-            series = get((metric, tags))
+            series = get(metric + b" " + tags)
             if series is None or command != b"put":
                 return index
             if text != last_text:

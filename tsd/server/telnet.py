@@ -58,6 +58,7 @@ from tsd.protocol.telnet import (
     line_too_long,
     parse_command,
     parse_plain_put,
+    put_line_key,
     take_known_puts,
     take_known_puts_into,
 )
@@ -119,7 +120,7 @@ class _SlowPut:
     """A put whose series is not resolved yet, and the raw words its line is known by."""
 
     point: DataPoint
-    alias: tuple[bytes, bytes]
+    alias: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,9 +337,7 @@ class TelnetProtocol(TrackedProtocol):
             self._write(format_error(exc))
             return None
         if type(command) is PutCommand:
-            words = line.split(b" ", 4)
-            alias = (words[1], words[4])  # parse_put accepted it: 5 words at least
-            return self._put(command.point, alias)
+            return self._put(command.point, put_line_key(line))
         if type(command) in (RollupCommand, HistogramCommand) or session.has_pending():
             # A rollup is checked and stored by awaiting; other commands answer after the
             # puts before them (tcollector's version probe then means "everything sent so
@@ -347,7 +346,7 @@ class TelnetProtocol(TrackedProtocol):
         self._run_command(command)
         return None
 
-    def _put(self, point: DataPoint, alias: tuple[bytes, bytes]) -> _SlowPut | None:
+    def _put(self, point: DataPoint, alias: bytes) -> _SlowPut | None:
         """A parsed put: buffered now, queued into the open batch of lookups, or a
         :class:`_SlowPut` whose series needs one started."""
         session = self._session

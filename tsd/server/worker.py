@@ -51,6 +51,7 @@ from tsd.protocol.telnet import (
     LineBuffer,
     PutCommand,
     parse_command,
+    put_line_key,
     take_known_puts,
     take_known_puts_into,
 )
@@ -124,7 +125,7 @@ class Worker:
         self.max_line_bytes = int(settings["max_line_bytes"])
         self.puts = "put" in self.commands
         self.keys: dict[Any, Any] = {}
-        #: (metric word, tag text) -> row-key template, as the owner taught them
+        #: put_line_key -> row-key template, as the owner taught them
         self.refs: dict[Any, SeriesKey] = {}
         self.clients: dict[int, Client] = {}
         self.channel: asyncio.Transport | None = None
@@ -265,8 +266,7 @@ class Client(asyncio.Protocol):
                 except BadRequestError:
                     command = None
                 if type(command) is PutCommand:
-                    words = line.split(b" ", 4)
-                    key = (words[1], words[4])
+                    key = put_line_key(line)
                     remember_key(keys, key, key)
                     point = command.point
                     items.append((1, key, (point.metric, point.timestamp, point.value, point.tags)))

@@ -210,7 +210,7 @@ class WorkerChannel(asyncio.Protocol):
         self.process: subprocess.Popen[bytes] | None = None
         self.handoff: socket.socket | None = None
         self.connections: dict[int, RemoteTelnet] = {}
-        #: (metric word, tag words) -> (metric, tags) of every put the worker parsed first
+        #: put_line_key -> (metric, tags) of every put the worker parsed first
         self.series: dict[Any, tuple[str, Any]] = {}
         self.lost = asyncio.get_running_loop().create_future()
         self._deframer = Deframer()

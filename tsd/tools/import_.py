@@ -49,7 +49,7 @@ from tsd.config import Config
 from tsd.errors import PutLineError
 from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, take_known_puts
+from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, put_line_key, take_known_puts
 from tsd.schema import rollup_setup
 from tsd.stats import StatsRegistry
 from tsd.tools.common import (
@@ -261,8 +261,7 @@ async def import_source(
                 index += 1
                 try:
                     point = _parse_line(line, rules)
-                    words = line.split(b" ", 4)  # parse_put accepted it: 5 words at least
-                    refused = await session.append_now(point, None, ((words[1], words[4]),))
+                    refused = await session.append_now(point, None, (put_line_key(line),))
                     if refused is not None:
                         raise _BadLine(refused.message)
                 except _BadLine as bad:
