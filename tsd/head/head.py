@@ -28,10 +28,12 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import attrgetter
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +47,11 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 #: Bytes counted per row beyond its points: the key, the row object, two bytearrays and
 #: the index entries (measured with sys.getsizeof, rounded up).
 ROW_OVERHEAD_BYTES = 360
+
+try:  # the compiled helper (setup.py); python_run_bounds is its fallback and spec
+    _c_run_bounds: Any = importlib.import_module("tsd.codec._encode").run_bounds
+except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
+    _c_run_bounds = None
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]
@@ -512,10 +519,24 @@ _MS_COUNT = attrgetter("ms_count")
 _CLEAN = attrgetter("clean")
 
 
-def _offset_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
-    """Per run: (its offsets strictly increase, first offset ms, last offset ms). Runs of
-    one qualifier width are checked with numpy, all runs of a width at once; a run mixing
-    seconds and milliseconds counts as not increasing (read as single cells)."""
+def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
+    """Per run: (its offsets strictly increase, first offset ms, last offset ms); a run
+    mixing seconds and milliseconds counts as not increasing (read as single cells).
+
+    By the compiled helper (``run_bounds`` in ``tsd/codec/_encode.c``) when it is built:
+    a burst of new series, or a million series at one point each, is a run of one point
+    per row, and numpy's set-up per run (about 0.3 us) was most of the work.
+    :func:`python_run_bounds` is the specification and the fallback."""
+    if _c_run_bounds is not None:
+        bounds = _c_run_bounds(runs)
+        if bounds is not None:
+            return cast(list[tuple[bool, int, int]], bounds)
+    return python_run_bounds(runs)
+
+
+def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
+    """:func:`_offset_bounds` with numpy: the runs of one qualifier width are checked all
+    at once."""
     n = len(runs)
     counts = np.fromiter((r[1] for r in runs), np.int64, n)
     q_lens = np.fromiter((len(r[2]) for r in runs), np.int64, n)
