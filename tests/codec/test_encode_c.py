@@ -223,7 +223,7 @@ def test_known_usual_points_answers_as_its_python_version(
     known = RefCache(100)
     for metric, tags_at in known_keys:
         series: Any = object()  # stands for a series' ref: only its identity is compared
-        known[(metric, orjson.dumps(_TAGS[tags_at]))] = series
+        known[metric.encode() + b"\xff" + orjson.dumps(_TAGS[tags_at])] = series
     answer = C.known_usual_points(usual, known)
     assert answer == python_known_usual_points(usual, known)
     assert answer == python_known_usual_points(usual, dict(known))
@@ -238,9 +238,27 @@ def test_known_usual_points_reads_other_objects_through_their_attributes() -> No
     from tsd.protocol.put_json import python_known_usual_points
 
     series: Any = object()
-    known = {("m", b'{"a":"b"}'): series}
+    known = {b'm\xff{"a":"b"}': series}
     usual: Any = [SimpleNamespace(metric="m", timestamp=5, value=1.5, tags=b'{"a":"b"}')] * 3
     assert C.known_usual_points(usual, known) == [(series, 5, 1.5)] * 3
     assert C.known_usual_points(usual, known) == python_known_usual_points(usual, known)
     with pytest.raises(AttributeError):
         C.known_usual_points([SimpleNamespace(metric="m")], known)
+
+
+@needs_c
+@pytest.mark.parametrize("metric", ["m", "métrique", "m\ud800", "m\xff"])
+def test_usual_keys_of_any_metric_are_built_as_python_builds_them(metric: str) -> None:
+    """Non-ASCII and lone-surrogate metrics (JSON allows "\\ud800") key the same bytes in
+    C as in usual_key, so either finds the other's series; no key crosses the 0xFF."""
+    from types import SimpleNamespace
+
+    from tsd.protocol.put_json import python_known_usual_points, usual_key
+
+    point: Any = SimpleNamespace(metric=metric, timestamp=5, value=1, tags=b'{"a":"b"}')
+    series: Any = object()
+    known = {usual_key(point): series}
+    assert C.known_usual_points([point], known) == [(series, 5, 1)]
+    assert python_known_usual_points([point], known) == [(series, 5, 1)]
+    other: Any = SimpleNamespace(metric=metric + "\xff", timestamp=5, value=1, tags=b'{"a":"b"}')
+    assert C.known_usual_points([other], known) is None

@@ -211,16 +211,25 @@ class _UsualPoint(msgspec.Struct, gc=False):
 _USUAL_BODY: Final = msgspec.json.Decoder(list[_UsualPoint])
 
 
+def usual_key(point: _UsualPoint) -> bytes:
+    """The key a usual point's series is known under: its metric in UTF-8 (lone
+    surrogates passed through), a 0xFF byte and its tags' JSON text. UTF-8 has no 0xFF
+    byte, so the metric ends at the first one and each key names one (metric, text)
+    pair; one bytes object is one allocation and one hash a point (the compiled lookup
+    builds the same bytes)."""
+    return point.metric.encode("utf-8", "surrogatepass") + b"\xff" + bytes(point.tags)
+
+
 def python_known_usual_points(
     usual: list[_UsualPoint], known: Mapping[Any, _Series]
 ) -> list[tuple[_Series, int, int | float]] | None:
     """``(series, timestamp, value)`` of each usual point, its series looked up under
-    ``(metric, tags as JSON text)``; None when one is not in ``known``."""
+    :func:`usual_key`; None when one is not in ``known``."""
     get = known.get
     points: list[tuple[_Series, int, int | float]] = []
     append = points.append
     for point in usual:
-        series = get((point.metric, bytes(point.tags)))
+        series = get(usual_key(point))
         if series is None:
             return None
         append((series, point.timestamp, point.value))
@@ -257,9 +266,10 @@ def parse_put_body_known(
     ``raw_keys``) for valid points to their series. Two paths, each exact:
 
     * the fastest: the body is a list of usual points (:class:`_UsualPoint`, decoded by
-      msgspec into untracked structs), each of a series known under ``(metric, tags as
-      JSON text)``. Equal text is an equal document, so such a key means the same,
-      valid, names; timestamp and value were checked by the decoder.
+      msgspec into untracked structs), each of a series known under :func:`usual_key`
+      (its metric and its tags as JSON text). Equal text is an equal document, so such
+      a key means the same, valid, names; timestamp and value were checked by the
+      decoder.
     * else orjson's document, each element looked up under :func:`series_key` (its
       names being JSON strings, equal keys mean equal names) and checked as
       :func:`_fast_point` does the fields the names do not cover; the rest gets
@@ -279,7 +289,7 @@ def parse_put_body_known(
         points = known_usual_points(usual, known)
         if points is not None:
             return KnownPut(len(usual), points, [], body, rules)
-        raw_keys = [(point.metric, bytes(point.tags)) for point in usual]
+        raw_keys = [usual_key(point) for point in usual]
     split = _parse_known(body, known, rules)
     split.raw_keys = raw_keys
     return split
