@@ -22,9 +22,10 @@
  *
  * known_usual_points(usual, known) -> list of (series, timestamp, value), or None
  *   usual: a /api/put body decoded as tsd.protocol.put_json's usual points (objects with
- *   metric, timestamp, value and tags as raw JSON text); known: dict (metric, tags text as
- *   bytes) -> series. None as soon as one point's series is not in known (the loop in
- *   put_json.python_known_usual_points is the specification).
+ *   metric, timestamp, value and tags as raw JSON text); known: dict usual_key -> series
+ *   (put_json.usual_key: the metric's UTF-8, 0xFF, the tags' text). None as soon as one
+ *   point's series is not in known (the loop in put_json.python_known_usual_points is the
+ *   specification).
  *
  * tag_suffix(pairs, tagk_width, tagv_width) -> bytes or None
  *   (tagk, tagv) UID pairs joined in tag key order, as tsd.codec.rowkey.make_series_key
@@ -376,11 +377,10 @@ static const double POWERS_OF_TEN[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6, 
  * fast path of Clinger's algorithm). 0 when the text has another form. */
 static int short_decimal(const char *s, Py_ssize_t n, double *out)
 {
-    Py_ssize_t at = 0;
     int negative = n > 0 && s[0] == '-';
     long long mantissa = 0;
     int count = 0, fraction = -1;
-    for (at = negative; at < n; at++) {
+    for (Py_ssize_t at = negative; at < n; at++) {
         char c = s[at];
         if (c >= '0' && c <= '9') {
             if (++count > 15)

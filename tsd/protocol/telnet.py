@@ -554,7 +554,7 @@ def python_take_known_puts(
             line = lines[position]
             # Inline, not a helper per line: a call per line costs a tenth of the whole line.
             command, metric, text, value_text, tags = line.split(b" ", 4)
-            series = get(metric + b" " + tags)
+            series = get(metric + b" " + tags)  # put_line_key, inline: no call per line
             if series is None or command != b"put":
                 return index
             if text != last_text:
