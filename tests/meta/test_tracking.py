@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.meta.conftest import NOW_S, MakeEnv
+from tests.server.support import eventually
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.points import add
 from tsd.errors import StorageUnavailable
@@ -35,6 +36,19 @@ def counting_meta_writes(storage: Storage) -> tuple[HookedStorage, list[int]]:
 
     hooked.hooks["mutate"] = count
     return hooked, meta_writes
+
+
+def failing_one_meta_write(storage: Storage) -> HookedStorage:
+    """``storage`` hooked so that its first write to the meta table fails."""
+    hooked = HookedStorage(storage)
+    failures = [StorageUnavailable("region server down")]
+
+    async def fail_once(table: str, mutations: Any) -> None:
+        if table.endswith("tsdb-meta") and failures:
+            raise failures.pop()
+
+    hooked.hooks["mutate"] = fail_once
+    return hooked
 
 
 async def meta_row(env: Any, tsuid: bytes = TSUID) -> dict[bytes, bytes]:
@@ -134,14 +148,7 @@ async def test_incrementing_counts_discoveries_and_keeps_the_first_tsmeta(
 
 
 async def test_storage_errors_are_retried(make_env: MakeEnv, storage: Storage) -> None:
-    hooked = HookedStorage(storage)
-    failures = [StorageUnavailable("region server down")]
-
-    async def fail_once(table: str, mutations: Any) -> None:
-        if table.endswith("tsdb-meta") and failures:
-            raise failures.pop()
-
-    hooked.hooks["mutate"] = fail_once
+    hooked = failing_one_meta_write(storage)
     # No background task: this test drives every round itself.
     env = await make_env(store=hooked, start_tracker=False, meta_enable_tsuid_tracking=True)
     await add(env.ingest, DataPoint("sys.cpu.user", NOW_S, 1, make_tags({"host": "web01"})))
@@ -151,6 +158,25 @@ async def test_storage_errors_are_retried(make_env: MakeEnv, storage: Storage) -
     await env.meta.tracker.flush()
     assert env.meta.tracker.pending() == 0
     assert await meta_row(env) == {b"ts_ctr": ONE}
+
+
+async def test_series_a_failed_lookup_flush_left_are_written_by_the_task(
+    make_env: MakeEnv, storage: Storage
+) -> None:
+    """A lookup's flush that fails leaves its series queued; the background task writes
+    them, and a series arriving while they wait, without another flush being asked."""
+    hooked = failing_one_meta_write(storage)
+    env = await make_env(store=hooked)
+    tracker = env.meta.tracker
+    first, second = TSUID, TSUID[:-1] + b"\x02"
+    tracker.on_new_series(first[:3], [(first[3:6], first[6:])], first)
+    await tracker.flush()  # as /api/search/lookup does: fails, the series stays queued
+    assert tracker.pending() == 1
+    tracker.on_new_series(second[:3], [(second[3:6], second[6:])], second)
+    await eventually(lambda: tracker.pending() == 0)  # taken by the task (1 s retry pause)
+    await tracker.flush()  # nothing left to write: waits for the task's round to end
+    for tsuid in (first, second):
+        assert await meta_row(env, tsuid) == {b"tsd_series": NOW_S.to_bytes(8, "big")}
 
 
 async def test_a_queue_longer_than_a_batch_is_written_in_batches(

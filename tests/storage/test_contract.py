@@ -208,6 +208,22 @@ async def test_unknown_family_is_rejected(storage: Storage, table: str) -> None:
         await storage.get(table, b"r", families=["nosuchfamily"])
 
 
+@pytest.mark.parametrize("family", ["nosuchfamily", ""])
+async def test_unknown_family_after_known_ones_is_rejected(
+    storage: Storage, table: str, family: str
+) -> None:
+    """Every put's family is checked, not only where the row or family changes from the
+    put before (the embedded store checks each family once per run of them)."""
+    with pytest.raises(StorageError):
+        await storage.put(table, [Put(b"r", "f", b"q1", b"v"), Put(b"r", family, b"q2", b"v")])
+    checks = [
+        claim_cell(b"r2", b"1"),
+        CheckAndPut(family, b"id", None, Put(b"r3", family, b"id", b"1")),
+    ]
+    with pytest.raises(StorageError):
+        await storage.check_and_put_many(table, checks)
+
+
 async def test_empty_row_key_is_rejected(storage: Storage, table: str) -> None:
     with pytest.raises(StorageError):
         await storage.put(table, [Put(b"", "f", b"q", b"v")])

@@ -115,10 +115,12 @@ class MetaTracker:
                 tsuid = tsuid_from_parts(self._layout, metric_uid, tag_uids)
             except CodecError:
                 return
-        if tsuid in self._written or tsuid in self._pending or tsuid in self._writing:
+        pending = self._pending
+        if tsuid in self._written or tsuid in pending or tsuid in self._writing:
             return
-        self._pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
-        self._wake.set()
+        if not pending:  # else the task is awake already (a failed round wakes it too)
+            self._wake.set()
+        pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
 
     def pending(self) -> int:
         """Series queued and not yet written."""
@@ -186,6 +188,8 @@ class MetaTracker:
                     self._pending.setdefault(tsuid, (metric_uid, pairs, attempts + 1))
                 else:
                     self._dropped.inc()
+            if self._pending:  # on_new_series wakes the task only when the queue was empty
+                self._wake.set()
             return False
         finally:
             self._writing = {}

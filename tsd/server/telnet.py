@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from itertools import islice
 from typing import Any, cast
 
 from tsd.errors import BadRequestError, PutLineError, TsdError
@@ -308,6 +309,12 @@ class TelnetProtocol(TrackedProtocol):
                         received.value += len(points)
                         session.append_by_ref(points)
                         continue
+            elif fast:  # after a put of a new series: the run of new series that follows
+                taken = self._queue_new_series(lines, index)
+                if taken:
+                    self._next = index + taken
+                    received.value += taken
+                    continue
             line = lines[index]
             self._next = index + 1
             received.value += 1
@@ -315,6 +322,22 @@ class TelnetProtocol(TrackedProtocol):
             if blocked is not None:
                 return blocked
         return None
+
+    def _queue_new_series(self, lines: list[bytes | None], index: int) -> int:
+        """Plain puts of new series from ``lines[index]`` on, parsed and queued into the
+        session's open batch of lookups in one loop (a burst of new series: no step per
+        line through :meth:`_run_line`); the number taken. It stops at the first line
+        that is not such a put, or that the batch cannot take (none open, full, or the
+        series known after all): that line goes through :meth:`_run_line`."""
+        queue_new = self._session.try_queue_new
+        rules = self._context.rules
+        taken = 0
+        for line in islice(lines, index, None):
+            plain = None if line is None else parse_plain_put(line, rules)
+            if plain is None or not queue_new(*plain):
+                break
+            taken += 1
+        return taken
 
     def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | None:
         """One line through the full parser: handled, or what it must wait for."""

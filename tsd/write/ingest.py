@@ -433,6 +433,21 @@ class IngestSession(Generic[T]):
         batch.append((point, tag, aliases))
         return True
 
+    def try_queue_new(self, point: DataPoint, alias: Hashable) -> bool:
+        """:meth:`try_queue_miss` for a point whose protocol key (``alias``) just missed,
+        in a protocol's loop over a burst of new series: True once queued; False when no
+        batch is open or it is full, or when the series is known under its names after
+        all (another spelling of it): the caller's per-point path then takes the point."""
+        batch = self._collecting
+        if (
+            batch is None
+            or len(batch) >= MAX_MISS_BATCH
+            or self.service.cached(point.metric, point.tags) is not None
+        ):
+            return False
+        batch.append((point, None, (alias,)))
+        return True
+
     async def append_now(
         self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
     ) -> Refused | None:

@@ -220,7 +220,8 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
     encoded = _encode_packed(table, mutations)
     run: list[tuple[bytes, bytes]] = []
     last_row: bytes | None = None
-    last_family = ""
+    last_family: str | None = None
+    family_tail = b""  # ROW_END + family + FAMILY_END of last_family (keys.cell_prefix)
     prefix = b""
     room = 0
     # consecutive changes of one row's cells in a family packed whole: one rewrite
@@ -242,17 +243,26 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
             assert mutation.qualifier is not None
             group.append((mutation.qualifier, value))
             continue
-        _flush_group(txn, table, group_at, group)
+        if group:
+            _flush_group(txn, table, group_at, group)
         if isinstance(mutation, Put):
-            if mutation.row != last_row or mutation.family != last_family:
-                if not mutation.row:
+            row, family = mutation.row, mutation.family
+            if row != last_row or family != last_family:
+                if not row:
                     raise StorageError("row key must not be empty")
-                table.check_family(mutation.family)
-                prefix = cell_prefix(mutation.row, mutation.family)
+                if family != last_family:
+                    table.check_family(family)
+                    family_tail = ROW_END + family.encode("ascii") + FAMILY_END
+                    last_family = family
+                prefix = row.replace(b"\x00", b"\x00\xff") + family_tail  # cell_prefix
+                if len(prefix) > KEY_LIMIT:
+                    cell_prefix(row, family)  # raises the too-long error
                 room = KEY_LIMIT - len(prefix)
-                last_row, last_family = mutation.row, mutation.family
+                last_row = row
             qualifier = mutation.qualifier
-            if len(qualifier) < room and not is_packed(last_family, qualifier):  # keys.py
+            if len(qualifier) < room and (
+                family != PACKED_FAMILY or not is_packed(family, qualifier)  # keys.py
+            ):
                 run.append((prefix + qualifier, mutation.value))
                 continue
         _flush_puts(txn, table, run)
@@ -279,7 +289,8 @@ def _encode_packed(table: TableInfo, mutations: Sequence[Mutation]) -> dict[pack
     cells = [
         (m.qualifier, m.value)
         for m in mutations
-        if isinstance(m, Put)
+        if m.family == PACKED_FAMILY  # is_packed's first test, the cheapest one first
+        and isinstance(m, Put)
         and type(m.value) is bytes
         and type(m.qualifier) is bytes
         and is_packed(m.family, m.qualifier)
@@ -352,25 +363,31 @@ def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]
     one ``putmulti`` (applied: LMDB has one writer, nothing comes between); a key present
     goes through :func:`check_and_put` (an empty stored cell counts as absent, as in
     HBase), as do packed, bucketed and other checks, each in its place in the order."""
-    for family in {check.family for check in checks}:
-        table.check_family(family)
-    tails: dict[str, bytes] = {}
     keys: list[bytes | None] = []
+    values: list[bytes] = []
+    family_at: str | None = None
+    qualifier_at = b""
+    tail: bytes | None = None  # the key's end for cells of (family_at, qualifier_at)
     for family, qualifier, expected, put in checks:
+        if family != family_at or qualifier != qualifier_at:  # once per run (a UID batch: 1)
+            table.check_family(family)
+            family_at, qualifier_at = family, qualifier
+            tail = None
+            if not table.packs(family, qualifier):
+                tail = ROW_END + family.encode("ascii") + FAMILY_END + qualifier
+        row = put.row
         key = None
-        if expected is None and put.row and not table.packs(family, qualifier):
-            tail = tails.get(family)
-            if tail is None:
-                tail = tails[family] = ROW_END + family.encode("ascii") + FAMILY_END
-            key = put.row.replace(b"\x00", b"\x00\xff") + tail + qualifier  # keys.escape_row
+        if expected is None and row and tail is not None:
+            key = row.replace(b"\x00", b"\x00\xff") + tail  # keys.escape_row
             if len(key) >= KEY_LIMIT:  # a bucket or a prefix too long (keys.py)
                 key = None
         keys.append(key)
+        values.append(put.value)
     cursor = txn.cursor(db=table.db)
     plain = [key for key in keys if key is not None]
     present = {key for key, _ in cursor.getmulti(plain)} if plain else set()
     if plain and not present and len(plain) == len(checks):  # every check a fresh cell
-        cursor.putmulti([(key, c.put.value) for key, c in zip(plain, checks, strict=True)])
+        cursor.putmulti(list(zip(plain, values, strict=True)))
         return [True] * len(checks)
     results: list[bool] = []
     for key, (family, qualifier, expected, put) in zip(keys, checks, strict=True):
