@@ -158,6 +158,10 @@ class Head:
         rows, groups = self._rows, self._groups
         added = grown = 0
         at = self._prefix_end
+        # the group of the last new row: a batch's new rows mostly share a metric and hour
+        last_head = b""
+        base = 0
+        members: dict[bytes, HeadRow] = {}
         for (key, count, qualifiers, values), (ok, first, last) in zip(
             runs, _offset_bounds(runs), strict=True
         ):
@@ -166,7 +170,15 @@ class Head:
             q_size = len(qualifiers)
             row = rows.get(key)
             if row is None:  # a new row (every series, once an hour): built whole
-                base = int.from_bytes(key[at : at + TIMESTAMP_BYTES], "big")
+                head = key[: at + TIMESTAMP_BYTES]  # prefix and base time: the row's group
+                if head != last_head:
+                    last_head = head
+                    base = int.from_bytes(head[at:], "big")
+                    group = (key[:at], base)
+                    found = groups.get(group)
+                    if found is None:
+                        found = groups[group] = {}
+                    members = found
                 rows[key] = row = HeadRow(
                     key,
                     base,
@@ -180,10 +192,6 @@ class Head:
                     batch,
                     batch,
                 )
-                group = (key[:at], base)
-                members = groups.get(group)
-                if members is None:
-                    members = groups[group] = {}
                 members[key] = row
                 grown += ROW_OVERHEAD_BYTES + q_size + len(values)
                 added += count

@@ -1,0 +1,38 @@
+"""The head finds a scan's rows by group (metric prefix and hour): rows of several
+metrics and hours interleaved in one batch each land in their own group."""
+
+from __future__ import annotations
+
+from tsd.codec import KeyLayout, encode_point
+from tsd.config import StorageConfig
+from tsd.head.head import Head
+from tsd.storage.base import ScanSpec
+from tsd.write.head_flush import HeadSink
+
+HOUR = 1_356_998_400
+
+
+def _key(metric: int, hour: int, series: int) -> bytes:
+    return (
+        metric.to_bytes(3, "big")
+        + (HOUR + 3600 * hour).to_bytes(4, "big")
+        + series.to_bytes(6, "big")
+    )
+
+
+def test_new_rows_of_several_metrics_and_hours_in_one_batch_each_join_their_group() -> None:
+    head = Head(KeyLayout.from_storage_config(StorageConfig()))
+    # runs of one group, then others, then the first group again (a batch's rows in order)
+    order = [(1, 0, 1), (1, 0, 2), (2, 0, 1), (1, 1, 1), (1, 0, 3), (2, 1, 1), (2, 1, 2)]
+    rows = {
+        _key(*row): dict([encode_point(HOUR + 3600 * row[1], n)[1:]]) for n, row in enumerate(order)
+    }
+    _, runs = HeadSink.encode(rows)
+    assert head.add_runs(runs, 0, 0.0) == len(order)
+    for metric in (1, 2):
+        for hour in (0, 1):
+            start = metric.to_bytes(3, "big") + (HOUR + 3600 * hour).to_bytes(4, "big")
+            stop = metric.to_bytes(3, "big") + (HOUR + 3600 * (hour + 1)).to_bytes(4, "big")
+            found = head.snapshot([ScanSpec(start=start, stop=stop)])
+            expected = sorted(_key(*row) for row in order if row[:2] == (metric, hour))
+            assert sorted(found.keys()) == expected, (metric, hour)
