@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from itertools import islice
+from itertools import islice, repeat
 
 from tsd.codec import KeyLayout, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
@@ -205,9 +205,9 @@ class MetaTracker:
         tsuids = [tsuid for tsuid, _ in batch]
         if not core.meta_enable_tsuid_tracking:
             stamp = now_s.to_bytes(8, "big", signed=True)
-            cell = (TSMETA_FAMILY, INDEX_QUALIFIER, stamp)
-            # tuple.__new__: a Put without the frame of its generated __new__ (per series)
-            await self._storage.put(self._table, [_new(Put, (t, *cell)) for t in tsuids])
+            cell = zip(tsuids, repeat(TSMETA_FAMILY), repeat(INDEX_QUALIFIER), repeat(stamp))
+            # tuple.__new__ over map: a Put per series without a Python step per series
+            await self._storage.put(self._table, list(map(_new, repeat(Put), cell)))
         elif core.meta_enable_tsuid_incrementing:
             for tsuid in tsuids:
                 count = await self._storage.increment(

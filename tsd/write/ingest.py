@@ -172,9 +172,13 @@ class IngestService:
         raise for all."""
         refs = self._refs
         found: list[SeriesRef | NoSuchUniqueName | None] = [refs.get(key) for key in keys]
-        missing = list(dict.fromkeys(k for k, got in zip(keys, found, strict=True) if got is None))
-        if not missing:
-            return cast(list[SeriesRef | NoSuchUniqueName], found)
+        if not any(found):  # none resolved before (a burst of new series)
+            missing = list(dict.fromkeys(keys))
+        else:
+            missing = [k for k, got in zip(keys, found, strict=True) if got is None]
+            if not missing:
+                return cast(list[SeriesRef | NoSuchUniqueName], found)
+            missing = list(dict.fromkeys(missing))
         resolved = await self.uids.resolve_many_for_write(missing)
         made: dict[tuple[str, Tags], SeriesRef | NoSuchUniqueName] = {}
         new_ref = self._new_ref
