@@ -37,10 +37,12 @@ When the clock stops (the method, printed with the figures):
 
 The servers' own counters (tsd ``tsd.datapoints.added`` and ``.stored``; VictoriaMetrics
 ``vm_rows_inserted_total``) are read after the clock stopped, as a check that every point
-arrived. Rounds alternate tsd, VictoriaMetrics, tsd, ... (``--rounds``) so that both see
-the same machine; each figure is the median over rounds. Each rate is per wall-clock second
-and per second of the server's own CPU time (/proc utime + stime, all threads, and
-its child processes: tsd's telnet workers).
+arrived. Rounds alternate tsd, VictoriaMetrics, tsd, ... (``--rounds``) so that both
+see the same machine, each round starting with the next server (every server follows
+every other as often), and the page cache is written back between servers (so that one's
+writeback never lands on the next one's clock); each figure is the median over rounds.
+Each rate is per wall-clock second and per second of the server's own CPU time (/proc
+utime + stime, all threads, and its child processes: tsd's telnet workers).
 
 Also measured in the same run: ``Storage.put`` of the same cells pre-encoded, in process
 (the storage's own ceiling).
@@ -74,6 +76,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import orjson
@@ -81,6 +84,8 @@ import orjson
 from tsd.codec import KeyLayout, encode_point, make_series_key
 from tsd.storage.base import FamilySpec, Put
 from tsd.storage.embedded import EmbeddedStorage
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_TS = int(time.time()) - 7200  # two hours back: stays in open and closed hours alike
@@ -566,8 +571,8 @@ async def measure(
     if not args.no_vm:
         servers.append(("VM", start_vm))
     found: dict[str, Rates] = {}
-    for _ in range(args.rounds):
-        for name, start in servers:
+    for number in range(args.rounds):
+        for name, start in rotated(servers, number):
             with tempfile.TemporaryDirectory() as tmp:
                 server = await start(Path(tmp) / "data", mode)
                 if server is None:
@@ -576,7 +581,23 @@ async def measure(
                     await run_scenarios(server, args, found.setdefault(name, Rates()))
                 finally:
                     await server.stop()
+            settle_disk()
     return found
+
+
+def rotated(servers: list[T], number: int) -> list[T]:
+    """The servers in the order of round ``number``: each round starts one further, so
+    every server follows every other as often (a server's rounds never all pay for the
+    same predecessor's aftermath)."""
+    shift = number % len(servers) if servers else 0
+    return servers[shift:] + servers[:shift]
+
+
+def settle_disk() -> None:
+    """Write back what the server just stopped left dirty in the page cache, before the
+    next one starts: otherwise the kernel's writeback of one server's data (hundreds of
+    MB for VictoriaMetrics' merges) lands on the next server's clock and cores."""
+    os.sync()
 
 
 METHOD = (

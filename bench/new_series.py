@@ -7,7 +7,8 @@ autoscaling event makes. The points go over telnet on ``--connections`` sockets;
 stops as in bench/ingest.py (``version`` reply on every connection, then one
 ``/api/put?sync`` point, then every point stored), and the counters are checked after it.
 
-Two daemons alternate, round by round, each on a fresh store: tsd from this checkout
+Two daemons alternate, round by round (which goes first alternates too, and the page
+cache is written back between them), each on a fresh store: tsd from this checkout
 ("after") and tsd from ``--baseline`` (a git ref, default ``main``: "before"), exported
 with ``git archive``. Figures are medians over ``--rounds``, per wall-clock second and per
 second of the daemon's CPU time, the daemon on CPU 0 and this generator on CPU 1 when the
@@ -43,7 +44,9 @@ from bench.ingest import (
     chunks_per_connection,
     export,
     modes,
+    rotated,
     send_telnet,
+    settle_disk,
     start_tsd,
     timed,
 )
@@ -114,10 +117,11 @@ async def measure(
                 rate = await one_round(source, Path(tmp) / "data", hbase, f"warm{name}_", args)
             print(f"  warm-up {name} (not counted): {rate.wall:,.0f} new series/s", flush=True)
     for number in range(args.rounds):
-        for name, source in sources.items():
+        for name, source in rotated(list(sources.items()), number):
             with tempfile.TemporaryDirectory() as tmp:
                 prefix = f"ns{number}{name}_"
                 rate = await one_round(source, Path(tmp) / "data", hbase, prefix, args)
+            settle_disk()
             found[name].append(rate)
             print(f"  round {number + 1} {name}: {rate.wall:,.0f} new series/s", flush=True)
     return found
