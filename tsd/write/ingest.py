@@ -442,15 +442,9 @@ class IngestSession(Generic[T]):
         in a protocol's loop over a burst of new series: True once queued; False when no
         batch is open or it is full, or when the series is known under its names after
         all (another spelling of it): the caller's per-point path then takes the point."""
-        batch = self._collecting
-        if (
-            batch is None
-            or len(batch) >= MAX_MISS_BATCH
-            or self.service.cached(point.metric, point.tags) is not None
-        ):
+        if self.service.cached(point.metric, point.tags) is not None:
             return False
-        batch.append((point, None, (alias,)))
-        return True
+        return self.try_queue_miss(point, None, (alias,))
 
     async def append_now(
         self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
