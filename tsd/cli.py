@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from tsd import __version__
 from tsd.errors import ConfigError, ListenError, StorageError, TsdError, UsageError
-from tsd.tools import status
+from tsd.tools.status import FAILED, HELP, INTERRUPTED, UNAVAILABLE, USAGE
 
 #: ``tsdb tsd`` could not open its listening socket (the port in use, most often).
-EXIT_CANNOT_LISTEN = status.UNAVAILABLE
+EXIT_CANNOT_LISTEN = UNAVAILABLE
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -54,7 +54,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tsdb",
         description="tsd, an OpenTSDB-compatible TSD",
-        epilog=status.HELP,
+        epilog=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tsd {__version__}")
@@ -105,19 +105,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.run(args))
     except ConfigError as exc:
         print(f"tsdb {args.command}: configuration error: {exc}", file=sys.stderr)
-        return status.USAGE
+        return USAGE
     except UsageError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
         print(f"usage: tsdb {args.command} {getattr(module, 'USAGE', '')}", file=sys.stderr)
-        return status.USAGE
+        return USAGE
     except (ListenError, StorageError) as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
-        return status.UNAVAILABLE
+        return UNAVAILABLE
     except TsdError as exc:
         print(f"tsdb {args.command}: {exc}", file=sys.stderr)
-        return status.FAILED
+        return FAILED
     except KeyboardInterrupt:
-        return status.INTERRUPTED
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

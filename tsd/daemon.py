@@ -30,7 +30,6 @@ from tsd.buildinfo import version_reply
 from tsd.codec.rowkey import KeyLayout
 from tsd.config import Config, load_config
 from tsd.errors import ConfigError
-from tsd.head import Head
 from tsd.log import DAEMON, configure_logging, get_logger
 from tsd.malloc import keep_freed_memory
 from tsd.meta.service import MetaService
@@ -41,13 +40,12 @@ from tsd.protocol.rollup_put import RollupRules
 from tsd.protocol.telnet import telnet_command_names
 from tsd.query.engine import QueryEngine
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.query.tracking import QUERY_TRACKER, QueryTracker
+from tsd.query.tracking import QueryTracker
 from tsd.schema import ensure_tables, rollup_setup, storage_settings
 from tsd.server.credentials import Credentials
 from tsd.server.histograms import Histograms
-from tsd.server.http.app import Services, make_app
-from tsd.server.http.auth import CREDENTIALS_KEY
-from tsd.server.http.meta_support import META_KEY
+from tsd.server.http.app import make_app
+from tsd.server.http.context import Services
 from tsd.server.listener import Listener
 from tsd.server.rollups import Rollups
 from tsd.server.telnet import (
@@ -63,7 +61,7 @@ from tsd.server.workers import WorkerPool, worker_count
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
-from tsd.storage.instrumented import INSTRUMENTED_STORAGE, InstrumentedStorage
+from tsd.storage.instrumented import InstrumentedStorage
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.control import ControlServer
@@ -180,34 +178,12 @@ class Daemon:
         await write_path.start()
         if self._control is not None:
             self._control.serve(write_path.writer.write_out)
-        services = self._services(storage, uids, write_path.ingest, write_path.head)
-        services.rollups = Rollups(
-            RollupRules(
-                rollup_config,
-                config.rollups.agg_tag_key,
-                config.rollups.raw_agg_tag_value,
-                config.rollups.tag_raw,
-                config.rollups.block_derived,
-                services.rules,
-            ),
-            RollupWriter(storage, uids, KeyLayout.from_storage_config(config.storage)),
-            self.registry,
-        )
+        services = self._services(storage, uids, write_path, rollup_config, credentials)
         if services.query_engine is not None:
             services.query_engine.rollups = rollups.effective
             services.query_engine.computed = computed
-        services.histograms = Histograms(
-            load_histogram_codecs(config.core.histograms_config),
-            services.rollups.writer,
-            config.storage.data_table,
-            services.rules,
-        )
-        services.extra[META_KEY] = write_path.meta
-        services.extra[INSTRUMENTED_STORAGE] = storage
-        tracker = services.extra[QUERY_TRACKER] = QueryTracker()
+        tracker = services.query_tracker
         self.registry.gauge("query.count", lambda: tracker.running_count, type="running")
-        if credentials is not None:
-            services.extra[CREDENTIALS_KEY] = credentials
         http_options: dict[str, Any] = {}
         if config.network.socket_timeout_s > 0:  # idle keep-alive connections, as telnet's
             http_options["keepalive_timeout"] = float(config.network.socket_timeout_s)
@@ -259,21 +235,53 @@ class Daemon:
         )
 
     def _services(
-        self, storage: Storage, uids: UidService, ingest: IngestService, head: Head | None
+        self,
+        storage: InstrumentedStorage,
+        uids: UidService,
+        write_path: WritePath,
+        rollup_config: RollupConfig | None,
+        credentials: Credentials | None,
     ) -> Services:
         config = self.config
-        services = Services(
+        rules = NameRules(config.core.tag_allow_specialchars, config.storage.max_tags)
+        rollups = Rollups(
+            RollupRules(
+                rollup_config,
+                config.rollups.agg_tag_key,
+                config.rollups.raw_agg_tag_value,
+                config.rollups.tag_raw,
+                config.rollups.block_derived,
+                rules,
+            ),
+            RollupWriter(storage, uids, KeyLayout.from_storage_config(config.storage)),
+            self.registry,
+        )
+        histograms = Histograms(
+            load_histogram_codecs(config.core.histograms_config),
+            rollups.writer,
+            config.storage.data_table,
+            rules,
+        )
+        return Services(
             config=config,
-            ingest=ingest,
+            ingest=write_path.ingest,
             uids=uids,
             registry=self.registry,
             stats_tags=self._stats_tags(),
-            rules=NameRules(config.core.tag_allow_specialchars, config.storage.max_tags),
+            rules=rules,
             request_shutdown=self.request_shutdown,
+            rollups=rollups,
+            histograms=histograms,
+            meta=write_path.meta,
+            storage_calls=storage,
+            query_tracker=QueryTracker(),
+            query_engine=(
+                QueryEngine(storage, uids, config, head=write_path.head)
+                if config.core.mode != "wo"
+                else None
+            ),
+            credentials=credentials,
         )
-        if config.core.mode != "wo":
-            services.query_engine = QueryEngine(storage, uids, config, head=head)
-        return services
 
     def _telnet_context(self, services: Services) -> TelnetContext:
         core = self.config.core

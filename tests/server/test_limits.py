@@ -17,8 +17,8 @@ from tests.server.support import eventually
 from tsd.daemon import Daemon
 from tsd.query.engine import QueryEngine
 from tsd.server.http import ui
-from tsd.server.http.app import ApiPath
 from tsd.server.http.context import ROUTES
+from tsd.server.http.routing import ApiPath
 
 T0 = 1700000000
 #: A value on which ``(a|aa)+$`` backtracks exponentially (each match hits its 1 s cap).

@@ -18,9 +18,6 @@ from typing import Any
 
 import orjson
 
-#: The tracker's key in ``Services.extra``.
-QUERY_TRACKER = "query_tracker"
-
 #: Request headers kept masked: /api/stats/query shows the others to anyone who may ask.
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
 

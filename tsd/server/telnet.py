@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
-from typing import Any, cast
+from typing import cast
 
 from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
@@ -97,6 +97,10 @@ class TelnetContext:
     #: enabled commands (``telnet_command_names(mode, allow_diediedie)``)
     commands: tuple[str, ...]
     rules: NameRules
+    #: the ``rollup`` command's checks and writer
+    rollups: Rollups
+    #: the ``histogram`` command's codecs and writer
+    histograms: Histograms
     max_line_bytes: int
     return_errors: bool
     diediedie_loopback_only: bool
@@ -105,10 +109,6 @@ class TelnetContext:
     idle_timeout_s: float = 0.0
     #: the prefix of storage failures: OpenTSDB's on HBase, ``STORAGE_ERROR`` embedded
     storage_error: str = HBASE_ERROR
-    #: the ``rollup`` command's checks and writer (``tsd.server.rollups.Rollups``)
-    rollups: Any = None
-    #: the ``histogram`` command's codecs and writer (``tsd.server.histograms.Histograms``)
-    histograms: Any = None
 
 
 #: Batches of UID lookups one connection runs at once (a burst of new series: the misses
@@ -469,7 +469,7 @@ class TelnetProtocol(TrackedProtocol):
     async def _run_rollup(self, command: RollupCommand) -> None:
         """RollupDataPointRpc: store the point; a refusal is answered with OpenTSDB's line
         (failures in the write itself only with ``tsd.rpc.telnet.return_errors``)."""
-        rollups: Rollups = self._context.rollups
+        rollups = self._context.rollups
         point = command.point
         if point is None:
             self._stats.exceptions.inc()
@@ -494,7 +494,7 @@ class TelnetProtocol(TrackedProtocol):
         (or ``invalid value``); what fails afterwards OpenTSDB reports from its write
         callback, ``histogram: HBase error: <message>`` (with
         ``tsd.rpc.telnet.return_errors``)."""
-        histograms: Histograms = self._context.histograms
+        histograms = self._context.histograms
         try:
             line = parse_histogram_line(list(command.words), histograms.codecs is not None)
         except PutLineError as exc:

@@ -29,9 +29,6 @@ from tsd.storage.base import (
 
 T = TypeVar("T")
 
-#: The instrumented store's key in ``Services.extra`` (``/api/stats/region_clients``).
-INSTRUMENTED_STORAGE = "instrumented_storage"
-
 #: The operations counted, each its own ``op`` tag value.
 OPERATIONS = (
     "get",

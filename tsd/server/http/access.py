@@ -21,8 +21,8 @@ from aiohttp import web
 
 from tsd.errors import BadRequestError
 from tsd.server.credentials import Right
-from tsd.server.http.app import ApiPath, api_method, parse_api_path
 from tsd.server.http.context import ROUTES
+from tsd.server.http.routing import ApiPath, api_method, parse_api_path
 
 
 def _read_on_get(method: str, path: ApiPath) -> Right:

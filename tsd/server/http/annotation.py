@@ -25,9 +25,9 @@ from tsd.meta.annotations import AnnotationUpdate, annotation_update_from_json
 from tsd.meta.binding import as_bool, as_object, as_text, as_text_list, loads, require_body
 from tsd.meta.tsmeta import parse_client_tsuid
 from tsd.protocol.timespec import parse_datetime
-from tsd.server.http.app import ApiPath, Route, api_method, method_not_allowed, query_params
 from tsd.server.http.errors import JSON_CONTENT_TYPE, json_response
 from tsd.server.http.meta_support import body_of, meta_service, required_param
+from tsd.server.http.routing import ApiPath, Route, api_method, method_not_allowed, query_params
 
 
 async def handle_annotation(request: web.Request, path: ApiPath) -> web.StreamResponse:

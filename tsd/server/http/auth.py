@@ -27,8 +27,6 @@ log = get_logger(HTTP)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 CREDENTIALS = web.AppKey("credentials", Credentials)
-#: Key of the loaded credentials in ``Services.extra`` (the daemon puts them there).
-CREDENTIALS_KEY = "credentials"
 CHALLENGE = 'Basic realm="tsd", charset="UTF-8"'
 
 

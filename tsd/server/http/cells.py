@@ -10,8 +10,8 @@ from typing import Generic, TypeVar
 from aiohttp import web
 
 from tsd.protocol.put_reply import DatapointEcho, PutError, cells_response, parse_put_flags
-from tsd.server.http.app import query_params
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import query_params
 
 __all__ = ["Failure", "store_points"]
 

@@ -7,18 +7,41 @@ them, and the app, which installs the middlewares, import this module and not ea
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
 from tsd.config import Config
+from tsd.meta.service import MetaService
 from tsd.protocol.names import NameRules
+from tsd.query.engine import QueryEngine
+from tsd.query.tracking import QueryTracker
+from tsd.server.credentials import Credentials
+from tsd.server.histograms import Histograms
+from tsd.server.rollups import Rollups
 from tsd.stats import StatsRegistry
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService
 
 __all__ = ["CORS_DOMAINS", "IS_API", "ROUTES", "SERVICES", "Services"]
+
+
+class StorageCalls(Protocol):
+    """The daemon's count of storage calls (``tsd.storage.instrumented``), as the stats
+    handlers read it; ``inner`` is the store it counts for."""
+
+    @property
+    def calls(self) -> int: ...
+
+    @property
+    def errors(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def inner(self) -> object: ...
 
 
 @dataclass(slots=True)
@@ -32,13 +55,27 @@ class Services:
     stats_tags: tuple[tuple[str, str], ...]
     rules: NameRules
     request_shutdown: Callable[[], None]
-    #: the query engine, once the daemon has one (``tsd.query.engine.QueryEngine``)
-    query_engine: Any = None
-    #: /api/rollup and telnet ``rollup`` (``tsd.server.rollups.Rollups``), built by the daemon
-    rollups: Any = None
-    #: /api/histogram and telnet ``histogram`` (``tsd.server.histograms.Histograms``)
-    histograms: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: /api/rollup and telnet ``rollup``
+    rollups: Rollups
+    #: /api/histogram and telnet ``histogram``
+    histograms: Histograms
+    #: series index, TSMeta/UIDMeta and annotations (the write path's, with its tracking)
+    meta: MetaService
+    #: the storage calls counted for ``/api/stats/region_clients``
+    storage_calls: StorageCalls
+    #: running and completed queries (``/api/stats/query``)
+    query_tracker: QueryTracker
+    #: the query engine (None in write-only mode, where no query route is served)
+    query_engine: QueryEngine | None = None
+    #: the loaded credentials when authentication is on
+    credentials: Credentials | None = None
+
+    @property
+    def engine(self) -> QueryEngine:
+        """The query engine, for the query routes (never served without one)."""
+        if self.query_engine is None:
+            raise RuntimeError("no query engine in write-only mode")
+        return self.query_engine
 
 
 SERVICES = web.AppKey("services", Services)

@@ -49,7 +49,7 @@ async def handle_exp(request: web.Request) -> web.StreamResponse:
     query = validate_exp_query(parse_exp_json(await request.read()), expression_variables)
     timezone = services.config.core.timezone or "UTC"
     ts_query, positions = exp_ts_query(query, default_timezone=timezone)
-    answer = await run_exp_query(services.query_engine, services.uids, query, ts_query, positions)
+    answer = await run_exp_query(services.engine, services.uids, query, ts_query, positions)
     return json_response(render_exp_answer(query, answer))
 
 
@@ -60,10 +60,10 @@ async def handle_gexp(request: web.Request) -> web.StreamResponse:
     if request.method == "POST":
         # QueryRpc runs a POST body's query without expressions, then iterates them (2.4.1).
         query = parse_query_json(await request.read(), default_timezone=timezone)
-        await services.query_engine.execute(query)
+        await services.engine.execute(query)
         raise BadRequestError(_NULL_EXPRESSIONS, _NULL_EXPRESSIONS)
     params = {key: request.query.getall(key) for key in request.query}
-    result = await answer_gexp(services.query_engine, services.uids, params, timezone)
+    result = await answer_gexp(services.engine, services.uids, params, timezone)
     options = parse_output_options(request.query)
     return json_response(render_query_result(result, arrays=options.arrays))
 

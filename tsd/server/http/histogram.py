@@ -25,8 +25,9 @@ from tsd.protocol.put_reply import (
     DatapointEcho,
 )
 from tsd.server.histograms import Histograms
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.cells import Failure, store_points
+from tsd.server.http.context import SERVICES
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 
 
 async def handle_histogram(request: web.Request, path: ApiPath) -> web.StreamResponse:

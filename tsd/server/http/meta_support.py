@@ -11,20 +11,11 @@ from aiohttp import web
 
 from tsd.errors import BadRequestError
 from tsd.meta.service import MetaService
-from tsd.server.http.app import SERVICES
-
-#: Key of the MetaService in ``Services.extra``.
-META_KEY = "meta"
+from tsd.server.http.context import SERVICES
 
 
 def meta_service(request: web.Request) -> MetaService:
-    services = request.app[SERVICES]
-    meta = services.extra.get(META_KEY)
-    if not isinstance(meta, MetaService):
-        storage = services.uids.metrics.storage
-        meta = MetaService(storage, services.uids, services.config, services.registry)
-        services.extra[META_KEY] = meta
-    return meta
+    return request.app[SERVICES].meta
 
 
 def required_param(params: dict[str, str], name: str) -> str:

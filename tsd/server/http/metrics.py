@@ -24,7 +24,8 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.context import SERVICES
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import PREFIX, StatsRegistry
 
 #: Help text of the families whose meaning the name does not carry.

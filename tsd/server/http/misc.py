@@ -13,8 +13,9 @@ from tsd.log import HTTP, get_logger
 from tsd.protocol.names import java_hash_order
 from tsd.query.filters import FILTER_DESCRIPTIONS
 from tsd.query.reducers import AGGREGATORS
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.server.peer import is_loopback
 
 log = get_logger(HTTP)

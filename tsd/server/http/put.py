@@ -39,8 +39,9 @@ from tsd.protocol.put_reply import (
     put_response,
     put_timeout_response,
 )
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed, query_params
 from tsd.write.ingest import (
     IngestSession,
     RefCache,

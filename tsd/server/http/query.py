@@ -18,13 +18,14 @@ from tsd.errors import BadRequestError, StorageError, TsdError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.last import parse_last_query_json, parse_last_query_params
-from tsd.query.tracking import QUERY_TRACKER, QueryTracker, TrackedQuery
+from tsd.query.tracking import TrackedQuery
 from tsd.server.credentials import Right
 from tsd.server.http.access import require_right
-from tsd.server.http.app import SERVICES, ApiPath, Route, api_method, method_not_allowed
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.exp import handle_exp, handle_gexp
 from tsd.server.http.render import query_echo, render_last_points, render_query_result
+from tsd.server.http.routing import ApiPath, Route, api_method, method_not_allowed
 from tsd.server.http.streaming import is_large, stream_query_result
 
 _DELETE_DISABLED = BadRequestError(
@@ -40,7 +41,7 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     allow_delete = services.config.http.allow_delete
     if method == "DELETE" and not allow_delete:
         raise _DELETE_DISABLED
-    engine: QueryEngine = services.query_engine
+    engine = services.engine
     endpoint = path.parts[1].lower() if len(path.parts) > 1 else ""
     if endpoint == "last":
         return await _handle_last(request, engine)
@@ -49,7 +50,7 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     if endpoint == "gexp":
         return await handle_gexp(request)
     registry = services.registry
-    tracker: QueryTracker | None = services.extra.get(QUERY_TRACKER)
+    tracker = services.query_tracker
     tracked: TrackedQuery | None = None
     started = time.perf_counter()
     try:
@@ -65,8 +66,8 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
                 raise _DELETE_DISABLED
             require_right(request, Right.ADMIN)  # a body's "delete": true
         options = parse_output_options(request.query)
-        if tracker is not None:  # from here on, as QueryRpc creates its QueryStats
-            tracked = tracker.start(_remote(request), query_echo(query), request.headers)
+        # from here on, as QueryRpc creates its QueryStats
+        tracked = tracker.start(_remote(request), query_echo(query), request.headers)
         result = await engine.execute(query)
     except TsdError as exc:
         # QueryRpc's counters: bad requests apart from failures.
@@ -80,13 +81,13 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             # QueryRpc answers anything but storage trouble with a 400 (corrupt or
             # duplicate data, an infinite aggregate...), the message as is.
             answer = BadRequestError(exc.message)
-        if tracker is not None and tracked is not None:
+        if tracked is not None:
             tracker.finish(tracked, answer.status, exception=answer.message)
         if answer is not exc:
             raise answer from exc
         raise
     except BaseException as exc:  # a bug or a cancelled request: never left "running"
-        if tracker is not None and tracked is not None:
+        if tracked is not None:
             tracker.finish(tracked, 500, exception=repr(exc))
         raise
     registry.counter("http.query.success").inc()
@@ -100,13 +101,13 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
             )
             response = json_response(body)
     except BaseException as exc:  # the client left while a large answer streamed...
-        if tracker is not None and tracked is not None:
+        if tracked is not None:
             tracker.finish(tracked, 500, exception=repr(exc))
         raise
     registry.histogram("http.query.latency", outcome="success").observe(
         time.perf_counter() - started
     )
-    if tracker is not None and tracked is not None:
+    if tracked is not None:
         emitted = sum(len(series.dps) for series in result.series)
         tracker.finish(tracked, 200, stats={"emittedDPs": emitted})
     return response

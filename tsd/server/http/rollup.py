@@ -29,8 +29,9 @@ from tsd.protocol.rollup_put import (
     RollupPoint,
 )
 from tsd.protocol.rollup_put import UNKNOWN_METRIC as ROLLUP_UNKNOWN_METRIC
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
 from tsd.server.http.cells import Failure, store_points
+from tsd.server.http.context import SERVICES
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.server.rollups import Rollups
 
 

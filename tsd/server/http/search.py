@@ -17,9 +17,9 @@ from aiohttp import web
 from tsd.errors import BadRequestError
 from tsd.meta.binding import as_bool, as_int, as_object, as_text, loads, require_body
 from tsd.meta.lookup import DEFAULT_LIMIT, LookupQuery, TagPair, lookup_response, parse_lookup_m
-from tsd.server.http.app import ApiPath, Route, api_method, query_params
 from tsd.server.http.errors import json_response
 from tsd.server.http.meta_support import body_of, meta_service, required_param
+from tsd.server.http.routing import ApiPath, Route, api_method, query_params
 
 SEARCH_TYPES = ("tsmeta", "tsmeta_summary", "tsuids", "uidmeta", "annotation", "lookup")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from tsd.server.http.app import ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 
 PARSERS = (
     "PutV1",

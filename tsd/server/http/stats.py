@@ -11,12 +11,11 @@ import orjson
 from aiohttp import web
 
 from tsd.errors import BadRequestError
-from tsd.query.tracking import QUERY_TRACKER, QueryTracker
-from tsd.server.http.app import SERVICES, ApiPath, Route, Services, method_not_allowed
+from tsd.server.http.context import SERVICES, Services
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.server.http.stats_detail import process_stats, region_client_stats, thread_stats
 from tsd.stats import format_lines, to_records
-from tsd.storage.instrumented import INSTRUMENTED_STORAGE
 
 
 async def handle_stats(request: web.Request, path: ApiPath) -> web.StreamResponse:
@@ -38,14 +37,13 @@ async def handle_stats(request: web.Request, path: ApiPath) -> web.StreamRespons
 def _detail(services: Services, endpoint: str) -> web.StreamResponse:
     body: object
     if endpoint == "query":
-        tracker: QueryTracker | None = services.extra.get(QUERY_TRACKER)
-        body = tracker.snapshot() if tracker is not None else {"completed": [], "running": []}
+        body = services.query_tracker.snapshot()
     elif endpoint == "threads":
         body = thread_stats()
     elif endpoint == "jvm":
         body = process_stats()
     elif endpoint == "region_clients":
-        body = region_client_stats(services.config, services.extra.get(INSTRUMENTED_STORAGE))
+        body = region_client_stats(services.config, services.storage_calls)
     else:
         raise BadRequestError("Endpoint not found", status=404)
     return json_response(orjson.dumps(body))

@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any
 
 from tsd.config import Config
-from tsd.storage.instrumented import InstrumentedStorage
+from tsd.server.http.context import StorageCalls
 
 #: when this module was loaded: the daemon's start, near enough for ``uptime``
 _PROCESS_START_S = time.time()
@@ -112,10 +112,8 @@ def _memory() -> tuple[int, int]:
     return int(fields[1]) * page, int(fields[0]) * page
 
 
-def region_client_stats(
-    config: Config, storage: InstrumentedStorage | None
-) -> list[dict[str, Any]]:
-    if config.storage.backend != "hbase" or storage is None:
+def region_client_stats(config: Config, storage: StorageCalls) -> list[dict[str, Any]]:
+    if config.storage.backend != "hbase":
         return []
     cfg = config.storage
     pool = getattr(storage.inner, "pool", None)

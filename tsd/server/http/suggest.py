@@ -15,9 +15,10 @@ from aiohttp import web
 
 from tsd.errors import BadRequestError
 from tsd.meta.binding import as_object, as_text, loads, require_body
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.meta_support import body_of, required_param
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed, query_params
 from tsd.uid.uniqueid import MAX_SUGGESTIONS
 
 SUGGEST_TYPES = ("metrics", "tagk", "tagv")

@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from tsd.errors import BadRequestError
-from tsd.server.http.app import ApiPath, Route, method_not_allowed
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 CONTENT_TYPES = {

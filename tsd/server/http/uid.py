@@ -17,8 +17,9 @@ from tsd.codec import uid_to_hex
 from tsd.errors import BadRequestError
 from tsd.java_text import java_split
 from tsd.protocol.names import java_hash_order, validate_string
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed, query_params
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed, query_params
 from tsd.server.http.uid_meta import UID_ENDPOINTS
 from tsd.uid.service import UidService
 

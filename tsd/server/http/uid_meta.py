@@ -30,14 +30,10 @@ from tsd.meta.tsmeta import (
 )
 from tsd.meta.uidmeta import UidMetaUpdate, update_from_json, update_from_params
 from tsd.protocol.names import java_hash_order
-from tsd.server.http.app import (
-    SERVICES,
-    api_method,
-    method_not_allowed,
-    query_params,
-)
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import JSON_CONTENT_TYPE, json_response
 from tsd.server.http.meta_support import body_of, meta_service, required_param
+from tsd.server.http.routing import api_method, method_not_allowed, query_params
 
 
 def _not_modified() -> web.Response:

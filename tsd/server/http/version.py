@@ -9,8 +9,8 @@ from aiohttp import web
 
 from tsd.buildinfo import build_info, version_reply
 from tsd.errors import BadRequestError
-from tsd.server.http.app import ApiPath, Route, method_not_allowed
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 
 
 async def handle_version(request: web.Request, path: ApiPath) -> web.StreamResponse:
