@@ -43,7 +43,8 @@ NOTE = "<b>deploy</b> & <i>restart</i>"  # annotation text: must show as text, n
 
 
 @contextmanager
-def browser() -> Iterator[Any]:
+def browser(*flags: str) -> Iterator[Any]:
+    """Headless Chromium with the test flags, plus ``flags`` (``--host-resolver-rules``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -52,6 +53,8 @@ def browser() -> Iterator[Any]:
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     options.add_argument("--window-size=1100,900")
+    for flag in flags:
+        options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver

@@ -191,7 +191,7 @@ def query_params(request: web.Request) -> dict[str, str]:
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
     from tsd.server.http.auth import CREDENTIALS, CREDENTIALS_KEY, auth_middleware
-    from tsd.server.http.guard import origin_guard
+    from tsd.server.http.guard import ALLOWED_HOSTS, origin_guard, parse_allowed_hosts
 
     credentials = services.extra.get(CREDENTIALS_KEY)
     guards = [origin_guard] if credentials is None else [origin_guard, auth_middleware]
@@ -209,5 +209,8 @@ def make_app(services: Services) -> web.Application:
     cors = parse_cors_domains(services.config.http.cors_domains)
     if cors is not None:
         app[CORS_DOMAINS] = cors
+    app[ALLOWED_HOSTS] = parse_allowed_hosts(
+        services.config.http.allowed_hosts, services.config.network.bind
+    )
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
