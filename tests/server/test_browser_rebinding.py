@@ -83,6 +83,18 @@ async def attacker_site() -> tuple[web.AppRunner, int]:
     return runner, runner.addresses[0][1]
 
 
+async def store_secret(daemon: Daemon) -> None:
+    points = [
+        {"metric": "secret.m", "timestamp": T0 + 60 * i, "value": v, "tags": {"h": "a"}}
+        for i, v in enumerate(SECRET)
+    ]
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://127.0.0.1:{daemon.port}/api/put?sync", json=points) as reply,
+    ):
+        assert reply.status == 204
+
+
 async def rebind_to_tsd(make_tsd: MakeTsd, **keys: str) -> tuple[Daemon, dict[str, Any], Any]:
     """Open the attack page, swap its server for a TSD holding secret.m, and return the
     daemon, what the page saw, and the storage snapshot taken before the page acted."""
@@ -107,15 +119,7 @@ async def rebind_to_tsd(make_tsd: MakeTsd, **keys: str) -> tuple[Daemon, dict[st
     finally:
         await runner.cleanup()
     daemon = await make_tsd(**{"tsd.network.port": str(port), **keys})
-    points = [
-        {"metric": "secret.m", "timestamp": T0 + 60 * i, "value": v, "tags": {"h": "a"}}
-        for i, v in enumerate(SECRET)
-    ]
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"http://127.0.0.1:{port}/api/put?sync", json=points) as reply,
-    ):
-        assert reply.status == 204
+    await store_secret(daemon)
     before = await storage_snapshot(daemon)
     swapped.set()
     return daemon, await attacking, before
@@ -157,15 +161,7 @@ async def test_the_same_page_reads_everything_on_an_allowed_name(make_tsd: MakeT
 
 async def test_the_tsd_page_works_on_a_listed_name(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(**{"tsd.http.allowed_hosts": "tsd.example"})
-    points = [
-        {"metric": "secret.m", "timestamp": T0 + 60 * i, "value": v, "tags": {"h": "a"}}
-        for i, v in enumerate(SECRET)
-    ]
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"http://127.0.0.1:{daemon.port}/api/put?sync", json=points) as reply,
-    ):
-        assert reply.status == 204
+    await store_secret(daemon)
 
     def look(name: str) -> tuple[list[dict[str, Any]], str | None]:
         from selenium.webdriver.support.ui import WebDriverWait
