@@ -45,7 +45,9 @@ const attempt = async (path, init) => {
 };
 (async () => {
   document.title = "waiting";
-  // Until the name answers from the TSD, the page's own server answers "attacker".
+  // Until the name answers from the TSD, the page's own server answers "attacker"; the
+  // test says "go" once the TSD holds its data.
+  while (!window.go) await sleep(50);
   for (;;) {
     const [status, text] = await attempt("/whoami");
     if (status !== "failed" && text !== "attacker") break;
@@ -109,6 +111,7 @@ async def rebind_to_tsd(make_tsd: MakeTsd, **keys: str) -> tuple[Daemon, dict[st
             WebDriverWait(driver, 30).until(lambda d: d.title == "waiting")
             waiting.set()
             assert swapped.wait(60)
+            driver.execute_script("window.go = true")
             WebDriverWait(driver, 60).until(lambda d: d.title == "done")
             seen: dict[str, Any] = json.loads(driver.find_element("id", "out").text)
             return seen
