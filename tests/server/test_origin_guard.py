@@ -208,6 +208,12 @@ async def test_rebound_name_is_refused(
     assert refused.value == 1
     assert await storage_snapshot(daemon) == before
     assert not daemon.shutdown_requested
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}/api/stats") as reply,
+    ):
+        stats = await reply.json()
+    assert [r["value"] for r in stats if r["metric"] == "tsd.http.foreign_host_refused"] == ["1"]
 
 
 def own_names() -> list[str]:
