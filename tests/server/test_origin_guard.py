@@ -303,3 +303,43 @@ def test_a_bad_allowed_host_is_a_config_error(entry: str) -> None:
 
     with pytest.raises(ConfigError, match="tsd.http.allowed_hosts"):
         parse_allowed_hosts(f"ok.example,{entry}")
+
+
+#: What Grafana's data-source proxy ("Server" access of the old frontend data source) sends:
+#: it drops Origin and Referer but passes the browser's Fetch Metadata on, with the Host of
+#: the data source's URL (pkg/api/pluginproxy/ds_proxy.go, pkg/util/proxyutil).
+GRAFANA_PROXY = {
+    "Sec-Fetch-Site": "same-origin",
+    "Sec-Fetch-Mode": "cors",
+    "Sec-Fetch-Dest": "empty",
+    "X-Grafana-Referer": "http://grafana.example:3000/d/abc/board",
+    "X-Forwarded-For": "192.0.2.7",
+    "User-Agent": "Grafana/10.4.0",
+}
+
+
+@pytest.mark.parametrize(
+    ("url_host", "listed", "status"),
+    [
+        pytest.param("127.0.0.1:{port}", "", 200, id="ip_url"),
+        pytest.param("localhost:{port}", "", 200, id="localhost_url"),
+        pytest.param("tsd:{port}", "tsd", 200, id="service_name_listed"),
+        pytest.param("tsd:{port}", "", 403, id="service_name_not_listed"),
+    ],
+)
+async def test_grafana_proxy_with_fetch_metadata(
+    make_tsd: MakeTsd, url_host: str, listed: str, status: int
+) -> None:
+    """The data source URL must name the TSD by one of its names, as a browser would."""
+    daemon = await seeded(make_tsd, **{"tsd.http.allowed_hosts": listed})
+    headers = {**GRAFANA_PROXY, "Host": url_host.format(port=daemon.port)}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(f"http://127.0.0.1:{daemon.port}/api/suggest?type=metrics") as reply,
+    ):
+        assert reply.status == status
+        body = await reply.json()
+    if status == 200:
+        assert body == ["good.m"]
+    else:
+        assert "tsd.http.allowed_hosts" in body["error"]["details"]
