@@ -6,8 +6,8 @@ whole run and the test swaps the servers instead: the attacker's server answers 
 stops, and the TSD starts on the same port. To the browser, the page and the TSD are then
 one origin (``Host`` and ``Origin`` both say ``evil.example:PORT``), so the same-origin
 policy lets the page read every answer and the Origin comparison passes. The page tries
-``/diediedie`` (an ``<img>`` and a fetch), a put, and reads ``/api/query`` and
-``/api/suggest``; the daemon must refuse each, as the name is not one of its own.
+``/diediedie`` (an ``<img>`` and a fetch), a put, and reads ``/api/query`` (once without a
+``Referer``) and ``/api/suggest``; the daemon must refuse each, as the name is not one of its own.
 """
 
 from __future__ import annotations
@@ -54,14 +54,21 @@ const attempt = async (path, init) => {
     await sleep(100);
   }
   await new Promise((done) => {
-    const img = new Image(); img.onload = img.onerror = done; img.src = "/diediedie";
+    const img = new Image(); img.onload = img.onerror = done;
+    img.referrerPolicy = "no-referrer"; img.src = "/diediedie";
   });
   const seen = {
     query: await attempt("/api/query?start=%(t0)d&m=sum:secret.m"),
+    // no Referer, and a GET carries no Origin: only Sec-Fetch-Site says "browser"
+    quiet: await attempt("/api/query?start=%(t0)d&m=sum:secret.m", {referrerPolicy: "no-referrer"}),
+    // and Accept-Language blanked: the browser still sends the header
+    blank: await attempt("/api/query?start=%(t0)d&m=sum:secret.m",
+                         {referrerPolicy: "no-referrer", headers: {"Accept-Language": ""}}),
     suggest: await attempt("/api/suggest?type=metrics"),
     put: await attempt("/api/put?sync", {method: "POST", body: JSON.stringify(
       {metric: "evil.m", timestamp: %(t0)d, value: 1, tags: {h: "a"}})}),
     diediedie: await attempt("/diediedie"),
+    quiet_diediedie: await attempt("/diediedie", {referrerPolicy: "no-referrer"}),
   };
   document.getElementById("out").textContent = JSON.stringify(seen);
   document.title = "done";
@@ -133,15 +140,15 @@ async def test_a_rebound_page_changes_and_reads_nothing(make_tsd: MakeTsd) -> No
 
     assert not daemon.shutdown_requested
     assert await storage_snapshot(daemon) == before
-    for name in ("query", "suggest", "put", "diediedie"):
+    for name in ("query", "quiet", "blank", "suggest", "put", "diediedie", "quiet_diediedie"):
         status, text = seen[name]
         assert status == 403, (name, text)
         error = json.loads(text)["error"]
         assert error["message"] == "Host not allowed"
         assert "tsd.http.allowed_hosts" in error["details"]
         assert "secret.m" not in text
-    # the <img>, /whoami and the four fetches reached the daemon and were refused
-    assert daemon.registry.counter("http.foreign_host_refused").value >= 6
+    # the <img>, /whoami and the seven fetches reached the daemon and were refused
+    assert daemon.registry.counter("http.foreign_host_refused").value >= 9
     async with (
         aiohttp.ClientSession() as http,
         http.get(f"http://127.0.0.1:{daemon.port}/api/version") as reply,
@@ -155,9 +162,10 @@ async def test_the_same_page_reads_everything_on_an_allowed_name(make_tsd: MakeT
     daemon, seen, _ = await rebind_to_tsd(
         make_tsd, **{"tsd.http.allowed_hosts": "evil.example", "tsd.no_diediedie": "true"}
     )
-    status, text = seen["query"]
-    assert status == 200
-    assert json.loads(text)[0]["dps"] == {str(T0 + 60 * i): v for i, v in enumerate(SECRET)}
+    for name in ("query", "quiet", "blank"):
+        status, text = seen[name]
+        assert status == 200
+        assert json.loads(text)[0]["dps"] == {str(T0 + 60 * i): v for i, v in enumerate(SECRET)}
     assert seen["suggest"] == [200, '["secret.m"]']
     assert not daemon.shutdown_requested
 

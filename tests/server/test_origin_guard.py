@@ -169,6 +169,8 @@ REBOUND = [
     pytest.param({"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}, id="fetch_site"),
     pytest.param({"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate"}, id="navigate"),
     pytest.param({"Referer": "http://evil.example:{port}/"}, id="referer"),
+    # a no-referrer GET over plain HTTP: no Origin, no Fetch Metadata, no Referer
+    pytest.param({"Accept-Language": "en-US,en;q=0.9"}, id="accept_language"),
 ]
 
 

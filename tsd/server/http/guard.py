@@ -23,12 +23,13 @@ text served as JSON (annotations) is never rendered as HTML.
 
 DNS rebinding defeats the Origin check: a hostile name re-pointed at this TSD's address makes
 the hostile page same-origin (``Host`` and ``Origin`` both name it), so it could stop the
-daemon and read every answer. A browser request (any of the three headers above) whose
-``Host`` is a name that is not one of this TSD's is therefore refused outright, reads
-included (issue 25): this TSD's names are the loopback names (``localhost``,
-``*.localhost``), the machine's host names, the bound name and ``tsd.http.allowed_hosts``
-(names with optional ports; ``*`` for any). IP literals always pass: rebinding needs a
-name. Clients that are not browsers send none of the headers and are never refused.
+daemon and read every answer. A browser request (any of the three headers above, or
+``Accept-Language``: see :data:`BROWSER_HEADERS`) whose ``Host`` is a name that is not one
+of this TSD's is therefore refused outright, reads included (issue 25). This TSD's names
+are the loopback names (``localhost``, ``*.localhost``), the machine's host names, the
+bound name and ``tsd.http.allowed_hosts`` (names with optional ports; ``*`` for any). IP
+literals always pass: rebinding needs a name. Clients that are not browsers send none of the
+headers and are never refused.
 """
 
 from __future__ import annotations
@@ -130,9 +131,17 @@ def _origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
 
 
+#: Headers that say "a browser sent this". Over plain HTTP, Chromium and Firefox send Fetch
+#: Metadata (Sec-Fetch-*) only to potentially trustworthy origins, and a page can drop the
+#: Referer (``referrerPolicy: "no-referrer"``) while a GET carries no Origin; what such a
+#: request still carries is Accept-Language, which browsers add to every request and a page
+#: cannot remove. Collectors, curl and HTTP client libraries send none of these.
+BROWSER_HEADERS = ("Origin", "Sec-Fetch-Site", "Referer", "Accept-Language")
+
+
 def _from_browser(request: web.Request) -> bool:
     headers = request.headers
-    return "Origin" in headers or "Sec-Fetch-Site" in headers or "Referer" in headers
+    return any(name in headers for name in BROWSER_HEADERS)
 
 
 @dataclass(frozen=True, slots=True)
