@@ -433,10 +433,22 @@ async def put_sync(daemon: Daemon, points: list[dict[str, Any]]) -> str:
     return base
 
 
-def chart_state(driver: Any) -> dict[str, Any]:
+def chart_state(driver: Any, form: bool = False) -> dict[str, Any]:
+    """What the chart drew (and, with ``form``, the scale and axis choices shown)."""
+    from selenium.webdriver.support.ui import Select
+
     drawn = wait_for_chart(driver)
     state: dict[str, Any] = driver.execute_script(SVG_STATE)
     state["series"] = {series["label"]: series for series in drawn}
+    if form:
+        state["form"] = {
+            "ylog": driver.find_element("id", "ylog").is_selected(),
+            "y2log": driver.find_element("id", "y2log").is_selected(),
+            "axes": [
+                Select(r.find_element("css selector", ".axis")).first_selected_option.text
+                for r in driver.find_elements("css selector", "#queries .query")
+            ],
+        }
     return state
 
 
@@ -447,7 +459,8 @@ def ys(d: str) -> list[float]:
 
 def choose_axes_and_scales(base: str, start: int) -> dict[str, dict[str, Any]]:
     """One link with every query on the left axis; then, in the form, small.m to the right
-    axis, then log y; then the page's own link opened in a fresh browser."""
+    axis, then log y; then the page's own link opened in a fresh browser, log y2 chosen
+    there and its link opened again."""
     from selenium.webdriver.support.ui import Select
 
     queries = "&".join(
@@ -471,14 +484,11 @@ def choose_axes_and_scales(base: str, start: int) -> dict[str, dict[str, Any]]:
     with browser() as driver:
         driver.set_window_size(1100, 1500)
         driver.get(seen["log"]["link"])
-        seen["again"] = chart_state(driver)
-        seen["again"]["form"] = {
-            "ylog": driver.find_element("id", "ylog").is_selected(),
-            "axes": [
-                Select(r.find_element("css selector", ".axis")).first_selected_option.text
-                for r in driver.find_elements("css selector", "#queries .query")
-            ],
-        }
+        seen["again"] = chart_state(driver, form=True)
+        driver.find_element("id", "y2log").click()  # and log y2 too
+        seen["both"] = chart_state(driver)
+        driver.get(seen["both"]["link"])
+        seen["both_again"] = chart_state(driver, form=True)
     return seen
 
 
@@ -568,10 +578,19 @@ async def test_markers_right_axis_log_scale_gaps_and_labels(make_tsd: MakeTsd) -
     assert "ylog=1" in log["link"]
 
     # The link reproduces it all in a fresh browser.
-    assert again["form"] == {"ylog": True, "axes": ["left (y)"] * 3 + ["right (y2)"]}
+    axes = ["left (y)"] * 3 + ["right (y2)"]
+    assert again["form"] == {"ylog": True, "y2log": False, "axes": axes}
     assert {k: v for k, v in again["attrs"].items() if k.startswith("data-")} == {
         k: v for k, v in log["attrs"].items() if k.startswith("data-")
     }
+    # Log y2 as well: 0.5 to 2 within two decades, so 1-2-5 ticks; the link keeps it.
+    both, both_again = seen["both"], seen["both_again"]
+    assert both["attrs"]["data-y2-scale"] == "log"
+    assert [v for cls, *_, v in both["text"] if cls == "y2tick"] == [0.1, 0.2, 0.5, 1, 2, 5, 10]
+    assert "y2log=1" in both["link"]
+    assert both_again["form"] == {"ylog": True, "y2log": True, "axes": axes}
+    assert both_again["attrs"] == both["attrs"]
+    assert_no_label_clipped(both)
 
 
 async def test_log_scale_spaces_decades_evenly_and_breaks_at_zero(make_tsd: MakeTsd) -> None:
