@@ -53,6 +53,9 @@ class HttpConfig:
     )
     show_stack_trace: bool = False  # tsd departs: OpenTSDB's default is true
     allow_delete: bool = False
+    #: names (optional ``:port``, ``*`` for any) browsers may use for this TSD besides
+    #: loopback, the machine's names and IP literals (the DNS-rebinding check, issue 25)
+    allowed_hosts: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +298,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.http.request.cors_headers": ("http", "cors_headers", _str),
     "tsd.http.show_stack_trace": ("http", "show_stack_trace", _bool),
     "tsd.http.query.allow_delete": ("http", "allow_delete", _bool),
+    "tsd.http.allowed_hosts": ("http", "allowed_hosts", _str),
     "tsd.rpc.telnet.max_line": ("telnet", "max_line_bytes", _range(16, 1 << 30)),
     "tsd.rpc.telnet.return_errors": ("telnet", "return_errors", _bool),
     "tsd.mode": ("core", "mode", _choice("rw", "ro", "wo")),

@@ -158,3 +158,190 @@ def test_every_route_has_a_right() -> None:
 
     routes = {key for name in ROUTE_MODULES for key in importlib.import_module(name).ROUTES}
     assert routes <= set(ROUTE_RIGHTS)
+
+
+# -- DNS rebinding (issue 25): a browser request must name this TSD ----------------------------
+
+#: what a rebound page's browser sends: every header names the hostile name, as to the
+#: browser the page and the TSD are one origin
+REBOUND = [
+    pytest.param({"Origin": "http://evil.example:{port}"}, id="origin"),
+    pytest.param({"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}, id="fetch_site"),
+    pytest.param({"Sec-Fetch-Site": "none", "Sec-Fetch-Mode": "navigate"}, id="navigate"),
+    pytest.param({"Referer": "http://evil.example:{port}/"}, id="referer"),
+    # a no-referrer GET over plain HTTP: no Origin, no Fetch Metadata, no Referer
+    pytest.param({"Accept-Language": "en-US,en;q=0.9"}, id="accept_language"),
+]
+
+
+@pytest.mark.parametrize("headers", REBOUND)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        pytest.param("GET", "/diediedie", id="diediedie"),
+        pytest.param("GET", "/api/uid/assign?metric=evil.m", id="uid_assign"),
+        pytest.param("GET", f"/api/query?start={T0 - 10}&m=sum:good.m", id="query"),
+        pytest.param("GET", "/api/suggest?type=metrics", id="suggest"),
+        pytest.param("GET", "/", id="page"),
+    ],
+)
+async def test_rebound_name_is_refused(
+    make_tsd: MakeTsd, method: str, path: str, headers: dict[str, str]
+) -> None:
+    """Reads included: the same-origin policy does not protect a rebound page's reads."""
+    daemon = await seeded(make_tsd)
+    before = await storage_snapshot(daemon)
+    refused = daemon.registry.counter("http.foreign_host_refused")
+    port = daemon.port
+    sent = {"Host": f"evil.example:{port}", **{k: v.format(port=port) for k, v in headers.items()}}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, f"http://127.0.0.1:{port}{path}", headers=sent) as reply,
+    ):
+        assert reply.status == 403
+        assert reply.headers["Content-Type"].startswith("application/json")
+        body = await reply.json()
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == 403
+    assert body["error"]["message"] == "Host not allowed"
+    assert "tsd.http.allowed_hosts" in body["error"]["details"]
+    assert f"evil.example:{port}" in body["error"]["details"]
+    assert "good.m" not in str(body)
+    assert refused.value == 1
+    assert await storage_snapshot(daemon) == before
+    assert not daemon.shutdown_requested
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}/api/stats") as reply,
+    ):
+        stats = await reply.json()
+    assert [r["value"] for r in stats if r["metric"] == "tsd.http.foreign_host_refused"] == ["1"]
+
+
+def own_names() -> list[str]:
+    import socket
+
+    return [socket.gethostname(), socket.getfqdn()]
+
+
+@pytest.mark.parametrize(
+    ("host", "keys"),
+    [
+        pytest.param("127.0.0.1:{port}", {}, id="ipv4"),
+        pytest.param("[::1]:{port}", {}, id="ipv6"),
+        pytest.param("10.1.2.3", {}, id="other_ipv4_no_port"),
+        pytest.param("localhost:{port}", {}, id="localhost"),
+        pytest.param("LOCALHOST.:{port}", {}, id="localhost_case_dot"),
+        pytest.param("tsd.localhost:{port}", {}, id="dot_localhost"),
+        pytest.param("{hostname}:{port}", {}, id="hostname"),
+        pytest.param("{fqdn}:{port}", {}, id="fqdn"),
+        pytest.param(
+            "tsd.example:{port}", {"tsd.http.allowed_hosts": "a.example, TSD.example"}, id="listed"
+        ),
+        pytest.param(
+            "tsd.example:{port}", {"tsd.http.allowed_hosts": "tsd.example:{port}"}, id="listed_port"
+        ),
+        pytest.param("evil.example:{port}", {"tsd.http.allowed_hosts": "*"}, id="star"),
+    ],
+)
+async def test_own_names_serve_browsers(make_tsd: MakeTsd, host: str, keys: dict[str, str]) -> None:
+    """The page and state changes work on every name of this TSD (its own page's requests)."""
+    daemon = await seeded(make_tsd)
+    hostname, fqdn = own_names()
+    names = {"hostname": hostname, "fqdn": fqdn, "port": daemon.port}
+    host = host.format(**names)
+    # Keys are read at start: a listed port must be known first; restart with it.
+    if keys:
+        port = daemon.port
+        await daemon.stop()
+        daemon = await seeded(
+            make_tsd,
+            **{"tsd.network.port": str(port)},
+            **{k: v.format(**names) for k, v in keys.items()},
+        )
+    own = {"Host": host, "Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"}
+    async with aiohttp.ClientSession(headers=own) as http:
+        base = f"http://127.0.0.1:{daemon.port}"
+        async with http.get(base + "/") as reply:
+            assert reply.status == 200
+        async with http.get(base + f"/api/query?start={T0 - 10}&m=sum:good.m") as reply:
+            assert reply.status == 200, await reply.text()
+            assert (await reply.json())[0]["metric"] == "good.m"
+        async with http.get(base + "/api/uid/assign?metric=new.m") as reply:
+            assert reply.status == 200, await reply.text()
+    assert await daemon.uids.metrics.get_id("new.m")
+
+
+async def test_a_listed_port_is_that_port_only(make_tsd: MakeTsd) -> None:
+    daemon = await make_tsd(**{"tsd.http.allowed_hosts": "tsd.example:1"})
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"http://127.0.0.1:{daemon.port}/api/version",
+            headers={"Host": f"tsd.example:{daemon.port}", "Sec-Fetch-Site": "same-origin"},
+        ) as reply,
+    ):
+        assert reply.status == 403
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:80", "[::1", "a b", ""])
+async def test_clients_that_are_not_browsers_are_unaffected(make_tsd: MakeTsd, host: str) -> None:
+    """collectors, curl, Grafana's server side: no browser header, any Host (OpenTSDB's)."""
+    daemon = await make_tsd()
+    point = {"metric": "plain.m", "timestamp": T0, "value": 1, "tags": {"h": "a"}}
+    async with aiohttp.ClientSession(headers={"Host": host}) as http:
+        base = f"http://127.0.0.1:{daemon.port}"
+        async with http.post(base + "/api/put?sync", json=point) as reply:
+            assert reply.status == 204
+        async with http.get(base + f"/api/query?start={T0 - 10}&m=sum:plain.m") as reply:
+            assert reply.status == 200
+            assert (await reply.json())[0]["dps"] == {str(T0): 1}
+
+
+@pytest.mark.parametrize("entry", ["a b", "tsd.example:port", "http://tsd.example/x", ":80"])
+def test_a_bad_allowed_host_is_a_config_error(entry: str) -> None:
+    from tsd.errors import ConfigError
+    from tsd.server.http.guard import parse_allowed_hosts
+
+    with pytest.raises(ConfigError, match="tsd.http.allowed_hosts"):
+        parse_allowed_hosts(f"ok.example,{entry}")
+
+
+#: What Grafana's data-source proxy ("Server" access of the old frontend data source) sends:
+#: it drops Origin and Referer but passes the browser's Fetch Metadata on, with the Host of
+#: the data source's URL (pkg/api/pluginproxy/ds_proxy.go, pkg/util/proxyutil).
+GRAFANA_PROXY = {
+    "Sec-Fetch-Site": "same-origin",
+    "Sec-Fetch-Mode": "cors",
+    "Sec-Fetch-Dest": "empty",
+    "X-Grafana-Referer": "http://grafana.example:3000/d/abc/board",
+    "X-Forwarded-For": "192.0.2.7",
+    "User-Agent": "Grafana/10.4.0",
+}
+
+
+@pytest.mark.parametrize(
+    ("url_host", "listed", "status"),
+    [
+        pytest.param("127.0.0.1:{port}", "", 200, id="ip_url"),
+        pytest.param("localhost:{port}", "", 200, id="localhost_url"),
+        pytest.param("tsd:{port}", "tsd", 200, id="service_name_listed"),
+        pytest.param("tsd:{port}", "", 403, id="service_name_not_listed"),
+    ],
+)
+async def test_grafana_proxy_with_fetch_metadata(
+    make_tsd: MakeTsd, url_host: str, listed: str, status: int
+) -> None:
+    """The data source URL must name the TSD by one of its names, as a browser would."""
+    daemon = await seeded(make_tsd, **{"tsd.http.allowed_hosts": listed})
+    headers = {**GRAFANA_PROXY, "Host": url_host.format(port=daemon.port)}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(f"http://127.0.0.1:{daemon.port}/api/suggest?type=metrics") as reply,
+    ):
+        assert reply.status == status
+        body = await reply.json()
+    if status == 200:
+        assert body == ["good.m"]
+    else:
+        assert "tsd.http.allowed_hosts" in body["error"]["details"]

@@ -1,9 +1,10 @@
 """The query page in a real browser: Debian's headless Chromium driven by selenium.
 
 The daemon runs on the test's event loop; selenium is blocking, so the browser is driven from
-a worker thread. The page draws each series as an SVG polyline whose ``data-points``
+a worker thread. The page draws each series as an SVG path whose ``data-points``
 attribute holds the [timestamp, value] pairs it plotted, which the test compares with what
-was stored.
+was stored; ``data-gaps``, ``data-axis``, the markers and the svg's ``data-*`` attributes say
+how it drew them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
 import threading
 import time
@@ -23,6 +25,7 @@ import aiohttp
 import pytest
 
 from tests.server.conftest import MakeTsd
+from tsd.daemon import Daemon
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -43,7 +46,8 @@ NOTE = "<b>deploy</b> & <i>restart</i>"  # annotation text: must show as text, n
 
 
 @contextmanager
-def browser() -> Iterator[Any]:
+def browser(*flags: str) -> Iterator[Any]:
+    """Headless Chromium with the test flags, plus ``flags`` (``--host-resolver-rules``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -52,7 +56,11 @@ def browser() -> Iterator[Any]:
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     options.add_argument("--window-size=1100,900")
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    for flag in flags:
+        options.add_argument(flag)
+    # UTC: time labels (and where a new day's date shows) do not depend on the machine.
+    service = Service(executable_path=CHROMEDRIVER, env={**os.environ, "TZ": "UTC"})
+    driver = webdriver.Chrome(service=service, options=options)
     try:
         yield driver
     finally:
@@ -73,10 +81,17 @@ def wait_for_chart(driver: Any) -> list[dict[str, Any]]:
             "label": line.get_attribute("data-label"),
             "query": int(line.get_attribute("data-query")),
             "points": json.loads(line.get_attribute("data-points")),
-            "drawn": line.get_attribute("points"),
+            "drawn": line.get_attribute("d"),
+            "axis": line.get_attribute("data-axis"),
+            "gaps": json.loads(line.get_attribute("data-gaps")),
         }
-        for line in driver.find_elements("css selector", "#chart svg polyline.series")
+        for line in driver.find_elements("css selector", "#chart svg path.series")
     ]
+
+
+def vertices(d: str) -> list[int]:
+    """The number of vertices of each run (``M`` starts one) of a path's ``d``."""
+    return [len(run.split("L")) for run in d.split("M")[1:]]
 
 
 def by_label(drawn: list[dict[str, Any]]) -> dict[str, tuple[int, list[list[float]]]]:
@@ -221,8 +236,9 @@ async def test_the_page_charts_two_queries_hovers_and_zooms(make_tsd: MakeTsd) -
     }
     stored["sys.mem.free{host=web01}"] = (1, [[T0 + 60 * i, v] for i, v in enumerate(FREE)])
     assert by_label(seen["drawn"]) == stored
-    for series in seen["drawn"]:  # one drawn vertex per stored point
-        assert len(series["drawn"].split()) == len(series["points"])
+    for series in seen["drawn"]:  # one line through every stored point
+        assert vertices(series["drawn"]) == [len(series["points"])]
+        assert series["gaps"] == []
 
     # y ticks: evenly spaced 1-2-5 steps spanning every value.
     yticks = seen["yticks"]
@@ -363,7 +379,7 @@ async def test_a_relative_range_refreshes_by_itself(make_tsd: MakeTsd) -> None:
             # stale when read, so the wait tries again rather than failing.
             WebDriverWait(driver, 40, ignored_exceptions=(StaleElementReferenceException,)).until(
                 lambda d: len(json.loads(
-                    d.find_element("css selector", "#chart polyline.series")
+                    d.find_element("css selector", "#chart path.series")
                     .get_attribute("data-points")
                 )) == 6
             )  # fmt: skip
@@ -379,3 +395,228 @@ async def test_a_relative_range_refreshes_by_itself(make_tsd: MakeTsd) -> None:
     assert by_label(after) == {
         "live.m{h=a}": (0, [[p["timestamp"], p["value"]] for p in [*first, late]])
     }
+
+
+# -- markers, the right axis, log scale, gaps, labels (issue 25) -------------------------------
+
+#: gap.m: a run every minute, a lone point, another run (gaps of 4 minutes around it)
+GAPPY = [0, 60, 120, 180, 240, 480, 720, 780, 840, 900, 960, 1020, 1080, 1140, 1200]
+BIG = [1_000_000 + 50_000 * i for i in range(21)]  # a counter, every minute
+SMALL = [0.5 + (i % 4) * 0.5 for i in range(21)]  # a load average beside it
+DECADES = [1, 10, 100, 1000, 0, 1, 10]  # wide.m: the 0 has no place on a log scale
+B0 = T0 + 6000  # 23:40 UTC: a chart of 20 minutes from here ends at midnight
+
+SVG_STATE = """
+const svg = document.querySelector('#chart svg');
+const text = Array.from(svg.querySelectorAll('text')).map((t) => {
+  const b = t.getBBox();
+  return [t.getAttribute('class'), t.textContent, b.x, b.width, Number(t.dataset.v)];
+});
+const markers = Array.from(svg.querySelectorAll('circle.marker')).map((c) => ({
+  label: c.dataset.label, t: Number(c.dataset.t), v: Number(c.dataset.v),
+  cx: Number(c.getAttribute('cx')), cy: Number(c.getAttribute('cy'))}));
+const attrs = {};
+for (const a of svg.attributes) attrs[a.name] = a.value;
+return {attrs, text, markers, link: document.getElementById('permalink').href,
+        legend: Array.from(document.querySelectorAll('#legend li')).map((li) => li.textContent)};
+"""
+
+
+async def put_sync(daemon: Daemon, points: list[dict[str, Any]]) -> str:
+    """Store ``points`` through /api/put?sync; the daemon's base URL."""
+    base = f"http://127.0.0.1:{daemon.port}"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(base + "/api/put?sync", json=points) as reply,
+    ):
+        assert reply.status == 204
+    return base
+
+
+def chart_state(driver: Any, form: bool = False) -> dict[str, Any]:
+    """What the chart drew (and, with ``form``, the scale and axis choices shown)."""
+    from selenium.webdriver.support.ui import Select
+
+    drawn = wait_for_chart(driver)
+    state: dict[str, Any] = driver.execute_script(SVG_STATE)
+    state["series"] = {series["label"]: series for series in drawn}
+    if form:
+        state["form"] = {
+            "ylog": driver.find_element("id", "ylog").is_selected(),
+            "y2log": driver.find_element("id", "y2log").is_selected(),
+            "axes": [
+                Select(r.find_element("css selector", ".axis")).first_selected_option.text
+                for r in driver.find_elements("css selector", "#queries .query")
+            ],
+        }
+    return state
+
+
+def ys(d: str) -> list[float]:
+    """The y pixel of every vertex of a path's ``d``."""
+    return [float(p.split(",")[1]) for p in d.replace("M", " ").replace("L", " ").split()]
+
+
+def choose_axes_and_scales(base: str, start: int) -> dict[str, dict[str, Any]]:
+    """One link with every query on the left axis; then, in the form, small.m to the right
+    axis, then log y; then the page's own link opened in a fresh browser, log y2 chosen
+    there and its link opened again."""
+    from selenium.webdriver.support.ui import Select
+
+    queries = "&".join(
+        f"metric={m}&tags=&aggregator=sum&downsample=&rate=&axis="
+        for m in ("gap.m", "one.m", "big.m", "small.m")
+    )
+    seen: dict[str, dict[str, Any]] = {}
+    with browser() as driver:
+        driver.set_window_size(1100, 1500)  # the whole chart in view, for the screenshots
+        driver.get(f"{base}/?{queries}&start={start}&end={start + 1200}")
+        seen["shared"] = chart_state(driver)
+        driver.find_element("id", "chart").screenshot("/tmp/tsd-page-shared.png")
+        row = driver.find_elements("css selector", "#queries .query")[3]
+        Select(row.find_element("css selector", ".axis")).select_by_value("y2")
+        driver.find_element("id", "graph").click()
+        seen["right"] = chart_state(driver)
+        driver.find_element("id", "chart").screenshot("/tmp/tsd-page-right.png")
+        driver.find_element("id", "ylog").click()
+        seen["log"] = chart_state(driver)
+        driver.find_element("id", "chart").screenshot("/tmp/tsd-page-log.png")
+    with browser() as driver:
+        driver.set_window_size(1100, 1500)
+        driver.get(seen["log"]["link"])
+        seen["again"] = chart_state(driver, form=True)
+        driver.find_element("id", "y2log").click()  # and log y2 too
+        seen["both"] = chart_state(driver)
+        driver.get(seen["both"]["link"])
+        seen["both_again"] = chart_state(driver, form=True)
+    return seen
+
+
+def assert_no_label_clipped(state: dict[str, Any]) -> None:
+    width = float(state["attrs"]["width"])
+    for cls, text, x, w, _ in state["text"]:
+        assert x >= 0, (cls, text, x)
+        assert x + w <= width, (cls, text, x, w, width)
+
+
+async def test_markers_right_axis_log_scale_gaps_and_labels(make_tsd: MakeTsd) -> None:
+    daemon = await make_tsd()
+    assert (B0 + 1200) % 86400 == 0  # the last time label is a new day's: the widest
+    put = [
+        {"metric": "gap.m", "timestamp": B0 + t, "value": 2 + i % 3, "tags": {"h": "a"}}
+        for i, t in enumerate(GAPPY)
+    ]
+    put.append({"metric": "one.m", "timestamp": B0 + 300, "value": 3, "tags": {"h": "a"}})
+    for metric, values in (("big.m", BIG), ("small.m", SMALL), ("wide.m", DECADES)):
+        put += [
+            {"metric": metric, "timestamp": B0 + 60 * i, "value": v, "tags": {"h": "a"}}
+            for i, v in enumerate(values)
+        ]
+    base = await put_sync(daemon, put)
+
+    seen = await asyncio.to_thread(choose_axes_and_scales, base, B0)
+
+    shared, right, log, again = seen["shared"], seen["right"], seen["log"], seen["again"]
+    plot_top = float(shared["attrs"]["data-plot-top"])
+    plot_h = float(shared["attrs"]["data-plot-height"])
+    for state in (shared, right, log, again):
+        # Gaps: a break where points are more than twice the median minute apart; the lone
+        # point between them and the one-point series are drawn as markers.
+        gap = state["series"]["gap.m{h=a}"]
+        assert gap["gaps"] == [[B0 + 240, B0 + 480], [B0 + 480, B0 + 720]]
+        assert vertices(gap["drawn"]) == [5, 1, 9]
+        assert vertices(state["series"]["one.m{h=a}"]["drawn"]) == [1]
+        assert {(m["label"], m["t"], m["v"]) for m in state["markers"]} == {
+            ("gap.m{h=a}", B0 + 480, 4),
+            ("one.m{h=a}", B0 + 300, 3),
+        }
+        svg = state["attrs"]
+        x0, x1 = float(svg["data-x-min"]), float(svg["data-x-max"])
+        left, width = float(svg["data-plot-left"]), float(svg["data-plot-width"])
+        for marker in state["markers"]:
+            assert marker["cx"] == pytest.approx(
+                left + (marker["t"] - x0) / (x1 - x0) * width, 0.01
+            )
+            assert plot_top <= marker["cy"] <= plot_top + plot_h
+        # Labels: the last time tick sits on the right edge of the plot, and no label
+        # (time, y or y2) crosses the svg's edges.
+        assert x1 == B0 + 1200
+        assert max(v for cls, *_, v in state["text"] if cls == "xtick") == x1
+        assert_no_label_clipped(state)
+    # the last label reaches past the old fixed margin (20 px), where it was clipped
+    last = max((t for t in shared["text"] if t[0] == "xtick"), key=lambda t: t[4])
+    assert last[2] + last[3] > float(shared["attrs"]["width"]) - 20
+
+    # One axis: the load average is flat against the counter.
+    assert "data-y2-min" not in shared["attrs"]
+    assert {s["axis"] for s in shared["series"].values()} == {"y"}
+    assert (
+        max(ys(shared["series"]["small.m{h=a}"]["drawn"]))
+        - min(ys(shared["series"]["small.m{h=a}"]["drawn"]))
+        < 2
+    )
+    # small.m on the right axis: its own scale, so it spans the plot's height.
+    small = right["series"]["small.m{h=a}"]
+    assert small["axis"] == "y2"
+    assert right["attrs"]["data-y2-scale"] == "linear"
+    assert float(right["attrs"]["data-y2-min"]) <= min(SMALL)
+    assert max(SMALL) <= float(right["attrs"]["data-y2-max"]) <= 10
+    assert float(right["attrs"]["data-y-max"]) >= max(BIG)
+    assert max(ys(small["drawn"])) - min(ys(small["drawn"])) > plot_h / 2
+    y2ticks = [v for cls, *_, v in right["text"] if cls == "y2tick"]
+    assert len(y2ticks) >= 3
+    assert "small.m{h=a} (right axis)" in " ".join(right["legend"])
+    assert "axis=y2" in right["link"]
+
+    # Log y: decades on the left axis, the right one stays linear.
+    assert log["attrs"]["data-y-scale"] == "log"
+    assert log["attrs"]["data-y2-scale"] == "linear"
+    yticks = [v for cls, *_, v in log["text"] if cls == "ytick"]
+    assert yticks == [10**k for k in range(8)]  # 2 (gap.m) to 2,000,000 (big.m): decades
+    big = log["series"]["big.m{h=a}"]
+    assert vertices(big["drawn"]) == [len(BIG)]
+    assert "ylog=1" in log["link"]
+
+    # The link reproduces it all in a fresh browser.
+    axes = ["left (y)"] * 3 + ["right (y2)"]
+    assert again["form"] == {"ylog": True, "y2log": False, "axes": axes}
+    assert {k: v for k, v in again["attrs"].items() if k.startswith("data-")} == {
+        k: v for k, v in log["attrs"].items() if k.startswith("data-")
+    }
+    # Log y2 as well: 0.5 to 2 within two decades, so 1-2-5 ticks; the link keeps it.
+    both, both_again = seen["both"], seen["both_again"]
+    assert both["attrs"]["data-y2-scale"] == "log"
+    assert [v for cls, *_, v in both["text"] if cls == "y2tick"] == [0.1, 0.2, 0.5, 1, 2, 5, 10]
+    assert "y2log=1" in both["link"]
+    assert both_again["form"] == {"ylog": True, "y2log": True, "axes": axes}
+    assert both_again["attrs"] == both["attrs"]
+    assert_no_label_clipped(both)
+
+
+async def test_log_scale_spaces_decades_evenly_and_breaks_at_zero(make_tsd: MakeTsd) -> None:
+    daemon = await make_tsd()
+    put = [
+        {"metric": "wide.m", "timestamp": T0 + 60 * i, "value": v, "tags": {"h": "a"}}
+        for i, v in enumerate(DECADES)
+    ]
+    base = await put_sync(daemon, put)
+
+    def look() -> dict[str, Any]:
+        with browser() as driver:
+            driver.get(f"{base}/?metric=wide.m&start={T0}&end={T0 + 600}&ylog=1")
+            return chart_state(driver)
+
+    state = await asyncio.to_thread(look)
+    wide = state["series"]["wide.m{h=a}"]
+    assert state["attrs"]["data-y-scale"] == "log"
+    assert (float(state["attrs"]["data-y-min"]), float(state["attrs"]["data-y-max"])) == (1, 1000)
+    # the 0 cannot be drawn: the line breaks there, both sides drawn
+    assert wide["gaps"] == [[T0 + 180, T0 + 300]]
+    assert vertices(wide["drawn"]) == [4, 2]
+    first = ys(wide["drawn"])[:4]  # 1, 10, 100, 1000: one decade each, evenly spaced
+    steps = [a - b for a, b in zip(first, first[1:], strict=False)]
+    assert steps[0] > 0
+    assert all(s == pytest.approx(steps[0], abs=0.02) for s in steps)
+    ticks = sorted(v for cls, *_, v in state["text"] if cls == "ytick")
+    assert ticks == [1, 10, 100, 1000]
+    assert_no_label_clipped(state)

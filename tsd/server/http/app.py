@@ -23,7 +23,7 @@ from tsd.config import Config
 from tsd.errors import BadRequestError
 from tsd.server.http.auth import CREDENTIALS, auth_middleware
 from tsd.server.http.context import CORS_DOMAINS, IS_API, ROUTES, SERVICES, Services
-from tsd.server.http.guard import origin_guard
+from tsd.server.http.guard import ALLOWED_HOSTS, origin_guard, parse_allowed_hosts
 from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains
 from tsd.server.http.routing import Handler, Route, parse_api_path
 
@@ -95,5 +95,8 @@ def make_app(services: Services) -> web.Application:
     cors = parse_cors_domains(services.config.http.cors_domains)
     if cors is not None:
         app[CORS_DOMAINS] = cors
+    app[ALLOWED_HOSTS] = parse_allowed_hosts(
+        services.config.http.allowed_hosts, services.config.network.bind
+    )
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

@@ -2,11 +2,13 @@
 the same way: ``/`` and ``/s/<file>``, registered when the UI is enabled in ``rw``/``ro``).
 
 The page is plain HTML and JavaScript in ``tsd/server/static`` (no build step, no library):
-several queries (metric from ``/api/suggest``, tags, aggregator, downsample, rate) on one SVG
-chart with 1-2-5 value ticks and calendar-aligned time ticks, values on hover, drag to zoom,
-relative ranges and auto-refresh, and a status table fed by ``/api/stats``; the page URL
-reproduces the view. It only reads, with same-origin GETs, so the origin guard and the
-browser's own basic-auth credentials apply to it as to any client.
+several queries (metric from ``/api/suggest``, tags, aggregator, downsample, rate, left or
+right axis) on one SVG chart with 1-2-5 value ticks or a log scale per axis and
+calendar-aligned time ticks, breaks at gaps in collection, dots for lone points, margins sized
+to the labels, values on hover, drag to zoom, relative ranges and auto-refresh, and a status
+table fed by ``/api/stats``; the page URL reproduces the view. It only reads, with
+same-origin GETs, so the origin guard and the browser's own basic-auth credentials apply to
+it as to any client.
 """
 
 from __future__ import annotations

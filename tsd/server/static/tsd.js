@@ -2,14 +2,20 @@
 // data, /api/stats for the daemon's status. Plain browser JavaScript, no build step.
 //
 // The chart exposes what it drew, for tests and for anyone reading the page: every series is a
-// <polyline> whose data-points attribute holds the [timestamp, value] pairs plotted; the <svg>
-// carries the visible range (data-x-min/-max, data-y-min/-max) and the plot's pixel box
-// (data-plot-left/-top/-width/-height); every tick label carries its value in data-v.
+// <path class="series"> whose data-points attribute holds the [timestamp, value] pairs plotted,
+// data-axis its axis (y or y2) and data-gaps the [before, after] times where the line breaks
+// (a gap in collection: more than twice the series' median interval; or, on a log scale, a
+// value that is not positive); a point alone between breaks gets a <circle class="marker">.
+// The <svg> carries the visible range (data-x-min/-max, data-y-min/-max, data-y2-min/-max),
+// each axis' scale (data-y-scale, data-y2-scale: linear or log) and the plot's pixel box
+// (data-plot-left/-top/-width/-height); every tick label carries its value in data-v
+// (classes xtick, ytick, y2tick). Margins follow the widest labels, so none is clipped.
 // Names, tags and annotation text reach the page only through textContent, never as markup.
 "use strict";
 
 (function () {
-  const FIELDS = ["metric", "tags", "aggregator", "downsample", "rate"];
+  const FIELDS = ["metric", "tags", "aggregator", "downsample", "rate", "axis"];
+  const OPTIONS = ["ylog", "y2log"];  // page-wide checkboxes, "1" in the link when on
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const SVG_NS = "http://www.w3.org/2000/svg";
@@ -60,7 +66,7 @@
   }
 
   // The page's state in its URL: each query's fields repeated in order (empty ones kept, so
-  // the n-th values belong together), then the time range and refresh.
+  // the n-th values belong together), then the time range, refresh and the scale options.
   function pageUrl(queries) {
     const params = new URLSearchParams();
     for (const q of queries) for (const name of FIELDS) params.append(name, q[name] || "");
@@ -68,6 +74,7 @@
       const value = $(name).value.trim();
       if (value) params.set(name, value);
     }
+    for (const name of OPTIONS) if ($(name).checked) params.set(name, "1");
     return "/?" + params.toString();
   }
 
@@ -191,6 +198,7 @@
 
   // The y domain widened to whole steps, and the ticks on it.
   function valueTicks(lo, hi) {
+    if (lo === hi) { lo -= 1; hi += 1; }
     const step = niceStep(hi - lo, 5);
     const first = Math.floor(lo / step), last = Math.ceil(hi / step);
     const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
@@ -200,6 +208,22 @@
       ticks.push({ v, text: formatValue(v, decimals) });
     }
     return { lo: first * step, hi: last * step, ticks };
+  }
+
+  // A log axis over [lo, hi] (both > 0): whole decades, with 2 and 5 inside when few.
+  function logTicks(lo, hi) {
+    let first = Math.floor(Math.log10(lo) + 1e-9), last = Math.ceil(Math.log10(hi) - 1e-9);
+    if (last <= first) last = first + 1;
+    const ticks = [];
+    const mantissas = last - first <= 2 ? [1, 2, 5] : [1];
+    for (let k = first; k <= last; k++) {
+      for (const m of mantissas) {
+        if (k === last && m > 1) break;
+        const v = Number((m * Math.pow(10, k)).toPrecision(12));
+        ticks.push({ v, text: formatValue(v, Math.max(0, -k)) });
+      }
+    }
+    return { lo: Math.pow(10, first), hi: Math.pow(10, last), ticks, log: true };
   }
 
   function formatValue(v, decimals) {
@@ -298,57 +322,140 @@
   // The series drawn last, for hover and zoom.
   let drawn = null;
 
+  // The runs of points drawn as one line: a break where consecutive points are more than twice
+  // the series' median interval apart, or at a point the axis cannot show (log scale, <= 0).
+  function segments(points, drawable) {
+    const steps = points.slice(1).map((p, i) => p[0] - points[i][0]).sort((a, b) => a - b);
+    const median = steps.length ? steps[Math.floor((steps.length - 1) / 2)] : 0;
+    const runs = [];
+    let run = [];
+    points.forEach((p, i) => {
+      if (run.length && p[0] - points[i - 1][0] > 2 * median) { runs.push(run); run = []; }
+      if (drawable(p[1])) run.push(p);
+      else if (run.length) { runs.push(run); run = []; }
+    });
+    if (run.length) runs.push(run);
+    return runs;
+  }
+
+  // [min, max] of many numbers (a loop: spreading 100,000 arguments overflows the stack).
+  function extent(values) {
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    return [lo, hi];
+  }
+
+  // One value axis: its domain and ticks (linear 1-2-5 or log decades).
+  function valueAxis(values, log) {
+    const shown = log ? values.filter((v) => v > 0) : values;
+    if (shown.length === 0) return null;
+    const [lo, hi] = extent(shown);
+    const axis = log ? logTicks(lo, hi) : valueTicks(lo, hi);
+    axis.log = log;
+    return axis;
+  }
+
   function drawChart(all) {
     const chart = $("chart"), legend = $("legend");
     chart.querySelectorAll("svg").forEach((s) => s.remove());
     legend.replaceChildren();
     $("tooltip").hidden = true;
-    const flat = all.flatMap((s) => s.points);
     chart.dataset.series = String(all.length);
     drawn = null;
-    if (flat.length === 0) {
-      $("status").textContent = "No data points in this time range.";
+    const logs = { y: $("ylog").checked, y2: $("y2log").checked };
+    const axes = {};
+    for (const name of ["y", "y2"]) {
+      const values = all.filter((s) => s.axis === name).flatMap((s) => s.points.map((p) => p[1]));
+      const axis = valueAxis(values, logs[name]);
+      if (axis) axes[name] = axis;
+    }
+    const shown = all.flatMap((s) => s.points.filter((p) => axes[s.axis] && (!logs[s.axis] || p[1] > 0)));
+    if (shown.length === 0) {
+      $("status").textContent = "No data points in this time range" +
+        (all.some((s) => s.points.length) ? " that a log scale can show." : ".");
       return;
     }
-    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
-    for (const [t, v] of flat) {
-      x0 = Math.min(x0, t); x1 = Math.max(x1, t); y0 = Math.min(y0, v); y1 = Math.max(y1, v);
-    }
+    let [x0, x1] = extent(shown.map((p) => p[0]));
     if (x0 === x1) { x0 -= 1; x1 += 1; }
-    if (y0 === y1) { y0 -= 1; y1 += 1; }
-    const y = valueTicks(y0, y1);
-    [y0, y1] = [y.lo, y.hi];
-    const width = Math.max(480, Math.min(1200, chart.clientWidth || 800));
-    const plotW = width - MARGIN.left - MARGIN.right, plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
-    const sx = (t) => MARGIN.left + ((t - x0) / (x1 - x0)) * plotW;
-    const sy = (v) => MARGIN.top + (1 - (v - y0) / (y1 - y0)) * plotH;
 
-    const svg = el("svg", {
+    // The svg goes in first: labels are measured in it, and the margins made to fit them.
+    const svg = el("svg", {});
+    chart.appendChild(svg);
+    const textWidth = (text, cls) => {
+      const node = svg.appendChild(el("text", { class: cls }, text));
+      const w = node.getComputedTextLength();
+      node.remove();
+      return w;
+    };
+    const widest = (axis, cls) => axis ? Math.max(0, ...axis.ticks.map((t) => textWidth(t.text, cls))) : 0;
+    const width = Math.max(480, Math.min(1200, chart.clientWidth || 800));
+    const left = Math.max(axes.y ? MARGIN.left : MARGIN.right, widest(axes.y, "ytick") + 12);
+    let right = axes.y2 ? Math.max(MARGIN.left, widest(axes.y2, "y2tick") + 12) : MARGIN.right;
+    let x = timeTicks(x0, x1, Math.max(2, Math.floor((width - left - right) / 90)));
+    // A time label is centred on its tick: the margins hold half the widest one.
+    const half = Math.max(0, ...x.ticks.map((t) => textWidth(t.text, "xtick"))) / 2 + 4;
+    const leftMargin = Math.max(left, half);
+    right = Math.max(right, half);
+    const plotW = width - leftMargin - right, plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
+    x = timeTicks(x0, x1, Math.max(2, Math.floor(plotW / 90)));
+    const sx = (t) => leftMargin + ((t - x0) / (x1 - x0)) * plotW;
+    const scale = (axis) => {
+      if (!axis) return null;
+      const f = axis.log ? Math.log10 : (v) => v;
+      const a = f(axis.lo), b = f(axis.hi);
+      return (v) => MARGIN.top + (1 - (f(v) - a) / (b - a)) * plotH;
+    };
+    const sy = { y: scale(axes.y), y2: scale(axes.y2) };
+
+    const attrs = {
       width, height: HEIGHT, viewBox: `0 0 ${width} ${HEIGHT}`,
-      "data-x-min": x0, "data-x-max": x1, "data-y-min": y0, "data-y-max": y1,
-      "data-plot-left": MARGIN.left, "data-plot-top": MARGIN.top,
+      "data-x-min": x0, "data-x-max": x1,
+      "data-plot-left": leftMargin, "data-plot-top": MARGIN.top,
       "data-plot-width": plotW, "data-plot-height": plotH,
-    });
-    for (const tick of y.ticks) {
-      const py = sy(tick.v);
-      svg.appendChild(el("line", { class: "grid", x1: MARGIN.left, x2: width - MARGIN.right, y1: py, y2: py }));
-      svg.appendChild(el("text", { class: "ytick", x: MARGIN.left - 6, y: py + 4, "text-anchor": "end", "data-v": tick.v }, tick.text));
+    };
+    for (const name of ["y", "y2"]) {
+      if (!axes[name]) continue;
+      attrs[`data-${name}-min`] = axes[name].lo;
+      attrs[`data-${name}-max`] = axes[name].hi;
+      attrs[`data-${name}-scale`] = axes[name].log ? "log" : "linear";
     }
-    const x = timeTicks(x0, x1, Math.max(2, Math.floor(plotW / 90)));
+    for (const [k, v] of Object.entries(attrs)) svg.setAttribute(k, String(v));
+    const gridAxis = axes.y ? "y" : "y2";
+    const bottom = HEIGHT - MARGIN.bottom, edge = width - right;
+    for (const name of ["y", "y2"]) {
+      if (!axes[name]) continue;
+      for (const tick of axes[name].ticks) {
+        const py = sy[name](tick.v);
+        if (name === gridAxis) svg.appendChild(el("line", { class: "grid", x1: leftMargin, x2: edge, y1: py, y2: py }));
+        const at = name === "y" ? { x: leftMargin - 6, "text-anchor": "end" } : { x: edge + 6, "text-anchor": "start" };
+        svg.appendChild(el("text", { class: name + "tick", y: py + 4, "data-v": tick.v, ...at }, tick.text));
+      }
+      const ax = name === "y" ? leftMargin : edge;
+      svg.appendChild(el("line", { class: "axis", "data-axis": name, x1: ax, x2: ax, y1: MARGIN.top, y2: bottom }));
+    }
     svg.dataset.timeStep = x.count + x.unit;
     for (const tick of x.ticks) {
       const px = sx(tick.v);
-      svg.appendChild(el("line", { class: "grid", x1: px, x2: px, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom }));
-      svg.appendChild(el("text", { class: "xtick", x: px, y: HEIGHT - MARGIN.bottom + 16, "text-anchor": "middle", "data-v": tick.v }, tick.text));
+      svg.appendChild(el("line", { class: "grid", x1: px, x2: px, y1: MARGIN.top, y2: bottom }));
+      svg.appendChild(el("text", { class: "xtick", x: px, y: bottom + 16, "text-anchor": "middle", "data-v": tick.v }, tick.text));
     }
-    svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: MARGIN.left, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom }));
-    svg.appendChild(el("line", { class: "axis", x1: MARGIN.left, x2: width - MARGIN.right, y1: HEIGHT - MARGIN.bottom, y2: HEIGHT - MARGIN.bottom }));
+    svg.appendChild(el("line", { class: "axis", x1: leftMargin, x2: edge, y1: bottom, y2: bottom }));
     all.forEach((series, i) => {
       series.color = COLORS[i % COLORS.length];
-      const coords = series.points.map(([t, v]) => sx(t).toFixed(2) + "," + sy(v).toFixed(2)).join(" ");
-      svg.appendChild(el("polyline", { class: "series", points: coords, stroke: series.color,
-                                       "data-label": series.label, "data-query": series.query,
-                                       "data-points": JSON.stringify(series.points) }));
+      const y = sy[series.axis];
+      const runs = segments(series.points, (v) => !logs[series.axis] || v > 0);
+      const d = runs.map((run) => "M" + run.map(([t, v]) => sx(t).toFixed(2) + "," + y(v).toFixed(2)).join("L")).join("");
+      const gaps = runs.slice(1).map((run, k) => [runs[k][runs[k].length - 1][0], run[0][0]]);
+      svg.appendChild(el("path", { class: "series", d, stroke: series.color,
+                                   "data-label": series.label, "data-query": series.query,
+                                   "data-axis": series.axis, "data-gaps": JSON.stringify(gaps),
+                                   "data-points": JSON.stringify(series.points) }));
+      for (const run of runs) {
+        if (run.length !== 1) continue;
+        const [t, v] = run[0];
+        svg.appendChild(el("circle", { class: "marker", cx: sx(t).toFixed(2), cy: y(v).toFixed(2), r: 3,
+                                       fill: series.color, "data-label": series.label, "data-t": t, "data-v": v }));
+      }
       for (const note of series.annotations) {
         const t = Number(note.startTime);
         if (!(t >= x0 && t <= x1)) continue;
@@ -360,16 +467,21 @@
       const swatch = document.createElement("span");
       swatch.className = "swatch";
       swatch.style.background = series.color;
-      item.append(swatch, "#" + (series.query + 1) + " " + series.label);
+      item.append(swatch, "#" + (series.query + 1) + " " + series.label + (series.axis === "y2" ? " (right axis)" : ""));
       legend.appendChild(item);
     });
-    svg.appendChild(el("line", { class: "cursor", x1: 0, x2: 0, y1: MARGIN.top, y2: HEIGHT - MARGIN.bottom, visibility: "hidden" }));
+    svg.appendChild(el("line", { class: "cursor", x1: 0, x2: 0, y1: MARGIN.top, y2: bottom, visibility: "hidden" }));
     svg.appendChild(el("rect", { class: "selection", x: 0, y: MARGIN.top, width: 0, height: plotH, visibility: "hidden" }));
     // On top of everything: catches the mouse over the plot area.
-    const overlay = el("rect", { class: "overlay", x: MARGIN.left, y: MARGIN.top, width: plotW, height: plotH });
+    const overlay = el("rect", { class: "overlay", x: leftMargin, y: MARGIN.top, width: plotW, height: plotH });
     svg.appendChild(overlay);
-    chart.appendChild(svg);
-    drawn = { svg, all, x0, x1, sx, plotW, invert: (px) => x0 + ((px - MARGIN.left) / plotW) * (x1 - x0) };
+    // The last word on clipping: a label that still crosses an edge moves inside it.
+    for (const text of svg.querySelectorAll("text.xtick")) {
+      const box = text.getBBox();
+      const shift = box.x < 0 ? -box.x : Math.min(0, width - box.x - box.width);
+      if (shift) text.setAttribute("x", Number(text.getAttribute("x")) + shift);
+    }
+    drawn = { svg, all, x0, x1, sx, left: leftMargin, plotW, invert: (px) => x0 + ((px - leftMargin) / plotW) * (x1 - x0) };
     attachPointer(overlay);
     $("status").textContent = "";
   }
@@ -379,7 +491,7 @@
   function svgX(event) {
     const box = drawn.svg.getBoundingClientRect();
     const px = event.clientX - box.left;
-    return Math.max(MARGIN.left, Math.min(MARGIN.left + drawn.plotW, px));
+    return Math.max(drawn.left, Math.min(drawn.left + drawn.plotW, px));
   }
 
   // The stored point nearest the cursor in time, across every series; each series' value there.
@@ -499,6 +611,7 @@
       answers.forEach((results, query) => {
         for (const s of results || []) {
           all.push({ query, label: label(s), points: seriesPoints(s),
+                     axis: queries[query].axis === "y2" ? "y2" : "y",
                      annotations: (s.annotations || []).concat(s.globalAnnotations || []) });
         }
       });
@@ -597,6 +710,7 @@
   document.addEventListener("DOMContentLoaded", async () => {
     const params = new URLSearchParams(window.location.search);
     for (const name of ["start", "end", "refresh"]) if (params.has(name)) $(name).value = params.get(name);
+    for (const name of OPTIONS) $(name).checked = params.get(name) === "1";
     // A relative start with no end is one of the listed ranges: show it as chosen.
     const listed = Array.from($("range").options).some((o) => o.value && o.value === $("start").value);
     if (listed && !$("end").value) $("range").value = $("start").value;
@@ -612,6 +726,7 @@
       graph();
     });
     $("refresh").addEventListener("change", scheduleRefresh);
+    for (const name of OPTIONS) $(name).addEventListener("change", () => { if (drawn) graph(); });
     for (const id of ["start", "end"]) $(id).addEventListener("input", () => { $("range").value = ""; });
     $("unzoom").addEventListener("click", unzoom);
     await loadAggregators();
