@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
