@@ -71,11 +71,14 @@ def test_storage_settings_map_the_hbase_keys() -> None:
         thrift_timeout_ms=3,
         thrift_max_idle_ms=4,
     )
-    assert storage_settings(cfg) == HBaseSettings("h", 1, "framed", "compact", 2, 3, 4)
+    assert storage_settings(cfg) == HBaseSettings("h", 1, "framed", "compact", 2, 3, 4, (("h", 1),))
 
 
 def test_hbase_settings_defaults_are_the_config_defaults() -> None:
-    assert storage_settings(StorageConfig(backend="hbase")) == HBaseSettings()
+    defaults = HBaseSettings()
+    assert storage_settings(StorageConfig(backend="hbase")) == HBaseSettings(
+        gateways=((defaults.host, defaults.port),)
+    )
 
 
 async def test_hbase_storage_is_built_from_plain_values() -> None:

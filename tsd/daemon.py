@@ -20,6 +20,7 @@ import contextlib
 import functools
 import signal
 import socket
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,7 @@ class Daemon:
             self._control = ControlServer(config.storage.data_dir)
             await self._control.start()
         storage = InstrumentedStorage(self._storage, self.registry)
+        self._gateway_stats(self._storage)
         rollups = rollup_setup(config)
         rollup_config = rollups.stored
         if config.storage.create_tables:
@@ -302,6 +304,27 @@ class Daemon:
             rollups=services.rollups,
             histograms=services.histograms,
         )
+
+    def _gateway_stats(self, storage: Storage) -> None:
+        """Calls, failures and state of each Thrift gateway (the HBase backend's pool):
+        ``tsd.hbase.gateway.*`` in /api/stats, ``tsd_hbase_gateway_*`` in /metrics."""
+        pool = getattr(storage, "pool", None)
+        for gateway in getattr(pool, "gateways", ()):
+            where = gateway.endpoint
+            gauge = self.registry.gauge
+            gauge(
+                "hbase.gateway.calls",
+                partial(getattr, gateway, "calls"),
+                monotonic=True,
+                gateway=where,
+            )
+            gauge(
+                "hbase.gateway.errors",
+                partial(getattr, gateway, "errors"),
+                monotonic=True,
+                gateway=where,
+            )
+            gauge("hbase.gateway.up", partial(getattr, gateway, "up"), gateway=where)
 
     def _stats_tags(self) -> tuple[tuple[str, str], ...]:
         core = self.config.core

@@ -61,15 +61,46 @@ def storage_settings(
 
 def hbase_settings(cfg: StorageConfig) -> HBaseSettings:
     """``tsd.storage.hbase.thrift.*`` as the HBase backend's settings."""
+    gateways = thrift_gateways(cfg.thrift_host, cfg.thrift_port)
     return HBaseSettings(
-        host=cfg.thrift_host,
-        port=cfg.thrift_port,
+        host=gateways[0][0],
+        port=gateways[0][1],
+        gateways=gateways,
         transport=cfg.thrift_transport,
         protocol=cfg.thrift_protocol,
         pool_size=cfg.thrift_pool_size,
         timeout_ms=cfg.thrift_timeout_ms,
         max_idle_ms=cfg.thrift_max_idle_ms,
     )
+
+
+def thrift_gateways(hosts: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    """``tsd.storage.hbase.thrift.host``: one gateway or several, ``host[:port],...``
+    (``[v6 address]:port``), the port ``tsd.storage.hbase.thrift.port`` where a gateway
+    names none."""
+    key = "tsd.storage.hbase.thrift.host"
+    gateways = []
+    for item in (part.strip() for part in hosts.split(",")):
+        if not item:
+            raise ConfigError(key, f"an empty gateway in {hosts!r}")
+        host, port = item, default_port
+        if item.startswith("["):  # [::1]:9090
+            host, _, rest = item[1:].partition("]")
+            if rest:
+                port = _gateway_port(key, item, rest.removeprefix(":"))
+        elif item.count(":") == 1:
+            host, _, text = item.partition(":")
+            port = _gateway_port(key, item, text)
+        if not host:
+            raise ConfigError(key, f"no host in {item!r}")
+        gateways.append((host, port))
+    return tuple(gateways)
+
+
+def _gateway_port(key: str, item: str, text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ConfigError(key, f"bad port in {item!r}: a number from 1 to 65535")
+    return int(text)
 
 
 def opentsdb_tables(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:

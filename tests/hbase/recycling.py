@@ -22,6 +22,7 @@ from tsd.errors import TableNotFound
 from tsd.schema import hbase_settings
 from tsd.storage.base import Delete, FamilySpec, ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage.hbase.pool import Gateway
 
 T = TypeVar("T")
 
@@ -51,10 +52,11 @@ class RecyclingHBaseStorage(HBaseStorage):
         call: Callable[[Any], Awaitable[T]],
         *,
         idempotent: bool,
+        gateway: Gateway | None = None,
     ) -> T:
         if table is not None and self._hidden(table):
             raise TableNotFound(table)
-        return await super()._call(operation, table, call, idempotent=idempotent)
+        return await super()._call(operation, table, call, idempotent=idempotent, gateway=gateway)
 
     async def create_table(self, table: str, families: Sequence[FamilySpec]) -> bool:
         if self._hidden(table):

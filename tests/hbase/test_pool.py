@@ -22,6 +22,7 @@ from tsd.schema import hbase_settings
 from tsd.storage.base import Cell, FamilySpec, Put, Row, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import HBASE_THRIFT, pipelined
+from tsd.storage.hbase.storage import Scanner
 from tsd.storage.settings import HBaseSettings
 
 
@@ -71,8 +72,8 @@ class DelayingProxy:
             task.add_done_callback(self._tasks.discard)
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[DelayingProxy]:
-        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+    async def running(self, port: int = 0) -> AsyncIterator[DelayingProxy]:
+        server = await asyncio.start_server(self._handle, "127.0.0.1", port)
         self.port = server.sockets[0].getsockname()[1]
         try:
             yield self
@@ -276,9 +277,9 @@ class RecordingStorage(HBaseStorage):
 
     async def _open_scanner(
         self, table: str, spec: ScanSpec, filter_string: bytes | None = None
-    ) -> int:
+    ) -> Scanner:
         scanner = await super()._open_scanner(table, spec, filter_string)
-        self.opened = [*getattr(self, "opened", []), scanner]
+        self.opened = [*getattr(self, "opened", []), scanner.id]
         return scanner
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,9 +18,12 @@ from tests.server.conftest import MakeTsd
 from tests.uid.hooked_storage import HookedStorage
 from tsd.config import build_config
 from tsd.daemon import Daemon
+from tsd.errors import StorageUnavailable
+from tsd.schema import hbase_settings
 from tsd.server.http.stats_detail import region_client_stats
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage.hbase import HBaseStorage
 from tsd.storage.instrumented import InstrumentedStorage
 
 T = 1_795_237_078
@@ -190,29 +194,33 @@ async def test_region_clients_on_the_embedded_store(
     assert await get_json(http, tsd, "/api/stats/region_clients") == []
 
 
-async def test_region_clients_count_the_gateway_calls(tmp_path: Path) -> None:
-    store = EmbeddedStorage(tmp_path / "store")  # stands in for HBase: the calls are counted
-    instrumented = InstrumentedStorage(store, StatsRegistry())
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_region_clients_are_the_gateways_with_their_calls() -> None:
+    down = [closed_port(), closed_port()]  # nothing listens: every call fails
     config = build_config(
         {
             "tsd.storage.backend": "hbase",
-            "tsd.storage.hbase.thrift.host": "gw",
-            "tsd.storage.hbase.thrift.port": "9191",
+            "tsd.storage.hbase.thrift.host": f"127.0.0.1:{down[0]},127.0.0.1:{down[1]}",
         }
     )
-    try:
-        await instrumented.list_tables()
-        await instrumented.get("tsdb", b"row")  # no such table: an error
-    except Exception:
-        pass
-    finally:
-        await store.close()
-    (client,) = region_client_stats(config, instrumented)
-    assert client["endpoint"] == "gw:9191"
-    assert client["rpcsSent"] == 2
-    assert client["rpcsInFlight"] == 0
-    assert client["dead"] is False
-    assert {"pendingRPCs", "rpcid", "rpcsTimedout", "writesBlocked"} <= set(client)
+    store = HBaseStorage(hbase_settings(config.storage))
+    instrumented = InstrumentedStorage(store, StatsRegistry())
+    for _ in range(3):
+        with pytest.raises(StorageUnavailable):
+            await instrumented.list_tables()
+    await store.close()
+    clients = region_client_stats(config, instrumented)
+    assert [client["endpoint"] for client in clients] == [f"127.0.0.1:{port}" for port in down]
+    assert sum(client["rpcsSent"] for client in clients) >= 3
+    assert all(client["rpcsFailed"] >= 1 and client["dead"] for client in clients)
+    assert all(client["rpcsInFlight"] == 0 for client in clients)
+    assert {"pendingRPCs", "rpcid", "rpcsTimedout", "writesBlocked"} <= set(clients[0])
 
 
 @pytest.mark.parametrize("sub", ["nope", "query/extra/x", "JVMx"])

@@ -37,6 +37,8 @@ class HBaseSettings:
     timeout_ms: int = 30_000
     #: pooled connections idle longer than this are not reused
     max_idle_ms: int = 50_000
+    #: every gateway, (host, port) each; empty: ``host`` and ``port`` alone
+    gateways: tuple[tuple[str, int], ...] = ()
 
 
 StorageSettings = EmbeddedSettings | HBaseSettings

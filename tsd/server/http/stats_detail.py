@@ -113,29 +113,33 @@ def _memory() -> tuple[int, int]:
 
 
 def region_client_stats(config: Config, storage: StorageCalls) -> list[dict[str, Any]]:
+    """One entry per Thrift gateway in the shape of asynchbase's region clients (tsd talks
+    to gateways, not region servers): its calls, failures and state; the pool's figures
+    beside them."""
     if config.storage.backend != "hbase":
         return []
-    cfg = config.storage
     pool = getattr(storage.inner, "pool", None)
+    gateways = getattr(pool, "gateways", ())
     return [
         {
-            "endpoint": f"{cfg.thrift_host}:{cfg.thrift_port}",
-            "rpcsSent": storage.calls,
-            "rpcsInFlight": storage.in_flight,
+            "endpoint": gateway.endpoint,
+            "rpcsSent": gateway.calls,
+            "rpcsInFlight": gateway.leased,
             "pendingRPCs": 0,
             "pendingBatchedRPCs": 0,
-            "dead": False,
-            "rpcid": storage.calls,
+            "dead": not gateway.up,
+            "rpcid": gateway.calls,
             "rpcsTimedout": 0,
             "rpcResponsesTimedout": 0,
             "rpcResponsesUnknown": 0,
             "inflightBreached": 0,
             "pendingBreached": 0,
             "writesBlocked": 0,
-            # tsd's own: the Thrift connection pool behind the gateway
-            "rpcsFailed": storage.errors,
+            # tsd's own: the Thrift connection pool behind the gateways
+            "rpcsFailed": gateway.errors,
             "connectionsOpened": getattr(pool, "opened", 0),
             "connectionsIdle": getattr(pool, "idle_count", 0),
-            "poolSize": cfg.thrift_pool_size,
+            "poolSize": config.storage.thrift_pool_size,
         }
+        for gateway in gateways
     ]

@@ -38,9 +38,11 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from tsd.errors import StorageUnavailable
+from tsd.log import STORAGE, get_logger
 from tsd.storage.hbase.rows import compiled_reading, scalar_replies
 
 with warnings.catch_warnings():
@@ -52,6 +54,7 @@ with warnings.catch_warnings():
     from thriftpy2.contrib.aio.protocol.binary import TAsyncBinaryProtocol
     from thriftpy2.contrib.aio.socket import TAsyncSocket
     from thriftpy2.thrift import TMessageType
+    from thriftpy2.transport import TTransportException
 
 try:  # thriftpy2's Cython extension; absent when it was installed without a compiler
     CYBIN: Any = importlib.import_module("thriftpy2.protocol.cybin")
@@ -59,6 +62,8 @@ except ImportError:  # pragma: no cover - the wheels ship it
     CYBIN = None
 _MEMORY: Any = importlib.import_module("thriftpy2.transport.memory")
 _FRAMED: Any = importlib.import_module("thriftpy2.contrib.aio.transport.framed")
+
+log = get_logger(f"{STORAGE}.hbase")
 
 #: the Thrift module thriftpy2 built from aiohappybase's Hbase.thrift on import
 HBASE_THRIFT: Any = sys.modules["Hbase_thrift"]
@@ -97,6 +102,8 @@ class ThriftConnection:
     def __init__(self, socket: Any, client: Any, now: float) -> None:
         self._socket = socket
         self.client: Any = client
+        #: the gateway it leads to (set by the pool)
+        self.gateway: Gateway | None = None
         self.last_used = now
         self.calls = 0  # calls made on it; 0 while fresh
 
@@ -187,11 +194,51 @@ async def pipelined(client: Any, api: str, calls: Sequence[dict[str, Any]]) -> l
     return results
 
 
-Opener = Callable[[], Awaitable[ThriftConnection]]
+#: after a gateway fails, the first probe waits this long; each failure doubles it up to
+#: PROBE_MAX_S (a gateway that is back is used again within PROBE_MAX_S)
+PROBE_FIRST_S = 0.5
+PROBE_MAX_S = 5.0
+
+
+@dataclass(eq=False)
+class Gateway:
+    """One Thrift1 gateway of ``tsd.storage.hbase.thrift.host``, and how it fares.
+
+    ``up`` is False from a failure of the gateway itself (refused, reset, EOF, timed out)
+    to the next call it answers; while down, one call at a time probes it once
+    ``retry_at`` has passed.
+    """
+
+    host: str
+    port: int
+    calls: int = 0  # calls sent to it, or tried (its connection could not be opened)
+    errors: int = 0  # calls that failed on the gateway itself
+    up: bool = True
+    retry_at: float = 0.0
+    failures: int = 0  # in a row
+    leased: int = 0  # connections to it in use now
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class GatewayUnreachable(OSError):
+    """A connection to a gateway could not be opened: the call was never sent, so it may
+    go to another gateway whatever it is."""
+
+    def __init__(self, gateway: Gateway, cause: BaseException) -> None:
+        super().__init__(f"Thrift gateway {gateway.endpoint} unreachable: {cause!r}")
+        self.gateway = gateway
+
+
+Opener = Callable[[Gateway], Awaitable[ThriftConnection]]
 
 
 class ConnectionPool:
-    """At most ``size`` connections, each leased to one task for one call."""
+    """At most ``size`` connections, each leased to one task for one call, spread over
+    the gateways that answer: a call goes to the gateway with the fewest connections in
+    use (in turn among equals); a gateway that fails is left out and probed back in."""
 
     def __init__(
         self,
@@ -199,60 +246,128 @@ class ConnectionPool:
         size: int,
         max_idle_s: float,
         clock: Callable[[], float] = time.monotonic,
+        gateways: Sequence[tuple[str, int]] = (("localhost", 9090),),
+        is_gateway_failure: Callable[[BaseException], bool] = lambda exc: False,
     ) -> None:
         self._opener = opener
         self._slots = asyncio.Semaphore(size)
-        self._idle: list[ThriftConnection] = []  # LIFO: the warmest first
+        self.gateways = [Gateway(host, port) for host, port in gateways]
+        self._idle: dict[Gateway, list[ThriftConnection]] = {g: [] for g in self.gateways}
+        self._turn = 0
         self._max_idle_s = max_idle_s
         self._clock = clock
+        self._is_gateway_failure = is_gateway_failure
         self._closed = False
         self.opened = 0  # connections opened so far (tests and stats)
 
     @property
     def idle_count(self) -> int:
-        return len(self._idle)
+        return sum(len(idle) for idle in self._idle.values())
 
     @asynccontextmanager
-    async def connection(self, *, fresh: bool = False) -> AsyncIterator[ThriftConnection]:
+    async def connection(
+        self,
+        *,
+        fresh: bool = False,
+        gateway: Gateway | None = None,
+        avoid: Gateway | None = None,
+    ) -> AsyncIterator[ThriftConnection]:
         """Lease a connection; it goes back to the pool only if the block raised nothing.
 
-        ``fresh``: open a new connection rather than take an idle one.
+        ``fresh``: open a new connection rather than take an idle one. ``gateway``: to that
+        gateway (a scanner lives on the gateway that opened it); else to the one
+        :meth:`choose` picks, ``avoid`` left out when another can be had.
         """
         if self._closed:
             raise StorageUnavailable("HBase storage is closed")
         async with self._slots:
-            conn = (None if fresh else self._take_idle()) or await self._open()
+            chosen = gateway if gateway is not None else self.choose(avoid)
+            chosen.calls += 1
+            conn = (None if fresh else self._take_idle(chosen)) or await self._open(chosen)
+            chosen.leased += 1
             try:
                 yield conn
-            except BaseException:
+            except BaseException as exc:
                 conn.close()
+                if self._is_gateway_failure(exc):
+                    self._failed(chosen, exc)
                 raise
+            finally:
+                chosen.leased -= 1
+            self._answered(chosen)
             conn.calls += 1
             conn.last_used = self._clock()
-            self._give_back(conn)
+            self._give_back(chosen, conn)
 
-    def _give_back(self, conn: ThriftConnection) -> None:
+    def choose(self, avoid: Gateway | None = None) -> Gateway:
+        """The gateway for the next call: among those up (or due a probe), the one with
+        the fewest connections in use, in turn among equals; when every gateway is down,
+        the one due a probe first (the call fails fast, and the spool takes the points)."""
+        now = self._clock()
+        others = [g for g in self.gateways if g is not avoid] or self.gateways
+        ready = [g for g in others if g.up or g.retry_at <= now]
+        count = len(self.gateways)
+        if ready:
+            turn = self._turn
+            self._turn += 1
+            chosen = min(ready, key=lambda g: (g.leased, (self.gateways.index(g) - turn) % count))
+        else:
+            chosen = min(others, key=lambda g: g.retry_at)
+        if not chosen.up:  # this call is its probe: the next one waits its turn
+            chosen.retry_at = now + _backoff(chosen.failures)
+        return chosen
+
+    def _failed(self, gateway: Gateway, exc: BaseException) -> None:
+        gateway.errors += 1
+        gateway.failures += 1
+        gateway.retry_at = self._clock() + _backoff(gateway.failures)
+        for conn in self._idle[gateway]:  # the same gateway's other connections too
+            conn.close()
+        self._idle[gateway].clear()
+        if gateway.up:
+            gateway.up = False
+            log.warning("hbase.gateway_down", gateway=gateway.endpoint, error=repr(exc))
+
+    def _answered(self, gateway: Gateway) -> None:
+        gateway.failures = 0
+        if not gateway.up:
+            gateway.up = True
+            log.info("hbase.gateway_up", gateway=gateway.endpoint)
+
+    def _give_back(self, gateway: Gateway, conn: ThriftConnection) -> None:
         if self._closed:  # closed while the call ran
             conn.close()
         else:
-            self._idle.append(conn)
+            self._idle[gateway].append(conn)
 
-    def _take_idle(self) -> ThriftConnection | None:
+    def _take_idle(self, gateway: Gateway) -> ThriftConnection | None:
         now = self._clock()
-        while self._idle:
-            conn = self._idle.pop()
+        idle = self._idle[gateway]
+        while idle:
+            conn = idle.pop()
             if conn.is_reusable(now, self._max_idle_s):
                 return conn
             conn.close()
         return None
 
-    async def _open(self) -> ThriftConnection:
-        conn = await self._opener()
+    async def _open(self, gateway: Gateway) -> ThriftConnection:
+        try:
+            conn = await self._opener(gateway)
+        except (OSError, EOFError, TTransportException, TimeoutError) as exc:
+            unreachable = GatewayUnreachable(gateway, exc)
+            self._failed(gateway, unreachable)
+            raise unreachable from exc
+        conn.gateway = gateway
         self.opened += 1
         return conn
 
     def close(self) -> None:
         """Close the idle connections now; leased ones close when their call ends."""
         self._closed = True
-        while self._idle:
-            self._idle.pop().close()
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
+
+
+def _backoff(failures: int) -> float:
+    return float(min(PROBE_MAX_S, PROBE_FIRST_S * 2 ** max(0, failures - 1)))

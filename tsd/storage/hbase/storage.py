@@ -44,11 +44,11 @@ import functools
 import math
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from tsd.errors import StorageError, TableNotFound
+from tsd.errors import StorageError, StorageUnavailable, TableNotFound
 from tsd.log import STORAGE, get_logger
 from tsd.storage.base import (
     Block,
@@ -65,7 +65,14 @@ from tsd.storage.base import (
 )
 from tsd.storage.hbase.batches import DeleteRow, MutateRows, column_name, plan_mutations
 from tsd.storage.hbase.errors import TRANSPORT_ERRORS, hbase_message, map_errors
-from tsd.storage.hbase.pool import HBASE_THRIFT, ConnectionPool, ThriftConnection, pipelined
+from tsd.storage.hbase.pool import (
+    HBASE_THRIFT,
+    ConnectionPool,
+    Gateway,
+    GatewayUnreachable,
+    ThriftConnection,
+    pipelined,
+)
 from tsd.storage.hbase.prefilter import contains_filter
 from tsd.storage.hbase.rows import rows_call
 from tsd.storage.settings import HBaseSettings
@@ -98,6 +105,13 @@ BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 Call = Callable[[Any], Awaitable[T]]
 
 
+class Scanner(NamedTuple):
+    """A scanner's id on the gateway that opened it (ids are each gateway's own)."""
+
+    id: int
+    gateway: Gateway
+
+
 def reply_rows(block: CellBlock, most: int) -> int:
     """Rows to ask of the next ``scannerGetList``: about ``REPLY_BYTES`` at the bytes per
     row of the last reply (a row of single cells is 10 times a compacted one), at most
@@ -127,23 +141,28 @@ class HBaseStorage(Storage):
         self._timeout_s = settings.timeout_ms / 1000 if settings.timeout_ms > 0 else None
         self._scan_batch_cells = scan_batch_cells
         self._pool = ConnectionPool(
-            self._open_connection, settings.pool_size, settings.max_idle_ms / 1000
+            self._open_connection,
+            settings.pool_size,
+            settings.max_idle_ms / 1000,
+            gateways=settings.gateways or ((settings.host, settings.port),),
+            is_gateway_failure=lambda exc: isinstance(exc, TRANSPORT_ERRORS),
         )
         self._last_delete_done = -math.inf
         #: bulk reads (scan batches, multi-gets) in flight at once, all queries together
         self._read_slots = asyncio.Semaphore(read_slots(settings.pool_size))
-        #: scanners read to their end, to be closed by the background closer (per table)
-        self._to_close: dict[str, list[int]] = {}
+        #: scanners read to their end, to be closed by the background closer (per gateway
+        #: and table)
+        self._to_close: dict[tuple[Gateway, str], list[int]] = {}
         self._closer: asyncio.Task[None] | None = None
 
     @property
     def pool(self) -> ConnectionPool:
         return self._pool
 
-    async def _open_connection(self) -> ThriftConnection:
+    async def _open_connection(self, gateway: Gateway) -> ThriftConnection:
         s = self._settings
         return await ThriftConnection.open(
-            s.host, s.port, s.transport, s.protocol, s.timeout_ms or None
+            gateway.host, gateway.port, s.transport, s.protocol, s.timeout_ms or None
         )
 
     # -- calls ----------------------------------------------------------------------------
@@ -153,34 +172,50 @@ class HBaseStorage(Storage):
             return contextlib.nullcontext()
         return asyncio.timeout(self._timeout_s)
 
-    async def _attempt(self, call: Call[T], idempotent: bool) -> T:
-        """Run ``call(client)`` on a pooled connection.
+    async def _attempt(self, call: Call[T], idempotent: bool, gateway: Gateway | None) -> T:
+        """Run ``call(client)`` on a pooled connection (to ``gateway`` when given).
 
-        A call that fails on a connection the pool had kept idle, with the
-        connection itself failing (reset, EOF), is retried once on a fresh one
-        when repeating it is harmless: that is the server having dropped the
-        connection just as it was taken. Increments, appends, checkAndPut and
-        scanner reads are never repeated.
+        A call that fails with the connection itself failing (reset, EOF) is tried once
+        more on a fresh connection when repeating it is harmless: on another gateway when
+        there are several (the pool has taken the failed one out), else on the same one
+        when the connection had been kept idle (the server dropped it just as it was
+        taken). A call whose connection could not even be opened was never sent: it goes
+        to another gateway whatever it is. Timeouts are not repeated, nor increments,
+        appends, checkAndPut and scanner reads once sent; a call pinned to a gateway (a
+        scanner's) stays there.
         """
+        several = len(self._pool.gateways) > 1 and gateway is None
         reused = False
+        failed: Gateway | None = None
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection(gateway=gateway) as conn:
+                failed = conn.gateway
                 reused = conn.calls > 0
                 async with self._deadline():
                     return await call(conn.client)
         except TRANSPORT_ERRORS as exc:
-            if not (idempotent and reused) or isinstance(exc, TimeoutError):
+            if isinstance(exc, GatewayUnreachable):
+                failed = exc.gateway
+                if not several and not (idempotent and reused):
+                    raise
+            elif isinstance(exc, TimeoutError) or not (idempotent and (reused or several)):
                 raise
-            log.info("hbase.connection_dropped", error=repr(exc))
-        async with self._pool.connection(fresh=True) as conn, self._deadline():
+            log.info("hbase.call_retried", gateway=failed and failed.endpoint, error=repr(exc))
+        async with self._pool.connection(fresh=True, avoid=failed) as conn, self._deadline():
             return await call(conn.client)
 
     async def _call(
-        self, operation: str, table: str | None, call: Call[T], *, idempotent: bool
+        self,
+        operation: str,
+        table: str | None,
+        call: Call[T],
+        *,
+        idempotent: bool,
+        gateway: Gateway | None = None,
     ) -> T:
         try:
             with map_errors(operation, table):
-                return await self._attempt(call, idempotent)
+                return await self._attempt(call, idempotent, gateway)
         except StorageError as exc:
             # Some failures (mutateRows: "RetriesExhaustedWithDetailsException: Failed 1
             # action: <table>") do not say that the table is missing; ask.
@@ -478,27 +513,44 @@ class HBaseStorage(Storage):
             filterString=KEYS_ONLY_FILTER,
             reversed=True,
         )
-        scanner: int = await self._call(
-            "scannerOpenWithScan",
-            table,
-            lambda c: c.scannerOpenWithScan(name, tscan, {}),
-            idempotent=False,
-        )
+        scanner = await self._scanner_open(table, name, tscan)
         try:
             block = await self._call(
                 "scannerGetList",
                 table,
-                lambda c: rows_call(c, "scannerGetList", id=scanner, nbRows=2),
+                lambda c: rows_call(c, "scannerGetList", id=scanner.id, nbRows=2),
                 idempotent=False,
+                gateway=scanner.gateway,
             )
         finally:
             self._close_later(table, scanner)
         below = [key for key in block.keys if start <= key and (not stop or key < stop)]
         return max(below) if below else None
 
+    async def _scanner_open(self, table: str, name: bytes, tscan: Any) -> Scanner:
+        """``scannerOpenWithScan`` on a gateway chosen now: the scanner's reads and its close
+        go to the same gateway. When that gateway fails, a second try on another."""
+        gateway = self._pool.choose()
+        attempts = 2 if len(self._pool.gateways) > 1 else 1
+        for attempt in range(attempts):
+            try:
+                scanner: int = await self._call(
+                    "scannerOpenWithScan",
+                    table,
+                    lambda c: c.scannerOpenWithScan(name, tscan, {}),
+                    idempotent=False,
+                    gateway=gateway,
+                )
+                return Scanner(scanner, gateway)
+            except StorageUnavailable:
+                if attempt + 1 == attempts:
+                    raise
+                gateway = self._pool.choose(avoid=gateway)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _open_scanner(
         self, table: str, spec: ScanSpec, filter_string: bytes | None = None
-    ) -> int:
+    ) -> Scanner:
         name = table.encode("ascii")
         if spec.row_filter is not None and spec.row_filter.contains:
             pushed = contains_filter(spec.row_filter.contains)
@@ -515,13 +567,7 @@ class HBaseStorage(Storage):
             batchSize=self._scan_batch_cells or None,
             sortColumns=True,
         )
-        scanner: int = await self._call(
-            "scannerOpenWithScan",
-            table,
-            lambda c: c.scannerOpenWithScan(name, tscan, {}),
-            idempotent=False,
-        )
-        return scanner
+        return await self._scanner_open(table, name, tscan)
 
     async def _scanner_blocks(
         self,
@@ -542,8 +588,9 @@ class HBaseStorage(Storage):
                     block = await self._call(
                         "scannerGetList",
                         table,
-                        functools.partial(_get_list, stats, scanner, asked),
+                        functools.partial(_get_list, stats, scanner.id, asked),
                         idempotent=False,
+                        gateway=scanner.gateway,
                     )
                 if not len(block):
                     return
@@ -567,7 +614,7 @@ class HBaseStorage(Storage):
             self._close_later(table, scanner)
 
     async def _scan_rows(
-        self, table: str, scanner: int, batch_rows: int, spec: ScanSpec
+        self, table: str, scanner: Scanner, batch_rows: int, spec: ScanSpec
     ) -> AsyncGenerator[Row, None]:
         # A row wider than scan_batch_cells comes in consecutive pieces with the same key:
         # the last row of each batch is held back until the next batch shows it complete.
@@ -577,8 +624,9 @@ class HBaseStorage(Storage):
             block = await self._call(
                 "scannerGetList",
                 table,
-                lambda c: rows_call(c, "scannerGetList", id=scanner, nbRows=batch_rows),
+                lambda c: rows_call(c, "scannerGetList", id=scanner.id, nbRows=batch_rows),
                 idempotent=False,
+                gateway=scanner.gateway,
             )
             pieces = list(block)
             complete: list[Row] = []
@@ -603,10 +651,10 @@ class HBaseStorage(Storage):
             if not pieces:
                 return
 
-    def _close_later(self, table: str, scanner: int) -> None:
-        """Close ``scanner`` in the background, with the others of the next CLOSE_DELAY_S,
-        in one write (:func:`~.pool.pipelined`)."""
-        self._to_close.setdefault(table, []).append(scanner)
+    def _close_later(self, table: str, scanner: Scanner) -> None:
+        """Close ``scanner`` in the background, with the others of its gateway in the next
+        CLOSE_DELAY_S, in one write (:func:`~.pool.pipelined`)."""
+        self._to_close.setdefault((scanner.gateway, table), []).append(scanner.id)
         if self._closer is None:
             self._closer = asyncio.ensure_future(self._close_pending())
 
@@ -615,12 +663,12 @@ class HBaseStorage(Storage):
             await asyncio.sleep(CLOSE_DELAY_S)
             while self._to_close:
                 pending, self._to_close = self._to_close, {}
-                for table, scanners in pending.items():
-                    await self._close_scanners(table, scanners)
+                for (gateway, table), scanners in pending.items():
+                    await self._close_scanners(table, gateway, scanners)
         finally:
             self._closer = None
 
-    async def _close_scanners(self, table: str, scanners: list[int]) -> None:
+    async def _close_scanners(self, table: str, gateway: Gateway, scanners: list[int]) -> None:
         # Best effort: a scanner left open expires on the server (its lease), and the
         # scan's own outcome (a result, an error, a cancellation) is what the caller needed.
         calls = [{"id": scanner} for scanner in scanners]
@@ -630,6 +678,7 @@ class HBaseStorage(Storage):
                 table,
                 lambda c: pipelined(c, "scannerClose", calls),
                 idempotent=False,
+                gateway=gateway,
             )
         except StorageError as exc:
             log.info("hbase.scanner_close_failed", table=table, error=str(exc))
