@@ -1,0 +1,87 @@
+"""Two Thrift gateways listed in tsd.storage.hbase.thrift.host, on the cluster: both carry
+calls; kill -9 of one under a steady telnet ingest loses nothing, answers no put with an
+error, a query during the outage answers, and tsd goes back to the gateway once it is
+started again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.cluster.conftest import HBaseCluster
+from tests.cluster.ingest import (
+    KILL_AFTER_S,
+    METRIC,
+    SERIES,
+    TICKS_PER_S,
+    WRITE_S,
+    wait_stored,
+    write_steadily,
+)
+from tests.hbase.tsd_process import tsd_process
+
+pytestmark = [pytest.mark.slow, pytest.mark.hbase, pytest.mark.cluster, pytest.mark.timeout(900)]
+
+#: a gateway that is back is used again within the pool's longest probe interval (5 s)
+BACK_WITHIN_S = 90.0  # its JVM starts first: slow on a loaded machine
+
+
+async def gateways(http: aiohttp.ClientSession, port: int) -> dict[str, dict[str, Any]]:
+    """endpoint -> its /api/stats/region_clients entry."""
+    url = f"http://127.0.0.1:{port}/api/stats/region_clients"
+    async with http.get(url) as reply:
+        return {client["endpoint"]: client for client in await reply.json()}
+
+
+async def test_two_gateways_carry_calls_and_one_killed_loses_nothing(
+    hbase_cluster: HBaseCluster, tmp_path: Path
+) -> None:
+    ports = hbase_cluster.thrift_ports
+    hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+    cfg = hbase_cluster.storage_config()
+    extra = {"tsd.storage.hbase.thrift.host": hosts}
+    ticks = int(WRITE_S * TICKS_PER_S)
+    base_s = int(time.time()) - 3600
+    first, second = (f"127.0.0.1:{port}" for port in ports)
+    async with (
+        tsd_process(cfg, tmp_path / "tsd.log", extra) as port,
+        aiohttp.ClientSession() as http,
+    ):
+        writing = asyncio.create_task(write_steadily(port, base_s, ticks))
+        await asyncio.sleep(KILL_AFTER_S)
+        before = await gateways(http, port)
+        assert before[first]["rpcsSent"] > 0, before
+        assert before[second]["rpcsSent"] > 0, before
+        hbase_cluster.kill("thrift0")
+        try:
+            await asyncio.sleep(2.0)
+            # a query during the outage answers (its scanners open on the gateway left)
+            query = f"http://127.0.0.1:{port}/api/query?start={base_s}&m=sum:{METRIC}"
+            async with asyncio.timeout(10), http.get(query) as reply:
+                assert reply.status == 200, await reply.text()
+            during = await gateways(http, port)
+            assert during[first]["dead"] is True
+            assert during[second]["dead"] is False
+            assert await writing == []
+            assert await wait_stored(port, base_s, ticks) == ticks * SERIES
+        finally:
+            hbase_cluster.revive("thrift0")
+        # back in use once it answers
+        deadline = time.monotonic() + BACK_WITHIN_S
+        sent = (await gateways(http, port))[first]["rpcsSent"]
+        back = False
+        while not back and time.monotonic() < deadline:
+            async with http.post(
+                f"http://127.0.0.1:{port}/api/put?sync",
+                json={"metric": METRIC, "timestamp": base_s, "value": 1, "tags": {"s": "x"}},
+            ) as reply:
+                assert reply.status == 204
+            now = await gateways(http, port)
+            back = now[first]["dead"] is False and now[first]["rpcsSent"] > sent
+            await asyncio.sleep(0.5)
+        assert back
