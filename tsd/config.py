@@ -146,6 +146,8 @@ class StorageConfig:
     thrift_pool_size: int = 8
     thrift_timeout_ms: int = 30_000
     thrift_max_idle_ms: int = 50_000  # reuse pooled connections idle less (server drops at 60 s)
+    # create-tables: a Thrift2 gateway (host:port) to pre-split the salted data table with
+    thrift2_host: str = ""
     hbase_compression: str = "NONE"  # create-tables: create_table.sh's LZO is not in stock HBase
     hbase_data_ttl_s: int = 0  # create-tables: TTL of the data table's family; 0 = forever
     create_tables: bool = True
@@ -348,6 +350,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.storage.wal.max_bytes": ("storage", "wal_max_bytes", _range(1 << 20, 1 << 50)),
     "tsd.storage.hbase.thrift.host": ("storage", "thrift_host", _str),
     "tsd.storage.hbase.thrift.port": ("storage", "thrift_port", _range(1, 65535)),
+    "tsd.storage.hbase.thrift2.host": ("storage", "thrift2_host", _str),
     "tsd.storage.hbase.thrift.transport": (
         "storage",
         "thrift_transport",
