@@ -8,6 +8,7 @@ raised inside a call                                  raised to the caller
 ====================================================  =====================
 TimeoutError (our per-call deadline)                  StorageTimeout
 TTransportException, OSError (refused, reset, EOF)    StorageUnavailable
+(a gateway that cannot be reached: its cause's words)
 Hbase.IOError naming TableNotFoundException           TableNotFound
 Hbase.IOError, IllegalArgument, any other TException  StorageError
 malformed reply (EOFError, struct.error, ...)         StorageError
@@ -26,7 +27,7 @@ from thriftpy2.thrift import TException
 from thriftpy2.transport import TTransportException
 
 from tsd.errors import StorageError, StorageTimeout, StorageUnavailable, TableNotFound
-from tsd.storage.hbase.pool import HBASE_THRIFT
+from tsd.storage.hbase.pool import HBASE_THRIFT, GatewayUnreachable
 
 #: Hbase.thrift's own exceptions (each has a ``message`` field, bytes here)
 HBASE_EXCEPTIONS = (HBASE_THRIFT.IOError, HBASE_THRIFT.IllegalArgument, HBASE_THRIFT.AlreadyExists)
@@ -56,6 +57,10 @@ def map_errors(operation: str, table: str | None = None) -> Iterator[None]:
         yield
     except TimeoutError:
         raise StorageTimeout(f"HBase {where} timed out") from None
+    except GatewayUnreachable as exc:  # the cause's own words, as when it is raised alone
+        cause = exc.cause
+        text = hbase_message(cause) if isinstance(cause, TTransportException) else repr(cause)
+        raise StorageUnavailable(f"HBase {where}: {text}") from exc
     except TTransportException as exc:
         raise StorageUnavailable(f"HBase {where}: {hbase_message(exc)}") from exc
     except (OSError, EOFError) as exc:

@@ -230,6 +230,7 @@ class GatewayUnreachable(OSError):
     def __init__(self, gateway: Gateway, cause: BaseException) -> None:
         super().__init__(f"Thrift gateway {gateway.endpoint} unreachable: {cause!r}")
         self.gateway = gateway
+        self.cause = cause
 
 
 Opener = Callable[[Gateway], Awaitable[ThriftConnection]]
@@ -326,13 +327,15 @@ class ConnectionPool:
         self._idle[gateway].clear()
         if gateway.up:
             gateway.up = False
-            log.warning("hbase.gateway_down", gateway=gateway.endpoint, error=repr(exc))
+            if len(self.gateways) > 1:  # with one, the caller's own error says it all
+                log.warning("hbase.gateway_down", gateway=gateway.endpoint, error=repr(exc))
 
     def _answered(self, gateway: Gateway) -> None:
         gateway.failures = 0
         if not gateway.up:
             gateway.up = True
-            log.info("hbase.gateway_up", gateway=gateway.endpoint)
+            if len(self.gateways) > 1:
+                log.info("hbase.gateway_up", gateway=gateway.endpoint)
 
     def _give_back(self, gateway: Gateway, conn: ThriftConnection) -> None:
         if self._closed:  # closed while the call ran
