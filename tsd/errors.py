@@ -131,6 +131,14 @@ class IllegalValueError(CodecError):
     status = 400
 
 
+class NameTooLong(BadRequestError):
+    """A metric, tag name or tag value longer than the store's row keys allow (its UID
+    row is keyed by the name): refused up front, alone, as OpenTSDB refuses one bad point.
+
+    Telnet answers ``put: illegal argument: <message>``; /api/put details carry the message.
+    """
+
+
 class StorageError(TsdError):
     """A storage backend failed."""
 
