@@ -382,9 +382,7 @@ async def test_a_name_the_store_refuses_fails_alone_in_its_batch(
     }
 
 
-async def test_a_systemic_storage_error_is_not_split(
-    storage: Storage, make_uid: MakeUid
-) -> None:
+async def test_a_systemic_storage_error_is_not_split(storage: Storage, make_uid: MakeUid) -> None:
     hooked = HookedStorage(storage)
     tagk = make_uid("tagk", store=hooked)
 

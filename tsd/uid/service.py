@@ -63,8 +63,8 @@ class UidService:
         """The metric UID and the (tagk UID, tagv UID) pairs, in the order ``tags`` gives them.
 
         One series of :meth:`resolve_many_for_write`; its error (NoSuchUniqueName when a
-        name is refused, NameTooLong, a storage error) raises. The pairs are not re-sorted: the row key orders tags by
-        tagk UID bytes, which is the row-key encoder's job.
+        name is refused, NameTooLong, a storage error) raises. The pairs are not re-sorted:
+        the row key orders tags by tagk UID bytes, which is the row-key encoder's job.
         """
         (result,) = await self.resolve_many_for_write([(metric, tuple(tags))])
         if isinstance(result, TsdError):
@@ -84,9 +84,7 @@ class UidService:
         tag UIDs. A name that fails fails only the series that use it.
         """
         errors: dict[str, BaseException] = {}
-        metric_uids = await self.metrics.get_or_create_ids(
-            (metric for metric, _ in series), errors
-        )
+        metric_uids = await self.metrics.get_or_create_ids((metric for metric, _ in series), errors)
         live = [tags for metric, tags in series if metric in metric_uids]
         # One kind after the other (not gathered): with every name cached, nothing suspends.
         key_errors: dict[str, BaseException] = {}

@@ -166,9 +166,7 @@ class IngestService:
             ref = self._new_ref(key, metric_uid, pairs)
         return ref
 
-    async def resolve_many(
-        self, keys: Sequence[tuple[str, Tags]]
-    ) -> list[SeriesRef | TsdError]:
+    async def resolve_many(self, keys: Sequence[tuple[str, Tags]]) -> list[SeriesRef | TsdError]:
         """The refs of many series, in order: those not resolved before go to one
         :meth:`UidService.resolve_many_for_write` (a few storage round trips for a whole
         burst of new series, new names numbered in the order they first appear). A series

@@ -81,7 +81,7 @@ from tsd.storage.base import (
 from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.blocks import scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
-from tsd.storage.embedded.keys import KEY_LIMIT, ROW_END, FAMILY_END, row_start
+from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, ROW_END, row_start
 from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 from tsd.storage.embedded.writer import WriterThread
 
