@@ -139,6 +139,11 @@ class NameTooLong(BadRequestError):
     """
 
 
+class PastLimit(BadRequestError):
+    """A request past one of tsd's own size or depth limits (OpenTSDB has none there and
+    fails worse): a 400 with the limit's message, which no handler rewraps."""
+
+
 class StorageError(TsdError):
     """A storage backend failed."""
 
