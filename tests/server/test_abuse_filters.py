@@ -5,6 +5,7 @@ threads of their own, not the compute slot a dashboard's query needs."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import aiohttp
@@ -14,6 +15,7 @@ import pytest
 from tests.server.conftest import MakeTsd
 from tests.server.support import longest_stall
 from tsd.daemon import Daemon
+from tsd.protocol import m_syntax
 
 BASE = 1700000000
 BAD_VALUE = "a" * 60 + "-"  # (a|a)+$ backtracks exponentially on it
@@ -94,3 +96,26 @@ async def test_catastrophic_regexps_do_not_starve_a_dashboard(make_tsd: MakeTsd)
         assert b"regexp" in bomb_raw
     # Before: the dashboard queued behind the four bombs for the one compute slot (4-10 s).
     assert waited < 2.0, waited
+
+
+async def test_regexp_filters_are_checked_off_the_event_loop(
+    tsd: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checking a pattern compiles it (up to about 20 ms at the length limit): the query is
+    # read in a worker thread when it carries one, GET or POST, whatever the type's case.
+    threads: list[threading.Thread] = []
+    real_check = m_syntax.check_regexp
+
+    def check(expression: str) -> None:
+        threads.append(threading.current_thread())
+        real_check(expression)
+
+    monkeypatch.setattr(m_syntax, "check_regexp", check)
+    base = f"http://127.0.0.1:{tsd.port}/api/query"
+    async with aiohttp.ClientSession() as http:
+        status, _ = await _post(http, tsd.port, _query("x.m", "web0[1-4]"))
+        assert status == 400  # no such metric: read and checked first
+        async with http.get(f"{base}?start={BASE}&m=sum:x.m{{host=RegExp(web.*)}}") as resp:
+            assert resp.status == 400
+    assert len(threads) == 2
+    assert all(thread is not threading.main_thread() for thread in threads)
