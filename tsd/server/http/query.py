@@ -35,6 +35,9 @@ from tsd.server.http.streaming import is_large, stream_query_result
 #: tsd.protocol.m_syntax.MAX_REGEXP_LENGTH, about 20 ms at worst, once per pattern)
 _PATTERNED = re.compile("regexp", re.IGNORECASE)
 _PATTERNED_BYTES = re.compile(b"regexp", re.IGNORECASE)
+#: A POST body larger than this is read in a worker thread too (a 4 MB query of literals
+#: took about 1 s to read)
+INLINE_BODY_BYTES = 64 * 1024
 
 _DELETE_DISABLED = BadRequestError(
     "Bad request", "Deleting data is not enabled (tsd.http.query.allow_delete=false)"
@@ -66,7 +69,7 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         if request.method == "POST":
             body = await request.read()
             parse = functools.partial(parse_query_json, body, default_timezone=timezone)
-            patterned = _PATTERNED_BYTES.search(body) is not None
+            patterned = len(body) > INLINE_BODY_BYTES or _PATTERNED_BYTES.search(body) is not None
         else:
             parse = functools.partial(parse_query_params, request.query, default_timezone=timezone)
             patterned = any(_PATTERNED.search(value) for value in request.query.values())
