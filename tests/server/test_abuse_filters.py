@@ -85,11 +85,17 @@ async def test_catastrophic_regexps_do_not_starve_a_dashboard(make_tsd: MakeTsd)
         await asyncio.sleep(0.5)  # the bombs are matching (each for up to 2 s)
         t0 = time.perf_counter()
         status, raw = await _post(http, port, _query("dash.m"))
+        # and grouped by host (host=*: a wildcard filter, as Grafana's group-by sends)
+        grouped = f"http://127.0.0.1:{port}/api/query?start={BASE}&m=sum:dash.m{{host=*}}"
+        async with http.get(grouped) as resp:
+            grouped_status, grouped_raw = resp.status, await resp.read()
         waited = time.perf_counter() - t0
         pending = sum(not bomb.done() for bomb in bombs)
         answers = await asyncio.gather(*bombs)
     assert status == 200
     assert len(orjson.loads(raw)[0]["dps"]) == 600
+    assert grouped_status == 200
+    assert len(orjson.loads(grouped_raw)) == 20
     assert pending >= 1  # answered while the bombs were still matching
     for bomb_status, bomb_raw in answers:
         assert bomb_status == 400, bomb_raw

@@ -234,10 +234,11 @@ class QueryEngine:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
         self.compute_slots = max(1, compute_slots)
         self._compute = asyncio.Semaphore(self.compute_slots)
-        #: filtering by regexps and wildcards has its own threads, as many: a pattern that
-        #: backtracks for its whole regexp budget holds one of them, not a compute slot
-        #: that every other query needs (the regex package releases the GIL meanwhile)
-        self._patterns = asyncio.Semaphore(self.compute_slots)
+        #: filtering by regexps has its own threads, as many: a regexp that backtracks for
+        #: its whole budget holds one of them, not a compute slot that every other query
+        #: needs (the regex package releases the GIL meanwhile); wildcards (``host=*``, a
+        #: dashboard's group-by) cannot backtrack and keep to the compute slots
+        self._regexps = asyncio.Semaphore(self.compute_slots)
         self._busy = 0
         self._wall_clock = wall_clock
         self._limits = QueryLimits(
@@ -441,13 +442,13 @@ class QueryEngine:
         # Filters and grouping run per series; a regexp (or wildcard) can take long on one
         # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
         patterned = any("regexp" in f.type or "wildcard" in f.type for f in sub.filters)
-        if patterned:
+        if any(f.type == "regexp" for f in sub.filters):
             keep, groups = await self._compute_off_loop(
-                self._filter_and_group, sub, plan, facts, control, slots=self._patterns
+                self._filter_and_group, sub, plan, facts, control, slots=self._regexps
             )
         else:
             keep, groups = await self._compute_sized(
-                work, self._filter_and_group, sub, plan, facts, control
+                None if patterned else work, self._filter_and_group, sub, plan, facts, control
             )
         kept_points = int(spans.point_lengths[keep].sum())
         kept_series = int(keep.sum())
