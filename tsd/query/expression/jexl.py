@@ -25,6 +25,7 @@ Float or Double operand makes the operation a double one.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -599,11 +600,13 @@ def _unquote(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text[1:-1])
 
 
+@functools.lru_cache(maxsize=256)
 def parse_script(text: str) -> JexlScript:
     """Parse ``text`` as JexlEngine.createScript does; :class:`JexlError` if it cannot.
     An expression past :data:`MAX_EXPRESSION_LENGTH`, :data:`MAX_EXPRESSION_NESTING` or
     :data:`MAX_EXPRESSION_DEPTH` is refused (PastLimit, 400), the length before
-    anything is read, so a huge one costs no time."""
+    anything is read, so a huge one costs no time. Cached: a request's expressions are
+    parsed when it is validated and again when it runs (the script is never changed)."""
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise PastLimit(
             f"The expression is too long: {len(text)} characters, at most {MAX_EXPRESSION_LENGTH}"
