@@ -59,6 +59,7 @@ async def test_regexp_bombs_are_refused_without_stalling_others(
     assert longest < 1.0
 
 
+@pytest.mark.slow  # the four bombs run to their regexp budget, one after the other
 async def test_catastrophic_regexps_do_not_starve_a_dashboard(make_tsd: MakeTsd) -> None:
     tsd = await make_tsd(
         **{"tsd.query.compute_slots": "1", "tsd.query.filter.regexp_budget": "2000"}

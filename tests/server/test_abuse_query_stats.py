@@ -34,9 +34,9 @@ async def test_completed_queries_are_bounded_in_bytes(tsd: Daemon) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{base}/api/put?sync", json=point) as resp:
             assert resp.status == 204
-        for i in range(20):  # twenty distinct 1 MB queries
-            body = _big_query(i, 95_000)
-            assert len(body) > 1_000_000
+        for i in range(20):  # twenty distinct 200 KB queries (the finding: 4 MB each)
+            body = _big_query(i, 19_000)
+            assert len(body) > 3 * MAX_TRACKED_QUERY_BYTES
             async with http.post(f"{base}/api/query", data=io.BytesIO(body)) as resp:
                 await resp.read()
         small = f"{base}/api/query?start={T - 10}&end={T + 10}&m=sum:stats.m"
@@ -46,7 +46,7 @@ async def test_completed_queries_are_bounded_in_bytes(tsd: Daemon) -> None:
             raw = await resp.read()
     stats = orjson.loads(raw)
     assert len(stats["completed"]) == 21
-    assert len(raw) < 21 * (MAX_TRACKED_QUERY_BYTES // 10)  # the answer: kilobytes, not 20 MB
+    assert len(raw) < 21 * (MAX_TRACKED_QUERY_BYTES // 10)  # the answer: kilobytes, not 4 MB
     truncated = [e["query"] for e in stats["completed"] if "truncated" in e["query"]]
     assert len(truncated) == 20
     for query in truncated:
