@@ -17,6 +17,13 @@ the GETs that used to answer 500 with a traceback; and a full disk (a second dae
 64 MiB tmpfs filled under it; needs ``mount``, skipped otherwise: ``?sync&summary``,
 ``?sync&details``, telnet's error lines, recovery when space returns).
 
+Issue 25's held-out cases: names too long for the store beside 1,000 good points
+(``bad_names``: one /api/put?details&sync body, one telnet connection and a victim on
+another), ``expression_bombs`` (/api/query/exp with 50,000 nested parentheses and 300,000
+terms, /api/query/gexp with 2,000 nested calls), a regexp filter of 100,000 alternatives,
+four clients' catastrophic ``regexp((a|a)+$)`` queries with a dashboard query timed
+meanwhile, and twenty distinct 4 MB queries against the completed-query list.
+
 Run: ``python -m bench.abuse [--series N] [--only CASE ...]``.
 """
 
