@@ -17,6 +17,13 @@ the GETs that used to answer 500 with a traceback; and a full disk (a second dae
 64 MiB tmpfs filled under it; needs ``mount``, skipped otherwise: ``?sync&summary``,
 ``?sync&details``, telnet's error lines, recovery when space returns).
 
+Issue 25's held-out cases: names too long for the store beside 1,000 good points
+(``bad_names``: one /api/put?details&sync body, one telnet connection and a victim on
+another), ``expression_bombs`` (/api/query/exp with 50,000 nested parentheses and 300,000
+terms, /api/query/gexp with 2,000 nested calls), a regexp filter of 100,000 alternatives,
+four clients' catastrophic ``regexp((a|a)+$)`` queries with a dashboard query timed
+meanwhile, and twenty distinct 4 MB queries against the completed-query list.
+
 Run: ``python -m bench.abuse [--series N] [--only CASE ...]``.
 """
 
@@ -26,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import io
 import os
 import re
 import socket
@@ -251,22 +259,27 @@ async def case_static_names(port: int, pid: int) -> tuple[str, str]:
     return f"50,000 names; /s/<300 B>: {status[:40]} ({leak})", ""
 
 
-async def case_regexp(port: int, pid: int) -> tuple[str, str]:
-    points = [
+def slow_points() -> list[dict[str, object]]:
+    """40 series of ``slow.m`` whose host values make ``(a|aa)+$`` backtrack exponentially."""
+    return [
         {"metric": "slow.m", "timestamp": BASE, "value": i, "tags": {"host": f"{SLOW_VALUE}{i}"}}
         for i in range(40)
     ]
-    body = {
-        "start": BASE - 100,
-        "end": BASE + 100,
-        "queries": [
-            {
-                "aggregator": "sum",
-                "metric": "slow.m",
-                "filters": [{"type": "regexp", "tagk": "host", "filter": "(a|aa)+$"}],
-            }
-        ],
+
+
+def regexp_query(metric: str, pattern: str, start: int, end: int) -> dict[str, object]:
+    """A /api/query body of one sub-query with a regexp filter on ``host``."""
+    sub = {
+        "aggregator": "sum",
+        "metric": metric,
+        "filters": [{"type": "regexp", "tagk": "host", "filter": pattern}],
     }
+    return {"start": start, "end": end, "queries": [sub]}
+
+
+async def case_regexp(port: int, pid: int) -> tuple[str, str]:
+    points = slow_points()
+    body = regexp_query("slow.m", "(a|aa)+$", BASE - 100, BASE + 100)
     async with aiohttp.ClientSession() as http:
         async with http.post(f"http://127.0.0.1:{port}/api/put?sync", json=points) as resp:
             assert resp.status == 204
@@ -387,6 +400,134 @@ async def case_error_500(port: int, pid: int) -> tuple[str, str]:
     return "/s/<300 B>: " + answers[0] + "; 100y bomb: " + answers[1], ""
 
 
+# -- issue 25's held-out cases: names, expressions, filters, the completed-query list --------
+
+LONG_NAME = "n" * 600  # past the embedded store's 511-byte keys
+
+
+async def case_bad_names(port: int, pid: int) -> tuple[str, str]:
+    """1,000 points and 10 names too long for the store: in one /api/put?details&sync
+    body, then on one telnet connection while another connection writes 1,000 points."""
+    base = f"http://127.0.0.1:{port}"
+
+    def point(metric: str, i: int) -> dict[str, object]:
+        return {"metric": metric, "timestamp": BASE + i, "value": i, "tags": {"host": "a"}}
+
+    body = [point("abuse.names.http", i) for i in range(1000)]
+    body += [point(f"{LONG_NAME}{i}", 0) for i in range(10)]
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/api/put?details&sync", json=body) as resp:
+            reply = await resp.json()
+            http_answer = f"{resp.status} success={reply['success']} failed={reply['failed']}"
+        mixed = "".join(
+            f"put abuse.names.telnet {BASE + i} {i} host=a\n"
+            + (f"put {LONG_NAME}{i} {BASE} 1 host=a\n" if i % 100 == 0 else "")
+            for i in range(1000)
+        )
+        victim = "".join(f"put abuse.names.victim {BASE + i} {i} host=b\n" for i in range(1000))
+        (bad_r, bad_w), (vic_r, vic_w) = [
+            await asyncio.open_connection("127.0.0.1", port) for _ in range(2)
+        ]
+        bad_w.write(mixed.encode() + b"version\n")
+        vic_w.write(victim.encode() + b"version\n")
+        errors = 0
+        while not (await bad_r.readline()).startswith(b"tsd "):
+            errors += 1
+        while not (await vic_r.readline()).startswith(b"tsd "):
+            pass
+        for writer in (bad_w, vic_w):
+            writer.close()
+        stored = []
+        for metric in ("abuse.names.http", "abuse.names.telnet", "abuse.names.victim"):
+            url = f"{base}/api/query?start={BASE}&end={BASE + 1000}&m=sum:{metric}"
+            count = 0
+            for _ in range(50):  # telnet's points are written within a few seconds
+                async with http.get(url) as resp:
+                    answer = await resp.json() if resp.status == 200 else []
+                count = sum(len(s["dps"]) for s in answer)
+                if count == 1000:
+                    break
+                await asyncio.sleep(0.1)
+            stored.append(str(count))
+    return (
+        f"put: {http_answer}; telnet: {errors} error lines; stored http/telnet/victim: "
+        + "/".join(stored)
+        + " of 1000"
+    ), ""
+
+
+async def case_expression_bombs(port: int, pid: int) -> tuple[str, str]:
+    """/api/query/exp with 50,000 nested parentheses and with 300,000 terms, /api/query/
+    gexp with 2,000 nested calls (short enough to pass the length limit)."""
+    base = f"http://127.0.0.1:{port}"
+    answers = []
+    async with aiohttp.ClientSession() as http:
+        for expr in ("(" * 50_000 + "a" + ")" * 50_000, "+".join(["a"] * 300_000)):
+            body = {
+                "time": {"start": str(BASE), "end": str(BASE + 60), "aggregator": "sum"},
+                "metrics": [{"id": "a", "metric": METRIC}],
+                "expressions": [{"id": "e", "expr": expr}],
+                "outputs": [{"id": "e"}],
+            }
+            answers.append(await http_status(http, f"{base}/api/query/exp", json=body))
+        exp = "f(" * 2000 + f"sum:{METRIC}" + ")" * 2000
+        answers.append(await http_status(http, f"{base}/api/query/gexp?start={BASE}&exp={exp}"))
+    return " | ".join(answer[:60] for answer in answers), ""
+
+
+async def case_regexp_alternatives(port: int, pid: int) -> tuple[str, str]:
+    """A regexp filter of 100,000 alternatives (about 1 MB)."""
+    pattern = "|".join(f"h{i:06d}" for i in range(100_000))
+    body = regexp_query(METRIC, pattern, BASE, BASE + 3600)
+    async with aiohttp.ClientSession() as http:
+        return (await http_status(http, f"http://127.0.0.1:{port}/api/query", json=body))[:80], ""
+
+
+async def case_catastrophic_regexps(port: int, pid: int) -> tuple[str, str]:
+    """Four clients send ``regexp((a|a)+$)`` queries (values that backtrack exponentially);
+    meanwhile a dashboard query (300 series, 18,000 points: it needs a compute slot) is
+    timed."""
+    base = f"http://127.0.0.1:{port}"
+    points = slow_points()
+    bomb = regexp_query("slow.m", "(a|a)+$", BASE - 100, BASE + 100)
+    hosts = "|".join(f"h{i:06d}" for i in range(300))
+    dashboard = f"{base}/api/query?start={BASE}&end={BASE + 3600}&m=sum:{METRIC}{{host={hosts}}}"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/api/put?sync", json=points) as resp:
+            assert resp.status == 204
+        bombs = [
+            asyncio.create_task(http_status(http, f"{base}/api/query", json=bomb)) for _ in range(4)
+        ]
+        await asyncio.sleep(0.5)
+        t0 = time.perf_counter()
+        dash = await http_status(http, dashboard)
+        waited = time.perf_counter() - t0
+        answers = await asyncio.gather(*bombs)
+    codes = "/".join(answer.split(" ", 1)[0] for answer in answers)
+    return f"bombs: {codes}; dashboard {dash[:12]} in {waited:.2f} s", ""
+
+
+async def case_completed_query_list(port: int, pid: int) -> tuple[str, str]:
+    """Twenty distinct 4 MB queries, then the size of /api/stats/query (RSS columns: what
+    the completed-query list keeps)."""
+    base = f"http://127.0.0.1:{port}"
+    body = b""
+    async with aiohttp.ClientSession() as http:
+        for i in range(20):
+            literals = "|".join(f"q{i}v{v:07d}" for v in range(350_000))
+            sub = {
+                "aggregator": "sum",
+                "metric": METRIC,
+                "filters": [{"type": "literal_or", "tagk": "host", "filter": literals}],
+            }
+            body = orjson.dumps({"start": BASE, "end": BASE + 60, "queries": [sub]})
+            async with http.post(f"{base}/api/query", data=io.BytesIO(body)) as resp:
+                await resp.read()
+        async with http.get(f"{base}/api/stats/query") as resp:
+            size = len(await resp.read())
+    return f"20 x {len(body) / 2**20:.1f} MiB queries; /api/stats/query {size / 1e6:.2f} MB", ""
+
+
 CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
     "bucket_bomb_1d": lambda p, pid: case_bucket_bomb(p, pid, "1d-ago"),
     "bucket_bomb_100y": lambda p, pid: case_bucket_bomb(p, pid, "100y-ago"),
@@ -400,6 +541,11 @@ CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
     "put_64mib_body": case_put_64mib,
     "foreign_origin": case_foreign_origin,
     "error_500": case_error_500,
+    "bad_names": case_bad_names,
+    "expression_bombs": case_expression_bombs,
+    "regexp_100k_alternatives": case_regexp_alternatives,
+    "catastrophic_regexps": case_catastrophic_regexps,
+    "completed_query_list": case_completed_query_list,
 }
 
 

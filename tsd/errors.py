@@ -131,6 +131,19 @@ class IllegalValueError(CodecError):
     status = 400
 
 
+class NameTooLong(BadRequestError):
+    """A metric, tag name or tag value longer than the store's row keys allow (its UID
+    row is keyed by the name): refused up front, alone, as OpenTSDB refuses one bad point.
+
+    Telnet answers ``put: illegal argument: <message>``; /api/put details carry the message.
+    """
+
+
+class PastLimit(BadRequestError):
+    """A request past one of tsd's own size or depth limits (OpenTSDB has none there and
+    fails worse): a 400 with the limit's message, which no handler rewraps."""
+
+
 class StorageError(TsdError):
     """A storage backend failed."""
 

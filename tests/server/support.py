@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from tests.write.readback import StoredPoint, stored_points
 from tsd.daemon import Daemon
 from tsd.storage.base import ScanSpec
+
+T = TypeVar("T")
 
 
 async def eventually(condition: Callable[[], bool], attempts: int = 1000) -> None:
@@ -87,3 +91,19 @@ async def storage_snapshot(daemon: Daemon) -> list[tuple[str, bytes, str, bytes,
         async for row in daemon.storage.scan(table, ScanSpec()):
             cells.extend((table, row.key, c.family, c.qualifier, c.value) for c in row.cells)
     return cells
+
+
+async def longest_stall(port: int, requests: list[Coroutine[Any, Any, T]]) -> tuple[list[T], float]:
+    """Run ``requests`` concurrently while another client (a telnet connection) sends
+    ``version`` round trips back to back: their answers, and the longest round trip (the
+    longest the daemon kept that other client waiting)."""
+    telnet = await TelnetClient.connect(port)
+    await telnet.sync()
+    tasks = [asyncio.create_task(request) for request in requests]
+    longest = 0.0
+    while not all(task.done() for task in tasks):
+        t0 = time.perf_counter()
+        await telnet.sync()
+        longest = max(longest, time.perf_counter() - t0)
+    await telnet.close()
+    return [task.result() for task in tasks], longest

@@ -10,8 +10,10 @@ import pytest
 
 from tsd.errors import (
     BadRequestError,
+    NameTooLong,
     NoSuchUniqueId,
     NoSuchUniqueName,
+    StorageError,
     StorageUnavailable,
     UidAlreadyExists,
     UidAssignmentError,
@@ -350,6 +352,73 @@ async def test_assignment_gives_up_after_three_storage_failures(
         await tagk.get_or_create_id("host")
     assert hooked.calls["increment"] == 3
     assert await counter(storage, uid_table, "tagk") is None
+
+
+async def test_a_name_the_store_refuses_fails_alone_in_its_batch(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    # The store refuses one name's rows (as the embedded store refuses a key past 511
+    # bytes): the batch is split until that name is alone; the other names get their UIDs.
+    hooked = HookedStorage(storage)
+    tagk = make_uid("tagk", store=hooked)
+
+    async def refuse_bad(_table: str, items: Sequence[object]) -> None:
+        rows = [item.put.row if isinstance(item, CheckAndPut) else item for item in items]
+        if b"bad" in rows:
+            raise StorageError("row refused")
+
+    hooked.hooks["check_and_put_many"] = refuse_bad
+    hooked.hooks["get_many"] = lambda table, rows, *_: refuse_bad(table, rows)
+    names = [f"n{i}" for i in range(40)]
+    names.insert(17, "bad")
+    errors: dict[str, BaseException] = {}
+    found = await tagk.get_or_create_ids(names, errors)
+    assert set(found) == set(names) - {"bad"}
+    assert len(set(found.values())) == 40
+    assert list(errors) == ["bad"]
+    assert isinstance(errors["bad"], StorageError)
+    assert await forward_rows(storage, uid_table, "tagk") == {
+        name.encode(): uid for name, uid in found.items()
+    }
+
+
+async def test_a_systemic_storage_error_is_not_split(storage: Storage, make_uid: MakeUid) -> None:
+    hooked = HookedStorage(storage)
+    tagk = make_uid("tagk", store=hooked)
+
+    async def down(*_args: object) -> None:
+        raise StorageUnavailable("down")
+
+    hooked.hooks["get_many"] = down
+    errors: dict[str, BaseException] = {}
+    assert await tagk.get_or_create_ids([f"n{i}" for i in range(64)], errors) == {}
+    assert len(errors) == 64
+    assert hooked.calls["get_many"] == 3  # the attempts, no halves
+
+
+async def test_a_name_too_long_for_the_store_is_refused_up_front(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    metrics = make_uid("metrics")
+    limit = storage.max_row_length("id")
+    assert limit == (506 if type(storage).__name__ == "EmbeddedStorage" else 32767)
+    long_name = "x" * (limit + 1)
+    fits = "y" * limit
+    errors: dict[str, BaseException] = {}
+    found = await metrics.get_or_create_ids(["a", long_name, fits, "b"], errors)
+    assert list(found) == ["a", fits, "b"]
+    assert list(errors) == [long_name]
+    assert str(errors[long_name]) == (
+        f'Invalid metric name ("{"x" * 64}..."): too long: {limit + 1} characters,'
+        f" at most {limit} in this store"
+    )
+    with pytest.raises(NameTooLong):
+        await metrics.get_or_create_id(long_name)
+    with pytest.raises(NameTooLong):
+        await metrics.assign(long_name)
+    with pytest.raises(NoSuchUniqueName):
+        await metrics.get_id(long_name)  # a lookup: it has none (never read)
+    assert long_name.encode() not in await forward_rows(storage, uid_table, "metrics")
 
 
 # -- exhaustion and refusal -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, PastLimit
 from tsd.java_text import jackson_double
 from tsd.protocol.query_json import bind_filter, dedupe_subqueries, validate_query
 from tsd.protocol.timespec import parse_datetime, parse_duration
@@ -330,7 +330,7 @@ def _each(items: Sequence[Any], name: str, check: Callable[[Any], Any]) -> list[
         try:
             out.append(check(item))
         except BadRequestError as exc:
-            if exc.status != 400:
+            if exc.status != 400 or isinstance(exc, PastLimit):
                 raise
             raise invalid(f"Invalid {name} at index {i}") from exc
     return out

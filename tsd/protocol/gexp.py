@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import re
 
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, PastLimit
 from tsd.query_model import GexpCall as Call
 from tsd.query_model import GexpMetric as MetricRef
 
 __all__ = ["parse_gexp"]
+
+#: The longest ``exp=`` value accepted (characters), checked before it is read (400)
+MAX_GEXP_LENGTH = 10_000
+#: The deepest nesting of calls accepted (400 past it; the parser stops there)
+MAX_GEXP_NESTING = 32
 
 _WORD = re.compile(r"[*A-Za-z0-9\-_#/$@|.'\]\[]+")
 
@@ -25,6 +30,7 @@ class _Reader:
         self.text = text
         self.pos = 0
         self.metrics = metrics
+        self.nesting = 0
 
     def skip(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos] in " \t\n\r":
@@ -62,6 +68,17 @@ class _Reader:
             self.pos = save
 
     def call(self) -> Call:
+        self.nesting += 1
+        if self.nesting > MAX_GEXP_NESTING:
+            raise PastLimit(
+                f"The expression nests calls too deeply: more than {MAX_GEXP_NESTING} levels"
+            )
+        try:
+            return self._call()
+        finally:
+            self.nesting -= 1
+
+    def _call(self) -> Call:
         node = Call(self.word())
         self.expect("(")
         node.params.append(self.param())
@@ -108,10 +125,15 @@ class _Reader:
 
 def parse_gexp(expressions: list[str]) -> tuple[list[Call], list[str]]:
     """Parse every ``exp=`` value: the call trees, and the metric queries they read
-    (``m=`` syntax, numbered across all expressions)."""
+    (``m=`` syntax, numbered across all expressions). A value past
+    :data:`MAX_GEXP_LENGTH` or :data:`MAX_GEXP_NESTING` is refused (400)."""
     metrics: list[str] = []
     trees = []
     for text in expressions:
+        if len(text) > MAX_GEXP_LENGTH:
+            raise PastLimit(
+                f"The expression is too long: {len(text)} characters, at most {MAX_GEXP_LENGTH}"
+            )
         reader = _Reader(text, metrics)
         tree = reader.call()
         if reader.peek():

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, PastLimit
 from tsd.java_text import jackson_text, java_float_to_string
 from tsd.protocol.m_syntax import (
     add_group_by_filter,
@@ -114,6 +114,8 @@ def parse_query_json(
         fields, subs = _bind_query(document)
     except _BindError as exc:
         raise BadRequestError(_PARSE_ERROR, str(exc)) from None
+    except PastLimit:
+        raise  # tsd's own limit: its message, not the binding error's
     except BadRequestError as exc:
         raise BadRequestError(_PARSE_ERROR, exc.message) from None
     return validate_query(fields, subs, now=now, default_timezone=default_timezone)

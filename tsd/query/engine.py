@@ -234,6 +234,11 @@ class QueryEngine:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
         self.compute_slots = max(1, compute_slots)
         self._compute = asyncio.Semaphore(self.compute_slots)
+        #: filtering by regexps has its own threads, as many: a regexp that backtracks for
+        #: its whole budget holds one of them, not a compute slot that every other query
+        #: needs (the regex package releases the GIL meanwhile); wildcards (``host=*``, a
+        #: dashboard's group-by) cannot backtrack and keep to the compute slots
+        self._regexps = asyncio.Semaphore(self.compute_slots)
         self._busy = 0
         self._wall_clock = wall_clock
         self._limits = QueryLimits(
@@ -437,9 +442,14 @@ class QueryEngine:
         # Filters and grouping run per series; a regexp (or wildcard) can take long on one
         # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
         patterned = any("regexp" in f.type or "wildcard" in f.type for f in sub.filters)
-        keep, groups = await self._compute_sized(
-            None if patterned else work, self._filter_and_group, sub, plan, facts, control
-        )
+        if any(f.type == "regexp" for f in sub.filters):
+            keep, groups = await self._compute_off_loop(
+                self._filter_and_group, sub, plan, facts, control, slots=self._regexps
+            )
+        else:
+            keep, groups = await self._compute_sized(
+                None if patterned else work, self._filter_and_group, sub, plan, facts, control
+            )
         kept_points = int(spans.point_lengths[keep].sum())
         kept_series = int(keep.sum())
         in_range_points = 0
@@ -712,13 +722,20 @@ class QueryEngine:
             return fn(*args, **kwargs)
         return await self._compute_off_loop(fn, *args, **kwargs)
 
-    async def _compute_off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run numpy work in a worker thread, at most ``compute_slots`` at once.
+    async def _compute_off_loop(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        slots: asyncio.Semaphore | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run numpy work in a worker thread, at most ``compute_slots`` at once (in
+        ``slots``: the compute slots unless given).
 
         The slot is held until the thread is done, even when the caller is cancelled (the
         thread cannot be interrupted; its query's cancel flag stops it at the next chunk),
         so cancelled work never pushes the threads past ``compute_slots``."""
-        async with self._compute:
+        async with slots or self._compute:
             self._busy += 1
             work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
             try:

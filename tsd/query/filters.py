@@ -14,9 +14,10 @@ src/query/filter/TagV*Filter.java ``match``):
   package rather than ``re``: it releases the GIL while matching (``concurrent=True``)
   and stops after ``REGEXP_TIMEOUT_S``, so a catastrophic pattern costs its own query
   a 400 instead of stalling ingest and every other query (the engine matches in a
-  worker thread); the query's :class:`~tsd.query.limits.QueryControl` also bounds the
-  regexp time of the whole query (``tsd.query.filter.regexp_budget``: 40 slow values
-  cannot add up to 40 s);
+  worker thread of its own, not a compute slot other queries wait for); the query's
+  :class:`~tsd.query.limits.QueryControl` also bounds the regexp time of the whole query
+  (``tsd.query.filter.regexp_budget``: 40 slow values cannot add up to 40 s). Patterns
+  are bounded in length and size when the query is read and compiled once (cached);
 * ``not_key``: the series has no such tag key. OpenTSDB 2.4.1 never registers it; tsd
   does.
 
@@ -27,6 +28,7 @@ for the key), except for ``not_key``; all filters must match (AND). With
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -119,8 +121,15 @@ def compile_value_matcher(f: Filter, control: QueryControl | None = None) -> Mat
 REGEXP_TIMEOUT_S = 1.0
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(expression: str) -> regex.Pattern[str]:
+    """Each expression compiled once (a dashboard sends the same ones every refresh); its
+    size was bounded when the query was read (tsd.protocol.m_syntax.check_regexp)."""
+    return regex.compile(expression, flags=regex.VERSION0)
+
+
 def _regexp_matcher(expression: str, control: QueryControl | None = None) -> Matcher:
-    pattern = regex.compile(expression, flags=regex.VERSION0)
+    pattern = _compiled(expression)
 
     def match(value: str) -> bool:
         timeout = REGEXP_TIMEOUT_S

@@ -426,6 +426,10 @@ class TelnetProtocol(TrackedProtocol):
         if refused.kind is RefusalKind.UNKNOWN_METRIC:
             self._stats.unknown_metrics.inc()
             self._write_line(UNKNOWN_METRIC + refused.message)
+        elif refused.kind is RefusalKind.ILLEGAL_ARGUMENT:  # a name the store cannot hold
+            self._stats.illegal_arguments.inc()
+            self._stats.errors.inc()
+            self._write_line(f"put: {PutLineError.ILLEGAL_ARGUMENT}: {refused.message}")
         elif self._context.return_errors:  # tsd.rpc.telnet.return_errors
             self._write_line(self._context.storage_error + refused.message)
 

@@ -71,6 +71,10 @@ class Row:
 I64 = npt.NDArray[np.int64]
 _EMPTY = np.zeros(0, dtype=np.int64)
 
+#: HBase's longest row key (HConstants.MAX_ROW_LENGTH, Short.MAX_VALUE bytes): longer
+#: rows are refused by the region server
+HBASE_MAX_ROW_LENGTH = 32767
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class CellBlock(Sequence[Row]):
@@ -408,6 +412,12 @@ def check_distinct_cells(checks: Sequence[CheckAndPut]) -> None:
 
 class Storage(ABC):
     """An async, HBase-shaped store. See the module docstring for the contract."""
+
+    def max_row_length(self, family: str) -> int:
+        """The longest row key (in bytes, none of them 00) a cell of ``family`` may have;
+        longer rows raise StorageError. HBase's limit unless a backend has a smaller one
+        (the UID table's forward rows are names: tsd.uid refuses longer names up front)."""
+        return HBASE_MAX_ROW_LENGTH
 
     @abstractmethod
     async def create_table(self, table: str, families: Sequence[FamilySpec]) -> bool:

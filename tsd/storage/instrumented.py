@@ -63,6 +63,9 @@ class InstrumentedStorage(Storage):
         #: calls started and not finished (scans until their caller leaves them)
         self.in_flight = 0
 
+    def max_row_length(self, family: str) -> int:
+        return self.inner.max_row_length(family)
+
     @property
     def calls(self) -> int:
         return sum(op.calls.value for op in self._ops.values())

@@ -63,8 +63,8 @@ class UidService:
         """The metric UID and the (tagk UID, tagv UID) pairs, in the order ``tags`` gives them.
 
         One series of :meth:`resolve_many_for_write`; its error (NoSuchUniqueName when a
-        name is refused) raises. The pairs are not re-sorted: the row key orders tags by
-        tagk UID bytes, which is the row-key encoder's job.
+        name is refused, NameTooLong, a storage error) raises. The pairs are not re-sorted:
+        the row key orders tags by tagk UID bytes, which is the row-key encoder's job.
         """
         (result,) = await self.resolve_many_for_write([(metric, tuple(tags))])
         if isinstance(result, TsdError):
@@ -73,25 +73,33 @@ class UidService:
 
     async def resolve_many_for_write(
         self, series: Sequence[tuple[str, Sequence[tuple[str, str]]]]
-    ) -> list[Resolved | NoSuchUniqueName]:
+    ) -> list[Resolved | TsdError]:
         """:meth:`resolve_for_write` for many series at once: per series, its metric UID and
-        tag UID pairs, or the NoSuchUniqueName of a name auto-create refused.
+        tag UID pairs, or the error of its first name that failed: NoSuchUniqueName (auto-
+        create refused it), NameTooLong, or a storage error or UidAssignmentError.
 
         Each kind's names are resolved in one :meth:`UniqueId.get_or_create_ids` batch (a
         few storage round trips however many are new), new names getting their UIDs in the
         order they first appear. Metrics first: a series whose metric is refused creates no
-        tag UIDs. Storage errors raise for the whole call.
+        tag UIDs. A name that fails fails only the series that use it.
         """
-        metric_uids = await self.metrics.get_or_create_ids(metric for metric, _ in series)
+        errors: dict[str, BaseException] = {}
+        metric_uids = await self.metrics.get_or_create_ids((metric for metric, _ in series), errors)
         live = [tags for metric, tags in series if metric in metric_uids]
         # One kind after the other (not gathered): with every name cached, nothing suspends.
-        key_uids = await self.tagk.get_or_create_ids(key for tags in live for key, _ in tags)
-        value_uids = await self.tagv.get_or_create_ids(value for tags in live for _, value in tags)
-        results: list[Resolved | NoSuchUniqueName] = []
+        key_errors: dict[str, BaseException] = {}
+        value_errors: dict[str, BaseException] = {}
+        key_uids = await self.tagk.get_or_create_ids(
+            (key for tags in live for key, _ in tags), key_errors
+        )
+        value_uids = await self.tagv.get_or_create_ids(
+            (value for tags in live for _, value in tags), value_errors
+        )
+        results: list[Resolved | TsdError] = []
         for metric, tags in series:
             metric_uid = metric_uids.get(metric)
             if metric_uid is None:
-                results.append(NoSuchUniqueName("metrics", metric))
+                results.append(_error(errors.get(metric), NoSuchUniqueName("metrics", metric)))
                 continue
             try:  # the common case, every name resolved: one comprehension
                 results.append((metric_uid, [(key_uids[k], value_uids[v]) for k, v in tags]))
@@ -99,14 +107,14 @@ class UidService:
             except KeyError:
                 pass
             pairs: list[tuple[bytes, bytes]] = []
-            refused: NoSuchUniqueName | None = None
+            refused: TsdError | None = None
             for key, value in tags:
                 key_uid, value_uid = key_uids.get(key), value_uids.get(value)
                 if key_uid is None:
-                    refused = NoSuchUniqueName("tagk", key)
+                    refused = _error(key_errors.get(key), NoSuchUniqueName("tagk", key))
                     break
                 if value_uid is None:
-                    refused = NoSuchUniqueName("tagv", value)
+                    refused = _error(value_errors.get(value), NoSuchUniqueName("tagv", value))
                     break
                 pairs.append((key_uid, value_uid))
             results.append(refused or (metric_uid, pairs))
@@ -161,3 +169,12 @@ class UidService:
     def cache_sizes(self) -> dict[str, int]:
         """Cached entries (both directions) per kind, as OpenTSDB's ``uid.cache-size``."""
         return {uids.kind: len(uids.cache) for uids in (self.metrics, self.tagk, self.tagv)}
+
+
+def _error(failed: BaseException | None, refused: NoSuchUniqueName) -> TsdError:
+    """A name's error: how it failed, else ``refused`` (auto-create refused it)."""
+    if failed is None:
+        return refused
+    if isinstance(failed, TsdError):
+        return failed
+    raise failed  # not a TsdError (a bug, a cancellation): as before, for the whole call

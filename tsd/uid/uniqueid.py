@@ -56,9 +56,13 @@ from tsd.codec.const import (
 from tsd.errors import (
     BadRequestError,
     CodecError,
+    NameTooLong,
     NoSuchUniqueId,
     NoSuchUniqueName,
     StorageError,
+    StorageRefused,
+    StorageTimeout,
+    StorageUnavailable,
     UidAlreadyExists,
     UidAssignmentError,
 )
@@ -87,6 +91,13 @@ SUGGEST_STOP_ROW = b"~"
 MAX_SUGGEST_BATCH_ROWS = 4096
 #: The character set of names in the UID table (OpenTSDB's UniqueId.CHARSET).
 CHARSET = "iso-8859-1"
+#: How each kind's names are called in error messages (OpenTSDB's Tags.validateString).
+NAME_WHAT = {"metrics": "metric name", "tagk": "tag name", "tagv": "tag value"}
+#: Characters of a too-long name shown in its error message
+SHOWN_NAME_CHARS = 64
+#: Storage errors that say the store as a whole is failing: a batch that gets one is not
+#: split to find a name to blame (every part would fail the same way)
+SYSTEMIC_ERRORS = (StorageUnavailable, StorageTimeout, StorageRefused)
 
 _T = TypeVar("_T")
 
@@ -176,6 +187,9 @@ class UniqueId:
         self.auto_create = auto_create
         self.stats = UidStats()
         self._qualifier = kind.encode("ascii")
+        #: the longest name the store can key a forward row by (a name's stored form has
+        #: one byte per character: ISO-8859-1, ``?`` for the others)
+        self.max_name_length = storage.max_row_length(ID_FAMILY)
         self._max_id = (1 << (8 * width)) - 1
         # name -> the batch resolving it (lookup, then assignment when missing)
         self._creating: dict[str, _Batch] = {}
@@ -229,14 +243,18 @@ class UniqueId:
             return uid
         return await self._resolved(name)
 
-    async def get_or_create_ids(self, names: Iterable[str]) -> dict[str, bytes]:
+    async def get_or_create_ids(
+        self, names: Iterable[str], errors: dict[str, BaseException] | None = None
+    ) -> dict[str, bytes]:
         """The UIDs of many names, assigning those without one in batches (see the module
         docstring): ``{name: uid}``.
 
         With auto-create off, names without a UID are left out of the answer (counted in
-        ``refused_creations``); the caller reports them (NoSuchUniqueName). Storage errors
-        (after MAX_ATTEMPTS_ASSIGN_ID tries) and UidAssignmentError (IDs exhausted) raise;
-        names assigned before the failure keep their UIDs.
+        ``refused_creations``); the caller reports them (NoSuchUniqueName). A name that
+        failed (NameTooLong, a storage error after MAX_ATTEMPTS_ASSIGN_ID tries,
+        UidAssignmentError when IDs are exhausted) goes into ``errors`` with its error
+        when given, each name alone (the others get their UIDs); without ``errors`` the
+        first failure raises, names assigned before it keeping their UIDs.
         """
         found: dict[str, bytes] = {}
         misses: list[str] = []
@@ -255,7 +273,7 @@ class UniqueId:
             self.stats.refused_creations += len(misses) - len(looked)
             found.update(looked)
             return found
-        batches = self._claim(misses)
+        batches = self._claim(misses)  # names too long are refused by their batch
         for batch in batches:
             await asyncio.shield(batch.done)
         if len(batches) == 1 and len(batches[0].names) == len(misses):
@@ -270,8 +288,11 @@ class UniqueId:
         for name in misses:
             outcome = outcomes[name]
             if isinstance(outcome, BaseException):
-                raise outcome  # the first failure
-            found[name] = outcome
+                if errors is None:
+                    raise outcome  # the first failure
+                errors[name] = outcome
+            else:
+                found[name] = outcome
         return found
 
     async def assign(self, name: str) -> bytes:
@@ -445,8 +466,18 @@ class UniqueId:
         found = await self.storage.get(self.table, row, (family,))
         return None if found is None else found.value(family, self._qualifier)
 
+    def _too_long(self, name: str) -> NameTooLong:
+        shown = name if len(name) <= SHOWN_NAME_CHARS else name[:SHOWN_NAME_CHARS] + "..."
+        return NameTooLong(
+            f'Invalid {NAME_WHAT[self.kind]} ("{shown}"): too long: {len(name)} characters,'
+            f" at most {self.max_name_length} in this store"
+        )
+
     async def _lookup_id(self, name: str) -> bytes | None:
-        """Read the forward mapping of ``name`` (caching it when found)."""
+        """Read the forward mapping of ``name`` (caching it when found); a name too long
+        to be a row of this store has none."""
+        if len(name) > self.max_name_length:
+            return None
         raw = encode_name(name)
         uid = await self._get_cell(raw, ID_FAMILY)
         if uid is None:
@@ -462,7 +493,11 @@ class UniqueId:
             )
 
     async def _lookup_ids(self, names: Sequence[str]) -> dict[str, bytes]:
-        """Read the forward mappings of ``names`` in one read; the ones found (cached)."""
+        """Read the forward mappings of ``names`` in one read; the ones found (cached).
+        Names too long to be rows of this store have none (not read)."""
+        limit = self.max_name_length
+        if names and max(map(len, names)) > limit:  # (C speed: a burst's batch is 4,096)
+            names = [name for name in names if len(name) <= limit]
         raws = {name: encode_name(name) for name in names}
         rows = await self.storage.get_many(
             self.table, list(dict.fromkeys(raws.values())), (ID_FAMILY,)
@@ -537,8 +572,18 @@ class UniqueId:
     async def _lookup_or_assign_many(self, names: list[str]) -> dict[str, bytes | BaseException]:
         """Forward rows first; assign the names still missing; again for the names a
         corrupt reverse row or a vanished winner left, up to MAX_ATTEMPTS_ASSIGN_ID times
-        (storage errors count as attempts; the last one is every unresolved name's)."""
+        (storage errors count as attempts). A name too long for the store is refused
+        alone, up front (NameTooLong). When the last attempt fails with a storage error
+        that is not systemic (:data:`SYSTEMIC_ERRORS`), the names left are tried again in
+        halves, so that one name the store refuses fails alone rather than its whole
+        batch; otherwise the error is every unresolved name's."""
         results: dict[str, bytes | BaseException] = {}
+        limit = self.max_name_length
+        if names and max(map(len, names)) > limit:
+            results.update((n, self._too_long(n)) for n in names if len(n) > limit)
+            names = [name for name in names if len(name) <= limit]
+            if not names:
+                return results
         todo = names
         last_error: BaseException | None = None
         for _attempt in range(MAX_ATTEMPTS_ASSIGN_ID):
@@ -554,6 +599,15 @@ class UniqueId:
                     break
             if not todo:
                 return results
+        if (
+            len(todo) > 1
+            and isinstance(last_error, StorageError)
+            and not isinstance(last_error, SYSTEMIC_ERRORS)
+        ):
+            half = len(todo) // 2
+            for part in (todo[:half], todo[half:]):
+                results.update(await self._lookup_or_assign_many(part))
+            return results
         for name in todo:
             results[name] = last_error or UidAssignmentError(
                 f"Failed to assign an ID for kind='{self.kind}' name='{name}'"

@@ -42,7 +42,7 @@ from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.config import StorageConfig
-from tsd.errors import NoSuchUniqueName, StorageRefused, TsdError
+from tsd.errors import NameTooLong, NoSuchUniqueName, StorageRefused, TsdError
 from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
 from tsd.stats import Counter, StatsRegistry
@@ -79,6 +79,8 @@ class RefusalKind(enum.Enum):
     UNKNOWN_METRIC = "unknown_metric"
     #: UID assignment or storage failed, or the daemon is shutting down
     STORAGE = "storage"
+    #: a name the store cannot hold (NameTooLong: OpenTSDB's IllegalArgumentException)
+    ILLEGAL_ARGUMENT = "illegal_argument"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,8 @@ class Refused:
     def of(cls, exc: BaseException) -> Refused:
         if isinstance(exc, NoSuchUniqueName):
             return cls(RefusalKind.UNKNOWN_METRIC, exc.message)
+        if isinstance(exc, NameTooLong):
+            return cls(RefusalKind.ILLEGAL_ARGUMENT, exc.message)
         if isinstance(exc, TsdError):
             return cls(RefusalKind.STORAGE, exc.message)
         return cls(RefusalKind.STORAGE, f"Unexpected exception: {exc}")
@@ -162,28 +166,26 @@ class IngestService:
             ref = self._new_ref(key, metric_uid, pairs)
         return ref
 
-    async def resolve_many(
-        self, keys: Sequence[tuple[str, Tags]]
-    ) -> list[SeriesRef | NoSuchUniqueName]:
+    async def resolve_many(self, keys: Sequence[tuple[str, Tags]]) -> list[SeriesRef | TsdError]:
         """The refs of many series, in order: those not resolved before go to one
         :meth:`UidService.resolve_many_for_write` (a few storage round trips for a whole
         burst of new series, new names numbered in the order they first appear). A series
-        a name of which auto-create refused gets its NoSuchUniqueName; storage errors
-        raise for all."""
+        a name of which failed (auto-create refused it: NoSuchUniqueName; too long; the
+        store failed) gets that error, alone."""
         refs = self._refs
-        found: list[SeriesRef | NoSuchUniqueName | None] = [refs.get(key) for key in keys]
+        found: list[SeriesRef | TsdError | None] = [refs.get(key) for key in keys]
         if not any(found):  # none resolved before (a burst of new series)
             missing = list(dict.fromkeys(keys))
         else:
             missing = [k for k, got in zip(keys, found, strict=True) if got is None]
             if not missing:
-                return cast(list[SeriesRef | NoSuchUniqueName], found)
+                return cast(list[SeriesRef | TsdError], found)
             missing = list(dict.fromkeys(missing))
         resolved = await self.uids.resolve_many_for_write(missing)
-        made: dict[tuple[str, Tags], SeriesRef | NoSuchUniqueName] = {}
+        made: dict[tuple[str, Tags], SeriesRef | TsdError] = {}
         new_ref = self._new_ref
         for key, result in zip(missing, resolved, strict=True):
-            if isinstance(result, NoSuchUniqueName):
+            if isinstance(result, TsdError):
                 made[key] = result
             else:  # resolved meanwhile by another batch, or new here
                 ref = refs.get(key)
@@ -526,7 +528,7 @@ class IngestSession(Generic[T]):
         run_tags: list[T | None] = []
         room = self.room()
         for (point, tag, aliases), ref in zip(batch, refs, strict=True):
-            if isinstance(ref, NoSuchUniqueName):
+            if isinstance(ref, TsdError):
                 self._append_run(run, run_tags)
                 self._refuse(tag, point, Refused.of(ref))
                 continue

@@ -25,6 +25,7 @@ Float or Double operand makes the operation a double one.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -32,7 +33,19 @@ from typing import Any
 
 import numpy as np
 
+from tsd.errors import PastLimit
+
 __all__ = ["JexlError", "JexlScript", "JexlValue", "parse_script"]
+
+#: The longest expression accepted (characters), checked before it is read: a longer one
+#: is refused with a 400 (OpenTSDB has no limit; its JEXL overflows the stack instead)
+MAX_EXPRESSION_LENGTH = 10_000
+#: The deepest nesting of parentheses, calls, ternaries, assignments and unary operators
+#: accepted (the parser stops as soon as it is passed: 400)
+MAX_EXPRESSION_NESTING = 32
+#: The deepest expression tree accepted, operator chains included (``a + b + ...`` is as
+#: deep as it has terms): 400 past it; evaluation recurses that deep
+MAX_EXPRESSION_DEPTH = 200
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -398,6 +411,20 @@ class _Parser:
         self.tokens = _tokens(text)
         self.pos = 0
         self.variables: list[str] = []
+        self.nesting = 0
+
+    def nest(self) -> None:
+        """Count one more level of nesting (undone by :meth:`unnest`); past the limit,
+        refuse the expression before recursing any deeper."""
+        self.nesting += 1
+        if self.nesting > MAX_EXPRESSION_NESTING:
+            raise PastLimit(
+                f"The expression nests too deeply: more than {MAX_EXPRESSION_NESTING} levels"
+                " of parentheses, calls, conditions or unary operators"
+            )
+
+    def unnest(self) -> None:
+        self.nesting -= 1
 
     def peek(self) -> str:
         token = self.tokens[self.pos]
@@ -437,10 +464,22 @@ class _Parser:
             if node.op != "var":
                 raise JexlError("assignment error", self.tokens[start].column)
             self.take()
-            return _Node("assign", (node.args[0], self.assignment()))
+            self.nest()
+            try:
+                value = self.assignment()
+            finally:
+                self.unnest()
+            return _Node("assign", (node.args[0], value))
         return node
 
     def ternary(self) -> _Node:
+        self.nest()
+        try:
+            return self._ternary()
+        finally:
+            self.unnest()
+
+    def _ternary(self) -> _Node:
         cond = self.binary(0)
         if self.peek() == "?":
             self.take()
@@ -476,13 +515,15 @@ class _Parser:
 
     def unary(self) -> _Node:
         op = self.peek()
-        if op == "-":
-            self.take()
-            return _Node("neg", (self.unary(),))
-        if op in ("!", "~"):
-            self.take()
-            return _Node(op, (self.unary(),))
-        return self.primary()
+        if op not in ("-", "!", "~"):
+            return self.primary()
+        self.take()
+        self.nest()
+        try:
+            operand = self.unary()
+        finally:
+            self.unnest()
+        return _Node("neg" if op == "-" else op, (operand,))
 
     def primary(self) -> _Node:
         token = self.take()
@@ -559,8 +600,37 @@ def _unquote(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text[1:-1])
 
 
+@functools.lru_cache(maxsize=256)
 def parse_script(text: str) -> JexlScript:
-    """Parse ``text`` as JexlEngine.createScript does; :class:`JexlError` if it cannot."""
+    """Parse ``text`` as JexlEngine.createScript does; :class:`JexlError` if it cannot.
+    An expression past :data:`MAX_EXPRESSION_LENGTH`, :data:`MAX_EXPRESSION_NESTING` or
+    :data:`MAX_EXPRESSION_DEPTH` is refused (PastLimit, 400), the length before
+    anything is read, so a huge one costs no time. Cached: a request's expressions are
+    parsed when it is validated and again when it runs (the script is never changed)."""
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise PastLimit(
+            f"The expression is too long: {len(text)} characters, at most {MAX_EXPRESSION_LENGTH}"
+        )
     parser = _Parser(text)
     statements = parser.script()
+    if any(_depth(statement) > MAX_EXPRESSION_DEPTH for statement in statements):
+        raise PastLimit(
+            f"The expression is too deep: more than {MAX_EXPRESSION_DEPTH} operations"
+            " inside each other (a chain of operators counts one per operator)"
+        )
     return JexlScript(text, statements, parser.variables)
+
+
+def _depth(root: _Node) -> int:
+    """How deep the tree under ``root`` is, walked without recursion."""
+    deepest = 0
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if node.op == "call" or node.op == "nscall":
+            children: tuple[Any, ...] = node.args[1]
+        else:
+            children = node.args
+        stack.extend((child, depth + 1) for child in children if isinstance(child, _Node))
+    return deepest

@@ -176,6 +176,8 @@ class _Put:
         echo = datapoint_echo(point) if point is not None else self.echo(index)
         if refused.kind is RefusalKind.UNKNOWN_METRIC:
             return PutError(UNKNOWN_METRIC, echo)
+        if refused.kind is RefusalKind.ILLEGAL_ARGUMENT:  # as a validation error's message
+            return PutError(refused.message, echo)
         return PutError(STORAGE_EXCEPTION.format(message=refused.message), echo)
 
     def echo(self, index: int) -> DatapointEcho | None:

@@ -81,7 +81,7 @@ from tsd.storage.base import (
 from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.blocks import scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
-from tsd.storage.embedded.keys import row_start
+from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, ROW_END, row_start
 from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 from tsd.storage.embedded.writer import WriterThread
 
@@ -182,6 +182,11 @@ class EmbeddedStorage(Storage):
             raise
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tsd-lmdb-read")
         self._writer = None if read_only else WriterThread(self._env, map_lmdb_error)
+
+    def max_row_length(self, family: str) -> int:
+        # A cell key is the row, its end, the family and its end (keys.py), at most
+        # LMDB's KEY_LIMIT: 506 bytes for the UID table's forward rows (family "id").
+        return KEY_LIMIT - len(ROW_END) - len(family.encode("ascii")) - len(FAMILY_END)
 
     # -- opening ------------------------------------------------------------------------------
 
