@@ -12,6 +12,7 @@ import math
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import cramjam
@@ -34,8 +35,8 @@ def write_body(series: list[tuple[Labels, list[tuple[int, float]]]]) -> bytes:
         full = TimeSeries()
         for name, value in labels.items():
             full.labels.add(name=name, value=value)
-        for timestamp, value in samples:
-            full.samples.add(timestamp=timestamp, value=value)
+        for timestamp, number in samples:
+            full.samples.add(timestamp=timestamp, value=number)
         request.timeseries.add().MergeFromString(full.SerializeToString())
     return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
@@ -91,7 +92,7 @@ async def remote_read(
     }
 
 
-async def query(http: aiohttp.ClientSession, daemon: Daemon, metric: str) -> list[dict]:
+async def query(http: aiohttp.ClientSession, daemon: Daemon, metric: str) -> list[dict[str, Any]]:
     body = {
         "start": T0 - 1000,
         "end": T0 + 60_000,
@@ -100,7 +101,7 @@ async def query(http: aiohttp.ClientSession, daemon: Daemon, metric: str) -> lis
     }
     async with http.post(f"http://127.0.0.1:{daemon.port}/api/query", json=body) as reply:
         assert reply.status == 200, await reply.text()
-        answer: list[dict] = await reply.json()
+        answer: list[dict[str, Any]] = await reply.json()
         return answer
 
 

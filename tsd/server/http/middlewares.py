@@ -8,7 +8,8 @@
   streaming, or encoded itself (remote read's snappy), are left as they are. A body up to
   ``INLINE_COMPRESS_BYTES`` is compressed here, on the event loop: aiohttp hands any body
   over 4 KiB to a worker thread, and waking that thread on a busy machine costs more
-  (0.3-8 ms measured under load, behind a one-series query's answer of 7 KiB) than compressing 32 KiB (about 0.3 ms at Netty's level 6).
+  (0.3-8 ms measured under load, behind a one-series query's answer of 7 KiB) than
+  compressing 32 KiB (about 0.3 ms at Netty's level 6).
 * :func:`cors_middleware`: RpcHandler.applyCorsConfig; outside the error middleware so its
   headers go on error replies too.
 * :func:`error_middleware`: every error becomes OpenTSDB's JSON error body
