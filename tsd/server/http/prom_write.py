@@ -140,13 +140,14 @@ async def _append_series(
     ref in one run afterwards), the others appended one by one (their series resolved
     in the session's window), the rest counted."""
     add = known.append
+    get = refs.get
     skipped = outcome.skipped
     tag = 0
     for turn, series in enumerate(series_list):
         if turn % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)
-        key = tuple(series.labels)
-        ref = refs.get(key)
+        key = b"".join(series.labels)
+        ref = get(key)
         samples = series.samples
         if ref is not None:
             for sample in samples:
@@ -163,7 +164,7 @@ async def _append_series(
                     "native_histogram", "native histograms are not stored", len(series.histograms)
                 )
             continue
-        mapped = _map(key, mapper)
+        mapped = _map(series.labels, mapper)
         if not isinstance(mapped, MappedSeries):
             outcome.refuse(mapped[0], mapped[1], len(samples))
             continue
@@ -180,9 +181,9 @@ async def _append_series(
                 await session.append(point, -tag, aliases, missed=True)
 
 
-def _map(key: tuple[bytes, ...], mapper: LabelMapper) -> MappedSeries | tuple[str, str]:
+def _map(raw_labels: Any, mapper: LabelMapper) -> MappedSeries | tuple[str, str]:
     try:
-        labels = [decode_label(raw) for raw in key]
+        labels = [decode_label(raw) for raw in raw_labels]
     except DecodeError as exc:
         return "bad_label", f"a label is not a valid protobuf Label: {exc}"
     mapped = mapper.map_series(labels)
