@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import statistics
@@ -93,8 +94,8 @@ def write_bodies(
     encoded = []
     for s in labels:
         full = TimeSeries()
-        for name, value in s:
-            full.labels.add(name=name, value=value)
+        for name, text in s:
+            full.labels.add(name=name, value=text)
         encoded.append(full.SerializeToString())
     bodies = []
     for start in range(0, len(points), per_request):
@@ -134,7 +135,7 @@ async def post_all(
 
 async def timed(
     server: Server,
-    send: Callable[[list[float]], list[Awaitable[None]]],
+    send: list[Callable[[list[float]], Awaitable[None]]],
     end: Callable[[], Awaitable[None]],
     points: int,
 ) -> tuple[float, float]:
@@ -142,7 +143,7 @@ async def timed(
     acked: list[float] = []
     cpu_start = tree_cpu_seconds(server.process.pid)
     start = time.perf_counter()
-    await asyncio.gather(*send(acked))
+    await asyncio.gather(*(one(acked) for one in send))
     await end()
     wall = time.perf_counter() - start
     cpu = max(tree_cpu_seconds(server.process.pid) - cpu_start, 1e-3)
@@ -194,7 +195,7 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                             per = chunks_per_connection(telnet_lines(points, labels), conns)
                             rate = await timed(
                                 tsd,
-                                lambda acked, per=per: [send_telnet(tsd, c, acked) for c in per],
+                                [functools.partial(send_telnet, tsd, c) for c in per],
                                 lambda: tsd.end_round(session),
                                 args.points,
                             )
@@ -213,15 +214,14 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
 
                             rate = await timed(
                                 server,
-                                lambda acked, parts=parts, url=url: [
-                                    post_all(session, url, p, acked) for p in parts
-                                ],
+                                [functools.partial(post_all, session, url, p) for p in parts],
                                 end,
                                 args.points,
                             )
                         found.setdefault(name, []).append(rate)
                         print(
-                            f"  round {number + 1} {name}: {rate[0]:,.0f}/s wall, {rate[1]:,.0f} per CPU-s",
+                            f"  round {number + 1} {name}: {rate[0]:,.0f}/s wall,"
+                            f" {rate[1]:,.0f} per CPU-s",
                             flush=True,
                         )
                         settle_disk()
