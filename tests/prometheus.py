@@ -287,6 +287,11 @@ def check_round_trip(trip: RoundTrip, queried: OpenTsdbSamples) -> None:
     assert trip.failed == 0
     assert trip.dropped == 0
     local = finite(trip.local)
+    print(
+        f"round trip: {len(local)} series, {sum(map(len, local.values()))} finite samples"
+        f" in {trip.range_s} s ({len(trip.local) - len(local)} series of NaN only),"
+        f" {trip.sent:.0f} samples sent, {trip.failed:.0f} failed, {trip.dropped:.0f} dropped"
+    )
     assert len(local) > 100, len(local)
     # series whose labels had to be mapped: instance="127.0.0.1:port" in every one
     assert all(":" in dict(key)["instance"] for key in local)
