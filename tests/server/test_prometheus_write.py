@@ -275,3 +275,20 @@ async def test_remote_storage_needs_credentials_when_authentication_is_on(
     async with http.post(url, data=request, headers=bearer("reader")) as reply:
         assert reply.status == 200
     assert SECRETS
+
+
+async def test_remote_read_is_bounded_by_the_query_limits(make_tsd: MakeTsd, http) -> None:
+    daemon = await make_tsd(**{"tsd.query.limits.data_points.default": "5"})
+    labels = {"__name__": "many", "job": "j"}
+    body = write_body([(labels, [(T0 + i, float(i)) for i in range(20)])])
+    assert await write(http, daemon, body) == 204
+    async with http.post(
+        f"http://127.0.0.1:{daemon.port}/api/v1/read",
+        data=read_body([(EQ, "__name__", "many")], T0, T0 + 60_000),
+    ) as reply:
+        assert reply.status == 413, await reply.text()
+    # a series under the limit reads as usual
+    few = {"__name__": "few", "job": "j"}
+    assert await write(http, daemon, write_body([(few, [(T0, 1.0), (T0 + 1, 2.0)])])) == 204
+    found = await remote_read(http, daemon, [(EQ, "__name__", "few")])
+    assert list(found.values()) == [[(T0, 1.0), (T0 + 1, 2.0)]]
