@@ -8,6 +8,7 @@ through remote read.
 
 from __future__ import annotations
 
+import errno
 import math
 import struct
 from collections.abc import AsyncIterator
@@ -292,3 +293,23 @@ async def test_remote_read_is_bounded_by_the_query_limits(make_tsd: MakeTsd, htt
     assert await write(http, daemon, write_body([(few, [(T0, 1.0), (T0 + 1, 2.0)])])) == 204
     found = await remote_read(http, daemon, [(EQ, "__name__", "few")])
     assert list(found.values()) == [[(T0, 1.0), (T0 + 1, 2.0)]]
+
+
+async def test_a_full_disk_is_a_503_that_prometheus_retries(make_tsd: MakeTsd, http, monkeypatch):
+    """The write-ahead log's writes fail as on a full disk (the fault injected as
+    tests/server/test_disk_full.py does): 503, nothing acknowledged; once space returns the
+    same request (Prometheus' retry) is stored."""
+    from tests.server.test_disk_full import LogDisk
+    from tsd.write.writer import WriterLimits
+
+    log_disk = LogDisk(monkeypatch)
+    daemon = await make_tsd(writer_limits=WriterLimits(retry_delays_s=()))
+    labels = {"__name__": "m", "job": "j"}
+    assert await write(http, daemon, write_body([(labels, [(T0, 1.0)])])) == 204
+    body = write_body([(labels, [(T0 + 1, 2.0)])])
+    log_disk.failure = errno.ENOSPC
+    assert await write(http, daemon, body) == 503
+    log_disk.failure = None
+    assert await write(http, daemon, body) == 204
+    found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
+    assert found == {tuple(sorted(labels.items())): [(T0, 1.0), (T0 + 1, 2.0)]}
