@@ -150,12 +150,17 @@ async def running_opentsdb(
         await _wait_ready(process, port, log)
         yield OpenTSDB(port, log, process.pid)
     finally:
-        process.terminate()
-        try:
-            await asyncio.to_thread(process.wait, 30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            await asyncio.to_thread(process.wait)
+        await stop_process(process)
+
+
+async def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s: a server this test process started."""
+    process.terminate()
+    try:
+        await asyncio.to_thread(process.wait, 30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        await asyncio.to_thread(process.wait)
 
 
 def _launch(classpath: str, conf: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -87,6 +87,8 @@ ENDPOINTS = {
     "api/search": ("GET", "/api/search/lookup?m=good.m"),
     "api/query": ("GET", f"/api/query?start={T0}&m=sum:good.m"),
     "api/put": ("POST", "/api/put?sync"),
+    "api/write": ("POST", "/api/v1/write"),
+    "api/read": ("POST", "/api/v1/read"),
     "api/rollup": ("POST", "/api/rollup?sync"),
     "api/histogram": ("POST", "/api/histogram?sync"),
     "api/uid": ("GET", "/api/uid/assign?metric=new.m"),

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #define MAX_TIMESPAN 3600
+#define MAX_MS_TIMESTAMP 9999999999999LL /* tsd.model.MAX_MS_TIMESTAMP */
 #define FLAG_BITS 4
 #define FLAGS_INT1 0x0
 #define FLAGS_INT2 0x1
@@ -219,15 +220,29 @@ static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyO
             ts = -1;
         }
     }
-    if (ts >= 0 && ts <= 0xFFFFFFFFLL) {
+    if (ts >= 0 && ts <= MAX_MS_TIMESTAMP) {
         fast = encode_value(value, int1, &flags, &bytes);
         if (fast < 0)
             return -1;
     }
-    if (fast) {
+    if (fast && ts <= 0xFFFFFFFFLL) {
         base = ts - ts % MAX_TIMESPAN;
         qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
         Py_INCREF(qualifier);
+    } else if (fast) {
+        /* a millisecond timestamp (Prometheus' remote write): the 4-byte qualifier of
+         * encode_point, MS_FLAG | offset_ms << MS_FLAG_BITS | flags, big-endian */
+        long long seconds = ts / 1000;
+        base = seconds - seconds % MAX_TIMESPAN;
+        unsigned long long q = 0xF0000000ULL | ((unsigned long long)(ts - base * 1000) << 6)
+                               | (unsigned long long)flags;
+        unsigned char qbuf[4] = {(unsigned char)(q >> 24), (unsigned char)(q >> 16),
+                                 (unsigned char)(q >> 8), (unsigned char)q};
+        qualifier = PyBytes_FromStringAndSize((const char *)qbuf, 4);
+        if (qualifier == NULL) {
+            Py_DECREF(bytes);
+            return -1;
+        }
     } else {
         PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
         if (encoded == NULL)

@@ -72,6 +72,8 @@ ROUTE_RIGHTS: Mapping[str, Callable[[str, ApiPath], Right]] = {
     "api/search": _always(Right.READ),
     "api/query": _query,
     "api/put": _always(Right.WRITE),
+    "api/write": _always(Right.WRITE),  # Prometheus' remote write
+    "api/read": _always(Right.READ),  # Prometheus' remote read: a POST that only reads
     "api/rollup": _always(Right.WRITE),
     "api/histogram": _always(Right.WRITE),
     "api/uid": _uid,

@@ -45,6 +45,8 @@ ROUTE_MODULES = (
     "tsd.server.http.ui",
     "tsd.server.http.metrics",
     "tsd.server.http.serializers",
+    "tsd.server.http.prom_write",
+    "tsd.server.http.prom_read",
 )
 
 

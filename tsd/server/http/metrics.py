@@ -48,6 +48,8 @@ HELP = {
     "spool.drained": "Records and cells stored into HBase from the log after an outage",
     "spool.errors": "Failed attempts to store the oldest waiting record",
     "spool.refused": "Data points refused because the log held tsd.storage.wal.max_bytes",
+    "prometheus.write.skipped": "Remote write samples not stored: NaN, stale or infinite",
+    "prometheus.write.refused": "Remote write samples refused (their series), by reason",
 }
 
 

@@ -5,10 +5,11 @@
   handlers and renderers never wrap); a response with a body is compressed, gzip if the
   client's ``Accept-Encoding`` takes it, else deflate, as Netty's ``HttpContentCompressor``
   does in OpenTSDB's pipeline (behaviour doc §0). Responses a handler has already started
-  streaming are left as they are. A body up to ``INLINE_COMPRESS_BYTES`` is compressed here,
-  on the event loop: aiohttp hands any body over 4 KiB to a worker thread, and waking that
-  thread on a busy machine costs more (0.3-8 ms measured under load, behind a one-series
-  query's answer of 7 KiB) than compressing 32 KiB (about 0.3 ms at Netty's level 6).
+  streaming, or encoded itself (remote read's snappy), are left as they are. A body up to
+  ``INLINE_COMPRESS_BYTES`` is compressed here, on the event loop: aiohttp hands any body
+  over 4 KiB to a worker thread, and waking that thread on a busy machine costs more
+  (0.3-8 ms measured under load, behind a one-series query's answer of 7 KiB) than
+  compressing 32 KiB (about 0.3 ms at Netty's level 6).
 * :func:`cors_middleware`: RpcHandler.applyCorsConfig; outside the error middleware so its
   headers go on error replies too.
 * :func:`error_middleware`: every error becomes OpenTSDB's JSON error body
@@ -61,6 +62,8 @@ async def response_middleware(request: web.Request, handler: Handler) -> web.Str
     if "jsonp" in request.query and response.content_type == "application/json":
         callback = request.query.getall("jsonp")[-1].encode("utf-8")
         response.body = callback + b"(" + body + b")"
+    if hdrs.CONTENT_ENCODING in response.headers:  # already encoded (remote read's snappy)
+        return response
     coding = accepted_coding(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
     if coding is None:
         return response

@@ -1,0 +1,283 @@
+"""Prometheus remote write into tsd: samples/s per daemon CPU-second, against telnet on the
+same series, and against VictoriaMetrics' own /api/v1/write in the same run (issue 30).
+
+One tsd (``tsdb tsd``, embedded store) takes both of its scenarios; VictoriaMetrics
+(Debian's ``victoria-metrics``) runs beside it, started as bench/ingest.py starts it.
+
+* Series: ``--series`` series of ``node_cpu_seconds_total`` with Prometheus' labels
+  (``instance="hostN:9100"``, ``job``, ``cpu``, ``mode``): the ``:`` of ``instance`` is
+  escaped by tsd's mapping, so the telnet lines name the same OpenTSDB series
+  (``instance=hostN_.3A9100``) as remote write stores.
+* Requests as Prometheus 2.42 sends them: each sample its own ``TimeSeries`` with all its
+  labels, ``--per-request`` samples a request (its ``max_samples_per_send``, 500 by
+  default), snappy-compressed, over ``--connections`` connections at once (its shards).
+  Bodies and lines are built before the clock starts.
+* A warm-up round writes every series once on each server (steady state: the series are
+  known, as after Prometheus' first scrape), outside the measurement.
+* Clock: tsd remote write: the reply to the last request (tsd answers once storage holds
+  the request's samples), then the same ``/api/put?sync`` point and stats check as the
+  telnet scenario (bench/ingest.py's Tsd.end_round). tsd telnet: ``version`` replies, then
+  that sync point. VictoriaMetrics: the reply to the last request.
+* CPU: utime + stime of the server process and its children (/proc) over the round.
+
+Rounds alternate (tsd remote write, tsd telnet, VictoriaMetrics), each round starting one
+further (bench/ingest.py's ``rotated``); each figure is the median over rounds.
+
+Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R]
+[--connections C] [--per-request K] [--no-vm]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import os
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import cramjam
+
+from bench.ingest import (
+    Mode,
+    Server,
+    Tsd,
+    chunks_per_connection,
+    modes,
+    rotated,
+    send_telnet,
+    settle_disk,
+    start_tsd,
+    start_vm,
+    tree_cpu_seconds,
+)
+from tsd.protocol.prom_labels import LabelMapper, MappedSeries
+from tsd.protocol.prom_wire import TimeSeries, WriteRequest
+
+#: the first sample's time (ms): an hour back, in the open hours of the head
+BASE_MS = (int(time.time()) - 3600) * 1000
+METRIC = "node_cpu_seconds_total"
+_VM_RW_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="promremotewrite"\} (\d+)', re.M)
+
+
+def series_labels(series: int) -> list[list[tuple[str, str]]]:
+    return [
+        [
+            ("__name__", METRIC),
+            ("cpu", str(s % 8)),
+            ("instance", f"host{s // 8}:9100"),
+            ("job", "node"),
+            ("mode", "user"),
+        ]
+        for s in range(series)
+    ]
+
+
+def samples(count: int, offset: int, series: int) -> list[tuple[int, int, float]]:
+    """(series, timestamp ms, value): point i of series i % series, one second apart."""
+    return [
+        (i % series, BASE_MS + ((offset + i) // series) * 1000, float(i) + 0.5)
+        for i in range(count)
+    ]
+
+
+def write_bodies(
+    points: list[tuple[int, int, float]], labels: list[list[tuple[str, str]]], per_request: int
+) -> list[bytes]:
+    """Remote write requests as Prometheus builds them (a series per sample)."""
+    encoded = []
+    for s in labels:
+        full = TimeSeries()
+        for name, text in s:
+            full.labels.add(name=name, value=text)
+        encoded.append(full.SerializeToString())
+    bodies = []
+    for start in range(0, len(points), per_request):
+        request = WriteRequest()
+        for index, timestamp, value in points[start : start + per_request]:
+            one = request.timeseries.add()
+            one.MergeFromString(encoded[index])
+            one.samples.add(timestamp=timestamp, value=value)
+        bodies.append(bytes(cramjam.snappy.compress_raw(request.SerializeToString())))
+    return bodies
+
+
+def telnet_lines(
+    points: list[tuple[int, int, float]], labels: list[list[tuple[str, str]]]
+) -> list[bytes]:
+    """The same points as telnet puts of the series remote write stores."""
+    mapper = LabelMapper(max_tags=8)
+    words = []
+    for s in labels:
+        mapped = mapper.map_series(s)
+        assert isinstance(mapped, MappedSeries)
+        tags = " ".join(f"{k}={v}" for k, v in mapped.tags)
+        words.append(f"put {mapped.metric} %d %r {tags}\n")
+    return [(words[index] % (timestamp, value)).encode() for index, timestamp, value in points]
+
+
+async def post_all(
+    session: aiohttp.ClientSession, url: str, bodies: list[bytes], acked: list[float]
+) -> None:
+    headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf"}
+    for body in bodies:
+        async with session.post(url, data=body, headers=headers) as response:
+            if response.status // 100 != 2:
+                raise RuntimeError(f"{url} answered {response.status}: {await response.text()}")
+    acked.append(time.perf_counter())
+
+
+async def timed(
+    server: Server,
+    send: list[Callable[[list[float]], Awaitable[None]]],
+    end: Callable[[], Awaitable[None]],
+    points: int,
+) -> tuple[float, float]:
+    """(samples per wall second, samples per CPU-second of the server)."""
+    acked: list[float] = []
+    cpu_start = tree_cpu_seconds(server.process.pid)
+    start = time.perf_counter()
+    await asyncio.gather(*(one(acked) for one in send))
+    await end()
+    wall = time.perf_counter() - start
+    cpu = max(tree_cpu_seconds(server.process.pid) - cpu_start, 1e-3)
+    return points / wall, points / cpu
+
+
+async def vm_rows(session: aiohttp.ClientSession, server: Server) -> int:
+    async with session.get(f"http://127.0.0.1:{server.http_port}/metrics") as response:
+        return sum(int(m) for m in _VM_RW_ROWS.findall(await response.read()))
+
+
+async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[float, float]]]:
+    os.sched_setaffinity(0, mode.generator_cpus)
+    labels = series_labels(args.series)
+    conns = args.connections
+    found: dict[str, list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tsd = await start_tsd(Path(tmp) / "tsd", mode)
+        vm = None if args.no_vm else await start_vm(Path(tmp) / "vm", mode)
+        try:
+            async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=conns)
+            ) as session:
+                tsd_url = f"http://127.0.0.1:{tsd.port}/api/v1/write"
+                offset = 0
+
+                def split(bodies: list[bytes]) -> list[list[bytes]]:
+                    return [bodies[n::conns] for n in range(conns)]
+
+                # warm-up: every series once, on each server
+                warm = samples(args.series, offset, args.series)
+                offset += args.series
+                await post_all(session, tsd_url, write_bodies(warm, labels, args.per_request), [])
+                chunks = chunks_per_connection(telnet_lines(warm, labels), 1)[0]
+                await send_telnet(tsd, chunks, [])
+                if vm is not None:
+                    vm_url = f"http://127.0.0.1:{vm.http_port}/api/v1/write"
+                    await post_all(
+                        session, vm_url, write_bodies(warm, labels, args.per_request), []
+                    )
+                scenarios: list[str] = ["tsd remote write", "tsd telnet"]
+                if vm is not None:
+                    scenarios.append("VM remote write")
+                for number in range(args.rounds):
+                    for name in rotated(scenarios, number):
+                        points = samples(args.points, offset, args.series)
+                        offset += args.points
+                        if name == "tsd telnet":
+                            per = chunks_per_connection(telnet_lines(points, labels), conns)
+                            rate = await timed(
+                                tsd,
+                                [functools.partial(send_telnet, tsd, c) for c in per],
+                                lambda: tsd.end_round(session),
+                                args.points,
+                            )
+                        else:
+                            server: Server = tsd if name.startswith("tsd") else vm  # type: ignore[assignment]
+                            url = (
+                                tsd_url
+                                if server is tsd
+                                else f"http://127.0.0.1:{server.http_port}/api/v1/write"
+                            )
+                            parts = split(write_bodies(points, labels, args.per_request))
+
+                            async def end(server: Server = server) -> None:
+                                if isinstance(server, Tsd):
+                                    await server.end_round(session)
+
+                            rate = await timed(
+                                server,
+                                [functools.partial(post_all, session, url, p) for p in parts],
+                                end,
+                                args.points,
+                            )
+                        found.setdefault(name, []).append(rate)
+                        print(
+                            f"  round {number + 1} {name}: {rate[0]:,.0f}/s wall,"
+                            f" {rate[1]:,.0f} per CPU-s",
+                            flush=True,
+                        )
+                        settle_disk()
+                await check_counts(session, tsd, vm, args, offset)
+        finally:
+            await tsd.stop()
+            if vm is not None:
+                await vm.stop()
+    return found
+
+
+async def check_counts(
+    session: aiohttp.ClientSession, tsd: Tsd, vm: Server | None, args: argparse.Namespace, sent: int
+) -> None:
+    """Outside the clock: every sample reached each server."""
+    stats = await tsd.stats(session)
+    rw = stats.get("tsd.ingest.points", 0)
+    if stats.get("tsd.datapoints.stored", 0) < stats.get("tsd.datapoints.added", 0):
+        raise RuntimeError(f"tsd stored fewer points than it added: {stats}")
+    print(f"  tsd: {stats.get('tsd.datapoints.added', 0):,} points added, {rw:,} ingest.points")
+    if vm is not None:
+        vm_sent = args.series + args.points * args.rounds
+        with contextlib.suppress(Exception):
+            await asyncio.sleep(2)
+        print(f"  VM: {await vm_rows(session, vm):,} rows inserted of {vm_sent:,} sent")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=200_000)
+    parser.add_argument("--series", type=int, default=2_000)
+    parser.add_argument("--per-request", type=int, default=500)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mode", default="shared", help="pinned or shared (bench/ingest.py)")
+    parser.add_argument("--no-vm", action="store_true")
+    args = parser.parse_args()
+    mode = modes()[args.mode]
+    print(f"mode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
+    print(f"{args.points:,} samples a round, {args.series:,} series, {args.per_request} a request")
+    found = asyncio.run(measure(args, mode))
+    cpu = {name: statistics.median(r[1] for r in rates) for name, rates in found.items()}
+    wall = {name: statistics.median(r[0] for r in rates) for name, rates in found.items()}
+    print("median of rounds: samples/s wall | samples per CPU-second of the server")
+    for name in found:
+        print(f"  {name:18} {wall[name]:12,.0f} {cpu[name]:12,.0f}")
+    ratio = cpu["tsd remote write"] / cpu["tsd telnet"]
+    verdict = "met" if ratio >= 0.5 else "not met"
+    print(f"  remote write / telnet per CPU-second: {ratio:.2f} (goal >= 0.5: {verdict})")
+    if "VM remote write" in cpu:
+        print(
+            "  tsd / VictoriaMetrics remote write per CPU-second:"
+            f" {cpu['tsd remote write'] / cpu['VM remote write']:.2f};"
+            f" wall {wall['tsd remote write'] / wall['VM remote write']:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
