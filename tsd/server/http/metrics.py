@@ -47,6 +47,8 @@ HELP = {
     "spool.drained": "Records and cells stored into HBase from the log after an outage",
     "spool.errors": "Failed attempts to store the oldest waiting record",
     "spool.refused": "Data points refused because the log held tsd.storage.wal.max_bytes",
+    "native.helpers.loaded": "Compiled helpers loaded (setup.py's extensions; the rest: Python)",
+    "native.helper.loaded": "1 if this compiled helper loaded, 0 if its Python fallback runs",
 }
 
 
