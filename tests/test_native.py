@@ -8,8 +8,10 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,36 @@ def test_the_daemon_reports_the_helpers_it_loaded(tmp_path: Path, hidden: bool) 
         assert warning["loaded"] == 0
     else:
         assert warnings == []
+
+
+def build_wheel(source: Path, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``pip wheel`` of ``source`` alone (its build requirements from pip's cache)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+        + ["--wheel-dir", str(out), str(source)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow  # two builds
+def test_a_helper_that_does_not_compile_fails_the_build_when_required(tmp_path: Path) -> None:
+    """CI's TSD_REQUIRE_NATIVE: a broken compiler (here ``false``) fails setup.py's build;
+    without it the build succeeds with no helper (the fallbacks), as before."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        (source / name).write_bytes((ROOT / name).read_bytes())
+    shutil.copytree(
+        ROOT / "tsd", source / "tsd", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    required = build_wheel(source, tmp_path / "required", CC="false", TSD_REQUIRE_NATIVE="1")
+    assert required.returncode != 0
+    assert not list((tmp_path / "required").glob("*.whl"))
+    shutil.rmtree(source / "build", ignore_errors=True)
+    optional = build_wheel(source, tmp_path / "optional", CC="false", TSD_REQUIRE_NATIVE="0")
+    assert optional.returncode == 0, optional.stderr
+    (wheel,) = (tmp_path / "optional").glob("tsd-*.whl")
+    assert [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")] == []
