@@ -156,9 +156,14 @@ def test_the_daemon_reports_the_helpers_it_loaded(tmp_path: Path, hidden: bool) 
     with daemon_process(argv, port=port, cwd=tmp_path, log=log, env=env):
         loaded = stat_value(port, "tsd.native.helpers.loaded")
         exposed = metric_value(port, "tsd_native_helpers_loaded")
+        each = {
+            helper: metric_value(port, f'tsd_native_helper_loaded{{helper="{helper}"}}')
+            for helper in setup_py_extensions()
+        }
     warnings = [e for e in log_events(log.read_text()) if "native" in e["event"]]
     expected = 0 if hidden else len(setup_py_extensions())
     assert loaded == exposed == expected
+    assert each == dict.fromkeys(setup_py_extensions(), 0.0 if hidden else 1.0)
     if hidden:
         (warning,) = warnings
         assert warning["level"] == "warning"
