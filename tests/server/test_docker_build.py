@@ -19,6 +19,7 @@ write is one line on stderr, no traceback.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import json
 import os
@@ -46,10 +47,15 @@ from tests.daemon_process import (
     metric_value,
     stat_value,
 )
+from tests.hbase.opentsdb import tsd_hbase_keys
+from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
+from tests.server.conftest import TABLES
 from tests.server.test_packaging import DOCKERFILE, ROOT, stages
 from tests.test_native import setup_py_extensions
 
-pytestmark = pytest.mark.slow  # builds every wheel (pip's cache makes it about a minute)
+# Building every wheel takes about a minute with pip's cache (more on a loaded machine): more
+# than tests/server's 120 s default for the module's first test, which builds the image.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900, method="thread")]
 
 #: the programs of the images' Python, taken from each stage's virtual environment
 PYTHON_PROGRAMS = ("pip", "python", "tsdb")
@@ -414,3 +420,42 @@ def test_compose_with_a_data_volume_it_cannot_write_is_one_line(
     line = one_error_line(done)
     assert line.startswith(f"tsdb tsd: cannot create the write-ahead log '{volume}/wal': ")
     assert "Permission denied" in line
+
+
+@pytest.mark.hbase
+def test_compose_on_hbase_serves_as_the_unprivileged_user(
+    image: tuple[Image, Stage], hbase_server: HBaseServer, tmp_path: Path
+) -> None:
+    """Compose's command on the test HBase: its gateway's address and this test's own table
+    names appended (compose's network resolves ``hbase``; tsd creates the tables, as on a
+    first ``docker compose up``). The write-ahead log goes to the volume."""
+    _, runtime = image
+    prefix = unique_prefix()
+    cfg = hbase_server.storage_config(
+        **{f"{key}_table": f"{prefix}{name}" for key, name in TABLES.items()}
+    )
+    keys = [f"--set={key}={value}" for key, value in tsd_hbase_keys(cfg).items()]
+    port = free_port()
+    log = tmp_path / "tsd.log"
+    env = {k: v for k, v in os.environ.items() if k != "TSD_DISABLE_NATIVE"}
+    argv = container_argv(runtime, [*compose_command(), *keys], port)
+    try:
+        with daemon_process(argv, port=port, cwd=runtime.path("."), log=log, env=env):
+            point = {
+                "metric": "docker.hbase",
+                "timestamp": 1700000000,
+                "value": 7,
+                "tags": {"a": "b"},
+            }
+            assert http(port, "/api/put?sync", [point])[0] == 204
+            status, body = http(
+                port, "/api/query?start=1699999999&end=1700000001&m=sum:docker.hbase"
+            )
+            assert status == 200, body
+            assert json.loads(body)[0]["dps"] == {"1700000000": 7}
+            assert stat_value(port, "tsd.native.helpers.loaded") == len(setup_py_extensions())
+    finally:
+        asyncio.run(drop_tables(hbase_server, prefix))
+    wal = runtime.path(runtime.volumes[0]) / "wal"
+    assert wal.is_dir()
+    assert wal.stat().st_uid == (UNPRIVILEGED_UID if os.geteuid() == 0 else os.geteuid())
