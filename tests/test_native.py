@@ -70,6 +70,21 @@ def test_load_refuses_a_module_setup_py_does_not_build() -> None:
         native.load("tsd.codec.qualifier")
 
 
+def test_attribute_falls_back_only_where_the_helper_did_not_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(native, "_outcomes", {})  # this test's loads are not the session's
+    monkeypatch.setenv("TSD_DISABLE_NATIVE", "1")
+    assert native.attribute("tsd.codec._encode", "no_such_function", len) is len
+    monkeypatch.setenv("TSD_DISABLE_NATIVE", "0")
+    if native.load("tsd.codec._encode") is None:
+        pytest.skip("tsd.codec._encode is not built here")
+    assert native.attribute("tsd.codec._encode", "tag_suffix", len) is not len
+    # a build older than the code that asks for a function: an error, not a quiet fallback
+    with pytest.raises(AttributeError, match="no_such_function"):
+        native.attribute("tsd.codec._encode", "no_such_function", len)
+
+
 #: every import site's compiled entry, printed by a fresh interpreter
 IMPORT_SITES = """
 import json

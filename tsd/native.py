@@ -30,6 +30,7 @@ __all__ = [
     "DISABLE_ENV",
     "HELPERS",
     "REQUIRE_ENV",
+    "attribute",
     "disabled",
     "load",
     "loaded_count",
@@ -84,6 +85,13 @@ def load(name: str) -> Any:
         return None
     _outcomes[name] = None
     return module
+
+
+def attribute(name: str, attr: str, fallback: Any = None) -> Any:
+    """``attr`` of the helper ``name`` where it loaded, else ``fallback``. A loaded helper
+    without it (an older build: rebuild tsd) is an error, not a silent fallback."""
+    module = load(name)
+    return fallback if module is None else getattr(module, attr)
 
 
 def status() -> dict[str, str | None]:

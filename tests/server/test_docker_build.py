@@ -340,6 +340,16 @@ def test_the_working_directory_is_not_the_users(image: tuple[Image, Stage]) -> N
     )
 
 
+def serves_a_point(port: int, metric: str, value: int) -> None:
+    """A point put with ``?sync`` is read back, and every helper of setup.py is loaded."""
+    point = {"metric": metric, "timestamp": 1700000000, "value": value, "tags": {"a": "b"}}
+    assert http(port, "/api/put?sync", [point])[0] == 204
+    status, body = http(port, f"/api/query?start=1699999999&end=1700000001&m=sum:{metric}")
+    assert status == 200, body
+    assert json.loads(body)[0]["dps"] == {"1700000000": value}
+    assert stat_value(port, "tsd.native.helpers.loaded") == len(setup_py_extensions())
+
+
 @pytest.mark.parametrize("arguments", ["cmd", "compose-embedded"])
 def test_the_image_serves_as_the_unprivileged_user(
     image: tuple[Image, Stage], tmp_path: Path, arguments: str
@@ -360,19 +370,8 @@ def test_the_image_serves_as_the_unprivileged_user(
     with daemon_process(
         container_argv(runtime, args, port), port=port, cwd=runtime.path("."), log=log, env=env
     ):
-        point = {
-            "metric": "docker.test",
-            "timestamp": 1700000000,
-            "value": 42,
-            "tags": {"host": "a"},
-        }
-        assert http(port, "/api/put?sync", [point])[0] == 204
-        status, body = http(port, "/api/query?start=1699999999&end=1700000001&m=sum:docker.test")
-        assert status == 200, body
-        assert json.loads(body)[0]["dps"] == {"1700000000": 42}
-        helpers = len(setup_py_extensions())
-        assert stat_value(port, "tsd.native.helpers.loaded") == helpers
-        assert metric_value(port, "tsd_native_helpers_loaded") == helpers
+        serves_a_point(port, "docker.test", 42)
+        assert metric_value(port, "tsd_native_helpers_loaded") == len(setup_py_extensions())
     assert [e for e in log_events(log.read_text()) if "native" in e["event"]] == []
     # everything it wrote is in the volume, owned by the image's user; the working
     # directory is as it was
@@ -441,19 +440,7 @@ def test_compose_on_hbase_serves_as_the_unprivileged_user(
     argv = container_argv(runtime, [*compose_command(), *keys], port)
     try:
         with daemon_process(argv, port=port, cwd=runtime.path("."), log=log, env=env):
-            point = {
-                "metric": "docker.hbase",
-                "timestamp": 1700000000,
-                "value": 7,
-                "tags": {"a": "b"},
-            }
-            assert http(port, "/api/put?sync", [point])[0] == 204
-            status, body = http(
-                port, "/api/query?start=1699999999&end=1700000001&m=sum:docker.hbase"
-            )
-            assert status == 200, body
-            assert json.loads(body)[0]["dps"] == {"1700000000": 7}
-            assert stat_value(port, "tsd.native.helpers.loaded") == len(setup_py_extensions())
+            serves_a_point(port, "docker.hbase", 7)
     finally:
         asyncio.run(drop_tables(hbase_server, prefix))
     wal = runtime.path(runtime.volumes[0]) / "wal"

@@ -76,7 +76,7 @@ _PACK_DOUBLE = struct.Struct(">d").pack
 _INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
 
 # the compiled helper (setup.py); the Python loop below is its fallback and spec
-_c_encode_into: Any = getattr(native.load("tsd.codec._encode"), "encode_into", None)
+_c_encode_into: Any = native.attribute("tsd.codec._encode", "encode_into")
 #: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
 #: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
 _SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))

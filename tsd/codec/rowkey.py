@@ -282,8 +282,8 @@ def python_tag_suffix(tags: TagPairs, tagk_width: int, tagv_width: int) -> bytes
 
 
 # the C version (tsd/codec/_encode.c): one call, not a sort, a loop and a join
-tag_suffix: Callable[[TagPairs, int, int], bytes | None] = getattr(
-    native.load("tsd.codec._encode"), "tag_suffix", python_tag_suffix
+tag_suffix: Callable[[TagPairs, int, int], bytes | None] = native.attribute(
+    "tsd.codec._encode", "tag_suffix", python_tag_suffix
 )
 
 

@@ -49,7 +49,7 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 ROW_OVERHEAD_BYTES = 360
 
 # the compiled helper (setup.py); python_run_bounds is its fallback and spec
-_c_run_bounds: Any = getattr(native.load("tsd.codec._encode"), "run_bounds", None)
+_c_run_bounds: Any = native.attribute("tsd.codec._encode", "run_bounds")
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]

@@ -418,7 +418,7 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
 
 
 # the compiled helper (setup.py); without it every line takes parse_command
-_c_parse_plain_put: Any = getattr(native.load("tsd.codec._encode"), "parse_plain_put", None)
+_c_parse_plain_put: Any = native.attribute("tsd.codec._encode", "parse_plain_put")
 
 
 def parse_plain_put(
@@ -477,8 +477,8 @@ def put_line_key(line: bytes) -> bytes:
 
 
 # the compiled helper (setup.py); python_take_known_puts is its fallback and spec
-_c_take_known_puts: Any = getattr(native.load("tsd.codec._encode"), "take_known_puts", None)
-_c_take_known_into: Any = getattr(native.load("tsd.codec._encode"), "take_known_into", None)
+_c_take_known_puts: Any = native.attribute("tsd.codec._encode", "take_known_puts")
+_c_take_known_into: Any = native.attribute("tsd.codec._encode", "take_known_into")
 
 
 def take_known_puts(
