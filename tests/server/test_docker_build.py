@@ -222,9 +222,8 @@ def dockerignored(relative: Path) -> bool:
 
 
 def copy_into(source: Path, target: Path, context: bool) -> None:
-    """COPY: a file into a directory or to its name; a directory's
-    contents into the target. From the build ``context``, what .dockerignore names is left
-    out (with everything under it)."""
+    """COPY: a file into a directory or to its name; a directory's contents into the target.
+    From the build ``context``, what .dockerignore names is left out (with all under it)."""
     if source.is_file():
         if target.is_dir():
             target = target / source.name
