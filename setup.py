@@ -7,9 +7,17 @@ everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
 (tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder, tsd/query/decode.py's
 numpy path, tsd/codec/qualifier.py's, tsd/protocol/telnet.py's and tsd/wal/record.py's
-loops), only slower."""
+loops), only slower (the daemon logs a warning naming each missing helper; tsd/native.py).
+``TSD_REQUIRE_NATIVE=1`` makes them required: a helper that does not build fails the
+build (CI and the Docker image's build stage set it). tsd/native.py's HELPERS lists the
+same modules (tests/test_native.py checks)."""
+
+import os
 
 from setuptools import Extension, setup
+
+#: optional unless TSD_REQUIRE_NATIVE is set (to anything but "", 0, false, no)
+OPTIONAL = os.environ.get("TSD_REQUIRE_NATIVE", "").strip().lower() in ("", "0", "false", "no")
 
 setup(
     ext_modules=[
@@ -17,32 +25,32 @@ setup(
             "tsd.storage.hbase._rows",
             ["tsd/storage/hbase/_rows.c"],
             extra_compile_args=["-O2"],
-            optional=True,
+            optional=OPTIONAL,
         ),
         Extension(
             "tsd.storage.embedded._points",
             ["tsd/storage/embedded/_points.c"],
             extra_compile_args=["-O2"],
-            optional=True,
+            optional=OPTIONAL,
         ),
         Extension(
             "tsd.storage.embedded._pack",
             ["tsd/storage/embedded/_pack.c"],
             # the decimal check rounds as numpy does: no fused multiply-add
             extra_compile_args=["-O2", "-ffp-contract=off"],
-            optional=True,
+            optional=OPTIONAL,
         ),
         Extension(
             "tsd.codec._encode",
             ["tsd/codec/_encode.c"],
             extra_compile_args=["-O2"],
-            optional=True,
+            optional=OPTIONAL,
         ),
         Extension(
             "tsd.query._decode",
             ["tsd/query/_decode.c"],
             extra_compile_args=["-O2"],
-            optional=True,
+            optional=OPTIONAL,
         ),
     ]
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import tsd.native as native
 from tests.hbase_harness import hbase_store
 from tsd.config import StorageConfig
 from tsd.storage.base import Storage
@@ -82,3 +83,14 @@ def storage_config(table_prefix: str) -> StorageConfig:
         tree_table=f"{table_prefix}tsdb-tree",
         meta_table=f"{table_prefix}tsdb-meta",
     )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """``TSD_REQUIRE_NATIVE=1`` (CI): stop at once when a compiled helper of setup.py did not
+    build, rather than let its C-versus-Python tests turn into skips (tsd/native.py).
+    ``TSD_DISABLE_NATIVE=1`` hides the helpers on purpose (CI's fallback step): no check."""
+    if native.required() and not native.disabled():
+        missing = native.missing()
+        if missing:
+            reasons = "; ".join(f"{name}: {why}" for name, why in missing.items())
+            raise pytest.UsageError(f"TSD_REQUIRE_NATIVE is set and helpers are missing: {reasons}")

@@ -27,6 +27,7 @@ from typing import Any
 import uvloop
 from aiohttp import web
 
+import tsd.native as native
 from tsd.buildinfo import version_reply
 from tsd.codec.rowkey import KeyLayout
 from tsd.config import Config, load_config
@@ -226,6 +227,7 @@ class Daemon:
             self._listener.handoff = self._workers.adopt
         await self._listener.start(config.network.bind, config.network.port)
         self._register_stats(uids)
+        self._report_native_helpers()
         log.info(
             "daemon.started",
             bind=config.network.bind,
@@ -344,6 +346,25 @@ class Daemon:
             gauge("query.memory", lambda: engine.memory.charged, type="charged")
             for kind in ("started", "refused", "cancelled", "timed_out", "scans"):
                 gauge("query.count", functools.partial(getattr, stats, kind), type=kind)
+
+    def _report_native_helpers(self) -> None:
+        """One warning naming every compiled helper that did not load (the daemon runs
+        their Python fallbacks, slower), and the count on /api/stats and /metrics."""
+        outcomes = native.status()
+        missing = {name: why for name, why in outcomes.items() if why is not None}
+        if missing:
+            log.warning(
+                "daemon.native_helpers_missing",
+                missing=sorted(missing),
+                reasons=missing,
+                loaded=len(outcomes) - len(missing),
+                helpers=len(outcomes),
+                hint="the Python fallbacks run instead, slower: build tsd with a C compiler",
+            )
+        gauge = self.registry.gauge
+        gauge("native.helpers.loaded", functools.partial(int, len(outcomes) - len(missing)))
+        for name, why in outcomes.items():
+            gauge("native.helper.loaded", functools.partial(int, why is None), helper=name)
 
     def _register_uid_stats(self, unique_id: UniqueId) -> None:
         stats, kind = unique_id.stats, unique_id.kind

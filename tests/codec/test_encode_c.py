@@ -6,7 +6,6 @@ one wherever it is built."""
 
 from __future__ import annotations
 
-import importlib
 import struct
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsd.native as native
 from tests.protocol.test_telnet_known_puts import put_lines
 from tsd.codec.qualifier import (
     _INT1_BYTES,
@@ -27,10 +27,7 @@ from tsd.protocol.telnet import put_line_key, python_take_known_puts
 
 pytestmark = pytest.mark.slow  # many generated inputs
 
-try:
-    C: Any = importlib.import_module("tsd.codec._encode")
-except ImportError:  # pragma: no cover - not built here
-    C = None
+C: Any = native.load("tsd.codec._encode")
 
 needs_c = pytest.mark.skipif(C is None, reason="tsd/codec/_encode.c is not built")
 

@@ -4,20 +4,17 @@ on runs encoded by the codec, seconds, milliseconds, both mixed, repeats and emp
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsd.native as native
 from tsd.codec import encode_point
 from tsd.head.head import Run, _offset_bounds, python_run_bounds
 
-try:
-    C: Any = importlib.import_module("tsd.codec._encode")
-except ImportError:  # pragma: no cover - not built here
-    C = None
+C: Any = native.load("tsd.codec._encode")
 
 needs_c = pytest.mark.skipif(C is None, reason="tsd/codec/_encode.c is not built")
 

@@ -4,22 +4,17 @@ lines collectors send; everything else (errors included) is left to the full par
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsd.native as native
 from tests.protocol.test_telnet_known_puts import numbers, put_lines
 from tsd.errors import BadRequestError
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import PutCommand, parse_command, parse_plain_put
 
-try:
-    importlib.import_module("tsd.codec._encode")
-    BUILT = True
-except ImportError:  # pragma: no cover - not built here
-    BUILT = False
+BUILT = native.load("tsd.codec._encode") is not None
 
 needs_c = pytest.mark.skipif(not BUILT, reason="tsd/codec/_encode.c is not built")
 

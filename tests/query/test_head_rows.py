@@ -134,7 +134,7 @@ def test_head_runs_reduce_to_buckets_as_their_compacted_cells(
 def test_c_helper_takes_head_runs() -> None:
     # Not a test that cannot fail: where a C compiler built it, the helper really answers.
     if decode_module._C is None:
-        pytest.skip("tsd.query._decode not built (no C compiler)")
+        pytest.skip("tsd.query._decode not loaded (not built, or hidden by TSD_DISABLE_NATIVE)")
     key = encode_row_key(LAYOUT, b"\x00\x00\x01", BASE, [(b"\x00\x00\x01", b"\x00\x00\x01")])
     points = [encode_point(BASE + 10 * i, i + 0.5 if i % 3 else i)[1:] for i in range(360)]
     runs = _runs([(key, points)])

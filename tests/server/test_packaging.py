@@ -37,8 +37,19 @@ def instructions(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+def stages(path: Path) -> list[list[tuple[str, str]]]:
+    """The instructions of each stage (each starts at its FROM)."""
+    found: list[list[tuple[str, str]]] = []
+    for word, rest in instructions(path):
+        if word == "FROM":
+            found.append([])
+        found[-1].append((word, rest))
+    return found
+
+
 def one(path: Path, name: str) -> str:
-    found = [rest for word, rest in instructions(path) if word == name]
+    """The only ``name`` instruction of the file's last stage (the image)."""
+    found = [rest for word, rest in stages(path)[-1] if word == name]
     assert len(found) == 1, f"{name} in {path.name}: {found}"
     return found[0]
 
@@ -55,7 +66,9 @@ def scripts_tsd_command() -> list[str]:
 def test_dockerfile_runs_what_scripts_tsd_runs() -> None:
     entrypoint = json.loads(one(DOCKERFILE, "ENTRYPOINT"))
     cmd = json.loads(one(DOCKERFILE, "CMD"))
-    assert entrypoint == scripts_tsd_command()
+    # scripts/tsd's command, then the volume: flags that replace CMD keep the data directory
+    assert entrypoint == [*scripts_tsd_command(), "--data-dir", one(DOCKERFILE, "VOLUME")]
+    assert "--data-dir" not in cmd
     args = build_parser("tsd").parse_args(entrypoint[1:] + cmd)
     assert args.auto_metric is True
     assert args.port == int(one(DOCKERFILE, "EXPOSE"))
@@ -70,10 +83,12 @@ def test_compose_command_goes_through_the_same_entrypoint() -> None:
     args = build_parser("tsd").parse_args(entrypoint[1:] + command)
     assert args.auto_metric is True
     assert "tsd.storage.backend=hbase" in args.set
+    assert Path(args.data_dir) == Path(one(DOCKERFILE, "VOLUME"))
+    assert re.search(r"^\s+- tsd-data:/data$", tsd_service, re.MULTILINE)
 
 
 def test_dockerfile_runs_as_a_user_that_is_not_root() -> None:
-    words = [word for word, _ in instructions(DOCKERFILE)]
+    words = [word for word, _ in stages(DOCKERFILE)[-1]]
     user = one(DOCKERFILE, "USER")
     assert user.split(":")[0] not in ("root", "0")
     assert words.index("USER") < words.index("ENTRYPOINT")

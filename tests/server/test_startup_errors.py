@@ -64,3 +64,22 @@ def test_bad_configuration_is_exit_status_2(tmp_path: Path) -> None:
     done = run_tsd(tmp_path, "--set", "tsd.network.port=notaport")
     assert done.returncode == 2
     assert last_line(done).startswith("tsdb tsd: configuration error: ")
+
+
+def test_hbase_backend_data_dir_not_writable_is_one_line(tmp_path: Path) -> None:
+    """The HBase backend keeps its write-ahead log in tsd.storage.data_dir: a directory it
+    cannot create is a one-line error and exit status 3, as the embedded store's (the
+    tables are not created, so no HBase is needed to get there)."""
+    (tmp_path / "file").write_text("")
+    done = run_tsd(
+        tmp_path,
+        *["--bind", "127.0.0.1", "--port", "0", "--data-dir", str(tmp_path / "file" / "data")],
+        *["--set", "tsd.storage.backend=hbase", "--set", "tsd.storage.create_tables=false"],
+        *["--set", "tsd.storage.hbase.thrift.host=127.0.0.1"],
+    )
+    assert done.returncode == EXIT_CANNOT_LISTEN == 3
+    wal = tmp_path / "file" / "data" / "wal"
+    assert last_line(done) == (
+        f"tsdb tsd: cannot create the write-ahead log {str(wal)!r}: [Errno 20] Not a directory:"
+        f" {str(wal)!r} (tsd.storage.data_dir must be writable)"
+    )

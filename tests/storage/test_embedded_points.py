@@ -27,7 +27,8 @@ from tsd.storage.embedded import EmbeddedStorage, packed, points
 from tsd.storage.embedded.keys import escape_row
 
 pytestmark = pytest.mark.skipif(
-    not points.available(), reason="tsd.storage.embedded._points not built (no C compiler)"
+    not points.available(),
+    reason="tsd.storage.embedded._points not loaded (not built, or hidden by TSD_DISABLE_NATIVE)",
 )
 
 LAYOUT = KeyLayout()

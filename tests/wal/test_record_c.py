@@ -3,13 +3,13 @@ against the Python loop it replaces: the same log payload and head runs, the sam
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsd.native as native
 from tsd.wal.record import (
     decode_row_runs,
     encode_payload_and_runs,
@@ -17,7 +17,7 @@ from tsd.wal.record import (
 )
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tsd.codec._encode") is None, reason="the C helper is not built"
+    native.load("tsd.codec._encode") is None, reason="the C helper is not built or is hidden"
 )
 
 CELLS = st.dictionaries(

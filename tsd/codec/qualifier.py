@@ -18,11 +18,11 @@ buildQualifier / getOffsetFromQualifier / getQualifierLength / getFlagsFromQuali
 
 from __future__ import annotations
 
-import importlib
 import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, cast
 
+import tsd.native as native
 from tsd.codec.const import (
     ANNOTATION_PREFIX,
     FLAG_BITS,
@@ -75,10 +75,8 @@ _PACK_DOUBLE = struct.Struct(">d").pack
 #: One-byte values by their unsigned byte (index ``value & 0xFF``).
 _INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
 
-try:  # the compiled helper (setup.py); the Python loop below is its fallback and spec
-    _c_encode_into: Any = importlib.import_module("tsd.codec._encode").encode_into
-except ImportError:  # pragma: no cover - no C compiler at install time
-    _c_encode_into = None
+# the compiled helper (setup.py); the Python loop below is its fallback and spec
+_c_encode_into: Any = native.attribute("tsd.codec._encode", "encode_into")
 #: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
 #: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
 _SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))

@@ -21,11 +21,11 @@ Theory of operation (behaviour doc §4.1, §4.2, §3.6 and §4.7; OpenTSDB 2.4.1
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+import tsd.native as native
 from tsd.codec.const import (
     MAX_SALT_WIDTH,
     MAX_TIMESPAN,
@@ -281,12 +281,10 @@ def python_tag_suffix(tags: TagPairs, tagk_width: int, tagv_width: int) -> bytes
     return b"".join([tagk + tagv for tagk, tagv in ordered])
 
 
-try:  # the C version (tsd/codec/_encode.c): one call, not a sort, a loop and a join
-    tag_suffix: Callable[[TagPairs, int, int], bytes | None] = importlib.import_module(
-        "tsd.codec._encode"
-    ).tag_suffix
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    tag_suffix = python_tag_suffix
+# the C version (tsd/codec/_encode.c): one call, not a sort, a loop and a join
+tag_suffix: Callable[[TagPairs, int, int], bytes | None] = native.attribute(
+    "tsd.codec._encode", "tag_suffix", python_tag_suffix
+)
 
 
 def make_series_key(layout: KeyLayout, metric_uid: bytes, tags: TagPairs) -> SeriesKey:

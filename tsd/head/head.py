@@ -28,7 +28,6 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -38,6 +37,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
 from tsd.storage.base import Cell, CellBlock, Row, ScanSpec
@@ -48,10 +48,8 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 #: the index entries (measured with sys.getsizeof, rounded up).
 ROW_OVERHEAD_BYTES = 360
 
-try:  # the compiled helper (setup.py); python_run_bounds is its fallback and spec
-    _c_run_bounds: Any = importlib.import_module("tsd.codec._encode").run_bounds
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    _c_run_bounds = None
+# the compiled helper (setup.py); python_run_bounds is its fallback and spec
+_c_run_bounds: Any = native.attribute("tsd.codec._encode", "run_bounds")
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]

@@ -39,7 +39,6 @@ text is an equal document, and msgspec reads numbers as orjson and the exact pat
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from typing import Annotated, Any, Final, Generic, TypeVar, cast
 import msgspec
 import orjson
 
+import tsd.native as native
 from tsd.codec.const import LONG_MAX, LONG_MIN
 from tsd.codec.value import parse_value
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
@@ -241,10 +241,10 @@ def _known_usual_points() -> Callable[..., Any]:
     about half the Python loop's time when it came (160-180 against 270-370 ns a point,
     measured; 116-125 since :func:`usual_key`), the loop having been a third of a
     1,000-point body's CPU."""
-    try:
-        compiled = importlib.import_module("tsd.codec._encode").known_usual_points
-    except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
+    helper = native.load("tsd.codec._encode")
+    if helper is None:
         return python_known_usual_points
+    compiled = helper.known_usual_points
 
     def pick(usual: list[_UsualPoint], known: Mapping[Any, _Series]) -> Any:
         if isinstance(known, dict):  # the handler's RefCache: a dict

@@ -39,13 +39,13 @@ Theory of operation (behaviour doc §0 "Telnet pipeline" and §2; OpenTSDB 2.4.1
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
+import tsd.native as native
 from tsd import __version__
 from tsd.codec import SeriesKey
 from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
@@ -417,10 +417,8 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
     return DataPoint(intern(metric), timestamp, value, tuple(sorted(tags.items())))
 
 
-try:  # the compiled helper (setup.py); without it every line takes parse_command
-    _c_parse_plain_put: Any = importlib.import_module("tsd.codec._encode").parse_plain_put
-except ImportError:  # pragma: no cover - no C compiler at install time
-    _c_parse_plain_put = None
+# the compiled helper (setup.py); without it every line takes parse_command
+_c_parse_plain_put: Any = native.attribute("tsd.codec._encode", "parse_plain_put")
 
 
 def parse_plain_put(
@@ -478,11 +476,9 @@ def put_line_key(line: bytes) -> bytes:
     return metric + b" " + tags
 
 
-try:  # the compiled helper (setup.py); python_take_known_puts is its fallback and spec
-    _c_take_known_puts: Any = importlib.import_module("tsd.codec._encode").take_known_puts
-    _c_take_known_into: Any = importlib.import_module("tsd.codec._encode").take_known_into
-except ImportError:  # pragma: no cover - no C compiler at install time
-    _c_take_known_puts = _c_take_known_into = None
+# the compiled helper (setup.py); python_take_known_puts is its fallback and spec
+_c_take_known_puts: Any = native.attribute("tsd.codec._encode", "take_known_puts")
+_c_take_known_into: Any = native.attribute("tsd.codec._encode", "take_known_into")
 
 
 def take_known_puts(

@@ -33,7 +33,6 @@ random rows):
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,16 +40,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import tsd.native as native
 from tsd.codec import AnnotationCell, KeyLayout, decode_annotation_qualifier, decode_cells
 from tsd.codec.const import APPEND_COLUMN_PREFIX, TIMESTAMP_BYTES
 from tsd.query.downsample import RowBuckets, downsample_rows
 from tsd.query.series import BoolArray, Float64Array, Int64Array
 from tsd.storage.base import Block, CellBlock, PointBlock, Row
 
-try:
-    _C: Any = importlib.import_module("tsd.query._decode")
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    _C = None
+_C: Any = native.load("tsd.query._decode")
 
 __all__ = [
     "RowPoints",

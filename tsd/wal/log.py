@@ -85,7 +85,13 @@ class WriteAheadLog:
     def segments(self) -> list[Path]:
         """The segments the last run left, oldest first (blocking: run it in a thread).
         New records go to segments numbered after them."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # one line, as the embedded store's (tsd.cli prints it)
+            raise StorageUnavailable(
+                f"cannot create the write-ahead log {str(self.directory)!r}: {exc}"
+                " (tsd.storage.data_dir must be writable)"
+            ) from exc
         self._take_lock()
         paths = sorted(self.directory.glob("*" + SUFFIX))
         self._recovered = paths
@@ -98,7 +104,13 @@ class WriteAheadLog:
         tsd.storage.data_dir on HBase) would replay and delete the first one's segments."""
         if self._lock_fd is not None:
             return
-        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageUnavailable(
+                f"cannot open the write-ahead log {str(self.directory)!r}: {exc}"
+                " (tsd.storage.data_dir must be writable)"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

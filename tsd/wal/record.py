@@ -25,7 +25,6 @@ Theory of operation (docs/format/wal.md has the box diagrams; Prometheus'
 from __future__ import annotations
 
 import gc
-import importlib
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any, Final
 import google_crc32c
 import zstandard
 
+import tsd.native as native
 from tsd.compression import compressor, decompressor
 from tsd.errors import CodecError
 
@@ -54,10 +54,8 @@ _ZSTD_LEVEL: Final = 1
 MAX_PAYLOAD_BYTES: Final = 1 << 30
 _ROW: Final = struct.Struct(">HI")  # row key length, cell count
 
-try:  # the compiled framing of a writer batch (setup.py builds it where a C compiler is)
-    _C: Any = importlib.import_module("tsd.codec._encode")
-except ImportError:  # pragma: no cover
-    _C = None
+# the compiled framing of a writer batch (setup.py builds it where a C compiler is)
+_C: Any = native.load("tsd.codec._encode")
 
 #: a row key and its cells, (qualifier, value) in qualifier order
 Row = tuple[bytes, list[tuple[bytes, bytes]]]

@@ -50,6 +50,8 @@ HELP = {
     "spool.refused": "Data points refused because the log held tsd.storage.wal.max_bytes",
     "prometheus.write.skipped": "Remote write samples not stored: NaN, stale or infinite",
     "prometheus.write.refused": "Remote write samples refused (their series), by reason",
+    "native.helpers.loaded": "Compiled helpers loaded (setup.py's extensions; the rest: Python)",
+    "native.helper.loaded": "1 if this compiled helper loaded, 0 if its Python fallback runs",
 }
 
 

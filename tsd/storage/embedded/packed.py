@@ -29,7 +29,6 @@ kept verbatim behind its tag byte, so every byte string round-trips.
 
 from __future__ import annotations
 
-import importlib
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
+import tsd.native as native
 from tsd.compression import compressor, decompressor
 from tsd.errors import StorageError
 
@@ -107,10 +107,7 @@ Pair = tuple[bytes, bytes]
 #: a fast cell's header fields (mode without the zstd bit), its base, low and payload
 Fields = tuple[int, int, int, int, int, int, int, int, int, int, int, bytes]
 
-try:
-    _C: Any = importlib.import_module("tsd.storage.embedded._pack")
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    _C = None
+_C: Any = native.load("tsd.storage.embedded._pack")
 
 
 # -- entry: the cells of one row and family --------------------------------------------------

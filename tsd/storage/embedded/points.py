@@ -15,21 +15,18 @@ decompressed together first, one call for all whose size the header tells
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import zstandard
 
+import tsd.native as native
 from tsd.storage.base import CellBlock, PointBlock
 from tsd.storage.embedded import packed
 from tsd.storage.embedded.keys import ROW_END, unescape_row
 
-try:
-    _C: Any = importlib.import_module("tsd.storage.embedded._points")
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    _C = None
+_C: Any = native.load("tsd.storage.embedded._points")
 
 __all__ = ["available", "decode", "packed_rows"]
 

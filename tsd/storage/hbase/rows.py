@@ -30,12 +30,10 @@ import numpy as np
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TTransportException
 
+import tsd.native as native
 from tsd.storage.base import Cell, CellBlock, ReadStats, Row
 
-try:
-    _C: Any = importlib.import_module("tsd.storage.hbase._rows")
-except ImportError:  # pragma: no cover - built by setup.py wherever a C compiler is
-    _C = None
+_C: Any = native.load("tsd.storage.hbase._rows")
 
 _BINARY: Any = importlib.import_module("thriftpy2.protocol.binary")
 _MEMORY: Any = importlib.import_module("thriftpy2.transport.memory")
