@@ -64,3 +64,18 @@ def test_bad_configuration_is_exit_status_2(tmp_path: Path) -> None:
     done = run_tsd(tmp_path, "--set", "tsd.network.port=notaport")
     assert done.returncode == 2
     assert last_line(done).startswith("tsdb tsd: configuration error: ")
+
+
+def test_random_metric_uids_are_refused_at_start(tmp_path: Path) -> None:
+    """tsd.core.uid.random_metrics=true (OpenTSDB's random metric UIDs) is not implemented:
+    the daemon refuses to start and says so, rather than assign sequential UIDs silently;
+    false starts as usual (tests/server/test_config_ignored.py: not listed as ignored)."""
+    done = run_tsd(tmp_path, "--port", "0", "--set", "tsd.core.uid.random_metrics=true")
+    assert done.returncode == 2
+    assert last_line(done) == (
+        "tsdb tsd: configuration error: tsd.core.uid.random_metrics: random metric UIDs are"
+        " not implemented by tsd; remove the key or set it to false (metric UIDs then come"
+        " from the counter row, as OpenTSDB's default; tables written with random metric"
+        " UIDs are read as usual)"
+    )
+    assert not (tmp_path / "data").exists()  # refused before the store was opened

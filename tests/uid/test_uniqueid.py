@@ -187,10 +187,20 @@ async def test_a_batch_of_new_names_costs_four_storage_calls(
     hooked = HookedStorage(storage)
     tagv = make_uid("tagv", store=hooked)
     names = [f"v{i:04d}" for i in range(1000)]
+    checked: list[CheckAndPut] = []
+
+    async def forward_only(table: str, checks: Sequence[CheckAndPut]) -> None:
+        checked.extend(checks)
+
+    hooked.hooks["check_and_put_many"] = forward_only
     uids = await tagv.get_or_create_ids(names)
     # in the order given: one increment by 1,000 reserved IDs 1..1000
     assert list(uids.values()) == [i.to_bytes(3, "big") for i in range(1, 1001)]
-    assert hooked.calls == {"get_many": 1, "increment": 1, "check_and_put_many": 2}
+    # reverse mappings as plain puts (one write), forward mappings checked: one per name
+    assert hooked.calls == {"get_many": 1, "increment": 1, "mutate": 1, "check_and_put_many": 1}
+    assert len(checked) == 1000
+    assert {c.family for c in checked} == {"id"}
+    assert tagv.stats.blocks == 1
     for name in (names[0], names[-1]):
         assert await reverse_name(storage, uid_table, "tagv", uids[name]) == name.encode()
     assert await forward_rows(storage, uid_table, "tagv") == {
@@ -289,8 +299,9 @@ async def test_losing_the_forward_race_uses_the_winners_uid(
     assert this_tsd.stats.lost_races == 1
     assert this_tsd.stats.assignments == 0
     assert await counter(storage, uid_table, "tagk") == 2
-    # our ID 1 leaked: its reverse mapping stays, no forward mapping points at it
-    assert await reverse_name(storage, uid_table, "tagk", b"\x00\x00\x01") == b"host"
+    # our ID 1 is a gap: only we ever held it, so its reverse mapping was removed
+    assert await reverse_name(storage, uid_table, "tagk", b"\x00\x00\x01") is None
+    assert this_tsd.stats.orphans_removed == 1
     assert await forward_rows(storage, uid_table, "tagk") == {b"host": b"\x00\x00\x02"}
     assert await this_tsd.get_name(b"\x00\x00\x02") == "host"
 
@@ -624,3 +635,20 @@ def test_constructor_checks_kind_and_width(storage: Storage) -> None:
         UniqueId(storage, "t", "metric", 3, UidCache(10), auto_create=True)
     with pytest.raises(ValueError, match="Invalid width: 9"):
         UniqueId(storage, "t", "tagk", 9, UidCache(10), auto_create=True)
+
+
+async def test_block_size_bounds_the_ids_one_increment_reserves(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    """tsd.core.uid.block_size: 1,000 new names with blocks of at most 300 IDs take four
+    increments (300, 300, 300, 100), the IDs still consecutive and the counter exact."""
+    hooked = HookedStorage(storage)
+    tagv = make_uid("tagv", store=hooked, block_size=300)
+    names = [f"b{i:04d}" for i in range(1000)]
+    uids = await tagv.get_or_create_ids(names)
+    assert list(uids.values()) == [i.to_bytes(3, "big") for i in range(1, 1001)]
+    assert hooked.calls["increment"] == 4
+    assert tagv.stats.blocks == 4
+    assert await counter(storage, uid_table, "tagv") == 1000
+    for name in (names[0], names[299], names[300], names[-1]):
+        assert await reverse_name(storage, uid_table, "tagv", uids[name]) == name.encode()

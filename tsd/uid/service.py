@@ -15,6 +15,13 @@ from tsd.storage.base import Storage
 from tsd.uid.cache import UidCache
 from tsd.uid.uniqueid import UidStats, UniqueId
 
+#: Why ``tsd.core.uid.random_metrics = true`` stops the daemon at start.
+RANDOM_METRICS_REFUSED = (
+    "random metric UIDs are not implemented by tsd; remove the key or set it to false"
+    " (metric UIDs then come from the counter row, as OpenTSDB's default; tables written"
+    " with random metric UIDs are read as usual)"
+)
+
 #: A series' UIDs: the metric UID and the (tagk UID, tagv UID) pairs.
 Resolved = tuple[bytes, list[tuple[bytes, bytes]]]
 
@@ -37,6 +44,7 @@ class UidService:
             config.storage.metric_width,
             UidCache(max_entries),
             auto_create=config.core.auto_create_metrics,
+            block_size=config.uid.block_size,
         )
         self.tagk = UniqueId(
             storage,
@@ -45,6 +53,7 @@ class UidService:
             config.storage.tagk_width,
             UidCache(max_entries),
             auto_create=config.core.auto_create_tagks,
+            block_size=config.uid.block_size,
         )
         self.tagv = UniqueId(
             storage,
@@ -53,6 +62,7 @@ class UidService:
             config.storage.tagv_width,
             UidCache(max_entries),
             auto_create=config.core.auto_create_tagvs,
+            block_size=config.uid.block_size,
         )
 
     # -- the write path -----------------------------------------------------------------------
