@@ -1,6 +1,7 @@
-"""UIDs from reserved blocks on the real HBase (issue 28): races between writers, and a tsd
-killed in the middle of a block, checked with ``tsdb uid fsck`` and OpenTSDB 2.4.1's own
-``UidManager fsck`` on the same tables.
+"""UIDs from reserved blocks on the real HBase (issue 28): OpenTSDB racing two tsds, and a
+tsd killed in the middle of a block (two tsds racing alone: tests/hbase/test_two_tsds.py),
+checked with ``tsdb uid fsck`` and OpenTSDB 2.4.1's own ``UidManager fsck`` on the same
+tables.
 
 A tsd reserves a block of IDs with one increment of the counter row, writes the reverse
 mappings as plain puts, then the forward mappings as check-and-puts; the loser of a race
@@ -30,8 +31,8 @@ from tests.hbase.opentsdb import (
     tool_logback,
 )
 from tests.hbase.test_cli_parity import Clis
-from tests.hbase.tsd_process import free_port, tsd_argv, tsd_process, wait_ready
-from tests.hbase_harness import ROOT, HBaseServer
+from tests.hbase.tsd_process import launch, tsd_process, wait_ready
+from tests.hbase_harness import HBaseServer
 from tests.tools.toolkit import Result, Target
 from tsd.config import StorageConfig
 from tsd.schema import hbase_settings
@@ -93,40 +94,6 @@ def assert_one_uid_per_name(uids: UidTable) -> None:
         assert {name.decode() for name in uids.forward[kind]} == names, kind
 
 
-async def test_two_tsds_racing_leave_one_uid_per_name_and_no_orphan(
-    hbase_server: HBaseServer, tmp_path: Path
-) -> None:
-    lines = race_lines()
-    async with fresh_tables(hbase_server) as cfg:
-        async with (
-            tsd_process(cfg, tmp_path / "tsd1.log") as first,
-            tsd_process(cfg, tmp_path / "tsd2.log") as second,
-        ):
-            replies = await asyncio.gather(put_telnet(first, lines), put_telnet(second, lines))
-            assert list(replies) == [[], []]
-        uids = await uid_table(cfg)
-        assert_one_uid_per_name(uids)
-        names = expected_names()
-        gaps = {kind: uids.counters[kind] - len(names[kind]) for kind in KINDS}
-        assert sum(gaps.values()) > 0, "no race was lost: nothing to check"
-        for kind in KINDS:
-            # the losers removed the reverse mappings of the IDs they had reserved
-            assert uids.leaked(kind) == {}, kind
-            # their IDs are gaps: the counter is at or above every ID in use
-            assert uids.counters[kind] >= max(
-                int.from_bytes(uid, "big") for uid in uids.forward[kind].values()
-            )
-        fscks = Fscks(hbase_server, cfg, tmp_path / "fsck")
-        ours = await fscks.tsd()
-        assert ours.code == 0, ours.out
-        assert "No errors found." in ours.out
-        assert "missing" not in ours.out
-        code, theirs = await fscks.opentsdb()
-        assert code == 0, theirs
-        assert "missing" not in theirs
-        assert "Inconsistent" not in theirs
-
-
 async def test_opentsdb_racing_too_leaves_only_its_own_leaked_ids(
     hbase_server: HBaseServer, tmp_path: Path
 ) -> None:
@@ -183,15 +150,8 @@ async def test_a_tsd_killed_in_the_middle_of_a_block_leaves_only_reverse_mapping
         fault_proxy(cfg.thrift_host, cfg.thrift_port) as proxy,
     ):
         via_proxy = dataclasses.replace(cfg, thrift_port=proxy.port)
-        port = free_port()
         log = tmp_path / "tsd.log"
-        with log.open("wb") as out:
-            process = await asyncio.create_subprocess_exec(
-                *tsd_argv(via_proxy, port, tmp_path / "tsd"),
-                cwd=ROOT,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-            )
+        process, port = await launch(via_proxy, log)
         try:
             await wait_ready(process, port, log)
             # the metric, the tag key and one value assigned in full first
