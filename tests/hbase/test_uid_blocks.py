@@ -19,6 +19,7 @@ import re
 import signal
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from tests.hbase.fault_proxy import fault_proxy
@@ -42,15 +43,45 @@ pytestmark = pytest.mark.hbase
 
 H0 = 1356998400
 NAMES = 150
+#: OpenTSDB's points are this much later than the tsds' (same series, its own cells)
+OPENTSDB_OFFSET_S = 1
 KINDS = ("metrics", "tagk", "tagv")
 UID_LOGBACK = tool_logback("net.opentsdb.tools.UidManager")
 #: OpenTSDB's UniqueId when it loses the forward check-and-put (its ID stays mapped)
 OPENTSDB_LEAK = re.compile(r"Race condition: tried to assign ID (\d+) to (\w+):")
 
 
-def race_lines() -> list[str]:
+def race_lines(offset_s: int = 0) -> list[str]:
     """Each line a new metric, tag key and tag value, plus a tag pair every line shares."""
-    return [f"put blk.metric.{i} {H0 + i} {i} blkk{i}=blkv{i} shared=all" for i in range(NAMES)]
+    return [
+        f"put blk.metric.{i} {H0 + i + offset_s} {i} blkk{i}=blkv{i} shared=all"
+        for i in range(NAMES)
+    ]
+
+
+async def series_read_by(url: str) -> dict[int, tuple[int, int]]:
+    """Series i -> the point at its tsd timestamp, as OpenTSDB's /api/query reads it."""
+    body = {
+        "start": H0,
+        "end": H0 + 3600,
+        "queries": [
+            {"aggregator": "sum", "metric": f"blk.metric.{i}", "tags": {f"blkk{i}": f"blkv{i}"}}
+            for i in range(NAMES)
+        ],
+    }
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/api/query", json=body) as reply,
+    ):
+        assert reply.status == 200, await reply.text()
+        answers = await reply.json()
+    found: dict[int, tuple[int, int]] = {}
+    for answer in answers:
+        i = int(answer["metric"].rsplit(".", 1)[1])
+        assert answer["tags"] == {f"blkk{i}": f"blkv{i}", "shared": "all"}
+        dps = answer["dps"]
+        found[i] = (H0 + i, dps[str(H0 + i)])
+    return found
 
 
 def expected_names() -> dict[str, set[str]]:
@@ -99,20 +130,27 @@ async def test_opentsdb_racing_too_leaves_only_its_own_leaked_ids(
 ) -> None:
     """Two tsds and OpenTSDB 2.4.1 on the same new names at once: one UID per name; the
     only orphan reverse mappings are the IDs OpenTSDB says it leaked, and they are all
-    the fsck tools report."""
+    the fsck tools report. OpenTSDB then reads every series the tsds wrote (its own points
+    are a second later, so the tsds' are told apart)."""
     lines = race_lines()
+    its_lines = race_lines(OPENTSDB_OFFSET_S)
+    no_compaction = {"tsd.storage.enable_compaction": "false"}
     async with fresh_tables(hbase_server) as cfg:
-        async with (
-            running_opentsdb(hbase_server, cfg, tmp_path / "opentsdb") as opentsdb,
-            tsd_process(cfg, tmp_path / "tsd1.log") as first,
-            tsd_process(cfg, tmp_path / "tsd2.log") as second,
-        ):
-            replies = await asyncio.gather(
-                put_telnet(first, lines),
-                put_telnet(second, lines),
-                put_telnet(opentsdb.port, lines),
-            )
-            assert list(replies) == [[], [], []]
+        async with running_opentsdb(
+            hbase_server, cfg, tmp_path / "opentsdb", no_compaction
+        ) as opentsdb:
+            async with (
+                tsd_process(cfg, tmp_path / "tsd1.log") as first,
+                tsd_process(cfg, tmp_path / "tsd2.log") as second,
+            ):
+                replies = await asyncio.gather(
+                    put_telnet(first, lines),
+                    put_telnet(second, lines),
+                    put_telnet(opentsdb.port, its_lines),
+                )
+                assert list(replies) == [[], [], []]
+            # the tsds have stopped, having written every point they took
+            assert await series_read_by(opentsdb.url) == {i: (H0 + i, i) for i in range(NAMES)}
         # OpenTSDB has stopped (it waits for its pending writes on the way out)
         log = await asyncio.to_thread(opentsdb.log.read_text, errors="replace")
         leaked_by_opentsdb = {(kind, int(uid)) for uid, kind in OPENTSDB_LEAK.findall(log)}
