@@ -32,7 +32,7 @@ async def test_ignored_keys_are_marked(make_tsd: MakeTsd) -> None:
             "tsd.network.keep_alive": "true",  # OpenTSDB's, unknown to tsd
             "hbase.zookeeper.quorum": "zk1",
             "tsd.storage.flush_interval": "500",  # used
-            "tsd.core.uid.random_metrics": "false",  # acted on: true is refused at start
+            "tsd.core.uid.random_metrics": "false",  # acted on (random metric UIDs)
         }
     )
     config = await config_of(daemon.port)

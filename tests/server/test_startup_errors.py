@@ -66,16 +66,17 @@ def test_bad_configuration_is_exit_status_2(tmp_path: Path) -> None:
     assert last_line(done).startswith("tsdb tsd: configuration error: ")
 
 
-def test_random_metric_uids_are_refused_at_start(tmp_path: Path) -> None:
-    """tsd.core.uid.random_metrics=true (OpenTSDB's random metric UIDs) is not implemented:
-    the daemon refuses to start and says so, rather than assign sequential UIDs silently;
-    false starts as usual (tests/server/test_config_ignored.py: not listed as ignored)."""
-    done = run_tsd(tmp_path, "--port", "0", "--set", "tsd.core.uid.random_metrics=true")
+def test_random_metric_uids_wider_than_seven_bytes_are_refused_at_start(tmp_path: Path) -> None:
+    """OpenTSDB draws random metric UIDs of at most 7 bytes: a wider width is refused before
+    the store is opened."""
+    done = run_tsd(
+        tmp_path,
+        *["--port", "0", "--set", "tsd.core.uid.random_metrics=true"],
+        *["--set", "tsd.storage.uid.width.metric=8"],
+    )
     assert done.returncode == 2
     assert last_line(done) == (
         "tsdb tsd: configuration error: tsd.core.uid.random_metrics: random metric UIDs are"
-        " not implemented by tsd; remove the key or set it to false (metric UIDs then come"
-        " from the counter row, as OpenTSDB's default; tables written with random metric"
-        " UIDs are read as usual)"
+        " at most 7 bytes wide, and tsd.storage.uid.width.metric is 8"
     )
-    assert not (tmp_path / "data").exists()  # refused before the store was opened
+    assert not (tmp_path / "data").exists()

@@ -189,3 +189,17 @@ def test_block_size_key_is_bounded() -> None:
     for bad in ("0", "4097"):
         with pytest.raises(ConfigError, match="tsd.core.uid.block_size: must be between 1 and"):
             build_config({"tsd.core.uid.block_size": bad})
+
+
+async def test_random_metrics_draw_metric_uids_only(
+    storage: Storage, make_config: MakeConfig
+) -> None:
+    """tsd.core.uid.random_metrics: metric UIDs drawn at random, tag UIDs from the counter;
+    refused (a ConfigError, exit status 2 at start) for metric UIDs wider than 7 bytes."""
+    config = make_config(auto_create_metrics=True)
+    config = dataclasses.replace(config, uid=dataclasses.replace(config.uid, random_metrics=True))
+    uids = UidService(storage, config)
+    assert [u.random_ids for u in (uids.metrics, uids.tagk, uids.tagv)] == [True, False, False]
+    wide = dataclasses.replace(config, storage=dataclasses.replace(config.storage, metric_width=8))
+    with pytest.raises(ConfigError, match="random metric UIDs are at most 7 bytes wide, and"):
+        UidService(storage, wide)

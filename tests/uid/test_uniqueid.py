@@ -17,7 +17,12 @@ from tsd.errors import (
     UidAssignmentError,
 )
 from tsd.storage.base import Cell, CheckAndPut, Put, ScanSpec, Storage
-from tsd.uid.uniqueid import MAXID_ROW, UniqueId, prefix_stop_row
+from tsd.uid.uniqueid import (
+    MAX_ATTEMPTS_ASSIGN_RANDOM_ID,
+    MAXID_ROW,
+    UniqueId,
+    prefix_stop_row,
+)
 
 from .hooked_storage import HookedStorage
 
@@ -652,3 +657,54 @@ async def test_block_size_bounds_the_ids_one_increment_reserves(
     assert await counter(storage, uid_table, "tagv") == 1000
     for name in (names[0], names[299], names[300], names[-1]):
         assert await reverse_name(storage, uid_table, "tagv", uids[name]) == name.encode()
+
+
+# -- random metric UIDs (tsd.core.uid.random_metrics) --------------------------------------------
+
+
+async def test_random_ids_are_drawn_and_leave_the_counter_alone(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    metrics = make_uid("metrics", random_ids=True)
+    names = [f"rnd.{i}" for i in range(50)]
+    uids = await metrics.get_or_create_ids(names)
+    assert len(set(uids.values())) == 50
+    assert all(len(uid) == 3 and uid != b"\x00\x00\x00" for uid in uids.values())
+    # drawn from 16 M IDs: never the counter's 1..50 in order
+    assert sorted(uids.values()) != [i.to_bytes(3, "big") for i in range(1, 51)]
+    assert await counter(storage, uid_table, "metrics") is None
+    assert metrics.stats.blocks == 0
+    assert await forward_rows(storage, uid_table, "metrics") == {
+        name.encode(): uid for name, uid in uids.items()
+    }
+    for name, uid in uids.items():
+        assert await reverse_name(storage, uid_table, "metrics", uid) == name.encode()
+
+
+async def test_a_random_id_another_name_holds_is_drawn_again(
+    storage: Storage, uid_table: str, make_uid: MakeUid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenTSDB's collision retries: the reverse mapping is a check-and-put that the drawn
+    ID is free; a taken one is drawn again (the other name's mapping untouched), and after
+    MAX_ATTEMPTS_ASSIGN_RANDOM_ID collisions the name is refused."""
+    await storage.put(uid_table, [Put(b"\x00\x00\x05", "name", b"metrics", b"other")])
+    metrics = make_uid("metrics", random_ids=True)
+    draws = iter([5, 9])
+    monkeypatch.setattr(metrics, "_draw_id", lambda: next(draws).to_bytes(3, "big"))
+    assert await metrics.get_or_create_id("lucky") == b"\x00\x00\x09"
+    assert metrics.stats.random_collisions == 1
+    assert await reverse_name(storage, uid_table, "metrics", b"\x00\x00\x05") == b"other"
+
+    monkeypatch.setattr(metrics, "_draw_id", lambda: b"\x00\x00\x05")
+    with pytest.raises(UidAssignmentError, match="Failed to assign a random ID for kind="):
+        await metrics.get_or_create_id("unlucky")
+    assert metrics.stats.random_collisions == 1 + MAX_ATTEMPTS_ASSIGN_RANDOM_ID
+    assert b"unlucky" not in await forward_rows(storage, uid_table, "metrics")
+    assert await reverse_name(storage, uid_table, "metrics", b"\x00\x00\x05") == b"other"
+
+
+async def test_random_ids_are_at_most_seven_bytes(storage: Storage) -> None:
+    from tsd.uid.cache import UidCache
+
+    with pytest.raises(ValueError, match="random UIDs are at most 7 bytes wide: 8"):
+        UniqueId(storage, "t", "metrics", 8, UidCache(10), auto_create=True, random_ids=True)

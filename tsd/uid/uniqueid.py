@@ -36,6 +36,13 @@ removes them. The trade-off: a counter row set back below IDs in use (a damaged 
 let the reverse puts overwrite existing mappings, where OpenTSDB's check-and-put refuses and
 logs; ``tsdb uid fsck`` finds such a table.
 
+With ``tsd.core.uid.random_metrics`` (OpenTSDB's random metric UIDs, which spread new series
+over the regions of the data table), metric IDs are drawn at random (never 0, at most 7 bytes
+wide) instead of taken from the counter, which stays untouched; an ID drawn must be free, so
+the reverse mappings are check-and-puts there, and a name whose ID another name holds draws
+again, up to MAX_ATTEMPTS_ASSIGN_RANDOM_ID times, as OpenTSDB does. The forward check-and-put
+and the loser's clean-up are the same.
+
 Within one process, concurrent callers asking for the same missing name share its pending
 assignment, and misses of one event-loop turn (many single :meth:`get_or_create_id` calls, as
 a burst of new series makes) go into one batch (:meth:`get_or_create_ids` takes a whole batch
@@ -45,6 +52,7 @@ directly).
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -85,6 +93,11 @@ NAME_FAMILY = UID_NAME_FAMILY
 MAXID_ROW = UID_MAXID_ROW
 #: Tries at an assignment before giving up on storage errors (OpenTSDB's MAX_ATTEMPTS_ASSIGN_ID).
 MAX_ATTEMPTS_ASSIGN_ID = 3
+#: Random IDs drawn for a name before giving up on collisions (OpenTSDB's
+#: MAX_ATTEMPTS_ASSIGN_RANDOM_ID).
+MAX_ATTEMPTS_ASSIGN_RANDOM_ID = 10
+#: The widest random UID (OpenTSDB's RandomUniqueId draws them into a long).
+MAX_RANDOM_UID_WIDTH = 7
 #: Names assigned per batch (one mutate of their reverse mappings, one check_and_put_many).
 MAX_ASSIGN_BATCH = 4096
 #: The largest block of IDs one increment of the counter row reserves
@@ -144,6 +157,8 @@ class UidStats:
     orphans_removed: int = 0
     #: blocks of IDs reserved (one increment of the counter row each)
     blocks: int = 0
+    #: random IDs drawn that another name already held (drawn again)
+    random_collisions: int = 0
     #: get_or_create_id calls refused because auto-create is off for this kind
     refused_creations: int = 0
 
@@ -178,6 +193,7 @@ class UniqueId:
         *,
         auto_create: bool,
         block_size: int = MAX_BLOCK_SIZE,
+        random_ids: bool = False,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
@@ -185,6 +201,8 @@ class UniqueId:
             raise ValueError(f"Invalid width: {width}")
         if not 1 <= block_size <= MAX_BLOCK_SIZE:
             raise ValueError(f"block_size must be between 1 and {MAX_BLOCK_SIZE}: {block_size}")
+        if random_ids and width > MAX_RANDOM_UID_WIDTH:
+            raise ValueError(f"random UIDs are at most {MAX_RANDOM_UID_WIDTH} bytes wide: {width}")
         self.storage = storage
         self.table = table
         self.kind = kind
@@ -196,6 +214,8 @@ class UniqueId:
         self._max_id = (1 << (8 * width)) - 1
         #: the most IDs one increment of the counter reserves (tsd.core.uid.block_size)
         self.block_size = block_size
+        #: IDs drawn at random, not from the counter (tsd.core.uid.random_metrics)
+        self.random_ids = random_ids
         # name -> the batch resolving it (lookup, then assignment when missing)
         self._creating: dict[str, _Batch] = {}
         # batches filled this loop turn, started at the next
@@ -599,25 +619,45 @@ class UniqueId:
             raws = list(spellings)
             spelled = [decode_name(raw) for raw in raws]
         results: dict[str, bytes | BaseException] = {}
-        numbers = await self._reserve(len(raws))
-        if len(numbers) < len(raws):
-            exhausted = UidAssignmentError(
-                f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
+        width, qualifier = self.width, self._qualifier
+        if self.random_ids:
+            drawn = await self._random_reverse(raws)
+            kept = [i for i, uid in enumerate(drawn) if uid is not None]
+            if len(kept) < len(raws):
+                for i, uid in enumerate(drawn):
+                    if uid is None:
+                        failed = UidAssignmentError(
+                            f"Failed to assign a random ID for kind='{self.kind}'"
+                            f" name='{spelled[i]}' after {MAX_ATTEMPTS_ASSIGN_RANDOM_ID}"
+                            " attempts"
+                        )
+                        results.update(
+                            dict.fromkeys(_names_of(spellings, raws[i], spelled[i]), failed)
+                        )
+                raws, spelled = _pick(raws, kept), _pick(spelled, kept)
+            uids = [uid for uid in drawn if uid is not None]
+        else:
+            numbers = await self._reserve(len(raws))
+            if len(numbers) < len(raws):
+                exhausted = UidAssignmentError(
+                    f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
+                )
+                usable = len(numbers)
+                for raw, name in zip(raws[usable:], spelled[usable:], strict=True):
+                    results.update(dict.fromkeys(_names_of(spellings, raw, name), exhausted))
+                raws, spelled = raws[:usable], spelled[:usable]
+            uids = [number.to_bytes(width, "big") for number in numbers]
+            # The IDs are this writer's alone (its increments reserved them): the reverse
+            # mappings are plain puts, written (durably) before any forward mapping points
+            # at them.
+            await self.storage.put(
+                self.table,
+                list(
+                    map(_new, repeat(Put), zip(uids, repeat(NAME_FAMILY), repeat(qualifier), raws))
+                ),
             )
-            usable = len(numbers)
-            for raw, name in zip(raws[usable:], spelled[usable:], strict=True):
-                results.update(dict.fromkeys(_names_of(spellings, raw, name), exhausted))
-            raws, spelled = raws[:usable], spelled[:usable]
         if not raws:
             return results
-        width, qualifier = self.width, self._qualifier
-        uids = [number.to_bytes(width, "big") for number in numbers]
-        # The IDs are this writer's alone (its increments reserved them): the reverse
-        # mappings are plain puts, written (durably) before any forward mapping points at them.
-        await self.storage.put(
-            self.table,
-            list(map(_new, repeat(Put), zip(uids, repeat(NAME_FAMILY), repeat(qualifier), raws))),
-        )
         forward = await self.storage.check_and_put_many(
             self.table, _absent_checks(raws, ID_FAMILY, qualifier, uids)
         )
@@ -647,6 +687,41 @@ class UniqueId:
         if lost:
             results.update(await self._lookup_ids(lost))  # a winner deleted since: retried
         return results
+
+    async def _random_reverse(self, raws: list[bytes]) -> list[bytes | None]:
+        """Random IDs for ``raws`` (OpenTSDB's random metric UIDs: no counter block): each
+        reverse mapping is a check-and-put that the drawn ID is free, and a name whose ID
+        another name holds draws again, up to MAX_ATTEMPTS_ASSIGN_RANDOM_ID times (None:
+        every draw collided). The IDs kept are this writer's alone, as a block's are."""
+        drawn: list[bytes | None] = [None] * len(raws)
+        todo = list(range(len(raws)))
+        for _attempt in range(MAX_ATTEMPTS_ASSIGN_RANDOM_ID):
+            picked: dict[bytes, int] = {}  # distinct within the call (one check per cell)
+            again: list[int] = []  # drew an ID another name of this call drew: next round
+            for i in todo:
+                uid = self._draw_id()
+                if uid in picked:
+                    again.append(i)
+                else:
+                    picked[uid] = i
+            checks = _absent_checks(
+                list(picked), NAME_FAMILY, self._qualifier, [raws[i] for i in picked.values()]
+            )
+            applied = await self.storage.check_and_put_many(self.table, checks)
+            todo = again
+            for (uid, i), free in zip(picked.items(), applied, strict=True):
+                if free:
+                    drawn[i] = uid
+                else:
+                    todo.append(i)
+            self.stats.random_collisions += len(todo)
+            if not todo:
+                break
+        return drawn
+
+    def _draw_id(self) -> bytes:
+        """A random ID of ``width`` bytes, never 0 (OpenTSDB's RandomUniqueId)."""
+        return (secrets.randbelow(self._max_id) + 1).to_bytes(self.width, "big")
 
     async def _reserve(self, count: int) -> list[int]:
         """``count`` IDs of this writer's own: blocks reserved by one increment of the
