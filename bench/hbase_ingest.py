@@ -124,7 +124,9 @@ class HBase:
         subprocess.run([str(ROOT / "scripts" / "hbase"), "stop"], env=self.env, check=False)
 
 
-def start_hbase(var_dir: Path) -> HBase:
+def start_hbase(var_dir: Path, thrift_info_port: int | None = None) -> HBase:
+    """A standalone HBase; ``thrift_info_port``: the gateway's info server (its /jmx
+    counters) on that loopback port (off by default)."""
     env = {
         **os.environ,
         "TSD_HBASE_VAR": str(var_dir),
@@ -132,6 +134,8 @@ def start_hbase(var_dir: Path) -> HBase:
         "TSD_HBASE_THRIFT_PORT": str(free_port()),
         "TSD_HBASE_WATCH_PID": str(os.getpid()),
     }
+    if thrift_info_port is not None:
+        env["TSD_HBASE_THRIFT_ARGS"] = f"--infoport {thrift_info_port}"
     began = time.monotonic()
     subprocess.run([str(ROOT / "scripts" / "hbase"), "start"], env=env, check=True)
     server = HBaseServer(

@@ -102,6 +102,8 @@ class AuthConfig:
 class UidConfig:
     cache_max_entries: int = 5_000_000  # per kind and direction (tsd.uid.lru.*.size)
     random_metrics: bool = False
+    #: the largest block of UIDs one increment of the counter row reserves (tsd's own key)
+    block_size: int = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +325,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "tsd.core.series_cache.size": ("core", "series_cache_size", _range(1, 1 << 40)),
     "tsd.uid.lru.name.size": ("uid", "cache_max_entries", _int),
     "tsd.core.uid.random_metrics": ("uid", "random_metrics", _bool),
+    "tsd.core.uid.block_size": ("uid", "block_size", _range(1, 4096)),
     "tsd.storage.backend": ("storage", "backend", _choice("embedded", "hbase")),
     "tsd.storage.data_dir": ("storage", "data_dir", _str),
     "tsd.storage.hbase.data_table": ("storage", "data_table", _str),
@@ -399,7 +402,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 
 #: Keys tsd parses (so an OpenTSDB file with them loads) but does not act on yet;
 #: /api/config lists them with the unknown keys as ignored.
-NOT_ACTED_ON: frozenset[str] = frozenset({"tsd.core.uid.random_metrics"})
+NOT_ACTED_ON: frozenset[str] = frozenset()
 
 
 def ignored_keys(config: Config) -> list[str]:

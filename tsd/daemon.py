@@ -64,7 +64,7 @@ from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
 from tsd.storage.instrumented import InstrumentedStorage
-from tsd.uid.service import UidService
+from tsd.uid.service import UidService, check_uid_config
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.control import ControlServer
 from tsd.write.ingest import IngestService
@@ -153,6 +153,7 @@ class Daemon:
         # before storage is opened.
         credentials = Credentials.load(config.auth.users_file) if config.auth.enable else None
         tls = server_context(network.tls_cert, network.tls_key) if network.tls_cert else None
+        check_uid_config(config)
         if self._storage is None:
             self._storage = open_storage(storage_settings(config.storage))
         if config.storage.backend == "embedded":

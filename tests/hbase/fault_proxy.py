@@ -4,7 +4,11 @@ outage as a TSD sees it (connections reset, new ones refused), without stopping 
 Run as its own process (``python -m tests.hbase.fault_proxy TARGET_HOST TARGET_PORT``), so
 that forwarding never competes with the test's own loop: it prints ``listening <port>``,
 then on SIGUSR1 resets every connection, stops listening and prints ``cut``; on SIGUSR2
-listens again on the same port and prints ``restored``. :class:`FaultProxy` drives it.
+listens again on the same port and prints ``restored``; on SIGHUP it starts holding
+``checkAndPut`` calls (prints ``holding``): a connection whose next bytes to the gateway name
+``checkAndPut`` forwards nothing more, and the first one held prints ``held``; a TSD's forward
+UID mappings then never arrive, the moment a test kills it in the middle of a UID block.
+:class:`FaultProxy` drives it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class _Proxy:
         self.port = 0
         self.server: asyncio.Server | None = None
         self.open: set[asyncio.StreamWriter] = set()
+        self.holding = False
+        self.held = 0
 
     async def listen(self) -> None:
         self.server = await asyncio.start_server(
@@ -44,15 +50,24 @@ class _Proxy:
         self.open |= pair
         try:
             await asyncio.gather(
-                self.pump(reader, up_writer), self.pump(up_reader, writer), return_exceptions=True
+                self.pump(reader, up_writer, upstream=True),
+                self.pump(up_reader, writer),
+                return_exceptions=True,
             )
         finally:
             self.open -= pair
             for side in pair:
                 side.transport.abort()
 
-    async def pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool = False
+    ) -> None:
         while data := await reader.read(CHUNK):
+            if upstream and self.holding and b"checkAndPut" in data:
+                self.held += 1
+                if self.held == 1:
+                    print("held", flush=True)
+                await asyncio.Event().wait()  # never forwarded (until the connection goes)
             writer.write(data)
             await writer.drain()
         writer.transport.abort()
@@ -64,6 +79,10 @@ class _Proxy:
         for writer in list(self.open):
             writer.transport.abort()
         print("cut", flush=True)
+
+    async def hold_checks(self) -> None:
+        self.holding = True
+        print("holding", flush=True)
 
     async def restore(self) -> None:
         if self.server is None:
@@ -84,6 +103,7 @@ async def _main(target_host: str, target_port: int) -> None:
 
     loop.add_signal_handler(signal.SIGUSR1, on, proxy.cut)
     loop.add_signal_handler(signal.SIGUSR2, on, proxy.restore)
+    loop.add_signal_handler(signal.SIGHUP, on, proxy.hold_checks)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     print(f"listening {proxy.port}", flush=True)
@@ -110,6 +130,16 @@ class FaultProxy:
     async def restore(self) -> None:
         """Take connections again."""
         await self._signal(signal.SIGUSR2, b"restored")
+
+    async def hold_checks(self) -> None:
+        """From now on, forward no checkAndPut call (nor anything after it on its
+        connection); :meth:`wait_held` returns once one is held."""
+        await self._signal(signal.SIGHUP, b"holding")
+
+    async def wait_held(self, timeout_s: float = 30) -> None:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), timeout_s)
+        assert line.strip() == b"held", line
 
 
 @contextlib.asynccontextmanager

@@ -47,14 +47,7 @@ async def tsd_process(
     """``python -m tsd tsd`` on ``cfg``'s tables (its data directory named after ``log``);
     yields its port once it answers HTTP, and stops it with SIGTERM (which drains what it
     accepted) afterwards. ``extra``: more keys (they win)."""
-    port = free_port()
-    with log.open("wb") as out:
-        process = await asyncio.create_subprocess_exec(
-            *tsd_argv(cfg, port, log.with_suffix(""), extra),
-            cwd=ROOT,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+    process, port = await launch(cfg, log, extra)
     try:
         await wait_ready(process, port, log)
         yield port
@@ -73,6 +66,22 @@ async def tsd_process(
             raise AssertionError(
                 f"tsd did not stop in {STOP_TIMEOUT_S} s:\n{output[-20000:]}"
             ) from None
+
+
+async def launch(
+    cfg: StorageConfig, log: Path, extra: Mapping[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, int]:
+    """Start ``python -m tsd tsd`` on ``cfg``'s tables (output to ``log``, its data directory
+    named after it): the process and its port (it answers once :func:`wait_ready`)."""
+    port = free_port()
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            *tsd_argv(cfg, port, log.with_suffix(""), extra),
+            cwd=ROOT,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    return process, port
 
 
 async def wait_ready(process: asyncio.subprocess.Process, port: int, log: Path) -> None:

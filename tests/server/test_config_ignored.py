@@ -31,14 +31,12 @@ async def test_ignored_keys_are_marked(make_tsd: MakeTsd) -> None:
         **{
             "tsd.network.keep_alive": "true",  # OpenTSDB's, unknown to tsd
             "hbase.zookeeper.quorum": "zk1",
-            "tsd.core.uid.random_metrics": "true",  # parsed, not acted on
             "tsd.storage.flush_interval": "500",  # used
+            "tsd.core.uid.random_metrics": "false",  # acted on (random metric UIDs)
         }
     )
     config = await config_of(daemon.port)
-    assert config[IGNORED_ENTRY] == (
-        "hbase.zookeeper.quorum,tsd.core.uid.random_metrics,tsd.network.keep_alive"
-    )
+    assert config[IGNORED_ENTRY] == ("hbase.zookeeper.quorum,tsd.network.keep_alive")
     assert config["tsd.network.keep_alive"] == "true"  # still echoed, as OpenTSDB does
     assert config["tsd.storage.flush_interval"] == "500"
     assert list(config) == sorted(config)

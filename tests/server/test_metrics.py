@@ -120,6 +120,8 @@ async def test_metrics_move_with_points_and_queries(
         >= 1
     )
     assert moved("tsd_storage_calls_total", op="scan") >= 1
+    # four new UID names (sys.m, h, a, b): one check-and-put each (its forward mapping)
+    assert moved("tsd_storage_check_and_puts_total") == 4
     assert moved("tsd_storage_latency_seconds_count", op="scan") == moved(
         "tsd_storage_calls_total", op="scan"
     )

@@ -83,3 +83,19 @@ def test_hbase_backend_data_dir_not_writable_is_one_line(tmp_path: Path) -> None
         f"tsdb tsd: cannot create the write-ahead log {str(wal)!r}: [Errno 20] Not a directory:"
         f" {str(wal)!r} (tsd.storage.data_dir must be writable)"
     )
+
+
+def test_random_metric_uids_wider_than_seven_bytes_are_refused_at_start(tmp_path: Path) -> None:
+    """OpenTSDB draws random metric UIDs of at most 7 bytes: a wider width is refused before
+    the store is opened."""
+    done = run_tsd(
+        tmp_path,
+        *["--port", "0", "--set", "tsd.core.uid.random_metrics=true"],
+        *["--set", "tsd.storage.uid.width.metric=8"],
+    )
+    assert done.returncode == 2
+    assert last_line(done) == (
+        "tsdb tsd: configuration error: tsd.core.uid.random_metrics: random metric UIDs are"
+        " at most 7 bytes wide, and tsd.storage.uid.width.metric is 8"
+    )
+    assert not (tmp_path / "data").exists()

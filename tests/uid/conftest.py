@@ -40,7 +40,8 @@ def make_config(storage_config: StorageConfig, uid_table: str) -> Callable[..., 
 
 @pytest.fixture
 def make_uid(storage: Storage, uid_table: str) -> Callable[..., UniqueId]:
-    """``make_uid(kind="tagk", width=3, auto_create=True, max_entries=1000, store=None)``."""
+    """``make_uid(kind="tagk", width=3, auto_create=True, max_entries=1000, store=None,
+    block_size=4096, random_ids=False)``."""
 
     def make(
         kind: str = "tagk",
@@ -49,6 +50,8 @@ def make_uid(storage: Storage, uid_table: str) -> Callable[..., UniqueId]:
         auto_create: bool = True,
         max_entries: int = 1000,
         store: Storage | None = None,
+        block_size: int = 4096,
+        random_ids: bool = False,
     ) -> UniqueId:
         return UniqueId(
             store if store is not None else storage,
@@ -57,6 +60,8 @@ def make_uid(storage: Storage, uid_table: str) -> Callable[..., UniqueId]:
             width,
             UidCache(max_entries),
             auto_create=auto_create,
+            block_size=block_size,
+            random_ids=random_ids,
         )
 
     return make

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tsd.config import Config
-from tsd.errors import BadRequestError, NoSuchUniqueName, UidAlreadyExists
+from tsd.config import Config, build_config
+from tsd.errors import BadRequestError, ConfigError, NoSuchUniqueName, UidAlreadyExists
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.uid.uniqueid import MAXID_ROW
@@ -24,7 +24,7 @@ async def test_built_from_config(storage: Storage, make_config: MakeConfig) -> N
     config = dataclasses.replace(
         config,
         storage=dataclasses.replace(config.storage, metric_width=4, tagk_width=2),
-        uid=dataclasses.replace(config.uid, cache_max_entries=100),
+        uid=dataclasses.replace(config.uid, cache_max_entries=100, block_size=64),
     )
     uids = UidService(storage, config)
     assert [(u.kind, u.width, u.auto_create) for u in (uids.metrics, uids.tagk, uids.tagv)] == [
@@ -34,6 +34,7 @@ async def test_built_from_config(storage: Storage, make_config: MakeConfig) -> N
     ]
     assert {u.table for u in (uids.metrics, uids.tagk, uids.tagv)} == {config.storage.uid_table}
     assert uids.metrics.cache.max_entries == 100
+    assert {u.block_size for u in (uids.metrics, uids.tagk, uids.tagv)} == {64}
 
 
 async def test_resolve_for_write_assigns_then_serves_from_the_cache(
@@ -179,3 +180,26 @@ async def test_rename_by_type_name(storage: Storage, make_config: MakeConfig) ->
     assert str(caught.value) == 'Name("web01") does not exist'
     with pytest.raises(BadRequestError, match="^Unknown type name$"):
         await uids.rename("tags", "web02", "web03")
+
+
+def test_block_size_key_is_bounded() -> None:
+    """tsd.core.uid.block_size: 1..4096 (the most IDs one increment reserves)."""
+    assert build_config({"tsd.core.uid.block_size": "1"}).uid.block_size == 1
+    assert build_config({}).uid.block_size == 4096
+    for bad in ("0", "4097"):
+        with pytest.raises(ConfigError, match="tsd.core.uid.block_size: must be between 1 and"):
+            build_config({"tsd.core.uid.block_size": bad})
+
+
+async def test_random_metrics_draw_metric_uids_only(
+    storage: Storage, make_config: MakeConfig
+) -> None:
+    """tsd.core.uid.random_metrics: metric UIDs drawn at random, tag UIDs from the counter;
+    refused (a ConfigError, exit status 2 at start) for metric UIDs wider than 7 bytes."""
+    config = make_config(auto_create_metrics=True)
+    config = dataclasses.replace(config, uid=dataclasses.replace(config.uid, random_metrics=True))
+    uids = UidService(storage, config)
+    assert [u.random_ids for u in (uids.metrics, uids.tagk, uids.tagv)] == [True, False, False]
+    wide = dataclasses.replace(config, storage=dataclasses.replace(config.storage, metric_width=8))
+    with pytest.raises(ConfigError, match="random metric UIDs are at most 7 bytes wide, and"):
+        UidService(storage, wide)

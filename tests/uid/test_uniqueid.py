@@ -19,7 +19,12 @@ from tsd.errors import (
     UidAssignmentError,
 )
 from tsd.storage.base import Cell, CheckAndPut, Put, ScanSpec, Storage
-from tsd.uid.uniqueid import MAXID_ROW, UniqueId, prefix_stop_row
+from tsd.uid.uniqueid import (
+    MAX_ATTEMPTS_ASSIGN_RANDOM_ID,
+    MAXID_ROW,
+    UniqueId,
+    prefix_stop_row,
+)
 
 from .hooked_storage import HookedStorage
 
@@ -189,10 +194,20 @@ async def test_a_batch_of_new_names_costs_four_storage_calls(
     hooked = HookedStorage(storage)
     tagv = make_uid("tagv", store=hooked)
     names = [f"v{i:04d}" for i in range(1000)]
+    checked: list[CheckAndPut] = []
+
+    async def forward_only(table: str, checks: Sequence[CheckAndPut]) -> None:
+        checked.extend(checks)
+
+    hooked.hooks["check_and_put_many"] = forward_only
     uids = await tagv.get_or_create_ids(names)
     # in the order given: one increment by 1,000 reserved IDs 1..1000
     assert list(uids.values()) == [i.to_bytes(3, "big") for i in range(1, 1001)]
-    assert hooked.calls == {"get_many": 1, "increment": 1, "check_and_put_many": 2}
+    # reverse mappings as plain puts (one write), forward mappings checked: one per name
+    assert hooked.calls == {"get_many": 1, "increment": 1, "mutate": 1, "check_and_put_many": 1}
+    assert len(checked) == 1000
+    assert {c.family for c in checked} == {"id"}
+    assert tagv.stats.blocks == 1
     for name in (names[0], names[-1]):
         assert await reverse_name(storage, uid_table, "tagv", uids[name]) == name.encode()
     assert await forward_rows(storage, uid_table, "tagv") == {
@@ -291,8 +306,9 @@ async def test_losing_the_forward_race_uses_the_winners_uid(
     assert this_tsd.stats.lost_races == 1
     assert this_tsd.stats.assignments == 0
     assert await counter(storage, uid_table, "tagk") == 2
-    # our ID 1 leaked: its reverse mapping stays, no forward mapping points at it
-    assert await reverse_name(storage, uid_table, "tagk", b"\x00\x00\x01") == b"host"
+    # our ID 1 is a gap: only we ever held it, so its reverse mapping was removed
+    assert await reverse_name(storage, uid_table, "tagk", b"\x00\x00\x01") is None
+    assert this_tsd.stats.orphans_removed == 1
     assert await forward_rows(storage, uid_table, "tagk") == {b"host": b"\x00\x00\x02"}
     assert await this_tsd.get_name(b"\x00\x00\x02") == "host"
 
@@ -693,3 +709,71 @@ def test_constructor_checks_kind_and_width(storage: Storage) -> None:
         UniqueId(storage, "t", "metric", 3, UidCache(10), auto_create=True)
     with pytest.raises(ValueError, match="Invalid width: 9"):
         UniqueId(storage, "t", "tagk", 9, UidCache(10), auto_create=True)
+
+
+async def test_block_size_bounds_the_ids_one_increment_reserves(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    """tsd.core.uid.block_size: 1,000 new names with blocks of at most 300 IDs take four
+    increments (300, 300, 300, 100), the IDs still consecutive and the counter exact."""
+    hooked = HookedStorage(storage)
+    tagv = make_uid("tagv", store=hooked, block_size=300)
+    names = [f"b{i:04d}" for i in range(1000)]
+    uids = await tagv.get_or_create_ids(names)
+    assert list(uids.values()) == [i.to_bytes(3, "big") for i in range(1, 1001)]
+    assert hooked.calls["increment"] == 4
+    assert tagv.stats.blocks == 4
+    assert await counter(storage, uid_table, "tagv") == 1000
+    for name in (names[0], names[299], names[300], names[-1]):
+        assert await reverse_name(storage, uid_table, "tagv", uids[name]) == name.encode()
+
+
+# -- random metric UIDs (tsd.core.uid.random_metrics) --------------------------------------------
+
+
+async def test_random_ids_are_drawn_and_leave_the_counter_alone(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    metrics = make_uid("metrics", random_ids=True)
+    names = [f"rnd.{i}" for i in range(50)]
+    uids = await metrics.get_or_create_ids(names)
+    assert len(set(uids.values())) == 50
+    assert all(len(uid) == 3 and uid != b"\x00\x00\x00" for uid in uids.values())
+    # drawn from 16 M IDs: never the counter's 1..50 in order
+    assert sorted(uids.values()) != [i.to_bytes(3, "big") for i in range(1, 51)]
+    assert await counter(storage, uid_table, "metrics") is None
+    assert metrics.stats.blocks == 0
+    assert await forward_rows(storage, uid_table, "metrics") == {
+        name.encode(): uid for name, uid in uids.items()
+    }
+    for name, uid in uids.items():
+        assert await reverse_name(storage, uid_table, "metrics", uid) == name.encode()
+
+
+async def test_a_random_id_another_name_holds_is_drawn_again(
+    storage: Storage, uid_table: str, make_uid: MakeUid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenTSDB's collision retries: the reverse mapping is a check-and-put that the drawn
+    ID is free; a taken one is drawn again (the other name's mapping untouched), and after
+    MAX_ATTEMPTS_ASSIGN_RANDOM_ID collisions the name is refused."""
+    await storage.put(uid_table, [Put(b"\x00\x00\x05", "name", b"metrics", b"other")])
+    metrics = make_uid("metrics", random_ids=True)
+    draws = iter([5, 9])
+    monkeypatch.setattr(metrics, "_draw_id", lambda: next(draws).to_bytes(3, "big"))
+    assert await metrics.get_or_create_id("lucky") == b"\x00\x00\x09"
+    assert metrics.stats.random_collisions == 1
+    assert await reverse_name(storage, uid_table, "metrics", b"\x00\x00\x05") == b"other"
+
+    monkeypatch.setattr(metrics, "_draw_id", lambda: b"\x00\x00\x05")
+    with pytest.raises(UidAssignmentError, match="Failed to assign a random ID for kind="):
+        await metrics.get_or_create_id("unlucky")
+    assert metrics.stats.random_collisions == 1 + MAX_ATTEMPTS_ASSIGN_RANDOM_ID
+    assert b"unlucky" not in await forward_rows(storage, uid_table, "metrics")
+    assert await reverse_name(storage, uid_table, "metrics", b"\x00\x00\x05") == b"other"
+
+
+async def test_random_ids_are_at_most_seven_bytes(storage: Storage) -> None:
+    from tsd.uid.cache import UidCache
+
+    with pytest.raises(ValueError, match="random UIDs are at most 7 bytes wide: 8"):
+        UniqueId(storage, "t", "metrics", 8, UidCache(10), auto_create=True, random_ids=True)

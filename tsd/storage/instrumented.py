@@ -1,7 +1,8 @@
 """A Storage that counts the calls, failures and latency of the one it wraps.
 
 The daemon wraps its backend in one (``storage.calls``, ``storage.errors`` and the
-``storage.latency`` histogram, each tagged ``op=<method>``) so that ``/metrics`` and
+``storage.latency`` histogram, each tagged ``op=<method>``, and ``storage.check_and_puts``,
+one per checked cell) so that ``/metrics`` and
 ``/api/stats`` show what the store is asked and how long it takes, whatever the backend.
 A scan is timed from its first to its last row (or until the caller leaves it).
 """
@@ -60,6 +61,9 @@ class InstrumentedStorage(Storage):
     def __init__(self, inner: Storage, registry: StatsRegistry) -> None:
         self.inner = inner
         self._ops = {name: _Op(registry, name) for name in OPERATIONS}
+        #: check-and-puts one by one: a check_and_put_many is one call of op=check_and_put,
+        #: but HBase has no batched checkAndPut, so its gateway serves one call per check
+        self.checks: Counter = registry.counter("storage.check_and_puts")
         #: calls started and not finished (scans until their caller leaves them)
         self.in_flight = 0
 
@@ -155,6 +159,7 @@ class InstrumentedStorage(Storage):
         return result
 
     async def check_and_put_many(self, table: str, checks: Sequence[CheckAndPut]) -> list[bool]:
+        self.checks.value += len(checks)
         result: list[bool] = await self._timed(
             "check_and_put", self.inner.check_and_put_many(table, checks)
         )
@@ -193,6 +198,7 @@ class InstrumentedStorage(Storage):
         expected: bytes | None,
         put: Put,
     ) -> bool:
+        self.checks.value += 1
         result: bool = await self._timed(
             "check_and_put",
             self.inner.check_and_put(table, row, family, qualifier, expected, put),

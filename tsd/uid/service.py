@@ -10,10 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from tsd.config import Config
-from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
+from tsd.errors import BadRequestError, ConfigError, NoSuchUniqueName, TsdError
 from tsd.storage.base import Storage
 from tsd.uid.cache import UidCache
-from tsd.uid.uniqueid import UidStats, UniqueId
+from tsd.uid.uniqueid import MAX_RANDOM_UID_WIDTH, UidStats, UniqueId
+
+
+def check_uid_config(config: Config) -> None:
+    """ConfigError when the UID settings cannot work: random metric UIDs wider than
+    OpenTSDB draws them (7 bytes). The daemon asks before it opens its store."""
+    if config.uid.random_metrics and config.storage.metric_width > MAX_RANDOM_UID_WIDTH:
+        raise ConfigError(
+            "tsd.core.uid.random_metrics",
+            f"random metric UIDs are at most {MAX_RANDOM_UID_WIDTH} bytes wide, and"
+            f" tsd.storage.uid.width.metric is {config.storage.metric_width}",
+        )
+
 
 #: A series' UIDs: the metric UID and the (tagk UID, tagv UID) pairs.
 Resolved = tuple[bytes, list[tuple[bytes, bytes]]]
@@ -28,6 +40,7 @@ class UidService:
     """
 
     def __init__(self, storage: Storage, config: Config) -> None:
+        check_uid_config(config)
         table = config.storage.uid_table
         max_entries = config.uid.cache_max_entries
         self.metrics = UniqueId(
@@ -37,6 +50,8 @@ class UidService:
             config.storage.metric_width,
             UidCache(max_entries),
             auto_create=config.core.auto_create_metrics,
+            block_size=config.uid.block_size,
+            random_ids=config.uid.random_metrics,
         )
         self.tagk = UniqueId(
             storage,
@@ -45,6 +60,7 @@ class UidService:
             config.storage.tagk_width,
             UidCache(max_entries),
             auto_create=config.core.auto_create_tagks,
+            block_size=config.uid.block_size,
         )
         self.tagv = UniqueId(
             storage,
@@ -53,6 +69,7 @@ class UidService:
             config.storage.tagv_width,
             UidCache(max_entries),
             auto_create=config.core.auto_create_tagvs,
+            block_size=config.uid.block_size,
         )
 
     # -- the write path -----------------------------------------------------------------------

@@ -16,16 +16,32 @@ to one table side by side; refusing them instead would turn points OpenTSDB acce
 errors. The reverse mapping (and so every query answer) shows the stored ``??`` name, as in
 OpenTSDB. Stored bytes always decode, since every byte is an ISO-8859-1 character.
 
-Assignment follows OpenTSDB's rules (``UniqueIdAllocator``), in batches: names that miss the
-cache are read from their forward rows, all at once; for the N still missing, one increment
-of the counter by N reserves N IDs (an ID that does not fit in ``width`` bytes is refused);
-then the reverse mappings are check-and-put (each must be absent), all in one
-:meth:`~tsd.storage.base.Storage.check_and_put_many`, then the forward mappings likewise.
-Losing a forward check-and-put means another writer (another TSD, OpenTSDB) assigned the name
-first: its UID is read back and used, and the ID reserved here is leaked, as in OpenTSDB. A
-reverse row already present (a corrupt table) skips that ID; the name is tried again. So a
-batch of N new names costs four storage round trips instead of 4 N, and every step keeps the
-tsdb-uid layout and the check-and-put rules that make concurrent assigners agree.
+Assignment follows OpenTSDB's rules (``UniqueIdAllocator``: the same counter, reverse mapping
+before forward mapping, the forward check-and-put settling races), in batches: names that
+miss the cache are read from their forward rows, all at once; the N still missing take N IDs
+from a block reserved by one increment of the counter row by N (a block as big as the burst
+needs, at most ``tsd.core.uid.block_size``; an ID that does not fit in ``width`` bytes is
+refused). No other writer (another TSD, OpenTSDB, ``tsdb uid assign``) can be handed an ID of
+that block, since all take IDs from the same counter; so the reverse mappings are plain puts,
+all in one :meth:`~tsd.storage.base.Storage.mutate`, and only the forward mappings are
+check-and-puts (each must be absent), in one :meth:`~tsd.storage.base.Storage.
+check_and_put_many`. On HBase a new name costs one checkAndPut, not two. Losing a forward
+check-and-put means another writer assigned the name first: its UID is read back and used,
+and the reverse mapping of the ID reserved here is deleted (OpenTSDB leaves it, and both fsck
+tools report it; only this writer ever held that ID, so removing it is safe); the ID stays a
+gap in the counter, as do the IDs of a block a process stopped before using. A process killed
+between the reverse puts and the forward check-and-puts (or a storage error there) leaves the
+reverse mappings of the names in flight without forward mappings; ``tsdb uid fsck fix``
+removes them. The trade-off: a counter row set back below IDs in use (a damaged table) would
+let the reverse puts overwrite existing mappings, where OpenTSDB's check-and-put refuses and
+logs; ``tsdb uid fsck`` finds such a table.
+
+With ``tsd.core.uid.random_metrics`` (OpenTSDB's random metric UIDs, which spread new series
+over the regions of the data table), metric IDs are drawn at random (never 0, at most 7 bytes
+wide) instead of taken from the counter, which stays untouched; an ID drawn must be free, so
+the reverse mappings are check-and-puts there, and a name whose ID another name holds draws
+again, up to MAX_ATTEMPTS_ASSIGN_RANDOM_ID times, as OpenTSDB does. The forward check-and-put
+and the loser's clean-up are the same.
 
 Within one process, concurrent callers asking for the same missing name share its pending
 assignment, and misses of one event-loop turn (many single :meth:`get_or_create_id` calls, as
@@ -36,6 +52,7 @@ directly).
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -80,8 +97,16 @@ NAME_FAMILY = UID_NAME_FAMILY
 MAXID_ROW = UID_MAXID_ROW
 #: Tries at an assignment before giving up on storage errors (OpenTSDB's MAX_ATTEMPTS_ASSIGN_ID).
 MAX_ATTEMPTS_ASSIGN_ID = 3
-#: Names assigned per batch (one increment, two check_and_put_many of this many cells).
+#: Random IDs drawn for a name before giving up on collisions (OpenTSDB's
+#: MAX_ATTEMPTS_ASSIGN_RANDOM_ID).
+MAX_ATTEMPTS_ASSIGN_RANDOM_ID = 10
+#: The widest random UID (OpenTSDB's RandomUniqueId draws them into a long).
+MAX_RANDOM_UID_WIDTH = 7
+#: Names assigned per batch (one mutate of their reverse mappings, one check_and_put_many).
 MAX_ASSIGN_BATCH = 4096
+#: The largest block of IDs one increment of the counter row reserves
+#: (``tsd.core.uid.block_size`` sets a smaller bound).
+MAX_BLOCK_SIZE = 4096
 #: Default number of suggestions (OpenTSDB's MAX_SUGGESTIONS, /api/suggest's ``max``).
 MAX_SUGGESTIONS = 25
 #: Rows scanned for an empty suggest prefix: ``!`` (first printable ASCII) to ``~`` (excluded).
@@ -137,10 +162,14 @@ class UidStats:
     cache_misses: int = 0
     #: UIDs this process assigned (forward mapping written here)
     assignments: int = 0
-    #: forward check-and-puts lost to another writer (one leaked ID each)
+    #: forward check-and-puts lost to another writer (one unused ID each)
     lost_races: int = 0
-    #: reverse check-and-puts that found the fresh UID already mapped (a corrupt table)
-    reverse_conflicts: int = 0
+    #: reverse mappings of lost races removed (the ID stays a gap in the counter)
+    orphans_removed: int = 0
+    #: blocks of IDs reserved (one increment of the counter row each)
+    blocks: int = 0
+    #: random IDs drawn that another name already held (drawn again)
+    random_collisions: int = 0
     #: get_or_create_id calls refused because auto-create is off for this kind
     refused_creations: int = 0
 
@@ -174,11 +203,17 @@ class UniqueId:
         cache: UidCache,
         *,
         auto_create: bool,
+        block_size: int = MAX_BLOCK_SIZE,
+        random_ids: bool = False,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
         if not MIN_UID_WIDTH <= width <= MAX_UID_WIDTH:
             raise ValueError(f"Invalid width: {width}")
+        if not 1 <= block_size <= MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size must be between 1 and {MAX_BLOCK_SIZE}: {block_size}")
+        if random_ids and width > MAX_RANDOM_UID_WIDTH:
+            raise ValueError(f"random UIDs are at most {MAX_RANDOM_UID_WIDTH} bytes wide: {width}")
         self.storage = storage
         self.table = table
         self.kind = kind
@@ -191,6 +226,10 @@ class UniqueId:
         #: one byte per character: ISO-8859-1, ``?`` for the others)
         self.max_name_length = storage.max_row_length(ID_FAMILY)
         self._max_id = (1 << (8 * width)) - 1
+        #: the most IDs one increment of the counter reserves (tsd.core.uid.block_size)
+        self.block_size = block_size
+        #: IDs drawn at random, not from the counter (tsd.core.uid.random_metrics)
+        self.random_ids = random_ids
         # name -> the batch resolving it (lookup, then assignment when missing)
         self._creating: dict[str, _Batch] = {}
         # batches filled this loop turn, started at the next
@@ -633,42 +672,62 @@ class UniqueId:
                 spellings.setdefault(encode_name(name), []).append(name)
             raws = list(spellings)
             spelled = [decode_name(raw) for raw in raws]
-        top = await self.storage.increment(
-            self.table, MAXID_ROW, ID_FAMILY, self._qualifier, len(raws)
-        )
-        if top <= 0:
-            raise UidAssignmentError(f"Got a negative ID from storage: {top}")
         results: dict[str, bytes | BaseException] = {}
-        first = top - len(raws) + 1
-        usable = max(0, min(len(raws), self._max_id - first + 1))
-        if usable < len(raws):
-            exhausted = UidAssignmentError(
-                f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
-            )
-            for raw, name in zip(raws[usable:], spelled[usable:], strict=True):
-                results.update(dict.fromkeys(_names_of(spellings, raw, name), exhausted))
-            raws, spelled = raws[:usable], spelled[:usable]
         width, qualifier = self.width, self._qualifier
-        uids = [number.to_bytes(width, "big") for number in range(first, first + len(raws))]
-        reverse = await self.storage.check_and_put_many(
-            self.table, _absent_checks(uids, NAME_FAMILY, qualifier, raws)
-        )
-        if not all(reverse):
-            # A fresh ID already named: the table is corrupt (OpenTSDB says "run an
-            # fsck"). Skip the ID; its names are tried again.
-            kept = [i for i, applied in enumerate(reverse) if applied]
-            self.stats.reverse_conflicts += len(raws) - len(kept)
-            raws, spelled, uids = _pick(raws, kept), _pick(spelled, kept), _pick(uids, kept)
+        if self.random_ids:
+            drawn = await self._random_reverse(raws)
+            kept = [i for i, uid in enumerate(drawn) if uid is not None]
+            if len(kept) < len(raws):
+                for i, uid in enumerate(drawn):
+                    if uid is None:
+                        failed = UidAssignmentError(
+                            f"Failed to assign a random ID for kind='{self.kind}'"
+                            f" name='{spelled[i]}' after {MAX_ATTEMPTS_ASSIGN_RANDOM_ID}"
+                            " attempts"
+                        )
+                        results.update(
+                            dict.fromkeys(_names_of(spellings, raws[i], spelled[i]), failed)
+                        )
+                raws, spelled = _pick(raws, kept), _pick(spelled, kept)
+            uids = [uid for uid in drawn if uid is not None]
+        else:
+            numbers = await self._reserve(len(raws))
+            if len(numbers) < len(raws):
+                exhausted = UidAssignmentError(
+                    f"All Unique IDs for {self.kind} on {self.width} bytes are already assigned!"
+                )
+                usable = len(numbers)
+                for raw, name in zip(raws[usable:], spelled[usable:], strict=True):
+                    results.update(dict.fromkeys(_names_of(spellings, raw, name), exhausted))
+                raws, spelled = raws[:usable], spelled[:usable]
+            uids = [number.to_bytes(width, "big") for number in numbers]
+            # The IDs are this writer's alone (its increments reserved them): the reverse
+            # mappings are plain puts, written (durably) before any forward mapping points
+            # at them.
+            await self.storage.put(
+                self.table,
+                list(
+                    map(_new, repeat(Put), zip(uids, repeat(NAME_FAMILY), repeat(qualifier), raws))
+                ),
+            )
+        if not raws:
+            return results
         forward = await self.storage.check_and_put_many(
             self.table, _absent_checks(raws, ID_FAMILY, qualifier, uids)
         )
         lost: list[str] = []
-        if not all(forward):  # another writer assigned some first: use its UIDs, leak ours
+        if not all(forward):  # another writer assigned some first: use its UIDs
             won = [i for i, applied in enumerate(forward) if applied]
+            orphans: list[Delete] = []
             for i, applied in enumerate(forward):
                 if not applied:
                     lost += _names_of(spellings, raws[i], spelled[i])
+                    orphans.append(Delete(uids[i], NAME_FAMILY, qualifier))
             self.stats.lost_races += len(raws) - len(won)
+            # Nothing points at a lost ID (no forward mapping does, and no other writer was
+            # ever handed it): its reverse mapping is removed, the ID stays a gap.
+            await self.storage.delete(self.table, orphans)
+            self.stats.orphans_removed += len(orphans)
             raws, spelled, uids = _pick(raws, won), _pick(spelled, won), _pick(uids, won)
         self.stats.assignments += len(raws)
         if spellings is None:
@@ -682,6 +741,63 @@ class UniqueId:
         if lost:
             results.update(await self._lookup_ids(lost))  # a winner deleted since: retried
         return results
+
+    async def _random_reverse(self, raws: list[bytes]) -> list[bytes | None]:
+        """Random IDs for ``raws`` (OpenTSDB's random metric UIDs: no counter block): each
+        reverse mapping is a check-and-put that the drawn ID is free, and a name whose ID
+        another name holds draws again, up to MAX_ATTEMPTS_ASSIGN_RANDOM_ID times (None:
+        every draw collided). The IDs kept are this writer's alone, as a block's are."""
+        drawn: list[bytes | None] = [None] * len(raws)
+        todo = list(range(len(raws)))
+        for _attempt in range(MAX_ATTEMPTS_ASSIGN_RANDOM_ID):
+            picked: dict[bytes, int] = {}  # distinct within the call (one check per cell)
+            again: list[int] = []  # drew an ID another name of this call drew: next round
+            for i in todo:
+                uid = self._draw_id()
+                if uid in picked:
+                    again.append(i)
+                else:
+                    picked[uid] = i
+            checks = _absent_checks(
+                list(picked), NAME_FAMILY, self._qualifier, [raws[i] for i in picked.values()]
+            )
+            applied = await self.storage.check_and_put_many(self.table, checks)
+            todo = again
+            for (uid, i), free in zip(picked.items(), applied, strict=True):
+                if free:
+                    drawn[i] = uid
+                else:
+                    todo.append(i)
+            self.stats.random_collisions += len(todo)
+            if not todo:
+                break
+        return drawn
+
+    def _draw_id(self) -> bytes:
+        """A random ID of ``width`` bytes, never 0 (OpenTSDB's RandomUniqueId)."""
+        return (secrets.randbelow(self._max_id) + 1).to_bytes(self.width, "big")
+
+    async def _reserve(self, count: int) -> list[int]:
+        """``count`` IDs of this writer's own: blocks reserved by one increment of the
+        counter row each, a block as big as the batch needs (the burst's size, a batch
+        holds up to MAX_ASSIGN_BATCH new names) up to ``block_size``; fewer IDs when those
+        of ``width`` bytes run out. Nothing is reserved ahead of need, so the counter
+        stays the highest ID in use but for the IDs of lost races and of a process
+        stopped between its increment and its forward mappings (gaps nothing reads).
+        """
+        numbers: list[int] = []
+        while len(numbers) < count:
+            size = min(self.block_size, count - len(numbers))
+            top = await self.storage.increment(
+                self.table, MAXID_ROW, ID_FAMILY, self._qualifier, size
+            )
+            if top <= 0:
+                raise UidAssignmentError(f"Got a negative ID from storage: {top}")
+            self.stats.blocks += 1
+            numbers += range(top - size + 1, min(top, self._max_id) + 1)
+            if top >= self._max_id:
+                break  # exhausted (the last ID, or past it)
+        return numbers
 
     def _remember(self, name: str, raw: bytes, uid: bytes) -> None:
         """Cache a mapping under its stored name. A name with characters outside ISO-8859-1

@@ -39,6 +39,7 @@ HELP = {
     "storage.calls": "Storage calls, by operation",
     "storage.errors": "Storage calls that failed, by operation",
     "storage.latency": "Seconds per storage call, by operation",
+    "storage.check_and_puts": "Check-and-puts, one per checked cell (HBase: one checkAndPut each)",
     "uid.cache-hit": "UID cache hits, by kind",
     "uid.cache-miss": "UID cache misses, by kind",
     "uid.cache-size": "Entries in the UID cache, by kind",

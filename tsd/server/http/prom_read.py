@@ -31,8 +31,9 @@ from tsd.protocol.prom_matchers import Matcher, compile_matcher, matches_all, me
 from tsd.protocol.prom_wire import SAMPLES, decode_read_request, encode_read_response
 from tsd.query.engine import QueryEngine
 from tsd.query_model import SubQuery, TSQuery
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.context import SERVICES
 from tsd.server.http.meta_support import meta_service
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 
 #: Metric names listed at most when no ``__name__="..."`` matcher names one.
 MAX_METRICS: Final = 1_000_000
@@ -54,7 +55,7 @@ async def handle_read(request: web.Request, path: ApiPath) -> web.StreamResponse
         raise BadRequestError(
             "Unsupported response type", "tsd answers remote read with SAMPLES only"
         )
-    engine: QueryEngine = services.query_engine
+    engine = services.engine
     meta = meta_service(request)
     special = services.rules.special_chars
     results: list[list[tuple[list[tuple[str, str]], Samples]]] = []

@@ -42,8 +42,9 @@ from tsd.protocol.prom_labels import (
     is_storable_timestamp,
 )
 from tsd.protocol.prom_wire import DecodeError, decode_label, decode_write_request
-from tsd.server.http.app import SERVICES, ApiPath, Route, method_not_allowed
+from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
+from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import StatsRegistry
 from tsd.write.ingest import IngestSession, RefCache, RefPoint, RefusalKind, Refused
 
