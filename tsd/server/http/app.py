@@ -23,6 +23,7 @@ from aiohttp import web
 from tsd.config import Config
 from tsd.errors import BadRequestError
 from tsd.java_text import java_split
+from tsd.server.http.body_limit import LINGERING_TIME_S, expect_handler
 from tsd.server.http.context import CORS_DOMAINS, IS_API, ROUTES, SERVICES, Services
 from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains
 
@@ -200,7 +201,11 @@ def make_app(services: Services) -> web.Application:
         # CORS outside: its headers go on error replies too. The guards sit just outside
         # the error middleware (the last one), so their refusals keep CORS headers.
         middlewares=[*MIDDLEWARES[:-1], *guards, MIDDLEWARES[-1]],
-        handler_args={"max_field_size": 65536, "max_line_size": 65536},
+        handler_args={
+            "max_field_size": 65536,
+            "max_line_size": 65536,
+            "lingering_time": LINGERING_TIME_S,  # no reading on after a 413 (body_limit)
+        },
     )
     app[SERVICES] = services
     if credentials is not None:
@@ -209,5 +214,5 @@ def make_app(services: Services) -> web.Application:
     cors = parse_cors_domains(services.config.http.cors_domains)
     if cors is not None:
         app[CORS_DOMAINS] = cors
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+    app.router.add_route("*", "/{tail:.*}", dispatch, expect_handler=expect_handler)
     return app
