@@ -268,6 +268,16 @@ def client_context(cert: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(cert))
 
 
+async def assert_tls_version(daemon: Daemon, cert: Path) -> None:
+    """A telnet ``version`` over TLS is answered."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", daemon.port, ssl=client_context(cert)
+    )
+    writer.write(b"version\n")
+    assert (await reader.readline()).startswith(b"tsd ")
+    writer.close()
+
+
 @pytest.mark.both_loops
 async def test_tls_round_trip_on_the_shared_port(
     make_tsd: MakeTsd, certificate: tuple[Path, dict[str, str]], tmp_path: Path
@@ -311,12 +321,7 @@ async def test_tls_required_closes_plaintext(
     reader, writer = await telnet(daemon, b"version\n")
     assert await reader.read() == b""
     writer.close()
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", daemon.port, ssl=client_context(cert)
-    )
-    writer.write(b"version\n")
-    assert (await reader.readline()).startswith(b"tsd ")
-    writer.close()
+    await assert_tls_version(daemon, cert)
 
 
 def client_hello(cert: Path) -> bytes:
@@ -365,12 +370,7 @@ async def test_a_client_hello_cut_short_is_closed_by_the_header_timeout(
     assert loop.time() - t0 < 1.9
     writer.close()
     # A client that completes its handshake and its command in time is served.
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", daemon.port, ssl=client_context(cert)
-    )
-    writer.write(b"version\n")
-    assert (await reader.readline()).startswith(b"tsd ")
-    writer.close()
+    await assert_tls_version(daemon, cert)
 
 
 @pytest.mark.parametrize(
