@@ -17,6 +17,9 @@ the GETs that used to answer 500 with a traceback; and a full disk (a second dae
 64 MiB tmpfs filled under it; needs ``mount``, skipped otherwise: ``?sync&summary``,
 ``?sync&details``, telnet's error lines, recovery when space returns).
 
+Issue 25's held-out cases (empty telnet lines, bodies over the limit, ``Expect`` with
+10 GiB, a cut ClientHello, the bulk UID and annotation endpoints): bench/abuse_held_out.py.
+
 Run: ``python -m bench.abuse [--series N] [--only CASE ...]``.
 """
 
@@ -41,6 +44,7 @@ import aiohttp
 import numpy as np
 import orjson
 
+from bench.abuse_held_out import HELD_OUT_CASES
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config
 from tsd.schema import ensure_tables
@@ -401,6 +405,7 @@ CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
     "foreign_origin": case_foreign_origin,
     "error_500": case_error_500,
 }
+CASES.update(HELD_OUT_CASES)  # issue 25's (bench/abuse_held_out.py)
 
 
 async def run_case(name: str, fn: CaseFn, port: int, pid: int, probe: Probe) -> Row:
@@ -429,7 +434,8 @@ async def run_case(name: str, fn: CaseFn, port: int, pid: int, probe: Probe) -> 
     )
 
 
-async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
+async def start_daemon(data_dir: Path, port: int, *extra: str) -> asyncio.subprocess.Process:
+    """The bench's daemon; ``extra``: more command-line arguments."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -448,6 +454,7 @@ async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
         "tsd.logging.level=error",
         "--set",
         "tsd.http.query.allow_delete=true",  # the foreign-origin case tries a delete
+        *extra,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )

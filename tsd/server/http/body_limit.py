@@ -1,10 +1,11 @@
 """The request body limit (``tsd.http.request.max_body``, bytes once inflated).
 
 * A body over the limit is answered ``413`` and the connection is closed: the rest of the
-  body is neither read nor inflated. aiohttp's default after a reply to a request whose
-  body is still arriving is to read it on for up to 10 s ("lingering close"), inflating a
-  gzip bomb or an endless chunked body all along; the server runs with no lingering
-  (``LINGERING_TIME_S``), and the 413 says ``Connection: close``.
+  body is neither read nor inflated (reading stops as the 413 is made). aiohttp's default
+  after a reply to a request whose body is still arriving is to read it on for up to 10 s
+  ("lingering close"), inflating a gzip bomb or an endless chunked body all along; the
+  server runs with no lingering (``LINGERING_TIME_S``), and the 413 says
+  ``Connection: close``.
 * A declared ``Content-Length`` over the limit is refused before anything is read, and a
   request that asks ``Expect: 100-continue`` for such a body gets that 413 instead of
   ``100 Continue`` (:func:`expect_handler`), so the client never sends it.
@@ -58,7 +59,10 @@ async def expect_handler(request: web.Request) -> None:
     request.writer.output_size = 0  # the 100 is not part of the response's size
 
 
-def too_large_response(response: web.StreamResponse) -> web.StreamResponse:
-    """The 413 closes the connection (``Connection: close``; nothing more is read)."""
+def too_large_response(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """The 413 closes the connection (``Connection: close``), and the connection is read
+    no more from now on: bytes read while the reply is sent would still be inflated
+    (uvloop: three more rounds of about a quarter second each on a gzip bomb)."""
     response.force_close()
+    request.protocol.pause_reading()
     return response

@@ -147,7 +147,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         details = getattr(exc, "details", "")
         return error_response(exc.status, exc.message or type(exc).__name__, details)
     except web.HTTPRequestEntityTooLarge as exc:
-        return too_large_response(error_response(413, "Request entity too large", exc.text or ""))
+        return too_large_response(
+            request, error_response(413, "Request entity too large", exc.text or "")
+        )
     except RequestPayloadError as exc:  # a body that does not inflate, a broken chunk
         response = error_response(400, "Unable to read the request body", str(exc.__cause__ or exc))
         response.force_close()  # the rest of the body cannot be read either
