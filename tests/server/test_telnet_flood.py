@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.server.conftest import MakeTsd
-from tests.server.support import TelnetClient
+from tests.server.support import TelnetClient, non_reader
 
 #: OpenTSDB 2.4's reply to an empty line: its framer hands the empty frame to the command
 #: lookup, which finds no command named "" (32 bytes).
@@ -81,3 +81,17 @@ async def test_replies_keep_their_order_among_empty_lines(make_tsd: MakeTsd) -> 
         empty,
     ]
     await client.close()
+
+
+async def test_empty_lines_from_a_client_that_does_not_read_are_held_back(
+    make_tsd: MakeTsd,
+) -> None:
+    """32 bytes of reply per byte sent: the replies wait in the socket, not in the daemon
+    (reading stops once they are unsent), and all come once the client reads."""
+    tsd = await make_tsd()
+    count = 1_000_000
+    reader, writer, _ = await non_reader(tsd, b"\n" * count + b"version\n")
+    received = await reader.readexactly(len(EMPTY_REPLY) * count)
+    assert received == EMPTY_REPLY * count
+    assert (await reader.readline()).startswith(b"tsd ")
+    writer.close()
