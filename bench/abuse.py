@@ -23,6 +23,8 @@ another), ``expression_bombs`` (/api/query/exp with 50,000 nested parentheses an
 terms, /api/query/gexp with 2,000 nested calls), a regexp filter of 100,000 alternatives,
 four clients' catastrophic ``regexp((a|a)+$)`` queries with a dashboard query timed
 meanwhile, and twenty distinct 4 MB queries against the completed-query list.
+More of them (empty telnet lines, bodies over the limit, ``Expect`` with
+10 GiB, a cut ClientHello, the bulk UID and annotation endpoints): bench/abuse_held_out.py.
 
 Run: ``python -m bench.abuse [--series N] [--only CASE ...]``.
 """
@@ -49,6 +51,7 @@ import aiohttp
 import numpy as np
 import orjson
 
+from bench.abuse_held_out import HELD_OUT_CASES
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config
 from tsd.schema import ensure_tables
@@ -547,6 +550,7 @@ CASES: dict[str, Callable[[int, int], Awaitable[tuple[str, str]]]] = {
     "catastrophic_regexps": case_catastrophic_regexps,
     "completed_query_list": case_completed_query_list,
 }
+CASES.update(HELD_OUT_CASES)  # issue 25's (bench/abuse_held_out.py)
 
 
 async def run_case(name: str, fn: CaseFn, port: int, pid: int, probe: Probe) -> Row:
@@ -575,7 +579,8 @@ async def run_case(name: str, fn: CaseFn, port: int, pid: int, probe: Probe) -> 
     )
 
 
-async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
+async def start_daemon(data_dir: Path, port: int, *extra: str) -> asyncio.subprocess.Process:
+    """The bench's daemon; ``extra``: more command-line arguments."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -594,6 +599,7 @@ async def start_daemon(data_dir: Path, port: int) -> asyncio.subprocess.Process:
         "tsd.logging.level=error",
         "--set",
         "tsd.http.query.allow_delete=true",  # the foreign-origin case tries a delete
+        *extra,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tests.write.readback import StoredPoint, stored_points
 from tsd.daemon import Daemon
+from tsd.server.flow import FlowControl
 from tsd.storage.base import ScanSpec
 
 T = TypeVar("T")
@@ -107,3 +109,28 @@ async def longest_stall(port: int, requests: list[Coroutine[Any, Any, T]]) -> tu
         longest = max(longest, time.perf_counter() - t0)
     await telnet.close()
     return [task.result() for task in tasks], longest
+
+
+async def non_reader(
+    daemon: Daemon, lines: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, FlowControl]:
+    """A telnet client with a small receive buffer that sends ``lines`` and reads nothing:
+    returned once the daemon has stopped reading it (its replies unsent) and holds less
+    than 1 MiB of them."""
+    from tsd.server.telnet import TelnetProtocol
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", daemon.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(lines)
+    await eventually(lambda: len(daemon.listener.telnet_protocols) == 1)
+    (protocol,) = daemon.listener.telnet_protocols
+    assert isinstance(protocol, TelnetProtocol)
+    flow = protocol.flow
+    assert flow is not None
+    await eventually(lambda: flow.reading_paused and flow.writing_paused)
+    transport = protocol._transport
+    assert transport is not None
+    assert transport.get_write_buffer_size() < 1024 * 1024  # bounded, not every reply
+    return reader, writer, flow

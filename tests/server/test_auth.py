@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import secrets
 import shutil
@@ -269,6 +270,16 @@ def client_context(cert: Path) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(cert))
 
 
+async def assert_tls_version(daemon: Daemon, cert: Path) -> None:
+    """A telnet ``version`` over TLS is answered."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", daemon.port, ssl=client_context(cert)
+    )
+    writer.write(b"version\n")
+    assert (await reader.readline()).startswith(b"tsd ")
+    writer.close()
+
+
 @pytest.mark.both_loops
 async def test_tls_round_trip_on_the_shared_port(
     make_tsd: MakeTsd, certificate: tuple[Path, dict[str, str]], tmp_path: Path
@@ -312,12 +323,56 @@ async def test_tls_required_closes_plaintext(
     reader, writer = await telnet(daemon, b"version\n")
     assert await reader.read() == b""
     writer.close()
+    await assert_tls_version(daemon, cert)
+
+
+def client_hello(cert: Path) -> bytes:
+    """The first flight of a real TLS client: its ClientHello record."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(cert).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
+    """Seconds until the server closes the connection (at most ``seconds``)."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with contextlib.suppress(ConnectionResetError):
+        assert await asyncio.wait_for(reader.read(), seconds) == b""
+    return loop.time() - t0
+
+
+@pytest.mark.both_loops
+async def test_a_client_hello_cut_short_is_closed_by_the_header_timeout(
+    make_tsd: MakeTsd, certificate: tuple[Path, dict[str, str]]
+) -> None:
+    """Issue 25: such a connection was closed after asyncio's 60 s handshake timeout, not
+    by tsd.network.header_timeout."""
+    cert, tls_keys = certificate
+    daemon = await make_tsd(**tls_keys, **{"tsd.network.header_timeout": "1"})
+    hello = client_hello(cert)
+    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    writer.write(hello[: len(hello) // 2])  # 0x16 and half a ClientHello, then nothing
+    await writer.drain()
+    assert await closed_within(reader, 10) < 5
+    collected = {(s.name, s.tag): s.value for s in daemon.registry.collect()}
+    assert collected[("connectionmgr.connections", ("type", "timeout"))] == 1
+    writer.close()
+    # A handshake that completes but is followed by nothing: the same deadline, from the
+    # connection on (not a new one after the handshake).
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
     reader, writer = await asyncio.open_connection(
         "127.0.0.1", daemon.port, ssl=client_context(cert)
     )
-    writer.write(b"version\n")
-    assert (await reader.readline()).startswith(b"tsd ")
+    await asyncio.sleep(0.5)
+    await closed_within(reader, 10)
+    assert loop.time() - t0 < 1.9
     writer.close()
+    # A client that completes its handshake and its command in time is served.
+    await assert_tls_version(daemon, cert)
 
 
 @pytest.mark.parametrize(

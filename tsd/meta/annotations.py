@@ -31,7 +31,7 @@ API for the query engine (``/api/query`` ``annotations`` / ``globalAnnotations``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,9 +48,9 @@ from tsd.codec import (
 from tsd.codec.const import ANNOTATION_PREFIX, FAMILY, MAX_TIMESPAN, SECOND_MASK, TIMESTAMP_BYTES
 from tsd.errors import BadRequestError, CodecError, NotModified
 from tsd.meta.binding import as_custom, as_long, as_object, as_text
-from tsd.meta.uidmeta import save_if_unchanged
+from tsd.meta.uidmeta import changed_meanwhile, save_if_unchanged
 from tsd.protocol.names import java_hash_order
-from tsd.storage.base import Delete, RowFilter, ScanSpec, Storage
+from tsd.storage.base import CheckAndPut, Delete, Put, RowFilter, ScanSpec, Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +189,10 @@ def _is_note_qualifier(qualifier: bytes) -> bool:
     return len(qualifier) in (3, 5) and qualifier[0] == ANNOTATION_PREFIX
 
 
+#: Notes read and saved together by :meth:`AnnotationStore.sync_many`.
+SYNC_BATCH = 4096
+
+
 class AnnotationStore:
     """Reads and writes notes in the data table."""
 
@@ -237,6 +241,49 @@ class AnnotationStore:
         )
         saved = await self.get(update.tsuid, update.start_time)
         return saved if saved is not None else merged
+
+    async def sync_many(
+        self, updates: Sequence[AnnotationUpdate], overwrite: bool
+    ) -> list[Annotation]:
+        """:meth:`sync` of many notes (``/api/annotation/bulk``) in a few storage round
+        trips: the saved notes in order, leaving out those that set nothing. Up to
+        ``SYNC_BATCH`` cells are read in one ``get_many`` and saved in one
+        ``check_and_put_many``; a cell given twice is saved again in a later round, over
+        the first. 500 when a cell changed meanwhile (the others of its round are saved)."""
+        pending = [(u, self.cell_address(u.tsuid, u.start_time)) for u in updates if u.changes]
+        saved: list[Annotation | None] = [None] * len(pending)
+        todo = list(range(len(pending)))
+        while todo:
+            batch: list[int] = []
+            later: list[int] = []
+            cells: set[tuple[bytes, bytes]] = set()
+            for i in todo:
+                cell = pending[i][1]
+                if cell in cells or len(batch) >= SYNC_BATCH:
+                    later.append(i)
+                else:
+                    cells.add(cell)
+                    batch.append(i)
+            rows = await self._storage.get_many(
+                self._table, list(dict.fromkeys(pending[i][1][0] for i in batch)), (FAMILY,)
+            )
+            by_key = {row.key: row for row in rows}
+            checks: list[CheckAndPut] = []
+            for i in batch:
+                update, (key, qualifier) = pending[i]
+                row = by_key.get(key)
+                original = None if row is None else row.value(FAMILY, qualifier)
+                stored = None if original is None else parse_stored_annotation(original)
+                merged = merge_annotation(update, stored, overwrite)
+                value = merged.storage_json()
+                checks.append(
+                    CheckAndPut(FAMILY, qualifier, original, Put(key, FAMILY, qualifier, value))
+                )
+                saved[i] = parse_stored_annotation(value) or merged
+            if not all(await self._storage.check_and_put_many(self._table, checks)):
+                raise changed_meanwhile("Annotation")
+            todo = later
+        return [note for note in saved if note is not None]
 
     async def delete(self, tsuid: str, start_time: int) -> None:
         """Annotation.delete."""

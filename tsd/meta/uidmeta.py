@@ -211,11 +211,16 @@ async def save_if_unchanged(
     row, family, qualifier = key
     put = Put(row, family, qualifier, value)
     if not await storage.check_and_put(table, row, family, qualifier, original, put):
-        raise BadRequestError(
-            f"Failed to save the {what} to storage",
-            "This may be caused by another process modifying storage data",
-            status=500,
-        )
+        raise changed_meanwhile(what)
+
+
+def changed_meanwhile(what: str) -> BadRequestError:
+    """OpenTSDB's 500 for a meta cell another process changed between read and save."""
+    return BadRequestError(
+        f"Failed to save the {what} to storage",
+        "This may be caused by another process modifying storage data",
+        status=500,
+    )
 
 
 def meta_qualifier(unique_id: UniqueId) -> bytes:

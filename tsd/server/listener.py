@@ -9,6 +9,9 @@ connection over to its websocket protocol.
 
 With TLS on (``tsd.network.tls.cert``), a first byte 0x16 starts a TLS handshake: the
 connection is decrypted (:mod:`tsd.server.tls`) and its plaintext sniffed the same way.
+The header timeout runs from the connection on, through the handshake: a client that
+stops in the middle of its ClientHello is closed by it (asyncio's own handshake timeout
+is 60 s).
 
 A client that connects and closes without sending anything (potsdb's probe,
 Telegraf's ``Connect()``) never gets a protocol at all; nothing is logged.
@@ -69,12 +72,18 @@ class SniffingProtocol(asyncio.Protocol):
 
     __slots__ = ("_buffer", "_decrypted", "_listener", "_timer", "_transport")
 
-    def __init__(self, listener: Listener, decrypted: bool = False) -> None:
-        """``decrypted``: the inside of a TLS connection, admitted already."""
+    def __init__(
+        self,
+        listener: Listener,
+        decrypted: bool = False,
+        timer: asyncio.TimerHandle | None = None,
+    ) -> None:
+        """``decrypted``: the inside of a TLS connection, admitted already; ``timer``: its
+        header timeout, running since the connection was accepted."""
         self._listener = listener
         self._transport: asyncio.Transport | None = None
         self._buffer = b""
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = timer
         self._decrypted = decrypted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -85,14 +94,10 @@ class SniffingProtocol(asyncio.Protocol):
             return
         self._transport = transport
         timeout = self._listener.header_timeout_s
-        if timeout > 0:
-            self._timer = asyncio.get_running_loop().call_later(timeout, self._timed_out)
-
-    def _timed_out(self) -> None:
-        self._timer = None
-        if self._transport is not None:
-            self._listener.header_timeouts.inc()
-            self._transport.abort()
+        if timeout > 0 and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                timeout, _header_timed_out, self._listener, transport
+            )
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
@@ -103,19 +108,21 @@ class SniffingProtocol(asyncio.Protocol):
             self._buffer = data  # the header block is not complete yet
             return
         self._buffer = b""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        timer, self._timer = self._timer, None
         self._transport = None
         tls = self._listener.tls
         if tls is not None and not self._decrypted:
             self._listener.forget_sniffing(self)
             if is_tls_hello(data):
-                hand_over_to_tls(transport, data, SniffingProtocol(self._listener, True), tls)
+                # the header timeout goes on through the handshake, to the inner head
+                inner = SniffingProtocol(self._listener, True, timer)
+                hand_over_to_tls(transport, data, inner, tls)
                 return
-            if self._listener.tls_required:
-                transport.abort()  # tsd.network.tls.required: no plaintext
-                return
+        if timer is not None:
+            timer.cancel()
+        if tls is not None and not self._decrypted and self._listener.tls_required:
+            transport.abort()  # tsd.network.tls.required: no plaintext
+            return
         if not self._decrypted and self._listener.hand_off(self, transport, data):
             return  # a worker process serves it (tsd.server.workers)
         protocol = self._listener.protocol_for(self, data)
@@ -251,6 +258,14 @@ class Listener:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+
+def _header_timed_out(listener: Listener, transport: asyncio.Transport) -> None:
+    """``tsd.network.header_timeout``: the connection (its TLS handshake included) did not
+    send its first line or header block in time."""
+    if not transport.is_closing():  # not a handshake that failed on its own meanwhile
+        listener.header_timeouts.inc()
+        transport.abort()
 
 
 def _has_head(data: bytes) -> bool:

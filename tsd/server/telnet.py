@@ -16,6 +16,13 @@ Replies are flow-controlled (:class:`~tsd.server.flow.FlowControl`): when the cl
 not read them and the transport's buffer passes its high-water mark, reading stops, and
 line handling waits, until it has drained.
 
+Lines that are not puts of known series (commands, refused lines, empty lines) cost a
+parse and a reply each: their replies are gathered and written to the socket together
+(``CORK_BYTES`` at a time, not a send per line), a run of empty lines is answered in one
+step (OpenTSDB's ``unknown command: .  Try `help'.`` per line, as its framer hands an empty
+line to the command lookup), and after ``LINE_BUDGET`` such lines the connection yields to
+the event loop, so a client sending a million of them does not stall the others.
+
 A client that closes right after its last line (Telegraf, potsdb) loses nothing: the
 lines already received are handled before the connection is finished. A final line without
 its newline is dropped, as OpenTSDB's framer drops it.
@@ -111,6 +118,14 @@ class TelnetContext:
     storage_error: str = HBASE_ERROR
 
 
+#: Lines other than puts of known series one connection handles before it yields to the
+#: event loop (other clients are served in between).
+LINE_BUDGET = 2048
+#: Replies gathered before they are written to the socket (one send, not one per line).
+CORK_BYTES = 64 * 1024
+#: OpenTSDB's reply to an empty line: the empty word is an unknown command.
+EMPTY_LINE_REPLY = format_unknown_command("")
+
 #: Batches of UID lookups one connection runs at once (a burst of new series: the misses
 #: of one socket read form one batch).
 SLOW_PUT_WINDOW = 4
@@ -129,6 +144,13 @@ class _Barrier:
     """A command that must wait for the UID lookups of the puts before it."""
 
     command: Command
+
+
+class _Yield:
+    """The connection used up its ``LINE_BUDGET``: go round the event loop, then go on."""
+
+
+_YIELD = _Yield()
 
 
 class TelnetStats:
@@ -183,6 +205,9 @@ class TelnetProtocol(TrackedProtocol):
         self._finished = self._loop.create_future()
         self._last_read = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._budget = LINE_BUDGET  # lines left before the next yield
+        self._corked: list[bytes] | None = None  # replies gathered while handling lines
+        self._corked_bytes = 0
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
@@ -257,7 +282,7 @@ class TelnetProtocol(TrackedProtocol):
 
     def _handle_available(self) -> None:
         """Handle every complete line without suspending; hand over to a task if one must."""
-        blocked = self._run_lines()
+        blocked = self._run_corked()
         if blocked is not None:
             if self._flow is not None:
                 self._flow.hold()
@@ -265,7 +290,18 @@ class TelnetProtocol(TrackedProtocol):
         elif (self._eof or self._exiting) and self._transport is not None:
             self._transport.close()
 
-    def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
+    def _run_corked(self) -> _SlowPut | _Barrier | _Yield | bool | None:
+        """:meth:`_run_lines` with its replies gathered (see ``CORK_BYTES``), on a fresh
+        ``LINE_BUDGET``."""
+        self._budget = LINE_BUDGET
+        self._corked = []
+        try:
+            return self._run_lines()
+        finally:
+            self._uncork()
+            self._corked = None
+
+    def _run_lines(self) -> _SlowPut | _Barrier | _Yield | bool | None:
         """Handle lines until none is complete (None), a put needs a UID lookup (a
         :class:`_SlowPut`), a command must wait for those (a :class:`_Barrier`), or the
         writer is full or the client is not reading its replies (True).
@@ -316,12 +352,30 @@ class TelnetProtocol(TrackedProtocol):
                     received.value += taken
                     continue
             line = lines[index]
+            if line == b"" and not session.has_pending():
+                run = self._empty_lines(lines, index)
+                self._next = index + run
+                received.value += run
+                self._budget -= run
+                if self._budget <= 0:
+                    return _YIELD
+                continue
             self._next = index + 1
             received.value += 1
             blocked = self._run_line(line)
             if blocked is not None:
                 return blocked
         return None
+
+    def _empty_lines(self, lines: list[bytes | None], index: int) -> int:
+        """Answer the run of empty lines from ``lines[index]`` on (at most the budget left,
+        one write); how many there were."""
+        end = min(len(lines), index + max(self._budget, 1))
+        run = 1
+        while index + run < end and lines[index + run] == b"":
+            run += 1
+        self._write(EMPTY_LINE_REPLY * run)
+        return run
 
     def _queue_new_series(self, lines: list[bytes | None], index: int) -> int:
         """Plain puts of new series from ``lines[index]`` on, parsed and queued into the
@@ -339,8 +393,16 @@ class TelnetProtocol(TrackedProtocol):
             taken += 1
         return taken
 
-    def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | None:
-        """One line through the full parser: handled, or what it must wait for."""
+    def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | _Yield | None:
+        """One line through the full parser: handled, or what it must wait for (a
+        :class:`_Yield` once the ``LINE_BUDGET`` is used up)."""
+        blocked = self._parse_and_run(line)
+        self._budget -= 1
+        if blocked is None and self._budget <= 0:
+            return _YIELD
+        return blocked
+
+    def _parse_and_run(self, line: bytes | None) -> _SlowPut | _Barrier | None:
         context, session = self._context, self._session
         if (
             self._put_enabled
@@ -381,15 +443,17 @@ class TelnetProtocol(TrackedProtocol):
             return None
         return _SlowPut(point, alias)
 
-    async def _run_blocked(self, first: _SlowPut | _Barrier | bool) -> None:
+    async def _run_blocked(self, first: _SlowPut | _Barrier | _Yield | bool) -> None:
         """Handle lines that need awaiting (UID lookups run in the session's window)."""
-        blocked: _SlowPut | _Barrier | bool | None = first
+        blocked: _SlowPut | _Barrier | _Yield | bool | None = first
         session = self._session
         try:
             while blocked is not None:
                 while blocked is not None:
                     if isinstance(blocked, _SlowPut):
                         await session.append(blocked.point, None, (blocked.alias,), missed=True)
+                    elif blocked is _YIELD:
+                        await asyncio.sleep(0)
                     elif isinstance(blocked, _Barrier):
                         await session.settle()
                         if isinstance(blocked.command, RollupCommand):
@@ -402,11 +466,11 @@ class TelnetProtocol(TrackedProtocol):
                         await session.wait_room()
                     elif self._flow is not None and self._flow.writing_paused:
                         await self._flow.drain()
-                    blocked = self._run_lines()
+                    blocked = self._run_corked()
                 await session.settle()
                 # What arrived meanwhile (nothing here, reading is paused; a worker's
                 # connection gets its next reads): handled before the task ends.
-                blocked = self._run_lines()
+                blocked = self._run_corked()
         except Exception:
             self._stats.exceptions.inc()
             log.exception("telnet.crashed", peer=self._peer)
@@ -533,6 +597,24 @@ class TelnetProtocol(TrackedProtocol):
     # -- output -------------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
+        corked = self._corked
+        if corked is None:
+            self._send(data)
+            return
+        corked.append(data)
+        self._corked_bytes += len(data)
+        if self._corked_bytes >= CORK_BYTES:
+            self._uncork()
+
+    def _uncork(self) -> None:
+        """Send the replies gathered so far (the transport may then pause writing)."""
+        corked = self._corked
+        if corked:
+            self._send(corked[0] if len(corked) == 1 else b"".join(corked))
+            corked.clear()
+        self._corked_bytes = 0
+
+    def _send(self, data: bytes) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(data)

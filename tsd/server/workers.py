@@ -29,7 +29,14 @@ from tsd.log import TELNET, get_logger
 from tsd.model import DataPoint
 from tsd.protocol.telnet import TELNET_REF_CACHE
 from tsd.server.listener import TrackedProtocol
-from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats, _Barrier, _SlowPut
+from tsd.server.telnet import (
+    TelnetContext,
+    TelnetProtocol,
+    TelnetStats,
+    _Barrier,
+    _SlowPut,
+    _Yield,
+)
 from tsd.server.worker import Deframer, frame, remember_key
 from tsd.write.ingest import RefCache, SeriesRef
 
@@ -116,11 +123,11 @@ class RemoteTelnet(TelnetProtocol):
         if self._task is None:
             self._handle_available()
 
-    def _run_lines(self) -> _SlowPut | _Barrier | bool | None:
+    def _run_lines(self) -> _SlowPut | _Barrier | _Yield | bool | None:
         session, refs, items = self._session, self._refs, self._items
         received = self._stats.received
         series = self._channel.series
-        blocked: _SlowPut | _Barrier | None
+        blocked: _SlowPut | _Barrier | _Yield | None
         while not self._exiting:
             if not items:
                 return None

@@ -163,6 +163,13 @@ class UidService:
         Names are expected to be validated by the caller."""
         return await self._strict_type(type_name).assign(name)
 
+    async def assign_many(
+        self, type_name: str, names: Sequence[str]
+    ) -> dict[str, bytes | BaseException]:
+        """:meth:`assign` of many names in batches (``UniqueId.assign_many``): each name's
+        new UID or its error (UidAlreadyExists)."""
+        return await self._strict_type(type_name).assign_many(names)
+
     async def rename(self, type_name: str, old_name: str, new_name: str) -> None:
         """OpenTSDB's ``TSDB.renameUid``; every failure is a BadRequestError whose message is
         OpenTSDB's (``Name("old") does not exist``, ``... new name already assigned ...``)."""

@@ -295,18 +295,9 @@ class UniqueId:
         when given, each name alone (the others get their UIDs); without ``errors`` the
         first failure raises, names assigned before it keeping their UIDs.
         """
-        found: dict[str, bytes] = {}
-        misses: list[str] = []
-        for name in dict.fromkeys(names):
-            uid = self.cache.get_id(name)
-            if uid is None:
-                misses.append(name)
-            else:
-                found[name] = uid
-        self.stats.cache_hits += len(found)
+        found, misses = self._cached_ids(names)
         if not misses:
             return found
-        self.stats.cache_misses += len(misses)
         if not self.auto_create:
             looked = await self._lookup_ids(misses)
             self.stats.refused_creations += len(misses) - len(looked)
@@ -334,6 +325,21 @@ class UniqueId:
                 found[name] = outcome
         return found
 
+    def _cached_ids(self, names: Iterable[str]) -> tuple[dict[str, bytes], list[str]]:
+        """The cached UIDs among ``names`` (each name once) and the names that missed,
+        counted as hits and misses."""
+        found: dict[str, bytes] = {}
+        misses: list[str] = []
+        for name in dict.fromkeys(names):
+            uid = self.cache.get_id(name)
+            if uid is None:
+                misses.append(name)
+            else:
+                found[name] = uid
+        self.stats.cache_hits += len(found)
+        self.stats.cache_misses += len(misses)
+        return found, misses
+
     async def assign(self, name: str) -> bytes:
         """Assign a UID to a new ``name`` whatever auto-create says (``tsdb mkmetric``,
         ``/api/uid/assign``). A name that has a UID already raises UidAlreadyExists."""
@@ -342,6 +348,35 @@ class UniqueId:
         except NoSuchUniqueName:
             return await self._resolved(name)
         raise UidAlreadyExists(self.kind, name, uid)
+
+    async def assign_many(self, names: Sequence[str]) -> dict[str, bytes | BaseException]:
+        """:meth:`assign` of many names (``/api/uid/assign``) in the batches that writes
+        use: the cached names and those found in one read of their forward rows are
+        UidAlreadyExists, the others are assigned in :data:`MAX_ASSIGN_BATCH` batches, in
+        ``names`` order. ``{name: its new UID, or its error}``; a name given twice is
+        answered once."""
+        cached, misses = self._cached_ids(names)
+        outcomes: dict[str, bytes | BaseException] = {
+            name: UidAlreadyExists(self.kind, name, uid) for name, uid in cached.items()
+        }
+        new: list[str] = []
+        for start in range(0, len(misses), MAX_ASSIGN_BATCH):
+            chunk = misses[start : start + MAX_ASSIGN_BATCH]
+            found = await self._lookup_ids(chunk)
+            for name in chunk:
+                uid = found.get(name)
+                if uid is None:
+                    new.append(name)
+                else:
+                    outcomes[name] = UidAlreadyExists(self.kind, name, uid)
+        settled: dict[str, bytes | BaseException] = {}
+        for start in range(0, len(new), MAX_ASSIGN_BATCH):  # one after another: IDs in order
+            batches = self._claim(new[start : start + MAX_ASSIGN_BATCH])
+            for batch in batches:
+                await asyncio.shield(batch.done)  # a cancelled caller leaves it running
+                settled.update(batch.done.result())  # other callers' names too, maybe
+        outcomes.update((name, settled[name]) for name in new)
+        return outcomes
 
     # -- UID -> name --------------------------------------------------------------------------
 

@@ -115,12 +115,7 @@ async def _bulk_update(request: web.Request, overwrite: bool) -> web.StreamRespo
             raise BadRequestError(
                 exc.message, f"Annotation error: {_describe(update)}", 400
             ) from None
-    saved = []
-    for update in updates:
-        try:
-            saved.append(await store.sync(update, overwrite))
-        except NotModified:
-            continue
+    saved = await store.sync_many(updates, overwrite)
     return json_response(orjson.dumps([note.to_json() for note in saved]))
 
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from tsd.config import Config
 from tsd.errors import BadRequestError
 from tsd.server.http.auth import CREDENTIALS, auth_middleware
+from tsd.server.http.body_limit import LINGERING_TIME_S, expect_handler
 from tsd.server.http.context import CORS_DOMAINS, IS_API, ROUTES, SERVICES, Services
 from tsd.server.http.guard import ALLOWED_HOSTS, origin_guard, parse_allowed_hosts
 from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains
@@ -88,7 +89,11 @@ def make_app(services: Services) -> web.Application:
         # CORS outside: its headers go on error replies too. The guards sit just outside
         # the error middleware (the last one), so their refusals keep CORS headers.
         middlewares=[*MIDDLEWARES[:-1], *guards, MIDDLEWARES[-1]],
-        handler_args={"max_field_size": 65536, "max_line_size": 65536},
+        handler_args={
+            "max_field_size": 65536,
+            "max_line_size": 65536,
+            "lingering_time": LINGERING_TIME_S,  # no reading on after a 413 (body_limit)
+        },
     )
     app[SERVICES] = services
     if credentials is not None:
@@ -100,5 +105,5 @@ def make_app(services: Services) -> web.Application:
     app[ALLOWED_HOSTS] = parse_allowed_hosts(
         services.config.http.allowed_hosts, services.config.network.bind
     )
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+    app.router.add_route("*", "/{tail:.*}", dispatch, expect_handler=expect_handler)
     return app

@@ -29,6 +29,7 @@ from aiohttp.web_response import ContentCoding
 
 from tsd.errors import ConfigError, TsdError
 from tsd.log import HTTP, get_logger
+from tsd.server.http.body_limit import check_declared_length, too_large_response
 from tsd.server.http.context import CORS_DOMAINS, IS_API, SERVICES
 from tsd.server.http.errors import JSON_CONTENT_TYPE, UNEXPECTED, error_response
 
@@ -143,12 +144,15 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors -> OpenTSDB's JSON error body; API replies get the JSON content type."""
     try:
+        check_declared_length(request)
         response = await handler(request)
     except TsdError as exc:
         details = getattr(exc, "details", "")
         return error_response(exc.status, exc.message or type(exc).__name__, details)
     except web.HTTPRequestEntityTooLarge as exc:
-        return error_response(413, "Request entity too large", exc.text or "")
+        return too_large_response(
+            request, error_response(413, "Request entity too large", exc.text or "")
+        )
     except RequestPayloadError as exc:  # a body that does not inflate, a broken chunk
         response = error_response(400, "Unable to read the request body", str(exc.__cause__ or exc))
         response.force_close()  # the rest of the body cannot be read either

@@ -1,8 +1,10 @@
 """/api/uid (UniqueIdRpc): ``assign`` now; other sub-paths answer OpenTSDB's 501.
 
 ``assign`` takes ``?metric=a,b&tagk=..&tagv=..`` (GET) or ``{"metric": [..], ...}``
-(POST). Each name is validated and assigned on its own; failures go to ``<type>_errors``
-(``Name already exists with UID: 000001``) and make the status 400. Result maps are
+(POST). Each name is validated on its own, then the valid ones are assigned in batches
+(the UID paths writes use, in request order); failures go to ``<type>_errors``
+(``Name already exists with UID: 000001``) and make the status 400. At most
+``MAX_ASSIGN_NAMES`` names a request (400 beyond). Result maps are
 TreeMaps (sorted by name); the top-level keys come in Java HashMap order.
 """
 
@@ -14,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from tsd.codec import uid_to_hex
-from tsd.errors import BadRequestError
+from tsd.errors import BadRequestError, UidAlreadyExists
 from tsd.java_text import java_split
 from tsd.protocol.names import java_hash_order, validate_string
 from tsd.server.http.context import SERVICES
@@ -24,6 +26,9 @@ from tsd.server.http.uid_meta import UID_ENDPOINTS
 from tsd.uid.service import UidService
 
 ASSIGN_TYPES = ("metric", "tagk", "tagv")
+#: Names one request may assign (OpenTSDB has no limit; 100,000 names take a few seconds
+#: in batches, and the body limit alone would admit millions).
+MAX_ASSIGN_NAMES = 100_000
 
 
 async def handle_uid(request: web.Request, path: ApiPath) -> web.StreamResponse:
@@ -46,6 +51,12 @@ async def handle_assign(request: web.Request) -> web.StreamResponse:
         source = {kind: java_split(params[kind], ",") for kind in ASSIGN_TYPES if params.get(kind)}
     if not source:
         raise BadRequestError("Missing values to assign UIDs")
+    count = sum(map(len, source.values()))
+    if count > MAX_ASSIGN_NAMES:
+        raise BadRequestError(
+            f"Too many names to assign: {count}",
+            f"At most {MAX_ASSIGN_NAMES} names per request (metric, tagk and tagv together)",
+        )
     response: dict[str, dict[str, str]] = {}
     error_count = 0
     for kind in java_hash_order(source):
@@ -61,15 +72,33 @@ async def handle_assign(request: web.Request) -> web.StreamResponse:
 async def _assign_all(
     uids: UidService, kind: str, names: list[str], services: Any
 ) -> tuple[dict[str, str], dict[str, str]]:
+    """Every name of one kind, validated, then assigned in batches; a name's failure
+    (OpenTSDB's IllegalArgumentException: invalid, or a UID already) is its error alone.
+    A name given twice is, the second time, one that exists."""
     results: dict[str, str] = {}
     errors: dict[str, str] = {}
     special = services.rules.special_chars
+    valid: list[str] = []
     for name in names:
         try:
             validate_string(kind, name, special)
-            results[name] = uid_to_hex(await uids.assign(kind, name))
-        except BadRequestError as exc:  # OpenTSDB's IllegalArgumentException
+        except BadRequestError as exc:
             errors[name] = exc.message
+        else:
+            valid.append(name)
+    outcomes = await uids.assign_many(kind, valid)
+    seen: set[str] = set()
+    for name in valid:
+        outcome = outcomes[name]
+        if name in seen and isinstance(outcome, bytes):
+            outcome = UidAlreadyExists(kind, name, outcome)
+        seen.add(name)
+        if isinstance(outcome, BadRequestError):
+            errors[name] = outcome.message
+        elif isinstance(outcome, BaseException):
+            raise outcome  # a storage failure: the request's 500, as one name's was
+        else:
+            results[name] = uid_to_hex(outcome)
     return results, errors
 
 
