@@ -859,6 +859,7 @@ def _parsed_memory(body: bytes, known: dict[object, tuple[str, Tags]]) -> tuple[
     return pieces, kept, peak
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 def test_a_large_body_is_parsed_in_pieces_within_a_multiple_of_its_size() -> None:
     body = _large_body(16_000, 2_000)
     pieces, kept, peak = _parsed_memory(body, {})

@@ -83,6 +83,7 @@ def check(line: bytes, rules: NameRules) -> bool:
     return True
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @needs_c
 @settings(max_examples=2000, deadline=None)
 @given(lines | put_lines, st.integers(1, 8))

@@ -137,6 +137,7 @@ async def test_memory_budget_shared_by_running_queries_answers_503(make_tsd: Mak
 # -- cancellation -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_client_disconnect_cancels_the_query_and_frees_its_worker(
     make_tsd: MakeTsd,
 ) -> None:
@@ -161,6 +162,7 @@ async def test_client_disconnect_cancels_the_query_and_frees_its_worker(
     assert not await reader.read()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_shutdown_cancels_running_queries_with_a_503(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(**{"tsd.query.filter.regexp_budget": "60000"})
     await put(daemon, slow_points(20))
@@ -262,6 +264,7 @@ async def test_silent_and_trickling_connections_are_closed(make_tsd: MakeTsd) ->
 # -- write-side flow control ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_telnet_client_that_does_not_read_is_paused(tsd: Daemon) -> None:
     import socket
 

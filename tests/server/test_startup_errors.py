@@ -64,3 +64,33 @@ def test_bad_configuration_is_exit_status_2(tmp_path: Path) -> None:
     done = run_tsd(tmp_path, "--set", "tsd.network.port=notaport")
     assert done.returncode == 2
     assert last_line(done).startswith("tsdb tsd: configuration error: ")
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param([], id="embedded"),
+        # never reached: the port is refused before storage is opened
+        pytest.param(["--set", "tsd.storage.backend=hbase"], id="hbase"),
+    ],
+)
+def test_a_start_that_fails_on_the_port_creates_nothing(tmp_path: Path, backend: list[str]) -> None:
+    """Started as a user starts it (defaults: ./data in the working directory), on a port
+    in use: no data directory, store, write-ahead log or control socket appears."""
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)]
+            + backend,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=fresh,
+        )
+    assert done.returncode == EXIT_CANNOT_LISTEN
+    assert "the port is already in use" in last_line(done)
+    assert sorted(p.name for p in fresh.rglob("*")) == []
