@@ -37,12 +37,13 @@ from tests.hbase_harness import ROOT, HBaseServer
 
 pytestmark = [pytest.mark.hbase, pytest.mark.timeout(1200)]
 
-#: run beside the daemon: daemons in process on HBase with the default data directory
-#: before issue 25 (test_rollup_parity's first tests, with OpenTSDB on the same tables),
-#: daemons in subprocesses on HBase (test_two_tsds), on the embedded store (test_lifecycle,
-#: test_startup_errors), and tools beside a daemon (test_tools_beside_daemon)
+#: run beside the daemon: a daemon in process on HBase that took the default data directory
+#: before issue 25 (test_rollup_parity's module fixture, with OpenTSDB on the same tables;
+#: test_interop's is the same), daemons in subprocesses on HBase (tests/hbase/tsd_process.py,
+#: two on one directory), on the embedded store (test_lifecycle: kill -9, restarts;
+#: test_startup_errors: the defaults in a fresh directory), tools beside a daemon
 BESIDE = (
-    "tests/hbase/test_two_tsds.py",
+    "tests/hbase/test_two_tsds.py::test_a_second_tsd_on_the_same_data_directory_is_refused",
     "tests/hbase/test_rollup_parity.py::test_api_rollup_writes_the_cells_opentsdb_writes",
     "tests/server/test_lifecycle.py",
     "tests/server/test_startup_errors.py",
