@@ -152,6 +152,7 @@ def test_usual_bodies_of_known_series_take_the_fastest_path() -> None:
     assert _typed(_rebuilt(partly)) == _typed(results)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=5),

@@ -91,6 +91,7 @@ def test_a_line_taken_is_parsed_as_the_full_parser_parses_it(line: bytes, max_ta
     check(line, NameRules(max_tags=max_tags))
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(

@@ -237,6 +237,7 @@ async def test_unexpected_error_shows_an_id_not_internals(tsd: Daemon) -> None:
     assert [e["error_id"] for e in logs if e["event"] == "http.unexpected_error"] == [error_id]
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_long_static_name_is_a_404_and_the_cache_stays_bounded(tsd: Daemon) -> None:
     status, body = await get(tsd, "/s/" + "x" * 300)
     assert status == 404
@@ -302,6 +303,7 @@ async def test_telnet_client_that_does_not_read_is_paused(tsd: Daemon) -> None:
     writer.close()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_large_answer_is_streamed_in_pieces(tsd: Daemon) -> None:
     n = 1100  # more series than one piece holds
     await put(
