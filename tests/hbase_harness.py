@@ -234,16 +234,12 @@ async def drop_tables(server: HBaseServer, prefix: str) -> None:
         await admin.close()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the HBase tests last, so a failing start does not delay the fast feedback; and
     mark them ``slow`` as well (an HBase start alone is 30-60 s), so that
-    ``-m "not slow"`` is the fast loop without naming HBase. Under pytest-xdist (``-n``,
-    with ``--dist loadgroup`` from pyproject.toml) they are one group, run by one worker:
-    one HBase for the run, not one per worker."""
-    xdist = config.pluginmanager.hasplugin("xdist")
+    ``-m "not slow"`` is the fast loop without naming HBase. (Under pytest-xdist each
+    worker would start an HBase of its own: the full suite runs in one process.)"""
     for item in items:
         if item.get_closest_marker("hbase") is not None:
             item.add_marker(pytest.mark.slow)
-            if xdist:
-                item.add_marker(pytest.mark.xdist_group("hbase"))
     items.sort(key=lambda item: item.get_closest_marker("hbase") is not None)
