@@ -23,9 +23,11 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -34,8 +36,8 @@ import pytest
 
 from tests.hbase.tsd_process import free_port, wait_ready
 from tests.hbase_harness import ROOT, HBaseServer
-
-pytestmark = [pytest.mark.hbase, pytest.mark.timeout(1200)]
+from tests.isolation import CHECKOUT_DEFAULTS
+from tsd.config import StorageConfig
 
 #: run beside the daemon: a daemon in process on HBase that took the default data directory
 #: before issue 25 (test_rollup_parity's module fixture, with OpenTSDB on the same tables;
@@ -155,6 +157,8 @@ async def users_daemon(checkout: Path, port: int, log: Path) -> AsyncIterator[in
         assert status == 0, (await asyncio.to_thread(log.read_text))[-5000:]
 
 
+@pytest.mark.hbase
+@pytest.mark.timeout(1200)
 async def test_a_users_daemon_keeps_its_data_while_the_tests_run(
     hbase_server: HBaseServer, tmp_path: Path
 ) -> None:
@@ -195,3 +199,42 @@ async def test_a_users_daemon_keeps_its_data_while_the_tests_run(
         # and after a restart: the log and the store still hold every point
         async with users_daemon(checkout, port, log):
             assert await read_back(http, port, now) == expected(written)
+
+
+# -- the session's guard (tests/isolation.py) -------------------------------------------------
+
+
+def test_the_session_runs_where_the_default_data_directory_cannot_be_made() -> None:
+    here = Path.cwd()
+    assert here != ROOT
+    assert Path(StorageConfig().data_dir).resolve() == here / "data"
+    assert (here / "data").is_file()  # so a store or log there fails at once
+    with pytest.raises(OSError, match="Not a directory"):
+        (Path(StorageConfig().data_dir) / "wal").mkdir(parents=True)
+
+
+def connect(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))
+
+
+@pytest.mark.parametrize(
+    "touch",
+    [
+        pytest.param(lambda path: os.listdir(path), id="list"),
+        pytest.param(lambda path: path.open("rb"), id="open"),
+        pytest.param(lambda path: path.mkdir(), id="mkdir"),
+        pytest.param(lambda path: os.remove(path), id="remove"),
+        pytest.param(lambda path: os.rename(path, path.with_name("x")), id="rename"),
+        pytest.param(lambda path: shutil.rmtree(path), id="rmtree"),
+        pytest.param(connect, id="control-socket"),
+    ],
+)
+def test_the_checkouts_data_directory_is_refused(touch: Callable[[Path], object]) -> None:
+    """Refused before anything happens. On a path that is not there (under a directory
+    that is not there), so that a broken guard gets FileNotFoundError, never a change."""
+    data = ROOT / StorageConfig().data_dir
+    assert str(data) in CHECKOUT_DEFAULTS
+    absent = data / uuid.uuid4().hex / "absent"
+    with pytest.raises(PermissionError, match="test isolation: .* refused"):
+        touch(absent)
