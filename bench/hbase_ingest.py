@@ -249,9 +249,11 @@ async def timed(
 
 
 async def start_tsd(
-    cfg: StorageConfig, profile: str | None
+    cfg: StorageConfig, profile: str | None, data_dir: Path
 ) -> tuple[asyncio.subprocess.Process, int]:
-    keys = {**tsd_hbase_keys(cfg), "tsd.logging.format": "json"}
+    """``tsdb tsd`` on ``cfg``'s tables, its write-ahead log in ``data_dir`` (never the
+    default ./data, which a daemon of the user's may hold)."""
+    keys = {**tsd_hbase_keys(cfg, data_dir), "tsd.logging.format": "json"}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -279,7 +281,7 @@ Round = Callable[[int], Awaitable[Result]]
 async def tsd_writer(hbase: HBase, args: argparse.Namespace) -> AsyncIterator[Round]:
     cfg = tables(hbase.server, "bench_tsd_")
     await make_tables(cfg)
-    process, port = await start_tsd(cfg, args.profile_tsd)
+    process, port = await start_tsd(cfg, args.profile_tsd, hbase.var_dir.parent / "tsd-data")
     warm = args.warmup * args.series
     try:
         async with aiohttp.ClientSession() as http:

@@ -298,7 +298,7 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
     await make_tables(cfg)
     metric_uids = await load(cfg)
     extra = {"tsd.storage.enable_compaction": "false", "tsd.core.meta.enable_tracking": "false"}
-    process, tsd_port = await start_tsd(cfg, None)
+    process, tsd_port = await start_tsd(cfg, None, tmp / "tsd-data")
     timings: dict[tuple[str, str], Timings] = {}
     machine = Load()
     try:

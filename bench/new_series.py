@@ -156,7 +156,7 @@ async def daemon(
     settings: dict[str, str] = dict(extra)
     if hbase is not None:
         await make_tables(tables(hbase.server, prefix))
-        settings |= tsd_hbase_keys(tables(hbase.server, prefix))
+        settings |= tsd_hbase_keys(tables(hbase.server, prefix), data_dir)
     mode = next(iter(modes().values()))
     server = await start_tsd(data_dir, mode, source=source, settings=settings)
     try:

@@ -21,8 +21,9 @@ from tsd.config import StorageConfig
 from tsd.storage.base import Storage
 from tsd.storage.embedded import EmbeddedStorage
 
-#: the real HBase, started once per run by scripts/hbase (tests/hbase_harness.py)
-pytest_plugins = ["tests.hbase_harness"]
+#: the real HBase, started once per run by scripts/hbase (tests/hbase_harness.py); the
+#: session's guard that keeps every test off a user's data (tests/isolation.py)
+pytest_plugins = ["tests.hbase_harness", "tests.isolation"]
 
 
 @dataclasses.dataclass(frozen=True)

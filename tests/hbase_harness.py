@@ -237,7 +237,8 @@ async def drop_tables(server: HBaseServer, prefix: str) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the HBase tests last, so a failing start does not delay the fast feedback; and
     mark them ``slow`` as well (an HBase start alone is 30-60 s), so that
-    ``-m "not slow"`` is the fast loop without naming HBase."""
+    ``-m "not slow"`` is the fast loop without naming HBase. (Under pytest-xdist each
+    worker would start an HBase of its own: the full suite runs in one process.)"""
     for item in items:
         if item.get_closest_marker("hbase") is not None:
             item.add_marker(pytest.mark.slow)

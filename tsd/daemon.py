@@ -48,7 +48,7 @@ from tsd.server.credentials import Credentials
 from tsd.server.histograms import Histograms
 from tsd.server.http.app import make_app
 from tsd.server.http.context import Services
-from tsd.server.listener import Listener
+from tsd.server.listener import BoundPort, Listener
 from tsd.server.rollups import Rollups
 from tsd.server.telnet import (
     HBASE_ERROR,
@@ -147,6 +147,18 @@ class Daemon:
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # The port first: a start that fails on it creates nothing (no data directory,
+        # store or log); given up again if anything later fails.
+        network = self.config.network
+        bound = BoundPort()
+        await bound.bind(network.bind, network.port)
+        try:
+            await self._start(bound)
+        except BaseException:
+            bound.close()
+            raise
+
+    async def _start(self, bound: BoundPort) -> None:
         config = self.config
         network = config.network
         # Security settings first: a bad credentials file or certificate stops the start
@@ -226,7 +238,7 @@ class Daemon:
             )
             await self._workers.start()
             self._listener.handoff = self._workers.adopt
-        await self._listener.start(config.network.bind, config.network.port)
+        await self._listener.start(network.bind, network.port, bound=bound)
         self._register_stats(uids)
         self._report_native_helpers()
         log.info(

@@ -14,7 +14,6 @@ import pytest
 from tests.cluster.conftest import HBaseCluster
 from tests.hbase.opentsdb import tsd_hbase_keys
 from tests.hbase.tsd_process import tsd_process
-from tests.hbase_harness import ROOT
 from tsd.config import StorageConfig
 from tsd.storage.hbase.thrift2 import Thrift2Admin
 
@@ -26,11 +25,11 @@ SALT = {"tsd.storage.salt.width": "1", "tsd.storage.salt.buckets": str(BUCKETS)}
 
 
 def create_tables(cfg: StorageConfig, conf: Path, extra: dict[str, str]) -> str:
-    keys = {**tsd_hbase_keys(cfg), **SALT, **extra}
+    keys = {**tsd_hbase_keys(cfg, conf.parent / "data"), **SALT, **extra}
     conf.write_text("".join(f"{key} = {value}\n" for key, value in keys.items()))
     done = subprocess.run(
         [sys.executable, "-m", "tsd", "create-tables", "--config", str(conf)],
-        cwd=ROOT,
+        cwd=conf.parent,
         capture_output=True,
         text=True,
         timeout=300,

@@ -86,11 +86,14 @@ def tool_logback(*info_loggers: str) -> str:
     )
 
 
-def tsd_hbase_keys(cfg: StorageConfig) -> dict[str, str]:
+def tsd_hbase_keys(cfg: StorageConfig, data_dir: Path | None) -> dict[str, str]:
     """The configuration keys of a tsd on ``cfg``'s HBase tables, read-time compaction off
-    (OpenTSDB's default is on: it would rewrite rows under a test's feet)."""
+    (OpenTSDB's default is on: it would rewrite rows under a test's feet). ``data_dir``: its
+    own directory for the write-ahead log (the default, ./data, is a user's daemon's); None
+    only where the command line sets it (the Docker image's --data-dir)."""
     return {
         "tsd.storage.backend": "hbase",
+        **({"tsd.storage.data_dir": str(data_dir)} if data_dir is not None else {}),
         "tsd.storage.hbase.thrift.host": cfg.thrift_host,
         "tsd.storage.hbase.thrift.port": str(cfg.thrift_port),
         "tsd.storage.hbase.data_table": cfg.data_table,

@@ -106,6 +106,7 @@ _PUTS = st.lists(
 )
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @given(_PUTS)
 def test_puts_alone_are_planned_as_the_general_planner_plans_them(puts: list[Put]) -> None:
     # plan_mutations takes a fast path for batches of puts alone (the write path's).

@@ -69,7 +69,7 @@ class Clis:
     def __init__(self, server: HBaseServer, cfg: StorageConfig, workdir: Path) -> None:
         self.workdir = workdir
         self.tsd_conf = workdir / "tsd.conf"
-        keys = {"tsd.logging.level": "warning", **tsd_hbase_keys(cfg)}
+        keys = {"tsd.logging.level": "warning", **tsd_hbase_keys(cfg, workdir / "tsd-data")}
         self.tsd_conf.write_text("".join(f"{key} = {value}\n" for key, value in keys.items()))
         java_dir = workdir / "java"
         java_dir.mkdir()

@@ -90,6 +90,7 @@ def test_create_tables_applies_compression_and_data_ttl(hbase_server, prefix, tm
     assert described[f"{prefix}tsdb-uid"]["id"].timeToLive == 2**31 - 1  # only the data table
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 def test_create_tables_reports_an_unreachable_gateway(tmp_path) -> None:
     config = tmp_path / "opentsdb.conf"
     config.write_text("tsd.storage.backend = hbase\ntsd.storage.hbase.thrift.port = 1\n")

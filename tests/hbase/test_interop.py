@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -92,7 +93,7 @@ async def interop(
         opentsdb = await stack.enter_async_context(
             running_opentsdb(hbase_server, cfg, workdir, OPENTSDB_CONF)
         )
-        daemon = Daemon(build_config(tsd_keys(cfg)))
+        daemon = Daemon(build_config(tsd_keys(cfg, workdir / "tsd-data")))
         await daemon.start()
         stack.push_async_callback(daemon.stop)
         storage = HBaseStorage(hbase_settings(cfg))
@@ -103,12 +104,13 @@ async def interop(
         yield Interop(cfg, opentsdb, daemon, storage, http)
 
 
-def tsd_keys(cfg: StorageConfig) -> dict[str, str]:
+def tsd_keys(cfg: StorageConfig, data_dir: Path) -> dict[str, str]:
+    """An in-process tsd on ``cfg``'s tables, its write-ahead log in ``data_dir``."""
     return {
         "tsd.network.bind": "127.0.0.1",
         "tsd.network.port": "0",
         "tsd.core.auto_create_metrics": "true",
-        **tsd_hbase_keys(cfg),
+        **tsd_hbase_keys(cfg, data_dir),
     }
 
 

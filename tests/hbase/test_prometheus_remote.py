@@ -57,8 +57,7 @@ async def test_remote_storage_on_hbase_and_opentsdb_reads_it(
             "tsd.network.port": "0",
             "tsd.core.auto_create_metrics": "true",
             "tsd.storage.max_tags": "16",
-            "tsd.storage.data_dir": str(tmp_path / "tsd"),
-            **tsd_hbase_keys(cfg),
+            **tsd_hbase_keys(cfg, tmp_path / "tsd"),
         }
         daemon = Daemon(build_config(keys))
         await daemon.start()

@@ -113,7 +113,7 @@ async def env(
             "tsd.http.show_stack_trace": "false",
         }
         # tsd first: it creates the rollup tables the config names (OpenTSDB expects them)
-        daemon = Daemon(build_config({**tsd_keys(cfg), **rollup_keys}))
+        daemon = Daemon(build_config({**tsd_keys(cfg, workdir / "tsd-data"), **rollup_keys}))
         await daemon.start()
         stack.push_async_callback(daemon.stop)
         opentsdb = await stack.enter_async_context(
@@ -783,11 +783,10 @@ async def test_opentsdb_answers_from_the_rollups_tsd_computes(
     computing = Daemon(
         build_config(
             {
-                **tsd_keys(env.cfg),
+                **tsd_keys(env.cfg, workdir),
                 "tsd.rollups.enable": "true",
                 "tsd.rollups.config": str(conf),
                 "tsd.rollups.compute": "true",
-                "tsd.storage.data_dir": str(workdir),
             }
         )
     )

@@ -29,7 +29,7 @@ import pytest
 from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
 from tests.hbase.test_uid_blocks import Fscks
 from tests.hbase.tsd_process import START_TIMEOUT_S, free_port, tsd_argv, tsd_process
-from tests.hbase_harness import ROOT, HBaseServer
+from tests.hbase_harness import HBaseServer
 from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
@@ -183,7 +183,7 @@ async def test_a_second_tsd_on_the_same_data_directory_is_refused(
         done = await asyncio.to_thread(
             subprocess.run,
             tsd_argv(cfg, free_port(), tmp_path / "tsd1"),
-            cwd=ROOT,
+            cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=START_TIMEOUT_S,

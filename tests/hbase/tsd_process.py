@@ -13,7 +13,6 @@ from pathlib import Path
 import aiohttp
 
 from tests.hbase.opentsdb import tsd_hbase_keys
-from tests.hbase_harness import ROOT
 from tsd.config import StorageConfig
 
 START_TIMEOUT_S = 60.0
@@ -32,7 +31,7 @@ def tsd_argv(
 ) -> list[str]:
     """``python -m tsd tsd`` on ``cfg``'s tables, its write-ahead log under ``data_dir``;
     ``extra``: more keys (they win)."""
-    keys = {**tsd_hbase_keys(cfg), "tsd.storage.data_dir": str(data_dir), **(extra or {})}
+    keys = {**tsd_hbase_keys(cfg, data_dir), **(extra or {})}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     return [
         *[sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
@@ -77,7 +76,7 @@ async def launch(
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             *tsd_argv(cfg, port, log.with_suffix(""), extra),
-            cwd=ROOT,
+            cwd=log.parent,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
         )

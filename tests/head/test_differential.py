@@ -122,6 +122,7 @@ async def _answer(harness: QueryHarness) -> Any:
         return ("error", type(exc).__name__, exc.status)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @pytest.mark.parametrize("fix_duplicates", [False, True], ids=["strict", "fix_duplicates"])
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

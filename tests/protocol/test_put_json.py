@@ -152,6 +152,7 @@ def test_usual_bodies_of_known_series_take_the_fastest_path() -> None:
     assert _typed(_rebuilt(partly)) == _typed(results)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=5),
@@ -859,6 +860,7 @@ def _parsed_memory(body: bytes, known: dict[object, tuple[str, Tags]]) -> tuple[
     return pieces, kept, peak
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 def test_a_large_body_is_parsed_in_pieces_within_a_multiple_of_its_size() -> None:
     body = _large_body(16_000, 2_000)
     pieces, kept, peak = _parsed_memory(body, {})

@@ -134,6 +134,7 @@ put_lines = st.builds(
 )
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=300, deadline=None)
 @given(st.lists(put_lines, max_size=30), st.integers(1, 5))
 def test_hot_path_answers_as_the_full_parser(lines: list[bytes], limit: int) -> None:

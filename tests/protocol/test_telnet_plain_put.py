@@ -78,6 +78,7 @@ def check(line: bytes, rules: NameRules) -> bool:
     return True
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @needs_c
 @settings(max_examples=2000, deadline=None)
 @given(lines | put_lines, st.integers(1, 8))
@@ -85,6 +86,7 @@ def test_a_line_taken_is_parsed_as_the_full_parser_parses_it(line: bytes, max_ta
     check(line, NameRules(max_tags=max_tags))
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(

@@ -206,6 +206,7 @@ def _series_strategy(int_values: bool):
     return points.map(lambda ps: sorted((t * 250, v) for t, v in ps))
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=300, deadline=None)
 @given(
     series=st.lists(st.one_of(_series_strategy(True), _series_strategy(False)), min_size=1,
@@ -306,6 +307,7 @@ def window_ms(start_ms: int, end_ms: int, spec: DownsampleSpec | None) -> tuple[
 PIPELINE_SPECS = [None, "1m-avg", "1m-sum-nan", "2m-max-zero", "1mc-last", "0all-sum"]
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=150, deadline=None)
 @given(
     series=st.lists(_series_strategy(False), min_size=1, max_size=4),

@@ -253,6 +253,7 @@ FINITE = st.floats(allow_nan=False, allow_infinity=False)
 FLOAT32_EXACT = st.floats(width=32, allow_nan=False, allow_infinity=False).map(float)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @decode_settings
 @given(
     st.lists(

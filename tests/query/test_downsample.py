@@ -197,6 +197,7 @@ SPECS = ["1m-avg", "1m-sum-nan", "2m-max-zero", "90s-dev", "1m-p95", "1m-median"
          "1dc-first", "1m-zimsum-zero"]  # fmt: skip
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=150, deadline=None)
 @given(
     series=st.lists(

@@ -135,6 +135,7 @@ def test_group_tags_of_empty_group() -> None:
     assert group_tags([]) == ({}, [])
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 def test_catastrophic_regexp_is_stopped_with_a_bad_request() -> None:
     # (a|aa)+$ against a long run of a's and one other character backtracks exponentially;
     # the regexp filter gives up after REGEXP_TIMEOUT_S instead of running for hours.

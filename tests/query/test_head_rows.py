@@ -88,6 +88,7 @@ def _points(p: RowPoints) -> tuple[list[int], list[int], list[float], list[int] 
     return p.row_offsets.tolist(), p.timestamps.tolist(), p.values.tolist(), ints
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=150, deadline=None)
 @given(head_rows())
 def test_head_runs_decode_as_their_compacted_cells_with_and_without_c(
@@ -103,6 +104,7 @@ def test_head_runs_decode_as_their_compacted_cells_with_and_without_c(
         decode_module._C = compiled
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=150, deadline=None)
 @given(
     head_rows(),

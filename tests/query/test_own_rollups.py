@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +109,7 @@ async def _check(harness: QueryHarness, queries: list[tuple[str, str, str]]) -> 
             assert _same(raw, rolled, exact), (spec, aggregator, raw, rolled)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

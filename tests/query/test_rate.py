@@ -90,6 +90,7 @@ def test_rate_runs_after_downsampling() -> None:
     assert got.points() == [(b + 60 * S, 2.0)]
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=200, deadline=None)
 @given(
     series=st.lists(

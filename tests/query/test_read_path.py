@@ -140,6 +140,7 @@ async def wide(storage: Storage, storage_config: StorageConfig) -> AsyncIterator
         yield h
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @pytest.mark.parametrize(
     ("extra", "path"),
     [("none:", RANGES), ("none:", KEY_ONLY), ("none:explicit_tags:", MULTI_GET)],

@@ -41,6 +41,7 @@ def _cell(draw: st.DrawFn) -> Cell:
     return Cell("t", bytes([agg]) + ((interval << 4) | flags).to_bytes(2, "big"), value)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=200, deadline=None)
 @given(
     rows=st.lists(st.lists(_cell(), max_size=12), max_size=6),

@@ -171,6 +171,7 @@ async def test_full_disk_sequence_with_injected_enospc(
     await daemon.stop()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_full_store_keeps_points_in_the_head_and_log_until_space_returns(
     make_tsd: MakeTsd, tmp_path: Path
 ) -> None:

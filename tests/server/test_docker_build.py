@@ -432,7 +432,7 @@ def test_compose_on_hbase_serves_as_the_unprivileged_user(
     cfg = hbase_server.storage_config(
         **{f"{key}_table": f"{prefix}{name}" for key, name in TABLES.items()}
     )
-    keys = [f"--set={key}={value}" for key, value in tsd_hbase_keys(cfg).items()]
+    keys = [f"--set={key}={value}" for key, value in tsd_hbase_keys(cfg, None).items()]
     port = free_port()
     log = tmp_path / "tsd.log"
     env = {k: v for k, v in os.environ.items() if k != "TSD_DISABLE_NATIVE"}

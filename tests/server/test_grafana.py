@@ -272,6 +272,7 @@ VARIABLES = [
 ]
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @pytest.mark.parametrize("keys", TRACKING)
 @pytest.mark.parametrize(("query", "expected"), VARIABLES)
 async def test_template_variables(

@@ -137,6 +137,7 @@ async def test_memory_budget_shared_by_running_queries_answers_503(make_tsd: Mak
 # -- cancellation -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_client_disconnect_cancels_the_query_and_frees_its_worker(
     make_tsd: MakeTsd,
 ) -> None:
@@ -161,6 +162,7 @@ async def test_client_disconnect_cancels_the_query_and_frees_its_worker(
     assert not await reader.read()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_shutdown_cancels_running_queries_with_a_503(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(**{"tsd.query.filter.regexp_budget": "60000"})
     await put(daemon, slow_points(20))
@@ -235,6 +237,7 @@ async def test_unexpected_error_shows_an_id_not_internals(tsd: Daemon) -> None:
     assert [e["error_id"] for e in logs if e["event"] == "http.unexpected_error"] == [error_id]
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_long_static_name_is_a_404_and_the_cache_stays_bounded(tsd: Daemon) -> None:
     status, body = await get(tsd, "/s/" + "x" * 300)
     assert status == 404
@@ -262,6 +265,7 @@ async def test_silent_and_trickling_connections_are_closed(make_tsd: MakeTsd) ->
 # -- write-side flow control ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_telnet_client_that_does_not_read_is_paused(tsd: Daemon) -> None:
     count = 3000  # each `stats` reply is a few KiB: megabytes if nothing held them back
     reader, writer, flow = await non_reader(tsd, b"stats\n" * count + b"version\n")
@@ -282,6 +286,7 @@ async def test_telnet_client_that_does_not_read_is_paused(tsd: Daemon) -> None:
     writer.close()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_large_answer_is_streamed_in_pieces(tsd: Daemon) -> None:
     n = 1100  # more series than one piece holds
     await put(

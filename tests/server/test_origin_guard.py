@@ -77,6 +77,7 @@ async def seeded(make_tsd: MakeTsd, **keys: str) -> Daemon:
     return daemon
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @pytest.mark.parametrize("headers", FOREIGN)
 @pytest.mark.parametrize(("method", "path", "body"), STATE_CHANGES)
 async def test_foreign_page_changes_nothing(

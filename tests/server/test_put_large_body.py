@@ -37,6 +37,7 @@ def large_body(points: int) -> bytes:
     return body
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_large_body_is_parsed_in_a_worker_while_the_loop_serves_telnet(
     make_tsd: MakeTsd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,6 +77,7 @@ async def test_large_body_is_parsed_in_a_worker_while_the_loop_serves_telnet(
     assert sorted(p.value for p in points) == list(range(20_000))
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_large_body_answers_errors_by_body_index(make_tsd: MakeTsd) -> None:
     tsd = await make_tsd()
     points: list[dict[str, Any]] = [
@@ -102,6 +104,7 @@ async def test_large_body_answers_errors_by_body_index(make_tsd: MakeTsd) -> Non
     assert len(await stored(tsd)) == 29_998
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_appending_a_large_body_of_new_series_gives_the_loop_turns(
     make_tsd: MakeTsd, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -99,3 +99,33 @@ def test_random_metric_uids_wider_than_seven_bytes_are_refused_at_start(tmp_path
         " at most 7 bytes wide, and tsd.storage.uid.width.metric is 8"
     )
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param([], id="embedded"),
+        # never reached: the port is refused before storage is opened
+        pytest.param(["--set", "tsd.storage.backend=hbase"], id="hbase"),
+    ],
+)
+def test_a_start_that_fails_on_the_port_creates_nothing(tmp_path: Path, backend: list[str]) -> None:
+    """Started as a user starts it (defaults: ./data in the working directory), on a port
+    in use: no data directory, store, write-ahead log or control socket appears."""
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)]
+            + backend,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=fresh,
+        )
+    assert done.returncode == EXIT_CANNOT_LISTEN
+    assert "the port is already in use" in last_line(done)
+    assert sorted(p.name for p in fresh.rglob("*")) == []

@@ -314,6 +314,7 @@ async def test_more_series_than_the_series_cache_holds_are_all_stored(make_tsd: 
     await client.close()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_a_burst_of_new_series_with_other_lines_among_them(tsd: Daemon) -> None:
     """A burst of new series is queued for lookup in one loop (past one lookup batch of
     4,096 here); the lines among them that loop does not take (a series known under its

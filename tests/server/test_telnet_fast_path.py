@@ -90,6 +90,7 @@ USUAL_VALUE = st.integers(-(10**18) + 1, 10**18 - 1).map(lambda v: str(v).encode
 ).map(lambda v: repr(v).encode())
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=400, deadline=None)
 @given(USUAL_TIMESTAMP, USUAL_VALUE)
 def test_usual_forms_are_taken_and_typed_as_the_full_parser_does(
@@ -105,6 +106,7 @@ NUMBERISH = st.binary(min_size=0, max_size=24).map(bytes) | st.text(
 ).map(str.encode)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=800, deadline=None)
 @given(NUMBERISH, NUMBERISH)
 def test_random_numbers_taken_only_as_the_full_parser_types_them(

@@ -69,6 +69,7 @@ def _with_edge_cells(test: Callable[[tuple[bytes, bytes]], None]) -> Callable[..
     return test
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=300, deadline=None)
 @_with_edge_cells
 @given(data_cells())
@@ -389,6 +390,7 @@ def numpy_pack(cells: list[tuple[bytes, bytes]]) -> bytes:
         packed._C = c_helper
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @needs_c
 @settings(max_examples=400, deadline=None)
 @given(

@@ -170,6 +170,7 @@ def _with_edge_cells(test: Callable[..., None]) -> Callable[..., None]:
     return example([(cell, True) for cell in cells], random.Random(1))(test)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=300, deadline=None)
 @_with_edge_cells
 @given(st.lists(compacted_cells(), min_size=1, max_size=12), st.randoms(use_true_random=False))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.query.tsdb_harness import embedded_harness
 from tests.tools.toolkit import tsdb
 from tests.write.readback import table_cells
@@ -30,6 +32,7 @@ async def _rollup_cells(directory: Path) -> Cells:
         await storage.close()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_backfill_writes_the_cells_the_write_out_computes(tmp_path: Path) -> None:
     # the same points: once rolled up as the head writes them out, once stored bare
     async with embedded_harness(

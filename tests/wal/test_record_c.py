@@ -26,6 +26,7 @@ CELLS = st.dictionaries(
 ROWS = st.dictionaries(st.binary(min_size=1, max_size=20), CELLS, max_size=12)
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=300, deadline=None)
 @given(ROWS)
 def test_a_batch_frames_as_the_python_loop_does(rows: dict[bytes, dict[bytes, bytes]]) -> None:

@@ -101,6 +101,7 @@ async def query_span(path: Path, cfg: Config, days: int) -> tuple[int, int]:
         await storage.close()
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_expired_hours_leave_queries_and_the_file_stops_growing(tmp_path: Path) -> None:
     days = 5
     sizes, cfg = await load_days(tmp_path / "kept", days, retention_s=DAY)
@@ -189,6 +190,7 @@ async def rollup_query(engine: QueryEngine, usage: str) -> list[tuple[int, float
     return [(int(t) // 1000, float(v)) for t, v in zip(dps.timestamps, dps.values, strict=True)]
 
 
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_rollup_rows_go_once_their_whole_span_is_past_the_cutoff(tmp_path: Path) -> None:
     """Three series every 10 minutes from January to March 20th through the head and its
     rollup computation (as the daemon writes them on the embedded store), a retention of

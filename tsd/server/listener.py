@@ -233,14 +233,15 @@ class Listener:
 
     # -- the socket ---------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int, *, backlog: int = 1024) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            self._server = await loop.create_server(
-                lambda: SniffingProtocol(self), host, port, reuse_address=True, backlog=backlog
-            )
-        except OSError as exc:
-            raise ListenError(_listen_failure(host, port, exc)) from exc
+    async def start(
+        self, host: str, port: int, *, backlog: int = 1024, bound: BoundPort | None = None
+    ) -> None:
+        """Accept connections on ``host:port``: on ``bound`` when the port was bound
+        beforehand (:class:`BoundPort`), else bound now."""
+        if bound is None:
+            bound = BoundPort()
+            await bound.bind(host, port, backlog=backlog)
+        self._server = await bound.serve(self)
 
     @property
     def port(self) -> int:
@@ -266,6 +267,58 @@ def _header_timed_out(listener: Listener, transport: asyncio.Transport) -> None:
     if not transport.is_closing():  # not a handshake that failed on its own meanwhile
         listener.header_timeouts.inc()
         transport.abort()
+
+
+class BoundPort:
+    """The listening port, bound before the daemon opens its store and accepting only once
+    a :class:`Listener` serves it: a start that fails on the port (in use, not on this
+    host, not permitted) has created nothing, no data directory, store or log.
+
+    Bound without listening (``start_serving=False``): a client meanwhile is refused, as
+    before the port was bound. A port another process listens on cannot be bound; two
+    daemons starting at the same moment can both bind it, and the later one to listen
+    fails then (the same one-line error)."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._listener: Listener | None = None
+        self._where = ("", 0)
+
+    async def bind(self, host: str, port: int, *, backlog: int = 1024) -> None:
+        loop = asyncio.get_running_loop()
+        self._where = (host, port)
+        try:
+            self._server = await loop.create_server(
+                self._protocol,
+                host,
+                port,
+                reuse_address=True,
+                backlog=backlog,
+                start_serving=False,
+            )
+        except OSError as exc:
+            raise ListenError(_listen_failure(host, port, exc)) from exc
+
+    def _protocol(self) -> asyncio.Protocol:
+        assert self._listener is not None, "accepting before a Listener serves the port"
+        return SniffingProtocol(self._listener)
+
+    async def serve(self, listener: Listener) -> asyncio.Server:
+        """Start accepting; the connections go to ``listener``."""
+        assert self._server is not None, "not bound"
+        self._listener = listener
+        try:
+            await self._server.start_serving()
+        except OSError as exc:
+            self.close()
+            raise ListenError(_listen_failure(*self._where, exc)) from exc
+        return self._server
+
+    def close(self) -> None:
+        """Give the port up (a start that failed after binding it)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 def _has_head(data: bytes) -> bool:
