@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,9 @@ import aiohttp
 from tests.hbase.opentsdb import stop_process
 
 START_TIMEOUT_S = 60.0
+#: how long the round-trip tests let Prometheus scrape and remote-write (a minute by hand:
+#: TSD_PROM_SECONDS=60)
+ROUND_TRIP_SECONDS = float(os.environ.get("TSD_PROM_SECONDS", "30"))
 
 #: Series key -> [(timestamp text, value text)]
 Samples = dict[tuple[tuple[str, str], ...], list[tuple[str, str]]]

@@ -11,7 +11,6 @@ those samples under the mapped names, as tsd's /api/query does.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from tests.hbase.opentsdb import fresh_tables, running_opentsdb, tsd_hbase_keys
 from tests.hbase_harness import HBaseServer
 from tests.prometheus import (
+    ROUND_TRIP_SECONDS,
     as_opentsdb,
     check_round_trip,
     finite,
@@ -30,7 +30,7 @@ from tests.prometheus import (
 from tsd.config import build_config
 from tsd.daemon import Daemon
 
-SECONDS = float(os.environ.get("TSD_PROM_SECONDS", "30"))
+SECONDS = ROUND_TRIP_SECONDS
 
 pytestmark = [
     pytest.mark.hbase,

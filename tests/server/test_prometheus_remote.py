@@ -11,12 +11,12 @@ with 60).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.prometheus import (
+    ROUND_TRIP_SECONDS,
     as_opentsdb,
     check_round_trip,
     finite,
@@ -27,7 +27,7 @@ from tests.prometheus import (
 )
 from tests.server.conftest import MakeTsd
 
-SECONDS = float(os.environ.get("TSD_PROM_SECONDS", "30"))
+SECONDS = ROUND_TRIP_SECONDS
 
 pytestmark = [
     pytest.mark.slow,
