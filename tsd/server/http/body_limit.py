@@ -64,5 +64,10 @@ def too_large_response(request: web.Request, response: web.StreamResponse) -> we
     no more from now on: bytes read while the reply is sent would still be inflated
     (uvloop: three more rounds of about a quarter second each on a gzip bomb)."""
     response.force_close()
-    request.protocol.pause_reading()
+    # The socket itself: aiohttp's protocol hands pause_reading to its parser, whose
+    # compiled version asserts a body is still being parsed (not so when it all came in
+    # one read, before the handler ran).
+    transport = request.transport
+    if transport is not None and not transport.is_closing() and transport.is_reading():
+        transport.pause_reading()
     return response
