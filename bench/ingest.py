@@ -616,7 +616,7 @@ def report(mode: Mode, found: dict[str, Rates], args: argparse.Namespace) -> Non
     if vm:
         header += f" {'VM':>10} {'VM/cpu':>10} {'tsd/VM':>7} {'cpu ratio':>9}"
     if before:
-        header += f" {'before':>10} {'tsd/before':>10}"
+        header += f" {'before':>10} {'tsd/before':>10} {'before/cpu':>10} {'cpu ratio':>9}"
     print(header)
     for name in tsd.rounds:
         rate = tsd.median(name)
@@ -628,6 +628,7 @@ def report(mode: Mode, found: dict[str, Rates], args: argparse.Namespace) -> Non
         if before and name in before.rounds:
             old = before.median(name)
             row += f" {old.wall:10,.0f} {rate.wall / old.wall:10.2f}"
+            row += f" {old.cpu:10,.0f} {rate.cpu / old.cpu:9.2f}"
         print(row)
     if mode.name == "pinned":
         for scenario, goal in GOALS.items():

@@ -35,7 +35,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
-from tsd.write.ingest import IngestService, IngestSession
+from tsd.write.ingest import IngestService, IngestSession, Put
 from tsd.write.writer import Writer
 
 T0 = 1_700_000_000 - 1_700_000_000 % 3600
@@ -70,8 +70,9 @@ async def ingest(
         await uids.resolve_for_write(point.metric, point.tags)
     started = time.perf_counter()
     session: IngestSession[None] = ingest.session()
-    for point in data:
-        await session.append_now(point)
+    for point in data:  # one at a time, each series resolved before the next point
+        if session.put(point) is not Put.BUFFERED:
+            await session.settle()
     await writer.flush()
     await meta.tracker.flush()
     elapsed = time.perf_counter() - started

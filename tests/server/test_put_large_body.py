@@ -116,16 +116,16 @@ async def test_appending_a_large_body_of_new_series_gives_the_loop_turns(
     resolved = asyncio.Event()
     seen: list[bool] = []
     telnet_answered = asyncio.Event()
-    append = IngestSession.append
+    put = IngestSession.put
 
-    async def watched(self: IngestSession[Any], point: Any, tag: Any = None, aliases: Any = ()):
+    def watched(self: IngestSession[Any], point: Any, tag: Any = None, aliases: Any = ()) -> Any:
         if tag == 10_000:  # every series (100 of them) is resolved by now
             resolved.set()
         if tag == 19_999:
             seen.append(telnet_answered.is_set())
-        await append(self, point, tag, aliases)
+        return put(self, point, tag, aliases)
 
-    monkeypatch.setattr(IngestSession, "append", watched)
+    monkeypatch.setattr(IngestSession, "put", watched)
     telnet = await TelnetClient.connect(tsd.port)
 
     async def version_once_resolved() -> None:

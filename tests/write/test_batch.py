@@ -6,7 +6,7 @@ import pytest
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
-from tsd.wal.record import decode_row_runs, encode_payload_and_runs
+from tsd.wal.record import decode_row_runs, seal_part
 from tsd.write.batch import Batch, BatchPolicy
 
 
@@ -107,11 +107,12 @@ def test_parts_keep_the_order_of_arrival_in_the_record_and_when_folded() -> None
     last: Points = [(a, t0 + 2, 8), (b, t0, 9)]
     rows: dict[bytes, dict[bytes, bytes]] = {}
     encode_points_into(rows, worker)
-    payload, runs = encode_payload_and_runs(rows.items())
+    part = seal_part(rows, len(worker))
+    runs = part.runs
 
     batch = make_batch(max_cells=100)
     batch.add_points(first)
-    batch.add_part(payload, runs, len(worker))
+    batch.add_part(part)
     batch.add_points(last)
     assert len(batch) == 3 + 3 + 2  # points, as the writer counts them
     joined, all_runs = batch.payload_and_runs()

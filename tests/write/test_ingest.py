@@ -12,8 +12,9 @@ from tests.write.test_writer import gated_writer
 from tsd.config import StorageConfig
 from tsd.errors import StorageError, TsdError
 from tsd.model import DataPoint, Tags, make_tags
+from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.storage.base import Storage
-from tsd.write.ingest import IngestSession, RefusalKind, Refused
+from tsd.write.ingest import IngestSession, Put, RefusalKind, Refused
 from tsd.write.writer import WriterLimits
 
 T0 = 1_356_998_400
@@ -68,13 +69,12 @@ async def test_known_points_are_taken_without_suspending_misses_are_not(
     ingest = make_writer()
     refs = ingest.ref_cache("proto")
     session: IngestSession[int] = ingest.session(cache=refs)
-    assert not session.try_append(point(T0, 1), 0, ["key-a"])
+    assert session.put(point(T0, 1), 0, ["key-a"]) is Put.QUEUED
     assert "key-a" not in refs
-    await session.append(point(T0, 1), 0, ["key-a"])
     await session.settle()
     assert refs["key-a"] is ingest.cached("sys.cpu", host("a"))
-    assert session.try_append(point(T0 + 1, 2), 1)
-    session.append_by_ref([(refs["key-a"], T0 + 2, 3.5)])
+    assert session.put(point(T0 + 1, 2), 1) is Put.BUFFERED
+    session.append_run([(refs["key-a"], T0 + 2, 3.5)])
     await ingest.writer.flush()
     assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [1, 2, 3.5]
 
@@ -86,7 +86,7 @@ async def test_misses_get_their_uids_in_arrival_order_with_a_window_of_one(
     session: IngestSession[int] = ingest.session(window=1)
     names = [f"web{n:02d}" for n in range(12)][::-1]
     for n, name in enumerate(names):
-        await session.append(point(T0, n, name), n)
+        await put_waiting(session, point(T0, n, name), n, ())
     await session.settle()
     uids = [ingest.uids.tagv.cached_id(name) or b"" for name in names]
     assert uids == sorted(uids)  # assigned one after another, in the order they came
@@ -96,7 +96,7 @@ async def test_commands_can_wait_for_the_lookups_before_them(make_writer: MakeWr
     ingest = make_writer()
     session: IngestSession[int] = ingest.session(window=64)
     for n in range(20):
-        await session.append(point(T0, n, f"h{n}"), n)
+        await put_waiting(session, point(T0, n, f"h{n}"), n, ())
     assert session.has_pending()
     await session.settle()
     assert not session.has_pending()
@@ -107,13 +107,11 @@ async def test_unknown_metric_is_refused_with_its_kind_and_tag(make_writer: Make
     ingest = make_writer(auto_create_metrics=False)
     refusals = Refusals()
     session: IngestSession[int] = ingest.session(on_refused=refusals)
-    await session.append(point(T0, 1), 7)
+    await put_waiting(session, point(T0, 1), 7, ())
     await session.settle()
     [(tag, refused_point, refused)] = refusals.seen
     assert (tag, refused_point) == (7, point(T0, 1))
     assert refused == Refused(RefusalKind.UNKNOWN_METRIC, "No such name for 'metrics': 'sys.cpu'")
-    assert await session.append_now(point(T0, 1)) == refused  # inline: returned, not reported
-    assert len(refusals.seen) == 1
 
 
 async def test_points_after_shutdown_are_refused_one_by_one(make_writer: MakeWriter) -> None:
@@ -122,8 +120,8 @@ async def test_points_after_shutdown_are_refused_one_by_one(make_writer: MakeWri
     await ingest.writer.close()
     refusals = Refusals()
     session: IngestSession[int] = ingest.session(on_refused=refusals)
-    session.append_by_ref([(ref, T0, 1), (ref, T0 + 1, 2)], [10, 11])
-    session.try_append(point(T0 + 2, 3), 12)
+    session.append_run([(ref, T0, 1), (ref, T0 + 1, 2)], [10, 11])
+    session.put(point(T0 + 2, 3), 12)
     assert [(tag, r.kind) for tag, _, r in refusals.seen] == [
         (10, RefusalKind.STORAGE),
         (11, RefusalKind.STORAGE),
@@ -132,13 +130,13 @@ async def test_points_after_shutdown_are_refused_one_by_one(make_writer: MakeWri
     assert refusals.seen[0][2].message == "the writer is shutting down"
 
 
-async def test_append_all_waits_for_room_while_storage_is_slow(
+async def test_appends_in_room_wait_while_storage_is_slow(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
     ingest, gate = gated_writer(make_writer, storage, tables)
     ref = await ingest.resolve("sys.cpu", host("a"))
     session: IngestSession[int] = ingest.session()
-    task = asyncio.ensure_future(session.append_all([(ref, T0 + i, i) for i in range(20)]))
+    task = asyncio.ensure_future(append_in_room(session, [(ref, T0 + i, i) for i in range(20)]))
     await gate.entered.wait()
     assert session.is_full()
     assert not task.done()  # held by back-pressure, not buffered without bound
@@ -173,11 +171,11 @@ async def test_sync_outcome_tells_stored_failed_and_timed_out_points(
         batch_failures.append((error.message, points))
 
     session: IngestSession[int] = ingest.session(track_acks=True, on_batch_failed=batch_failed)
-    session.append_by_ref([(ref, T0, 1), (ref, T0 + 1, 2)], [0, 1])  # fails
+    session.append_run([(ref, T0, 1), (ref, T0 + 1, 2)], [0, 1])  # fails
     storage_error = Refused(RefusalKind.STORAGE, "disk on fire")
     outcome = await session.stored(timeout_s=None)
     assert (outcome.stored, outcome.unstored) == (0, [(0, storage_error), (1, storage_error)])
-    session.append_by_ref([(ref, T0 + 2, 3), (ref, T0 + 3, 4)], [2, 3])  # held
+    session.append_run([(ref, T0 + 2, 3), (ref, T0 + 3, 4)], [2, 3])  # held
     outcome = await session.stored(timeout_s=0.05)  # storage is held until told
     assert outcome.stored == 0
     assert outcome.unstored == [(0, storage_error), (1, storage_error), (2, None), (3, None)]

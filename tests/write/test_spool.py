@@ -165,7 +165,7 @@ async def test_sync_waits_for_the_spool_up_to_its_timeout(
     await until(lambda: spool_of(ingest).active)
     sync: IngestSession[int] = ingest.session(track_acks=True)
     ref = await ingest.resolve("sys.cpu", TAGS)
-    sync.append_by_ref([(ref, T0 + 1, 1)], [7])
+    sync.append_run([(ref, T0 + 1, 1)], [7])
     outcome = await sync.stored(0.05)
     assert (outcome.stored, outcome.unstored) == (0, [(7, None)])  # a sync timeout
     outage.down = False

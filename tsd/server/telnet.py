@@ -2,15 +2,17 @@
 texts live in :mod:`tsd.protocol.telnet`, the write path behind :mod:`tsd.write.ingest`.
 
 Each connection is a loop of frame -> parse -> ingest -> reply over one
-:class:`~tsd.write.ingest.IngestSession`. Lines are handled as they arrive, in order, a
-read at a time, without suspending while every ``put`` is for a known series: a run of
-those is typed by :func:`~tsd.protocol.telnet.take_known_puts` (keyed by the raw metric
-and tag words of lines the full parser accepted, in the service's ``telnet`` ref cache)
-and appended by ref in one call. A put for a new series (UIDs to look up or assign), a
-command after such puts, or a full writer needs to await; reading is then paused and a
-task carries on with the buffered lines until none is left, then resumes reading. So one
-connection never holds more than what the kernel and one read gave us, and back-pressure
-from storage reaches the client's socket.
+:class:`~tsd.write.ingest.IngestSession`. The framing and parsing is one pure step,
+:class:`~tsd.protocol.telnet_frame.TelnetFramer`: each read becomes typed items (puts of
+known series encoded into a part, parsed puts, commands, refused lines), the same items
+whether the framer runs here or in a telnet worker process (:mod:`tsd.server.workers`).
+One loop (:meth:`TelnetProtocol._run_items`) handles them, in order, without suspending
+while every put is for a known series (a part, or a run by ref: one call each). A put for
+a new series is queued for its lookup; a command after such puts, a full writer, or a
+session whose lookups are all busy needs to await: reading is then paused and a task
+carries on with the items left until none is, then resumes reading. So one connection
+never holds more than what the kernel and one read gave us, and back-pressure from
+storage reaches the client's socket.
 
 Replies are flow-controlled (:class:`~tsd.server.flow.FlowControl`): when the client does
 not read them and the transport's buffer passes its high-water mark, reading stops, and
@@ -32,15 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from functools import partial
-from itertools import islice
-from typing import cast
+from typing import Any, cast
 
 from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
-from tsd.model import DataPoint
+from tsd.model import DataPoint, Tags
 from tsd.protocol import rollup_put
 from tsd.protocol.histogram_put import line_histogram, parse_histogram_line
 from tsd.protocol.names import NameRules
@@ -52,7 +53,6 @@ from tsd.protocol.telnet import (
     ExitCommand,
     HelpCommand,
     HistogramCommand,
-    LineBuffer,
     PutCommand,
     RollupCommand,
     StatsCommand,
@@ -63,12 +63,15 @@ from tsd.protocol.telnet import (
     format_error,
     format_help,
     format_unknown_command,
-    line_too_long,
     parse_command,
-    parse_plain_put,
     put_line_key,
-    take_known_puts,
-    take_known_puts_into,
+)
+from tsd.protocol.telnet_frame import (
+    EmptyLines,
+    KnownPuts,
+    LineError,
+    ParsedPut,
+    TelnetFramer,
 )
 from tsd.server.flow import FlowControl
 from tsd.server.histograms import Histograms
@@ -77,7 +80,8 @@ from tsd.server.peer import is_loopback
 from tsd.server.rollups import Rollups
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
-from tsd.write.ingest import IngestService, IngestSession, RefPoint, RefusalKind, Refused
+from tsd.wal.record import EncodedPart, seal_part
+from tsd.write.ingest import IngestService, IngestSession, Put, RefusalKind, Refused, SeriesRef
 
 log = get_logger(TELNET)
 
@@ -121,9 +125,12 @@ class TelnetContext:
 #: Lines other than puts of known series one connection handles before it yields to the
 #: event loop (other clients are served in between).
 LINE_BUDGET = 2048
+#: Lines framed at a time (a read's worth of puts; a slice of a flood of commands).
+FRAME_LINES = 2048
 #: Replies gathered before they are written to the socket (one send, not one per line).
 CORK_BYTES = 64 * 1024
-#: OpenTSDB's reply to an empty line: the empty word is an unknown command.
+#: An empty line: the empty word is an unknown command; OpenTSDB's reply to it.
+EMPTY_LINE = UnknownCommand("")
 EMPTY_LINE_REPLY = format_unknown_command("")
 
 #: Batches of UID lookups one connection runs at once (a burst of new series: the misses
@@ -151,6 +158,13 @@ class _Yield:
 
 
 _YIELD = _Yield()
+
+
+class _Settle:
+    """Every item is handled, some puts wait for their series' lookups: wait for those."""
+
+
+_SETTLE = _Settle()
 
 
 class TelnetStats:
@@ -188,16 +202,21 @@ class TelnetProtocol(TrackedProtocol):
             on_batch_failed=self._batch_failed if context.return_errors else None,
             protocol="telnet",
         )
-        self._lines = LineBuffer(context.max_line_bytes)
-        self._batch: list[bytes | None] = []  # lines of the last read, handled up to _next
-        self._next = 0
+        self._framer = TelnetFramer(
+            rules=context.rules,
+            commands=context.commands,
+            max_line_bytes=context.max_line_bytes,
+            refs=self._refs,
+            seal=seal_part,
+        )
+        #: what was framed and not handled yet (here, or in a worker process)
+        self._items: deque[Any] = deque()
+        self._at = 0  # position in the run at the head of _items
         self._transport: asyncio.Transport | None = None
         self._flow: FlowControl | None = None
         self._peer = ""
         self._loopback = False
         self._task: asyncio.Task[None] | None = None
-        self._put_enabled = "put" in context.commands
-        self._after_miss = False  # the last put was of a series not resolved yet
         self._exiting = False  # exit/diediedie/shutdown: no more lines
         self._eof = False
         self._lost = False
@@ -226,7 +245,7 @@ class TelnetProtocol(TrackedProtocol):
         if self._exiting:
             return
         self._last_read = self._loop.time()
-        self._lines.feed(data)
+        self._framer.feed(data)
         if self._task is None:
             self._handle_available()
 
@@ -290,140 +309,146 @@ class TelnetProtocol(TrackedProtocol):
         elif (self._eof or self._exiting) and self._transport is not None:
             self._transport.close()
 
-    def _run_corked(self) -> _SlowPut | _Barrier | _Yield | bool | None:
-        """:meth:`_run_lines` with its replies gathered (see ``CORK_BYTES``), on a fresh
+    def _run_corked(self) -> _SlowPut | _Barrier | _Yield | _Settle | bool | None:
+        """:meth:`_run_items` with its replies gathered (see ``CORK_BYTES``), on a fresh
         ``LINE_BUDGET``."""
         self._budget = LINE_BUDGET
         self._corked = []
         try:
-            return self._run_lines()
+            return self._run_items()
         finally:
             self._uncork()
             self._corked = None
 
-    def _run_lines(self) -> _SlowPut | _Barrier | _Yield | bool | None:
-        """Handle lines until none is complete (None), a put needs a UID lookup (a
-        :class:`_SlowPut`), a command must wait for those (a :class:`_Barrier`), or the
-        writer is full or the client is not reading its replies (True).
+    def _run_items(self) -> _SlowPut | _Barrier | _Yield | _Settle | bool | None:
+        """Handle framed items (:mod:`tsd.protocol.telnet_frame`), whichever process framed
+        them, until none is left (None), a put needs a lookup slot (a :class:`_SlowPut`),
+        a command must wait for the lookups before it (a :class:`_Barrier`), the budget
+        is used up (a :class:`_Yield`), or the writer is full or the client is not
+        reading its replies (True).
 
-        Lines come from the buffer a whole read at a time. Runs of puts of known series go
-        to the session by ref (:func:`take_known_puts`), at most as many as the writer has
-        room for; any other line takes the full parser on its own.
+        Encoded parts and runs of known series go to the session in one call each, runs
+        at most as many points as the writer has room for; every other item is a line.
         """
-        session, refs = self._session, self._refs
+        session, items = self._session, self._items
         received = self._stats.received
-        fast = self._put_enabled
         flow = self._flow
+        blocked: _SlowPut | _Barrier | _Yield | None
         while not self._exiting:
             if flow is not None and flow.writing_paused:
                 return True
-            lines, index = self._batch, self._next
-            if index >= len(lines):
-                lines = self._batch = self._lines.take_lines()
-                index = self._next = 0
-                if not lines:
-                    return None
-            # After a put of a new series the next line is mostly one too (a burst of
-            # them): it goes straight to the full parser, which takes a known series as
-            # well; the fast path is tried again after a put of a known series.
-            if fast and not self._after_miss:
+            if not items:
                 if session.is_full():
                     return True
-                room = session.room()
-                taken = session.append_encoded(
-                    partial(take_known_puts_into, lines, index, refs, limit=room)
-                )
-                if taken:
-                    self._next = index + taken
-                    received.value += taken
+                # no more lines than the writer has room for: each may be a point
+                framed = self._framer.take_items(min(FRAME_LINES, session.room()))
+                if framed:
+                    items.extend(framed)
                     continue
-                if taken is None:  # the writer takes no points: they are refused one by one
-                    points: list[RefPoint] = []
-                    index = take_known_puts(lines, index, refs, points, room)
-                    if points:
-                        self._next = index
-                        received.value += len(points)
-                        session.append_by_ref(points)
-                        continue
-            elif fast:  # after a put of a new series: the run of new series that follows
-                taken = self._queue_new_series(lines, index)
-                if taken:
-                    self._next = index + taken
-                    received.value += taken
-                    continue
-            line = lines[index]
-            if line == b"" and not session.has_pending():
-                run = self._empty_lines(lines, index)
-                self._next = index + run
-                received.value += run
-                self._budget -= run
-                if self._budget <= 0:
-                    return _YIELD
+                # Puts queued for their series' lookups: reading waits for those (a
+                # burst of new series is resolved a read at a time).
+                return _SETTLE if session.has_pending() else None
+            item = items[0]
+            kind = type(item)
+            if kind is EncodedPart:
+                if session.is_full():
+                    return True
+                items.popleft()
+                received.value += item.points
+                self._took_part(item.points)
+                session.append_part(item)
                 continue
-            self._next = index + 1
-            received.value += 1
-            blocked = self._run_line(line)
+            if kind is KnownPuts:
+                if session.is_full():
+                    return True
+                blocked = self._known_puts(item)
+            elif kind is EmptyLines:
+                blocked = self._empty_lines(item.lines)
+            else:
+                items.popleft()
+                received.value += 1
+                if kind is ParsedPut:
+                    blocked = self._put(item.point, item.key)
+                elif kind is LineError:
+                    self._count_error(item.invalid_value)
+                    self._write(item.reply)
+                    blocked = None
+                else:
+                    blocked = self._command_line(item.line)
+                self._budget -= 1
+                if blocked is None and self._budget <= 0:
+                    return _YIELD
             if blocked is not None:
                 return blocked
         return None
 
-    def _empty_lines(self, lines: list[bytes | None], index: int) -> int:
-        """Answer the run of empty lines from ``lines[index]`` on (at most the budget left,
-        one write); how many there were."""
-        end = min(len(lines), index + max(self._budget, 1))
-        run = 1
-        while index + run < end and lines[index + run] == b"":
-            run += 1
-        self._write(EMPTY_LINE_REPLY * run)
-        return run
-
-    def _queue_new_series(self, lines: list[bytes | None], index: int) -> int:
-        """Plain puts of new series from ``lines[index]`` on, parsed and queued into the
-        session's open batch of lookups in one loop (a burst of new series: no step per
-        line through :meth:`_run_line`); the number taken. It stops at the first line
-        that is not such a put, or that the batch cannot take (none open, full, or the
-        series known after all): that line goes through :meth:`_run_line`."""
-        queue_new = self._session.try_queue_new
-        rules = self._context.rules
-        taken = 0
-        for line in islice(lines, index, None):
-            plain = None if line is None else parse_plain_put(line, rules)
-            if plain is None or not queue_new(*plain):
-                break
-            taken += 1
-        return taken
-
-    def _run_line(self, line: bytes | None) -> _SlowPut | _Barrier | _Yield | None:
-        """One line through the full parser: handled, or what it must wait for (a
-        :class:`_Yield` once the ``LINE_BUDGET`` is used up)."""
-        blocked = self._parse_and_run(line)
-        self._budget -= 1
-        if blocked is None and self._budget <= 0:
-            return _YIELD
-        return blocked
-
-    def _parse_and_run(self, line: bytes | None) -> _SlowPut | _Barrier | None:
-        context, session = self._context, self._session
-        if (
-            self._put_enabled
-            and line is not None
-            and (plain := parse_plain_put(line, context.rules))
-        ):
-            return self._put(*plain)
-        if line is None:  # over tsd.rpc.telnet.max_line
-            self._stats.illegal_arguments.inc()
-            self._stats.errors.inc()
-            self._write(format_error(line_too_long(context.max_line_bytes)))
+    def _known_puts(self, item: KnownPuts) -> _SlowPut | None:
+        """Puts of series a worker knows by key only: those the daemon knows by ref go
+        by ref (at most what the writer has room for), the first it does not (its ref
+        forgotten, or its first put still being resolved) goes as a parsed put."""
+        session, refs = self._session, self._refs
+        received = self._stats.received
+        keys = item.keys
+        start, count = self._at, len(keys)
+        stop = min(count, start + session.room())
+        found = list(map(refs.get, keys[start:stop]))
+        try:
+            taken = found.index(None)
+        except ValueError:
+            taken = len(found)
+        if taken:
+            end = start + taken
+            received.value += taken
+            known = cast(list[SeriesRef], found[:taken])
+            stamps, values = item.timestamps[start:end], item.values[start:end]
+            session.append_run(list(zip(known, stamps, values, strict=True)))
+            self._learned(keys[start:end], known)
+        at = start + taken
+        if at >= count:
+            self._items.popleft()
+            self._at = 0
             return None
+        if at == stop:  # the writer's room ran out: checked again by the caller
+            self._at = at
+            return None
+        key = keys[at]
+        self._at = at + 1
+        received.value += 1
+        metric, tags = self._series_of(key)
+        return self._put(DataPoint(metric, item.timestamps[at], item.values[at], tags), key)
+
+    def _empty_lines(self, count: int) -> _Barrier | _Yield | None:
+        """Answer empty lines (unknown command ``""``) from the head of a run of
+        ``count``: at most the budget left, in one write, or one line after the lookups
+        before it."""
+        left = count - self._at
+        run = 1 if self._session.has_pending() else min(left, max(self._budget, 1))
+        if run >= left:
+            self._items.popleft()
+            self._at = 0
+        else:
+            self._at += run
+        self._stats.received.value += run
+        self._budget -= run
+        if run == 1 and self._session.has_pending():
+            return _Barrier(EMPTY_LINE)
+        self._write(EMPTY_LINE_REPLY * run)
+        if self._budget <= 0:
+            return _YIELD
+        return None
+
+    def _command_line(self, line: bytes) -> _SlowPut | _Barrier | None:
+        """A line that is not a put the framer took: parsed and run (or answered)."""
+        context = self._context
         try:
             command = parse_command(line, context.rules, context.commands)
         except BadRequestError as exc:
-            self._count_parse_error(exc)
+            self._count_error(isinstance(exc, PutLineError) and exc.kind == exc.INVALID_VALUE)
             self._write(format_error(exc))
             return None
         if type(command) is PutCommand:
             return self._put(command.point, put_line_key(line))
-        if type(command) in (RollupCommand, HistogramCommand) or session.has_pending():
+        if type(command) in (RollupCommand, HistogramCommand) or self._session.has_pending():
             # A rollup is checked and stored by awaiting; other commands answer after the
             # puts before them (tcollector's version probe then means "everything sent so
             # far is handled").
@@ -432,28 +457,39 @@ class TelnetProtocol(TrackedProtocol):
         return None
 
     def _put(self, point: DataPoint, alias: bytes) -> _SlowPut | None:
-        """A parsed put: buffered now, queued into the open batch of lookups, or a
-        :class:`_SlowPut` whose series needs one started."""
-        session = self._session
-        if session.try_append(point, None, (alias,)):
-            self._after_miss = False
-            return None
-        self._after_miss = True
-        if session.try_queue_miss(point, None, (alias,)):
-            return None
-        return _SlowPut(point, alias)
+        """A parsed put: buffered now or queued for its series' lookup, or a
+        :class:`_SlowPut` when the session's lookups are all busy."""
+        if self._session.put(point, None, (alias,)) is Put.BUSY:
+            return _SlowPut(point, alias)
+        return None
 
-    async def _run_blocked(self, first: _SlowPut | _Barrier | _Yield | bool) -> None:
+    # -- what a worker's connection adds (tsd.server.workers.RemoteTelnet) --------------------
+
+    def _took_part(self, points: int) -> None:
+        """A part of ``points`` encoded points is being appended."""
+
+    def _learned(self, keys: Sequence[Hashable], refs: list[SeriesRef]) -> None:
+        """Puts of ``keys`` went by the daemon's refs (``refs``)."""
+
+    def _series_of(self, key: Hashable) -> tuple[str, Tags]:
+        """The metric and tags of a put known by ``key`` (a worker's :class:`KnownPuts`:
+        the daemon's own framing makes none)."""
+        raise LookupError(key)
+
+    async def _run_blocked(self, first: _SlowPut | _Barrier | _Yield | _Settle | bool) -> None:
         """Handle lines that need awaiting (UID lookups run in the session's window)."""
-        blocked: _SlowPut | _Barrier | _Yield | bool | None = first
+        blocked: _SlowPut | _Barrier | _Yield | _Settle | bool | None = first
         session = self._session
         try:
             while blocked is not None:
                 while blocked is not None:
                     if isinstance(blocked, _SlowPut):
-                        await session.append(blocked.point, None, (blocked.alias,), missed=True)
+                        await session.wait_lookup()
+                        session.put(blocked.point, None, (blocked.alias,))
                     elif blocked is _YIELD:
                         await asyncio.sleep(0)
+                    elif blocked is _SETTLE:
+                        await session.settle()
                     elif isinstance(blocked, _Barrier):
                         await session.settle()
                         if isinstance(blocked.command, RollupCommand):
@@ -505,9 +541,10 @@ class TelnetProtocol(TrackedProtocol):
             f"{self._context.storage_error}{error.message}: {points} {noun} not stored"
         )
 
-    def _count_parse_error(self, exc: BadRequestError) -> None:
+    def _count_error(self, invalid_value: bool) -> None:
+        """A line refused by the parser: an invalid value or an illegal argument."""
         self._stats.errors.inc()
-        if isinstance(exc, PutLineError) and exc.kind == PutLineError.INVALID_VALUE:
+        if invalid_value:
             self._stats.invalid_values.inc()
         else:
             self._stats.illegal_arguments.inc()
@@ -566,7 +603,7 @@ class TelnetProtocol(TrackedProtocol):
         try:
             line = parse_histogram_line(list(command.words), histograms.codecs is not None)
         except PutLineError as exc:
-            self._count_parse_error(exc)
+            self._count_error(exc.kind == PutLineError.INVALID_VALUE)
             self._write(format_error(exc))
             return
         assert histograms.codecs is not None

@@ -6,23 +6,20 @@
 telnet one is handed over here with the bytes already read (SCM_RIGHTS on the handoff
 socket). From then on this process reads the client, frames its lines and parses them
 with the same pure parsers as the daemon (:mod:`tsd.protocol.telnet`), and sends the owner
-one message per read, in order, over the channel:
+one message per read, in order, over the channel: the items of
+:class:`~tsd.protocol.telnet_frame.TelnetFramer`, the same the daemon frames for its own
+connections, with this worker's memory of series:
 
-* runs of puts whose raw metric and tag words were accepted by the full parser before
-  (typed by :func:`~tsd.protocol.telnet.take_known_puts`), as columns: ``(0, keys,
-  timestamps, values)``;
-* a put the full parser accepted, the first of its words: ``(1, key, (metric, ts, value,
-  tags))``;
-* any other line, as read (the owner parses it again, for OpenTSDB's reply or the
-  command): ``(2, line)``;
-* puts of series whose ref the owner taught this worker (``("k", entries)``: the raw
-  words and the series' row-key template, sent once the owner resolved the series for a
-  connection of this worker), encoded here into the connection's own cells, several
-  reads' worth, then handed over as one part of a log record: ``(3, payload, runs,
-  points)`` (:func:`tsd.wal.record.encode_payload_and_runs`). A connection's part goes
-  before any other line of it (so a command's reply still comes after every put before
-  it), once it holds :data:`PART_POINTS` points, at its end, and at the latest
-  :data:`PART_DELAY_S` after its first point.
+* the keys (raw metric and tag words) of every put it parsed in full, so that later puts
+  of them go as columns (:class:`~tsd.protocol.telnet_frame.KnownPuts`) the owner maps to
+  its refs;
+* the series' refs the owner taught it (``("k", entries)``: the raw words and the
+  series' row-key template, sent once the owner resolved the series for a connection of
+  this worker): their puts are encoded here into the connection's own cells, several
+  reads' worth, then handed over as one :class:`~tsd.wal.record.EncodedPart`. A
+  connection's part goes before any command or refused line of it (so a reply still
+  comes after every put before it), once it holds :data:`PART_POINTS` points, at its end,
+  and at the latest :data:`PART_DELAY_S` after its first point.
 
 The owner answers with the bytes to write (``("w", cid, data)``) and when to close
 (``("c", cid)``): every reply, error line and acknowledgement is the owner's, in order.
@@ -45,24 +42,13 @@ import sys
 from typing import Any, cast
 
 from tsd.codec import SeriesKey
-from tsd.errors import BadRequestError
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet import (
-    LineBuffer,
-    PutCommand,
-    parse_command,
-    put_line_key,
-    take_known_puts,
-    take_known_puts_into,
-)
+from tsd.protocol.telnet_frame import TelnetFramer, items_to_wire
 from tsd.server.flow import WRITE_HIGH_WATER
-from tsd.wal.record import encode_payload_and_runs
+from tsd.wal.record import EncodedPart, seal_part
 
 #: Frame header of every channel message: its length, big-endian.
 HEADER = struct.Struct(">I")
-#: Keys remembered as valid puts before the memory is cleared; the owner's map of the same
-#: keys clears at the same count (both see the same first puts, in the same order).
-MAX_KEYS = 1_000_000
 #: Series refs a worker keeps before it forgets them all (the owner's own bound,
 #: tsd.core.series_cache.size's default); a series forgotten goes by its key again.
 MAX_REFS = 5_000_000
@@ -105,17 +91,6 @@ class Deframer:
         return messages
 
 
-def remember_key(keys: dict[Any, Any], key: Any, value: Any) -> bool:
-    """Add ``key`` (clearing past MAX_KEYS first); False when it was there. Worker and
-    owner call this for the same keys in the same order, so their maps stay equal."""
-    if key in keys:
-        return False
-    if len(keys) >= MAX_KEYS:
-        keys.clear()
-    keys[key] = value
-    return True
-
-
 class Worker:
     """The worker's side of the channel and its client connections."""
 
@@ -123,7 +98,6 @@ class Worker:
         self.rules = NameRules(settings["special_chars"], settings["max_tags"])
         self.commands = tuple(settings["commands"])
         self.max_line_bytes = int(settings["max_line_bytes"])
-        self.puts = "put" in self.commands
         self.keys: dict[Any, Any] = {}
         #: put_line_key -> row-key template, as the owner taught them
         self.refs: dict[Any, SeriesKey] = {}
@@ -213,13 +187,18 @@ class Client(asyncio.Protocol):
         self.worker = worker
         self.cid = cid
         self.first = first
-        self.lines = LineBuffer(worker.max_line_bytes)
+        self.framer: TelnetFramer[EncodedPart] = TelnetFramer(
+            rules=worker.rules,
+            commands=worker.commands,
+            max_line_bytes=worker.max_line_bytes,
+            refs=worker.refs,
+            seal=seal_part,
+            keys=worker.keys,
+            part_points=PART_POINTS,
+        )
         self.transport: asyncio.Transport | None = None
         self.reading = True
         self.writing = True
-        #: the connection's encoded points not handed over yet: row key -> cells
-        self.rows: dict[bytes, dict[bytes, bytes]] = {}
-        self.points = 0
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -232,70 +211,26 @@ class Client(asyncio.Protocol):
             self.data_received(first)
 
     def data_received(self, data: bytes) -> None:
-        self.lines.feed(data)
-        lines = self.lines.take_lines()
-        if not lines:
-            return
-        worker = self.worker
-        keys, rules, commands = worker.keys, worker.rules, worker.commands
-        refs = worker.refs
-        items: list[tuple[Any, ...]] = []
-        index, count = 0, len(lines)
-        while index < count:
-            if worker.puts:
-                if refs:
-                    taken, _ = take_known_puts_into(lines, index, refs, self.rows, count)
-                    if taken:
-                        index += taken
-                        self.points += taken
-                        if self.points >= PART_POINTS:
-                            self.take_part(items)
-                        continue
-                known: list[tuple[Any, int, int | float]] = []
-                index = take_known_puts(lines, index, keys, known, count)
-                if known:
-                    # columns: the owner maps and zips them at C speed
-                    keys_, stamps, values = zip(*known, strict=True)
-                    items.append((0, keys_, stamps, values))
-                    continue
-            line = lines[index]
-            index += 1
-            if line is not None and line.startswith(b"put "):
-                try:
-                    command = parse_command(line, rules, commands)
-                except BadRequestError:
-                    command = None
-                if type(command) is PutCommand:
-                    key = put_line_key(line)
-                    remember_key(keys, key, key)
-                    point = command.point
-                    items.append((1, key, (point.metric, point.timestamp, point.value, point.tags)))
-                    continue
-            self.take_part(items)  # a command answers after every put before it
-            items.append((2, line))
+        framer = self.framer
+        items = framer.frame(data)
         if items:
-            worker.send(("d", self.cid, items))
-        if self.points and self.timer is None:
+            self.worker.send(("d", self.cid, items_to_wire(items)))
+        if not framer.encoded:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+        elif self.timer is None:
             self.timer = asyncio.get_running_loop().call_later(PART_DELAY_S, self.send_part)
-
-    def take_part(self, items: list[tuple[Any, ...]]) -> None:
-        """Append the encoded points as one part to ``items``, if there are any."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if not self.points:
-            return
-        payload, runs = encode_payload_and_runs(self.rows.items())
-        items.append((3, payload, runs, self.points))
-        self.rows = {}
-        self.points = 0
 
     def send_part(self) -> None:
         """Hand the encoded points over now."""
-        items: list[tuple[Any, ...]] = []
-        self.take_part(items)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        items: list[Any] = []
+        self.framer.take_part(items)
         if items:
-            self.worker.send(("d", self.cid, items))
+            self.worker.send(("d", self.cid, items_to_wire(items)))
 
     def eof_received(self) -> bool:
         self.send_part()

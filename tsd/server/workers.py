@@ -14,7 +14,6 @@ shape and what each guarantee rests on: docs/write-path.md, "Every core".
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import os
@@ -22,22 +21,17 @@ import pickle
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
 from tsd.log import TELNET, get_logger
-from tsd.model import DataPoint
+from tsd.model import Tags
 from tsd.protocol.telnet import TELNET_REF_CACHE
+from tsd.protocol.telnet_frame import ParsedPut, items_from_wire, remember_key
 from tsd.server.listener import TrackedProtocol
-from tsd.server.telnet import (
-    TelnetContext,
-    TelnetProtocol,
-    TelnetStats,
-    _Barrier,
-    _SlowPut,
-    _Yield,
-)
-from tsd.server.worker import Deframer, frame, remember_key
+from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats
+from tsd.server.worker import Deframer, frame
+from tsd.wal.record import EncodedPart
 from tsd.write.ingest import RefCache, SeriesRef
 
 log = get_logger(TELNET)
@@ -98,19 +92,19 @@ class _RemoteTransport(asyncio.Transport):
 
 
 class RemoteTelnet(TelnetProtocol):
-    """A telnet connection whose socket a worker holds: the owner's half."""
+    """A telnet connection whose socket a worker holds: the owner's half. The worker
+    frames the client's bytes (:class:`~tsd.protocol.telnet_frame.TelnetFramer`) and this
+    half runs the one item loop of :class:`~tsd.server.telnet.TelnetProtocol` over them."""
 
     def __init__(self, context: TelnetContext, stats: TelnetStats, channel: WorkerChannel) -> None:
         super().__init__(context, stats)
         self._channel = channel
         # A series this connection resolves is taught to its worker as well, which from
-        # then on encodes that series' points itself (kind 3 items).
+        # then on encodes that series' points itself (into parts).
         self._session.cache = channel.learning
-        self._items: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._at = 0  # position in the run of known puts at the head of _items
 
-    def feed(self, items: list[tuple[Any, ...]]) -> None:
-        """What the worker parsed from one read."""
+    def feed(self, items: list[Any]) -> None:
+        """What the worker framed from one read."""
         if self._exiting:
             return
         self._last_read = self._loop.time()
@@ -123,71 +117,15 @@ class RemoteTelnet(TelnetProtocol):
         if self._task is None:
             self._handle_available()
 
-    def _run_lines(self) -> _SlowPut | _Barrier | _Yield | bool | None:
-        session, refs, items = self._session, self._refs, self._items
-        received = self._stats.received
-        series = self._channel.series
-        blocked: _SlowPut | _Barrier | _Yield | None
-        while not self._exiting:
-            if not items:
-                return None
-            item = items[0]
-            kind = item[0]
-            if kind == 0:
-                if session.is_full():
-                    return True
-                keys = item[1]
-                start, count = self._at, len(keys)
-                stop = min(count, start + session.room())
-                found = list(map(refs.get, keys[start:stop]))
-                try:
-                    taken = found.index(None)
-                except ValueError:
-                    taken = len(found)
-                if taken:
-                    end = start + taken
-                    received.value += taken
-                    refs_ = cast(list[SeriesRef], found[:taken])
-                    stamps, values = item[2][start:end], item[3][start:end]
-                    session.append_by_ref(list(zip(refs_, stamps, values, strict=True)))
-                    # the worker does not know these refs (yet): teach them, once per item
-                    self._channel.teach_all(dict(zip(keys[start:end], refs_, strict=True)))
-                at = start + taken
-                if at >= count:
-                    items.popleft()
-                    self._at = 0
-                    continue
-                if at == stop:
-                    self._at = at
-                    continue  # the writer's room ran out: check it again
-                # a series resolved once and forgotten since (its ref cache was cleared),
-                # or whose first put is still being resolved
-                key = keys[at]
-                self._at = at + 1
-                received.value += 1
-                metric, tags = series[key]
-                point = DataPoint(metric, item[2][at], item[3][at], tags)
-                blocked = self._put(point, key)
-            elif kind == 3:
-                if session.is_full():
-                    return True
-                items.popleft()
-                received.value += item[3]
-                self._channel.encoded.value += item[3]
-                session.append_part(item[1], item[2], item[3])
-                continue
-            elif kind == 1:
-                items.popleft()
-                received.value += 1
-                metric, timestamp, value, tags = item[2]
-                blocked = self._put(DataPoint(metric, timestamp, value, tags), item[1])
-            else:
-                items.popleft()
-                received.value += 1
-                blocked = self._run_line(item[1])
-            if blocked is not None:
-                return blocked
-        return None
+    def _took_part(self, points: int) -> None:
+        self._channel.encoded.value += points
+
+    def _learned(self, keys: Sequence[Hashable], refs: list[SeriesRef]) -> None:
+        # the worker does not know these refs (yet): teach them, once per item
+        self._channel.teach_all(dict(zip(keys, refs, strict=True)))
+
+    def _series_of(self, key: Hashable) -> tuple[str, Tags]:
+        return self._channel.series[key]
 
 
 class _LearningCache(RefCache):
@@ -218,7 +156,7 @@ class WorkerChannel(asyncio.Protocol):
         self.handoff: socket.socket | None = None
         self.connections: dict[int, RemoteTelnet] = {}
         #: put_line_key -> (metric, tags) of every put the worker parsed first
-        self.series: dict[Any, tuple[str, Any]] = {}
+        self.series: dict[Any, tuple[str, Tags]] = {}
         self.lost = asyncio.get_running_loop().create_future()
         self._deframer = Deframer()
         self._paused = False
@@ -295,11 +233,11 @@ class WorkerChannel(asyncio.Protocol):
             kind, cid = message[0], message[1]
             protocol = connections.get(cid)
             if kind == "d":
-                items = message[2]
+                items = items_from_wire(message[2], EncodedPart)
                 for item in items:  # in channel order: before any later key-only put
-                    if item[0] == 1:
-                        metric, _, _, tags = item[2]
-                        remember_key(series, item[1], (metric, tags))
+                    if type(item) is ParsedPut:
+                        point = item.point
+                        remember_key(series, item.key, (point.metric, point.tags))
                 if protocol is not None:
                     protocol.feed(items)
             elif kind == "e":

@@ -60,7 +60,7 @@ from tsd.tools.common import (
     run_async,
     tool_config,
 )
-from tsd.write.ingest import IngestService, IngestSession, RefPoint
+from tsd.write.ingest import IngestService, IngestSession, Put, RefPoint, Refused
 from tsd.write.pipeline import WritePath
 
 #: bytes read per block (a block is split into lines at once)
@@ -245,7 +245,10 @@ async def import_source(
     first_lineno = 1  # of the block's first line
     points = 0
     refs = ingest.ref_cache(TELNET_REF_CACHE)
-    session: IngestSession[None] = ingest.session(cache=refs)
+    refusals: list[Refused] = []
+    session: IngestSession[None] = ingest.session(
+        cache=refs, on_refused=lambda _tag, _point, refused: refusals.append(refused)
+    )
     try:
         for lines in source.blocks(PUT):
             index, end = 0, len(lines)
@@ -254,16 +257,21 @@ async def import_source(
                 known: list[RefPoint] = []
                 index = take_known_puts(lines, index, refs, known, session.room())
                 if known:
-                    session.append_by_ref(known)
+                    session.append_run(known)
                     points += len(known)
                     continue
                 line = lines[index]
                 index += 1
                 try:
                     point = _parse_line(line, rules)
-                    refused = await session.append_now(point, None, (put_line_key(line),))
-                    if refused is not None:
-                        raise _BadLine(refused.message)
+                    # one line at a time: its series resolved before the next line
+                    refusals.clear()
+                    while (taken := session.put(point, None, (put_line_key(line),))) is Put.BUSY:
+                        await session.wait_lookup()
+                    if taken is Put.QUEUED:
+                        await session.settle()
+                    if refusals:
+                        raise _BadLine(refusals.pop().message)
                 except _BadLine as bad:
                     progress.clear()  # the report goes on a line of its own
                     text = line[len(PUT) :].decode("utf-8", "replace")

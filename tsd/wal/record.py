@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import google_crc32c
 import zstandard
@@ -65,6 +65,22 @@ Columns = tuple[bytes, list[bytes], list[bytes]]
 #: a row key, its cell count, its qualifiers joined and its values joined (the record's
 #: own runs of bytes: no object per cell)
 RowRun = tuple[bytes, int, bytes, bytes]
+
+
+class EncodedPart(NamedTuple):
+    """Points encoded ahead of the writer (a telnet connection's, in the daemon or in a
+    worker process): a :data:`CELLS` payload (not framed) and the same rows as runs."""
+
+    payload: bytes
+    runs: list[RowRun]
+    points: int
+
+
+def seal_part(rows: dict[bytes, dict[bytes, bytes]], points: int) -> EncodedPart:
+    """``points`` points encoded into ``rows`` (row key -> qualifier -> value), as one
+    :class:`EncodedPart`."""
+    payload, runs = encode_payload_and_runs(rows)
+    return EncodedPart(payload, runs, points)
 
 
 def encode_cells(rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]]) -> bytes:

@@ -11,9 +11,9 @@ sorted keys fastest, and HBase groups them by region).
 A second cell for the same (row, qualifier) replaces the first, as a second HBase put of
 the same cell does: the point sent last wins.
 
-Points arrive in bulk on the ingest hot path (:meth:`Batch.add_points`: every put line of
-one socket read, every point of one /api/put body): one loop encodes them straight into
-the rows, with no per-point call into the writer. Points a telnet worker process encoded
+Points arrive in bulk on the ingest hot path (:meth:`Batch.add_points`: every point of
+one /api/put body): one loop encodes them straight into the rows, with no per-point call
+into the writer. Points a telnet connection encoded (in the daemon or in a worker process)
 arrive already as a part of a log record (:meth:`Batch.add_part`: its payload and its
 rows as runs, a few Python steps per call, none per point); the batch keeps such parts
 in arrival order with its own rows, and the log record and the head's runs are the parts
@@ -23,13 +23,13 @@ embedded store without the head) gets them folded back into rows (:meth:`Batch.f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tsd.codec import SeriesKey
 from tsd.codec.compaction import split_cell
 from tsd.codec.qualifier import encode_points_into
-from tsd.wal.record import RowRun, encode_payload_and_runs
+from tsd.wal.record import EncodedPart, RowRun, encode_payload_and_runs
 
 #: Cells in one storage write. Large enough that a flush costs little per cell, small
 #: enough that one write does not hold the storage (or one HBase RPC) for long.
@@ -83,26 +83,16 @@ class Batch:
         them): a CodecError leaves the points before it buffered."""
         self.cells += encode_points_into(self.rows, points)
 
-    def add_encoded(
-        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
-    ) -> int:
-        """Let ``fill`` encode points straight into the rows (a protocol's parser that
-        encodes as it parses: ``(points, cells added)``, as
-        :func:`~tsd.codec.qualifier.encode_points_into` counts them); the points."""
-        points, added = fill(self.rows)
-        self.cells += added
-        return points
-
-    def add_part(self, payload: bytes, runs: list[RowRun], points: int) -> None:
-        """Buffer ``points`` points encoded elsewhere: a :data:`~tsd.wal.record.CELLS`
-        payload and the same points as runs (a telnet worker's). The rows buffered so far
+    def add_part(self, part: EncodedPart) -> None:
+        """Buffer points encoded ahead: a :data:`~tsd.wal.record.CELLS` payload and the
+        same points as runs (a telnet connection's). The rows buffered so far
         become a part first, so that the order of arrival is the order of the parts (a
         later point of a cell wins when the head or a fold reads them)."""
         if self.rows:
             self.parts.append(encode_payload_and_runs(self.rows.items()))
             self.rows = {}
-        self.parts.append((payload, runs))
-        self.cells += points
+        self.parts.append((part.payload, part.runs))
+        self.cells += part.points
 
     def payload_and_runs(self) -> tuple[bytes, list[RowRun]]:
         """The batch as one log record's payload, and its rows as runs (in arrival order;

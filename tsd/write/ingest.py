@@ -1,10 +1,20 @@
 """The ingest service: the one way data points enter the write path (architecture §1.2a).
 
-Telnet, both /api/put modes and ``tsdb import`` are loops of frame -> parse -> ingest ->
-reply; everything between a parsed point and the :class:`~tsd.write.writer.Writer` is
-here, once. The shape is Prometheus' ``storage.Appender``: a series is resolved once into
-a :data:`SeriesRef` (``IngestService.resolve``), after which its points are appended by
-ref in bulk (``IngestSession.append_by_ref``), with no lookup and no suspension.
+Telnet (in the daemon or in a worker process), both /api/put modes, Prometheus'
+remote write and ``tsdb import`` are loops of frame -> parse -> ingest -> reply;
+everything between a parsed point and the :class:`~tsd.write.writer.Writer` is here, once.
+The shape is Prometheus' ``storage.Appender``: one way in for a point,
+:meth:`IngestSession.put`, and a :data:`SeriesRef` only a shortcut past its lookup. An
+:class:`IngestSession` takes points three ways, and no other:
+
+* :meth:`IngestSession.put`: one parsed point of any series;
+* :meth:`IngestSession.append_run`: points of series resolved before, by ref, in bulk;
+* :meth:`IngestSession.append_part`: points a telnet connection encoded ahead
+  (:class:`~tsd.wal.record.EncodedPart`), whether in the daemon or a worker process.
+
+The rest of its surface is flow control (:meth:`~IngestSession.room`,
+:meth:`~IngestSession.wait_room`, :meth:`~IngestSession.wait_lookup`) and settling
+(:meth:`~IngestSession.settle`, :meth:`~IngestSession.stored`).
 
 * Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded:
   cleared past ``max_series``) and hands protocols :class:`RefCache` maps for their own
@@ -13,13 +23,12 @@ ref in bulk (``IngestSession.append_by_ref``), with no lookup and no suspension.
   point whose full parse it accepted, so the key always stands for the same series.
   ``dropcaches`` clears them all (:meth:`IngestService.drop_caches`).
 * Misses. A point of a series not resolved yet needs its UIDs looked up or assigned,
-  which awaits storage. :meth:`IngestSession.append` queues it: up to ``window`` lookups
-  of one session run at once (1 keeps UID assignment in arrival order, as OpenTSDB hands
-  them out), and points of known series arriving meanwhile are buffered at once. A caller
-  that must answer only after every earlier point (telnet's commands, a put reply) awaits
-  :meth:`IngestSession.settle`. A caller looping over lines without suspending (telnet)
-  adds a miss to the batch of the current turn with :meth:`IngestSession.try_queue_miss`
-  while one is open: a burst of new series then costs no await per point.
+  which awaits storage. :meth:`IngestSession.put` queues it without suspending: misses
+  of one loop turn form one batch, up to ``window`` batches of one session run at once
+  (1 keeps UID assignment in arrival order, as OpenTSDB hands them out), and points of
+  known series arriving meanwhile are buffered at once. A caller that must answer only
+  after every earlier point (telnet's commands, a put reply) awaits
+  :meth:`IngestSession.settle`.
 * Back-pressure. :meth:`IngestSession.room` is how many points the writer takes before it
   is full; :meth:`IngestSession.wait_room` waits until it drains. Protocols stop reading
   meanwhile, so a slow store slows its clients instead of growing the heap.
@@ -47,13 +56,13 @@ from tsd.log import WRITER, get_logger
 from tsd.model import DataPoint, Tags
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
-from tsd.wal.record import RowRun
+from tsd.wal.record import EncodedPart
 from tsd.write.writer import Ack, Writer
 
 log = get_logger(WRITER)
 
 #: The handle of a resolved series (its row-key template). Opaque to protocols: they
-#: keep it in a :class:`RefCache` and hand it back to :meth:`IngestSession.append_by_ref`.
+#: keep it in a :class:`RefCache` and hand it back to :meth:`IngestSession.append_run`.
 SeriesRef: TypeAlias = SeriesKey
 #: A point of a resolved series, as the bulk appenders take it.
 RefPoint: TypeAlias = tuple[SeriesRef, int, int | float]
@@ -70,6 +79,18 @@ MAX_MISS_BATCH = 4096
 
 #: A point of a series not resolved yet: the point, the caller's tag, its alias keys.
 _Miss: TypeAlias = tuple[DataPoint, T | None, tuple[Hashable, ...]]
+
+
+class Put(enum.Enum):
+    """What :meth:`IngestSession.put` did with a point."""
+
+    #: its series is resolved: the point is in the writer's batch
+    BUFFERED = "buffered"
+    #: queued for its series' lookup (:meth:`IngestSession.settle` waits for it)
+    QUEUED = "queued"
+    #: not taken: every lookup of the session's window is busy
+    #: (:meth:`IngestSession.wait_lookup`, then put it again)
+    BUSY = "busy"
 
 
 class RefusalKind(enum.Enum):
@@ -277,7 +298,7 @@ class IngestSession(Generic[T]):
     """The appends of one client, in its order. ``T`` is the caller's tag of a point (a
     body index, nothing for telnet): it comes back with the point's outcome.
 
-    ``cache``: where :meth:`try_append` and :meth:`append` remember a point's extra keys
+    ``cache``: where :meth:`put` remembers a point's extra keys
     (``aliases``) once its series is resolved.
     """
 
@@ -316,10 +337,18 @@ class IngestSession(Generic[T]):
         if writer.is_full():
             await writer.wait_writable()
 
-    # -- known series -------------------------------------------------------------------------
+    async def wait_lookup(self) -> None:
+        """Return once a lookup of the session's window is free (at once when one is):
+        after :meth:`put` answered :attr:`Put.BUSY`, the same point is then taken."""
+        pending = self._pending
+        while len(pending) >= self.window:
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
 
-    def append_by_ref(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
-        """Buffer points of resolved series, in order, without suspending (the hot path).
+    # -- the ways in --------------------------------------------------------------------------
+
+    def append_run(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
+        """Buffer points of resolved series, in order, without suspending (the hot path:
+        a ref is only a shortcut past :meth:`put`'s lookup).
 
         Timestamps and values must be valid, as the protocol parsers type them. Callers
         that honour back-pressure pass at most :meth:`room` points. ``tags`` (one per
@@ -338,29 +367,13 @@ class IngestSession(Generic[T]):
             self.counters[0].value += len(points)
         self._note_ack(ack, tags, len(points))
 
-    def append_encoded(
-        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
-    ) -> int | None:
-        """Let ``fill`` parse and encode points of resolved series straight into the
-        writer's batch (:meth:`Writer.add_encoded`; ``fill`` honours :meth:`room`), without
-        suspending; the points taken, or None when the writer takes no points now
-        (shutting down, HBase's spool full): the caller's per-point path refuses them."""
+    def append_part(self, part: EncodedPart) -> None:
+        """Buffer points a telnet connection encoded ahead (a log record's payload and its
+        rows as runs: :meth:`Writer.add_part`), without suspending. Refusals are reported
+        for each point of the part, without a point or tag."""
+        points = part.points
         try:
-            points, ack = self.service.writer.add_encoded(fill)
-        except TsdError:
-            return None
-        if ack is not None:
-            if self.counters is not None:
-                self.counters[0].value += points
-            self._note_ack(ack, None, points)
-        return points
-
-    def append_part(self, payload: bytes, runs: list[RowRun], points: int) -> None:
-        """Buffer ``points`` points a telnet worker process resolved and encoded (a log
-        record's payload and its rows as runs: :meth:`Writer.add_part`), without
-        suspending. Refusals are reported once for the whole part."""
-        try:
-            ack = self.service.writer.add_part(payload, runs, points)
+            ack = self.service.writer.add_part(part)
         except TsdError as exc:  # shutting down, or HBase's spool full
             if not self._track_refusal(exc, None, points):
                 refused = Refused.of(exc)
@@ -371,100 +384,35 @@ class IngestSession(Generic[T]):
             self.counters[0].value += points
         self._note_ack(ack, None, points)
 
-    async def append_all(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
-        """:meth:`append_by_ref` in runs of what the writer has room for, waiting while
-        it is full."""
-        start, count = 0, len(points)
-        while start < count:
-            await self.wait_room()
-            end = min(count, start + max(1, self.room()))
-            run = points if start == 0 and end == count else points[start:end]
-            self.append_by_ref(run, None if tags is None else tags[start:end])
-            start = end
+    def put(self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()) -> Put:
+        """Take one parsed point of any series, without suspending, remembering
+        ``aliases`` (the protocol's keys of its series) once the series is resolved.
 
-    # -- any series ---------------------------------------------------------------------------
-
-    def try_append(self, point: DataPoint, tag: T | None, aliases: Iterable[Hashable] = ()) -> bool:
-        """Buffer ``point`` if its series is resolved (remembering ``aliases`` for it) and
-        return True; False on a miss, to be passed to :meth:`append`."""
+        A point of a resolved series is buffered (:attr:`Put.BUFFERED`). Any other is
+        queued for its series' lookup (:attr:`Put.QUEUED`): misses put in the same turn
+        of the event loop (the lines of one socket read, the elements of one body) join
+        one batch, resolved by one :meth:`IngestService.resolve_many`, and up to
+        ``window`` batches run at once; the outcome goes to ``on_refused``, and
+        :meth:`settle` waits for every lookup. :attr:`Put.BUSY`: the point needs a new
+        batch and ``window`` are running: nothing was taken; await :meth:`wait_lookup`
+        and put it again."""
         ref = self.service.cached(point.metric, point.tags)
-        if ref is None:
-            return False
-        self._remember(aliases, ref)
-        self._add_one(ref, point, tag)
-        return True
-
-    async def append(
-        self,
-        point: DataPoint,
-        tag: T | None = None,
-        aliases: Iterable[Hashable] = (),
-        *,
-        missed: bool = False,
-    ) -> None:
-        """Buffer ``point``, resolving its series in the session's window of lookups.
-
-        Misses appended in the same turn of the event loop (the lines of one socket read,
-        the elements of one body) join one batch, resolved by one
-        :meth:`IngestService.resolve_many`; up to ``window`` batches run at once, and this
-        returns once the point's batch exists (waiting while ``window`` are running).
-        The outcome goes to ``on_refused``; :meth:`settle` waits for every lookup.
-        ``missed``: the caller's :meth:`try_append` of this point just missed."""
-        if not missed and self.try_append(point, tag, aliases):
-            return
-        miss = (point, tag, tuple(aliases))
+        if ref is not None:
+            if aliases:
+                self._remember(aliases, ref)
+            self._add_one(ref, point, tag)
+            return Put.BUFFERED
         batch = self._collecting
         if batch is None or len(batch) >= MAX_MISS_BATCH:
             pending = self._pending
-            while len(pending) >= self.window:
-                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            batch = self._collecting
-            if batch is None or len(batch) >= MAX_MISS_BATCH:
-                batch = self._collecting = []
-                task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-        batch.append(miss)
-
-    def try_queue_miss(
-        self, point: DataPoint, tag: T | None = None, aliases: tuple[Hashable, ...] = ()
-    ) -> bool:
-        """Queue a point whose :meth:`try_append` just missed into this loop turn's batch
-        of lookups, if one is open and not full (True), without suspending; False when
-        :meth:`append` must be awaited (no open batch, or the window is busy). A burst
-        of new series then costs no await per point."""
-        batch = self._collecting
-        if batch is None or len(batch) >= MAX_MISS_BATCH:
-            return False
-        batch.append((point, tag, aliases))
-        return True
-
-    def try_queue_new(self, point: DataPoint, alias: Hashable) -> bool:
-        """:meth:`try_queue_miss` for a point whose protocol key (``alias``) just missed,
-        in a protocol's loop over a burst of new series: True once queued; False when no
-        batch is open or it is full, or when the series is known under its names after
-        all (another spelling of it): the caller's per-point path then takes the point."""
-        if self.service.cached(point.metric, point.tags) is not None:
-            return False
-        return self.try_queue_miss(point, None, (alias,))
-
-    async def append_now(
-        self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()
-    ) -> Refused | None:
-        """Buffer ``point`` after resolving its series inline: None once buffered, else
-        why not (``on_refused`` is not called). For one-at-a-time callers (import)."""
-        try:
-            ref = await self.service.resolve(point.metric, point.tags)
-        except TsdError as exc:
-            return Refused.of(exc)
-        self._remember(aliases, ref)
-        await self.wait_room()
-        try:
-            ack = self.service.writer.add_to(ref, point.timestamp, point.value)
-        except TsdError as exc:
-            return Refused.of(exc)
-        self._note_ack(ack, None if tag is None else (tag,))
-        return None
+            if len(pending) >= self.window:
+                return Put.BUSY
+            batch = self._collecting = []
+            task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        batch.append((point, tag, tuple(aliases)))
+        return Put.QUEUED
 
     def has_pending(self) -> bool:
         """True while lookups of this session are running."""
@@ -547,7 +495,7 @@ class IngestSession(Generic[T]):
         """Hand ``run`` to the writer and empty it (and ``tags``)."""
         if run:
             kept = None if all(tag is None for tag in tags) else cast(list[T], tags[:])
-            self.append_by_ref(run[:], kept)
+            self.append_run(run[:], kept)
             run.clear()
             tags.clear()
 

@@ -54,7 +54,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog, encode_cells
-from tsd.wal.record import Columns, Row, RowRun, frame_cells, iter_records
+from tsd.wal.record import Columns, EncodedPart, Row, frame_cells, iter_records
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink
@@ -237,31 +237,11 @@ class Writer:
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
 
-    def add_encoded(
-        self, fill: Callable[[dict[bytes, dict[bytes, bytes]]], tuple[int, int]]
-    ) -> tuple[int, Ack | None]:
-        """Let ``fill`` encode points of known series straight into the batch's rows
-        (:meth:`Batch.add_encoded`: the telnet hot path parses and encodes in one pass);
-        the points it took and the batch's ack (None when it took none). Raises as
-        :meth:`add_points` when the writer takes no points (nothing is parsed then)."""
-        if self._closing:
-            raise StorageUnavailable("the writer is shutting down")
-        if self._spool is not None and self._spool.refusal is not None:
-            raise self._spool.refusal
-        batch = self._batch
-        was_empty = batch.cells == 0
-        points = batch.add_encoded(fill)
-        if not points:
-            return 0, None
-        if batch.started_at is None:
-            batch.start(self._clock())
-        self._added.value += points
-        return points, self._added_to_batch(was_empty)
-
-    def add_part(self, payload: bytes, runs: list[RowRun], points: int) -> Ack:
-        """Buffer ``points`` points encoded elsewhere (a telnet worker's): a log record's
-        payload and the same rows as runs (:meth:`Batch.add_part`). Costs a few steps per
-        call, none per point."""
+    def add_part(self, part: EncodedPart) -> Ack:
+        """Buffer points encoded ahead (a telnet connection's): a log record's payload and
+        the same rows as runs (:meth:`Batch.add_part`). Costs a few steps per call, none
+        per point."""
+        points = part.points
         if self._closing:
             raise StorageUnavailable("the writer is shutting down")
         if self._spool is not None and self._spool.refusal is not None:
@@ -271,7 +251,7 @@ class Writer:
         if batch.started_at is None:
             batch.start(self._clock())
         was_empty = batch.cells == 0
-        batch.add_part(payload, runs, points)
+        batch.add_part(part)
         self._added.value += points
         return self._added_to_batch(was_empty)
 

@@ -42,6 +42,7 @@ from tsd.protocol.prom_labels import (
     is_storable_timestamp,
 )
 from tsd.protocol.prom_wire import DecodeError, decode_label, decode_write_request
+from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
@@ -106,7 +107,7 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     )
     known: list[RefPoint] = []
     await _append_series(message.timeseries, session, refs, mapper, known, outcome)
-    await session.append_all(known, range(len(known)))
+    await append_in_room(session, known, range(len(known)))
     await session.settle()
     refused_samples = sum(outcome.refused.values()) - outcome.refused["unknown_metric"]
     if session.counters is not None and refused_samples:
@@ -178,8 +179,7 @@ async def _append_series(
                 continue
             point = DataPoint(mapped.metric, timestamp, value, mapped.tags)
             tag += 1
-            if not session.try_append(point, -tag, aliases):
-                await session.append(point, -tag, aliases, missed=True)
+            await put_waiting(session, point, -tag, aliases)
 
 
 def _map(raw_labels: Any, mapper: LabelMapper) -> MappedSeries | tuple[str, str]:

@@ -39,6 +39,7 @@ from tsd.protocol.put_reply import (
     put_response,
     put_timeout_response,
 )
+from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed, query_params
@@ -140,7 +141,7 @@ async def _append_piece(
             # points of series new to the parser holds the loop for seconds.
             await asyncio.sleep(0)
         if at > done:
-            await session.append_all(points[done:at], _RunIndexes(piece, done, at))
+            await append_in_room(session, points[done:at], _RunIndexes(piece, done, at))
             done = at
         if not isinstance(result, DataPoint):
             put.failed.append((offset + index, result))
@@ -150,10 +151,10 @@ async def _append_piece(
         if raw_keys is not None:
             keys.append(raw_keys[index])
         await session.wait_room()
-        await session.append(result, offset + index, keys)
+        await put_waiting(session, result, offset + index, keys)
     if done < len(points):
         rest = points if done == 0 else points[done:]
-        await session.append_all(rest, _RunIndexes(piece, done, len(points)))
+        await append_in_room(session, rest, _RunIndexes(piece, done, len(points)))
     if raw_keys is not None:  # known under one key only: learn the other
         for (ref, _, _), index in zip(points, piece.point_indexes(), strict=True):
             refs.remember(raw_keys[index], ref)
