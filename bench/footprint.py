@@ -6,7 +6,7 @@ Three data sets, fixed seed, each ``--series`` series (default 1,000) x 24 h x 1
 * ``counter``: integer counters, increments uniform in 0..1000;
 * ``gauge``: integers drawn from {0, 1, 2, 3}.
 
-Each is loaded the way the daemon loads it: through the :class:`~tsd.write.writer.Writer`
+Each is loaded the way the daemon loads it: through the :class:`~tsd.write.batch_writer.Writer`
 with its write-ahead log and in-memory head (default bound and grace), in time order, on a
 simulated wall clock (points arrive 5 s after their time, the head's tick runs each
 simulated minute and writes each row out once its hour is closed). The whole data directory
@@ -66,9 +66,9 @@ from tsd.tools.common import ToolStore
 from tsd.tools.rollup_backfill import backfill
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
+from tsd.write.batch_writer import Writer
 from tsd.write.head_flush import build_head_sink
 from tsd.write.pipeline import WAL_DIRECTORY
-from tsd.write.writer import Writer
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC
 STEP = 10

@@ -67,7 +67,7 @@ from tsd.storage.hbase.batches import MAX_STEP_CELLS
 from tsd.storage.hbase.pool import HBASE_THRIFT, PROTOCOLS
 from tsd.tools.create_tables import create_tables
 from tsd.write.batch import DEFAULT_MAX_CELLS
-from tsd.write.writer import WriterLimits
+from tsd.write.batch_writer import WriterLimits
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

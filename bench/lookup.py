@@ -35,8 +35,8 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.batch_writer import Writer
 from tsd.write.ingest import IngestService, IngestSession, Put
-from tsd.write.writer import Writer
 
 T0 = 1_700_000_000 - 1_700_000_000 % 3600
 

@@ -48,8 +48,8 @@ from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.hbase import HBaseStorage
 from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Row
+from tsd.write.batch_writer import Writer
 from tsd.write.head_flush import build_head_sink
-from tsd.write.writer import Writer
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_TS = 1_700_000_000 - 1_700_000_000 % 3600

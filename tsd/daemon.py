@@ -45,11 +45,9 @@ from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.tracking import QueryTracker
 from tsd.schema import ensure_tables, rollup_setup, storage_settings
 from tsd.server.credentials import Credentials
-from tsd.server.histograms import Histograms
 from tsd.server.http.app import make_app
 from tsd.server.http.context import Services
 from tsd.server.listener import BoundPort, Listener
-from tsd.server.rollups import Rollups
 from tsd.server.telnet import (
     HBASE_ERROR,
     STORAGE_ERROR,
@@ -59,18 +57,20 @@ from tsd.server.telnet import (
 )
 from tsd.server.telnet_auth import authenticated_telnet_factory
 from tsd.server.tls import server_context
-from tsd.server.workers import WorkerPool, worker_count
+from tsd.server.worker_pool import WorkerPool, worker_count
 from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
 from tsd.storage.instrumented import InstrumentedStorage
 from tsd.uid.service import UidService, check_uid_config
 from tsd.uid.uniqueid import UniqueId
+from tsd.write.batch_writer import Writer, WriterLimits
 from tsd.write.control import ControlServer
+from tsd.write.histogram_store import Histograms
 from tsd.write.ingest import IngestService
 from tsd.write.pipeline import WritePath
 from tsd.write.rollup import RollupWriter
-from tsd.write.writer import Writer, WriterLimits
+from tsd.write.rollup_store import Rollups
 
 log = get_logger(DAEMON)
 

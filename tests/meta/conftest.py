@@ -18,8 +18,8 @@ from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
+from tsd.write.batch_writer import Writer
 from tsd.write.ingest import IngestService
-from tsd.write.writer import Writer
 
 #: a fixed "now" for created times
 NOW_S = 1_700_000_000

@@ -21,8 +21,8 @@ from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.batch_writer import Writer
 from tsd.write.ingest import IngestService
-from tsd.write.writer import Writer
 
 
 async def write_untracked(env: MetaEnv, hosts: list[str], hours: int = 3) -> None:

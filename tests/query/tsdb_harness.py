@@ -35,10 +35,10 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.uid.service import UidService
+from tsd.write.batch_writer import Writer
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink, build_head_sink
 from tsd.write.ingest import IngestService
-from tsd.write.writer import Writer
 
 #: "now" for tests: far after every loaded point, so relative times are stable.
 NOW_MS = 1_400_000_000_000

@@ -13,7 +13,7 @@ from tests.conftest import STORAGE_BACKENDS, STORAGE_PARAMS
 from tsd.config import build_config
 from tsd.daemon import Daemon
 from tsd.storage.base import Storage
-from tsd.write.writer import WriterLimits
+from tsd.write.batch_writer import WriterLimits
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,

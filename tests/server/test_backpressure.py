@@ -9,7 +9,7 @@ from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, eventually, stored
 from tests.uid.hooked_storage import HookedStorage
 from tsd.storage.embedded import EmbeddedStorage
-from tsd.write.writer import WriterLimits
+from tsd.write.batch_writer import WriterLimits
 
 
 async def test_slow_storage_pauses_telnet_clients(make_tsd: MakeTsd, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from tsd.storage.base import Mutation, Put
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.embedded.storage import map_lmdb_error
 from tsd.wal import log as wal_log
-from tsd.write.writer import WriterLimits
+from tsd.write.batch_writer import WriterLimits
 
 T0 = 1_700_000_000
 

@@ -300,7 +300,7 @@ async def test_a_full_disk_is_a_503_that_prometheus_retries(make_tsd: MakeTsd, h
     tests/server/test_disk_full.py does): 503, nothing acknowledged; once space returns the
     same request (Prometheus' retry) is stored."""
     from tests.server.test_disk_full import LogDisk
-    from tsd.write.writer import WriterLimits
+    from tsd.write.batch_writer import WriterLimits
 
     log_disk = LogDisk(monkeypatch)
     daemon = await make_tsd(writer_limits=WriterLimits(retry_delays_s=()))

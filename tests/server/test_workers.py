@@ -10,7 +10,7 @@ import signal
 from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, eventually, stored
 from tsd.daemon import Daemon
-from tsd.server.workers import RemoteTelnet, WorkerPool
+from tsd.server.worker_pool import RemoteTelnet, WorkerPool
 
 T = 1_700_000_000
 

@@ -16,9 +16,9 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
+from tsd.write.batch_writer import Writer, WriterLimits
 from tsd.write.ingest import IngestService
 from tsd.write.schedule import CompactionSchedule
-from tsd.write.writer import Writer, WriterLimits
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ real writer."""
 from __future__ import annotations
 
 from tsd.model import DataPoint
+from tsd.write.batch_writer import Ack
 from tsd.write.ingest import IngestService
-from tsd.write.writer import Ack
 
 
 async def add(ingest: IngestService, point: DataPoint) -> Ack:

@@ -14,8 +14,8 @@ from tsd.errors import StorageError, TsdError
 from tsd.model import DataPoint, Tags, make_tags
 from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.storage.base import Storage
+from tsd.write.batch_writer import WriterLimits
 from tsd.write.ingest import IngestSession, Put, RefusalKind, Refused
-from tsd.write.writer import WriterLimits
 
 T0 = 1_356_998_400
 

@@ -25,12 +25,12 @@ from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.tools.common import own_rollups
 from tsd.uid.service import UidService
+from tsd.write.batch_writer import Writer
 from tsd.write.head_flush import build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.retention import HOUR_ROWS, first_kept, row_spans
 from tsd.write.rollup import put_rollup_cells
 from tsd.write.schedule import CompactionSchedule
-from tsd.write.writer import Writer
 
 T0 = 1_356_998_400
 DAY = 86_400

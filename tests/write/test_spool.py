@@ -22,9 +22,9 @@ from tsd.model import DataPoint, make_tags
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.wal import WriteAheadLog
+from tsd.write.batch_writer import Ack
 from tsd.write.ingest import IngestService, IngestSession
 from tsd.write.spool import Spool
-from tsd.write.writer import Ack
 
 T0 = 1_356_998_400
 TAGS = make_tags({"host": "a"})

@@ -19,7 +19,7 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.wal import WriteAheadLog
 from tsd.wal.record import SEGMENT_MAGIC, encode_cells, scan_records
-from tsd.write.writer import WriterLimits
+from tsd.write.batch_writer import WriterLimits
 
 T0 = 1_356_998_400
 TAGS = make_tags({"host": "a"})

@@ -16,8 +16,8 @@ from tsd.config import StorageConfig
 from tsd.errors import StorageError, StorageUnavailable
 from tsd.model import DataPoint, make_tags
 from tsd.storage.base import Storage
+from tsd.write.batch_writer import WriterLimits
 from tsd.write.ingest import IngestService
-from tsd.write.writer import WriterLimits
 
 T0 = 1_356_998_400
 HOST_A = make_tags({"host": "a"})

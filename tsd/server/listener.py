@@ -124,7 +124,7 @@ class SniffingProtocol(asyncio.Protocol):
             transport.abort()  # tsd.network.tls.required: no plaintext
             return
         if not self._decrypted and self._listener.hand_off(self, transport, data):
-            return  # a worker process serves it (tsd.server.workers)
+            return  # a worker process serves it (tsd.server.worker_pool)
         protocol = self._listener.protocol_for(self, data)
         # Swap first so that anything the new protocol triggers (pause_reading, a
         # close) is delivered to it, then replay what we read.

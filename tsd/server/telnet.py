@@ -5,7 +5,7 @@ Each connection is a loop of frame -> parse -> ingest -> reply over one
 :class:`~tsd.write.ingest.IngestSession`. The framing and parsing is one pure step,
 :class:`~tsd.protocol.telnet_frame.TelnetFramer`: each read becomes typed items (puts of
 known series encoded into a part, parsed puts, commands, refused lines), the same items
-whether the framer runs here or in a telnet worker process (:mod:`tsd.server.workers`).
+whether the framer runs here or in a telnet worker process (:mod:`tsd.server.worker_pool`).
 One loop (:meth:`TelnetProtocol._run_items`) handles them, in order, without suspending
 while every put is for a known series (a part, or a run by ref: one call each). A put for
 a new series is queued for its lookup; a command after such puts, a full writer, or a
@@ -74,14 +74,14 @@ from tsd.protocol.telnet_frame import (
     TelnetFramer,
 )
 from tsd.server.flow import FlowControl
-from tsd.server.histograms import Histograms
 from tsd.server.listener import TrackedProtocol
 from tsd.server.peer import is_loopback
-from tsd.server.rollups import Rollups
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart, seal_part
+from tsd.write.histogram_store import Histograms
 from tsd.write.ingest import IngestService, IngestSession, Put, RefusalKind, Refused, SeriesRef
+from tsd.write.rollup_store import Rollups
 
 log = get_logger(TELNET)
 
@@ -463,7 +463,7 @@ class TelnetProtocol(TrackedProtocol):
             return _SlowPut(point, alias)
         return None
 
-    # -- what a worker's connection adds (tsd.server.workers.RemoteTelnet) --------------------
+    # -- what a worker's connection adds (tsd.server.worker_pool.RemoteTelnet) --------------------
 
     def _took_part(self, points: int) -> None:
         """A part of ``points`` encoded points is being appended."""

@@ -76,7 +76,7 @@ class ControlServer:
     """The daemon's side. Bound (:meth:`start`) as soon as the daemon holds the store, so
     that a tool tells a daemon starting from a process without a control socket; answers
     ``flush`` once :meth:`serve` gave it the writer's
-    :meth:`~tsd.write.writer.Writer.write_out` (after the log's replay: a request before
+    :meth:`~tsd.write.batch_writer.Writer.write_out` (after the log's replay: a request before
     waits for it)."""
 
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:

@@ -2,7 +2,7 @@
 
 Telnet (in the daemon or in a worker process), both /api/put modes, Prometheus'
 remote write and ``tsdb import`` are loops of frame -> parse -> ingest -> reply;
-everything between a parsed point and the :class:`~tsd.write.writer.Writer` is here, once.
+everything between a parsed point and the :class:`~tsd.write.batch_writer.Writer` is here, once.
 The shape is Prometheus' ``storage.Appender``: one way in for a point,
 :meth:`IngestSession.put`, and a :data:`SeriesRef` only a shortcut past its lookup. An
 :class:`IngestSession` takes points three ways, and no other:
@@ -57,7 +57,7 @@ from tsd.model import DataPoint, Tags
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart
-from tsd.write.writer import Ack, Writer
+from tsd.write.batch_writer import Ack, Writer
 
 log = get_logger(WRITER)
 

@@ -18,11 +18,11 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
+from tsd.write.batch_writer import Writer, WriterLimits
 from tsd.write.head_flush import RollupHook, build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.retention import RetainedInterval
 from tsd.write.rollup_tracker import RollupTracker
-from tsd.write.writer import Writer, WriterLimits
 
 #: the log's directory under tsd.storage.data_dir
 WAL_DIRECTORY = "wal"

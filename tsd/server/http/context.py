@@ -18,11 +18,11 @@ from tsd.protocol.names import NameRules
 from tsd.query.engine import QueryEngine
 from tsd.query.tracking import QueryTracker
 from tsd.server.credentials import Credentials
-from tsd.server.histograms import Histograms
-from tsd.server.rollups import Rollups
 from tsd.stats import StatsRegistry
 from tsd.uid.service import UidService
+from tsd.write.histogram_store import Histograms
 from tsd.write.ingest import IngestService
+from tsd.write.rollup_store import Rollups
 
 __all__ = ["CORS_DOMAINS", "IS_API", "ROUTES", "SERVICES", "Services"]
 

@@ -24,10 +24,10 @@ from tsd.protocol.put_reply import (
     UNKNOWN_METRIC,
     DatapointEcho,
 )
-from tsd.server.histograms import Histograms
 from tsd.server.http.cells import Failure, store_points
 from tsd.server.http.context import SERVICES
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
+from tsd.write.histogram_store import Histograms
 
 
 async def handle_histogram(request: web.Request, path: ApiPath) -> web.StreamResponse:

@@ -2,7 +2,7 @@
 
 The body is /api/put's (one object or a list) with ``interval``, ``aggregator`` and
 ``groupByAggregator``; the reply is /api/put's (204, or ``summary``/``details``). Points
-are checked and stored one by one, in body order (:mod:`tsd.server.rollups`).
+are checked and stored one by one, in body order (:mod:`tsd.write.rollup_store`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tsd.protocol.rollup_put import UNKNOWN_METRIC as ROLLUP_UNKNOWN_METRIC
 from tsd.server.http.cells import Failure, store_points
 from tsd.server.http.context import SERVICES
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
-from tsd.server.rollups import Rollups
+from tsd.write.rollup_store import Rollups
 
 
 async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamResponse:

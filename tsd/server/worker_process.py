@@ -1,7 +1,7 @@
 """A telnet worker process: frames and parses telnet lines on another core.
 
-``python -m tsd.server.worker <channel fd> <handoff fd> <settings JSON>``, started by
-:class:`tsd.server.workers.WorkerPool` (see docs/write-path.md, "Every core"). The daemon
+``python -m tsd.server.worker_process <channel fd> <handoff fd> <settings JSON>``, started by
+:class:`tsd.server.worker_pool.WorkerPool` (see docs/write-path.md, "Every core"). The daemon
 (the owner of the log, the writer and UID assignment) accepts every connection; a plaintext
 telnet one is handed over here with the bytes already read (SCM_RIGHTS on the handoff
 socket). From then on this process reads the client, frames its lines and parses them

@@ -3,7 +3,7 @@
 ``tsd.network.worker_threads`` (0 = the machine's cores; 1 = none) processes share the
 telnet work: this process (the owner: the log, the writer, UID assignment, HTTP, TLS,
 authentication, every command) and ``worker_threads - 1`` workers
-(:mod:`tsd.server.worker`). The owner still accepts every connection; once the sniffer
+(:mod:`tsd.server.worker_process`). The owner still accepts every connection; once the sniffer
 sees a plaintext telnet connection it hands the socket to a worker (round robin) with the
 bytes it read, and keeps a :class:`RemoteTelnet` for it: the same
 :class:`~tsd.server.telnet.TelnetProtocol` (one ingest session, the same replies, the same
@@ -30,7 +30,7 @@ from tsd.protocol.telnet import TELNET_REF_CACHE
 from tsd.protocol.telnet_frame import ParsedPut, items_from_wire, remember_key
 from tsd.server.listener import TrackedProtocol
 from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats
-from tsd.server.worker import Deframer, frame
+from tsd.server.worker_process import Deframer, frame
 from tsd.wal.record import EncodedPart
 from tsd.write.ingest import RefCache, SeriesRef
 
@@ -176,7 +176,7 @@ class WorkerChannel(asyncio.Protocol):
                 [
                     sys.executable,
                     "-m",
-                    "tsd.server.worker",
+                    "tsd.server.worker_process",
                     str(worker_channel.fileno()),
                     str(worker_handoff.fileno()),
                     json.dumps(settings),
