@@ -242,10 +242,18 @@ class TelnetProtocol(TrackedProtocol):
             self._idle_timer = self._loop.call_later(self._context.idle_timeout_s, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
+        self._arrived(data, None)
+
+    def _arrived(self, data: bytes, framed: list[Any] | None) -> None:
+        """A read: its bytes (framed here as the loop gets to them), or the items a
+        worker process framed of it."""
         if self._exiting:
             return
         self._last_read = self._loop.time()
-        self._framer.feed(data)
+        if framed is None:
+            self._framer.feed(data)
+        else:
+            self._items.extend(framed)
         if self._task is None:
             self._handle_available()
 

@@ -105,12 +105,7 @@ class RemoteTelnet(TelnetProtocol):
 
     def feed(self, items: list[Any]) -> None:
         """What the worker framed from one read."""
-        if self._exiting:
-            return
-        self._last_read = self._loop.time()
-        self._items.extend(items)
-        if self._task is None:
-            self._handle_available()
+        self._arrived(b"", items)
 
     def remote_eof(self) -> None:
         self._eof = True
