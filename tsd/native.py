@@ -47,6 +47,9 @@ HELPERS: Final = (
     "tsd.storage.embedded._points",
     "tsd.storage.embedded._pack",
     "tsd.codec._encode",
+    "tsd.protocol._parse",
+    "tsd.wal._record",
+    "tsd.head._runs",
     "tsd.query._decode",
 )
 DISABLE_ENV: Final = "TSD_DISABLE_NATIVE"

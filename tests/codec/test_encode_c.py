@@ -1,5 +1,5 @@
-"""The compiled ingest helper (tsd/codec/_encode.c) answers exactly as its Python
-specifications: python_take_known_puts (telnet lines of known series typed) and
+"""The compiled ingest helpers (tsd/codec/_encode.c, tsd/protocol/_parse.c) answer exactly
+as their Python specifications: python_take_known_puts (telnet lines of known series typed) and
 python_encode_points_into (points into a batch's cells), on the same generated inputs,
 values bit for bit, errors alike. The other tests of both functions run the compiled
 one wherever it is built."""
@@ -28,8 +28,12 @@ from tsd.protocol.telnet import put_line_key, python_take_known_puts
 pytestmark = pytest.mark.slow  # many generated inputs
 
 C: Any = native.load("tsd.codec._encode")
+#: the parsers' helper (tsd/protocol/_parse.c), which encodes with the same cell format
+P: Any = native.load("tsd.protocol._parse")
 
-needs_c = pytest.mark.skipif(C is None, reason="tsd/codec/_encode.c is not built")
+needs_c = pytest.mark.skipif(
+    C is None or P is None, reason="tsd/codec/_encode.c or tsd/protocol/_parse.c is not built"
+)
 
 
 def _bits(point: tuple[Any, int, int | float]) -> tuple[Any, int, type, bytes]:
@@ -51,7 +55,7 @@ def test_take_known_puts_as_python(lines: list[bytes], start: int, limit: int, d
         lines_or_none[data.draw(st.integers(0, len(lines) - 1))] = None  # a line too long
     c_out: list[tuple[str, int, int | float]] = []
     py_out: list[tuple[str, int, int | float]] = []
-    c_stop = C.take_known_puts(lines_or_none, start, known, c_out, limit)
+    c_stop = P.take_known_puts(lines_or_none, start, known, c_out, limit)
     py_stop = python_take_known_puts(lines_or_none, start, known, py_out, limit)
     assert c_stop == py_stop
     assert [_bits(p) for p in c_out] == [_bits(p) for p in py_out]
@@ -74,7 +78,7 @@ def test_plain_decimals_typed_as_python_types_them(texts: list[bytes]) -> None:
     bit for bit (-0.0 included)."""
     lines = [b"put m 1 " + text + b" k=v" for text in [*texts, b"-0.0", b"-.0"]]
     out: list[tuple[str, int, int | float]] = []
-    assert C.take_known_puts(lines, 0, {b"m k=v": "s"}, out, len(lines)) == len(lines)
+    assert P.take_known_puts(lines, 0, {b"m k=v": "s"}, out, len(lines)) == len(lines)
     typed = [struct.pack(">d", value) for _, _, value in out]
     assert typed == [struct.pack(">d", float(line.split(b" ")[3])) for line in lines]
 
@@ -128,7 +132,7 @@ def test_take_known_into_as_python(lines: list[bytes], limit: int, data: Any) ->
         if len(line.split(b" ", 4)) == 5 and data.draw(st.booleans()):
             known[put_line_key(line)] = SERIES[len(known) % len(SERIES)]
     c_rows: dict[bytes, dict[bytes, bytes]] = {}
-    c_stop, c_taken, c_added = C.take_known_into(
+    c_stop, c_taken, c_added = P.take_known_into(
         lines, 0, known, c_rows, limit, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
     )
     points: list[tuple[Any, int, int | float]] = []
@@ -221,7 +225,7 @@ def test_known_usual_points_answers_as_its_python_version(
     for metric, tags_at in known_keys:
         series: Any = object()  # stands for a series' ref: only its identity is compared
         known[metric.encode() + b"\xff" + orjson.dumps(_TAGS[tags_at])] = series
-    answer = C.known_usual_points(usual, known)
+    answer = P.known_usual_points(usual, known)
     assert answer == python_known_usual_points(usual, known)
     assert answer == python_known_usual_points(usual, dict(known))
 
@@ -237,10 +241,10 @@ def test_known_usual_points_reads_other_objects_through_their_attributes() -> No
     series: Any = object()
     known = {b'm\xff{"a":"b"}': series}
     usual: Any = [SimpleNamespace(metric="m", timestamp=5, value=1.5, tags=b'{"a":"b"}')] * 3
-    assert C.known_usual_points(usual, known) == [(series, 5, 1.5)] * 3
-    assert C.known_usual_points(usual, known) == python_known_usual_points(usual, known)
+    assert P.known_usual_points(usual, known) == [(series, 5, 1.5)] * 3
+    assert P.known_usual_points(usual, known) == python_known_usual_points(usual, known)
     with pytest.raises(AttributeError):
-        C.known_usual_points([SimpleNamespace(metric="m")], known)
+        P.known_usual_points([SimpleNamespace(metric="m")], known)
 
 
 @needs_c
@@ -255,7 +259,7 @@ def test_usual_keys_of_any_metric_are_built_as_python_builds_them(metric: str) -
     point: Any = SimpleNamespace(metric=metric, timestamp=5, value=1, tags=b'{"a":"b"}')
     series: Any = object()
     known = {usual_key(point): series}
-    assert C.known_usual_points([point], known) == [(series, 5, 1)]
+    assert P.known_usual_points([point], known) == [(series, 5, 1)]
     assert python_known_usual_points([point], known) == [(series, 5, 1)]
     other: Any = SimpleNamespace(metric=metric + "\xff", timestamp=5, value=1, tags=b'{"a":"b"}')
-    assert C.known_usual_points([other], known) is None
+    assert P.known_usual_points([other], known) is None

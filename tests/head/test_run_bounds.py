@@ -14,9 +14,9 @@ import tsd.native as native
 from tsd.codec import encode_point
 from tsd.head.head import Run, _offset_bounds, python_run_bounds
 
-C: Any = native.load("tsd.codec._encode")
+C: Any = native.load("tsd.head._runs")
 
-needs_c = pytest.mark.skipif(C is None, reason="tsd/codec/_encode.c is not built")
+needs_c = pytest.mark.skipif(C is None, reason="tsd/head/_runs.c is not built")
 
 BASE = 1356998400
 #: a point's time in the hour of BASE: seconds, or milliseconds (13 digits)

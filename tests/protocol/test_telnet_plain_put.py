@@ -14,9 +14,9 @@ from tsd.errors import BadRequestError
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import PutCommand, parse_command, parse_plain_put
 
-BUILT = native.load("tsd.codec._encode") is not None
+BUILT = native.load("tsd.protocol._parse") is not None
 
-needs_c = pytest.mark.skipif(not BUILT, reason="tsd/codec/_encode.c is not built")
+needs_c = pytest.mark.skipif(not BUILT, reason="tsd/protocol/_parse.c is not built")
 
 PLAIN = "abcXYZ019./_-"
 names = st.text(alphabet=PLAIN, min_size=1, max_size=6)

@@ -1,4 +1,4 @@
-"""The compiled framing of a writer batch (tsd/codec/_encode.c encode_cells_and_runs)
+"""The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs)
 against the Python loop it replaces: the same log payload and head runs, the same error."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tsd.wal.record import (
 )
 
 pytestmark = pytest.mark.skipif(
-    native.load("tsd.codec._encode") is None, reason="the C helper is not built or is hidden"
+    native.load("tsd.wal._record") is None, reason="the C helper is not built or is hidden"
 )
 
 CELLS = st.dictionaries(

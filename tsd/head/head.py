@@ -49,7 +49,7 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 ROW_OVERHEAD_BYTES = 360
 
 # the compiled helper (setup.py); python_run_bounds is its fallback and spec
-_c_run_bounds: Any = native.attribute("tsd.codec._encode", "run_bounds")
+_c_run_bounds: Any = native.attribute("tsd.head._runs", "run_bounds")
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]
@@ -529,7 +529,7 @@ def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
     """Per run: (its offsets strictly increase, first offset ms, last offset ms); a run
     mixing seconds and milliseconds counts as not increasing (read as single cells).
 
-    By the compiled helper (``run_bounds`` in ``tsd/codec/_encode.c``) when it is built:
+    By the compiled helper (``run_bounds`` in ``tsd/head/_runs.c``) when it is built:
     a burst of new series, or a million series at one point each, is a run of one point
     per row, and numpy's set-up per run (about 0.3 us) was most of the work.
     :func:`python_run_bounds` is the specification and the fallback."""

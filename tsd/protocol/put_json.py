@@ -237,11 +237,11 @@ def python_known_usual_points(
 
 
 def _known_usual_points() -> Callable[..., Any]:
-    """The C version (tsd/codec/_encode.c) where it is built and ``known`` is a dict:
+    """The C version (tsd/protocol/_parse.c) where it is built and ``known`` is a dict:
     about half the Python loop's time when it came (160-180 against 270-370 ns a point,
     measured; 116-125 since :func:`usual_key`), the loop having been a third of a
     1,000-point body's CPU."""
-    helper = native.load("tsd.codec._encode")
+    helper = native.load("tsd.protocol._parse")
     if helper is None:
         return python_known_usual_points
     compiled = helper.known_usual_points

@@ -418,7 +418,7 @@ def parse_put(words: list[str], rules: NameRules = DEFAULT_NAME_RULES) -> DataPo
 
 
 # the compiled helper (setup.py); without it every line takes parse_command
-_c_parse_plain_put: Any = native.attribute("tsd.codec._encode", "parse_plain_put")
+_c_parse_plain_put: Any = native.attribute("tsd.protocol._parse", "parse_plain_put")
 
 
 def parse_plain_put(
@@ -432,7 +432,7 @@ def parse_plain_put(
     Plain: ``put``, single spaces, a metric and 1 to ``rules.max_tags`` tags ``k=v`` of
     PLAIN_NAME_CHARS with distinct keys (names valid under any configuration, so no name
     rule applies), a timestamp and value in the forms :func:`take_known_puts` types. The
-    compiled helper (``tsd/codec/_encode.c``) does it in one pass: the line of a new
+    compiled helper (``tsd/protocol/_parse.c``) does it in one pass: the line of a new
     series (a burst of them when collectors restart) costs about a third of the full
     parser's time."""
     if _c_parse_plain_put is None:
@@ -470,15 +470,15 @@ def put_line_key(line: bytes) -> bytes:
     text (``line.split(b" ", 4)[1]`` and ``[4]``) joined by one space, for a line
     :func:`parse_put` accepted. A metric word has no space, so each key names one pair.
     One bytes object rather than a pair: a known line then costs one allocation and one
-    hash, which the compiled helper (``series_words`` in ``tsd/codec/_encode.c``) builds
+    hash, which the compiled helper (``series_words`` in ``tsd/protocol/_parse.c``) builds
     the same way."""
     _, metric, _, _, tags = line.split(b" ", 4)
     return metric + b" " + tags
 
 
 # the compiled helper (setup.py); python_take_known_puts is its fallback and spec
-_c_take_known_puts: Any = native.attribute("tsd.codec._encode", "take_known_puts")
-_c_take_known_into: Any = native.attribute("tsd.codec._encode", "take_known_into")
+_c_take_known_puts: Any = native.attribute("tsd.protocol._parse", "take_known_puts")
+_c_take_known_into: Any = native.attribute("tsd.protocol._parse", "take_known_into")
 
 
 def take_known_puts(
@@ -489,7 +489,7 @@ def take_known_puts(
     limit: int,
 ) -> int:
     """:func:`python_take_known_puts` (the specification), by the compiled helper
-    (``tsd/codec/_encode.c``) when it is built and the arguments are a list of lines, a
+    (``tsd/protocol/_parse.c``) when it is built and the arguments are a list of lines, a
     dict of known series and a list out."""
     if _c_take_known_puts is not None and type(lines) is list and isinstance(known, dict):
         return cast(int, _c_take_known_puts(lines, start, known, out, limit))

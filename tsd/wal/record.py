@@ -55,7 +55,7 @@ MAX_PAYLOAD_BYTES: Final = 1 << 30
 _ROW: Final = struct.Struct(">HI")  # row key length, cell count
 
 # the compiled framing of a writer batch (setup.py builds it where a C compiler is)
-_C: Any = native.load("tsd.codec._encode")
+_C: Any = native.load("tsd.wal._record")
 
 #: a row key and its cells, (qualifier, value) in qualifier order
 Row = tuple[bytes, list[tuple[bytes, bytes]]]
@@ -102,7 +102,7 @@ def encode_payload_and_runs(
     rows: Iterable[tuple[bytes, Mapping[bytes, bytes]]] | dict[bytes, dict[bytes, bytes]],
 ) -> tuple[bytes, list[RowRun]]:
     """:func:`python_encode_payload_and_runs`; a writer batch's dict itself is taken whole
-    by the C helper ``tsd/codec/_encode.c`` where it is built (no Python step per row)."""
+    by the C helper ``tsd/wal/_record.c`` where it is built (no Python step per row)."""
     if isinstance(rows, dict):
         if _C is not None:
             done = _C.encode_cells_and_runs(rows)

@@ -1,0 +1,262 @@
+/* The cell format every compiled ingest helper shares: OpenTSDB's value flags and
+ * qualifier widths (tsd/codec/const.py, tsd/codec/qualifier.py and tsd/codec/value.py are
+ * the specification), and the encoding of one point into a rows dict (row key -> qualifier
+ * -> value) as tsd.codec.qualifier.python_encode_points_into encodes it. Included by
+ * tsd/codec/_encode.c (encode_into) and tsd/protocol/_parse.c (take_known_into: typing and
+ * encoding in one pass); each module that includes it calls format_init() once. */
+#ifndef TSD_FORMAT_H
+#define TSD_FORMAT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include <stdint.h>
+
+#define MAX_TIMESPAN 3600
+#define MAX_MS_TIMESTAMP 9999999999999LL /* tsd.model.MAX_MS_TIMESTAMP */
+#define FLAG_BITS 4
+#define FLAGS_INT1 0x0
+#define FLAGS_INT2 0x1
+#define FLAGS_INT4 0x3
+#define FLAGS_FLOAT32 0xB
+#define FLAGS_FLOAT64 0xF
+
+static PyObject *row_key_name;
+
+/* SeriesKey (tsd.codec.rowkey) keeps the row key of the last hour asked in two slots,
+ * _last_base and _last_key. Their offsets are learnt from the first series' type, so a
+ * row of the same hour is read from the slots without a Python call (a frame costs about
+ * as much as typing the line); any other object, or another hour, calls row_key. */
+static PyTypeObject *cached_type;
+static Py_ssize_t last_base_at = -1, last_key_at = -1;
+
+static Py_ssize_t member_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t offset = -1;
+    if (Py_TYPE(descr) == &PyMemberDescr_Type) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX)
+            offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
+/* series.row_key(base), a new reference; NULL with an exception set. */
+static PyObject *series_row(PyObject *series, long long base)
+{
+    PyTypeObject *type = Py_TYPE(series);
+    if (cached_type == NULL) {
+        Py_ssize_t base_at = member_offset(type, "_last_base");
+        Py_ssize_t key_at = member_offset(type, "_last_key");
+        if (base_at >= 0 && key_at >= 0) {
+            cached_type = type;
+            Py_INCREF(type);
+            last_base_at = base_at;
+            last_key_at = key_at;
+        }
+    }
+    if (type == cached_type) {
+        PyObject *last = *(PyObject **)((char *)series + last_base_at);
+        PyObject *key = *(PyObject **)((char *)series + last_key_at);
+        if (last != NULL && key != NULL && PyLong_CheckExact(last)) {
+            int overflow = 0;
+            long long at = PyLong_AsLongLongAndOverflow(last, &overflow);
+            if (at == base && !overflow) {
+                Py_INCREF(key);
+                return key;
+            }
+            PyErr_Clear();
+        }
+    }
+    PyObject *base_obj = PyLong_FromLongLong(base);
+    if (base_obj == NULL)
+        return NULL;
+    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+    Py_DECREF(base_obj);
+    return row;
+}
+
+/* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
+ * a finite float); 0 when the caller must ask encode_point, -1 on an error. */
+static int encode_number(int is_float, long long ival, double dval, PyObject *int1, int *flags,
+                         PyObject **bytes)
+{
+    unsigned char buf[8];
+    if (!is_float) {
+        if (ival < -0x80000000LL || ival > 0x7FFFFFFFLL)
+            return 0;
+        if (ival >= -0x80 && ival <= 0x7F) {
+            *flags = FLAGS_INT1;
+            *bytes = PyTuple_GET_ITEM(int1, ival & 0xFF);
+            Py_INCREF(*bytes);
+            return 1;
+        }
+        if (ival >= -0x8000 && ival <= 0x7FFF) {
+            *flags = FLAGS_INT2;
+            buf[0] = (unsigned char)((ival >> 8) & 0xFF);
+            buf[1] = (unsigned char)(ival & 0xFF);
+            *bytes = PyBytes_FromStringAndSize((const char *)buf, 2);
+        } else {
+            *flags = FLAGS_INT4;
+            unsigned long u = (unsigned long)(ival & 0xFFFFFFFFLL);
+            buf[0] = (unsigned char)(u >> 24);
+            buf[1] = (unsigned char)(u >> 16);
+            buf[2] = (unsigned char)(u >> 8);
+            buf[3] = (unsigned char)u;
+            *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
+        }
+        return *bytes == NULL ? -1 : 1;
+    }
+    if (!isfinite(dval))
+        return 0;
+    float f = (float)dval;
+    if (!isinf(f) && (double)f == dval) {
+        *flags = FLAGS_FLOAT32;
+        if (PyFloat_Pack4(dval, (char *)buf, 0) < 0)
+            return -1;
+        *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
+    } else {
+        *flags = FLAGS_FLOAT64;
+        if (PyFloat_Pack8(dval, (char *)buf, 0) < 0)
+            return -1;
+        *bytes = PyBytes_FromStringAndSize((const char *)buf, 8);
+    }
+    return *bytes == NULL ? -1 : 1;
+}
+
+/* encode_number of a Python int (not a bool) or float. */
+static int encode_value(PyObject *value, PyObject *int1, int *flags, PyObject **bytes)
+{
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        return encode_number(0, v, 0.0, int1, flags, bytes);
+    }
+    if (PyFloat_CheckExact(value))
+        return encode_number(1, 0, PyFloat_AS_DOUBLE(value), int1, flags, bytes);
+    return 0;
+}
+
+/* rows[row][qualifier] = value; 1 when the cell is new, 0 when replaced, -1 on error. */
+static int put_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject *value)
+{
+    PyObject *cells = PyDict_GetItemWithError(rows, row);
+    if (cells == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        cells = PyDict_New();
+        if (cells == NULL)
+            return -1;
+        if (PyDict_SetItem(cells, qualifier, value) < 0 || PyDict_SetItem(rows, row, cells) < 0) {
+            Py_DECREF(cells);
+            return -1;
+        }
+        Py_DECREF(cells);
+        return 1;
+    }
+    Py_ssize_t before = PyDict_GET_SIZE(cells); /* one lookup: the size tells a new cell */
+    if (PyDict_SetItem(cells, qualifier, value) < 0)
+        return -1;
+    return PyDict_GET_SIZE(cells) > before ? 1 : 0;
+}
+
+/* One point into rows; cells added (0 or 1), or -1 with an exception set. */
+static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyObject *value,
+                      PyObject *qualifiers, PyObject *int1, PyObject *encode_point)
+{
+    PyObject *qualifier = NULL, *bytes = NULL, *base_obj = NULL;
+    long long base = -1;
+    int flags = 0;
+    int fast = 0;
+    long long ts = -1;
+    if (PyLong_CheckExact(timestamp)) {
+        int overflow = 0;
+        ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+        if (overflow || (ts == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            ts = -1;
+        }
+    }
+    if (ts >= 0 && ts <= MAX_MS_TIMESTAMP) {
+        fast = encode_value(value, int1, &flags, &bytes);
+        if (fast < 0)
+            return -1;
+    }
+    if (fast && ts <= 0xFFFFFFFFLL) {
+        base = ts - ts % MAX_TIMESPAN;
+        qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
+        Py_INCREF(qualifier);
+    } else if (fast) {
+        /* a millisecond timestamp (Prometheus' remote write): the 4-byte qualifier of
+         * encode_point, MS_FLAG | offset_ms << MS_FLAG_BITS | flags, big-endian */
+        long long seconds = ts / 1000;
+        base = seconds - seconds % MAX_TIMESPAN;
+        unsigned long long q = 0xF0000000ULL | ((unsigned long long)(ts - base * 1000) << 6)
+                               | (unsigned long long)flags;
+        unsigned char qbuf[4] = {(unsigned char)(q >> 24), (unsigned char)(q >> 16),
+                                 (unsigned char)(q >> 8), (unsigned char)q};
+        qualifier = PyBytes_FromStringAndSize((const char *)qbuf, 4);
+        if (qualifier == NULL) {
+            Py_DECREF(bytes);
+            return -1;
+        }
+    } else {
+        PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
+        if (encoded == NULL)
+            return -1;
+        if (!PyTuple_Check(encoded) || PyTuple_GET_SIZE(encoded) != 3) {
+            Py_DECREF(encoded);
+            PyErr_SetString(PyExc_TypeError, "encode_point must return a 3-tuple");
+            return -1;
+        }
+        base_obj = PyTuple_GET_ITEM(encoded, 0);
+        qualifier = PyTuple_GET_ITEM(encoded, 1);
+        bytes = PyTuple_GET_ITEM(encoded, 2);
+        Py_INCREF(base_obj);
+        Py_INCREF(qualifier);
+        Py_INCREF(bytes);
+        Py_DECREF(encoded);
+    }
+    PyObject *row;
+    if (base_obj == NULL) {
+        row = series_row(series, base);
+    } else {
+        row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+        Py_DECREF(base_obj);
+        base_obj = NULL;
+    }
+    if (row == NULL)
+        goto error;
+    int added = put_cell(rows, row, qualifier, bytes);
+    Py_DECREF(row);
+    Py_DECREF(qualifier);
+    Py_DECREF(bytes);
+    return added;
+error:
+    Py_XDECREF(qualifier);
+    Py_XDECREF(bytes);
+    Py_XDECREF(base_obj);
+    return -1;
+}
+
+/* The names this header looks up; 0, or -1 with an exception set. */
+static int format_init(void)
+{
+    row_key_name = PyUnicode_InternFromString("row_key");
+    return row_key_name == NULL ? -1 : 0;
+}
+
+#endif
