@@ -61,8 +61,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, TypeVar, cast
 
-import structlog
-
 from tsd.codec.const import (
     MAX_UID_WIDTH,
     MIN_UID_WIDTH,
@@ -90,8 +88,6 @@ from tsd.errors import (
 from tsd.java_text import format_java_bytes
 from tsd.storage.base import CheckAndPut, Delete, Put, ScanSpec, Storage
 from tsd.uid.cache import UidCache
-
-log = structlog.get_logger(__name__)
 
 #: The qualifiers of the three kinds, as text (OpenTSDB's METRICS_QUAL, TAG_NAME_QUAL, ...).
 KINDS = tuple(kind.decode("ascii") for kind in (UID_KIND_METRIC, UID_KIND_TAGK, UID_KIND_TAGV))
@@ -172,6 +168,8 @@ class UidStats:
     lost_races: int = 0
     #: reverse mappings of lost races removed (the ID stays a gap in the counter)
     orphans_removed: int = 0
+    #: reverse mappings that may be orphans, left for fsck (the store failed their clean-up)
+    orphans_left: int = 0
     #: blocks of IDs reserved (one increment of the counter row each)
     blocks: int = 0
     #: random IDs drawn that another name already held (drawn again)
@@ -801,8 +799,8 @@ class UniqueId:
             ]
             if orphans:
                 await self.storage.delete(self.table, orphans)
-        except StorageError as exc:
-            log.warning("uid_orphans_left", kind=self.kind, count=len(uids), error=str(exc))
+        except StorageError:
+            self.stats.orphans_left += len(uids)  # the call's own error is the caller's
             return
         self.stats.orphans_removed += len(orphans)
 
