@@ -99,7 +99,7 @@ from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
-from tsd.query_model import SubQuery, TSQuery
+from tsd.query_spec import SubQuery, TSQuery
 from tsd.storage.base import Delete, ReadStats, ScanSpec, Storage
 from tsd.uid.service import UidService
 

@@ -47,7 +47,7 @@ from tsd.codec.rollup import RollupSpan, rollup_base_time
 from tsd.query.decode import _C, RowPoints, _values, base_times_s
 from tsd.query.downsample import reduce_segments
 from tsd.query.series import BoolArray, Float64Array, Int64Array
-from tsd.query_model import DownsampleSpec, SubQuery
+from tsd.query_spec import DownsampleSpec, SubQuery
 from tsd.storage.base import CellBlock
 
 __all__ = [
