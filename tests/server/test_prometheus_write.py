@@ -313,3 +313,38 @@ async def test_a_full_disk_is_a_503_that_prometheus_retries(make_tsd: MakeTsd, h
     assert await write(http, daemon, body) == 204
     found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
     assert found == {tuple(sorted(labels.items())): [(T0, 1.0), (T0 + 1, 2.0)]}
+
+
+@pytest.mark.slow  # a daemon process, kill -9
+async def test_a_204_means_the_log_holds_the_samples(tmp_path: Path) -> None:
+    """Samples of known series are acknowledged once the write-ahead log holds them, before
+    the head does: a kill -9 right after the 204s loses none of them."""
+    import signal
+
+    from tests.server.test_lifecycle import TsdProcess, read_store
+
+    data_dir = tmp_path / "data"
+    tsd = await TsdProcess.start(data_dir)
+    series = [{"__name__": "m", "instance": f"h{n}:9100"} for n in range(50)]
+    async with aiohttp.ClientSession() as session:
+
+        async def send(timestamp: int) -> int:
+            body = write_body(
+                [(labels, [(timestamp, float(n))]) for n, labels in enumerate(series)]
+            )
+            async with session.post(
+                f"http://127.0.0.1:{tsd.port}/api/v1/write",
+                data=body,
+                headers={"Content-Encoding": "snappy"},
+            ) as reply:
+                return reply.status
+
+        assert await send(T0) == 204  # new series: resolved, then stored
+        for second in range(1, 6):  # known series: the log's acknowledgement
+            assert await send(T0 + second * 1000) == 204
+    tsd.process.send_signal(signal.SIGKILL)
+    assert await tsd.process.wait() == -signal.SIGKILL
+    tsd = await TsdProcess.start(data_dir)
+    assert await tsd.stop(signal.SIGTERM) == 0
+    stored = sorted((p.timestamp_ms, p.value) for p in await read_store(data_dir))
+    assert stored == sorted((T0 + s * 1000, float(n)) for s in range(6) for n in range(50))
