@@ -169,6 +169,25 @@ async def test_nonfinite_samples_are_counted_and_the_rest_stored(make_tsd: MakeT
     assert 'tsd_ingest_points_total{protocol="prometheus"} 2.0' in text
 
 
+async def test_as_many_samples_as_series_but_not_one_each(make_tsd: MakeTsd, http) -> None:
+    """A series without samples (an exemplar's) beside one with two: as many samples as
+    series, yet each sample is stored under its own series, new or known."""
+    daemon = await make_tsd()
+    empty = {"__name__": "m", "job": "exemplars"}
+    two = {"__name__": "m", "job": "two"}
+    one = {"__name__": "m", "job": "one"}
+    assert await write(http, daemon, write_body([(one, [(T0, 0.5)])])) == 204
+    body = write_body([(one, [(T0 + 1, 1.5)]), (empty, []), (two, [(T0, 1.0), (T0 + 1, 2.0)])])
+    assert await write(http, daemon, body) == 204  # "two" new
+    body = write_body([(two, [(T0 + 2, 3.0), (T0 + 3, 4.0)]), (empty, []), (one, [(T0 + 2, 2.5)])])
+    assert await write(http, daemon, body) == 204  # every series known but the empty one
+    found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
+    assert found == {
+        tuple(sorted(one.items())): [(T0, 0.5), (T0 + 1, 1.5), (T0 + 2, 2.5)],
+        tuple(sorted(two.items())): [(T0, 1.0), (T0 + 1, 2.0), (T0 + 2, 3.0), (T0 + 3, 4.0)],
+    }
+
+
 async def test_series_that_cannot_be_stored_do_not_fail_the_batch(make_tsd: MakeTsd, http) -> None:
     daemon = await make_tsd(**{"tsd.storage.max_tags": "2"})
     good = {"__name__": "good", "job": "j", "empty": ""}

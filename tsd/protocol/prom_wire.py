@@ -22,14 +22,16 @@ series for its labels and its sample), so :func:`decode_write_columns` reads a r
 through *views*: other declarations of the same wire bytes, each parsed, trimmed and
 re-encoded by the protobuf runtime itself, that hand back whole columns at once:
 
-* the labels of every series, each as one ``bytes`` (the series' labels re-encoded: the
-  cache key): a view declaring only the labels, its other fields dropped with
-  ``DiscardUnknownFields`` and the result re-encoded and read as ``repeated bytes``;
-* whether every series holds exactly one sample (what Prometheus sends): a view declaring
-  each sample as an empty message, re-encoded, equals one such series repeated;
+* the key of every series, each as one ``bytes``: a view declaring only the labels and
+  whether there is a sample (``samples`` as a *singular* empty message: set when the
+  series has one or more), its other fields dropped with ``DiscardUnknownFields``, the
+  result re-encoded and read as ``repeated bytes``. A key is thus a message of its own:
+  equal keys are the same labels in the same order, both with samples or both without;
 * the samples of every series in one list: a view whose ``timeseries`` is a *singular*
   message, which protobuf's merge rule turns into one message holding every series'
-  samples, in order (repeated fields of a message met twice are concatenated).
+  samples, in order (repeated fields of a message met twice are concatenated). As many
+  samples as series is one each (what Prometheus sends) unless a series has none, which
+  its key tells (:func:`decode_key`): the caller checks the keys it has not seen before.
 
 Nothing here reads a wire byte itself: every byte is parsed and written by the runtime.
 """
@@ -54,8 +56,8 @@ __all__ = [
     "ReadResponse",
     "WriteColumns",
     "WriteRequest",
+    "decode_key",
     "decode_label",
-    "decode_labels",
     "decode_read_request",
     "decode_write_columns",
     "decode_write_request",
@@ -122,11 +124,13 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
             _message("WriteRequest", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "WriteSeries")),
             # Views of a WriteRequest's bytes (see the module's docstring).
             _message("Empty"),
-            _message("SeriesLabels", ("labels", 1, _REPEATED, _F.TYPE_BYTES, "")),
-            _message("LabelsView", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "SeriesLabels")),
+            _message(
+                "SeriesKey",
+                ("labels", 1, _REPEATED, _F.TYPE_BYTES, ""),
+                ("samples", 2, _OPTIONAL, _F.TYPE_MESSAGE, "Empty"),
+            ),
+            _message("KeysView", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "SeriesKey")),
             _message("EncodedSeries", ("timeseries", 1, _REPEATED, _F.TYPE_BYTES, "")),
-            _message("SampleMarks", ("samples", 2, _REPEATED, _F.TYPE_MESSAGE, "Empty")),
-            _message("MarksView", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "SampleMarks")),
             _message("SeriesSamples", ("samples", 2, _REPEATED, _F.TYPE_MESSAGE, "Sample")),
             _message("SamplesView", ("timeseries", 1, _OPTIONAL, _F.TYPE_MESSAGE, "SeriesSamples")),
             _message(
@@ -162,10 +166,9 @@ def _classes() -> dict[str, Any]:
         "WriteRequest",
         "ReadRequest",
         "ReadResponse",
-        "SeriesLabels",
-        "LabelsView",
+        "SeriesKey",
+        "KeysView",
         "EncodedSeries",
-        "MarksView",
         "SamplesView",
     )
     return {
@@ -181,21 +184,10 @@ TimeSeries: Final[Any] = _CLASSES["TimeSeries"]
 WriteRequest: Final[Any] = _CLASSES["WriteRequest"]
 ReadRequest: Final[Any] = _CLASSES["ReadRequest"]
 ReadResponse: Final[Any] = _CLASSES["ReadResponse"]
-_SeriesLabels: Final[Any] = _CLASSES["SeriesLabels"]
-_LabelsView: Final[Any] = _CLASSES["LabelsView"]
+_SeriesKey: Final[Any] = _CLASSES["SeriesKey"]
+_KeysView: Final[Any] = _CLASSES["KeysView"]
 _EncodedSeries: Final[Any] = _CLASSES["EncodedSeries"]
-_MarksView: Final[Any] = _CLASSES["MarksView"]
 _SamplesView: Final[Any] = _CLASSES["SamplesView"]
-
-
-def _one_sample_mark() -> bytes:
-    """A series of :data:`_MarksView` holding one sample, as the runtime encodes it."""
-    view = _MarksView()
-    view.timeseries.add().samples.add()
-    return bytes(view.SerializeToString())
-
-
-_ONE_SAMPLE: Final = _one_sample_mark()
 
 
 def snappy_decompress(body: bytes, max_bytes: int) -> bytes:
@@ -241,35 +233,30 @@ def decode_write_request(body: bytes, max_bytes: int) -> Any:
 class WriteColumns:
     """A WriteRequest read as columns (:func:`decode_write_columns`)."""
 
-    #: per series, in order, its labels encoded (a series' ``labels`` fields alone, as the
-    #: runtime re-encodes them): equal keys are the same labels in the same order;
-    #: :func:`decode_labels` turns one back into (name, value) pairs
+    #: per series, in order, its key: its labels and whether it has samples, re-encoded
+    #: (:func:`decode_key` reads one back)
     keys: list[bytes]
-    #: when every series holds exactly one sample: the samples, in series order (a
-    #: sequence of messages with ``value`` and ``timestamp``); None otherwise
+    #: when the request holds as many samples as series: the samples, in series order (a
+    #: sequence of messages with ``value`` and ``timestamp``), one per series unless a
+    #: series has none (its key says so); None otherwise
     samples: Any | None
-    #: the request's bytes (uncompressed), for :func:`decode_write_request`'s full message
-    #: when ``samples`` is None
+    #: the request's bytes (uncompressed), for :func:`write_request_of`'s full message
     data: bytes
 
 
 def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     """A remote write body -> its series as columns (see the module's docstring); raises
-    BadRequestError as :func:`decode_write_request` does. The common request (one sample
-    per series) costs three parses and two encodings by the runtime, no step per series."""
+    BadRequestError as :func:`decode_write_request` does. Two parses and one encoding by
+    the runtime, no step per series."""
     data = snappy_decompress(body, max_bytes)
     try:
-        labels = _LabelsView.FromString(data)
-        labels.DiscardUnknownFields()
-        keys = list(_EncodedSeries.FromString(labels.SerializeToString()).timeseries)
-        marks = _MarksView.FromString(data)
-        marks.DiscardUnknownFields()
-        if marks.SerializeToString() != _ONE_SAMPLE * len(keys):
-            return WriteColumns(keys, None, data)
+        view = _KeysView.FromString(data)
+        view.DiscardUnknownFields()
+        keys = list(_EncodedSeries.FromString(view.SerializeToString()).timeseries)
         samples = _SamplesView.FromString(data).timeseries.samples
     except DecodeError as exc:
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
-    return WriteColumns(keys, samples, data)
+    return WriteColumns(keys, samples if len(samples) == len(keys) else None, data)
 
 
 def write_request_of(columns: WriteColumns) -> Any:
@@ -289,10 +276,11 @@ def decode_label(raw: bytes) -> tuple[str, str]:
     return label.name, label.value
 
 
-def decode_labels(key: bytes) -> list[tuple[str, str]]:
-    """A series' key (:attr:`WriteColumns.keys`) -> its labels as (name, value) pairs;
-    DecodeError when one is not a valid Label (bad UTF-8)."""
-    return [decode_label(raw) for raw in _SeriesLabels.FromString(key).labels]
+def decode_key(key: bytes) -> tuple[list[tuple[str, str]], bool]:
+    """A series' key (:attr:`WriteColumns.keys`) -> its labels as (name, value) pairs, and
+    whether it has samples; DecodeError when a label is not a valid Label (bad UTF-8)."""
+    series = _SeriesKey.FromString(key)
+    return [decode_label(raw) for raw in series.labels], series.HasField("samples")
 
 
 def encode_read_response(

@@ -43,7 +43,7 @@ from tsd.protocol.prom_labels import (
 )
 from tsd.protocol.prom_wire import (
     DecodeError,
-    decode_labels,
+    decode_key,
     decode_write_columns,
     write_request_of,
 )
@@ -110,12 +110,11 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     else:
         columns = decode_write_columns(body, limit)
     rules = services.rules
-    take = _Take(
-        services.ingest.ref_cache(PROM_REFS), LabelMapper(rules.special_chars, rules.max_tags)
-    )
-    if columns.samples is not None:
-        await take.one_sample_each(columns.keys, columns.samples)
-    else:
+    refs = services.ingest.ref_cache(PROM_REFS)
+    mapper = LabelMapper(rules.special_chars, rules.max_tags)
+    take = _Take(refs, mapper)
+    if columns.samples is None or not await take.one_sample_each(columns.keys, columns.samples):
+        take = _Take(refs, mapper)  # not one sample per series: each series' own samples
         await take.any_series(columns.keys, write_request_of(columns).timeseries)
     outcome = take.outcome
     stored = await _ingest(services, take)
@@ -187,11 +186,13 @@ class _Take:
     new: list[tuple[DataPoint, bytes]] = field(default_factory=list)
     outcome: _Outcome = field(default_factory=_Outcome)
     #: the mapping of each new key met in this request (a series may come many times)
-    mapped: dict[bytes, MappedSeries | tuple[str, str]] = field(default_factory=dict)
+    mapped: dict[bytes, MappedSeries | tuple[str, str] | None] = field(default_factory=dict)
 
-    async def one_sample_each(self, keys: list[bytes], samples: Any) -> None:
-        """Every series holds one sample (what Prometheus sends): the hot loop, a dict
-        lookup and a tuple per sample for a known series."""
+    async def one_sample_each(self, keys: list[bytes], samples: Any) -> bool:
+        """As many samples as series, one each (what Prometheus sends): the hot loop, a
+        dict lookup and a tuple per sample for a known series. False, with the request
+        half taken, when a series has no sample after all (some other has more): a key
+        seen before has samples, the key of a new one tells."""
         add = self.known.append
         get = self.refs.get
         other = self.other
@@ -209,8 +210,11 @@ class _Take:
                 timestamp = sample.timestamp
                 if ref is not None and value - value == 0.0 and low < timestamp <= high:
                     add((ref, timestamp, value))
+                elif ref is None and self.mapping(key) is None:
+                    return False  # no sample: the samples are not one per series
                 else:
                     other(key, ref, ((value, timestamp),))
+        return True
 
     async def any_series(self, keys: list[bytes], series_list: Any) -> None:
         """Series of any shape (exemplars or native histograms only, many samples)."""
@@ -233,9 +237,9 @@ class _Take:
         outcome = self.outcome
         mapped: MappedSeries | tuple[str, str] | None = None
         if ref is None:
-            mapped = self.mapped.get(key)
+            mapped = self.mapping(key)
             if mapped is None:
-                mapped = self.mapped[key] = _map(key, self.mapper)
+                return  # no labels to store: only histograms or exemplars
             if not isinstance(mapped, MappedSeries):
                 outcome.refuse(mapped[0], mapped[1], len(samples))
                 return
@@ -247,12 +251,22 @@ class _Take:
             elif ref is not None:
                 self.known.append((ref, timestamp, value))
 
+    def mapping(self, key: bytes) -> MappedSeries | tuple[str, str] | None:
+        """The OpenTSDB series of a key not seen before, or (reason, message) when it
+        cannot be stored; None when its series has no sample. Once per key a request."""
+        if key in self.mapped:
+            return self.mapped[key]
+        mapped = self.mapped[key] = _map(key, self.mapper)
+        return mapped
 
-def _map(key: bytes, mapper: LabelMapper) -> MappedSeries | tuple[str, str]:
+
+def _map(key: bytes, mapper: LabelMapper) -> MappedSeries | tuple[str, str] | None:
     try:
-        labels = decode_labels(key)
+        labels, has_samples = decode_key(key)
     except DecodeError as exc:
         return "bad_label", f"a label is not a valid protobuf Label: {exc}"
+    if not has_samples:
+        return None
     mapped = mapper.map_series(labels)
     if isinstance(mapped, MappedSeries):
         return mapped
