@@ -144,13 +144,18 @@ def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() ->
     own: Points = [(a, t0, 5), (b, t0 + 2, 6)]
     logged_3: Points = [(a, t0 + 2, 7), (b, t0 + 2, 8)]  # after own's (b, t0 + 2)
 
+    def encoded(points: Points) -> dict[bytes, dict[bytes, bytes]]:
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        encode_points_into(rows, points)
+        return rows
+
     batch = make_batch(max_cells=100)
-    batch.add_logged(logged_1, 11)
-    batch.add_logged(logged_2, 12)
+    batch.add_logged(encoded(logged_1), 11)
+    batch.add_logged(encoded(logged_2), 12)
     # two requests, one run per row: the head takes a row's points of both at once
     assert len(batch.payload_and_runs()[1]) == 2
     batch.add_points(own)
-    batch.add_logged(logged_3, 13)
+    batch.add_logged(encoded(logged_3), 13)
     assert batch.logged == [11, 12, 13]
     assert batch.logged_cells == 6
     assert len(batch) == 8

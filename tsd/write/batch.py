@@ -109,14 +109,26 @@ class Batch:
         self.parts.append((payload, runs))
         self.cells += points
 
-    def add_logged(self, points: Iterable[tuple[SeriesKey, int, int | float]], seq: int) -> None:
-        """Buffer points the write-ahead log already holds as record ``seq``, merged into
-        :attr:`logged_rows`. Those always arrived before what :attr:`rows` holds: when
+    def add_logged(self, rows: dict[bytes, dict[bytes, bytes]], seq: int) -> None:
+        """Buffer cells the write-ahead log already holds as record ``seq`` (``rows``: row
+        key -> qualifier -> value, as :func:`~tsd.codec.qualifier.encode_points_into`
+        makes them; taken over, not copied), merged into :attr:`logged_rows` (a later
+        cell wins). Those always arrived before what :attr:`rows` holds: when
         :attr:`rows` is not empty, both become parts first (in that order), so that the
         order of arrival stays the order the head reads them in."""
         if self.rows:
             self._close_open_rows()
-        added = encode_points_into(self.logged_rows, points)
+        logged = self.logged_rows
+        added = 0
+        for row, cells in rows.items():
+            have = logged.get(row)
+            if have is None:
+                logged[row] = cells
+                added += len(cells)
+            else:
+                before = len(have)
+                have.update(cells)
+                added += len(have) - before
         self.cells += added
         self.logged_cells += added
         self.logged.append(seq)

@@ -56,10 +56,12 @@ from tsd.storage.base import Put, Storage
 from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import (
+    CELLS,
     Columns,
     Row,
     RowRun,
     encode_payload_and_runs,
+    frame,
     frame_cells,
     iter_records,
 )
@@ -294,12 +296,14 @@ class Writer:
             raise sink.refusal
         rows: dict[bytes, dict[bytes, bytes]] = {}
         cells = encode_points_into(rows, points)
-        seq = await wal.append(frame_cells(encode_payload_and_runs(rows)[0]), cells)
+        # Not compressed: a request's record is small, and zstd would cost more per point
+        # than the rest of its logging; the log's segments go once the head is written.
+        seq = await wal.append(frame(CELLS, encode_payload_and_runs(rows)[0]), cells)
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
         was_empty = batch.cells == 0
-        batch.add_logged(points, seq)
+        batch.add_logged(rows, seq)
         self._added.value += len(points)
         self._added_to_batch(was_empty)
 
