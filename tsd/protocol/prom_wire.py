@@ -276,11 +276,11 @@ def decode_label(raw: bytes) -> tuple[str, str]:
     return label.name, label.value
 
 
-def decode_key(key: bytes) -> tuple[list[tuple[str, str]], bool]:
-    """A series' key (:attr:`WriteColumns.keys`) -> its labels as (name, value) pairs, and
-    whether it has samples; DecodeError when a label is not a valid Label (bad UTF-8)."""
+def decode_key(key: bytes) -> tuple[list[bytes], bool]:
+    """A series' key (:attr:`WriteColumns.keys`) -> its labels, each still encoded
+    (:func:`decode_label` reads one), and whether it has samples."""
     series = _SeriesKey.FromString(key)
-    return [decode_label(raw) for raw in series.labels], series.HasField("samples")
+    return list(series.labels), series.HasField("samples")
 
 
 def encode_read_response(

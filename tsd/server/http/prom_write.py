@@ -11,14 +11,18 @@ Prometheus drops a whole batch on a 4xx and retries it on a 5xx, so:
   they are counted (``prometheus.write.refused`` / ``.skipped`` by reason, refusals also
   in ``ingest.errors{protocol=prometheus}``) and logged once per request, and the answer
   is 204;
-* the answer waits until storage holds every point taken (the write-ahead log and the
-  store or the head, as ``/api/put?sync``), so a 2xx never acknowledges what a crash
-  could lose; storage trouble (a failed write, HBase's spool or a disk refusing writes,
-  no answer within :data:`STORE_TIMEOUT_S`) is a 503, which Prometheus retries;
+* the answer waits until every point taken is durable, so a 2xx never acknowledges what
+  a crash could lose: on the embedded store, points of known series once the write-ahead
+  log holds them (the head takes them with the writer's next batch; :func:`_ingest`),
+  others once storage holds them (as ``/api/put?sync``); storage trouble (a failed
+  write, HBase's spool or a disk refusing writes, no answer within
+  :data:`STORE_TIMEOUT_S`) is a 503, which Prometheus retries;
 * a body that is not a snappy block of a WriteRequest is a 400 (retrying cannot help).
 
-Series are remembered by their labels' encoded bytes in the ingest service's
-``prometheus`` ref cache: a series seen before costs no decoding, mapping or lookup.
+A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
+series are remembered by their key (labels re-encoded) in the ingest service's
+``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
+or lookup of its names.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from tsd.protocol.prom_labels import (
 from tsd.protocol.prom_wire import (
     DecodeError,
     decode_key,
+    decode_label,
     decode_write_columns,
     write_request_of,
 )
@@ -261,12 +266,13 @@ class _Take:
 
 
 def _map(key: bytes, mapper: LabelMapper) -> MappedSeries | tuple[str, str] | None:
-    try:
-        labels, has_samples = decode_key(key)
-    except DecodeError as exc:
-        return "bad_label", f"a label is not a valid protobuf Label: {exc}"
+    raw_labels, has_samples = decode_key(key)
     if not has_samples:
         return None
+    try:
+        labels = [decode_label(raw) for raw in raw_labels]
+    except DecodeError as exc:
+        return "bad_label", f"a label is not a valid protobuf Label: {exc}"
     mapped = mapper.map_series(labels)
     if isinstance(mapped, MappedSeries):
         return mapped
