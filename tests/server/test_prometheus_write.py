@@ -23,7 +23,7 @@ import structlog
 from tests.server.conftest import MakeTsd
 from tests.server.test_auth import SECRETS, basic, bearer, users_file
 from tsd.daemon import Daemon
-from tsd.protocol.prom_wire import ReadRequest, ReadResponse, TimeSeries, WriteRequest
+from tsd.protocol.prom_wire import Label, ReadRequest, ReadResponse, TimeSeries, WriteRequest
 
 T0 = 1_700_000_000_000
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
@@ -186,6 +186,35 @@ async def test_as_many_samples_as_series_but_not_one_each(make_tsd: MakeTsd, htt
         tuple(sorted(one.items())): [(T0, 0.5), (T0 + 1, 1.5), (T0 + 2, 2.5)],
         tuple(sorted(two.items())): [(T0, 1.0), (T0 + 1, 2.0), (T0 + 2, 3.0), (T0 + 3, 4.0)],
     }
+
+
+async def test_a_label_that_is_not_utf8_is_refused_alone(make_tsd: MakeTsd, http) -> None:
+    """A label value that is not UTF-8 (a protobuf ``string`` must be) refuses its series
+    only, whether it has a sample or none beside a series with two."""
+    daemon = await make_tsd()
+    good = {"__name__": "m", "job": "good"}
+    label = Label(name="job", value="X").SerializeToString()
+
+    def with_bad(samples: list[tuple[int, float]], good_samples: list[tuple[int, float]]) -> bytes:
+        request = WriteRequest()
+        bad = request.timeseries.add()
+        bad.labels.append(Label(name="__name__", value="m").SerializeToString())
+        bad.labels.append(label.replace(b"X", b"\xff"))
+        for timestamp, number in samples:
+            bad.samples.add(timestamp=timestamp, value=number)
+        series = request.timeseries.add()
+        for name, value in good.items():
+            series.labels.append(Label(name=name, value=value).SerializeToString())
+        for timestamp, number in good_samples:
+            series.samples.add(timestamp=timestamp, value=number)
+        return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
+
+    assert await write(http, daemon, with_bad([(T0, 9.0)], [(T0, 1.0)])) == 204
+    assert await write(http, daemon, with_bad([], [(T0 + 1, 2.0), (T0 + 2, 3.0)])) == 204
+    found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
+    assert found == {tuple(sorted(good.items())): [(T0, 1.0), (T0 + 1, 2.0), (T0 + 2, 3.0)]}
+    text = await metrics_text(http, daemon)
+    assert 'tsd_prometheus_write_refused_total{reason="bad_label"} 1.0' in text
 
 
 async def test_series_that_cannot_be_stored_do_not_fail_the_batch(make_tsd: MakeTsd, http) -> None:
