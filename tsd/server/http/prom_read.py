@@ -55,6 +55,7 @@ async def handle_read(request: web.Request, path: ApiPath) -> web.StreamResponse
         raise BadRequestError(
             "Unsupported response type", "tsd answers remote read with SAMPLES only"
         )
+    await services.ingest.writer.show_logged()  # every sample remote write acknowledged
     engine = services.engine
     meta = meta_service(request)
     special = services.rules.special_chars
