@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define MAX_TIMESPAN 3600
-#define MAX_MS_TIMESTAMP 9999999999999LL /* tsd.model.MAX_MS_TIMESTAMP */
+#define MAX_MS_TIMESTAMP 9999999999999LL /* tsd.data_points.MAX_MS_TIMESTAMP */
 #define FLAG_BITS 4
 #define FLAGS_INT1 0x0
 #define FLAGS_INT2 0x1

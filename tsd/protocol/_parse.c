@@ -417,7 +417,7 @@ static PyObject *interned_ascii(const char *s, Py_ssize_t n)
  *   PLAIN_NAME_CHARS (names valid whatever the configuration), distinct keys, a usual
  *   timestamp and value (type_numbers). None for anything else, errors included: the
  *   caller then runs the full parser, whose answer and reply stay OpenTSDB's. point_type
- *   is tsd.model.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
+ *   is tsd.data_points.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
 static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyType_Check(args[2]) ||

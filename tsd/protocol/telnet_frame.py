@@ -28,8 +28,8 @@ from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from tsd.codec import SeriesKey
+from tsd.data_points import DataPoint
 from tsd.errors import BadRequestError, PutLineError
-from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import (
     LineBuffer,

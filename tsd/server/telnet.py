@@ -39,9 +39,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from tsd.data_points import DataPoint, Tags
 from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
-from tsd.model import DataPoint, Tags
 from tsd.protocol import rollup_put
 from tsd.protocol.histogram_put import line_histogram, parse_histogram_line
 from tsd.protocol.names import NameRules

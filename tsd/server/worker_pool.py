@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
+from tsd.data_points import Tags
 from tsd.log import TELNET, get_logger
-from tsd.model import Tags
 from tsd.protocol.telnet import TELNET_REF_CACHE
 from tsd.protocol.telnet_frame import ParsedPut, items_from_wire, remember_key
 from tsd.server.listener import TrackedProtocol

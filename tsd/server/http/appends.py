@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
 
-from tsd.model import DataPoint
+from tsd.data_points import DataPoint
 from tsd.write.ingest import IngestSession, Put, RefPoint
 
 T = TypeVar("T")
