@@ -147,14 +147,18 @@ class Answers:
     """Queries a tsd answered while it was asked steadily: their latencies and statuses."""
 
     latencies_s: list[float] = dataclasses.field(default_factory=list)
+    #: answered, but not 200 (status: body)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    #: not answered within the time allowed, or the connection failed
     failures: list[str] = dataclasses.field(default_factory=list)
 
 
 async def query_steadily(
     port: int, base_s: int, span_s: int, stop: asyncio.Event, timeout_s: float = 10.0
 ) -> Answers:
-    """Ask a tsd the ingest's query every half second until ``stop`` is set; a query not
-    answered 200 within ``timeout_s`` is a failure."""
+    """Ask a tsd the ingest's query every half second until ``stop`` is set: a query not
+    answered within ``timeout_s`` is a failure, one answered with another status than 200
+    an error."""
     answers = Answers()
     url = (
         f"http://127.0.0.1:{port}/api/query?start={base_s}&end={base_s + span_s}"
@@ -167,7 +171,7 @@ async def query_steadily(
                 async with asyncio.timeout(timeout_s), http.get(url) as reply:
                     await reply.read()
                     if reply.status != 200:
-                        answers.failures.append(f"{reply.status}: {await reply.text()}")
+                        answers.errors.append(f"{reply.status}: {await reply.text()}")
             except (TimeoutError, aiohttp.ClientError) as exc:
                 answers.failures.append(repr(exc))
             answers.latencies_s.append(time.monotonic() - began)

@@ -149,7 +149,7 @@ async def test_split_under_two_writers_and_a_reader_then_opentsdb_reads_it_all(
                 for p in progress
             )
             + f"; reader: {len(answers.latencies_s)} queries, slowest "
-            f"{max(answers.latencies_s):.2f} s"
+            f"{max(answers.latencies_s):.2f} s, {len(answers.errors)} answered an error"
         )
         print(figures)
         record_property("longest_pause_s", round(longest, 2))
@@ -157,6 +157,7 @@ async def test_split_under_two_writers_and_a_reader_then_opentsdb_reads_it_all(
         assert len(regions) >= 2, regions
         assert read == want
         assert answers.failures == []
+        assert answers.errors == []
         assert len(answers.latencies_s) >= WRITE_S  # asked throughout
         assert max(answers.latencies_s) < QUERY_WITHIN_S
 
