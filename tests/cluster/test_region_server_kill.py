@@ -2,9 +2,9 @@
 ingest: its region moves to the other region server, tsd keeps accepting (no error line),
 every point it accepted is read back, and a ``tsd.mode=ro`` tsd asked twice a second
 answers every query within 10 s throughout (while the region is not served, with an error:
-its calls give up after 8 s; the number of errors is reported). The longest pause of writes reaching storage or
-the spool, and the spool's peak backlog, are measured and reported (printed, and recorded
-as the test's ``longest_pause_s`` property)."""
+its calls give up after 8 s; the number of errors is reported). The longest pause of writes
+reaching storage or the spool, and the spool's peak backlog, are measured and reported
+(printed, and recorded as the test's ``longest_pause_s`` property)."""
 
 from __future__ import annotations
 
