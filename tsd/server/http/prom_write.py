@@ -32,9 +32,9 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from tsd.data_points import DataPoint
 from tsd.errors import StorageRefused
 from tsd.log import HTTP, get_logger
-from tsd.model import DataPoint
 from tsd.protocol.prom_labels import (
     LabelMapper,
     MappedSeries,

@@ -34,7 +34,7 @@ import orjson
 
 from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.series import AggregatedSeries
-from tsd.query_model import FillPolicy, Filter, SubQuery, TSQuery
+from tsd.query_spec import FillPolicy, Filter, SubQuery, TSQuery
 
 __all__ = [
     "query_echo",
