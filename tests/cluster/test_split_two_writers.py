@@ -39,8 +39,8 @@ from tests.hbase.opentsdb import fresh_tables, read_uid_table, running_opentsdb
 from tests.hbase.test_uid_blocks import Fscks
 from tests.hbase.tsd_process import tsd_process
 from tests.tools.test_fsck import counters
-from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.hbase, pytest.mark.cluster, pytest.mark.timeout(900)]
 
