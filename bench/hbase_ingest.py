@@ -29,7 +29,7 @@ Also printed: the cost of encoding one 1,000-cell ``mutateRows`` call with the
 pure-Python Thrift binary protocol, against thriftpy2's compiled one (cybin).
 
 With ``--cluster``, on the pseudo-distributed cluster of ``scripts/hbase cluster-start``
-(``--region-servers`` region servers, two Thrift1 gateways, 256 MB heaps) instead: tsd as 1,
+(``--region-servers`` region servers, two Thrift1 gateways, 512 MB heaps) instead: tsd as 1,
 2 and 3 daemons on one set of tables (the lines dealt out between them) with 1 and 2
 gateways listed, and OpenTSDB on the cluster's ZooKeeper; no bare writers. Also printed:
 points per CPU-second of the region servers, of the gateways, of the whole HBase side and
@@ -186,12 +186,19 @@ def start_hbase(var_dir: Path, thrift_info_port: int | None = None) -> HBase:
     return HBase(server, env, var_dir)
 
 
+#: each cluster JVM's heap in the benches: the tests' 256 MB let a region server die of an
+#: OutOfMemoryError under 300,000-point rounds into seven tables (its memstores blocked over
+#: the high-water mark); TSD_HBASE_HEAP overrides
+BENCH_CLUSTER_HEAP = "512m"
+
+
 def start_cluster(var_dir: Path, region_servers: int = 2, gateways: int = 2) -> HBase:
     """The pseudo-distributed cluster of ``scripts/hbase cluster-start`` on free ports
-    (256 MB heaps): ZooKeeper, a master, ``region_servers`` region servers, ``gateways``
-    Thrift1 gateways and a Thrift2 gateway, each its own JVM."""
+    (BENCH_CLUSTER_HEAP heaps): ZooKeeper, a master, ``region_servers`` region servers,
+    ``gateways`` Thrift1 gateways and a Thrift2 gateway, each its own JVM."""
     thrift_ports = [free_port() for _ in range(gateways)]
     env = {
+        "TSD_HBASE_HEAP": BENCH_CLUSTER_HEAP,
         **os.environ,
         "TSD_HBASE_VAR": str(var_dir),
         "TSD_HBASE_ZK_PORT": str(free_port()),

@@ -31,7 +31,7 @@ the HBase JVM and the Thrift gateway (all on the same cores, so a busy machine m
 wall-clock figures more than these).
 
 With ``--cluster``: the same on the pseudo-distributed cluster of ``scripts/hbase
-cluster-start`` (``--region-servers``, two Thrift1 gateways, 256 MB heaps), tsd listing
+cluster-start`` (``--region-servers``, two Thrift1 gateways, 512 MB heaps), tsd listing
 ``--gateways`` of them (its pool spreads the scans over them), OpenTSDB on the cluster's
 ZooKeeper; the HBase side's CPU is every JVM's (ZooKeeper, master, region servers) and the
 gateways'.
