@@ -502,6 +502,7 @@ class Writer:
         storage refuses."""
         started = time.perf_counter()
         try:
+            await sink.room()  # past tsd.storage.head.max_bytes: after the write-out
             payload, runs = batch.payload_and_runs()
             record = frame_cells(payload)
             error: StorageError | None = sink.refusal
