@@ -51,10 +51,7 @@ def measure(rows: int, points: int, traced: bool) -> dict[str, float]:
     from tsd.head import Head
 
     layout = KeyLayout.from_storage_config(StorageConfig())
-    keys = [
-        b"\x00\x00\x01" + BASE.to_bytes(4, "big") + b"\x00\x00\x01" + s.to_bytes(3, "big")
-        for s in range(rows)
-    ]
+    prefix = b"\x00\x00\x01" + BASE.to_bytes(4, "big") + b"\x00\x00\x01"
     cells = [encode_point(BASE + 10 * i, i % 200)[1:] for i in range(points)]
     rss0 = _rss()
     if traced:
@@ -64,7 +61,9 @@ def measure(rows: int, points: int, traced: bool) -> dict[str, float]:
     for i in range(points):
         q, v = cells[i]
         for start in range(0, rows, BATCH_ROWS):
-            runs = [(k, 1, q, v) for k in keys[start : start + BATCH_ROWS]]
+            # each batch's keys are new objects, as decoded from a log record
+            stop = min(rows, start + BATCH_ROWS)
+            runs = [(prefix + s.to_bytes(3, "big"), 1, q, v) for s in range(start, stop)]
             head.add_runs(runs, batch, float(i))
             batch += 1
             del runs

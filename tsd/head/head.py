@@ -36,6 +36,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -54,6 +56,8 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 #: tracemalloc by bench/head_memory.py (a million rows of 2 and of 360 points).
 ROW_OVERHEAD_BYTES = 200
 DATA_SLACK_SHIFT = 4
+
+_FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
 # the compiled helper (setup.py); python_run_bounds is its fallback and spec
 _c_run_bounds: Any = native.attribute("tsd.codec._encode", "run_bounds")
@@ -159,10 +163,10 @@ class _Part:
         n = len(runs)
         return cls(
             runs,
-            np.fromiter((run[1] for run in runs), np.int64, n),
-            np.fromiter((len(run[2]) for run in runs), np.int64, n),
-            np.fromiter((len(run[3]) for run in runs), np.int64, n),
-            np.array(bounds, np.int64).reshape(n, 3),
+            np.fromiter(map(_SECOND, runs), np.int64, n),
+            np.fromiter(map(len, map(_THIRD, runs)), np.int64, n),
+            np.fromiter(map(len, map(_FOURTH, runs)), np.int64, n),
+            np.fromiter(chain.from_iterable(bounds), np.int64, 3 * n).reshape(n, 3),
         )
 
     def select(self, mask: npt.NDArray[np.bool_]) -> _Part:
@@ -197,8 +201,9 @@ class Head:
         #: groups of a closed hour with no idle row when last looked at: the oldest last
         #: write of their rows then (see :meth:`closed`)
         self._busy_since: dict[int, float] = {}
-        #: bytes of points held (qualifiers and values)
+        #: bytes of points held (qualifiers and values), and of the rows' keys
         self._data = 0
+        self._key_data = 0
         self.points = 0
         #: counts the calls of :meth:`release` (the only way the oldest batch held grows)
         self.releases = 0
@@ -253,12 +258,11 @@ class Head:
             bounds = [bounds[i] for i in kept]
             if not runs:
                 return 0
-        keys = [run[0] for run in runs]
+        keys = list(map(_FIRST, runs))
         if len(set(keys)) != len(keys):
             # a log record can hold a row twice (parts of one batch joined): in order
             return sum(self.add_runs([run], batch, now) for run in runs)
-        get = self._slot_of.get
-        slots = [get(k) for k in keys]
+        slots = list(map(self._slot_of.get, keys))
         part = _Part.of(runs, bounds)
         if None in slots:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
@@ -315,6 +319,7 @@ class Head:
             key_of[s] = key
             buf_of[s] = buf
         self._slot_of.update(zip(keys, slots.tolist(), strict=True))
+        self._key_data += sum(map(len, keys))
         c = self._cols
         c.q_len[slots] = q_sizes
         c.v_len[slots] = v_sizes
@@ -520,10 +525,12 @@ class Head:
             members = self._members(number)
             members = members[np.argsort(c.written_at[members], kind="stable")]
             data = (c.q_len[members] + c.v_len[members]).astype(np.int64)
-            sizes = ROW_OVERHEAD_BYTES + data + (data >> DATA_SLACK_SHIFT)
+            listed = [key_of[s] or b"" for s in members.tolist()]
+            key_sizes = np.fromiter(map(len, listed), np.int64, len(listed))
+            sizes = ROW_OVERHEAD_BYTES + key_sizes + data + (data >> DATA_SLACK_SHIFT)
             ends = freed + np.cumsum(sizes)
             cut = int(np.searchsorted(ends, target_bytes)) + 1
-            keys += [key_of[s] for s in members[:cut].tolist()]
+            keys += listed[:cut]
             freed = int(ends[min(cut, len(ends)) - 1]) if len(ends) else freed
             if freed >= target_bytes:
                 break
@@ -585,6 +592,7 @@ class Head:
             c.clean[s] = False
             return
         del self._slot_of[taken.key]
+        self._key_data -= len(taken.key)
         self._key[s] = None
         self._buf[s] = None
         number = int(c.group[s])
@@ -636,7 +644,8 @@ class Head:
         """The memory the rows take, as measured (bench/head_memory.py): a fixed cost per
         row, and the points' bytes with their buffers' room to grow."""
         data = self._data
-        return len(self._slot_of) * ROW_OVERHEAD_BYTES + data + (data >> DATA_SLACK_SHIFT)
+        fixed = len(self._slot_of) * ROW_OVERHEAD_BYTES + self._key_data
+        return fixed + data + (data >> DATA_SLACK_SHIFT)
 
 
 class _Columns:
