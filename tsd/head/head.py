@@ -10,8 +10,8 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
 * Rows are slots: the row key's slot in a dict, and per slot its numbers (point count,
   lengths, clean-ness, last offset, last write, batches) in numpy arrays, set a column
   at a time per batch; no Python object per row beyond its key, its slot number and its
-  bytes (bench/head_memory.py measures a row: about 200 bytes beside its points, where
-  a row object with two bytearrays and its entries in two dicts took about 500).
+  bytes (bench/head_memory.py measures a row of two points: 260 bytes, where a row
+  object with two bytearrays and its entries in two dicts took 404).
 * A row is *clean* while every point it received came strictly after the previous one in
   time: its cells are then exactly the compacted cell's points, in order, and the cell is
   the runs joined (:func:`tsd.codec.join_compacted`). Clean-ness is checked per batch with
@@ -50,12 +50,14 @@ from tsd.storage.base import Cell, CellBlock, Row, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 
-#: Bytes counted per row beyond its points: its key, its dict entry and slot number, its
-#: bytearray, its numbers in the columns and its place in its group's list; and the points'
-#: bytes plus 1/2**DATA_SLACK_SHIFT of them (a bytearray's room to grow). Measured with
-#: tracemalloc by bench/head_memory.py (a million rows of 2 and of 360 points).
-ROW_OVERHEAD_BYTES = 200
-DATA_SLACK_SHIFT = 4
+#: Bytes counted per row beyond its points and its key's length: the key object, its dict
+#: entry and slot number, the row's bytearray, its numbers in the columns and its place in
+#: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (a
+#: bytearray's room to grow). Measured with tracemalloc by bench/head_memory.py: a million
+#: rows of 2 points 260 bytes a row, 10,000 rows of 360 points 1,599 (13-byte keys; this
+#: counts 264 and 1,589).
+ROW_OVERHEAD_BYTES = 244
+DATA_SLACK_SHIFT = 3
 
 _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
