@@ -441,13 +441,14 @@ class Head:
         key_of, buf_of = self._key, self._buf
         listed = slots.tolist()
         q_lens = c.q_len[slots].astype(np.int64)
-        qualifiers, values = _join_parts([buf_of[s] for s in listed], q_lens.tolist())
+        v_lens = c.v_len[slots].astype(np.int64)
+        qualifiers, values = _join_parts([buf_of[s] for s in listed], q_lens, v_lens)
         return HeadSnapshot(
             [key_of[s] for s in listed],
             qualifiers,
             values,
             q_lens,
-            c.v_len[slots].astype(np.int64),
+            v_lens,
             c.count[slots].astype(np.int64),
             c.ms_count[slots].astype(np.int64),
             c.clean[slots].copy(),
@@ -695,17 +696,21 @@ class _Columns:
         return grown
 
 
-def _join_parts(bufs: list[bytearray], q_lens: list[int]) -> tuple[bytes, bytes]:
+def _join_parts(
+    bufs: list[bytearray], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
+) -> tuple[bytes, bytes]:
     """Every row's qualifiers joined, and every row's values (a row's bytes are its
-    qualifiers then its values)."""
-    views = [memoryview(b) for b in bufs]
-    try:
-        qualifiers = b"".join([v[:n] for v, n in zip(views, q_lens, strict=True)])
-        values = b"".join([v[n:] for v, n in zip(views, q_lens, strict=True)])
-    finally:
-        for view in views:
-            view.release()
-    return qualifiers, values
+    qualifiers then its values): the rows joined whole at once, then parted with one
+    mask (a view or a slice per row cost several times more)."""
+    whole = np.frombuffer(b"".join(bufs), np.uint8)
+    n = len(bufs)
+    lengths = np.empty(2 * n, np.int64)
+    lengths[0::2] = q_lens
+    lengths[1::2] = v_lens
+    firsts = np.zeros(2 * n, np.bool_)
+    firsts[0::2] = True
+    mask = np.repeat(firsts, lengths)
+    return whole[mask].tobytes(), whole[~mask].tobytes()
 
 
 #: a row's points at the time of a snapshot: qualifiers, values, count, ms count, clean
