@@ -137,16 +137,16 @@ class Taken:
 
 @dataclass(slots=True, eq=False)
 class _Group:
-    """The rows of one metric prefix and hour: their slots, in the order they came (a
-    freed slot stays listed until the list is tidied; a slot reused by the same group
-    may be listed twice until then)."""
+    """The rows of one metric prefix and hour: their slots, in the order they came. A
+    slot its row left stays listed (its group number then -1) until the list is tidied,
+    and only then is it free for another row: a slot is never listed twice."""
 
     key: tuple[bytes, int]
     slots: npt.NDArray[np.int64]
     listed: int = 0
     rows: int = 0
-    #: a slot left since the list was last tidied
-    stale: bool = False
+    #: slots left since the list was last tidied (free once it is)
+    left: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,14 +398,13 @@ class Head:
         """The slots of group ``number``'s rows, in the order they came."""
         group = self._groups[number]
         assert group is not None
-        if group.stale:
+        if group.left:
             listed = group.slots[: group.listed]
             live = listed[self._cols.group[listed] == number]
-            _, first = np.unique(live, return_index=True)
-            live = live[np.sort(first)]
             group.slots = np.concatenate([live, np.zeros(max(16, len(live) // 2), np.int64)])
             group.listed = len(live)
-            group.stale = False
+            self._free.extend(group.left)
+            group.left = array("q")
         return group.slots[: group.listed]
 
     # -- reading ------------------------------------------------------------------------------
@@ -600,12 +599,12 @@ class Head:
         self._buf[s] = None
         number = int(c.group[s])
         c.group[s] = -1
-        self._free.append(s)
         group = self._groups[number]
         assert group is not None
         group.rows -= 1
-        group.stale = True
+        group.left.append(s)
         if not group.rows:
+            self._free.extend(group.left)
             del self._group_of[group.key]
             self._groups[number] = None
             self._free_groups.append(number)
