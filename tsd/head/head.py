@@ -549,24 +549,24 @@ class Head:
         if s is None:
             return None
         c = self._cols
-        count = int(c.count[s])
+        count = c.count.item(s)
         if not count:
             return None
         buf = self._buf[s]
         assert buf is not None
-        q_len = int(c.q_len[s])
+        q_len = c.q_len.item(s)
         qualifiers, values = bytes(buf[:q_len]), bytes(buf[q_len:])
-        ms_count = int(c.ms_count[s])
+        ms_count = c.ms_count.item(s)
         return Taken(
             key,
-            _cells_of(qualifiers, values, count, ms_count, bool(c.clean[s])),
+            _cells_of(qualifiers, values, count, ms_count, bool(c.clean.item(s))),
             qualifiers,
             values,
             q_len,
             len(values),
             count,
             ms_count,
-            int(c.last_batch[s]),
+            c.last_batch.item(s),
         )
 
     def release(self, taken: Taken) -> None:
@@ -576,28 +576,30 @@ class Head:
         if s is None:
             return
         c = self._cols
-        buf = self._buf[s]
-        assert buf is not None
-        q_len = int(c.q_len[s])
-        del buf[q_len : q_len + taken.value_bytes]
-        del buf[: taken.qualifier_bytes]
-        c.q_len[s] = q_len - taken.qualifier_bytes
-        c.v_len[s] -= taken.value_bytes
-        count = int(c.count[s]) - taken.count
-        c.count[s] = count
-        c.ms_count[s] -= taken.ms_count
+        count = c.count.item(s) - taken.count
         self._data -= taken.qualifier_bytes + taken.value_bytes
         self.points -= taken.count
         if count:
+            buf = self._buf[s]
+            assert buf is not None
+            q_len = c.q_len.item(s)
+            del buf[q_len : q_len + taken.value_bytes]
+            del buf[: taken.qualifier_bytes]
+            c.q_len[s] = q_len - taken.qualifier_bytes
+            c.v_len[s] -= taken.value_bytes
+            c.count[s] = count
+            c.ms_count[s] -= taken.ms_count
             # Only later batches' points are left; their order is checked again.
             c.first_batch[s] = taken.last_batch + 1
             c.clean[s] = False
             return
+        # every point left: the slot's numbers are set again when it is reused
+        c.count[s] = 0
         del self._slot_of[taken.key]
         self._key_data -= len(taken.key)
         self._key[s] = None
         self._buf[s] = None
-        number = int(c.group[s])
+        number = c.group.item(s)
         c.group[s] = -1
         group = self._groups[number]
         assert group is not None
@@ -624,11 +626,11 @@ class Head:
                         [],
                         b"",
                         b"",
-                        int(c.q_len[s]),
-                        int(c.v_len[s]),
-                        int(c.count[s]),
-                        int(c.ms_count[s]),
-                        int(c.last_batch[s]),
+                        c.q_len.item(s),
+                        c.v_len.item(s),
+                        c.count.item(s),
+                        c.ms_count.item(s),
+                        c.last_batch.item(s),
                     )
                 )
 
