@@ -254,26 +254,32 @@ class Head:
         bounds = _offset_bounds(runs)
         if not isinstance(bounds, list):
             bounds = list(bounds)
-        if not all(run[1] for run in runs):  # empty runs add nothing
-            kept = [i for i, run in enumerate(runs) if run[1]]
-            runs = [runs[i] for i in kept]
-            bounds = [bounds[i] for i in kept]
-            if not runs:
-                return 0
-        keys = list(map(_FIRST, runs))
-        if len(set(keys)) != len(keys):
-            # a log record can hold a row twice (parts of one batch joined): in order
-            return sum(self.add_runs([run], batch, now) for run in runs)
-        slots = list(map(self._slot_of.get, keys))
         part = _Part.of(runs, bounds)
+        if not part.counts.all():  # empty runs add nothing
+            return self.add_runs([run for run in runs if run[1]], batch, now)
+        keys = list(map(_FIRST, runs))
+        slots = list(map(self._slot_of.get, keys))
+        new = None
         if None in slots:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
-            self._add_new(part.select(new), batch, now)
-            if not new.all():
-                held = [s for s in slots if s is not None]
-                self._add_held(part.select(~new), np.array(held, np.int64), batch, now)
+            fresh = [k for k, s in zip(keys, slots, strict=True) if s is None]
+            twice = len(set(fresh)) != len(fresh)
+            held = np.array([s for s in slots if s is not None], np.int64)
         else:
-            self._add_held(part, np.array(slots, np.int64), batch, now)
+            twice = False
+            held = np.array(slots, np.int64)
+        if not twice and len(held) > 1:
+            ordered = np.sort(held)
+            twice = bool((ordered[1:] == ordered[:-1]).any())
+        if twice:
+            # a log record can hold a row twice (parts of one batch joined): in order
+            return sum(self.add_runs([run], batch, now) for run in runs)
+        if new is None:
+            self._add_held(part, held, batch, now)
+        else:
+            self._add_new(part.select(new), batch, now)
+            if len(held):
+                self._add_held(part.select(~new), held, batch, now)
         added = int(part.counts.sum())
         self.points += added
         self._data += int(part.q_sizes.sum() + part.v_sizes.sum())
@@ -284,11 +290,12 @@ class Head:
         before the values, values at the end), numbers updated by column."""
         c = self._cols
         bufs = self._buf
-        for s, at, run in zip(slots.tolist(), c.q_len[slots].tolist(), part.runs, strict=True):
-            buf = bufs[s]
-            assert buf is not None
-            buf[at:at] = run[2]
-            buf += run[3]
+        held = cast(list[bytearray], list(map(bufs.__getitem__, slots.tolist())))
+        for buf, at, (_, _, qualifiers, values) in zip(
+            held, c.q_len[slots].tolist(), part.runs, strict=True
+        ):
+            buf[at:at] = qualifiers
+            buf += values
         counts, q_sizes, checked = part.counts, part.q_sizes, part.checked
         c.q_len[slots] += q_sizes.astype(np.int32)
         c.v_len[slots] += part.v_sizes.astype(np.int32)
