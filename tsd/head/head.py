@@ -161,14 +161,14 @@ class _Part:
     checked: npt.NDArray[np.int64]
 
     @classmethod
-    def of(cls, runs: Sequence[Run], bounds: list[tuple[bool, int, int]]) -> _Part:
+    def of(cls, runs: Sequence[Run], checked: npt.NDArray[np.int64]) -> _Part:
         n = len(runs)
         return cls(
             runs,
             np.fromiter(map(_SECOND, runs), np.int64, n),
             np.fromiter(map(len, map(_THIRD, runs)), np.int64, n),
             np.fromiter(map(len, map(_FOURTH, runs)), np.int64, n),
-            np.fromiter(chain.from_iterable(bounds), np.int64, 3 * n).reshape(n, 3),
+            checked,
         )
 
     def select(self, mask: npt.NDArray[np.bool_]) -> _Part:
@@ -251,10 +251,7 @@ class Head:
         the batch's rows are set with a numpy operation per column."""
         if not runs:
             return 0
-        bounds = _offset_bounds(runs)
-        if not isinstance(bounds, list):
-            bounds = list(bounds)
-        part = _Part.of(runs, bounds)
+        part = _Part.of(runs, _bounds_array(runs))
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
         keys = list(map(_FIRST, runs))
@@ -892,9 +889,27 @@ def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
     return python_run_bounds(runs)
 
 
+def _bounds_array(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
+    """:func:`_offset_bounds` as an array, a row per run: (increasing, first, last)."""
+    n = len(runs)
+    if _c_run_bounds is not None:
+        bounds = _c_run_bounds(runs)
+        if bounds is not None:
+            return np.fromiter(chain.from_iterable(bounds), np.int64, 3 * n).reshape(n, 3)
+    return np.stack(_python_bounds(runs), axis=1)
+
+
 def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
     """:func:`_offset_bounds` with numpy: the runs of one qualifier width are checked all
     at once."""
+    ok, first, last = _python_bounds(runs)
+    return zip(ok.astype(np.bool_).tolist(), first.tolist(), last.tolist(), strict=True)
+
+
+def _python_bounds(
+    runs: Sequence[Run],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`python_run_bounds` as three arrays (increasing as 0 or 1)."""
     n = len(runs)
     counts = np.fromiter((r[1] for r in runs), np.int64, n)
     q_lens = np.fromiter((len(r[2]) for r in runs), np.int64, n)
@@ -917,4 +932,4 @@ def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
         ok[idx] = ~bad
         first[idx] = offsets[starts]
         last[idx] = offsets[ends - 1]
-    return zip(ok.tolist(), first.tolist(), last.tolist(), strict=True)
+    return ok.astype(np.int64), first, last
