@@ -17,12 +17,12 @@ from pathlib import Path
 
 from tsd.codec.const import FAMILY
 from tsd.config import Config, CoreConfig, StorageConfig
+from tsd.data_points import make_tags
 from tsd.head import Head
-from tsd.model import make_tags
-from tsd.schema import opentsdb_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import opentsdb_tables
 from tsd.uid.service import UidService
 from tsd.wal.record import RowRun
 from tsd.write.head_flush import build_head_sink

@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define MAX_TIMESPAN 3600
-#define MAX_MS_TIMESTAMP 9999999999999LL /* tsd.model.MAX_MS_TIMESTAMP */
+#define MAX_MS_TIMESTAMP 9999999999999LL /* tsd.data_points.MAX_MS_TIMESTAMP */
 #define FLAG_BITS 4
 #define FLAGS_INT1 0x0
 #define FLAGS_INT2 0x1
@@ -712,7 +712,7 @@ static PyObject *interned_ascii(const char *s, Py_ssize_t n)
  *   PLAIN_NAME_CHARS (names valid whatever the configuration), distinct keys, a usual
  *   timestamp and value (type_numbers). None for anything else, errors included: the
  *   caller then runs the full parser, whose answer and reply stay OpenTSDB's. point_type
- *   is tsd.model.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
+ *   is tsd.data_points.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
 static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyType_Check(args[2]) ||
