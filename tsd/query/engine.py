@@ -58,6 +58,7 @@ from tsd.query.decode import (
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.head_buckets import head_hours, rollup_buckets, without_hours
 from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows, histogram_series
 from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
@@ -411,6 +412,8 @@ class QueryEngine:
         buckets = None
         if not source.is_rollup and source.histograms is None:
             buckets = row_buckets(spec, start_s * 1000)
+        elif self._own_rollups(source):  # the head's rows: to the rollups' buckets
+            buckets = rollup_buckets(source, start_s * 1000)
         self.stats.scans += 1
         while True:
             tally = _ScanTally(
@@ -475,7 +478,8 @@ class QueryEngine:
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
         # rows reduced to buckets as decoded: the kernels start after the downsampling
-        kernels = sub if buckets is None else dataclasses.replace(sub, downsample_spec=None)
+        reduced = buckets is not None and not source.is_rollup
+        kernels = dataclasses.replace(sub, downsample_spec=None) if reduced else sub
         aggregated = await self._aggregate(spans, groups, kernels, query, window, control, work)
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
         timings["dpsPostFilter"] = kept_points
@@ -593,7 +597,7 @@ class QueryEngine:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
         thread while the next is read, counted against the limits. ``source``: the table
         and cells to read (default: the data table's); ``buckets``: each row reduced to
-        its buckets as decoded."""
+        its buckets as decoded (of a rollup read: the head's rows, head_buckets.py)."""
         parts: list[tuple[list[bytes], RowPoints]] = []
         # The head's rows are copied before storage is read: a row written out meanwhile
         # is then found in one or both (identical points fold), never in neither.
@@ -609,8 +613,13 @@ class QueryEngine:
         # tsd's own rollups of the head's rows (not written out yet), as the write-out will
         # store them: merged into the stored rollup rows, replacing their cells.
         fresh: dict[bytes, dict[bytes, bytes]] = {}
+        hours: dict[bytes, set[int]] = {}
+        from_head: list[tuple[list[bytes], RowPoints]] = []
         if rollup is not None and self._own_rollups(rollup):
-            fresh = await self._head_rollups(plan, rollup)
+            if buckets is not None:
+                hours, from_head = await self._head_buckets(plan, rollup, buckets, tally)
+            else:
+                fresh = await self._head_rollups(plan, rollup)
 
         async def decode(block: Block) -> None:
             if head is not None and head.shares(block.keys):
@@ -636,6 +645,9 @@ class QueryEngine:
                 assert isinstance(block, CellBlock)
                 if fresh and not fresh.keys().isdisjoint(block.keys):
                     block = _with_fresh_rollups(block, fresh)
+                if hours and not hours.keys().isdisjoint(block.keys):
+                    assert rollup.interval is not None
+                    block = without_hours(block, hours, self._layout, rollup.interval)
                 # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
                 keys, points, spent = await self._compute_sized(
                     work, _timed_rollup_decode, block, self._layout, rollup
@@ -653,6 +665,7 @@ class QueryEngine:
             parts.append((block.keys, points))
 
         await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
+        parts += from_head
         if fresh:  # rollup rows only the head's rows fill so far
             keys = sorted(fresh)
             await decode(
@@ -674,6 +687,45 @@ class QueryEngine:
                 tally.add(points, len(runs.keys))
                 parts.append((runs.keys, points))
         return parts
+
+    async def _head_buckets(
+        self, plan: ScanPlan, read: RollupRead, buckets: RowBuckets, tally: _ScanTally
+    ) -> tuple[dict[bytes, set[int]], list[tuple[list[bytes], RowPoints]]]:
+        """The head's rows of ``plan`` (each merged with its stored row) reduced to the
+        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours by
+        rollup row key. Raises RowsOutOfHour as decode_buckets does."""
+        assert self._head is not None
+        assert read.interval is not None
+        snapshot = self._head.snapshot(plan.scans)
+        if not len(snapshot):
+            return {}, []
+        keys = snapshot.keys()
+        hours = head_hours(self._layout, keys, read.interval)
+        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
+        merged = snapshot.merge_into(CellBlock.from_rows(stored))
+        runs, rest = snapshot.remaining()
+        parts: list[tuple[list[bytes], RowPoints]] = []
+        for block in (merged, rest):
+            if len(block):
+                points, _ = await self._compute_sized(
+                    len(block.values) // 4,
+                    _timed_decode,
+                    block,
+                    self._layout,
+                    self._fix_duplicates,
+                    buckets,
+                )
+                parts.append((block.keys, points))
+        if runs.keys:
+            points = await self._compute_sized(
+                len(runs.values) // 4, _decode_head, runs, self._layout, buckets
+            )
+            parts.append((runs.keys, points))
+        # counted as the rollup points they stand for, as their rollup cells were
+        parts = [(k, dataclasses.replace(p, row_points=None)) for k, p in parts]
+        for k, p in parts:
+            tally.add(p, len(k))
+        return hours, parts
 
     def _own_rollups(self, read: RollupRead) -> bool:
         """Whether ``read`` reads rollups tsd computes while the head holds rows."""
