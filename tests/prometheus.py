@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from tests.hbase.opentsdb import stop_process
+from tests.readiness import wait_http_ready
 
 START_TIMEOUT_S = 60.0
 #: how long the round-trip tests let Prometheus scrape and remote-write (a minute by hand:
@@ -116,23 +117,9 @@ def _launch(
     return process, log
 
 
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:]
-
-
 async def _wait_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {await asyncio.to_thread(_tail, log)}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(f"http://127.0.0.1:{port}/-/ready") as response:
-                    if response.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-    tail = await asyncio.to_thread(_tail, log)
-    raise RuntimeError(f"prometheus not ready in {START_TIMEOUT_S}s: {tail}")
+    url = f"http://127.0.0.1:{port}/-/ready"
+    await wait_http_ready("prometheus", url, process.poll, log, START_TIMEOUT_S, every_s=0.2)
 
 
 def writer_config(tsd_port: int, *, auth: str = "") -> str:

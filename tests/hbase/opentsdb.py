@@ -18,9 +18,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-
 from tests.hbase_harness import ROOT, HBaseServer, drop_tables, unique_prefix
+from tests.readiness import wait_http_ready
 from tsd.config import StorageConfig
 from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
@@ -178,18 +177,8 @@ def _launch(classpath: str, conf: Path, log: Path) -> subprocess.Popen[bytes]:
 
 
 async def _wait_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    async with aiohttp.ClientSession() as http:
-        for _ in range(START_TIMEOUT_S * 4):
-            if process.poll() is not None:
-                output = await asyncio.to_thread(log.read_text)
-                raise RuntimeError(f"OpenTSDB exited ({process.returncode}):\n{output}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"http://127.0.0.1:{port}/api/version") as reply:
-                    if reply.status == 200:
-                        return
-            await asyncio.sleep(0.25)
-    output = await asyncio.to_thread(log.read_text)
-    raise RuntimeError(f"OpenTSDB did not answer within {START_TIMEOUT_S}s:\n{output}")
+    url = f"http://127.0.0.1:{port}/api/version"
+    await wait_http_ready("OpenTSDB", url, process.poll, log, START_TIMEOUT_S, every_s=0.25)
 
 
 async def put_telnet(port: int, lines: Iterable[str]) -> list[str]:

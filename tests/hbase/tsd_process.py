@@ -10,9 +10,8 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-import aiohttp
-
 from tests.hbase.opentsdb import tsd_hbase_keys
+from tests.readiness import wait_http_ready
 from tsd.config import StorageConfig
 
 START_TIMEOUT_S = 60.0
@@ -84,13 +83,5 @@ async def launch(
 
 
 async def wait_ready(process: asyncio.subprocess.Process, port: int, log: Path) -> None:
-    async with asyncio.timeout(START_TIMEOUT_S), aiohttp.ClientSession() as http:
-        while True:
-            if process.returncode is not None:
-                output = await asyncio.to_thread(log.read_text)
-                raise RuntimeError(f"tsd exited ({process.returncode}):\n{output}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"http://127.0.0.1:{port}/api/version") as reply:
-                    if reply.status == 200:
-                        return
-            await asyncio.sleep(0.1)
+    url = f"http://127.0.0.1:{port}/api/version"
+    await wait_http_ready("tsd", url, lambda: process.returncode, log, START_TIMEOUT_S)

@@ -51,6 +51,16 @@ async def forward_rows(storage: Storage, table: str, kind: str) -> dict[bytes, b
     return found
 
 
+async def reverse_rows(storage: Storage, table: str, kind: str) -> dict[bytes, bytes]:
+    """Every reverse mapping of ``kind``: uid -> name bytes."""
+    found = {}
+    async for row in storage.scan(table, ScanSpec(start=b"\x00", families=("name",))):
+        name = row.value("name", kind.encode())
+        if name is not None:
+            found[row.key] = name
+    return found
+
+
 async def reverse_name(storage: Storage, table: str, kind: str, uid: bytes) -> bytes | None:
     row = await storage.get(table, uid, ("name",))
     return None if row is None else row.value("name", kind.encode())
@@ -350,8 +360,37 @@ async def test_assignment_retries_after_a_storage_failure(
             raise StorageUnavailable("injected")
 
     hooked.hooks["check_and_put_many"] = fail_twice
-    assert await tagk.get_or_create_id("host") == b"\x00\x00\x03"  # IDs 1 and 2 leaked
+    assert await tagk.get_or_create_id("host") == b"\x00\x00\x03"  # IDs 1 and 2 are gaps
     assert await counter(storage, uid_table, "tagk") == 3
+    # the reverse mappings of the failed attempts were removed: no orphan for fsck
+    assert await reverse_rows(storage, uid_table, "tagk") == {b"\x00\x00\x03": b"host"}
+    assert tagk.stats.orphans_removed == 2
+
+
+async def test_forward_rows_written_before_a_failure_keep_their_reverse_rows(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    # The check-and-puts are applied, then the call fails (a reply lost on the way back):
+    # the mappings are whole, and the retry finds them by their forward rows.
+    hooked = HookedStorage(storage)
+    tagk = make_uid("tagk", store=hooked)
+    lost_replies = 1
+
+    async def apply_then_fail(table: str, checks: Sequence[CheckAndPut]) -> None:
+        nonlocal lost_replies
+        if lost_replies:
+            lost_replies -= 1
+            await storage.check_and_put_many(table, list(checks))
+            raise StorageError("reply lost")
+
+    hooked.hooks["check_and_put_many"] = apply_then_fail
+    found = await tagk.get_or_create_ids(["a", "b"], {})
+    assert found == {"a": b"\x00\x00\x01", "b": b"\x00\x00\x02"}
+    assert await reverse_rows(storage, uid_table, "tagk") == {
+        b"\x00\x00\x01": b"a",
+        b"\x00\x00\x02": b"b",
+    }
+    assert tagk.stats.orphans_removed == 0
 
 
 async def test_assignment_gives_up_after_three_storage_failures(
@@ -393,8 +432,11 @@ async def test_a_name_the_store_refuses_fails_alone_in_its_batch(
     assert len(set(found.values())) == 40
     assert list(errors) == ["bad"]
     assert isinstance(errors["bad"], StorageError)
-    assert await forward_rows(storage, uid_table, "tagk") == {
-        name.encode(): uid for name, uid in found.items()
+    forward = await forward_rows(storage, uid_table, "tagk")
+    assert forward == {name.encode(): uid for name, uid in found.items()}
+    # every attempt that failed took its reverse mappings back: each one left is claimed
+    assert await reverse_rows(storage, uid_table, "tagk") == {
+        uid: name for name, uid in forward.items()
     }
 
 

@@ -5,16 +5,16 @@ src/tsd/QueryRpc.java, src/core/TsdbQuery.java, SaltScanner.java, SpanGroup.java
 sub-query, in OpenTSDB's order,
 
 1. resolve the metric, the filters' tag keys and literal tag values (plan.py says which);
-2. scan every salt bucket concurrently; rows are decoded batch by batch in a worker thread
-   while the next batch is read (decode.py), counting points and bytes against
-   ``tsd.query.limits.*`` (413 past them);
+2. scan every salt bucket concurrently, with the head's rows (reader.py); rows are decoded
+   batch by batch in a worker thread while the next batch is read (decode.py), counting
+   points and bytes against ``tsd.query.limits.*`` (413 past them);
 3. assemble the rows into series, resolve their tag names, apply the filters;
 4. group (``none``: one group per series), and per group downsample -> rate -> aggregate
    with interpolation over the scan window, then trim to [start, end] (the kernels);
 5. build the result series (metric, tags, aggregateTags, tsuids, annotations).
 
 Everything numeric runs in worker threads, at most ``compute_slots`` at a time (one less
-than the CPUs by default), in chunks, so one big query neither blocks the event loop
+than the CPUs by default; compute.py), in chunks, so one big query neither blocks the event loop
 (ingest keeps flowing) nor takes every core. Each query has a
 :class:`~tsd.query.limits.QueryControl`: its limits are checked at planning time and
 before each phase allocates (limits.py), and its cancel flag, set when the client goes
@@ -23,8 +23,8 @@ away (the handler task is cancelled), at ``tsd.query.timeout`` (ms; dead in Open
 stops the worker threads at their next chunk.
 
 tsd deviations: the data point limit counts decoded points (OpenTSDB counts cells, so a
-compacted row of 360 points counted as one); /api/query/last needs no meta table (see
-last.py); rows are never written back compacted by a query (OpenTSDB's read-triggered
+compacted row of 360 points counted as one); /api/query/last needs no meta table (its
+read is last.py's); rows are never written back compacted by a query (OpenTSDB's read-triggered
 compaction, a source of hourly write bursts).
 """
 
@@ -41,31 +41,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tsd.codec import KeyLayout, encode_tags, join_compacted, salt_bucket
+from tsd.codec import KeyLayout
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
-from tsd.codec.rollup import rollup_slot
-from tsd.codec.rowkey import salt_bytes
 from tsd.config import Config
 from tsd.errors import BadRequestError, NoSuchUniqueName, TsdError
-from tsd.head import Head, HeadRuns, HeadSnapshot
-from tsd.query.decode import (
-    RowPoints,
-    decode_block,
-    decode_buckets,
-    decode_rows,
-    series_key,
-)
+from tsd.head import Head
+from tsd.query.compute import ComputeSlots
+from tsd.query.decode import series_key
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
-from tsd.query.head_buckets import head_hours, rollup_buckets, without_hours
-from tsd.query.head_rows import decode_head_runs
-from tsd.query.histogram import decode_histogram_rows, histogram_series
-from tsd.query.last import LastPointQuery, LastPointSubQuery, format_last_value
+from tsd.query.head_buckets import rollup_buckets
+from tsd.query.histogram import histogram_series
+from tsd.query.last import LastPointQuery, LastPointReader
 from tsd.query.limits import (
     BYTES_PER_CELL,
     BYTES_PER_OUTPUT_POINT,
-    BYTES_PER_POINT,
     BYTES_PER_SERIES,
     MemoryPool,
     QueryCancelled,
@@ -76,86 +67,53 @@ from tsd.query.limits import (
 )
 from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.plan import (
-    SCAN_BATCH_ROWS,
     ResolvedFilter,
     ScanPlan,
-    TagCondition,
     group_key,
     literal_names,
     parse_tsuids,
     plan_metric_scan,
     plan_tsuid_scan,
-    row_key_regex,
     scan_window_s,
     tag_conditions,
 )
 from tsd.query.read_path import (
     ReadRequest,
     choose_path,
-    read_rows,
     read_stats_json,
     request_for_filters,
     request_for_tsuids,
     sum_reads,
 )
+from tsd.query.reader import Part, RowReader, ScanTally
 from tsd.query.results import (
     SeriesFacts,
     aggregate_groups,
     group_annotations,
-    has_data,
     in_range,
     parse_note,
     series_facts,
     series_tag_uids,
 )
-from tsd.query.rollup import (
-    RollupConfigLike,
-    RollupRead,
-    decode_rollup_rows,
-    plan_reads,
-)
+from tsd.query.rollup import RollupConfigLike, RollupRead, plan_reads
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_model import SubQuery, TSQuery
-from tsd.storage.base import (
-    Block,
-    Cell,
-    CellBlock,
-    Delete,
-    PointBlock,
-    ReadStats,
-    Row,
-    RowFilter,
-    ScanSpec,
-    Storage,
-)
+from tsd.storage.base import Delete, ReadStats, ScanSpec, Storage
 from tsd.uid.service import UidService
 
 __all__ = ["QueryEngine"]
 
 T = TypeVar("T")
 
-#: OpenTSDB's QueryException texts for tsd.query.limits.* (HTTP 413).
-TOO_MANY_POINTS = (
-    "Sorry, you have attempted to fetch more than our limit of {limit} data points. "
-    "Please try filtering using more tags or decrease your time range."
-)
-TOO_MANY_BYTES = (
-    "Sorry, you have attempted to fetch more than our maximum amount of {mb}MB from "
-    "storage. Please try filtering using more tags or decrease your time range."
-)
 #: Rows deleted per storage call when a query deletes what it read.
 DELETE_BATCH_ROWS = 1024
 #: Series aggregated per worker-thread call (between two cancel checks and slot turns).
 AGGREGATE_CHUNK_SERIES = 8192
 #: Result groups (or names) handled on the event loop before it is given back.
 RESULTS_CHUNK = 256
-#: Work up to this many points (or series, or bytes/4 of cell values) runs on the event loop:
-#: a worker-thread hop costs a thread wake-up and two GIL hand-overs, milliseconds on a busy
-#: machine, against well under a millisecond of numpy work at this size.
-INLINE_WORK = 10_000
 
 
 @dataclass(slots=True)
@@ -167,32 +125,6 @@ class QueryStats:
     cancelled: int = 0
     timed_out: int = 0
     scans: int = 0
-
-
-@dataclass(slots=True)
-class _ScanTally:
-    """Points and bytes read so far by one sub-query, checked against the limits."""
-
-    max_points: int
-    max_bytes: int
-    control: QueryControl
-    points: int = 0
-    stored_bytes: int = 0
-    rows: int = 0
-
-    def add(self, part: RowPoints, rows: int) -> None:
-        self.control.check()
-        # charged by the points decoded, also when rows were reduced to their buckets:
-        # the limits answer as for the points (an over-estimate of what is then held)
-        self.control.charge(part.decoded_points * BYTES_PER_POINT)
-        self.points += part.decoded_points
-        self.stored_bytes += part.stored_bytes
-        self.rows += rows
-        if self.max_points > 0 and self.points > self.max_points:
-            raise BadRequestError(TOO_MANY_POINTS.format(limit=self.max_points), status=413)
-        if self.max_bytes > 0 and self.stored_bytes > self.max_bytes:
-            mb = self.max_bytes // 1024 // 1024
-            raise BadRequestError(TOO_MANY_BYTES.format(mb=mb), status=413)
 
 
 @dataclass(slots=True)
@@ -228,20 +160,29 @@ class QueryEngine:
         self._fix_duplicates = config.storage.fix_duplicates
         #: ``tsd.rollups.config`` when rollups are enabled (set by the daemon)
         self.rollups: RollupConfigLike | None = None
-        #: the rollups tsd computes itself (tsd.rollups.compute; set by the daemon)
-        self.computed: ComputedRollups | None = None
         self._cfg = cfg = config.query
         if compute_slots is None:
             compute_slots = cfg.compute_slots or (os.cpu_count() or 2) - 1
         self.compute_slots = max(1, compute_slots)
-        self._compute = asyncio.Semaphore(self.compute_slots)
+        self._compute = ComputeSlots(self.compute_slots)
         #: filtering by regexps has its own threads, as many: a regexp that backtracks for
         #: its whole budget holds one of them, not a compute slot that every other query
         #: needs (the regex package releases the GIL meanwhile); wildcards (``host=*``, a
         #: dashboard's group-by) cannot backtrack and keep to the compute slots
         self._regexps = asyncio.Semaphore(self.compute_slots)
-        self._busy = 0
-        self._wall_clock = wall_clock
+        self._reader = RowReader(
+            storage, head, self._layout, self._table, self._fix_duplicates, self._compute
+        )
+        self._last = LastPointReader(
+            storage,
+            head,
+            uids,
+            self._layout,
+            self._table,
+            self._fix_duplicates,
+            self._compute,
+            wall_clock,
+        )
         self._limits = QueryLimits(
             buckets=cfg.limits_buckets,
             output_points=cfg.limits_output_points,
@@ -263,7 +204,16 @@ class QueryEngine:
     @property
     def busy_slots(self) -> int:
         """Worker threads computing for queries now (at most ``compute_slots``)."""
-        return self._busy
+        return self._compute.busy
+
+    @property
+    def computed(self) -> ComputedRollups | None:
+        """The rollups tsd computes itself (tsd.rollups.compute; set by the daemon)."""
+        return self._reader.computed
+
+    @computed.setter
+    def computed(self, computed: ComputedRollups | None) -> None:
+        self._reader.computed = computed
 
     def cancel_all(self, reason: str = "the TSD is shutting down") -> None:
         """Stop every running query at its next chunk (daemon shutdown): it answers 503,
@@ -342,7 +292,7 @@ class QueryEngine:
         """Run ``fn`` in a worker thread within the engine's compute slots (the server
         renders a big answer, millions of values to format, this way); on the event loop
         when ``work`` (points it handles) is known and small."""
-        return await self._compute_sized(work, fn, *args, **kwargs)
+        return await self._compute.sized(work, fn, *args, **kwargs)
 
     @contextlib.asynccontextmanager
     async def _timeout(self, control: QueryControl | None = None) -> Any:
@@ -385,24 +335,12 @@ class QueryEngine:
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
         spec = sub.downsample_spec
-        if source.is_rollup:
-            assert spec is not None
-            start_s, end_s = source.scan_window_s(query.start_ms, query.end_ms, sub.rate)
-            sub = dataclasses.replace(
-                sub, downsample_spec=source.engine_spec(spec), rollup_table=source.name
-            )
-        else:
-            start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
+        sub, start_s, end_s = _read_window(query, sub, source)
         # Planning time: one series' worth of buckets over the limit is refused unread.
         per_series = buckets_per_series(spec, start_s * 1000, end_s * 1000)
         filled = fills(spec)
         control.check_buckets(per_series, 1, filled)
-        filter_tagks: tuple[bytes, ...] = ()
-        if sub.tsuids:
-            plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
-            request = request_for_tsuids(self._layout, parse_tsuids(self._layout, sub.tsuids))
-        else:
-            plan, filter_tagks, request = await self._plan_metric(sub, start_s, end_s)
+        plan, filter_tagks, request = await self._plan_read(sub, start_s, end_s)
         timings["stringToUidTime"] = (time.perf_counter() - t0) * 1000
         if plan.is_empty:
             return None
@@ -412,24 +350,13 @@ class QueryEngine:
         buckets = None
         if not source.is_rollup and source.histograms is None:
             buckets = row_buckets(spec, start_s * 1000)
-        elif self._own_rollups(source):  # the head's rows: to the rollups' buckets
+        elif self._reader.own_rollups(source):  # the head's rows: to the rollups' buckets
             buckets = rollup_buckets(source, start_s * 1000)
         self.stats.scans += 1
-        while True:
-            tally = _ScanTally(
-                self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
-            )
-            read = ReadStats()
-            path = read.path = choose_path(plan, request)
-            try:
-                parts = await self._read(plan, path, request, tally, read, source, buckets)
-            except RowsOutOfHour:
-                buckets = None  # read again, points kept (the first read's charge stays)
-                continue
-            break
+        parts, tally, read, buckets = await self._read_rows(plan, request, control, source, buckets)
         if reads is not None:
             reads.append(read)
-        spans = await self._compute_sized(
+        spans = await self._compute.sized(
             sum(points.point_count for _, points in parts), assemble_spans, parts, self._layout
         )
         work = spans.batch.point_count + spans.series_count
@@ -442,35 +369,10 @@ class QueryEngine:
         if not spans.series_count:
             return None
         facts = await self._series_facts(spans, work)
-        # Filters and grouping run per series; a regexp (or wildcard) can take long on one
-        # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
-        patterned = any("regexp" in f.type or "wildcard" in f.type for f in sub.filters)
-        if any(f.type == "regexp" for f in sub.filters):
-            keep, groups = await self._compute_off_loop(
-                self._filter_and_group, sub, plan, facts, control, slots=self._regexps
-            )
-        else:
-            keep, groups = await self._compute_sized(
-                None if patterned else work, self._filter_and_group, sub, plan, facts, control
-            )
-        kept_points = int(spans.point_lengths[keep].sum())
-        kept_series = int(keep.sum())
-        in_range_points = 0
-        if not per_series:  # raw points: the answer holds those within [start, end]
-            in_range_points = await self._compute_sized(
-                work, _points_in_range, spans.batch, keep, query.start_ms, query.end_ms
-            )
-        # Before any kernel allocates: the buckets, the answer's size and their memory.
-        control.check_buckets(per_series, kept_series, filled)
-        if filled:
-            output = len(groups) * per_series
-        elif per_series:
-            output = min(len(groups) * per_series, kept_points)
-        else:
-            output = in_range_points
-        control.check_output(output)
-        cells = kept_series * per_series if filled else 0
-        control.charge(cells * BYTES_PER_CELL + output * BYTES_PER_OUTPUT_POINT)
+        keep, groups = await self._filter(sub, plan, facts, control, work)
+        kept_points = await self._charge_answer(
+            query, spans, keep, len(groups), per_series, filled, control, work
+        )
         if query.delete:
             await self._delete_rows(parts, spans, keep)
         if source.histograms is not None:
@@ -485,6 +387,88 @@ class QueryEngine:
         timings["dpsPostFilter"] = kept_points
         found = _Found(spans, facts, groups, aggregated, filter_tagks)
         return await self._results(sub, query, found, timings, work)
+
+    async def _plan_read(
+        self, sub: SubQuery, start_s: int, end_s: int
+    ) -> tuple[ScanPlan, tuple[bytes, ...], ReadRequest]:
+        """The scan plan, the filters' tag key UIDs and what the read path needs, by
+        TSUIDs or by metric and filters."""
+        if sub.tsuids:
+            plan = plan_tsuid_scan(self._layout, sub, start_s=start_s, end_s=end_s)
+            request = request_for_tsuids(self._layout, parse_tsuids(self._layout, sub.tsuids))
+            return plan, (), request
+        return await self._plan_metric(sub, start_s, end_s)
+
+    async def _read_rows(
+        self,
+        plan: ScanPlan,
+        request: ReadRequest,
+        control: QueryControl,
+        source: RollupRead,
+        buckets: RowBuckets | None,
+    ) -> tuple[list[Part], ScanTally, ReadStats, RowBuckets | None]:
+        """The plan's rows, decoded and counted (reader.py), along the read path chosen
+        for them; read again with the points kept when rows cannot be reduced to their
+        buckets as decoded (then the buckets answered are None)."""
+        while True:
+            tally = ScanTally(
+                self._cfg.limits_data_points_default, self._cfg.limits_bytes_default, control
+            )
+            read = ReadStats()
+            path = read.path = choose_path(plan, request)
+            try:
+                parts = await self._reader.read(plan, path, request, tally, read, source, buckets)
+            except RowsOutOfHour:
+                buckets = None  # read again, points kept (the first read's charge stays)
+                continue
+            return parts, tally, read, buckets
+
+    async def _filter(
+        self, sub: SubQuery, plan: ScanPlan, facts: SeriesFacts, control: QueryControl, work: int
+    ) -> tuple[BoolArray, list[list[int]]]:
+        """:meth:`_filter_and_group` in the threads its filters need."""
+        # Filters and grouping run per series; a regexp (or wildcard) can take long on one
+        # value whatever the size (tsd.query.filter.regexp_budget): always off the loop.
+        patterned = any("regexp" in f.type or "wildcard" in f.type for f in sub.filters)
+        if any(f.type == "regexp" for f in sub.filters):
+            return await self._compute.off_loop(
+                self._filter_and_group, sub, plan, facts, control, slots=self._regexps
+            )
+        return await self._compute.sized(
+            None if patterned else work, self._filter_and_group, sub, plan, facts, control
+        )
+
+    async def _charge_answer(
+        self,
+        query: TSQuery,
+        spans: Spans,
+        keep: BoolArray,
+        group_count: int,
+        per_series: int,
+        filled: bool,
+        control: QueryControl,
+        work: int,
+    ) -> int:
+        """Before any kernel allocates: the buckets, the answer's size and their memory
+        checked against the limits and charged. Answers the points the kept series hold."""
+        kept_points = int(spans.point_lengths[keep].sum())
+        kept_series = int(keep.sum())
+        in_range_points = 0
+        if not per_series:  # raw points: the answer holds those within [start, end]
+            in_range_points = await self._compute.sized(
+                work, _points_in_range, spans.batch, keep, query.start_ms, query.end_ms
+            )
+        control.check_buckets(per_series, kept_series, filled)
+        if filled:
+            output = group_count * per_series
+        elif per_series:
+            output = min(group_count * per_series, kept_points)
+        else:
+            output = in_range_points
+        control.check_output(output)
+        cells = kept_series * per_series if filled else 0
+        control.charge(cells * BYTES_PER_CELL + output * BYTES_PER_OUTPUT_POINT)
+        return kept_points
 
     async def _histogram_results(
         self,
@@ -582,223 +566,6 @@ class QueryEngine:
                 return None
             raise
 
-    # -- scanning -----------------------------------------------------------------------------
-
-    async def _read(
-        self,
-        plan: ScanPlan,
-        path: str,
-        request: ReadRequest,
-        tally: _ScanTally,
-        stats: ReadStats,
-        source: RollupRead | None = None,
-        buckets: RowBuckets | None = None,
-    ) -> list[tuple[list[bytes], RowPoints]]:
-        """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
-        thread while the next is read, counted against the limits. ``source``: the table
-        and cells to read (default: the data table's); ``buckets``: each row reduced to
-        its buckets as decoded (of a rollup read: the head's rows, head_buckets.py)."""
-        parts: list[tuple[list[bytes], RowPoints]] = []
-        # The head's rows are copied before storage is read: a row written out meanwhile
-        # is then found in one or both (identical points fold), never in neither.
-        head = None
-        raw = source is None or (
-            source.table == self._table and not source.is_rollup and source.histograms is None
-        )
-        if self._head is not None and raw:  # the head holds data points only
-            head = self._head.snapshot(plan.scans)
-
-        table = self._table if source is None else source.table
-        rollup = source if source is not None and source.is_rollup else None
-        # tsd's own rollups of the head's rows (not written out yet), as the write-out will
-        # store them: merged into the stored rollup rows, replacing their cells.
-        fresh: dict[bytes, dict[bytes, bytes]] = {}
-        hours: dict[bytes, set[int]] = {}
-        from_head: list[tuple[list[bytes], RowPoints]] = []
-        if rollup is not None and self._own_rollups(rollup):
-            if buckets is not None:
-                hours, from_head = await self._head_buckets(plan, rollup, buckets, tally)
-            else:
-                fresh = await self._head_rollups(plan, rollup)
-
-        async def decode(block: Block) -> None:
-            if head is not None and head.shares(block.keys):
-                # a stored row the head has points for too: read as one row
-                if isinstance(block, PointBlock):
-                    block = block.cells()
-                block = head.merge_into(block)
-            cells_only = source is not None and (source.is_rollup or source.histograms is not None)
-            if cells_only and isinstance(block, PointBlock):
-                # rollup and histogram cells: not data points. (A raw read's source is
-                # RollupRead(data table): its PointBlocks are decoded as they are.)
-                block = block.cells()
-            # decoded points need only their times: a pass over every point (a fraction of
-            # a cell block's work per point, but not per row: rows hold hundreds of points)
-            work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block.values)
-            if source is not None and source.histograms is not None:
-                assert isinstance(block, CellBlock)
-                started = time.thread_time()
-                histograms = None if source.is_rollup else source.histograms
-                points = decode_histogram_rows(block, self._layout, histograms)
-                spent = time.thread_time() - started
-            elif rollup is not None:
-                assert isinstance(block, CellBlock)
-                if fresh and not fresh.keys().isdisjoint(block.keys):
-                    block = _with_fresh_rollups(block, fresh)
-                if hours and not hours.keys().isdisjoint(block.keys):
-                    assert rollup.interval is not None
-                    block = without_hours(block, hours, self._layout, rollup.interval)
-                # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
-                keys, points, spent = await self._compute_sized(
-                    work, _timed_rollup_decode, block, self._layout, rollup
-                )
-                stats.decode_s += spent
-                tally.add(points, len(keys))
-                parts.append((keys, points))
-                return
-            else:
-                points, spent = await self._compute_sized(
-                    work, _timed_decode, block, self._layout, self._fix_duplicates, buckets
-                )
-            stats.decode_s += spent
-            tally.add(points, len(block))
-            parts.append((block.keys, points))
-
-        await read_rows(self._storage, table, self._layout, plan, path, request, decode, stats)
-        parts += from_head
-        if fresh:  # rollup rows only the head's rows fill so far
-            keys = sorted(fresh)
-            await decode(
-                CellBlock.from_rows(
-                    [
-                        Row(k, tuple(Cell(FAMILY, q, v) for q, v in sorted(fresh[k].items())))
-                        for k in keys
-                    ]
-                )
-            )
-        if head is not None and len(head):
-            runs, rest = head.remaining()
-            if len(rest):
-                await decode(rest)
-            if runs.keys:
-                points = await self._compute_sized(
-                    len(runs.values) // 4, _decode_head, runs, self._layout, buckets
-                )
-                tally.add(points, len(runs.keys))
-                parts.append((runs.keys, points))
-        return parts
-
-    async def _head_buckets(
-        self, plan: ScanPlan, read: RollupRead, buckets: RowBuckets, tally: _ScanTally
-    ) -> tuple[dict[bytes, set[int]], list[tuple[list[bytes], RowPoints]]]:
-        """The head's rows of ``plan`` (each merged with its stored row) reduced to the
-        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours by
-        rollup row key. Raises RowsOutOfHour as decode_buckets does."""
-        assert self._head is not None
-        assert read.interval is not None
-        snapshot = self._head.snapshot(plan.scans)
-        if not len(snapshot):
-            return {}, []
-        keys = snapshot.keys()
-        hours = head_hours(self._layout, keys, read.interval)
-        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
-        merged = snapshot.merge_into(CellBlock.from_rows(stored))
-        runs, rest = snapshot.remaining()
-        parts: list[tuple[list[bytes], RowPoints]] = []
-        for block in (merged, rest):
-            if len(block):
-                points, _ = await self._compute_sized(
-                    len(block.values) // 4,
-                    _timed_decode,
-                    block,
-                    self._layout,
-                    self._fix_duplicates,
-                    buckets,
-                )
-                parts.append((block.keys, points))
-        if runs.keys:
-            points = await self._compute_sized(
-                len(runs.values) // 4, _decode_head, runs, self._layout, buckets
-            )
-            parts.append((runs.keys, points))
-        # counted as the rollup points they stand for, as their rollup cells were
-        parts = [(k, dataclasses.replace(p, row_points=None)) for k, p in parts]
-        for k, p in parts:
-            tally.add(p, len(k))
-        return hours, parts
-
-    def _own_rollups(self, read: RollupRead) -> bool:
-        """Whether ``read`` reads rollups tsd computes while the head holds rows."""
-        computed = self.computed
-        return (
-            self._head is not None
-            and computed is not None
-            and read.interval is not None
-            and computed.computes(read.interval)
-            and read.table == read.interval.table
-        )
-
-    async def _head_rollups(
-        self, plan: ScanPlan, read: RollupRead
-    ) -> dict[bytes, dict[bytes, bytes]]:
-        """The rollup cells of ``read``'s table that the head's rows of ``plan`` give, by
-        rollup row key then qualifier: each head row merged with its stored row first (a
-        late point's row-hour is recomputed whole, as its write-out will do)."""
-        assert self._head is not None
-        assert self.computed is not None
-        snapshot = self._head.snapshot(plan.scans)
-        if not len(snapshot):
-            return {}
-        keys = snapshot.keys()
-        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
-        rows = _with_head(stored, snapshot)
-        computed = self.computed
-        cells = await self._compute_sized(
-            sum(len(c.value) for r in rows for c in r.cells) // 4,
-            computed.cells_of_block,
-            CellBlock.from_rows(rows),
-            fix_duplicates=self._fix_duplicates,
-            table=read.table,
-        )
-        out: dict[bytes, dict[bytes, bytes]] = {}
-        for key, qualifier, value in cells.get(read.table, ()):
-            out.setdefault(key, {})[qualifier] = value
-        return out
-
-    async def _compute_sized(
-        self, work: int | None, fn: Callable[..., T], *args: Any, **kwargs: Any
-    ) -> T:
-        """``fn`` on the event loop when ``work`` is known and at most ``INLINE_WORK``,
-        else in a worker thread (:meth:`_compute_off_loop`)."""
-        if work is not None and work <= INLINE_WORK:
-            return fn(*args, **kwargs)
-        return await self._compute_off_loop(fn, *args, **kwargs)
-
-    async def _compute_off_loop(
-        self,
-        fn: Callable[..., T],
-        *args: Any,
-        slots: asyncio.Semaphore | None = None,
-        **kwargs: Any,
-    ) -> T:
-        """Run numpy work in a worker thread, at most ``compute_slots`` at once (in
-        ``slots``: the compute slots unless given).
-
-        The slot is held until the thread is done, even when the caller is cancelled (the
-        thread cannot be interrupted; its query's cancel flag stops it at the next chunk),
-        so cancelled work never pushes the threads past ``compute_slots``."""
-        async with slots or self._compute:
-            self._busy += 1
-            work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
-            try:
-                return await asyncio.shield(work)
-            except asyncio.CancelledError:
-                with contextlib.suppress(BaseException):
-                    await work
-                raise
-            finally:
-                self._busy -= 1
-
     async def _aggregate(
         self,
         spans: Spans,
@@ -820,20 +587,18 @@ class QueryEngine:
             size += len(members)
             if size >= AGGREGATE_CHUNK_SERIES:
                 control.check()
-                out += await self._compute_sized(
+                out += await self._compute.sized(
                     work, aggregate_groups, spans.batch, chunk, sub, query, window, control
                 )
                 chunk, size = [], 0
         if chunk:
             control.check()
-            out += await self._compute_sized(
+            out += await self._compute.sized(
                 work, aggregate_groups, spans.batch, chunk, sub, query, window, control
             )
         return out
 
-    async def _delete_rows(
-        self, parts: Sequence[tuple[list[bytes], RowPoints]], spans: Spans, keep: Any
-    ) -> None:
+    async def _delete_rows(self, parts: Sequence[Part], spans: Spans, keep: Any) -> None:
         """``delete=true``: drop every row read for the series that passed the filters."""
         kept = {spans.keys[i] for i in np.flatnonzero(keep).tolist()}
         doomed = [k for keys, _ in parts for k in keys if series_key(self._layout, k) in kept]
@@ -846,12 +611,12 @@ class QueryEngine:
     # -- series, groups, results --------------------------------------------------------------
 
     async def _series_facts(self, spans: Spans, work: int) -> SeriesFacts:
-        tag_uids, tagks, tagvs = await self._compute_sized(
+        tag_uids, tagks, tagvs = await self._compute.sized(
             work, _tag_uids_and_sets, self._layout, spans.keys
         )
         tagk_names = await self._names(self._uids.tagk, tagks)
         tagv_names = await self._names(self._uids.tagv, tagvs)
-        return await self._compute_sized(
+        return await self._compute.sized(
             work, series_facts, self._layout, spans, tag_uids, tagk_names, tagv_names
         )
 
@@ -894,7 +659,7 @@ class QueryEngine:
         out: list[SeriesResult] = []
         for lo in range(0, len(found.groups), AGGREGATE_CHUNK_SERIES):
             hi = lo + AGGREGATE_CHUNK_SERIES
-            out += await self._compute_sized(
+            out += await self._compute.sized(
                 work, _build_results, sub, query, found, metric, timings, lo, hi
             )
         return out
@@ -932,125 +697,11 @@ class QueryEngine:
 
     async def last(self, query: LastPointQuery) -> list[LastPoint]:
         """The last data point of each series the sub-queries name (see last.py)."""
-        now_s = int(self._wall_clock())
-        top = now_s - now_s % MAX_TIMESPAN
-        hours = query.hours
-        found: list[LastPoint] = []
         async with self._timeout():
-            for sub in query.queries:
-                if sub.tsuids:
-                    tsuids = parse_tsuids(self._layout, list(sub.tsuids))
-                    for tsuid in tsuids:
-                        point = await self._last_of_series(tsuid, top, hours)
-                        if point is not None:
-                            found.append(point)
-                elif query.exact_tags:
-                    tsuid = await self._tsuid_of(sub)
-                    point = await self._last_of_series(tsuid, top, hours)
-                    if point is not None:
-                        found.append(point)
-                else:
-                    found.extend(await self._last_of_metric(sub, top, hours))
+            found = await self._last.find(query)
         if query.resolve_names:
-            found = [await self._with_names(p) for p in found]
+            found = [await self._last.with_names(p) for p in found]
         return found
-
-    async def _tsuid_of(self, sub: LastPointSubQuery) -> bytes:
-        if not sub.tags:
-            raise BadRequestError("Tags cannot be null or empty when getting a TSUID")
-        metric_uid = await self._uids.metrics.get_id(sub.metric)
-        pairs = [
-            (await self._uids.tagk.get_id(k), await self._uids.tagv.get_id(v))
-            for k, v in sub.tags.items()
-        ]
-        return metric_uid + encode_tags(self._layout, pairs)
-
-    async def _last_of_series(self, tsuid: bytes, top: int, hours: int) -> LastPoint | None:
-        """GETs of the series' rows from the current hour back, newest first."""
-        layout = self._layout
-        metric_uid = tsuid[: layout.metric_width]
-        tag_bytes = tsuid[layout.metric_width :]
-        salt = b""
-        if layout.salt_width:
-            salt = salt_bytes(layout, salt_bucket(layout, metric_uid, tag_bytes))
-        step = 24
-        for first in range(0, hours + 1, step):
-            bases = [top - MAX_TIMESPAN * h for h in range(first, min(hours + 1, first + step))]
-            keys = [
-                salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
-            ]
-            head = self._head.snapshot_keys(keys) if self._head is not None else None
-            rows = _with_head(await self._storage.get_many(self._table, keys, (FAMILY,)), head)
-            for row in sorted(rows, key=lambda r: r.key, reverse=True):
-                point = await self._last_in_rows([row])
-                if point is not None:
-                    return point
-        return None
-
-    async def _last_of_metric(
-        self, sub: LastPointSubQuery, top: int, hours: int
-    ) -> list[LastPoint]:
-        """Every series of the metric carrying the given tags, each with its last point
-        within the window (tsd's stand-in for OpenTSDB's meta-table lookup)."""
-        layout = self._layout
-        metric_uid = await self._uids.metrics.get_id(sub.metric)
-        conditions = [
-            TagCondition(await self._uids.tagk.get_id(k), (await self._uids.tagv.get_id(v),))
-            for k, v in sorted(sub.tags.items())
-        ]
-        conditions.sort(key=lambda c: c.tagk_uid)
-        regex = row_key_regex(layout, conditions, False) if conditions else None
-        buckets: Sequence[int | None] = range(layout.salt_buckets) if layout.salt_width else (None,)
-        newest: dict[bytes, Row] = {}
-        first = max(0, top - MAX_TIMESPAN * hours)
-        for bucket in buckets:
-            prefix = (salt_bytes(layout, bucket) if bucket is not None else b"") + metric_uid
-            spec = ScanSpec(
-                start=prefix + first.to_bytes(4, "big"),
-                stop=prefix + (top + MAX_TIMESPAN).to_bytes(4, "big"),
-                families=(FAMILY,),
-                row_filter=RowFilter(regex) if regex is not None else None,
-                batch_rows=SCAN_BATCH_ROWS,
-            )
-            head = self._head.snapshot([spec]) if self._head is not None else None
-            async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
-                scanned = [row async for row in rows]
-            # A series' rows come in time order (key order): the last one with data wins.
-            for row in sorted(_with_head(scanned, head), key=lambda r: r.key):
-                if has_data(row):
-                    newest[series_key(layout, row.key)] = row
-        out = []
-        for key in sorted(newest):
-            point = await self._last_in_rows([newest[key]])
-            if point is not None:
-                out.append(point)
-        return out
-
-    async def _last_in_rows(self, rows: list[Row]) -> LastPoint | None:
-        points = await self._compute_off_loop(
-            decode_rows, rows, self._layout, fix_duplicates=self._fix_duplicates
-        )
-        if not points.point_count:
-            return None
-        i = points.point_count - 1
-        value: int | float = float(points.values[i])
-        if points.is_int is not None and points.int_values is not None and points.is_int[i]:
-            value = int(points.int_values[i])
-        key = rows[-1].key
-        tsuid = key[self._layout.salt_width :]
-        tsuid = tsuid[: self._layout.metric_width] + tsuid[self._layout.metric_width + 4 :]
-        return LastPoint(int(points.timestamps[i]), format_last_value(value), tsuid.hex().upper())
-
-    async def _with_names(self, point: LastPoint) -> LastPoint:
-        layout = self._layout
-        raw = bytes.fromhex(point.tsuid)
-        metric = await self._uids.metrics.get_name(raw[: layout.metric_width])
-        tags = {}
-        pair, kw = layout.tag_pair_width, layout.tagk_width
-        for i in range(layout.metric_width, len(raw), pair):
-            tagk = await self._uids.tagk.get_name(raw[i : i + kw])
-            tags[tagk] = await self._uids.tagv.get_name(raw[i + kw : i + pair])
-        return LastPoint(point.timestamp_ms, point.value, point.tsuid, metric, tags)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1094,6 +745,21 @@ def _build_results(
     return out
 
 
+def _read_window(query: TSQuery, sub: SubQuery, source: RollupRead) -> tuple[SubQuery, int, int]:
+    """The sub-query as ``source`` reads it (a rollup read downsamples the stored rollups
+    and reads their table) and its scan window in seconds."""
+    spec = sub.downsample_spec
+    if source.is_rollup:
+        assert spec is not None
+        start_s, end_s = source.scan_window_s(query.start_ms, query.end_ms, sub.rate)
+        sub = dataclasses.replace(
+            sub, downsample_spec=source.engine_spec(spec), rollup_table=source.name
+        )
+        return sub, start_s, end_s
+    start_s, end_s = scan_window_s(query.start_ms, query.end_ms, spec)
+    return sub, start_s, end_s
+
+
 def _tag_uids_and_sets(
     layout: KeyLayout, keys: Sequence[bytes]
 ) -> tuple[list[dict[bytes, bytes]], set[bytes], set[bytes]]:
@@ -1109,74 +775,3 @@ def _points_in_range(batch: Any, keep: BoolArray, start_ms: int, end_ms: int) ->
     ts = batch.timestamps
     inside = (ts >= start_ms) & (ts <= end_ms) & np.repeat(keep, batch.lengths)
     return int(np.count_nonzero(inside))
-
-
-def _with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:
-    """Stored rows and the head's rows of the same read, as rows (the head's points after
-    the stored ones of a row both hold)."""
-    if head is None or not len(head):
-        return list(rows)
-    merged = head.merge_into(CellBlock.from_rows(rows))
-    runs, rest = head.remaining()
-    fresh = CellBlock.from_rows(
-        [Row(key, (Cell(FAMILY, q, v),)) for key, q, v in _compacted_runs(runs)]
-    )
-    return [*merged, *rest, *fresh]
-
-
-def _with_fresh_rollups(block: CellBlock, fresh: dict[bytes, dict[bytes, bytes]]) -> CellBlock:
-    """Stored rollup rows with the cells computed from the head's rows (popped from
-    ``fresh``) in place of theirs."""
-    rows = []
-    for row in block:
-        cells = fresh.pop(row.key, None)
-        if cells is None:
-            rows.append(row)
-            continue
-        slots = {rollup_slot(q) for q in cells}
-        kept = [c for c in row.cells if rollup_slot(c.qualifier) not in slots]
-        rows.append(Row(row.key, (*kept, *(Cell(FAMILY, q, v) for q, v in cells.items()))))
-    return CellBlock.from_rows(rows, block.wire_bytes)
-
-
-def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
-    """Clean head rows as (key, compacted qualifier, compacted value)."""
-    out = []
-    q_at = v_at = 0
-    lengths = np.frombuffer(runs.qualifiers[1::2], np.uint8) & 0x7
-    v_ends = np.cumsum(lengths.astype(np.int64) + 1).tolist()
-    for key, count in zip(runs.keys, runs.counts.tolist(), strict=True):
-        q_end = q_at + 2 * count
-        v_end = v_ends[q_end // 2 - 1]
-        qualifier, value = join_compacted(
-            runs.qualifiers[q_at:q_end], runs.values[v_at:v_end], count, False, True
-        )
-        out.append((key, qualifier, value))
-        q_at, v_at = q_end, v_end
-    return out
-
-
-def _timed_rollup_decode(
-    block: CellBlock, layout: KeyLayout, source: RollupRead
-) -> tuple[list[bytes], RowPoints, float]:
-    started = time.thread_time()
-    keys, points = decode_rollup_rows(block, layout, source)
-    return keys, points, time.thread_time() - started
-
-
-def _decode_head(runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None) -> RowPoints:
-    """The head's rows decoded (each reduced to its buckets with ``buckets``)."""
-    return decode_head_runs(runs, layout, buckets)
-
-
-def _timed_decode(
-    block: Block, layout: KeyLayout, fix_duplicates: bool, buckets: RowBuckets | None
-) -> tuple[RowPoints, float]:
-    """decode_block (decode_buckets with ``buckets``) and the CPU time it took (in the
-    worker thread that runs it)."""
-    started = time.thread_time()
-    if buckets is None:
-        points = decode_block(block, layout, fix_duplicates=fix_duplicates)
-    else:
-        points = decode_buckets(block, layout, buckets, fix_duplicates=fix_duplicates)
-    return points, time.thread_time() - started

@@ -1,4 +1,4 @@
-"""/api/query/last requests and the pure parts of answering them.
+"""/api/query/last: its requests, and the read of each series' last point.
 
 Theory of operation (reference ``opentsdb-2.4-behaviour.md`` §1.3; OpenTSDB 2.4.1
 src/tsd/QueryRpc.java handleLastDataPointQuery / parseLastPointQuery / LastPointSubQuery,
@@ -17,22 +17,39 @@ src/meta/TSUIDQuery.java getLastPoint, src/core/Internal.java GetLastDataPointCB
   the given tags (the meta lookup's semantics); with ``backScan`` > 0 the tags name one
   series exactly, as in OpenTSDB. TSUID queries look up their series with ``backScan`` 0
   meaning the default window too.
+
+:class:`LastPointReader` reads the rows (storage's with the head's, reader.py's
+:func:`~tsd.query.reader.with_head`); the engine runs it within ``tsd.query.timeout``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from tsd.codec import KeyLayout, encode_tags, salt_bucket
+from tsd.codec.const import FAMILY, MAX_TIMESPAN
+from tsd.codec.rowkey import salt_bytes
 from tsd.errors import BadRequestError
+from tsd.head import Head
 from tsd.java_text import java_double_to_string
+from tsd.query.compute import ComputeSlots
+from tsd.query.decode import decode_rows, series_key
+from tsd.query.output import LastPoint
+from tsd.query.plan import SCAN_BATCH_ROWS, TagCondition, parse_tsuids, row_key_regex
+from tsd.query.reader import with_head
+from tsd.query.results import has_data
+from tsd.storage.base import Row, RowFilter, ScanSpec, Storage
+from tsd.uid.service import UidService
 
 __all__ = [
     "DEFAULT_BACK_SCAN_HOURS",
     "LastPointQuery",
+    "LastPointReader",
     "LastPointSubQuery",
     "format_last_value",
     "parse_last_query_json",
@@ -174,3 +191,146 @@ def _as_int(value: object) -> int:
 def format_last_value(value: int | float) -> str:
     """The value as OpenTSDB's last-point answer writes it (a string)."""
     return str(value) if isinstance(value, int) else java_double_to_string(value)
+
+
+class LastPointReader:
+    """Finds the last data point of each series a /api/query/last request names."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        head: Head | None,
+        uids: UidService,
+        layout: KeyLayout,
+        table: str,
+        fix_duplicates: bool,
+        compute: ComputeSlots,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self._storage = storage
+        self._head = head
+        self._uids = uids
+        self._layout = layout
+        self._table = table
+        self._fix_duplicates = fix_duplicates
+        self._compute = compute
+        self._wall_clock = wall_clock
+
+    async def find(self, query: LastPointQuery) -> list[LastPoint]:
+        """The last data point of each series the sub-queries name, without names."""
+        now_s = int(self._wall_clock())
+        top = now_s - now_s % MAX_TIMESPAN
+        hours = query.hours
+        found: list[LastPoint] = []
+        for sub in query.queries:
+            if sub.tsuids:
+                tsuids = parse_tsuids(self._layout, list(sub.tsuids))
+                for tsuid in tsuids:
+                    point = await self._last_of_series(tsuid, top, hours)
+                    if point is not None:
+                        found.append(point)
+            elif query.exact_tags:
+                tsuid = await self._tsuid_of(sub)
+                point = await self._last_of_series(tsuid, top, hours)
+                if point is not None:
+                    found.append(point)
+            else:
+                found.extend(await self._last_of_metric(sub, top, hours))
+        return found
+
+    async def _tsuid_of(self, sub: LastPointSubQuery) -> bytes:
+        if not sub.tags:
+            raise BadRequestError("Tags cannot be null or empty when getting a TSUID")
+        metric_uid = await self._uids.metrics.get_id(sub.metric)
+        pairs = [
+            (await self._uids.tagk.get_id(k), await self._uids.tagv.get_id(v))
+            for k, v in sub.tags.items()
+        ]
+        return metric_uid + encode_tags(self._layout, pairs)
+
+    async def _last_of_series(self, tsuid: bytes, top: int, hours: int) -> LastPoint | None:
+        """GETs of the series' rows from the current hour back, newest first."""
+        layout = self._layout
+        metric_uid = tsuid[: layout.metric_width]
+        tag_bytes = tsuid[layout.metric_width :]
+        salt = b""
+        if layout.salt_width:
+            salt = salt_bytes(layout, salt_bucket(layout, metric_uid, tag_bytes))
+        step = 24
+        for first in range(0, hours + 1, step):
+            bases = [top - MAX_TIMESPAN * h for h in range(first, min(hours + 1, first + step))]
+            keys = [
+                salt + metric_uid + (b & 0xFFFFFFFF).to_bytes(4, "big") + tag_bytes for b in bases
+            ]
+            head = self._head.snapshot_keys(keys) if self._head is not None else None
+            rows = with_head(await self._storage.get_many(self._table, keys, (FAMILY,)), head)
+            for row in sorted(rows, key=lambda r: r.key, reverse=True):
+                point = await self._last_in_rows([row])
+                if point is not None:
+                    return point
+        return None
+
+    async def _last_of_metric(
+        self, sub: LastPointSubQuery, top: int, hours: int
+    ) -> list[LastPoint]:
+        """Every series of the metric carrying the given tags, each with its last point
+        within the window (tsd's stand-in for OpenTSDB's meta-table lookup)."""
+        layout = self._layout
+        metric_uid = await self._uids.metrics.get_id(sub.metric)
+        conditions = [
+            TagCondition(await self._uids.tagk.get_id(k), (await self._uids.tagv.get_id(v),))
+            for k, v in sorted(sub.tags.items())
+        ]
+        conditions.sort(key=lambda c: c.tagk_uid)
+        regex = row_key_regex(layout, conditions, False) if conditions else None
+        buckets: Sequence[int | None] = range(layout.salt_buckets) if layout.salt_width else (None,)
+        newest: dict[bytes, Row] = {}
+        first = max(0, top - MAX_TIMESPAN * hours)
+        for bucket in buckets:
+            prefix = (salt_bytes(layout, bucket) if bucket is not None else b"") + metric_uid
+            spec = ScanSpec(
+                start=prefix + first.to_bytes(4, "big"),
+                stop=prefix + (top + MAX_TIMESPAN).to_bytes(4, "big"),
+                families=(FAMILY,),
+                row_filter=RowFilter(regex) if regex is not None else None,
+                batch_rows=SCAN_BATCH_ROWS,
+            )
+            head = self._head.snapshot([spec]) if self._head is not None else None
+            async with contextlib.aclosing(self._storage.scan(self._table, spec)) as rows:
+                scanned = [row async for row in rows]
+            # A series' rows come in time order (key order): the last one with data wins.
+            for row in sorted(with_head(scanned, head), key=lambda r: r.key):
+                if has_data(row):
+                    newest[series_key(layout, row.key)] = row
+        out = []
+        for key in sorted(newest):
+            point = await self._last_in_rows([newest[key]])
+            if point is not None:
+                out.append(point)
+        return out
+
+    async def _last_in_rows(self, rows: list[Row]) -> LastPoint | None:
+        points = await self._compute.off_loop(
+            decode_rows, rows, self._layout, fix_duplicates=self._fix_duplicates
+        )
+        if not points.point_count:
+            return None
+        i = points.point_count - 1
+        value: int | float = float(points.values[i])
+        if points.is_int is not None and points.int_values is not None and points.is_int[i]:
+            value = int(points.int_values[i])
+        key = rows[-1].key
+        tsuid = key[self._layout.salt_width :]
+        tsuid = tsuid[: self._layout.metric_width] + tsuid[self._layout.metric_width + 4 :]
+        return LastPoint(int(points.timestamps[i]), format_last_value(value), tsuid.hex().upper())
+
+    async def with_names(self, point: LastPoint) -> LastPoint:
+        layout = self._layout
+        raw = bytes.fromhex(point.tsuid)
+        metric = await self._uids.metrics.get_name(raw[: layout.metric_width])
+        tags = {}
+        pair, kw = layout.tag_pair_width, layout.tagk_width
+        for i in range(layout.metric_width, len(raw), pair):
+            tagk = await self._uids.tagk.get_name(raw[i : i + kw])
+            tags[tagk] = await self._uids.tagv.get_name(raw[i + kw : i + pair])
+        return LastPoint(point.timestamp_ms, point.value, point.tsuid, metric, tags)

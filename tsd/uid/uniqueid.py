@@ -30,9 +30,11 @@ check-and-put means another writer assigned the name first: its UID is read back
 and the reverse mapping of the ID reserved here is deleted (OpenTSDB leaves it, and both fsck
 tools report it; only this writer ever held that ID, so removing it is safe); the ID stays a
 gap in the counter, as do the IDs of a block a process stopped before using. A process killed
-between the reverse puts and the forward check-and-puts (or a storage error there) leaves the
-reverse mappings of the names in flight without forward mappings; ``tsdb uid fsck fix``
-removes them. The trade-off: a counter row set back below IDs in use (a damaged table) would
+between the reverse puts and the forward check-and-puts leaves the reverse mappings of the
+names in flight without forward mappings; ``tsdb uid fsck fix`` removes them. A storage error
+of the forward check-and-puts removes, once the forward rows are read back, the reverse
+mappings none of them points at (best effort: what the store cannot take then stays for fsck).
+The trade-off: a counter row set back below IDs in use (a damaged table) would
 let the reverse puts overwrite existing mappings, where OpenTSDB's check-and-put refuses and
 logs; ``tsdb uid fsck`` finds such a table.
 
@@ -166,6 +168,8 @@ class UidStats:
     lost_races: int = 0
     #: reverse mappings of lost races removed (the ID stays a gap in the counter)
     orphans_removed: int = 0
+    #: reverse mappings that may be orphans, left for fsck (the store failed their clean-up)
+    orphans_left: int = 0
     #: blocks of IDs reserved (one increment of the counter row each)
     blocks: int = 0
     #: random IDs drawn that another name already held (drawn again)
@@ -747,9 +751,13 @@ class UniqueId:
             )
         if not raws:
             return results
-        forward = await self.storage.check_and_put_many(
-            self.table, _absent_checks(raws, ID_FAMILY, qualifier, uids)
-        )
+        try:
+            forward = await self.storage.check_and_put_many(
+                self.table, _absent_checks(raws, ID_FAMILY, qualifier, uids)
+            )
+        except StorageError:
+            await self._remove_unclaimed(raws, uids)
+            raise
         lost: list[str] = []
         if not all(forward):  # another writer assigned some first: use its UIDs
             won = [i for i, applied in enumerate(forward) if applied]
@@ -776,6 +784,25 @@ class UniqueId:
         if lost:
             results.update(await self._lookup_ids(lost))  # a winner deleted since: retried
         return results
+
+    async def _remove_unclaimed(self, raws: list[bytes], uids: list[bytes]) -> None:
+        """After forward check-and-puts that failed as a whole (some may have been applied
+        before the failure): the reverse mappings of ``uids`` that no forward mapping points
+        at are removed, as a lost race's are, so that a retry under new IDs leaves no
+        orphan. Best effort: when the store cannot be read or written now, they stay for
+        ``tsdb uid fsck --fix``."""
+        try:
+            rows = await self.storage.get_many(self.table, raws, (ID_FAMILY,))
+            claimed = {row.value(ID_FAMILY, self._qualifier) for row in rows}
+            orphans = [
+                Delete(uid, NAME_FAMILY, self._qualifier) for uid in uids if uid not in claimed
+            ]
+            if orphans:
+                await self.storage.delete(self.table, orphans)
+        except StorageError:
+            self.stats.orphans_left += len(uids)  # the call's own error is the caller's
+            return
+        self.stats.orphans_removed += len(orphans)
 
     async def _random_reverse(self, raws: list[bytes]) -> list[bytes | None]:
         """Random IDs for ``raws`` (OpenTSDB's random metric UIDs: no counter block): each
