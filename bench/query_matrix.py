@@ -49,6 +49,7 @@ too, in the same rounds: the ratio before and after a change, one run.
 Run: ``python -m bench.query_matrix [--series N] [--hours H] [--step S] [--wide N]
 [--wide-hours H] [--panel-series N] [--panel-days D] [--rounds N] [--shapes a,b]
 [--baseline REV]``; ``--scale F`` multiplies every series count (a quick run: 0.1).
+``TSD_BENCH_PORTS=LOW-HIGH`` keeps every server's ports in that range (bench.ingest).
 """
 
 from __future__ import annotations
