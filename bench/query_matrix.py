@@ -38,7 +38,8 @@ arrays, the same stamps and values within rtol 1e-9, per group (``host`` or none
 Two phases, as bench/query: **fresh** (rows in tsd's head: the daemon runs with
 ``tsd.storage.head.grace`` = 1 day and a head big enough for every row, so the rounds read
 the head; ``tsd.head.rows`` is printed before and after) and **written out** (tsd stopped,
-which writes every row out with its rollups, and started again with an empty head). Per
+which writes every row out with its rollups, and started again; the rounds wait until its
+head is empty: a daemon stopped before its head was all written out replays its log). Per
 phase a warm-up round, then ``--rounds`` (>= 7) rounds, each asking every shape of tsd and
 VictoriaMetrics, which server goes first alternating from round to round; per shape the
 p50 of the wall time and the mean of the server's own CPU time per query (/proc, all
@@ -531,6 +532,10 @@ async def phase(
                 print(f"  load {side.name}: {await load(side.server, chunks)}", flush=True)
         if vm is not None:
             sides.append(Side("victoria-metrics", vm))
+        if chunks is None:  # written out: what a restart replayed from its log goes first
+            for side in sides[: 2 if rev is not None else 1]:
+                waited = await head_empty(side.server)
+                print(f"  {side.name}: head empty after {waited:.0f} s", flush=True)
         rows = await head_rows(tsd)
         await run_rounds(sides, todo, burst, args.rounds)
         after = await head_rows(tsd)
@@ -544,6 +549,17 @@ async def phase(
             p50 = statistics.median(sides[0].walls["panel30d"]) * 1000
             goal = "ok" if p50 <= GOAL_PANEL_MS else "NOT MET"
             print(f"  panel30d tsd p50 {p50:.1f} ms (goal <= {GOAL_PANEL_MS:g} ms: {goal})")
+
+
+async def head_empty(server: Server, limit_s: float = 1800) -> float:
+    """Wait until tsd's head holds no row (a daemon stopped before its head was written
+    out replays its log into the head, then writes it out after the grace); seconds."""
+    t0 = time.perf_counter()
+    while await head_rows(server):
+        if time.perf_counter() - t0 > limit_s:
+            raise RuntimeError(f"{server.name}: rows still in the head after {limit_s:g} s")
+        await asyncio.sleep(2)
+    return time.perf_counter() - t0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -122,6 +122,10 @@ class Taken:
         return sorted(_split(self.qualifiers, self.values).items())
 
 
+#: keys from which a row filter's pairs are checked over all keys at once (numpy)
+_VECTOR_KEYS = 64
+
+
 class Head:
     """The open row-hours of one data table."""
 
@@ -222,9 +226,41 @@ class Head:
             for members in self._members_in(spec):
                 if row_filter is None:
                     found.update(members)
-                else:
-                    found.update((k, r) for k, r in members.items() if row_filter.matches(k))
+                    continue
+                keys: Iterable[bytes] = members
+                if row_filter.contains:
+                    keys = self._carrying(list(members), row_filter.contains)
+                found.update((k, members[k]) for k in keys if row_filter.matches(k))
         return HeadSnapshot(found.values())
+
+    def _carrying(self, keys: list[bytes], contains: tuple[tuple[bytes, ...], ...]) -> list[bytes]:
+        """The ``keys`` that hold, for every entry of ``contains``, one of its byte strings
+        (a row filter's necessary condition): when those are tag pairs and the keys have
+        one length, checked at the pair positions over all keys at once (a dashboard's
+        ``host=a|b|c`` of 10,000 series: no regexp per row), else by ``in``."""
+        pair = self._layout.tag_pair_width
+        if (
+            len(keys) < _VECTOR_KEYS
+            or any(len(s) != pair for entry in contains for s in entry)
+            or len({len(k) for k in keys}) != 1
+        ):
+            return [k for k in keys if all(any(s in k for s in e) for e in contains)]
+        width = len(keys[0])
+        start = self._layout.tags_start
+        if (width - start) % pair:
+            return [k for k in keys if all(any(s in k for s in e) for e in contains)]
+        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+        # each key's tag pairs as one integer per pair (pairs are at most 8 bytes here)
+        if pair > 8:
+            return [k for k in keys if all(any(s in k for s in e) for e in contains)]
+        tags = matrix[:, start:].reshape(len(keys), -1, pair)
+        weights = (256 ** np.arange(pair - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
+        packed = (tags.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)
+        keep = np.ones(len(keys), dtype=np.bool_)
+        for entry in contains:
+            wanted = np.array([int.from_bytes(s, "big") for s in entry], dtype=np.uint64)
+            keep &= np.isin(packed, wanted).any(axis=1)
+        return [keys[i] for i in np.flatnonzero(keep).tolist()]
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""

@@ -40,7 +40,17 @@ from tsd.query.plan import ScanPlan
 from tsd.query.read_path import ReadRequest, read_rows
 from tsd.query.rollup import RollupRead, decode_rollup_rows
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.storage.base import Block, Cell, CellBlock, PointBlock, ReadStats, Row, Storage
+from tsd.storage.base import (
+    Block,
+    Cell,
+    CellBlock,
+    PointBlock,
+    ReadStats,
+    Row,
+    RowFilter,
+    ScanSpec,
+    Storage,
+)
 
 __all__ = ["Part", "RowReader", "ScanTally", "with_head"]
 
@@ -119,7 +129,7 @@ class RowReader:
         thread while the next is read, counted against the limits. ``source``: the table
         and cells to read (default: the data table's); ``buckets``: each row reduced to
         its buckets as decoded (of a rollup read: the head's rows, head_buckets.py)."""
-        head = self._head_snapshot(plan, source)
+        head = self._head_snapshot(plan, source, request)
         table = self._table if source is None else source.table
         rollup = source if source is not None and source.is_rollup else None
         # tsd's own rollups of the head's rows (not written out yet), as the write-out will
@@ -148,14 +158,16 @@ class RowReader:
         await one.finish()
         return one.parts + from_head
 
-    def _head_snapshot(self, plan: ScanPlan, source: RollupRead | None) -> HeadSnapshot | None:
+    def _head_snapshot(
+        self, plan: ScanPlan, source: RollupRead | None, request: ReadRequest
+    ) -> HeadSnapshot | None:
         """The head's rows of the plan, copied before storage is read: a row written out
         meanwhile is then found in one or both (identical points fold), never in neither."""
         raw = source is None or (
             source.table == self._table and not source.is_rollup and source.histograms is None
         )
         if self._head is not None and raw:  # the head holds data points only
-            return self._head.snapshot(plan.scans)
+            return self._head.snapshot(_with_pins(plan.scans, request))
         return None
 
     async def _head_buckets(
@@ -340,6 +352,19 @@ class _OneRead:
                 )
                 self.tally.add(points, len(runs.keys))
                 self.parts.append((runs.keys, points))
+
+
+def _with_pins(scans: Sequence[ScanSpec], request: ReadRequest) -> list[ScanSpec]:
+    """The scans with the pinned tag pairs in their row filters (RowFilter.contains: the
+    head checks them over all its keys at once before the regexp)."""
+    if not request.pinned_pairs:
+        return list(scans)
+    return [
+        dataclasses.replace(s, row_filter=RowFilter(s.row_filter.regex, request.pinned_pairs))
+        if s.row_filter is not None
+        else s
+        for s in scans
+    ]
 
 
 def with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:
