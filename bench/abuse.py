@@ -54,9 +54,9 @@ import orjson
 from bench.abuse_held_out import HELD_OUT_CASES
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config
-from tsd.schema import ensure_tables
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 from tsd.uid.service import UidService
 
 BASE = 1356998400  # 2013-01-01 00:00:00 UTC

@@ -57,11 +57,11 @@ import orjson
 from tsd.codec import KeyLayout, SeriesKey, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import ensure_tables, rollup_setup
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.embedded.maintenance import compact_store, store_pages, table_bytes
+from tsd.storage_setup import ensure_tables, rollup_setup
 from tsd.tools.common import ToolStore
 from tsd.tools.rollup_backfill import backfill
 from tsd.uid.service import UidService

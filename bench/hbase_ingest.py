@@ -61,10 +61,10 @@ from tests.hbase.opentsdb import running_opentsdb, tsd_hbase_keys
 from tests.hbase_harness import HBaseServer
 from tsd.codec import KeyLayout, base_time_for, encode_point, make_series_key
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.batches import MAX_STEP_CELLS
 from tsd.storage.hbase.pool import HBASE_THRIFT, PROTOCOLS
+from tsd.storage_setup import hbase_settings
 from tsd.tools.create_tables import create_tables
 from tsd.write.batch import DEFAULT_MAX_CELLS
 from tsd.write.writer import WriterLimits

@@ -67,9 +67,9 @@ from bench.hbase_ingest import (
 from tests.hbase.opentsdb import running_opentsdb
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.config import Config, CoreConfig, StorageConfig
-from tsd.schema import hbase_settings
 from tsd.storage.base import Put
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 from tsd.uid.service import UidService
 
 with warnings.catch_warnings():

@@ -37,11 +37,11 @@ from pathlib import Path
 
 from tsd.codec import KeyLayout, SeriesKey, encode_point, make_series_key
 from tsd.config import StorageConfig
-from tsd.model import Tags
+from tsd.data_points import Tags
 from tsd.protocol.telnet import parse_put
-from tsd.schema import ensure_tables
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 from tsd.tools.import_ import LineSource
 from tsd.write.batch import DEFAULT_MAX_CELLS
 

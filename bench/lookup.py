@@ -27,13 +27,13 @@ from pathlib import Path
 
 from tsd.codec import KeyLayout, decode_row_key
 from tsd.config import Config, CoreConfig, StorageConfig
+from tsd.data_points import DataPoint, make_tags
 from tsd.meta.lookup import LookupQuery
 from tsd.meta.service import MetaService
-from tsd.model import DataPoint, make_tags
-from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService, IngestSession
 from tsd.write.writer import Writer

@@ -24,7 +24,7 @@ import numpy as np
 from tsd.protocol.m_syntax import parse_downsample
 from tsd.query.aggregate import aggregate_group
 from tsd.query.series import AggregatedSeries, SeriesBatch
-from tsd.query_model import RateOptions
+from tsd.query_spec import RateOptions
 
 DAY_MS = 86_400_000
 START = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000

@@ -14,9 +14,10 @@ One tsd (``tsdb tsd``, embedded store) takes both of its scenarios; VictoriaMetr
   Bodies and lines are built before the clock starts.
 * A warm-up round writes every series once on each server (steady state: the series are
   known, as after Prometheus' first scrape), outside the measurement.
-* Clock: tsd remote write: the reply to the last request (tsd answers once storage holds
-  the request's samples), then the same ``/api/put?sync`` point and stats check as the
-  telnet scenario (bench/ingest.py's Tsd.end_round). tsd telnet: ``version`` replies, then
+* Clock: tsd remote write: the reply to the last request (tsd answers once the
+  write-ahead log holds the request's samples), then the same ``/api/put?sync`` point and
+  stats check as the telnet scenario (bench/ingest.py's Tsd.end_round: every point in the
+  head). tsd telnet: ``version`` replies, then
   that sync point. VictoriaMetrics: the reply to the last request.
 * CPU: utime + stime of the server process and its children (/proc) over the round.
 

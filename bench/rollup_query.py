@@ -46,9 +46,9 @@ from tsd.codec import KeyLayout, make_series_key
 from tsd.codec.const import FAMILY, FLAG_FLOAT
 from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import ensure_tables, rollup_setup
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables, rollup_setup
 from tsd.tools.common import ToolStore
 from tsd.tools.rollup_backfill import backfill
 from tsd.uid.service import UidService

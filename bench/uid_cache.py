@@ -116,8 +116,8 @@ def report_memory(count: int) -> None:
 
 
 async def report_throughput(lookups: int, data_dir: Path) -> None:
-    from tsd.schema import ensure_tables
     from tsd.storage.embedded import EmbeddedStorage
+    from tsd.storage_setup import ensure_tables
 
     config = Config()
     config = dataclasses.replace(

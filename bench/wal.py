@@ -41,11 +41,11 @@ from pathlib import Path
 from bench.ingest import export
 from tsd.codec import KeyLayout, encode_point, make_series_key
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
 from tsd.stats import StatsRegistry
 from tsd.storage.base import FamilySpec, Put
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Row
 from tsd.write.head_flush import build_head_sink

@@ -77,7 +77,7 @@ def table_prefix(store_under_test: StoreUnderTest) -> str:
 
 @pytest.fixture
 def storage_config(table_prefix: str) -> StorageConfig:
-    """StorageConfig naming this test's isolated tables (create them with schema.ensure_tables)."""
+    """StorageConfig naming this test's isolated tables (made by storage_setup.ensure_tables)."""
     return StorageConfig(
         data_table=f"{table_prefix}tsdb",
         uid_table=f"{table_prefix}tsdb-uid",

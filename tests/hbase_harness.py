@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
+from tsd.storage_setup import hbase_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "hbase"

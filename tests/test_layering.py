@@ -375,8 +375,8 @@ PURE_MODULES = [
 ] + [
     "tsd.codec",
     "tsd.protocol",
-    "tsd.model",
-    "tsd.query_model",
+    "tsd.data_points",
+    "tsd.query_spec",
     "tsd.errors",
     "tsd.config",
     "tsd.java_text",

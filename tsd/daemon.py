@@ -43,7 +43,6 @@ from tsd.protocol.telnet import telnet_command_names
 from tsd.query.engine import QueryEngine
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.tracking import QueryTracker
-from tsd.schema import ensure_tables, rollup_setup, storage_settings
 from tsd.server.credentials import Credentials
 from tsd.server.histograms import Histograms
 from tsd.server.http.app import make_app
@@ -64,6 +63,7 @@ from tsd.stats import StatsRegistry, host_tag
 from tsd.storage.base import Storage
 from tsd.storage.factory import open_storage
 from tsd.storage.instrumented import InstrumentedStorage
+from tsd.storage_setup import ensure_tables, rollup_setup, storage_settings
 from tsd.uid.service import UidService, check_uid_config
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.control import ControlServer

@@ -21,9 +21,9 @@ from pathlib import Path
 from tests.hbase_harness import ROOT, HBaseServer, drop_tables, unique_prefix
 from tests.readiness import wait_http_ready
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 from tsd.tools.create_tables import create_tables
 
 POM = ROOT / "hbase" / "opentsdb" / "pom.xml"

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 from tsd.config import StorageConfig
 from tsd.errors import TableNotFound
-from tsd.schema import hbase_settings
 from tsd.storage.base import Delete, FamilySpec, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import Gateway
+from tsd.storage_setup import hbase_settings
 
 T = TypeVar("T")
 

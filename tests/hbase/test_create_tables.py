@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
-from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 #: create_table.sh's families
 FAMILIES = {"tsdb": ["t"], "tsdb-uid": ["id", "name"], "tsdb-tree": ["t"], "tsdb-meta": ["name"]}

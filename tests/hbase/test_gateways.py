@@ -17,10 +17,10 @@ import pytest
 from tests.hbase.test_pool import DelayingProxy, closed_port
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
 from tsd.errors import ConfigError
-from tsd.schema import hbase_settings, thrift_gateways
 from tsd.storage.base import FamilySpec, Put, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import PROBE_MAX_S, Gateway
+from tsd.storage_setup import hbase_settings, thrift_gateways
 
 # -- the key -----------------------------------------------------------------------------------
 

@@ -49,10 +49,10 @@ from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
 from tsd.query.read_path import KEY_ONLY, MULTI_GET, RANGES, SCAN
-from tsd.schema import hbase_settings
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Row, ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 from tsd.write.compactor import Compactor
 
 pytestmark = [pytest.mark.hbase, pytest.mark.asyncio(loop_scope="module")]

@@ -24,9 +24,9 @@ from tests.hbase.test_cli_parity import HOUR, POINTS, Clis
 from tests.hbase_harness import HBaseServer
 from tsd.config import StorageConfig
 from tsd.meta.tracking import INDEX_QUALIFIER
-from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 pytestmark = pytest.mark.hbase
 

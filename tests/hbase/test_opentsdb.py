@@ -16,9 +16,9 @@ import pytest
 from tests.hbase.opentsdb import OpenTSDB, running_opentsdb
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 from tsd.tools.create_tables import create_tables
 
 pytestmark = pytest.mark.hbase

@@ -36,9 +36,9 @@ from tests.hbase.opentsdb import fresh_tables, running_opentsdb
 from tests.hbase.tsd_process import tsd_process
 from tests.hbase_harness import HBaseServer
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 pytestmark = [pytest.mark.hbase, pytest.mark.slow]
 

@@ -18,12 +18,12 @@ import pytest
 from tests.hbase_harness import THRIFT_READ_TIMEOUT_MS, HBaseServer, drop_tables, unique_prefix
 from tsd.config import StorageConfig
 from tsd.errors import StorageTimeout, StorageUnavailable
-from tsd.schema import hbase_settings
 from tsd.storage.base import Cell, FamilySpec, Put, Row, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import HBASE_THRIFT, pipelined
 from tsd.storage.hbase.storage import Scanner
 from tsd.storage.settings import HBaseSettings
+from tsd.storage_setup import hbase_settings
 
 
 class DelayingProxy:

@@ -36,9 +36,9 @@ from tests.hbase.test_interop import tsd_keys
 from tests.hbase_harness import HBaseServer
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
-from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 pytestmark = [pytest.mark.hbase, pytest.mark.asyncio(loop_scope="module")]
 

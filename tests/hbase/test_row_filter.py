@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.hbase_harness import HBaseServer, drop_tables, unique_prefix
-from tsd.schema import hbase_settings
 from tsd.storage.base import FamilySpec, Put, ReadStats, RowFilter, ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.hbase.pool import HBASE_THRIFT, ThriftConnection
+from tsd.storage_setup import hbase_settings
 
 pytestmark = pytest.mark.hbase
 

@@ -30,9 +30,9 @@ from tests.hbase.opentsdb import fresh_tables, put_telnet, read_uid_table
 from tests.hbase.test_uid_blocks import Fscks
 from tests.hbase.tsd_process import START_TIMEOUT_S, free_port, tsd_argv, tsd_process
 from tests.hbase_harness import HBaseServer
-from tsd.schema import hbase_settings
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 pytestmark = pytest.mark.hbase
 

@@ -37,8 +37,8 @@ from tests.hbase.tsd_process import launch, tsd_process, wait_ready
 from tests.hbase_harness import HBaseServer
 from tests.tools.toolkit import Result, Target
 from tsd.config import StorageConfig
-from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 
 pytestmark = pytest.mark.hbase
 

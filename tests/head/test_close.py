@@ -8,9 +8,9 @@ from pathlib import Path
 from tsd.codec import compact_row, encode_point
 from tsd.codec.const import FAMILY
 from tsd.config import StorageConfig
-from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 from tsd.write.head_flush import HeadSink, build_head_sink
 
 BASE = 1356998400

@@ -12,11 +12,11 @@ import pytest
 
 from tests.write.points import add
 from tsd.config import Config, StorageConfig
+from tsd.data_points import DataPoint, make_tags
 from tsd.meta.service import MetaService
-from tsd.model import DataPoint, make_tags
-from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
+from tsd.storage_setup import ensure_tables
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer

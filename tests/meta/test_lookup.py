@@ -10,9 +10,9 @@ import pytest
 from tests.meta.conftest import NOW_S, MakeEnv, MetaEnv
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.points import add
+from tsd.data_points import DataPoint, make_tags
 from tsd.errors import BadRequestError, NoSuchUniqueName
 from tsd.meta.lookup import LookupQuery, parse_lookup_m
-from tsd.model import DataPoint, make_tags
 from tsd.storage.base import Storage
 
 

@@ -12,14 +12,14 @@ from tests.meta.conftest import NOW_S, MakeEnv, MetaEnv
 from tests.tools.toolkit import tsdb
 from tests.write.points import add
 from tsd.config import Config, StorageConfig
+from tsd.data_points import DataPoint, make_tags
 from tsd.meta.annotations import AnnotationUpdate
 from tsd.meta.lookup import LookupQuery
 from tsd.meta.service import MetaService
 from tsd.meta.sync import sync_series_index
-from tsd.model import DataPoint, make_tags
-from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 from tsd.uid.service import UidService
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Writer

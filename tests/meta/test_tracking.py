@@ -11,8 +11,8 @@ from tests.meta.conftest import NOW_S, MakeEnv
 from tests.server.support import eventually
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.points import add
+from tsd.data_points import DataPoint, make_tags
 from tsd.errors import StorageUnavailable
-from tsd.model import DataPoint, make_tags
 from tsd.storage.base import Put, Storage
 
 # The first series of a fresh store: metric 000001, host=web01 -> 000001/000001.

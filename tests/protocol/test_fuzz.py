@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.protocol.test_put_json import check_known_path
+from tsd.data_points import DataPoint
 from tsd.errors import BadRequestError
-from tsd.model import DataPoint
 from tsd.protocol import put_json, put_reply
 from tsd.protocol.names import NameRules, validate_string
 from tsd.protocol.put_json import parse_put_body

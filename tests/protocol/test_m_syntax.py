@@ -19,7 +19,7 @@ from tsd.protocol.m_syntax import (
     parse_rate_options,
     parse_tsuid_subquery,
 )
-from tsd.query_model import LONG_MAX, DownsampleSpec, FillPolicy, Filter, RateOptions, SubQuery
+from tsd.query_spec import LONG_MAX, DownsampleSpec, FillPolicy, Filter, RateOptions, SubQuery
 
 
 def test_full_m_syntax() -> None:

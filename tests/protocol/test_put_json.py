@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tsd.data_points import DataPoint, Tags
 from tsd.errors import BadRequestError
-from tsd.model import DataPoint, Tags
 from tsd.protocol import put_json
 from tsd.protocol.names import NameRules
 from tsd.protocol.put_json import (

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tsd.errors import BadRequestError
 from tsd.protocol.query_json import parse_output_options, parse_query_json, parse_query_params
-from tsd.query_model import (
+from tsd.query_spec import (
     LONG_MAX,
     FillPolicy,
     Filter,

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 import pytest
 
 from tsd import __version__
+from tsd.data_points import DataPoint
 from tsd.errors import BadRequestError
-from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.rollup_put import RollupPoint
 from tsd.protocol.telnet import (

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tsd.data_points import Tags
 from tsd.errors import BadRequestError
-from tsd.model import Tags
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import PutCommand, parse_command, put_line_key, take_known_puts
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from tsd.query.calendar import add_interval, previous_interval
-from tsd.query_model import (
+from tsd.query_spec import (
     AGGREGATOR_INTERPOLATION,
     PERCENTILE_AGGREGATORS,
     DownsampleSpec,

@@ -20,7 +20,7 @@ from tsd.query.aggregate import aggregate_each, aggregate_group, aggregate_serie
 from tsd.query.plan import scan_window_s
 from tsd.query.reducers import AGGREGATORS
 from tsd.query.series import make_batch
-from tsd.query_model import AGGREGATOR_NAMES, DownsampleSpec, Interpolation, RateOptions
+from tsd.query_spec import AGGREGATOR_NAMES, DownsampleSpec, Interpolation, RateOptions
 
 LONG_MAX = 2**63 - 1
 

@@ -16,7 +16,7 @@ from tsd.errors import TsdError
 from tsd.protocol.m_syntax import parse_downsample
 from tsd.query.downsample import downsample, expected_buckets, reduce_segments
 from tsd.query.series import make_batch
-from tsd.query_model import DownsampleSpec
+from tsd.query_spec import DownsampleSpec
 
 T0 = 1_356_998_400_000  # 2013-01-01T00:00:00Z
 MIN = 60_000

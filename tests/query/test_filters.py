@@ -12,7 +12,7 @@ from tsd.query.filters import FILTER_DESCRIPTIONS, SeriesFilter
 from tsd.query.group import group_series, group_tags
 from tsd.query.limits import QueryControl, QueryLimits
 from tsd.query.plan import group_key
-from tsd.query_model import FILTER_TYPES, Filter
+from tsd.query_spec import FILTER_TYPES, Filter
 
 
 def f(type_name: str, expression: str, tagk: str = "host", group_by: bool = False) -> Filter:

@@ -26,8 +26,8 @@ from tests.query.test_cases import ALL_CASES, Case
 from tests.query.tsdb_harness import QueryHarness, query_harness
 from tsd.config import StorageConfig
 from tsd.errors import TsdError
-from tsd.schema import hbase_settings
 from tsd.storage.hbase import HBaseStorage
+from tsd.storage_setup import hbase_settings
 from tsd.tools.create_tables import create_tables
 
 pytestmark = pytest.mark.hbase

@@ -20,7 +20,7 @@ from tsd.query.plan import (
     tag_conditions,
     tsuid_regex,
 )
-from tsd.query_model import SubQuery
+from tsd.query_spec import SubQuery
 
 LAYOUT = KeyLayout()
 METRIC = b"\x00\x00\x01"

@@ -16,7 +16,7 @@ from tsd.protocol.m_syntax import parse_downsample, parse_m_subquery
 from tsd.query.aggregate import aggregate_group
 from tsd.query.rate import rate
 from tsd.query.series import make_batch
-from tsd.query_model import LONG_MAX, RateOptions
+from tsd.query_spec import LONG_MAX, RateOptions
 
 S = 1000  # one second in ms
 

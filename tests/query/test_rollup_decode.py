@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsd.protocol.rollup_config import default_rollup_config
-from tsd.query.rollup import RollupRead, _cells_read, _cells_read_numpy
+from tsd.query.rollup import ReadSource, _cells_read, _cells_read_numpy
 from tsd.storage.base import Cell, CellBlock, Row
 
 pytestmark = pytest.mark.skipif(
@@ -52,7 +52,7 @@ def test_the_c_walk_takes_what_numpy_takes(rows: list[list[Cell]], aggregator: s
     interval = config.find("1h")
     agg_id = config.id_for("sum" if aggregator == "avg" else aggregator)
     count_id = config.id_for("count") if aggregator == "avg" else -1
-    read = RollupRead("tsdb-rollup-1h", interval, aggregator, agg_id, count_id, 3600_000)
+    read = ReadSource("tsdb-rollup-1h", interval, aggregator, agg_id, count_id, 3600_000)
     block = CellBlock.from_rows(
         [Row(i.to_bytes(3, "big") + bytes(7), tuple(cells)) for i, cells in enumerate(rows)]
     )

@@ -11,7 +11,7 @@ import pytest
 
 from tsd.protocol.rollup_config import parse_rollup_config
 from tsd.query.rollup import plan_reads
-from tsd.query_model import DownsampleSpec, SubQuery
+from tsd.query_spec import DownsampleSpec, SubQuery
 
 CONFIG = parse_rollup_config(
     orjson.dumps(

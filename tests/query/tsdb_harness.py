@@ -21,19 +21,19 @@ import orjson
 from tests.write.points import add
 from tsd.codec import KeyLayout
 from tsd.config import Config, CoreConfig, QueryConfig, StorageConfig
-from tsd.model import DataPoint, make_tags
+from tsd.data_points import DataPoint, make_tags
 from tsd.protocol.exp_json import exp_ts_query, parse_exp_json, validate_exp_query
 from tsd.protocol.query_json import parse_query_json, parse_query_params
 from tsd.protocol.rollup_config import RollupConfig
 from tsd.query.engine import QueryEngine
 from tsd.query.expression.executor import expression_variables, run_exp_query
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import opentsdb_tables, rollup_families
 from tsd.server.http.exp import answer_gexp, render_exp_answer
 from tsd.server.http.render import render_query_result
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec, Storage
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import opentsdb_tables, rollup_families
 from tsd.uid.service import UidService
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink, build_head_sink

@@ -16,7 +16,7 @@ from tests.server.conftest import MakeTsd
 from tests.server.support import stored
 from tests.write.readback import StoredPoint
 from tsd.daemon import Daemon
-from tsd.model import make_tags
+from tsd.data_points import make_tags
 from tsd.server.http.put import PUT_REFS
 
 T = 1_795_237_078

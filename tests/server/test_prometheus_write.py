@@ -23,7 +23,7 @@ import structlog
 from tests.server.conftest import MakeTsd
 from tests.server.test_auth import SECRETS, basic, bearer, users_file
 from tsd.daemon import Daemon
-from tsd.protocol.prom_wire import ReadRequest, ReadResponse, TimeSeries, WriteRequest
+from tsd.protocol.prom_wire import Label, ReadRequest, ReadResponse, TimeSeries, WriteRequest
 
 T0 = 1_700_000_000_000
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
@@ -167,6 +167,54 @@ async def test_nonfinite_samples_are_counted_and_the_rest_stored(make_tsd: MakeT
     assert 'tsd_prometheus_write_skipped_total{reason="inf"} 2.0' in text
     assert 'tsd_ingest_errors_total{protocol="prometheus"} 0.0' in text
     assert 'tsd_ingest_points_total{protocol="prometheus"} 2.0' in text
+
+
+async def test_as_many_samples_as_series_but_not_one_each(make_tsd: MakeTsd, http) -> None:
+    """A series without samples (an exemplar's) beside one with two: as many samples as
+    series, yet each sample is stored under its own series, new or known."""
+    daemon = await make_tsd()
+    empty = {"__name__": "m", "job": "exemplars"}
+    two = {"__name__": "m", "job": "two"}
+    one = {"__name__": "m", "job": "one"}
+    assert await write(http, daemon, write_body([(one, [(T0, 0.5)])])) == 204
+    body = write_body([(one, [(T0 + 1, 1.5)]), (empty, []), (two, [(T0, 1.0), (T0 + 1, 2.0)])])
+    assert await write(http, daemon, body) == 204  # "two" new
+    body = write_body([(two, [(T0 + 2, 3.0), (T0 + 3, 4.0)]), (empty, []), (one, [(T0 + 2, 2.5)])])
+    assert await write(http, daemon, body) == 204  # every series known but the empty one
+    found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
+    assert found == {
+        tuple(sorted(one.items())): [(T0, 0.5), (T0 + 1, 1.5), (T0 + 2, 2.5)],
+        tuple(sorted(two.items())): [(T0, 1.0), (T0 + 1, 2.0), (T0 + 2, 3.0), (T0 + 3, 4.0)],
+    }
+
+
+async def test_a_label_that_is_not_utf8_is_refused_alone(make_tsd: MakeTsd, http) -> None:
+    """A label value that is not UTF-8 (a protobuf ``string`` must be) refuses its series
+    only, whether it has a sample or none beside a series with two."""
+    daemon = await make_tsd()
+    good = {"__name__": "m", "job": "good"}
+    label = Label(name="job", value="X").SerializeToString()
+
+    def with_bad(samples: list[tuple[int, float]], good_samples: list[tuple[int, float]]) -> bytes:
+        request = WriteRequest()
+        bad = request.timeseries.add()
+        bad.labels.append(Label(name="__name__", value="m").SerializeToString())
+        bad.labels.append(label.replace(b"X", b"\xff"))
+        for timestamp, number in samples:
+            bad.samples.add(timestamp=timestamp, value=number)
+        series = request.timeseries.add()
+        for name, value in good.items():
+            series.labels.append(Label(name=name, value=value).SerializeToString())
+        for timestamp, number in good_samples:
+            series.samples.add(timestamp=timestamp, value=number)
+        return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
+
+    assert await write(http, daemon, with_bad([(T0, 9.0)], [(T0, 1.0)])) == 204
+    assert await write(http, daemon, with_bad([], [(T0 + 1, 2.0), (T0 + 2, 3.0)])) == 204
+    found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
+    assert found == {tuple(sorted(good.items())): [(T0, 1.0), (T0 + 1, 2.0), (T0 + 2, 3.0)]}
+    text = await metrics_text(http, daemon)
+    assert 'tsd_prometheus_write_refused_total{reason="bad_label"} 1.0' in text
 
 
 async def test_series_that_cannot_be_stored_do_not_fail_the_batch(make_tsd: MakeTsd, http) -> None:
@@ -313,3 +361,38 @@ async def test_a_full_disk_is_a_503_that_prometheus_retries(make_tsd: MakeTsd, h
     assert await write(http, daemon, body) == 204
     found = await remote_read(http, daemon, [(EQ, "__name__", "m")])
     assert found == {tuple(sorted(labels.items())): [(T0, 1.0), (T0 + 1, 2.0)]}
+
+
+@pytest.mark.slow  # a daemon process, kill -9
+async def test_a_204_means_the_log_holds_the_samples(tmp_path: Path) -> None:
+    """Samples of known series are acknowledged once the write-ahead log holds them, before
+    the head does: a kill -9 right after the 204s loses none of them."""
+    import signal
+
+    from tests.server.test_lifecycle import TsdProcess, read_store
+
+    data_dir = tmp_path / "data"
+    tsd = await TsdProcess.start(data_dir)
+    series = [{"__name__": "m", "instance": f"h{n}:9100"} for n in range(50)]
+    async with aiohttp.ClientSession() as session:
+
+        async def send(timestamp: int) -> int:
+            body = write_body(
+                [(labels, [(timestamp, float(n))]) for n, labels in enumerate(series)]
+            )
+            async with session.post(
+                f"http://127.0.0.1:{tsd.port}/api/v1/write",
+                data=body,
+                headers={"Content-Encoding": "snappy"},
+            ) as reply:
+                return reply.status
+
+        assert await send(T0) == 204  # new series: resolved, then stored
+        for second in range(1, 6):  # known series: the log's acknowledgement
+            assert await send(T0 + second * 1000) == 204
+    tsd.process.send_signal(signal.SIGKILL)
+    assert await tsd.process.wait() == -signal.SIGKILL
+    tsd = await TsdProcess.start(data_dir)
+    assert await tsd.stop(signal.SIGTERM) == 0
+    stored = sorted((p.timestamp_ms, p.value) for p in await read_store(data_dir))
+    assert stored == sorted((T0 + s * 1000, float(n)) for s in range(6) for n in range(50))

@@ -11,7 +11,7 @@ import pytest
 from tsd.daemon import Daemon
 from tsd.query import filters
 from tsd.query.limits import QueryControl
-from tsd.query_model import Filter
+from tsd.query_spec import Filter
 
 pytestmark = pytest.mark.slow  # a catastrophic regexp runs to its timeout
 

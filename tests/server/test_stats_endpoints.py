@@ -19,12 +19,12 @@ from tests.uid.hooked_storage import HookedStorage
 from tsd.config import build_config
 from tsd.daemon import Daemon
 from tsd.errors import StorageUnavailable
-from tsd.schema import hbase_settings
 from tsd.server.http.stats_detail import region_client_stats
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage.instrumented import InstrumentedStorage
+from tsd.storage_setup import hbase_settings
 
 T = 1_795_237_078
 

@@ -10,7 +10,7 @@ from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, eventually, stored, telnet_idle
 from tests.write.readback import StoredPoint
 from tsd.daemon import Daemon
-from tsd.model import make_tags
+from tsd.data_points import make_tags
 
 T = 1_795_236_716
 

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from tsd.config import StorageConfig
-from tsd.schema import ensure_tables
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 
 
 async def tsdb(cwd: Path, *args: str) -> tuple[int, str, str]:

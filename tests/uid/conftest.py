@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tsd.config import Config, StorageConfig
-from tsd.schema import opentsdb_tables
 from tsd.storage.base import Storage
+from tsd.storage_setup import opentsdb_tables
 from tsd.uid.cache import UidCache
 from tsd.uid.uniqueid import UniqueId
 

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from tsd.config import StorageConfig
-from tsd.schema import opentsdb_tables
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import opentsdb_tables
 from tsd.uid.cache import UidCache
 from tsd.uid.uniqueid import MAXID_ROW, UniqueId
 

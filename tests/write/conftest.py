@@ -11,9 +11,9 @@ import pytest
 
 from tests.tmpfs import small_tmpfs
 from tsd.config import Config, StorageConfig
-from tsd.schema import opentsdb_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
+from tsd.storage_setup import opentsdb_tables
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
 from tsd.write.ingest import IngestService

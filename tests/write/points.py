@@ -4,7 +4,7 @@ real writer."""
 
 from __future__ import annotations
 
-from tsd.model import DataPoint
+from tsd.data_points import DataPoint
 from tsd.write.ingest import IngestService
 from tsd.write.writer import Ack
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tsd.codec import KeyLayout, decode_cells, decode_row_key
 from tsd.config import StorageConfig
-from tsd.model import Tags
+from tsd.data_points import Tags
 from tsd.storage.base import Row, ScanSpec, Storage
 from tsd.uid.service import UidService
 

@@ -128,3 +128,47 @@ def test_parts_keep_the_order_of_arrival_in_the_record_and_when_folded() -> None
     everything.add_points(first + worker + last)
     assert list(batch.sorted_cells()) == list(everything.sorted_cells())
     assert not batch.parts
+
+
+def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() -> None:
+    """Points the log already holds (remote write's) merge per row across requests, stay
+    out of the batch's own record, and come to the head in arrival order among the
+    others: folding every run lets the point sent last win, as adding all here would."""
+    layout = KeyLayout()
+    a = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x02")])
+    b = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x03")])
+    t0 = 1356998400
+    Points = list[tuple[SeriesKey, int, int | float]]
+    logged_1: Points = [(a, t0, 1), (b, t0, 2)]
+    logged_2: Points = [(a, t0 + 1, 3), (b, t0 + 1, 4)]
+    own: Points = [(a, t0, 5), (b, t0 + 2, 6)]
+    logged_3: Points = [(a, t0 + 2, 7), (b, t0 + 2, 8)]  # after own's (b, t0 + 2)
+
+    def encoded(points: Points) -> dict[bytes, dict[bytes, bytes]]:
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        encode_points_into(rows, points)
+        return rows
+
+    batch = make_batch(max_cells=100)
+    batch.add_logged(encoded(logged_1), 11)
+    batch.add_logged(encoded(logged_2), 12)
+    # two requests, one run per row: the head takes a row's points of both at once
+    assert len(batch.payload_and_runs()[1]) == 2
+    batch.add_points(own)
+    batch.add_logged(encoded(logged_3), 13)
+    assert batch.logged == [11, 12, 13]
+    assert batch.logged_cells == 6
+    assert len(batch) == 8
+    payload, runs = batch.payload_and_runs()
+    own_only = make_batch(max_cells=100)
+    own_only.add_points(own)
+    assert payload == own_only.payload_and_runs()[0]  # logged cells are not logged twice
+    folded = make_batch(max_cells=100)
+    for row, count, qualifiers, values in runs:
+        folded.add_part(b"", [(row, count, qualifiers, values)], count)
+    folded.fold()
+    everything = make_batch(max_cells=100)
+    everything.add_points(logged_1 + logged_2 + own + logged_3)
+    assert list(folded.sorted_cells()) == list(everything.sorted_cells())
+    batch.fold()
+    assert list(batch.sorted_cells()) == list(everything.sorted_cells())

@@ -13,7 +13,7 @@ from tests.write.points import add
 from tests.write.readback import data_rows, stored_points
 from tsd.codec import decode_cells
 from tsd.config import StorageConfig
-from tsd.model import DataPoint, make_tags
+from tsd.data_points import DataPoint, make_tags
 from tsd.storage.base import Mutation, Storage
 from tsd.write.ingest import IngestService
 from tsd.write.schedule import CompactionSchedule

@@ -10,8 +10,8 @@ from tests.write.conftest import MakeWriter
 from tests.write.readback import StoredPoint, stored_points
 from tests.write.test_writer import gated_writer
 from tsd.config import StorageConfig
+from tsd.data_points import DataPoint, Tags, make_tags
 from tsd.errors import StorageError, TsdError
-from tsd.model import DataPoint, Tags, make_tags
 from tsd.storage.base import Storage
 from tsd.write.ingest import IngestSession, RefusalKind, Refused
 from tsd.write.writer import WriterLimits

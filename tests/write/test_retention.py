@@ -14,15 +14,15 @@ import pytest
 from tsd.codec import KeyLayout
 from tsd.codec.rollup import rollup_row_key
 from tsd.config import Config, CoreConfig, StorageConfig, load_config
+from tsd.data_points import make_tags
 from tsd.errors import ConfigError
-from tsd.model import make_tags
 from tsd.protocol.query_json import parse_query_json, parse_query_params
 from tsd.protocol.rollup_config import default_rollup_config, parse_rollup_config
 from tsd.query.engine import QueryEngine
-from tsd.schema import ensure_tables, rollup_setup
 from tsd.stats import StatsRegistry
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables, rollup_setup
 from tsd.tools.common import own_rollups
 from tsd.uid.service import UidService
 from tsd.write.head_flush import build_head_sink

@@ -13,12 +13,12 @@ from tests.write.points import add
 from tests.write.readback import table_cells
 from tsd.codec import KeyLayout
 from tsd.config import Config, CoreConfig, RollupsConfig, StorageConfig
-from tsd.model import DataPoint, make_tags
+from tsd.data_points import DataPoint, make_tags
 from tsd.protocol.rollup_config import default_rollup_config
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import ensure_tables
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
+from tsd.storage_setup import ensure_tables
 from tsd.uid.service import UidService
 from tsd.write.pipeline import WritePath
 

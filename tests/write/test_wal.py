@@ -13,8 +13,8 @@ from tests.write.conftest import MakeWriter
 from tests.write.points import add
 from tests.write.readback import stored_points
 from tsd.config import StorageConfig
+from tsd.data_points import DataPoint, make_tags
 from tsd.errors import StorageError, StorageUnavailable
-from tsd.model import DataPoint, make_tags
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Storage
 from tsd.wal import WriteAheadLog

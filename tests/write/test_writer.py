@@ -13,8 +13,8 @@ from tests.write.readback import StoredPoint, data_rows, stored_points
 from tsd.codec import encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER
 from tsd.config import StorageConfig
+from tsd.data_points import DataPoint, make_tags
 from tsd.errors import StorageError, StorageUnavailable
-from tsd.model import DataPoint, make_tags
 from tsd.storage.base import Storage
 from tsd.write.ingest import IngestService
 from tsd.write.writer import WriterLimits

@@ -22,7 +22,7 @@ from tsd.errors import BadRequestError, PastLimit
 from tsd.java_text import jackson_double
 from tsd.protocol.query_json import bind_filter, dedupe_subqueries, validate_query
 from tsd.protocol.timespec import parse_datetime, parse_duration
-from tsd.query_model import (
+from tsd.query_spec import (
     AGGREGATOR_NAMES,
     ExpDownsampler,
     ExpExpression,

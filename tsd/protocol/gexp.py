@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from tsd.errors import BadRequestError, PastLimit
-from tsd.query_model import GexpCall as Call
-from tsd.query_model import GexpMetric as MetricRef
+from tsd.query_spec import GexpCall as Call
+from tsd.query_spec import GexpMetric as MetricRef
 
 __all__ = ["parse_gexp"]
 

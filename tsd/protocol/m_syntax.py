@@ -30,7 +30,7 @@ from typing import Any
 from tsd.errors import BadRequestError, PastLimit
 from tsd.java_text import java_split
 from tsd.protocol.timespec import parse_duration
-from tsd.query_model import (
+from tsd.query_spec import (
     AGGREGATOR_INTERPOLATION,
     CALENDAR_UNITS,
     FILTER_TYPES,

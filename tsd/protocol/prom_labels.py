@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from tsd.model import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP, Tags
+from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP, Tags
 
 __all__ = [
     "ESCAPE",

@@ -50,9 +50,9 @@ import orjson
 import tsd.native as native
 from tsd.codec.const import LONG_MAX, LONG_MIN
 from tsd.codec.value import parse_value
+from tsd.data_points import MAX_MS_TIMESTAMP, DataPoint, Tags
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError
 from tsd.java_text import jackson_text
-from tsd.model import MAX_MS_TIMESTAMP, DataPoint, Tags
 from tsd.protocol.names import (
     DEFAULT_NAME_RULES,
     NameRules,

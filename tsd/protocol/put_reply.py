@@ -20,8 +20,8 @@ from typing import Any, Final, NotRequired, TypedDict
 
 import orjson
 
+from tsd.data_points import DataPoint
 from tsd.errors import BadRequestError, TsdError
-from tsd.model import DataPoint
 from tsd.protocol.names import java_hash_order
 
 __all__ = [

@@ -41,7 +41,7 @@ from tsd.protocol.m_syntax import (
     parse_tsuid_subquery,
 )
 from tsd.protocol.timespec import is_known_timezone, now_ms, parse_datetime
-from tsd.query_model import (
+from tsd.query_spec import (
     AGGREGATOR_INTERPOLATION,
     Filter,
     OutputOptions,

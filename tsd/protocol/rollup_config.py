@@ -23,7 +23,7 @@ import orjson
 from tsd.codec.rollup import MAX_INTERVALS, MIN_INTERVALS, RollupSpan
 from tsd.errors import BadRequestError, ConfigError
 from tsd.protocol.timespec import parse_duration
-from tsd.query_model import AGGREGATOR_NAMES
+from tsd.query_spec import AGGREGATOR_NAMES
 
 __all__ = [
     "RollupConfig",

@@ -36,7 +36,7 @@ from tsd.java_text import format_java_bytes, java_split
 from tsd.protocol.names import NameRules, check_metric_and_tags, format_java_map, parse_tag
 from tsd.protocol.rollup_config import RollupConfig, RollupInterval
 from tsd.protocol.telnet_words import metric_and_timestamp
-from tsd.query_model import AGGREGATOR_NAMES
+from tsd.query_spec import AGGREGATOR_NAMES
 
 __all__ = [
     "ILLEGAL_ARGUMENT",

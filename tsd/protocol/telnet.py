@@ -50,9 +50,9 @@ from tsd import __version__
 from tsd.codec import SeriesKey
 from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
 from tsd.codec.value import encode_value, parse_value
+from tsd.data_points import MAX_MS_TIMESTAMP, DataPoint
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError, PutLineError
 from tsd.java_text import format_java_bytes
-from tsd.model import MAX_MS_TIMESTAMP, DataPoint
 from tsd.protocol.names import (
     DEFAULT_NAME_RULES,
     PLAIN_NAME_CHARS,

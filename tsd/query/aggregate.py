@@ -27,7 +27,7 @@ from tsd.query.interpolate import align, align_common, common_timestamps, emissi
 from tsd.query.rate import rate as rate_of
 from tsd.query.reducers import AGGREGATORS, run_double, run_long
 from tsd.query.series import AggregatedSeries, SeriesBatch
-from tsd.query_model import DownsampleSpec, RateOptions
+from tsd.query_spec import DownsampleSpec, RateOptions
 
 #: OpenTSDB's Const.SECOND_MASK: a timestamp with any of these bits set is in ms.
 _SECOND_MASK = 0xFFFFFFFF00000000

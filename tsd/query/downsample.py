@@ -46,7 +46,7 @@ from tsd.errors import TsdError
 from tsd.query.calendar import FIXED_UNIT_MS, add_interval, interval_starts, previous_interval
 from tsd.query.reducers import run_double
 from tsd.query.series import BoolArray, Float64Array, Int64Array, SeriesBatch
-from tsd.query_model import DownsampleSpec, FillPolicy
+from tsd.query_spec import DownsampleSpec, FillPolicy
 
 #: Cells of one padded block; bounds the temporary memory of a reduction.
 _MAX_BLOCK_CELLS = 1 << 22

@@ -95,12 +95,12 @@ from tsd.query.results import (
     series_facts,
     series_tag_uids,
 )
-from tsd.query.rollup import RollupConfigLike, RollupRead, plan_reads
+from tsd.query.rollup import ReadSource, RollupConfigLike, plan_reads
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.query.series import AggregatedSeries, BoolArray
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
-from tsd.query_model import SubQuery, TSQuery
+from tsd.query_spec import SubQuery, TSQuery
 from tsd.storage.base import Delete, ReadStats, ScanSpec, Storage
 from tsd.uid.service import UidService
 
@@ -329,7 +329,7 @@ class QueryEngine:
         sub: SubQuery,
         control: QueryControl,
         reads: list[ReadStats] | None,
-        source: RollupRead,
+        source: ReadSource,
     ) -> list[SeriesResult] | None:
         """One read of the sub-query; None when it found no series."""
         timings: dict[str, Any] = {}
@@ -404,7 +404,7 @@ class QueryEngine:
         plan: ScanPlan,
         request: ReadRequest,
         control: QueryControl,
-        source: RollupRead,
+        source: ReadSource,
         buckets: RowBuckets | None,
     ) -> tuple[list[Part], ScanTally, ReadStats, RowBuckets | None]:
         """The plan's rows, decoded and counted (reader.py), along the read path chosen
@@ -477,7 +477,7 @@ class QueryEngine:
         spans: Spans,
         facts: SeriesFacts,
         groups: list[list[int]],
-        source: RollupRead,
+        source: ReadSource,
     ) -> list[SeriesResult]:
         """A histogram query's series (tsd/query/histogram.py): per group, one series per
         percentile, then per bucket."""
@@ -745,7 +745,7 @@ def _build_results(
     return out
 
 
-def _read_window(query: TSQuery, sub: SubQuery, source: RollupRead) -> tuple[SubQuery, int, int]:
+def _read_window(query: TSQuery, sub: SubQuery, source: ReadSource) -> tuple[SubQuery, int, int]:
     """The sub-query as ``source`` reads it (a rollup read downsamples the stored rollups
     and reads their table) and its scan window in seconds."""
     spec = sub.downsample_spec

@@ -38,7 +38,7 @@ import regex
 
 from tsd.errors import BadRequestError, TsdError
 from tsd.query.limits import QueryControl
-from tsd.query_model import Filter, split_literals, wildcard_pattern
+from tsd.query_spec import Filter, split_literals, wildcard_pattern
 
 Matcher = Callable[[str], bool]
 

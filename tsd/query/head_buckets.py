@@ -22,14 +22,14 @@ from tsd.codec.const import MAX_TIMESPAN
 from tsd.codec.rollup import RollupSpan, rollup_base_time, rollup_offset_ms, rollup_row_key
 from tsd.query.decode import base_times_s
 from tsd.query.downsample import RowBuckets, row_buckets
-from tsd.query.rollup import IntervalLike, RollupRead
-from tsd.query_model import DownsampleSpec
+from tsd.query.rollup import IntervalLike, ReadSource
+from tsd.query_spec import DownsampleSpec
 from tsd.storage.base import Cell, CellBlock, Row
 
 __all__ = ["head_hours", "rollup_buckets", "without_hours"]
 
 
-def rollup_buckets(read: RollupRead, start_ms: int) -> RowBuckets | None:
+def rollup_buckets(read: ReadSource, start_ms: int) -> RowBuckets | None:
     """The buckets that give ``read``'s points from data rows (None when they would not
     be the rollups' very points: another function, or a bucket not the interval's)."""
     interval = read.interval

@@ -30,7 +30,7 @@ from tsd.codec.histogram import HistogramError, SimpleHistogram, decode_simple_h
 from tsd.java_text import java_float_to_string
 from tsd.query.decode import RowPoints
 from tsd.query.series import AggregatedSeries, SeriesBatch
-from tsd.query_model import DownsampleSpec
+from tsd.query_spec import DownsampleSpec
 from tsd.storage.base import CellBlock
 
 __all__ = [

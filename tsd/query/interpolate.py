@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tsd.query.series import BoolArray, Float64Array, Int64Array, SeriesBatch
-from tsd.query_model import LONG_MAX, LONG_MIN, Interpolation
+from tsd.query_spec import LONG_MAX, LONG_MIN, Interpolation
 
 #: Cells (series x timestamps) per block: bounds the temporary memory of an aggregation.
 BLOCK_CELLS = 1 << 20

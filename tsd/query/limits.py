@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from tsd.errors import BadRequestError, TsdError
 from tsd.query.calendar import FIXED_UNIT_MS
-from tsd.query_model import DownsampleSpec, FillPolicy
+from tsd.query_spec import DownsampleSpec, FillPolicy
 
 __all__ = [
     "BYTES_PER_CELL",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tsd.query.series import AggregatedSeries
-from tsd.query_model import SubQuery, TSQuery
+from tsd.query_spec import SubQuery, TSQuery
 
 __all__ = ["LastPoint", "QueryResult", "SeriesResult"]
 

@@ -37,7 +37,7 @@ from tsd.codec import KeyLayout, scan_end_time_s, scan_start_time_s
 from tsd.codec.const import FAMILY
 from tsd.codec.rowkey import salt_bytes
 from tsd.errors import BadRequestError
-from tsd.query_model import DownsampleSpec, Filter, SubQuery, split_literals
+from tsd.query_spec import DownsampleSpec, Filter, SubQuery, split_literals
 from tsd.storage.base import RowFilter, ScanSpec
 
 __all__ = [

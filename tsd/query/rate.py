@@ -22,7 +22,7 @@ import numpy as np
 
 from tsd.errors import TsdError
 from tsd.query.series import SeriesBatch
-from tsd.query_model import RateOptions
+from tsd.query_spec import RateOptions
 
 
 def rate(batch: SeriesBatch, options: RateOptions) -> SeriesBatch:

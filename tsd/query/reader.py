@@ -38,7 +38,7 @@ from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
 from tsd.query.plan import ScanPlan
 from tsd.query.read_path import ReadRequest, read_rows
-from tsd.query.rollup import RollupRead, decode_rollup_rows
+from tsd.query.rollup import ReadSource, decode_rollup_rows
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.storage.base import (
     Block,
@@ -122,7 +122,7 @@ class RowReader:
         request: ReadRequest,
         tally: ScanTally,
         stats: ReadStats,
-        source: RollupRead | None = None,
+        source: ReadSource | None = None,
         buckets: RowBuckets | None = None,
     ) -> list[Part]:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
@@ -159,7 +159,7 @@ class RowReader:
         return one.parts + from_head
 
     def _head_snapshot(
-        self, plan: ScanPlan, source: RollupRead | None, request: ReadRequest
+        self, plan: ScanPlan, source: ReadSource | None, request: ReadRequest
     ) -> HeadSnapshot | None:
         """The head's rows of the plan, copied before storage is read: a row written out
         meanwhile is then found in one or both (identical points fold), never in neither."""
@@ -171,7 +171,7 @@ class RowReader:
         return None
 
     async def _head_buckets(
-        self, plan: ScanPlan, read: RollupRead, buckets: RowBuckets, tally: ScanTally
+        self, plan: ScanPlan, read: ReadSource, buckets: RowBuckets, tally: ScanTally
     ) -> tuple[dict[bytes, set[int]], list[Part]]:
         """The head's rows of ``plan`` (each merged with its stored row) reduced to the
         buckets of ``read``'s rollup points (head_buckets.py), and their row-hours by
@@ -209,7 +209,7 @@ class RowReader:
             tally.add(p, len(k))
         return hours, parts
 
-    def own_rollups(self, read: RollupRead) -> bool:
+    def own_rollups(self, read: ReadSource) -> bool:
         """Whether ``read`` reads rollups tsd computes while the head holds rows."""
         computed = self.computed
         return (
@@ -221,7 +221,7 @@ class RowReader:
         )
 
     async def _head_rollups(
-        self, plan: ScanPlan, read: RollupRead
+        self, plan: ScanPlan, read: ReadSource
     ) -> dict[bytes, dict[bytes, bytes]]:
         """The rollup cells of ``read``'s table that the head's rows of ``plan`` give, by
         rollup row key then qualifier: each head row merged with its stored row first (a
@@ -255,7 +255,7 @@ class _OneRead:
     compute: ComputeSlots
     layout: KeyLayout
     fix_duplicates: bool
-    source: RollupRead | None
+    source: ReadSource | None
     buckets: RowBuckets | None
     head: HeadSnapshot | None
     #: rollup cells computed from the head's rows, by row key (popped as merged)
@@ -303,11 +303,11 @@ class _OneRead:
         cells_only = source is not None and (source.is_rollup or source.histograms is not None)
         if cells_only and isinstance(block, PointBlock):
             # rollup and histogram cells: not data points. (A raw read's source is
-            # RollupRead(data table): its PointBlocks are decoded as they are.)
+            # ReadSource(data table): its PointBlocks are decoded as they are.)
             block = block.cells()
         return block
 
-    def _histograms(self, block: Block, source: RollupRead) -> tuple[list[bytes], RowPoints, float]:
+    def _histograms(self, block: Block, source: ReadSource) -> tuple[list[bytes], RowPoints, float]:
         assert isinstance(block, CellBlock)
         started = time.thread_time()
         histograms = None if source.is_rollup else source.histograms
@@ -315,7 +315,7 @@ class _OneRead:
         return block.keys, points, time.thread_time() - started
 
     async def _rollups(
-        self, block: Block, source: RollupRead, work: int
+        self, block: Block, source: ReadSource, work: int
     ) -> tuple[list[bytes], RowPoints, float]:
         assert isinstance(block, CellBlock)
         fresh = self.fresh
@@ -413,7 +413,7 @@ def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
 
 
 def _timed_rollup_decode(
-    block: CellBlock, layout: KeyLayout, source: RollupRead
+    block: CellBlock, layout: KeyLayout, source: ReadSource
 ) -> tuple[list[bytes], RowPoints, float]:
     started = time.thread_time()
     keys, points = decode_rollup_rows(block, layout, source)

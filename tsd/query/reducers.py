@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tsd.errors import TsdError
-from tsd.query_model import (
+from tsd.query_spec import (
     AGGREGATOR_INTERPOLATION,
     LONG_MAX,
     LONG_MIN,

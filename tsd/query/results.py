@@ -18,7 +18,7 @@ from tsd.query.aggregate import Pipeline, aggregate_each, aggregate_group
 from tsd.query.limits import QueryControl
 from tsd.query.series import AggregatedSeries, SeriesBatch
 from tsd.query.spans import Spans
-from tsd.query_model import SubQuery, TSQuery
+from tsd.query_spec import SubQuery, TSQuery
 from tsd.storage.base import Row
 
 __all__ = [

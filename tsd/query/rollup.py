@@ -47,13 +47,13 @@ from tsd.codec.rollup import RollupSpan, rollup_base_time
 from tsd.query.decode import _C, RowPoints, _values, base_times_s
 from tsd.query.downsample import reduce_segments
 from tsd.query.series import BoolArray, Float64Array, Int64Array
-from tsd.query_model import DownsampleSpec, SubQuery
+from tsd.query_spec import DownsampleSpec, SubQuery
 from tsd.storage.base import CellBlock
 
 __all__ = [
     "IntervalLike",
     "RollupConfigLike",
-    "RollupRead",
+    "ReadSource",
     "decode_rollup_rows",
     "plan_reads",
 ]
@@ -98,8 +98,9 @@ class RollupConfigLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class RollupRead:
-    """One read of a sub-query: a table and, for rollups, the interval and its columns."""
+class ReadSource:
+    """What one read of a sub-query reads: a table (the data table for raw points) and, for
+    rollups, the interval and its columns; for histograms, the decoded histograms."""
 
     table: str
     #: the RollupInterval read (None: data cells, the raw layout)
@@ -148,7 +149,7 @@ def plan_reads(
     sub: SubQuery,
     data_table: str,
     computed: ComputedLike | None = None,
-) -> list[RollupRead]:
+) -> list[ReadSource]:
     """The reads of ``sub`` in the order OpenTSDB tries them (at least one); ``computed``:
     the rollups tsd computes (read transparently, see the module docstring). A histogram
     query (``percentiles``) reads once, where a downsampled query would first read: when
@@ -163,11 +164,11 @@ def plan_reads(
     return reads
 
 
-def _plan(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> list[RollupRead]:
+def _plan(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> list[ReadSource]:
     raw_table = data_table
     if sub.pre_aggregate and config is not None:
         raw_table = config.default.pre_aggregation_table
-    raw = RollupRead(raw_table)
+    raw = ReadSource(raw_table)
     spec = sub.downsample_spec
     if (
         config is None
@@ -196,9 +197,9 @@ def _plan(config: RollupConfigLike | None, sub: SubQuery, data_table: str) -> li
 
 def _transparent(
     config: RollupConfigLike, computed: ComputedLike, sub: SubQuery, data_table: str
-) -> list[RollupRead]:
+) -> list[ReadSource]:
     """Without ``rollupUsage``: tsd's own rollups when they give the answer, then raw."""
-    raw = RollupRead(data_table)
+    raw = ReadSource(data_table)
     spec = sub.downsample_spec
     if (
         spec is None
@@ -232,18 +233,18 @@ def _row_seconds(span: RollupSpan) -> int:
 
 def _rollup_read(
     config: RollupConfigLike, interval: IntervalLike, aggregator: str, pre_agg: bool, bucket: int
-) -> RollupRead:
+) -> ReadSource:
     """Raises BadRequestError "No ID found mapping to aggregator: ..." when the config has
     no column for the function (SaltScanner's getIdForAggregator)."""
     table = interval.pre_aggregation_table if pre_agg else interval.table
     if aggregator == "avg":
         sum_id, count_id = config.id_for("sum"), config.id_for("count")
-        return RollupRead(table, interval, aggregator, sum_id, count_id, bucket)
-    return RollupRead(table, interval, aggregator, config.id_for(aggregator), bucket_ms=bucket)
+        return ReadSource(table, interval, aggregator, sum_id, count_id, bucket)
+    return ReadSource(table, interval, aggregator, config.id_for(aggregator), bucket_ms=bucket)
 
 
 def decode_rollup_rows(
-    block: CellBlock, layout: KeyLayout, read: RollupRead
+    block: CellBlock, layout: KeyLayout, read: ReadSource
 ) -> tuple[list[bytes], RowPoints]:
     """The rows of ``block`` holding a cell of the columns ``read`` reads (OpenTSDB's scan
     filters cells by their first qualifier byte, so a row without one is never seen) and
@@ -325,7 +326,7 @@ class _Column:
     pick: Int64Array | None
 
 
-def _cells_read(block: CellBlock, read: RollupRead, base_ms: Int64Array, step_ms: int) -> _Taken:
+def _cells_read(block: CellBlock, read: ReadSource, base_ms: Int64Array, step_ms: int) -> _Taken:
     """The cells ``read`` takes (:class:`_Taken`): the C helper's walk, else numpy."""
     if _C is None or not hasattr(_C, "rollup_cells"):
         return _cells_read_numpy(block, read, base_ms, step_ms)
@@ -350,7 +351,7 @@ def _cells_read(block: CellBlock, read: RollupRead, base_ms: Int64Array, step_ms
 
 
 def _cells_read_numpy(
-    block: CellBlock, read: RollupRead, base_ms: Int64Array, step_ms: int
+    block: CellBlock, read: ReadSource, base_ms: Int64Array, step_ms: int
 ) -> _Taken:
     """:func:`_cells_read` with numpy (no C helper)."""
     ql, vl = block.qualifier_lengths, block.value_lengths

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from tsd.codec.const import MAX_TIMESPAN, SECOND_MASK
 from tsd.codec.histogram import SimpleHistogram, histogram_qualifier
+from tsd.data_points import MAX_MS_TIMESTAMP
 from tsd.errors import BadRequestError
 from tsd.java_text import format_java_bytes
-from tsd.model import MAX_MS_TIMESTAMP
 from tsd.protocol.histogram_put import HistogramCodecs, HistogramFailure
 from tsd.protocol.names import NameRules, check_metric_and_tags, format_java_map
 from tsd.protocol.rollup_put import PreparedRollup

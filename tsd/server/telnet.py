@@ -38,9 +38,9 @@ from functools import partial
 from itertools import islice
 from typing import cast
 
+from tsd.data_points import DataPoint
 from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
-from tsd.model import DataPoint
 from tsd.protocol import rollup_put
 from tsd.protocol.histogram_put import line_histogram, parse_histogram_line
 from tsd.protocol.names import NameRules

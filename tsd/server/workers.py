@@ -25,8 +25,8 @@ import sys
 from collections.abc import Callable, Hashable
 from typing import Any, cast
 
+from tsd.data_points import DataPoint
 from tsd.log import TELNET, get_logger
-from tsd.model import DataPoint
 from tsd.protocol.telnet import TELNET_REF_CACHE
 from tsd.server.listener import TrackedProtocol
 from tsd.server.telnet import (

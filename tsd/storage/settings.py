@@ -1,6 +1,6 @@
 """What each storage backend needs to open: plain values, no configuration.
 
-storage/ never reads tsd's configuration; the composition root (:func:`tsd.schema.
+storage/ never reads tsd's configuration; the composition root (:func:`tsd.storage_setup.
 storage_settings`, used by the daemon and the tools) maps ``tsd.storage.*`` onto these.
 """
 

@@ -39,10 +39,10 @@ from tsd.errors import UsageError
 from tsd.log import configure_logging
 from tsd.protocol.names import NameRules
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.schema import ensure_tables, rollup_setup, storage_settings
 from tsd.storage.base import Storage
 from tsd.storage.embedded.maintenance import held_by_daemon
 from tsd.storage.factory import open_storage
+from tsd.storage_setup import ensure_tables, rollup_setup, storage_settings
 from tsd.uid.service import UidService
 from tsd.write.control import request_write_out
 

@@ -47,9 +47,9 @@ from tsd.config import Config, StorageConfig, load_config
 from tsd.errors import ConfigError
 from tsd.log import configure_logging
 from tsd.protocol.rollup_config import RollupConfig, parse_rollup_config
-from tsd.schema import rollup_families, storage_settings
 from tsd.storage.base import FamilySpec, Put, Row, ScanSpec, Storage
 from tsd.storage.factory import open_storage
+from tsd.storage_setup import rollup_families, storage_settings
 from tsd.tools import status
 from tsd.tools.common import run_async
 from tsd.tools.create_tables import table_specs

@@ -2,7 +2,7 @@
 
 Names come from the configuration (``tsd.storage.hbase.data_table``,
 ``uid_table``, ``tree_table``, ``meta_table``); the families from
-:mod:`tsd.schema` (tsdb: ``t``; tsdb-uid: ``id``, ``name``; tsdb-tree:
+:mod:`tsd.storage_setup` (tsdb: ``t``; tsdb-uid: ``id``, ``name``; tsdb-tree:
 ``t``; tsdb-meta: ``name``). Every family gets one version, a ROW bloom filter,
 the block cache on and the configured compression (``tsd.storage.hbase.
 compression``, NONE by default: the script's LZO is not in stock HBase); the
@@ -29,10 +29,10 @@ import dataclasses
 from tsd.codec.rowkey import KeyLayout, salt_bytes
 from tsd.config import Config, StorageConfig, load_config
 from tsd.log import configure_logging
-from tsd.schema import opentsdb_tables, storage_settings
 from tsd.storage.base import FamilySpec, Storage
 from tsd.storage.factory import open_storage
 from tsd.storage.hbase.thrift2 import Thrift2Admin, parse_host_port
+from tsd.storage_setup import opentsdb_tables, storage_settings
 
 
 def table_specs(cfg: StorageConfig) -> dict[str, list[FamilySpec]]:

@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO, cast
 
 from tsd.config import Config
+from tsd.data_points import DataPoint
 from tsd.errors import PutLineError
-from tsd.model import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, put_line_key, take_known_puts
-from tsd.schema import rollup_setup
 from tsd.stats import StatsRegistry
+from tsd.storage_setup import rollup_setup
 from tsd.tools.common import (
     add_store_options,
     name_rules,

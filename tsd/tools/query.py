@@ -24,7 +24,7 @@ from tsd.protocol.names import java_hash_order
 from tsd.protocol.query_json import parse_query_params
 from tsd.query.engine import QueryEngine
 from tsd.query.output import QueryResult
-from tsd.query_model import TSQuery
+from tsd.query_spec import TSQuery
 from tsd.tools.common import add_store_options, open_store, run_async, tool_config
 
 __all__ = ["USAGE", "cli_queries", "configure", "java_map_text", "point_lines", "run"]

@@ -62,6 +62,13 @@ class Batch:
     #: parts encoded elsewhere (a log record's payload and its runs), in arrival order;
     #: ``rows`` holds what arrived after the last of them
     parts: list[tuple[bytes, list[RowRun]]] = field(default_factory=list)
+    #: cells the write-ahead log already holds (:meth:`add_logged`), merged per row as
+    #: they arrive (so that the head takes a row's points of many requests as one run),
+    #: the records holding them and their count: the batch's own record leaves them out.
+    #: They arrived before what :attr:`rows` holds (see :meth:`add_logged`).
+    logged_rows: dict[bytes, dict[bytes, bytes]] = field(default_factory=dict)
+    logged: list[int] = field(default_factory=list)
+    logged_cells: int = 0
 
     def add(self, row: bytes, qualifier: bytes, value: bytes, now: float | None = None) -> None:
         """Buffer one cell. The batch's age starts at ``now``, or at :meth:`start` (callers
@@ -98,16 +105,50 @@ class Batch:
         payload and the same points as runs (a telnet worker's). The rows buffered so far
         become a part first, so that the order of arrival is the order of the parts (a
         later point of a cell wins when the head or a fold reads them)."""
+        self._close_open_rows()
+        self.parts.append((payload, runs))
+        self.cells += points
+
+    def add_logged(self, rows: dict[bytes, dict[bytes, bytes]], seq: int) -> None:
+        """Buffer cells the write-ahead log already holds as record ``seq`` (``rows``: row
+        key -> qualifier -> value, as :func:`~tsd.codec.qualifier.encode_points_into`
+        makes them; taken over, not copied), merged into :attr:`logged_rows` (a later
+        cell wins). Those always arrived before what :attr:`rows` holds: when
+        :attr:`rows` is not empty, both become parts first (in that order), so that the
+        order of arrival stays the order the head reads them in."""
+        if self.rows:
+            self._close_open_rows()
+        logged = self.logged_rows
+        added = 0
+        for row, cells in rows.items():
+            have = logged.get(row)
+            if have is None:
+                logged[row] = cells
+                added += len(cells)
+            else:
+                before = len(have)
+                have.update(cells)
+                added += len(have) - before
+        self.cells += added
+        self.logged_cells += added
+        self.logged.append(seq)
+
+    def _close_open_rows(self) -> None:
+        """:attr:`logged_rows` then :attr:`rows` become parts (the former without a
+        payload: the log holds them already)."""
+        if self.logged_rows:
+            self.parts.append((b"", encode_payload_and_runs(self.logged_rows)[1]))
+            self.logged_rows = {}
         if self.rows:
             self.parts.append(encode_payload_and_runs(self.rows.items()))
             self.rows = {}
-        self.parts.append((payload, runs))
-        self.cells += points
 
     def payload_and_runs(self) -> tuple[bytes, list[RowRun]]:
         """The batch as one log record's payload, and its rows as runs (in arrival order;
         a row may come more than once, a later run after an earlier one)."""
         payload, runs = encode_payload_and_runs(self.rows)
+        if self.logged_rows:  # before the rows (see add_logged); no payload: logged
+            runs = encode_payload_and_runs(self.logged_rows)[1] + runs
         if not self.parts:
             return payload, runs
         all_runs: list[RowRun] = []
@@ -120,6 +161,8 @@ class Batch:
         """Turn the parts back into :attr:`rows` (cells), in order: for a store written
         cell by cell (HBase, the embedded store without the head). :attr:`cells` stays
         as counted (the writer's accounting of the batch)."""
+        if self.logged_rows:
+            self._close_open_rows()
         if not self.parts:
             return
         later, self.rows = self.rows, {}

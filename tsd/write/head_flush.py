@@ -228,9 +228,13 @@ class HeadSink:
         """A writer batch's log record, and its rows as the head takes them."""
         return encode_cells_and_runs(rows)
 
-    def add(self, runs: Sequence[RowRun], seq: int | None) -> None:
-        """Add a writer batch's rows, logged as record ``seq`` (None: no log)."""
+    def add(self, runs: Sequence[RowRun], seq: int | None, logged: Sequence[int] = ()) -> None:
+        """Add a writer batch's rows, logged as record ``seq`` (None: no log or no record
+        of its own) and in the records ``logged`` (parts logged before the batch:
+        :meth:`tsd.write.batch.Batch.add_logged`)."""
         number = self._add(runs)
+        for earlier in logged:
+            self._logged.append((number, earlier))
         if seq is not None:
             self._logged.append((number, seq))
 

@@ -42,9 +42,9 @@ from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.config import StorageConfig
+from tsd.data_points import DataPoint, Tags
 from tsd.errors import NameTooLong, NoSuchUniqueName, StorageRefused, TsdError
 from tsd.log import WRITER, get_logger
-from tsd.model import DataPoint, Tags
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.wal.record import RowRun

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.codec.const import FAMILY as DATA_FAMILY
+from tsd.codec.qualifier import encode_points_into
 from tsd.config import StorageConfig
 from tsd.errors import StorageError, StorageRefused, StorageUnavailable
 from tsd.log import WRITER, get_logger
@@ -54,7 +55,16 @@ from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog, encode_cells
-from tsd.wal.record import Columns, Row, RowRun, frame_cells, iter_records
+from tsd.wal.record import (
+    CELLS,
+    Columns,
+    Row,
+    RowRun,
+    encode_payload_and_runs,
+    frame,
+    frame_cells,
+    iter_records,
+)
 from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink
@@ -257,6 +267,51 @@ class Writer:
             batch.start(self._clock())
         self._added.value += points
         return points, self._added_to_batch(was_empty)
+
+    @property
+    def logs_points(self) -> bool:
+        """Whether :meth:`add_points_logged` is available: the embedded store's head
+        behind a write-ahead log."""
+        return self._head is not None and self._wal is not None
+
+    async def add_points_logged(self, points: Sequence[tuple[SeriesKey, int, int | float]]) -> None:
+        """Buffer points of known series once the write-ahead log holds them, written and
+        fsynced (:attr:`logs_points` only): they become a log record of their own
+        (committed with the other appenders' records: group commit), then join the
+        current batch as a part already logged, which the head takes with the batch (its
+        own record leaves them out). So a caller may acknowledge them as durable without
+        waiting for a batch of its own (remote write: a batch per request would cost a
+        pass over the head per request). Readers see them once the batch is written
+        (within ``tsd.storage.flush_interval``; :meth:`show_logged` waits for it).
+
+        Raises StorageError, with nothing buffered, when the log fails or the writer
+        takes no points (shutting down, the head over its bound and storage refusing).
+        Values and timestamps must be valid, as for :meth:`add_points`."""
+        if self._closing:
+            raise StorageUnavailable("the writer is shutting down")
+        sink, wal = self._head, self._wal
+        if sink is None or wal is None:
+            raise StorageUnavailable("the write-ahead log does not take points directly")
+        if sink.refusal is not None:
+            raise sink.refusal
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        cells = encode_points_into(rows, points)
+        # Not compressed: zstd was the largest part of logging a request's record in a
+        # profile of the daemon (cProfile); the segments go once the head is written.
+        seq = await wal.append(frame(CELLS, encode_payload_and_runs(rows)[0]), cells)
+        batch = self._batch
+        if batch.started_at is None:
+            batch.start(self._clock())
+        was_empty = batch.cells == 0
+        batch.add_logged(rows, seq)
+        self._added.value += len(points)
+        self._added_to_batch(was_empty)
+
+    async def show_logged(self) -> None:
+        """Return once the head holds every point :meth:`add_points_logged` took so far
+        (a reader that must see them: remote read); at once when there are none."""
+        if self._batch.logged or self._in_flight:
+            await self.flush()
 
     def add_part(self, payload: bytes, runs: list[RowRun], points: int) -> Ack:
         """Buffer ``points`` points encoded elsewhere (a telnet worker's): a log record's
@@ -503,17 +558,17 @@ class Writer:
         started = time.perf_counter()
         try:
             payload, runs = batch.payload_and_runs()
-            record = frame_cells(payload)
             error: StorageError | None = sink.refusal
             seq = None
-            if error is None and self._wal is not None:
+            own_cells = batch.cells - batch.logged_cells  # the others are logged already
+            if error is None and self._wal is not None and own_cells:
                 try:
-                    seq = await self._wal.append(record, batch.cells)
+                    seq = await self._wal.append(frame_cells(payload), own_cells)
                 except StorageError as exc:
-                    log.error("writer.wal_failed", cells=batch.cells, error=exc.message)
+                    log.error("writer.wal_failed", cells=own_cells, error=exc.message)
                     error = exc
             if error is None:
-                sink.add(runs, seq)
+                sink.add(runs, seq, batch.logged)
         finally:
             self._batch_latency.observe(time.perf_counter() - started)
             self._written(batch, slots)

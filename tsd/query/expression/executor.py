@@ -34,7 +34,7 @@ from tsd.query.expression.javamap import java_hash_order
 from tsd.query.expression.jexl import JexlError, parse_script
 from tsd.query.output import SeriesResult
 from tsd.query.series import AggregatedSeries
-from tsd.query_model import ExpQuery, GexpCall, GexpMetric, SubQuery, TSQuery
+from tsd.query_spec import ExpQuery, GexpCall, GexpMetric, SubQuery, TSQuery
 from tsd.uid.service import UidService
 
 __all__ = [

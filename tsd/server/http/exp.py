@@ -34,7 +34,7 @@ from tsd.query.expression.executor import (
 from tsd.query.expression.exp import OutputSeries
 from tsd.query.expression.javamap import java_hash_order
 from tsd.query.output import QueryResult
-from tsd.query_model import ExpQuery
+from tsd.query_spec import ExpQuery
 from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.render import render_query_result

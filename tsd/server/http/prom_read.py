@@ -30,7 +30,7 @@ from tsd.protocol.prom_labels import escape, unescape, unmap_series
 from tsd.protocol.prom_matchers import Matcher, compile_matcher, matches_all, metric_matchers
 from tsd.protocol.prom_wire import SAMPLES, decode_read_request, encode_read_response
 from tsd.query.engine import QueryEngine
-from tsd.query_model import SubQuery, TSQuery
+from tsd.query_spec import SubQuery, TSQuery
 from tsd.server.http.context import SERVICES
 from tsd.server.http.meta_support import meta_service
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
@@ -55,6 +55,7 @@ async def handle_read(request: web.Request, path: ApiPath) -> web.StreamResponse
         raise BadRequestError(
             "Unsupported response type", "tsd answers remote read with SAMPLES only"
         )
+    await services.ingest.writer.show_logged()  # every sample remote write acknowledged
     engine = services.engine
     meta = meta_service(request)
     special = services.rules.special_chars

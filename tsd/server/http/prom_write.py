@@ -11,42 +11,60 @@ Prometheus drops a whole batch on a 4xx and retries it on a 5xx, so:
   they are counted (``prometheus.write.refused`` / ``.skipped`` by reason, refusals also
   in ``ingest.errors{protocol=prometheus}``) and logged once per request, and the answer
   is 204;
-* the answer waits until storage holds every point taken (the write-ahead log and the
-  store or the head, as ``/api/put?sync``), so a 2xx never acknowledges what a crash
-  could lose; storage trouble (a failed write, HBase's spool or a disk refusing writes,
-  no answer within :data:`STORE_TIMEOUT_S`) is a 503, which Prometheus retries;
+* the answer waits until every point taken is durable, so a 2xx never acknowledges what
+  a crash could lose: on the embedded store, points of known series once the write-ahead
+  log holds them (the head takes them with the writer's next batch; :func:`_ingest`),
+  others once storage holds them (as ``/api/put?sync``); storage trouble (a failed
+  write, HBase's spool or a disk refusing writes, no answer within
+  :data:`STORE_TIMEOUT_S`) is a 503, which Prometheus retries;
 * a body that is not a snappy block of a WriteRequest is a 400 (retrying cannot help).
 
-Series are remembered by their labels' encoded bytes in the ingest service's
-``prometheus`` ref cache: a series seen before costs no decoding, mapping or lookup.
+A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
+series are remembered by their key (labels re-encoded) in the ingest service's
+``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
+or lookup of its names.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter as Tally
-from collections.abc import Hashable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 from aiohttp import web
 
-from tsd.errors import StorageRefused
+from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP, DataPoint
+from tsd.errors import StorageRefused, TsdError
 from tsd.log import HTTP, get_logger
-from tsd.model import DataPoint
 from tsd.protocol.prom_labels import (
     LabelMapper,
     MappedSeries,
     classify_nonfinite,
     is_storable_timestamp,
 )
-from tsd.protocol.prom_wire import DecodeError, decode_label, decode_write_request
+from tsd.protocol.prom_wire import (
+    DecodeError,
+    decode_key,
+    decode_label,
+    decode_write_columns,
+    write_request_of,
+)
 from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import StatsRegistry
-from tsd.write.ingest import IngestSession, RefCache, RefPoint, RefusalKind, Refused
+from tsd.write.ingest import (
+    IngestSession,
+    RefCache,
+    RefPoint,
+    RefusalKind,
+    Refused,
+    SeriesRef,
+    SyncOutcome,
+)
 
 log = get_logger(HTTP)
 
@@ -62,7 +80,6 @@ OFFLOAD_BODY_BYTES: Final = 1 << 20
 YIELD_EVERY: Final = 2048
 #: Refusal messages kept for the request's log event.
 LOGGED_MESSAGES: Final = 3
-_MIN_MS = 0xFFFFFFFF
 
 
 @dataclass(slots=True)
@@ -94,24 +111,18 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     body = await request.read()
     limit = services.config.http.max_body_bytes
     if len(body) > OFFLOAD_BODY_BYTES:
-        message = await asyncio.to_thread(decode_write_request, body, limit)
+        columns = await asyncio.to_thread(decode_write_columns, body, limit)
     else:
-        message = decode_write_request(body, limit)
+        columns = decode_write_columns(body, limit)
     rules = services.rules
-    mapper = LabelMapper(rules.special_chars, rules.max_tags)
     refs = services.ingest.ref_cache(PROM_REFS)
-    outcome = _Outcome()
-    session: IngestSession[int] = services.ingest.session(
-        cache=refs, on_refused=outcome.on_refused, track_acks=True, protocol=PROTOCOL
-    )
-    known: list[RefPoint] = []
-    await _append_series(message.timeseries, session, refs, mapper, known, outcome)
-    await session.append_all(known, range(len(known)))
-    await session.settle()
-    refused_samples = sum(outcome.refused.values()) - outcome.refused["unknown_metric"]
-    if session.counters is not None and refused_samples:
-        session.counters[1].inc(refused_samples)  # unknown metrics counted by the session
-    stored = await session.stored(STORE_TIMEOUT_S)
+    mapper = LabelMapper(rules.special_chars, rules.max_tags)
+    take = _Take(refs, mapper)
+    if columns.samples is None or not await take.one_sample_each(columns.keys, columns.samples):
+        take = _Take(refs, mapper)  # not one sample per series: each series' own samples
+        await take.any_series(columns.keys, write_request_of(columns).timeseries)
+    outcome = take.outcome
+    stored = await _ingest(services, take)
     _count(services.registry, outcome)
     if outcome.refused:
         log.warning(
@@ -129,60 +140,135 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     return web.Response(status=204)
 
 
-async def _append_series(
-    series_list: Any,
-    session: IngestSession[int],
-    refs: RefCache,
-    mapper: LabelMapper,
-    known: list[RefPoint],
-    outcome: _Outcome,
-) -> None:
-    """Every sample of the request: those of known series into ``known`` (appended by
-    ref in one run afterwards), the others appended one by one (their series resolved
-    in the session's window), the rest counted."""
-    add = known.append
-    get = refs.get
-    skipped = outcome.skipped
-    tag = 0
-    for turn, series in enumerate(series_list):
-        if turn % YIELD_EVERY == YIELD_EVERY - 1:
-            await asyncio.sleep(0)
-        key = b"".join(series.labels)
-        ref = get(key)
-        samples = series.samples
-        if ref is not None:
-            for sample in samples:
+async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
+    """The one place remote write calls the ingest service and the writer.
+
+    Points of known series: on the embedded store, appended in one run once the
+    write-ahead log holds them (:meth:`Writer.add_points_logged`: written and fsynced,
+    then buffered for the head with the next batch), so a request costs one log record
+    rather than a batch of its own; elsewhere (HBase) appended by ref and waited for
+    until storage holds them, as ``/api/put?sync``. Points of new series are resolved in
+    the session's window (each remembered under its key) and waited for likewise."""
+    outcome = take.outcome
+    session: IngestSession[int] = services.ingest.session(
+        cache=take.refs, on_refused=outcome.on_refused, track_acks=True, protocol=PROTOCOL
+    )
+    known, writer = take.known, services.ingest.writer
+    logged = 0
+    if known and writer.logs_points:
+        await session.wait_room()
+        try:
+            await writer.add_points_logged(known)
+        except TsdError as exc:
+            outcome.storage = Refused.of(exc)
+        else:
+            logged = len(known)
+            if session.counters is not None:
+                session.counters[0].value += logged
+    else:
+        await session.append_all(known, range(len(known)))
+    for tag, (point, key) in enumerate(take.new, start=1):
+        if not session.try_append(point, -tag, (key,)):
+            await session.append(point, -tag, (key,), missed=True)
+    await session.settle()
+    refused_samples = sum(outcome.refused.values()) - outcome.refused["unknown_metric"]
+    if session.counters is not None and refused_samples:
+        session.counters[1].inc(refused_samples)  # unknown metrics counted by the session
+    if logged == len(known) and not take.new:
+        return SyncOutcome(logged, [])  # nothing waits for a batch
+    return await session.stored(STORE_TIMEOUT_S)
+
+
+@dataclass(slots=True)
+class _Take:
+    """One request's samples sorted for :func:`_ingest`: points of series known by their
+    key (:attr:`known`, by ref), points of series to resolve (:attr:`new`, with their
+    key), and what is not stored (:attr:`outcome`)."""
+
+    refs: RefCache
+    mapper: LabelMapper
+    known: list[RefPoint] = field(default_factory=list)
+    new: list[tuple[DataPoint, bytes]] = field(default_factory=list)
+    outcome: _Outcome = field(default_factory=_Outcome)
+    #: the mapping of each new key met in this request (a series may come many times)
+    mapped: dict[bytes, MappedSeries | tuple[str, str] | None] = field(default_factory=dict)
+
+    async def one_sample_each(self, keys: list[bytes], samples: Any) -> bool:
+        """As many samples as series, one each (what Prometheus sends): the hot loop, a
+        dict lookup and a tuple per sample for a known series. False, with the request
+        half taken, when a series has no sample after all (some other has more): a key
+        seen before has samples, the key of a new one tells."""
+        add = self.known.append
+        get = self.refs.get
+        other = self.other
+        low, high = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP  # is_storable_timestamp, inline
+        for start in range(0, len(keys), YIELD_EVERY):
+            if start:
+                await asyncio.sleep(0)
+            for key, sample in zip(
+                keys[start : start + YIELD_EVERY],
+                samples[start : start + YIELD_EVERY],
+                strict=True,
+            ):
+                ref = get(key)
                 value = sample.value
                 timestamp = sample.timestamp
-                if value - value == 0.0 and _MIN_MS < timestamp <= 9_999_999_999_999:
+                if ref is not None and value - value == 0.0 and low < timestamp <= high:
                     add((ref, timestamp, value))
+                elif ref is None and self.mapping(key) is None:
+                    return False  # no sample: the samples are not one per series
                 else:
-                    _bad_sample(value, timestamp, skipped, outcome)
-            continue
-        if not samples:
-            if series.histograms:
-                outcome.refuse(
+                    other(key, ref, ((value, timestamp),))
+        return True
+
+    async def any_series(self, keys: list[bytes], series_list: Any) -> None:
+        """Series of any shape (exemplars or native histograms only, many samples)."""
+        for turn, (key, series) in enumerate(zip(keys, series_list, strict=True)):
+            if turn % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
+            samples = [(sample.value, sample.timestamp) for sample in series.samples]
+            if samples:
+                self.other(key, self.refs.get(key), samples)
+            elif series.histograms:
+                self.outcome.refuse(
                     "native_histogram", "native histograms are not stored", len(series.histograms)
                 )
-            continue
-        mapped = _map(series.labels, mapper)
-        if not isinstance(mapped, MappedSeries):
-            outcome.refuse(mapped[0], mapped[1], len(samples))
-            continue
-        aliases: tuple[Hashable, ...] = (key,)
-        for sample in samples:
-            value = sample.value
-            timestamp = sample.timestamp
+
+    def other(
+        self, key: bytes, ref: SeriesRef | None, samples: Sequence[tuple[float, int]]
+    ) -> None:
+        """The samples of one series off the hot loop: a new series, or a sample that is
+        not stored (not finite, its timestamp out of range)."""
+        outcome = self.outcome
+        mapped: MappedSeries | tuple[str, str] | None = None
+        if ref is None:
+            mapped = self.mapping(key)
+            if mapped is None:
+                return  # no labels to store: only histograms or exemplars
+            if not isinstance(mapped, MappedSeries):
+                outcome.refuse(mapped[0], mapped[1], len(samples))
+                return
+        for value, timestamp in samples:
             if classify_nonfinite(value) is not None or not is_storable_timestamp(timestamp):
-                _bad_sample(value, timestamp, skipped, outcome)
-                continue
-            point = DataPoint(mapped.metric, timestamp, value, mapped.tags)
-            tag += 1
-            if not session.try_append(point, -tag, aliases):
-                await session.append(point, -tag, aliases, missed=True)
+                _bad_sample(value, timestamp, outcome.skipped, outcome)
+            elif isinstance(mapped, MappedSeries):
+                self.new.append((DataPoint(mapped.metric, timestamp, value, mapped.tags), key))
+            elif ref is not None:
+                self.known.append((ref, timestamp, value))
+
+    def mapping(self, key: bytes) -> MappedSeries | tuple[str, str] | None:
+        """The OpenTSDB series of a key not seen before, or (reason, message) when it
+        cannot be stored; None when its series has no sample. Once per key a request."""
+        if key in self.mapped:
+            return self.mapped[key]
+        mapped = self.mapped[key] = _map(key, self.mapper)
+        return mapped
 
 
-def _map(raw_labels: Any, mapper: LabelMapper) -> MappedSeries | tuple[str, str]:
+def _map(key: bytes, mapper: LabelMapper) -> MappedSeries | tuple[str, str] | None:
+    raw_labels, has_samples = decode_key(key)
+    if not has_samples:
+        return None
     try:
         labels = [decode_label(raw) for raw in raw_labels]
     except DecodeError as exc:

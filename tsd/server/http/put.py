@@ -24,7 +24,7 @@ from typing import overload
 
 from aiohttp import web
 
-from tsd.model import DataPoint
+from tsd.data_points import DataPoint
 from tsd.protocol.names import NameRules
 from tsd.protocol.put_json import KnownPut, parse_put_body_known, parse_put_body_pieces
 from tsd.protocol.put_reply import (

@@ -35,7 +35,7 @@ import orjson
 import tsd.native as native
 from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.series import AggregatedSeries
-from tsd.query_model import FillPolicy, Filter, SubQuery, TSQuery
+from tsd.query_spec import FillPolicy, Filter, SubQuery, TSQuery
 
 __all__ = [
     "dps_json_python",

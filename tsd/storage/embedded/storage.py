@@ -32,7 +32,7 @@ each table is the named database ``table:<name>``; cell keys are described in
 :mod:`tsd.storage.embedded.keys`.
 
 Threads: blocking LMDB work never runs on the event loop. Writes go through the
-single writer thread (:mod:`tsd.storage.embedded.writer`, group commit); reads
+single writer thread (:mod:`tsd.storage.embedded.writer_thread`, group commit); reads
 and scan batches run on a small reader pool, each in its own short read
 transaction. A scan is therefore consistent per batch of rows, not across
 batches (as with an HBase scanner). Durability: ``sync`` and ``metasync`` on,
@@ -83,7 +83,7 @@ from tsd.storage.embedded.blocks import scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, ROW_END, row_start
 from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
-from tsd.storage.embedded.writer import WriterThread
+from tsd.storage.embedded.writer_thread import WriterThread
 
 T = TypeVar("T")
 B = TypeVar("B", bound=Sized)

@@ -1,4 +1,5 @@
-"""Frozen value types shared by every layer. Pure.
+"""Data points as clients send them (``DataPoint``, ``Tags``) and OpenTSDB's timestamp
+rules: frozen value types shared by every layer. Pure.
 
 Names follow OpenTSDB's domain words: metric, tagk, tagv, tags, timestamp.
 """

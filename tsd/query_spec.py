@@ -1,4 +1,5 @@
-"""Frozen value types of a data query (/api/query). Pure: imports only java_text.
+"""The specification of a data query (/api/query): frozen value types. Pure: imports only
+java_text.
 
 ``protocol/`` parses requests into these types, ``query/`` executes them. They mirror
 OpenTSDB 2.4's ``TSQuery`` / ``TSSubQuery`` / ``DownsamplingSpecification`` /

@@ -10,11 +10,11 @@ import pytest
 
 from tsd.config import Config, StorageConfig
 from tsd.errors import ConfigError
-from tsd.schema import BACKENDS, ensure_tables, opentsdb_tables, storage_settings
 from tsd.storage.base import FamilySpec, Put, Storage
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage.factory import open_storage
 from tsd.storage.settings import EmbeddedSettings, HBaseSettings
+from tsd.storage_setup import BACKENDS, ensure_tables, opentsdb_tables, storage_settings
 
 
 def test_opentsdb_tables_use_the_configured_names() -> None:
