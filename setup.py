@@ -1,12 +1,13 @@
 """The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
 store's packed-row decoder (tsd/storage/embedded/_points.c) and encoder
 (tsd/storage/embedded/_pack.c), the seconds cell decoder
-(tsd/query/_decode.c) and the ingest encoder (tsd/codec/_encode.c: telnet put lines of
+(tsd/query/_decode.c), the query answer's point writer (tsd/server/http/_render.c) and the
+ingest encoder (tsd/codec/_encode.c: telnet put lines of
 known series typed, points encoded into a batch's cells, the batch framed for the log);
 everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
 (tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder, tsd/query/decode.py's
-numpy path, tsd/codec/qualifier.py's, tsd/protocol/telnet.py's and tsd/wal/record.py's
+numpy path, tsd/server/http/render.py's loop, tsd/codec/qualifier.py's, tsd/protocol/telnet.py's and tsd/wal/record.py's
 loops), only slower (the daemon logs a warning naming each missing helper; tsd/native.py).
 ``TSD_REQUIRE_NATIVE=1`` makes them required: a helper that does not build fails the
 build (CI and the Docker image's build stage set it). tsd/native.py's HELPERS lists the
@@ -49,6 +50,12 @@ setup(
         Extension(
             "tsd.query._decode",
             ["tsd/query/_decode.c"],
+            extra_compile_args=["-O2"],
+            optional=OPTIONAL,
+        ),
+        Extension(
+            "tsd.server.http._render",
+            ["tsd/server/http/_render.c"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

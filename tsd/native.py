@@ -48,6 +48,7 @@ HELPERS: Final = (
     "tsd.storage.embedded._pack",
     "tsd.codec._encode",
     "tsd.query._decode",
+    "tsd.server.http._render",
 )
 DISABLE_ENV: Final = "TSD_DISABLE_NATIVE"
 REQUIRE_ENV: Final = "TSD_REQUIRE_NATIVE"

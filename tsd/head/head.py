@@ -181,6 +181,10 @@ class _Part:
         )
 
 
+#: keys from which a row filter's pairs are checked over all keys at once (numpy)
+_VECTOR_KEYS = 64
+
+
 class Head:
     """The open row-hours of one data table, as slots in columns (see the module
     docstring): a row key's slot in a dict; per slot its key, its points' bytes (one
@@ -421,8 +425,12 @@ class Head:
             for slots in self._slots_in(spec):
                 if row_filter is not None:
                     key_of = self._key
-                    keep = [row_filter.matches(key_of[s]) for s in slots.tolist()]
-                    slots = slots[np.array(keep, np.bool_)] if keep else slots
+                    keys = [key_of[s] for s in slots.tolist()]
+                    picked: Iterable[int] = range(len(keys))
+                    if row_filter.contains:
+                        picked = self._carrying(keys, row_filter.contains)
+                    keep = [i for i in picked if row_filter.matches(keys[i])]
+                    slots = slots[np.array(keep, np.int64)] if keep else slots[:0]
                 parts.append(slots)
         if not parts:
             return self._snapshot_of(np.zeros(0, np.int64))
@@ -431,6 +439,35 @@ class Head:
             _, first = np.unique(found, return_index=True)
             found = found[np.sort(first)]
         return self._snapshot_of(found)
+
+    def _carrying(self, keys: list[bytes], contains: tuple[tuple[bytes, ...], ...]) -> list[int]:
+        """The indices of the ``keys`` that hold, for every entry of ``contains``, one of its
+        byte strings (a row filter's necessary condition): when those are tag pairs and the
+        keys have one length, checked at the pair positions over all keys at once (a dashboard's
+        ``host=a|b|c`` of 10,000 series: no regexp per row), else by ``in``."""
+        pair = self._layout.tag_pair_width
+        if (
+            len(keys) < _VECTOR_KEYS
+            or any(len(s) != pair for entry in contains for s in entry)
+            or len({len(k) for k in keys}) != 1
+        ):
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        width = len(keys[0])
+        start = self._layout.tags_start
+        if (width - start) % pair:
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+        # each key's tag pairs as one integer per pair (pairs are at most 8 bytes here)
+        if pair > 8:
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        tags = matrix[:, start:].reshape(len(keys), -1, pair)
+        weights = (256 ** np.arange(pair - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
+        packed = (tags.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)
+        keep = np.ones(len(keys), dtype=np.bool_)
+        for entry in contains:
+            wanted = np.array([int.from_bytes(s, "big") for s in entry], dtype=np.uint64)
+            keep &= np.isin(packed, wanted).any(axis=1)
+        return np.flatnonzero(keep).tolist()
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""
