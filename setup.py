@@ -1,15 +1,17 @@
 """The compiled helpers: the Thrift reply reader (tsd/storage/hbase/_rows.c), the embedded
 store's packed-row decoder (tsd/storage/embedded/_points.c) and encoder
 (tsd/storage/embedded/_pack.c), the seconds cell decoder
-(tsd/query/_decode.c), and the ingest path's, each beside the Python it accelerates: the
-cell encoder (tsd/codec/_encode.c, the format shared in tsd/codec/_format.h), the put
-parsers (tsd/protocol/_parse.c), the log's framing of a batch (tsd/wal/_record.c) and the
-head's run bounds (tsd/head/_runs.c);
-everything else is in pyproject.toml. ``optional``:
+(tsd/query/_decode.c), the query answer's point writer (tsd/server/http/_render.c), and
+the ingest path's, each beside the Python it accelerates: the cell encoder
+(tsd/codec/_encode.c, the format shared in tsd/codec/_format.h), the put parsers
+(tsd/protocol/_parse.c), the log's framing of a batch (tsd/wal/_record.c) and the head's
+run bounds (tsd/head/_runs.c); everything else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
-(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder, tsd/query/decode.py's
-numpy path, tsd/codec/qualifier.py's, tsd/protocol/telnet.py's, put_json.py's,
-tsd/wal/record.py's and tsd/head/head.py's loops), only slower (the daemon logs a warning naming each missing helper; tsd/native.py).
+(tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder,
+tsd/query/decode.py's numpy path, tsd/server/http/render.py's loop,
+tsd/codec/qualifier.py's, tsd/protocol/telnet.py's, put_json.py's, tsd/wal/record.py's and
+tsd/head/head.py's loops), only slower (the daemon logs a warning naming each missing
+helper; tsd/native.py).
 ``TSD_REQUIRE_NATIVE=1`` makes them required: a helper that does not build fails the
 build (CI and the Docker image's build stage set it). tsd/native.py's HELPERS lists the
 same modules (tests/test_native.py checks)."""
@@ -72,6 +74,12 @@ setup(
         Extension(
             "tsd.query._decode",
             ["tsd/query/_decode.c"],
+            extra_compile_args=["-O2"],
+            optional=OPTIONAL,
+        ),
+        Extension(
+            "tsd.server.http._render",
+            ["tsd/server/http/_render.c"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

@@ -28,9 +28,16 @@ gateway, OpenTSDB) show where the time goes on a machine where all of them share
 Also printed: the cost of encoding one 1,000-cell ``mutateRows`` call with the
 pure-Python Thrift binary protocol, against thriftpy2's compiled one (cybin).
 
+With ``--cluster``, on the pseudo-distributed cluster of ``scripts/hbase cluster-start``
+(``--region-servers`` region servers, two Thrift1 gateways, 512 MB heaps) instead: tsd as 1,
+2 and 3 daemons on one set of tables (the lines dealt out between them) with 1 and 2
+gateways listed, and OpenTSDB on the cluster's ZooKeeper; no bare writers. Also printed:
+points per CPU-second of the region servers, of the gateways, of the whole HBase side and
+of the writer (what each would carry with a core of its own).
+
 Run: ``python -m bench.hbase_ingest [--points N] [--series S] [--connections C]
-[--repeat R] [--no-opentsdb] [--profile-tsd FILE]``. Needs java and mvn (as the HBase
-tests do).
+[--repeat R] [--no-opentsdb] [--profile-tsd FILE] [--cluster [--region-servers N]]``.
+Needs java and mvn (as the HBase tests do).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -112,16 +120,45 @@ class HBase:
     server: HBaseServer
     env: dict[str, str]
     var_dir: Path
+    #: the pseudo-distributed cluster (``scripts/hbase cluster-start``): its Thrift1 ports
+    cluster_thrift_ports: list[int] = field(default_factory=list)
+
+    @property
+    def cluster(self) -> bool:
+        return bool(self.cluster_thrift_ports)
 
     def pids(self) -> dict[str, int]:
-        """The HBase JVM (master, region server, ZooKeeper) and the Thrift gateway."""
+        """Standalone: the HBase JVM (master, region server, ZooKeeper) as ``hbase`` and the
+        Thrift gateway as ``thrift``. The cluster: every JVM by its name (``zk``,
+        ``master``, ``rs0``..., ``thrift0``..., ``thrift2``); :func:`sides` adds them up."""
+        if self.cluster:
+            return {
+                path.stem: int(path.read_text())
+                for path in sorted(self.var_dir.glob("*.pid"))
+                if path.stem != "watch"
+            }
         return {
             name: int((self.var_dir / f"{pid}.pid").read_text())
             for name, pid in (("hbase", "master"), ("thrift", "thrift"))
         }
 
+    def gateways(self, count: int) -> str:
+        """``tsd.storage.hbase.thrift.host`` for the first ``count`` Thrift1 gateways."""
+        ports = self.cluster_thrift_ports[:count] or [self.server.thrift_port]
+        return ",".join(f"127.0.0.1:{port}" for port in ports)
+
     def stop(self) -> None:
-        subprocess.run([str(ROOT / "scripts" / "hbase"), "stop"], env=self.env, check=False)
+        command = "cluster-stop" if self.cluster else "stop"
+        subprocess.run([str(ROOT / "scripts" / "hbase"), command], env=self.env, check=False)
+
+
+def sides(spent: dict[str, float]) -> tuple[float, float]:
+    """CPU seconds of the HBase side, split in (ZooKeeper, master and region servers;
+    Thrift gateways), from :meth:`HBase.pids`' names (other processes left out)."""
+    jvms = ("hbase", "zk", "master")
+    hbase = sum(s for who, s in spent.items() if who in jvms or who.startswith("rs"))
+    thrift = sum(s for who, s in spent.items() if who.startswith("thrift"))
+    return hbase, thrift
 
 
 def start_hbase(var_dir: Path, thrift_info_port: int | None = None) -> HBase:
@@ -147,6 +184,41 @@ def start_hbase(var_dir: Path, thrift_info_port: int | None = None) -> HBase:
         time.monotonic() - began,
     )
     return HBase(server, env, var_dir)
+
+
+#: each cluster JVM's heap in the benches: the tests' 256 MB let a region server die of an
+#: OutOfMemoryError under 300,000-point rounds into seven tables (its memstores blocked over
+#: the high-water mark); TSD_HBASE_HEAP overrides
+BENCH_CLUSTER_HEAP = "512m"
+
+
+def start_cluster(var_dir: Path, region_servers: int = 2, gateways: int = 2) -> HBase:
+    """The pseudo-distributed cluster of ``scripts/hbase cluster-start`` on free ports
+    (BENCH_CLUSTER_HEAP heaps): ZooKeeper, a master, ``region_servers`` region servers,
+    ``gateways`` Thrift1 gateways and a Thrift2 gateway, each its own JVM."""
+    thrift_ports = [free_port() for _ in range(gateways)]
+    env = {
+        "TSD_HBASE_HEAP": BENCH_CLUSTER_HEAP,
+        **os.environ,
+        "TSD_HBASE_VAR": str(var_dir),
+        "TSD_HBASE_ZK_PORT": str(free_port()),
+        "TSD_HBASE_MASTER_PORT": str(free_port()),
+        "TSD_HBASE_RS_PORTS": ",".join(str(free_port()) for _ in range(region_servers)),
+        "TSD_HBASE_THRIFT_PORTS": ",".join(map(str, thrift_ports)),
+        "TSD_HBASE_THRIFT2_PORT": str(free_port()),
+        "TSD_HBASE_WATCH_PID": str(os.getpid()),
+    }
+    began = time.monotonic()
+    subprocess.run([str(ROOT / "scripts" / "hbase"), "cluster-start"], env=env, check=True)
+    server = HBaseServer(
+        "127.0.0.1",
+        thrift_ports[0],
+        int(env["TSD_HBASE_ZK_PORT"]),
+        var_dir,
+        True,
+        time.monotonic() - began,
+    )
+    return HBase(server, env, var_dir, thrift_ports)
 
 
 def tables(server: HBaseServer, prefix: str) -> StorageConfig:
@@ -249,11 +321,14 @@ async def timed(
 
 
 async def start_tsd(
-    cfg: StorageConfig, profile: str | None, data_dir: Path
+    cfg: StorageConfig,
+    profile: str | None,
+    data_dir: Path,
+    extra: dict[str, str] | None = None,
 ) -> tuple[asyncio.subprocess.Process, int]:
     """``tsdb tsd`` on ``cfg``'s tables, its write-ahead log in ``data_dir`` (never the
-    default ./data, which a daemon of the user's may hold)."""
-    keys = {**tsd_hbase_keys(cfg, data_dir), "tsd.logging.format": "json"}
+    default ./data, which a daemon of the user's may hold); ``extra``: more keys."""
+    keys = {**tsd_hbase_keys(cfg, data_dir), "tsd.logging.format": "json", **(extra or {})}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -278,18 +353,45 @@ Round = Callable[[int], Awaitable[Result]]
 
 
 @contextlib.asynccontextmanager
-async def tsd_writer(hbase: HBase, args: argparse.Namespace) -> AsyncIterator[Round]:
-    cfg = tables(hbase.server, "bench_tsd_")
+async def tsd_writer(
+    hbase: HBase, args: argparse.Namespace, tsds: int = 1, gateways: int = 1
+) -> AsyncIterator[Round]:
+    """``tsds`` tsd processes on one set of tables, each listing the first ``gateways``
+    Thrift1 gateways, the lines dealt out between them (every tsd its share of each series,
+    as a load balancer in front spreads connections), ``--connections`` sockets each."""
+    shape = "" if tsds == gateways == 1 and not hbase.cluster else f"{tsds}t{gateways}g_"
+    cfg = tables(hbase.server, f"bench_tsd_{shape}")
     await make_tables(cfg)
-    process, port = await start_tsd(cfg, args.profile_tsd, hbase.var_dir.parent / "tsd-data")
+    extra = {"tsd.storage.hbase.thrift.host": hbase.gateways(gateways)}
+    daemons = [
+        await start_tsd(
+            cfg,
+            args.profile_tsd if n == 0 else None,
+            hbase.var_dir.parent / f"tsd-data-{shape}{n}",
+            extra,
+        )
+        for n in range(tsds)
+    ]
+    name = "tsd (telnet)"
+    if hbase.cluster:
+        name = f"tsd x{tsds}, {gateways} gateway{'s' * (gateways > 1)}"
     warm = args.warmup * args.series
     try:
         async with aiohttp.ClientSession() as http:
 
             async def stored(target: int) -> bool:
-                return await stat(http, port, "tsd.datapoints.stored") >= target
+                counts = [await stat(http, port, "tsd.datapoints.stored") for _, port in daemons]
+                return sum(counts) >= target
 
-            await send_lines(port, telnet_lines(warm, 0, args.series), args.connections)
+            async def send(lines: list[bytes]) -> None:
+                await asyncio.gather(
+                    *(
+                        send_lines(port, lines[n::tsds], args.connections)
+                        for n, (_, port) in enumerate(daemons)
+                    )
+                )
+
+            await send(telnet_lines(warm, 0, args.series))
             await wait_for(lambda: stored(warm), "tsd warm-up")
 
             async def one_round(number: int) -> Result:
@@ -298,18 +400,23 @@ async def tsd_writer(hbase: HBase, args: argparse.Namespace) -> AsyncIterator[Ro
                 total = offset + args.points
 
                 async def run() -> None:
-                    await send_lines(port, lines, args.connections)
+                    await send(lines)
                     await wait_for(lambda: stored(total), "tsd stored every point")
 
-                pids = {"tsd": process.pid, **hbase.pids()}
-                result = await timed("tsd (telnet)", args.points, pids, run)
-                await check_cells(cfg, total, args.series, "tsd")
+                pids = {
+                    **{f"tsd{n}" if tsds > 1 else "tsd": p.pid for n, (p, _) in enumerate(daemons)},
+                    **hbase.pids(),
+                }
+                result = await timed(name, args.points, pids, run)
+                await check_cells(cfg, total, args.series, name)
                 return result
 
             yield one_round
     finally:
-        process.terminate()
-        await process.wait()
+        for process, _ in daemons:
+            process.terminate()
+        for process, _ in daemons:
+            await process.wait()
 
 
 def bare_calls(count: int, offset: int, series: int) -> list[list[Any]]:
@@ -525,16 +632,33 @@ def encoding_cost(cells: int = 1000, rounds: int = 50) -> tuple[float, float | N
 
 
 def report(results: list[Result], args: argparse.Namespace) -> None:
-    by_name = {r.name: r for r in results}
-    tsd = by_name["tsd (telnet)"]
+    tsd = next(r for r in results if r.name.startswith("tsd"))
     shape = f"{args.points:,} points over {args.series:,} series, {args.connections} connections"
     warm = args.warmup * args.series
-    print(f"\nHBase ingest: {shape}; warm-up {warm:,} points each, best of {args.repeat}")
+    where = "the cluster" if args.cluster else "a standalone HBase"
+    print(
+        f"\nHBase ingest on {where}: {shape}; warm-up {warm:,} points each, best of {args.repeat}"
+    )
     print(f"  {'writer':26} {'points/s':>10} {'wall s':>7} {'tsd/it':>7}   CPU s during the run")
     for r in results:
         cpu = ", ".join(f"{who} {s:.1f}" for who, s in r.cpu_s.items())
         ratio = f"{tsd.rate / r.rate:7.2f}" if r is not tsd else " " * 7
         print(f"  {r.name:26} {r.rate:10,.0f} {r.wall_s:7.2f} {ratio}   {cpu}")
+    # per CPU-second: what each side would carry if it had a core of its own
+    print(
+        f"\n  {'writer':26} {'points per CPU-second of:':>26} {'region servers':>15}"
+        f" {'gateways':>9} {'HBase side':>11} {'writer':>8}"
+    )
+    for r in results:
+        hbase, thrift = sides(r.cpu_s)
+        servers = sum(s for who, s in r.cpu_s.items() if who.startswith("rs") or who == "hbase")
+        writer = sum(s for who, s in r.cpu_s.items() if who.startswith(("tsd", "OpenTSDB")))
+        figures = [r.points / s if s > 0 else math.inf for s in (servers, thrift, hbase + thrift)]
+        figures.append(r.points / writer if writer > 0 else math.inf)
+        print(
+            f"  {r.name:26} {'':26} {figures[0]:15,.0f} {figures[1]:9,.0f}"
+            f" {figures[2]:11,.0f} {figures[3]:8,.0f}"
+        )
     pure, compiled = encoding_cost()
     line = f"  encoding one 1,000-cell mutateRows: pure-Python binary {pure:.2f} ms"
     if compiled is not None:
@@ -551,6 +675,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds per writer, best kept")
     parser.add_argument("--no-opentsdb", action="store_true")
     parser.add_argument("--profile-tsd", metavar="FILE", help="run tsd under cProfile into FILE")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on scripts/hbase's pseudo-distributed cluster: tsd with 1, 2 and 3 daemons and"
+        " 1 and 2 gateways, and OpenTSDB (no bare writers)",
+    )
+    parser.add_argument("--region-servers", type=int, default=2, help="with --cluster")
     args = parser.parse_args()
     if args.points % args.series:
         parser.error("--points must be a multiple of --series (every series gets the same times)")
@@ -558,18 +689,28 @@ def main() -> None:
         sys.exit("needs java and mvn (Debian: openjdk-17-jdk-headless maven)")
 
     with tempfile.TemporaryDirectory(prefix="bench-hbase-") as tmp:
-        hbase = start_hbase(Path(tmp) / "hbase")
+        if args.cluster:
+            hbase = start_cluster(Path(tmp) / "hbase", args.region_servers)
+        else:
+            hbase = start_hbase(Path(tmp) / "hbase")
         print(f"HBase started in {hbase.server.start_s:.0f} s")
         try:
 
             async def measure() -> list[Result]:
                 best: dict[str, Result] = {}
                 async with contextlib.AsyncExitStack() as stack:
-                    writers = [
-                        await stack.enter_async_context(tsd_writer(hbase, args)),
-                        await stack.enter_async_context(bare_writer(hbase, args, True)),
-                        await stack.enter_async_context(bare_writer(hbase, args, False)),
-                    ]
+                    if args.cluster:
+                        writers = [
+                            await stack.enter_async_context(tsd_writer(hbase, args, t, g))
+                            for t in (1, 2, 3)
+                            for g in (1, 2)
+                        ]
+                    else:
+                        writers = [
+                            await stack.enter_async_context(tsd_writer(hbase, args)),
+                            await stack.enter_async_context(bare_writer(hbase, args, True)),
+                            await stack.enter_async_context(bare_writer(hbase, args, False)),
+                        ]
                     if not args.no_opentsdb:
                         writer = opentsdb_writer(hbase, args, Path(tmp))
                         writers.append(await stack.enter_async_context(writer))

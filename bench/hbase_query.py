@@ -30,7 +30,14 @@ over the query) per data cell the query's rows hold; and the CPU each query cost
 the HBase JVM and the Thrift gateway (all on the same cores, so a busy machine moves the
 wall-clock figures more than these).
 
-Run: ``python -m bench.hbase_query [--rounds N]``. Needs java and mvn.
+With ``--cluster``: the same on the pseudo-distributed cluster of ``scripts/hbase
+cluster-start`` (``--region-servers``, two Thrift1 gateways, 512 MB heaps), tsd listing
+``--gateways`` of them (its pool spreads the scans over them), OpenTSDB on the cluster's
+ZooKeeper; the HBase side's CPU is every JVM's (ZooKeeper, master, region servers) and the
+gateways'.
+
+Run: ``python -m bench.hbase_query [--rounds N] [--cluster [--region-servers N]
+[--gateways M]]``. Needs java and mvn.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ from bench.hbase_ingest import (
     cpu_seconds,
     make_tables,
     progress,
+    sides,
+    start_cluster,
     start_hbase,
     start_tsd,
     tables,
@@ -298,7 +307,8 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
     await make_tables(cfg)
     metric_uids = await load(cfg)
     extra = {"tsd.storage.enable_compaction": "false", "tsd.core.meta.enable_tracking": "false"}
-    process, tsd_port = await start_tsd(cfg, None, tmp / "tsd-data")
+    gateways = {"tsd.storage.hbase.thrift.host": hbase.gateways(args.gateways)}
+    process, tsd_port = await start_tsd(cfg, None, tmp / "tsd-data", gateways)
     timings: dict[tuple[str, str], Timings] = {}
     machine = Load()
     try:
@@ -329,8 +339,9 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
                         t = timings.setdefault((query.name, who), Timings())
                         t.wall_ms.append(wall_ms)
                         t.cpu_s.append(spent["daemon"])
-                        t.hbase_cpu_s.append(spent["hbase"])
-                        t.thrift_cpu_s.append(spent["thrift"])
+                        hbase_s, thrift_s = sides(spent)
+                        t.hbase_cpu_s.append(hbase_s)
+                        t.thrift_cpu_s.append(thrift_s)
                 progress(f"round {number + 1} of {args.rounds} done")
             await check_cells(cfg, metric_uids)
             breakdown = {}
@@ -347,7 +358,12 @@ async def measure(hbase: HBase, args: argparse.Namespace, tmp: Path) -> dict[str
 def report(found: dict[str, Any], args: argparse.Namespace) -> None:
     timings: dict[tuple[str, str], Timings] = found["timings"]
     load: Load = found["load"]
-    print(f"\nHBase queries, p50 of {args.rounds} alternating rounds (after a warm-up)")
+    where = (
+        f"the cluster ({args.region_servers} region servers; tsd on {args.gateways} gateway(s))"
+        if args.cluster
+        else "a standalone HBase"
+    )
+    print(f"\nHBase queries on {where}, p50 of {args.rounds} alternating rounds (after a warm-up)")
     print(
         f"  machine: {os.cpu_count()} CPUs; 1-minute load average at the rounds' starts:"
         f" {min(load.samples):.1f} to {max(load.samples):.1f} (median"
@@ -371,7 +387,7 @@ def report(found: dict[str, Any], args: argparse.Namespace) -> None:
             f" {p50_ours / p50_theirs:13.2f} {cpu_per_cell:16.2f} {spread:>16}"
         )
     # CPU is counted in clock ticks (10 ms): the small queries' figures are coarse.
-    print("\n  CPU ms per query (p50): daemon + HBase JVM + Thrift gateway = all")
+    print("\n  CPU ms per query (p50): daemon + HBase JVM(s) + Thrift gateway(s) = all")
     for query in queries():
         cells = []
         for who in ("OpenTSDB", "tsd"):
@@ -411,11 +427,21 @@ def report_breakdown(found: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds (at least 5)")
+    parser.add_argument(
+        "--cluster", action="store_true", help="on scripts/hbase's pseudo-distributed cluster"
+    )
+    parser.add_argument("--region-servers", type=int, default=2, help="with --cluster")
+    parser.add_argument(
+        "--gateways", type=int, default=2, help="with --cluster: Thrift1 gateways tsd lists"
+    )
     args = parser.parse_args(argv)
     if shutil.which("java") is None or shutil.which("mvn") is None:
         sys.exit("needs java and mvn (Debian: openjdk-17-jdk-headless maven)")
     with tempfile.TemporaryDirectory(prefix="bench-hbase-query-") as tmp:
-        hbase = start_hbase(Path(tmp) / "hbase")
+        if args.cluster:
+            hbase = start_cluster(Path(tmp) / "hbase", args.region_servers, max(2, args.gateways))
+        else:
+            hbase = start_hbase(Path(tmp) / "hbase")
         progress(f"HBase started in {hbase.server.start_s:.0f} s")
         try:
             found = asyncio.run(measure(hbase, args, Path(tmp)))

@@ -266,7 +266,7 @@ async def start_tsd(
         "--bind",
         "127.0.0.1",
         "--port",
-        "0",
+        str(free_port()) if os.environ.get(PORTS_ENV) else "0",
         "--auto-metric",
         "--data-dir",
         str(data_dir),
@@ -288,10 +288,28 @@ async def start_tsd(
     raise RuntimeError("tsd did not start")
 
 
+#: ``LOW-HIGH``: the ports a server started here may take (a machine shared by several
+#: runs gives each its own range); unset, whatever the kernel picks
+PORTS_ENV = "TSD_BENCH_PORTS"
+_next_port = 0
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port (within ``TSD_BENCH_PORTS`` when set)."""
+    global _next_port
+    span = os.environ.get(PORTS_ENV, "")
+    if not span:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    low, high = (int(p) for p in span.split("-"))
+    for _ in range(high - low + 1):
+        port = low + _next_port % (high - low + 1)
+        _next_port += 1
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            return port
+    raise RuntimeError(f"no free port in {PORTS_ENV}={span}")
 
 
 async def start_vm(data_dir: Path, mode: Mode, *flags: str) -> Server | None:

@@ -219,18 +219,29 @@ def vm_target(server: Server) -> Target:
     return VmTarget("victoria-metrics", server, url, params)
 
 
+def same_points(
+    who: str,
+    stamps: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    want_stamps: npt.NDArray[np.int64],
+    want: npt.NDArray[np.float64],
+) -> None:
+    """The same stamps and values within RTOL, or a RuntimeError naming the first difference."""
+    if not np.array_equal(stamps, want_stamps):
+        raise RuntimeError(
+            f"{who}: {len(stamps)} stamps {stamps[:3].tolist()}..., expected "
+            f"{len(want_stamps)} {want_stamps[:3].tolist()}..."
+        )
+    if not np.allclose(values, want, rtol=RTOL, atol=0):
+        bad = int(np.flatnonzero(~np.isclose(values, want, rtol=RTOL, atol=0))[0])
+        raise RuntimeError(f"{who}: at {stamps[bad]} {values[bad]!r}, want {want[bad]!r}")
+
+
 def check(target: Target, body: bytes, want: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """The answer has the day's 1,440 minute buckets and numpy's sums; its sums."""
     stamps, sums = target.answer(body)
     expected = BASE + 60 * np.arange(BUCKETS, dtype=np.int64)
-    if not np.array_equal(stamps, expected):
-        raise RuntimeError(
-            f"{target.name}: {len(stamps)} buckets {stamps[:3].tolist()}..., expected "
-            f"{BUCKETS} from {BASE} every 60 s"
-        )
-    if not np.allclose(sums, want, rtol=RTOL, atol=0):
-        bad = int(np.flatnonzero(~np.isclose(sums, want, rtol=RTOL, atol=0))[0])
-        raise RuntimeError(f"{target.name}: bucket {stamps[bad]} = {sums[bad]}, want {want[bad]}")
+    same_points(target.name, stamps, sums, expected, want)
     return sums
 
 

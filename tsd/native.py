@@ -51,6 +51,7 @@ HELPERS: Final = (
     "tsd.wal._record",
     "tsd.head._runs",
     "tsd.query._decode",
+    "tsd.server.http._render",
 )
 DISABLE_ENV: Final = "TSD_DISABLE_NATIVE"
 REQUIRE_ENV: Final = "TSD_REQUIRE_NATIVE"

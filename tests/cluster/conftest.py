@@ -22,7 +22,13 @@ from typing import Any
 
 import pytest
 
-from tests.hbase_harness import INSTALL_HINT, SCRIPT, THRIFT_READ_TIMEOUT_MS, _free_port
+from tests.hbase_harness import (
+    INSTALL_HINT,
+    SCRIPT,
+    THRIFT_READ_TIMEOUT_MS,
+    HBaseServer,
+    _free_port,
+)
 from tsd.config import StorageConfig
 
 
@@ -51,6 +57,27 @@ class HBaseCluster:
         }
         values.update(overrides)
         return StorageConfig(**values)
+
+    def as_server(self) -> HBaseServer:
+        """The cluster as the standalone harness names a server (its first Thrift1 gateway
+        and its ZooKeeper), for the helpers of tests/hbase (OpenTSDB, the fsck tools)."""
+        return HBaseServer(
+            thrift_host="127.0.0.1",
+            thrift_port=self.thrift_ports[0],
+            zk_port=self.zk_port,
+            var_dir=self.var_dir,
+            owned=True,
+            start_s=0.0,
+        )
+
+    def split(self, table: str) -> str:
+        """Split every region of ``table`` in two (``scripts/hbase split``); returns once the
+        new regions are open, with the script's line saying how long it took."""
+        done = subprocess.run(
+            [str(SCRIPT), "split", table], env=self.env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        return done.stdout.strip()
 
     def region_server_of(self, port: int) -> str:
         """The process name of the region server listening on ``port``."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from collections.abc import Callable, Sequence
 
 import aiohttp
 from thriftpy2.rpc import make_client
@@ -29,17 +31,31 @@ def region_servers_of(cluster: HBaseCluster, table: str) -> list[int]:
         client.close()
 
 
-async def write_steadily(port: int, base_s: int, ticks: int) -> list[str]:
-    """``ticks`` rounds of one point per series, TICKS_PER_S a second; returns every line
+async def write_steadily(
+    port: int, base_s: int, ticks: int, series: Sequence[int] = range(SERIES)
+) -> list[str]:
+    """``ticks`` rounds of one point per series (tag ``s=s<i>`` for i in ``series``; point
+    ``tick`` at ``base_s + tick``, value ``tick``), TICKS_PER_S a second; returns every line
     tsd answered that were errors (a put answers nothing unless it fails), read up to the
     reply of a ``version`` sent last."""
+    errors, _ = await write_while(port, base_s, lambda tick: tick < ticks, series)
+    return errors
+
+
+async def write_while(
+    port: int, base_s: int, more: Callable[[int], bool], series: Sequence[int] = range(SERIES)
+) -> tuple[list[str], int]:
+    """:func:`write_steadily` for as long as ``more(tick)`` says: (the error lines, the
+    number of rounds written)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     started = time.monotonic()
-    for tick in range(ticks):
-        lines = "".join(f"put {METRIC} {base_s + tick} {tick} s=s{s}\n" for s in range(SERIES))
+    tick = 0
+    while more(tick):
+        lines = "".join(f"put {METRIC} {base_s + tick} {tick} s=s{s}\n" for s in series)
         writer.write(lines.encode())
         await writer.drain()
-        await asyncio.sleep(max(0.0, started + (tick + 1) / TICKS_PER_S - time.monotonic()))
+        tick += 1
+        await asyncio.sleep(max(0.0, started + tick / TICKS_PER_S - time.monotonic()))
     writer.write(b"version\n")
     await writer.drain()
     answered: list[str] = []
@@ -50,7 +66,7 @@ async def write_steadily(port: int, base_s: int, ticks: int) -> list[str]:
                 raise AssertionError(f"tsd closed the connection; it answered {answered}")
             answered.append(line.decode().rstrip("\n"))
     writer.close()
-    return [line for line in answered if line.startswith("put:")]
+    return [line for line in answered if line.startswith("put:")], tick
 
 
 async def points_stored(port: int, base_s: int, ticks: int) -> int:
@@ -72,3 +88,92 @@ async def wait_stored(port: int, base_s: int, ticks: int) -> int:
         await asyncio.sleep(1.0)
         stored = await points_stored(port, base_s, ticks)
     return stored
+
+
+@dataclasses.dataclass
+class Progress:
+    """What one tsd's /api/stats said while it was watched: the longest time in which no
+    point reached storage or the spool (``datapoints.stored`` plus the spool's backlog of
+    cells did not grow), and the spool's largest backlog."""
+
+    longest_pause_s: float = 0.0
+    pause_began_s: float = 0.0  # since watching began
+    backlog_peak_cells: int = 0
+    polls: int = 0
+
+
+async def stored_or_spooled(http: aiohttp.ClientSession, port: int) -> tuple[int, int]:
+    """(points stored + cells in the spool's backlog, cells in the backlog) from /api/stats."""
+    async with http.get(f"http://127.0.0.1:{port}/api/stats") as reply:
+        records = await reply.json()
+    stored = backlog = 0
+    for record in records:
+        name, tags = record["metric"], record["tags"]
+        if name.endswith(".datapoints.stored") and tags.get("type") == "all":
+            stored = int(record["value"])
+        elif name.endswith(".spool.backlog") and tags.get("type") == "cells":
+            backlog = int(record["value"])
+    return stored + backlog, backlog
+
+
+async def watch_progress(port: int, stop: asyncio.Event, interval_s: float = 0.2) -> Progress:
+    """Poll one tsd's /api/stats every ``interval_s`` until ``stop`` is set (from its first
+    stored point on): the longest pause of writes reaching storage or the spool while a
+    steady ingest runs, and the spool's peak backlog."""
+    progress = Progress()
+    began = time.monotonic()
+    last_value, last_change = 0, 0.0
+    async with aiohttp.ClientSession() as http:
+        while not stop.is_set():
+            try:
+                async with asyncio.timeout(5):
+                    value, backlog = await stored_or_spooled(http, port)
+            except (TimeoutError, aiohttp.ClientError):
+                value, backlog = last_value, 0
+            now = time.monotonic() - began
+            progress.polls += 1
+            progress.backlog_peak_cells = max(progress.backlog_peak_cells, backlog)
+            if value != last_value:
+                if last_value and now - last_change > progress.longest_pause_s:
+                    progress.longest_pause_s = now - last_change
+                    progress.pause_began_s = last_change
+                last_value, last_change = value, now
+            await asyncio.sleep(interval_s)
+    return progress
+
+
+@dataclasses.dataclass
+class Answers:
+    """Queries a tsd answered while it was asked steadily: their latencies and statuses."""
+
+    latencies_s: list[float] = dataclasses.field(default_factory=list)
+    #: answered, but not 200 (status: body)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    #: not answered within the time allowed, or the connection failed
+    failures: list[str] = dataclasses.field(default_factory=list)
+
+
+async def query_steadily(
+    port: int, base_s: int, span_s: int, stop: asyncio.Event, timeout_s: float = 10.0
+) -> Answers:
+    """Ask a tsd the ingest's query every half second until ``stop`` is set: a query not
+    answered within ``timeout_s`` is a failure, one answered with another status than 200
+    an error."""
+    answers = Answers()
+    url = (
+        f"http://127.0.0.1:{port}/api/query?start={base_s}&end={base_s + span_s}"
+        f"&m=sum:{METRIC}%7Bs=*%7D"
+    )
+    async with aiohttp.ClientSession() as http:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                async with asyncio.timeout(timeout_s), http.get(url) as reply:
+                    await reply.read()
+                    if reply.status != 200:
+                        answers.errors.append(f"{reply.status}: {await reply.text()}")
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                answers.failures.append(repr(exc))
+            answers.latencies_s.append(time.monotonic() - began)
+            await asyncio.sleep(0.5)
+    return answers

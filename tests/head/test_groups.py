@@ -36,3 +36,32 @@ def test_new_rows_of_several_metrics_and_hours_in_one_batch_each_join_their_grou
             found = head.snapshot([ScanSpec(start=start, stop=stop)])
             expected = sorted(_key(*row) for row in order if row[:2] == (metric, hour))
             assert sorted(found.keys()) == expected, (metric, hour)
+
+
+def test_a_filter_with_pinned_pairs_finds_the_rows_its_regexp_finds() -> None:
+    # RowFilter.contains (the pinned tag pairs) is checked over every key of a group at
+    # once before the regexp: the same rows as the regexp alone, with two tags per key
+    # and a wanted value (65793: 01 01 01) that is also another tag's value.
+    import itertools
+    import re
+
+    from tsd.storage.base import RowFilter
+
+    head = Head(KeyLayout.from_storage_config(StorageConfig()))
+
+    def key(host: int, dc: int) -> bytes:
+        tags = b"\x00\x00\x01" + host.to_bytes(3, "big") + b"\x00\x00\x02" + dc.to_bytes(3, "big")
+        return (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big") + tags
+
+    keys = [key(h, d) for h, d in itertools.product(range(1, 60), (1, 2, 65793))]
+    _, runs = HeadSink.encode({k: dict([encode_point(HOUR, 1)[1:]]) for k in keys})
+    head.add_runs(runs, 0, 0.0)
+    start, stop = (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big"), (2).to_bytes(3, "big")
+    wanted = [b"\x00\x00\x01" + v.to_bytes(3, "big") for v in (2, 7, 65793)]
+    regex = b"(?s)^.{7}\\x00\\x00\\x01(?:" + b"|".join(
+        re.escape(w[3:]) for w in wanted
+    ) + b").*$"  # fmt: skip
+    alone = head.snapshot([ScanSpec(start, stop, row_filter=RowFilter(regex))]).keys()
+    pinned = RowFilter(regex, (tuple(wanted),))
+    both = head.snapshot([ScanSpec(start, stop, row_filter=pinned)]).keys()
+    assert sorted(both) == sorted(alone) == sorted(key(h, d) for h in (2, 7) for d in (1, 2, 65793))

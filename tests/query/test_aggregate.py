@@ -16,7 +16,7 @@ from tests.query.scalar_reference import Point
 from tsd.errors import TsdError
 from tsd.protocol.m_syntax import parse_downsample
 from tsd.query import interpolate
-from tsd.query.aggregate import aggregate_group, aggregate_series
+from tsd.query.aggregate import aggregate_each, aggregate_group, aggregate_series
 from tsd.query.plan import scan_window_s
 from tsd.query.reducers import AGGREGATORS
 from tsd.query.series import make_batch
@@ -340,3 +340,56 @@ def test_group_pipeline_matches_scalar_reference(
         for i, (t, v) in enumerate(result.points())
     ]
     assert _same(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    series=st.lists(st.one_of(_series_strategy(True), _series_strategy(False)), min_size=1,
+                    max_size=5),
+    name=st.sampled_from(AGGREGATOR_NAMES),
+    downsample=st.sampled_from(PIPELINE_SPECS),
+    rate=st.booleans(),
+    counter=st.booleans(),
+    end=st.integers(4_000, 16_000),
+    trim=st.booleans(),
+)  # fmt: skip
+def test_each_series_alone_is_its_own_group(
+    series: list[list[Point]], name: str, downsample: str | None, rate: bool, counter: bool,
+    end: int, trim: bool,
+) -> None:  # fmt: skip
+    # aggregate_each (a group-by where every series is its own group) answers what
+    # aggregate_group answers for each series alone: points, values, integer or double.
+    base = 1_356_998_400_000
+    series = [[(base + t * 100, v) for t, v in s] for s in series]
+    qstart, qend = base + 1_000, base + end
+    spec = parse_downsample(downsample) if downsample else None
+    start, stop = window_ms(qstart, qend, spec)
+    options = RateOptions(counter=counter) if rate else None
+    batch = make_batch(_columns(series))
+    kwargs: dict[str, Any] = dict(
+        start_ms=start, end_ms=stop, query_start_ms=qstart, query_end_ms=qend,
+        downsample_spec=spec, rate=rate, rate_options=options,
+    )  # fmt: skip
+    want: list[Any] = []
+    for s in range(len(series)):
+        try:
+            alone = aggregate_group(batch.select_series([s]), name, **kwargs)
+            want.append(_typed_points(alone.trim(qstart, qend) if trim else alone))
+        except TsdError as exc:
+            want.append(type(exc))
+    if any(isinstance(w, type) for w in want):
+        with pytest.raises(TsdError):
+            aggregate_each(batch, name, **kwargs)
+        return
+    bounds = (qstart, qend) if trim else None
+    got = [_typed_points(r) for r in aggregate_each(batch, name, bounds, **kwargs)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert _same(g, w)
+
+
+def _typed_points(result: Any) -> list[tuple[int, Any, bool]]:
+    return [
+        (t, v, bool(result.is_int[i]) if result.is_int is not None else False)
+        for i, (t, v) in enumerate(result.points())
+    ]

@@ -163,3 +163,18 @@ def test_the_default_configuration_rolls_up_hours(tmp_path: Path) -> None:
             assert list(raw[0]["dps"].values()) == [29.5, 89.5, 149.5]
 
     asyncio.run(run())
+
+
+def test_head_rows_read_as_rollup_buckets(tmp_path: Path) -> None:
+    # The dashboard's query, an avg at the rollup interval, reads the head's rows through
+    # the bucket kernels (tsd/query/head_buckets.py): still the raw answer, before and after
+    # the write-out, also with a late point beside a stored row and points in ms.
+    first: list[Point] = [
+        ("m", {"host": h}, (T0 + hour * 3600 + s) * 1000 + ms, v)
+        for h in "ab"
+        for hour in (0, 1, 25)
+        for s, ms, v in ((0, 0, 1), (59, 0, 0.5), (600, 250, 7), (3599, 0, 1 / 3))
+    ]
+    late: list[Point] = [("m", {"host": "a"}, T0 + 1800, 300), ("m", {"host": "c"}, T0 + 7, 2.25)]
+    queries = [("1h", "avg", "sum"), ("10m", "avg", "none"), ("1h", "avg", "none")]
+    asyncio.run(_differential(tmp_path / "d", [first, late], queries))

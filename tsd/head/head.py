@@ -3,10 +3,15 @@
 Theory of operation (architecture §1.2a; docs/write-path.md says when a row leaves):
 
 * A row is one series over one hour (an OpenTSDB row key). The head keeps, per row, its
-  points' qualifiers in one ``bytearray`` and their values in another, in the order they
+  points' qualifiers and then their values in one ``bytearray``, in the order they
   arrived: the body of an OpenTSDB compacted cell, built as the writer's batches come
   (:meth:`Head.add_runs`, straight from the write-ahead log record's runs of bytes, so a
-  batch costs a few Python steps per row and none per point).
+  batch costs a Python step per row and none per point).
+* Rows are slots: the row key's slot in a dict, and per slot its numbers (point count,
+  lengths, clean-ness, last offset, last write, batches) in numpy arrays, set a column
+  at a time per batch; no Python object per row beyond its key, its slot number and its
+  bytes (bench/head_memory.py measures a row of two points: 260 bytes, where a row
+  object with two bytearrays and its entries in two dicts took 404).
 * A row is *clean* while every point it received came strictly after the previous one in
   time: its cells are then exactly the compacted cell's points, in order, and the cell is
   the runs joined (:func:`tsd.codec.join_compacted`). Clean-ness is checked per batch with
@@ -22,16 +27,17 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
   exactly as its merge will write it.
 * Rows leave through :meth:`Head.take` / :meth:`Head.release`: the points taken are dropped
   once storage holds them; points that arrived meanwhile stay.
-* Bytes are counted (qualifiers, values, and a fixed cost per row) against the writer's
-  bound, ``tsd.storage.head.max_bytes``.
+* Bytes are counted (qualifiers, values, and a fixed cost per row, as measured) against
+  the writer's bound, ``tsd.storage.head.max_bytes`` (:meth:`tsd.write.head_flush.HeadSink.room`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import attrgetter
+from itertools import chain
+from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -44,9 +50,16 @@ from tsd.storage.base import Cell, CellBlock, Row, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 
-#: Bytes counted per row beyond its points: the key, the row object, two bytearrays and
-#: the index entries (measured with sys.getsizeof, rounded up).
-ROW_OVERHEAD_BYTES = 360
+#: Bytes counted per row beyond its points and its key's length: the key object, its dict
+#: entry and slot number, the row's bytearray, its numbers in the columns and its place in
+#: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (a
+#: bytearray's room to grow). Measured with tracemalloc by bench/head_memory.py: a million
+#: rows of 2 points 260 bytes a row, 10,000 rows of 360 points 1,599 (13-byte keys; this
+#: counts 264 and 1,589).
+ROW_OVERHEAD_BYTES = 244
+DATA_SLACK_SHIFT = 3
+
+_FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
 # the compiled helper (setup.py); python_run_bounds is its fallback and spec
 _c_run_bounds: Any = native.attribute("tsd.head._runs", "run_bounds")
@@ -122,118 +135,368 @@ class Taken:
         return sorted(_split(self.qualifiers, self.values).items())
 
 
+@dataclass(slots=True, eq=False)
+class _Group:
+    """The rows of one metric prefix and hour: their slots, in the order they came. A
+    slot its row left stays listed (its group number then -1) until the list is tidied,
+    and only then is it free for another row: a slot is never listed twice."""
+
+    key: tuple[bytes, int]
+    slots: npt.NDArray[np.int64]
+    listed: int = 0
+    rows: int = 0
+    #: slots left since the list was last tidied (free once it is)
+    left: array[int] = field(default_factory=lambda: array("q"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """Runs of a batch (each row once) and their numbers, as arrays."""
+
+    runs: Sequence[Run]
+    counts: npt.NDArray[np.int64]
+    q_sizes: npt.NDArray[np.int64]
+    v_sizes: npt.NDArray[np.int64]
+    #: per run: (offsets increase, first offset ms, last offset ms)
+    checked: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, runs: Sequence[Run], checked: npt.NDArray[np.int64]) -> _Part:
+        n = len(runs)
+        return cls(
+            runs,
+            np.fromiter(map(_SECOND, runs), np.int64, n),
+            np.fromiter(map(len, map(_THIRD, runs)), np.int64, n),
+            np.fromiter(map(len, map(_FOURTH, runs)), np.int64, n),
+            checked,
+        )
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> _Part:
+        return _Part(
+            [self.runs[i] for i in np.flatnonzero(mask).tolist()],
+            self.counts[mask],
+            self.q_sizes[mask],
+            self.v_sizes[mask],
+            self.checked[mask],
+        )
+
+
+#: keys from which a row filter's pairs are checked over all keys at once (numpy)
+_VECTOR_KEYS = 64
+
+
 class Head:
-    """The open row-hours of one data table."""
+    """The open row-hours of one data table, as slots in columns (see the module
+    docstring): a row key's slot in a dict; per slot its key, its points' bytes (one
+    ``bytearray``: the qualifiers, then the values) and its numbers in numpy arrays; per
+    group (metric prefix and hour) the slots of its rows."""
 
     def __init__(self, layout: KeyLayout) -> None:
         self._layout = layout
         self._prefix_end = layout.salt_width + layout.metric_width
-        self._rows: dict[bytes, HeadRow] = {}
-        #: (salt + metric, base time) -> its rows: what a scan of hours reads
-        self._groups: dict[tuple[bytes, int], dict[bytes, HeadRow]] = {}
+        self._slot_of: dict[bytes, int] = {}
+        self._key: list[bytes | None] = []
+        self._buf: list[bytearray | None] = []
+        self._cols = _Columns(0)
+        self._slots = 0  # slots handed out so far (free ones among them)
+        self._free = array("q")  # free slots, reused first
+        #: (salt + metric, base time) -> group number: what a scan of hours reads
+        self._group_of: dict[tuple[bytes, int], int] = {}
+        self._groups: list[_Group | None] = []
+        self._free_groups: list[int] = []
         #: groups of a closed hour with no idle row when last looked at: the oldest last
         #: write of their rows then (see :meth:`closed`)
-        self._busy_since: dict[tuple[bytes, int], float] = {}
-        self.bytes = 0
+        self._busy_since: dict[int, float] = {}
+        #: bytes of points held (qualifiers and values), and of the rows' keys
+        self._data = 0
+        self._key_data = 0
         self.points = 0
         #: counts the calls of :meth:`release` (the only way the oldest batch held grows)
         self.releases = 0
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._slot_of)
 
     def __contains__(self, key: bytes) -> bool:
-        return key in self._rows
+        return key in self._slot_of
 
     def get(self, key: bytes) -> HeadRow | None:
-        return self._rows.get(key)
+        """A copy of the row ``key`` (None: the head has no such row)."""
+        s = self._slot_of.get(key)
+        if s is None:
+            return None
+        buf = self._buf[s]
+        group = self._groups[int(self._cols.group[s])]
+        assert buf is not None
+        assert group is not None
+        c = self._cols
+        q_len = int(c.q_len[s])
+        return HeadRow(
+            key,
+            group.key[1],
+            bytearray(buf[:q_len]),
+            bytearray(buf[q_len:]),
+            int(c.count[s]),
+            int(c.ms_count[s]),
+            bool(c.clean[s]),
+            int(c.last_offset[s]),
+            float(c.written_at[s]),
+            int(c.first_batch[s]),
+            int(c.last_batch[s]),
+        )
 
     # -- adding -------------------------------------------------------------------------------
 
     def add_runs(self, runs: Sequence[Run], batch: int, now: float) -> int:
         """Add a writer batch's rows (``(row key, cells, qualifiers, values)``, as
-        :func:`tsd.wal.record.decode_row_runs` gives them); the points added."""
-        rows, groups = self._rows, self._groups
-        added = grown = 0
-        at = self._prefix_end
-        # the group of the last new row: a batch's new rows mostly share a metric and hour
-        last_head = b""
-        base = 0
-        members: dict[bytes, HeadRow] = {}
-        for (key, count, qualifiers, values), (ok, first, last) in zip(
-            runs, _offset_bounds(runs), strict=True
-        ):
-            if not count:
-                continue
-            q_size = len(qualifiers)
-            row = rows.get(key)
-            if row is None:  # a new row (every series, once an hour): built whole
-                head = key[: at + TIMESTAMP_BYTES]  # prefix and base time: the row's group
-                if head != last_head:
-                    last_head = head
-                    base = int.from_bytes(head[at:], "big")
-                    group = (key[:at], base)
-                    found = groups.get(group)
-                    if found is None:
-                        found = groups[group] = {}
-                    members = found
-                rows[key] = row = HeadRow(
-                    key,
-                    base,
-                    bytearray(qualifiers),
-                    bytearray(values),
-                    count,
-                    (q_size - 2 * count) // 2,
-                    ok,
-                    last,
-                    now,
-                    batch,
-                    batch,
-                )
-                members[key] = row
-                grown += ROW_OVERHEAD_BYTES + q_size + len(values)
-                added += count
-                continue
-            if not row.count:
-                row.first_batch = batch
-            row.qualifiers += qualifiers
-            row.values += values
-            if row.clean:
-                row.clean = ok and first > row.last_offset_ms
-                row.last_offset_ms = last
-            row.count += count
-            if q_size != 2 * count:  # some in milliseconds (4-byte qualifiers)
-                row.ms_count += (q_size - 2 * count) // 2
-            row.written_at = now
-            row.last_batch = batch
-            grown += q_size + len(values)
-            added += count
-        self.bytes += grown
+        :func:`tsd.wal.record.decode_row_runs` gives them); the points added.
+
+        A Python step per row appends its bytes (or builds a new row's); the numbers of
+        the batch's rows are set with a numpy operation per column."""
+        if not runs:
+            return 0
+        part = _Part.of(runs, _bounds_array(runs))
+        if not part.counts.all():  # empty runs add nothing
+            return self.add_runs([run for run in runs if run[1]], batch, now)
+        keys = list(map(_FIRST, runs))
+        slots = list(map(self._slot_of.get, keys))
+        new = None
+        if None in slots:
+            new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
+            fresh = [k for k, s in zip(keys, slots, strict=True) if s is None]
+            twice = len(set(fresh)) != len(fresh)
+            held = np.array([s for s in slots if s is not None], np.int64)
+        else:
+            twice = False
+            held = np.array(slots, np.int64)
+        if not twice and len(held) > 1:
+            ordered = np.sort(held)
+            twice = bool((ordered[1:] == ordered[:-1]).any())
+        if twice:
+            # a log record can hold a row twice (parts of one batch joined): in order
+            return sum(self.add_runs([run], batch, now) for run in runs)
+        if new is None:
+            self._add_held(part, held, batch, now)
+        else:
+            self._add_new(part.select(new), batch, now)
+            if len(held):
+                self._add_held(part.select(~new), held, batch, now)
+        added = int(part.counts.sum())
         self.points += added
+        self._data += int(part.q_sizes.sum() + part.v_sizes.sum())
         return added
+
+    def _add_held(self, part: _Part, slots: npt.NDArray[np.int64], batch: int, now: float) -> None:
+        """Points for rows the head holds: appended to each row's bytes (qualifiers
+        before the values, values at the end), numbers updated by column."""
+        c = self._cols
+        bufs = self._buf
+        held = cast(list[bytearray], list(map(bufs.__getitem__, slots.tolist())))
+        for buf, at, (_, _, qualifiers, values) in zip(
+            held, c.q_len[slots].tolist(), part.runs, strict=True
+        ):
+            buf[at:at] = qualifiers
+            buf += values
+        counts, q_sizes, checked = part.counts, part.q_sizes, part.checked
+        c.q_len[slots] += q_sizes.astype(np.int32)
+        c.v_len[slots] += part.v_sizes.astype(np.int32)
+        before = c.count[slots]
+        c.first_batch[slots[before == 0]] = batch
+        c.count[slots] = before + counts
+        c.ms_count[slots] += ((q_sizes - 2 * counts) // 2).astype(np.int32)
+        clean = c.clean[slots]
+        c.clean[slots] = clean & (checked[:, 0] != 0) & (checked[:, 1] > c.last_offset[slots])
+        c.last_offset[slots] = np.where(clean, checked[:, 2], c.last_offset[slots])
+        c.written_at[slots] = now
+        c.last_batch[slots] = batch
+
+    def _add_new(self, part: _Part, batch: int, now: float) -> None:
+        """New rows (every series, once an hour): slots (freed ones first), bytes, numbers
+        and groups, built whole."""
+        runs, counts, q_sizes, v_sizes, checked = (
+            part.runs,
+            part.counts,
+            part.q_sizes,
+            part.v_sizes,
+            part.checked,
+        )
+        m = len(runs)
+        slots = self._take_slots(m)
+        keys = [run[0] for run in runs]
+        bufs = [bytearray(run[2] + run[3]) for run in runs]
+        key_of, buf_of = self._key, self._buf
+        for s, key, buf in zip(slots.tolist(), keys, bufs, strict=True):
+            key_of[s] = key
+            buf_of[s] = buf
+        self._slot_of.update(zip(keys, slots.tolist(), strict=True))
+        self._key_data += sum(map(len, keys))
+        c = self._cols
+        c.q_len[slots] = q_sizes
+        c.v_len[slots] = v_sizes
+        c.count[slots] = counts
+        c.ms_count[slots] = (q_sizes - 2 * counts) // 2
+        c.clean[slots] = checked[:, 0] != 0
+        c.last_offset[slots] = checked[:, 2]
+        c.written_at[slots] = now
+        c.first_batch[slots] = batch
+        c.last_batch[slots] = batch
+        # groups: a batch's new rows mostly share a metric and an hour
+        end = self._prefix_end + TIMESTAMP_BYTES
+        heads = [key[:end] for key in keys]
+        numbers = dict.fromkeys(heads, 0)
+        for head in numbers:
+            numbers[head] = self._group_for(head)
+        gids = np.fromiter(map(numbers.__getitem__, heads), np.int64, m)
+        c.group[slots] = gids
+        if len(numbers) == 1:
+            self._join(next(iter(numbers.values())), slots)
+            return
+        order = np.argsort(gids, kind="stable")
+        ordered = gids[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), m], strict=True):
+            self._join(int(ordered[start]), slots[order[start:stop]])
+
+    def _take_slots(self, m: int) -> npt.NDArray[np.int64]:
+        free = self._free
+        reused = min(m, len(free))
+        taken = np.array(free[len(free) - reused :], np.int64) if reused else np.zeros(0, np.int64)
+        if reused:
+            del free[len(free) - reused :]
+        fresh = m - reused
+        if not fresh:
+            return taken
+        first = self._slots
+        self._slots += fresh
+        if self._slots > len(self._cols):
+            size = max(self._slots, len(self._cols) * 3 // 2, 1024)
+            self._cols = self._cols.grown(size)
+            self._key.extend([None] * (size - len(self._key)))
+            self._buf.extend([None] * (size - len(self._buf)))
+        return np.concatenate([taken, np.arange(first, self._slots, dtype=np.int64)])
+
+    def _group_for(self, head: bytes) -> int:
+        at = self._prefix_end
+        key = (head[:at], int.from_bytes(head[at:], "big"))
+        number = self._group_of.get(key)
+        if number is None:
+            group = _Group(key, np.zeros(16, np.int64))
+            if self._free_groups:
+                number = self._free_groups.pop()
+                self._groups[number] = group
+            else:
+                number = len(self._groups)
+                self._groups.append(group)
+            self._group_of[key] = number
+        return number
+
+    def _join(self, number: int, slots: npt.NDArray[np.int64]) -> None:
+        group = self._groups[number]
+        assert group is not None
+        end = group.listed + len(slots)
+        if end > len(group.slots):
+            grown = np.zeros(max(end, len(group.slots) * 3 // 2), np.int64)
+            grown[: group.listed] = group.slots[: group.listed]
+            group.slots = grown
+        group.slots[group.listed : end] = slots
+        group.listed = end
+        group.rows += len(slots)
+
+    def _members(self, number: int) -> npt.NDArray[np.int64]:
+        """The slots of group ``number``'s rows, in the order they came."""
+        group = self._groups[number]
+        assert group is not None
+        if group.left:
+            listed = group.slots[: group.listed]
+            live = listed[self._cols.group[listed] == number]
+            group.slots = np.concatenate([live, np.zeros(max(16, len(live) // 2), np.int64)])
+            group.listed = len(live)
+            self._free.extend(group.left)
+            group.left = array("q")
+        return group.slots[: group.listed]
 
     # -- reading ------------------------------------------------------------------------------
 
     def snapshot(self, specs: Iterable[ScanSpec]) -> HeadSnapshot:
         """The rows the scans ``specs`` would read (key range and row filter), copied."""
-        found: dict[bytes, HeadRow] = {}
+        parts: list[npt.NDArray[np.int64]] = []
         for spec in specs:
             row_filter = spec.row_filter
-            for members in self._members_in(spec):
-                if row_filter is None:
-                    found.update(members)
-                else:
-                    found.update((k, r) for k, r in members.items() if row_filter.matches(k))
-        return HeadSnapshot(found.values())
+            for slots in self._slots_in(spec):
+                if row_filter is not None:
+                    key_of = self._key
+                    keys = [key_of[s] for s in slots.tolist()]
+                    picked: Iterable[int] = range(len(keys))
+                    if row_filter.contains:
+                        picked = self._carrying(keys, row_filter.contains)
+                    keep = [i for i in picked if row_filter.matches(keys[i])]
+                    slots = slots[np.array(keep, np.int64)] if keep else slots[:0]
+                parts.append(slots)
+        if not parts:
+            return self._snapshot_of(np.zeros(0, np.int64))
+        found = np.concatenate(parts)
+        if len(parts) > 1:
+            _, first = np.unique(found, return_index=True)
+            found = found[np.sort(first)]
+        return self._snapshot_of(found)
+
+    def _carrying(self, keys: list[bytes], contains: tuple[tuple[bytes, ...], ...]) -> list[int]:
+        """The indices of the ``keys`` that hold, for every entry of ``contains``, one of its
+        byte strings (a row filter's necessary condition): when those are tag pairs and the
+        keys have one length, checked at the pair positions over all keys at once (a dashboard's
+        ``host=a|b|c`` of 10,000 series: no regexp per row), else by ``in``."""
+        pair = self._layout.tag_pair_width
+        if (
+            len(keys) < _VECTOR_KEYS
+            or any(len(s) != pair for entry in contains for s in entry)
+            or len({len(k) for k in keys}) != 1
+        ):
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        width = len(keys[0])
+        start = self._layout.tags_start
+        if (width - start) % pair:
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+        # each key's tag pairs as one integer per pair (pairs are at most 8 bytes here)
+        if pair > 8:
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        tags = matrix[:, start:].reshape(len(keys), -1, pair)
+        weights = (256 ** np.arange(pair - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
+        packed = (tags.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)
+        keep = np.ones(len(keys), dtype=np.bool_)
+        for entry in contains:
+            wanted = np.array([int.from_bytes(s, "big") for s in entry], dtype=np.uint64)
+            keep &= np.isin(packed, wanted).any(axis=1)
+        return np.flatnonzero(keep).tolist()
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""
-        rows = self._rows
-        return HeadSnapshot(row for k in keys if (row := rows.get(k)) is not None)
+        get = self._slot_of.get
+        found = [s for k in dict.fromkeys(keys) if (s := get(k)) is not None]
+        return self._snapshot_of(np.array(found, np.int64))
 
-    def _members_in(self, spec: ScanSpec) -> Iterator[Mapping[bytes, HeadRow]]:
-        """The rows in the scan's key range, as mappings of key -> row (whole groups of
-        an hour where the range is one metric's hours: no step per row)."""
+    def _snapshot_of(self, slots: npt.NDArray[np.int64]) -> HeadSnapshot:
+        c = self._cols
+        slots = slots[c.count[slots] > 0]
+        key_of, buf_of = self._key, self._buf
+        listed = slots.tolist()
+        q_lens = c.q_len[slots].astype(np.int64)
+        v_lens = c.v_len[slots].astype(np.int64)
+        qualifiers, values = _join_parts([buf_of[s] for s in listed], q_lens, v_lens)
+        return HeadSnapshot(
+            [key_of[s] for s in listed],
+            qualifiers,
+            values,
+            q_lens,
+            v_lens,
+            c.count[slots].astype(np.int64),
+            c.ms_count[slots].astype(np.int64),
+            c.clean[slots].copy(),
+        )
+
+    def _slots_in(self, spec: ScanSpec) -> Iterator[npt.NDArray[np.int64]]:
+        """The slots of the rows in the scan's key range (whole groups of an hour where
+        the range is one metric's hours: no step per row)."""
         at = self._prefix_end
         start, stop = spec.start, spec.stop
         if len(start) == len(stop) == at + TIMESTAMP_BYTES and start[:at] == stop[:at]:
@@ -241,18 +504,19 @@ class Head:
             prefix = start[:at]
             first = int.from_bytes(start[at:], "big")
             last = int.from_bytes(stop[at:], "big")
-            groups = self._groups
+            groups = self._group_of
             if (last - first) // MAX_TIMESPAN > len(groups):
                 hours: Iterable[int] = sorted(b for p, b in groups if p == prefix)
             else:
                 hours = range(first - first % MAX_TIMESPAN, last, MAX_TIMESPAN)
             for base in hours:
-                if first <= base < last and (members := groups.get((prefix, base))):
-                    yield members
+                if first <= base < last and (number := groups.get((prefix, base))) is not None:
+                    yield self._members(number)
             return
-        yield {
-            key: row for key, row in self._rows.items() if start <= key and (not stop or key < stop)
-        }
+        yield np.array(
+            [s for key, s in self._slot_of.items() if start <= key and (not stop or key < stop)],
+            np.int64,
+        )
 
     # -- leaving ------------------------------------------------------------------------------
 
@@ -264,108 +528,231 @@ class Head:
         written out a few thousand rows a tick, so each tick looks at about as many rows
         as it takes, not at (and sorts) every row still waiting."""
         keys: list[bytes] = []
-        room = len(self._rows) if limit is None else limit
+        room = len(self._slot_of) if limit is None else limit
         quiet = self._busy_since
-        for group, members in sorted(self._groups.items(), key=_hour_of_group):
+        written_at = self._cols.written_at
+        for group_key, number in sorted(self._group_of.items(), key=_hour_of_group):
             if room <= 0:
                 break
-            if group[1] + MAX_TIMESPAN + grace_s > now:
+            if group_key[1] + MAX_TIMESPAN + grace_s > now:
                 continue
-            since = quiet.get(group)
+            since = quiet.get(number)
             if since is not None and now - since < grace_s:
                 continue  # no row of it can be idle yet: not looked at row by row
-            idle = (k for k, row in members.items() if now - row.written_at >= grace_s)
-            found = list(islice(idle, room))
-            if found:
-                quiet.pop(group, None)
+            members = self._members(number)
+            at = written_at[members]
+            found = members[now - at >= grace_s][:room]
+            if len(found):
+                quiet.pop(number, None)
             else:
                 # Every row got a point within grace_s. A row's last write only moves
                 # later and new rows come later still, so none is idle before the
                 # oldest last write is grace_s old: a backfilled hour of a million
                 # rows is not scanned every tick while it is written to.
-                quiet[group] = min(row.written_at for row in members.values())
-            keys += found
+                quiet[number] = float(at.min())
+            key_of = self._key
+            keys += [key_of[s] for s in found.tolist()]
             room -= len(found)
         keys.sort()
         return keys
 
     def oldest(self, target_bytes: int) -> list[bytes]:
-        """Rows, oldest hour first and then least recently written, whose points add up to
-        at least ``target_bytes`` (the head is over its bound), in key order."""
+        """Rows, oldest hour first and then least recently written, whose bytes (as
+        :attr:`bytes` counts them) add up to at least ``target_bytes`` (the head is over
+        its bound), in key order."""
         keys: list[bytes] = []
         freed = 0
-        for group in sorted(self._groups, key=lambda g: g[1]):
-            members = sorted(self._groups[group].values(), key=lambda r: r.written_at)
-            for row in members:
-                keys.append(row.key)
-                freed += len(row.qualifiers) + len(row.values) + ROW_OVERHEAD_BYTES
-                if freed >= target_bytes:
-                    keys.sort()
-                    return keys
+        c = self._cols
+        key_of = self._key
+        for _, number in sorted(self._group_of.items(), key=_hour_of_group):
+            members = self._members(number)
+            members = members[np.argsort(c.written_at[members], kind="stable")]
+            data = (c.q_len[members] + c.v_len[members]).astype(np.int64)
+            listed = [key_of[s] or b"" for s in members.tolist()]
+            key_sizes = np.fromiter(map(len, listed), np.int64, len(listed))
+            sizes = ROW_OVERHEAD_BYTES + key_sizes + data + (data >> DATA_SLACK_SHIFT)
+            ends = freed + np.cumsum(sizes)
+            cut = int(np.searchsorted(ends, target_bytes)) + 1
+            keys += listed[:cut]
+            freed = int(ends[min(cut, len(ends)) - 1]) if len(ends) else freed
+            if freed >= target_bytes:
+                break
         keys.sort()
         return keys
 
     def all_keys(self) -> list[bytes]:
-        return sorted(self._rows)
+        return sorted(self._slot_of)
 
     def take(self, key: bytes) -> Taken | None:
         """The row's points as cells for storage (None when it has none); the row keeps
         them until :meth:`release`."""
-        row = self._rows.get(key)
-        if row is None or not row.count:
+        s = self._slot_of.get(key)
+        if s is None:
             return None
-        qualifiers, values = bytes(row.qualifiers), bytes(row.values)
+        c = self._cols
+        count = c.count.item(s)
+        if not count:
+            return None
+        buf = self._buf[s]
+        assert buf is not None
+        q_len = c.q_len.item(s)
+        qualifiers, values = bytes(buf[:q_len]), bytes(buf[q_len:])
+        ms_count = c.ms_count.item(s)
         return Taken(
             key,
-            _cells_of(qualifiers, values, row.count, row.ms_count, row.clean),
+            _cells_of(qualifiers, values, count, ms_count, bool(c.clean.item(s))),
             qualifiers,
             values,
-            len(row.qualifiers),
-            len(row.values),
-            row.count,
-            row.ms_count,
-            row.last_batch,
+            q_len,
+            len(values),
+            count,
+            ms_count,
+            c.last_batch.item(s),
         )
 
     def release(self, taken: Taken) -> None:
         """Storage holds ``taken``: drop those points (points added since stay)."""
         self.releases += 1
-        row = self._rows.get(taken.key)
-        if row is None:
+        s = self._slot_of.get(taken.key)
+        if s is None:
             return
-        del row.qualifiers[: taken.qualifier_bytes]
-        del row.values[: taken.value_bytes]
-        row.count -= taken.count
-        row.ms_count -= taken.ms_count
-        self.bytes -= taken.qualifier_bytes + taken.value_bytes
+        c = self._cols
+        count = c.count.item(s) - taken.count
+        self._data -= taken.qualifier_bytes + taken.value_bytes
         self.points -= taken.count
-        if row.count:
+        if count:
+            buf = self._buf[s]
+            assert buf is not None
+            q_len = c.q_len.item(s)
+            del buf[q_len : q_len + taken.value_bytes]
+            del buf[: taken.qualifier_bytes]
+            c.q_len[s] = q_len - taken.qualifier_bytes
+            c.v_len[s] -= taken.value_bytes
+            c.count[s] = count
+            c.ms_count[s] -= taken.ms_count
             # Only later batches' points are left; their order is checked again.
-            row.first_batch = taken.last_batch + 1
-            row.clean = False
+            c.first_batch[s] = taken.last_batch + 1
+            c.clean[s] = False
             return
-        del self._rows[taken.key]
-        group = (taken.key[: self._prefix_end], row.base_time_s)
-        members = self._groups[group]
-        del members[taken.key]
-        if not members:
-            del self._groups[group]
-            self._busy_since.pop(group, None)
-        self.bytes -= ROW_OVERHEAD_BYTES
+        # every point left: the slot's numbers are set again when it is reused
+        c.count[s] = 0
+        del self._slot_of[taken.key]
+        self._key_data -= len(taken.key)
+        self._key[s] = None
+        self._buf[s] = None
+        number = c.group.item(s)
+        c.group[s] = -1
+        group = self._groups[number]
+        assert group is not None
+        group.rows -= 1
+        group.left.append(s)
+        if not group.rows:
+            self._free.extend(group.left)
+            del self._group_of[group.key]
+            self._groups[number] = None
+            self._free_groups.append(number)
+            self._busy_since.pop(number, None)
+        elif group.listed > 2 * group.rows + 64:
+            self._members(number)  # tidied: the list keeps to about its rows
 
     def discard(self, keys: Iterable[bytes]) -> None:
         """Drop the rows ``keys`` and their points (a query with ``delete``)."""
+        c = self._cols
         for key in keys:
-            row = self._rows.get(key)
-            if row is not None and row.count:
-                q_size, v_size, count = len(row.qualifiers), len(row.values), row.count
+            s = self._slot_of.get(key)
+            if s is not None and c.count[s]:
                 self.release(
-                    Taken(key, [], b"", b"", q_size, v_size, count, row.ms_count, row.last_batch)
+                    Taken(
+                        key,
+                        [],
+                        b"",
+                        b"",
+                        c.q_len.item(s),
+                        c.v_len.item(s),
+                        c.count.item(s),
+                        c.ms_count.item(s),
+                        c.last_batch.item(s),
+                    )
                 )
 
     def oldest_batch(self) -> int | None:
         """The oldest writer batch some row still holds points of (None: none)."""
-        return min((row.first_batch for row in self._rows.values() if row.count), default=None)
+        c = self._cols
+        n = self._slots
+        held = (c.group[:n] >= 0) & (c.count[:n] > 0)
+        if not held.any():
+            return None
+        return int(c.first_batch[:n][held].min())
+
+    @property
+    def bytes(self) -> int:
+        """The memory the rows take, as measured (bench/head_memory.py): a fixed cost per
+        row, and the points' bytes with their buffers' room to grow."""
+        data = self._data
+        fixed = len(self._slot_of) * ROW_OVERHEAD_BYTES + self._key_data
+        return fixed + data + (data >> DATA_SLACK_SHIFT)
+
+
+class _Columns:
+    """The numbers of every slot, a numpy array each (grown by half when full: the
+    room not yet used is not touched, so it takes no memory)."""
+
+    __slots__ = (
+        "clean",
+        "count",
+        "first_batch",
+        "group",
+        "last_batch",
+        "last_offset",
+        "ms_count",
+        "q_len",
+        "v_len",
+        "written_at",
+    )
+
+    def __init__(self, size: int) -> None:
+        self.q_len = np.zeros(size, np.int32)
+        self.v_len = np.zeros(size, np.int32)
+        self.count = np.zeros(size, np.int32)
+        self.ms_count = np.zeros(size, np.int32)
+        #: every point strictly after the one before (see the module docstring)
+        self.clean = np.zeros(size, np.bool_)
+        #: the last point's offset in its hour (ms), while the row is clean
+        self.last_offset = np.zeros(size, np.int32)
+        #: wall clock (s) of the last point
+        self.written_at = np.zeros(size, np.float64)
+        #: the oldest and newest writer batch whose points the row holds
+        self.first_batch = np.zeros(size, np.int64)
+        self.last_batch = np.zeros(size, np.int64)
+        #: the row's group (-1: a free slot)
+        self.group = np.full(size, -1, np.int32)
+
+    def __len__(self) -> int:
+        return len(self.q_len)
+
+    def grown(self, size: int) -> _Columns:
+        grown = _Columns(size)
+        n = len(self)
+        for name in _Columns.__slots__:
+            getattr(grown, name)[:n] = getattr(self, name)
+        return grown
+
+
+def _join_parts(
+    bufs: list[bytearray], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
+) -> tuple[bytes, bytes]:
+    """Every row's qualifiers joined, and every row's values (a row's bytes are its
+    qualifiers then its values): the rows joined whole at once, then parted with one
+    mask (a view or a slice per row cost several times more)."""
+    whole = np.frombuffer(b"".join(bufs), np.uint8)
+    n = len(bufs)
+    lengths = np.empty(2 * n, np.int64)
+    lengths[0::2] = q_lens
+    lengths[1::2] = v_lens
+    firsts = np.zeros(2 * n, np.bool_)
+    firsts[0::2] = True
+    mask = np.repeat(firsts, lengths)
+    return whole[mask].tobytes(), whole[~mask].tobytes()
 
 
 #: a row's points at the time of a snapshot: qualifiers, values, count, ms count, clean
@@ -393,20 +780,26 @@ class HeadSnapshot:
     (:meth:`remaining`): the clean rows of seconds points, usually all of them, as one
     :class:`HeadRuns` straight from the joined bytes."""
 
-    def __init__(self, rows: Iterable[HeadRow]) -> None:
-        found = [row for row in rows if row.count]
-        n = len(found)
-        self._keys = [row.key for row in found]
-        qualifiers = [row.qualifiers for row in found]
-        values = [row.values for row in found]
-        self._qualifiers = b"".join(qualifiers)
-        self._values = b"".join(values)
-        self._q_ends = np.cumsum(np.fromiter(map(len, qualifiers), np.int64, n))
-        self._v_ends = np.cumsum(np.fromiter(map(len, values), np.int64, n))
-        self._counts = np.fromiter(map(_COUNT, found), np.int64, n)
-        self._ms_counts = np.fromiter(map(_MS_COUNT, found), np.int64, n)
-        self._clean = np.fromiter(map(_CLEAN, found), np.bool_, n)
-        self._left = np.ones(n, np.bool_)  # not merged into a stored row
+    def __init__(
+        self,
+        keys: list[bytes],
+        qualifiers: bytes,
+        values: bytes,
+        q_lens: npt.NDArray[np.int64],
+        v_lens: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64],
+        ms_counts: npt.NDArray[np.int64],
+        clean: npt.NDArray[np.bool_],
+    ) -> None:
+        self._keys = keys
+        self._qualifiers = qualifiers
+        self._values = values
+        self._q_ends = np.cumsum(q_lens)
+        self._v_ends = np.cumsum(v_lens)
+        self._counts = counts
+        self._ms_counts = ms_counts
+        self._clean = clean
+        self._left = np.ones(len(keys), np.bool_)  # not merged into a stored row
         self._index: dict[bytes, int] | None = None
 
     def __len__(self) -> int:
@@ -514,15 +907,8 @@ def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[
     return np.frombuffer(joined, np.uint8)[mask].tobytes()
 
 
-_COUNT = attrgetter("count")
-
-
 def _hour_of_group(item: tuple[tuple[bytes, int], object]) -> int:
     return item[0][1]
-
-
-_MS_COUNT = attrgetter("ms_count")
-_CLEAN = attrgetter("clean")
 
 
 def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
@@ -540,9 +926,27 @@ def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
     return python_run_bounds(runs)
 
 
+def _bounds_array(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
+    """:func:`_offset_bounds` as an array, a row per run: (increasing, first, last)."""
+    n = len(runs)
+    if _c_run_bounds is not None:
+        bounds = _c_run_bounds(runs)
+        if bounds is not None:
+            return np.fromiter(chain.from_iterable(bounds), np.int64, 3 * n).reshape(n, 3)
+    return np.stack(_python_bounds(runs), axis=1)
+
+
 def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
     """:func:`_offset_bounds` with numpy: the runs of one qualifier width are checked all
     at once."""
+    ok, first, last = _python_bounds(runs)
+    return zip(ok.astype(np.bool_).tolist(), first.tolist(), last.tolist(), strict=True)
+
+
+def _python_bounds(
+    runs: Sequence[Run],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`python_run_bounds` as three arrays (increasing as 0 or 1)."""
     n = len(runs)
     counts = np.fromiter((r[1] for r in runs), np.int64, n)
     q_lens = np.fromiter((len(r[2]) for r in runs), np.int64, n)
@@ -565,4 +969,4 @@ def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
         ok[idx] = ~bad
         first[idx] = offsets[starts]
         last[idx] = offsets[ends - 1]
-    return zip(ok.tolist(), first.tolist(), last.tolist(), strict=True)
+    return ok.astype(np.int64), first, last

@@ -17,6 +17,8 @@ a single-series group.
 
 from __future__ import annotations
 
+from typing import Required, TypedDict, Unpack
+
 import numpy as np
 
 from tsd.errors import TsdError
@@ -30,6 +32,19 @@ from tsd.query_spec import DownsampleSpec, RateOptions
 #: OpenTSDB's Const.SECOND_MASK: a timestamp with any of these bits set is in ms.
 _SECOND_MASK = 0xFFFFFFFF00000000
 _MAX_TIMESPAN_S = 3600
+
+
+class Pipeline(TypedDict, total=False):
+    """A group's way through the kernels: the aggregation window (the scan window), the
+    query's bounds (``0all``), the downsample and the rate (``aggregate_group``)."""
+
+    start_ms: Required[int]
+    end_ms: Required[int]
+    query_start_ms: Required[int]
+    query_end_ms: Required[int]
+    downsample_spec: DownsampleSpec | None
+    rate: bool
+    rate_options: RateOptions | None
 
 
 class InfiniteValueError(TsdError):
@@ -90,9 +105,72 @@ def aggregate_series(
     return AggregatedSeries(times, values, int_values, is_int)
 
 
-def aggregate_group(
+def aggregate_each(
     batch: SeriesBatch,
     aggregator: str,
+    trim: tuple[int, int] | None = None,
+    **pipeline: Unpack[Pipeline],
+) -> list[AggregatedSeries]:
+    """:func:`aggregate_group` of every series of ``batch`` alone (each trimmed to
+    ``trim``, ``AggregatedSeries.trim``'s bounds, when given) (a group-by on a tag
+    every series has its own value of, or ``none``), without a Python step per series:
+    one series lines up with itself (nothing is interpolated), so the aggregator folds one
+    value per emitted timestamp and runs once over all of them as one row of a block."""
+    batch = _prepared(batch, **pipeline)
+    start_ms, end_ms, rate = pipeline["start_ms"], pipeline["end_ms"], pipeline.get("rate", False)
+    if batch.point_count and batch.timestamps.min() < start_ms:
+        batch = batch.select_points(batch.timestamps >= start_ms)
+    ids = batch.series_ids()
+    first = np.zeros(batch.point_count, dtype=np.bool_)
+    first[batch.offsets[:-1][batch.lengths > 0]] = True
+    emitted = batch.timestamps <= end_ms
+    if rate:  # align_common: a rate series' first point is never emitted
+        emitted &= ~first
+    times = batch.timestamps[emitted]
+    row = batch.values[emitted][np.newaxis, :]
+    values = run_double(aggregator, row, np.ones(row.shape, dtype=np.bool_))
+    is_int = np.zeros(len(times), dtype=np.bool_)
+    int_values = None
+    if batch.is_int is not None and batch.int_values is not None and not rate:
+        # _common_blocks: a column is a double when its point or the series' next is one
+        floats = ~batch.is_int
+        floats[:-1] |= floats[1:] & ~first[1:]
+        ints = ~floats[emitted]
+        if ints.any():
+            int_values = np.zeros(len(times), dtype=np.int64)
+            longs = run_long(
+                aggregator,
+                batch.int_values[emitted][ints][np.newaxis, :],
+                np.ones((1, int(ints.sum())), dtype=np.bool_),
+            )
+            int_values[ints] = longs
+            values[ints] = longs.astype(np.float64)
+            is_int = ints
+    infinite = np.isinf(values) & ~is_int
+    if infinite.any():
+        at = int(np.flatnonzero(infinite)[0])
+        raise InfiniteValueError(f"Got Infinity: {values[at]} at timestamp {int(times[at])}")
+    kept = ids[emitted]
+    if trim is not None:
+        inside = (times >= trim[0]) & (times <= trim[1])
+        times, values, is_int, kept = times[inside], values[inside], is_int[inside], kept[inside]
+        int_values = None if int_values is None else int_values[inside]
+    ends = np.cumsum(np.bincount(kept, minlength=batch.series_count)).tolist()
+    with_ints = np.bincount(kept[is_int], minlength=batch.series_count).astype(bool).tolist()
+    out = []
+    lo = 0
+    for hi, ints_here in zip(ends, with_ints, strict=True):
+        if ints_here and int_values is not None:
+            part = AggregatedSeries(times[lo:hi], values[lo:hi], int_values[lo:hi], is_int[lo:hi])
+        else:
+            part = AggregatedSeries(times[lo:hi], values[lo:hi])
+        out.append(part)
+        lo = hi
+    return out
+
+
+def _prepared(
+    batch: SeriesBatch,
     *,
     start_ms: int,
     end_ms: int,
@@ -101,8 +179,8 @@ def aggregate_group(
     downsample_spec: DownsampleSpec | None = None,
     rate: bool = False,
     rate_options: RateOptions | None = None,
-) -> AggregatedSeries:
-    """One group, OpenTSDB's order: downsample -> rate -> aggregate (untrimmed)."""
+) -> SeriesBatch:
+    """Per series, OpenTSDB's order before the aggregation: downsample -> rate."""
     if downsample_spec is not None:
         batch = downsample(
             batch,
@@ -118,4 +196,18 @@ def aggregate_group(
         batch = batch.select_points(batch.timestamps >= start_ms)
     if rate:
         batch = rate_of(batch, rate_options or RateOptions())
-    return aggregate_series(batch, aggregator, start_ms=start_ms, end_ms=end_ms, rate=rate)
+    return batch
+
+
+def aggregate_group(
+    batch: SeriesBatch, aggregator: str, **pipeline: Unpack[Pipeline]
+) -> AggregatedSeries:
+    """One group, OpenTSDB's order: downsample -> rate -> aggregate (untrimmed)."""
+    batch = _prepared(batch, **pipeline)
+    return aggregate_series(
+        batch,
+        aggregator,
+        start_ms=pipeline["start_ms"],
+        end_ms=pipeline["end_ms"],
+        rate=pipeline.get("rate", False),
+    )

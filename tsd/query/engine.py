@@ -51,6 +51,7 @@ from tsd.query.decode import series_key
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
 from tsd.query.filters import SeriesFilter
 from tsd.query.group import group_series, group_tags
+from tsd.query.head_buckets import rollup_buckets
 from tsd.query.histogram import histogram_series
 from tsd.query.last import LastPointQuery, LastPointReader
 from tsd.query.limits import (
@@ -349,6 +350,8 @@ class QueryEngine:
         buckets = None
         if not source.is_rollup and source.histograms is None:
             buckets = row_buckets(spec, start_s * 1000)
+        elif self._reader.own_rollups(source):  # the head's rows: to the rollups' buckets
+            buckets = rollup_buckets(source, start_s * 1000)
         self.stats.scans += 1
         parts, tally, read, buckets = await self._read_rows(plan, request, control, source, buckets)
         if reads is not None:
@@ -377,7 +380,8 @@ class QueryEngine:
         t2 = time.perf_counter()
         window = (start_s * 1000, end_s * 1000)
         # rows reduced to buckets as decoded: the kernels start after the downsampling
-        kernels = sub if buckets is None else dataclasses.replace(sub, downsample_spec=None)
+        reduced = buckets is not None and not source.is_rollup
+        kernels = dataclasses.replace(sub, downsample_spec=None) if reduced else sub
         aggregated = await self._aggregate(spans, groups, kernels, query, window, control, work)
         timings["aggregationTime"] = (time.perf_counter() - t2) * 1000
         timings["dpsPostFilter"] = kept_points

@@ -17,6 +17,7 @@ A sub-query's read (engine.py runs it) goes through :class:`RowReader`:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from tsd.head import Head, HeadRuns, HeadSnapshot
 from tsd.query.compute import ComputeSlots
 from tsd.query.decode import RowPoints, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
+from tsd.query.head_buckets import head_hours, without_hours
 from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
@@ -38,7 +40,17 @@ from tsd.query.plan import ScanPlan
 from tsd.query.read_path import ReadRequest, read_rows
 from tsd.query.rollup import ReadSource, decode_rollup_rows
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.storage.base import Block, Cell, CellBlock, PointBlock, ReadStats, Row, Storage
+from tsd.storage.base import (
+    Block,
+    Cell,
+    CellBlock,
+    PointBlock,
+    ReadStats,
+    Row,
+    RowFilter,
+    ScanSpec,
+    Storage,
+)
 
 __all__ = ["Part", "RowReader", "ScanTally", "with_head"]
 
@@ -116,15 +128,20 @@ class RowReader:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
         thread while the next is read, counted against the limits. ``source``: the table
         and cells to read (default: the data table's); ``buckets``: each row reduced to
-        its buckets as decoded."""
-        head = self._head_snapshot(plan, source)
+        its buckets as decoded (of a rollup read: the head's rows, head_buckets.py)."""
+        head = self._head_snapshot(plan, source, request)
         table = self._table if source is None else source.table
         rollup = source if source is not None and source.is_rollup else None
         # tsd's own rollups of the head's rows (not written out yet), as the write-out will
         # store them: merged into the stored rollup rows, replacing their cells.
         fresh: dict[bytes, dict[bytes, bytes]] = {}
-        if rollup is not None and self._own_rollups(rollup):
-            fresh = await self._head_rollups(plan, rollup)
+        hours: dict[bytes, set[int]] = {}
+        from_head: list[Part] = []
+        if rollup is not None and self.own_rollups(rollup):
+            if buckets is not None:  # the head's rows: to the rollups' buckets
+                hours, from_head = await self._head_buckets(plan, rollup, buckets, tally)
+            else:
+                fresh = await self._head_rollups(plan, rollup)
         one = _OneRead(
             self._compute,
             self._layout,
@@ -133,24 +150,66 @@ class RowReader:
             buckets,
             head,
             fresh,
+            hours,
             tally,
             stats,
         )
         await read_rows(self._storage, table, self._layout, plan, path, request, one.decode, stats)
         await one.finish()
-        return one.parts
+        return one.parts + from_head
 
-    def _head_snapshot(self, plan: ScanPlan, source: ReadSource | None) -> HeadSnapshot | None:
+    def _head_snapshot(
+        self, plan: ScanPlan, source: ReadSource | None, request: ReadRequest
+    ) -> HeadSnapshot | None:
         """The head's rows of the plan, copied before storage is read: a row written out
         meanwhile is then found in one or both (identical points fold), never in neither."""
         raw = source is None or (
             source.table == self._table and not source.is_rollup and source.histograms is None
         )
         if self._head is not None and raw:  # the head holds data points only
-            return self._head.snapshot(plan.scans)
+            return self._head.snapshot(_with_pins(plan.scans, request))
         return None
 
-    def _own_rollups(self, read: ReadSource) -> bool:
+    async def _head_buckets(
+        self, plan: ScanPlan, read: ReadSource, buckets: RowBuckets, tally: ScanTally
+    ) -> tuple[dict[bytes, set[int]], list[Part]]:
+        """The head's rows of ``plan`` (each merged with its stored row) reduced to the
+        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours by
+        rollup row key. Raises RowsOutOfHour as decode_buckets does."""
+        assert self._head is not None
+        assert read.interval is not None
+        snapshot = self._head.snapshot(plan.scans)
+        if not len(snapshot):
+            return {}, []
+        keys = snapshot.keys()
+        hours = head_hours(self._layout, keys, read.interval)
+        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
+        merged = snapshot.merge_into(CellBlock.from_rows(stored))
+        runs, rest = snapshot.remaining()
+        parts: list[Part] = []
+        for block in (merged, rest):
+            if len(block):
+                points, _ = await self._compute.sized(
+                    len(block.values) // 4,
+                    _timed_decode,
+                    block,
+                    self._layout,
+                    self._fix_duplicates,
+                    buckets,
+                )
+                parts.append((block.keys, points))
+        if runs.keys:
+            points = await self._compute.sized(
+                len(runs.values) // 4, _decode_head, runs, self._layout, buckets
+            )
+            parts.append((runs.keys, points))
+        # counted as the rollup points they stand for, as their rollup cells were
+        parts = [(k, dataclasses.replace(p, row_points=None)) for k, p in parts]
+        for k, p in parts:
+            tally.add(p, len(k))
+        return hours, parts
+
+    def own_rollups(self, read: ReadSource) -> bool:
         """Whether ``read`` reads rollups tsd computes while the head holds rows."""
         computed = self.computed
         return (
@@ -201,6 +260,8 @@ class _OneRead:
     head: HeadSnapshot | None
     #: rollup cells computed from the head's rows, by row key (popped as merged)
     fresh: dict[bytes, dict[bytes, bytes]]
+    #: the row-hours the head's rows give the rollup points of, by rollup row key
+    hours: dict[bytes, set[int]]
     tally: ScanTally
     stats: ReadStats
     parts: list[Part] = field(default_factory=list)
@@ -260,6 +321,10 @@ class _OneRead:
         fresh = self.fresh
         if fresh and not fresh.keys().isdisjoint(block.keys):
             block = _with_fresh_rollups(block, fresh)
+        hours = self.hours
+        if hours and not hours.keys().isdisjoint(block.keys):
+            assert source.interval is not None
+            block = without_hours(block, hours, self.layout, source.interval)
         # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
         return await self.compute.sized(work, _timed_rollup_decode, block, self.layout, source)
 
@@ -287,6 +352,19 @@ class _OneRead:
                 )
                 self.tally.add(points, len(runs.keys))
                 self.parts.append((runs.keys, points))
+
+
+def _with_pins(scans: Sequence[ScanSpec], request: ReadRequest) -> list[ScanSpec]:
+    """The scans with the pinned tag pairs in their row filters (RowFilter.contains: the
+    head checks them over all its keys at once before the regexp)."""
+    if not request.pinned_pairs:
+        return list(scans)
+    return [
+        dataclasses.replace(s, row_filter=RowFilter(s.row_filter.regex, request.pinned_pairs))
+        if s.row_filter is not None
+        else s
+        for s in scans
+    ]
 
 
 def with_head(rows: Sequence[Row], head: HeadSnapshot | None) -> list[Row]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.meta.annotations import annotation_json
-from tsd.query.aggregate import aggregate_group
+from tsd.query.aggregate import Pipeline, aggregate_each, aggregate_group
 from tsd.query.limits import QueryControl
 from tsd.query.series import AggregatedSeries, SeriesBatch
 from tsd.query.spans import Spans
@@ -80,7 +80,26 @@ def aggregate_groups(
     control: QueryControl | None = None,
 ) -> list[AggregatedSeries]:
     """Every group of a sub-query through the kernels (runs in a worker thread); the
-    query's ``control`` is checked before each group (a cancelled query stops there)."""
+    query's ``control`` is checked before each group (a cancelled query stops there).
+    Groups of one series each (a group-by on a tag every series has its own value of)
+    run through the kernels together, without a step per series."""
+    pipeline: Pipeline = {
+        "start_ms": window[0],
+        "end_ms": window[1],
+        "query_start_ms": query.start_ms,
+        "query_end_ms": query.end_ms,
+        "downsample_spec": sub.downsample_spec,
+        "rate": sub.rate,
+        "rate_options": sub.effective_rate_options,
+    }
+    if len(groups) > 1 and all(len(members) == 1 for members in groups):
+        if control is not None:
+            control.check()
+        members = [m[0] for m in groups]
+        whole = members == list(range(batch.series_count))
+        trim = (query.start_ms, query.end_ms) if query.trim_to_range else None
+        group = batch if whole else batch.select_series(members)
+        return aggregate_each(group, sub.aggregator, trim, **pipeline)
     out = []
     for members in groups:
         if control is not None:
@@ -88,17 +107,7 @@ def aggregate_groups(
         # Members are increasing series indices: all of them is the batch as it is.
         whole = len(members) == batch.series_count
         group = batch if whole else batch.select_series(members)
-        dps = aggregate_group(
-            group,
-            sub.aggregator,
-            start_ms=window[0],
-            end_ms=window[1],
-            query_start_ms=query.start_ms,
-            query_end_ms=query.end_ms,
-            downsample_spec=sub.downsample_spec,
-            rate=sub.rate,
-            rate_options=sub.effective_rate_options,
-        )
+        dps = aggregate_group(group, sub.aggregator, **pipeline)
         out.append(dps.trim(query.start_ms, query.end_ms) if query.trim_to_range else dps)
     return out
 

@@ -537,6 +537,7 @@ class Writer:
         storage refuses."""
         started = time.perf_counter()
         try:
+            await sink.room()  # past tsd.storage.head.max_bytes: after the write-out
             payload, runs = batch.payload_and_runs()
             error: StorageError | None = sink.refusal
             seq = None

@@ -246,6 +246,26 @@ class HeadSink:
             return self._refusal
         return None
 
+    async def room(self) -> None:
+        """Return once the head is within ``tsd.storage.head.max_bytes``, writing its
+        oldest rows out meanwhile: the writer awaits this before each batch, so that past
+        the bound new points wait for the write-out (and the protocols stop reading, the
+        writer's pending bound) instead of growing the head. New series can come faster
+        than rows are written out (a burst of a million: about 30,000 a second against
+        about 12,000 rows written), so the tick alone let the head pass its bound.
+
+        Storage refusing the rows ends the wait (:attr:`refusal` then refuses the batch);
+        another storage error too (logged; the tick tries again)."""
+        while self.head.bytes > self._max_bytes:
+            try:
+                if not await self.flush_due():
+                    return
+            except StorageRefused:
+                return
+            except StorageError as exc:
+                log.warning("head.flush_failed", error=str(exc))
+                return
+
     def _add(self, runs: Sequence[RowRun]) -> int:
         number = self._next_batch
         self._next_batch += 1

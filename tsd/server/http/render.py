@@ -32,11 +32,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+import tsd.native as native
 from tsd.query.output import LastPoint, QueryResult, SeriesResult
 from tsd.query.series import AggregatedSeries
 from tsd.query_spec import FillPolicy, Filter, SubQuery, TSQuery
 
 __all__ = [
+    "dps_json_python",
     "query_echo",
     "render_last_points",
     "render_query_result",
@@ -44,6 +46,9 @@ __all__ = [
     "render_summary",
     "subquery_echo",
 ]
+
+#: the compiled point writer (tsd/server/http/_render.c), None without it (tsd/native.py)
+_C: Any = native.load("tsd.server.http._render")
 
 
 # --------------------------------------------------------------------------- /api/query
@@ -99,34 +104,53 @@ def _series_json(series: SeriesResult, result: QueryResult, arrays: bool) -> byt
 
 
 def _dps_json(dps: AggregatedSeries, ms_resolution: bool, arrays: bool, fill_null: bool) -> bytes:
-    """``dps`` as an object (or list of pairs); see the module docstring."""
+    """``dps`` as an object (or list of pairs); see the module docstring. The points are
+    interleaved by the compiled helper (_render.c) where it is built, else by
+    :func:`dps_json_python`, its spec."""
     n = len(dps)
     if n == 0:
         return b"[]" if arrays else b"{}"
     ts = dps.timestamps if ms_resolution else dps.timestamps // 1000
     values = _value_texts(dps, fill_null)
+    if _C is not None:
+        body = _C.dps_json(np.ascontiguousarray(ts, dtype=np.int64), values, arrays)
+        if body is not None:
+            return bytes(body)
+    return dps_json_python(ts, values, arrays)
+
+
+def dps_json_python(ts: Any, values: bytes, arrays: bool) -> bytes:
+    """The ``dps`` of timestamps ``ts`` and their values' JSON texts, comma-separated."""
+    texts = values.split(b",")
     stamps = ts.tolist()
     if arrays:
         return (
-            b"[" + b",".join(b"[%d,%s]" % pair for pair in zip(stamps, values, strict=True)) + b"]"
+            b"[" + b",".join(b"[%d,%s]" % pair for pair in zip(stamps, texts, strict=True)) + b"]"
         )
-    return b"{" + b",".join(b'"%d":%s' % pair for pair in zip(stamps, values, strict=True)) + b"}"
+    return b"{" + b",".join(b'"%d":%s' % pair for pair in zip(stamps, texts, strict=True)) + b"}"
 
 
-def _value_texts(dps: AggregatedSeries, fill_null: bool) -> list[bytes]:
-    """Each value's JSON text: integers exact, doubles via orjson, NaN quoted or null."""
-    values: list[Any] = dps.values.tolist()
+def _value_texts(dps: AggregatedSeries, fill_null: bool) -> bytes:
+    """Every value's JSON text, comma-separated: integers exact, doubles via orjson, NaN
+    quoted or null. No JSON text of a number, null or "NaN" has a comma."""
     nan = np.isnan(dps.values)
+    has_ints = dps.is_int is not None and dps.int_values is not None and dps.is_int.any()
+    if not has_ints and not nan.any():
+        # orjson writes a float64 array's numbers as it writes the same Python floats
+        plain = np.ascontiguousarray(dps.values, dtype=np.float64)
+        return orjson.dumps(plain, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    values: list[Any] = dps.values.tolist()
     if nan.any():
         marker = None if fill_null else "NaN"
         for i in np.flatnonzero(nan).tolist():
             values[i] = marker
-    if dps.is_int is not None and dps.int_values is not None and dps.is_int.any():
+    if has_ints:
+        assert dps.is_int is not None
+        assert dps.int_values is not None
         ints = dps.int_values.tolist()
         for i in np.flatnonzero(dps.is_int).tolist():
             values[i] = ints[i]
-    # One orjson call for all values; no JSON text of a number, null or "NaN" has a comma.
-    return orjson.dumps(values)[1:-1].split(b",")
+    return orjson.dumps(values)[1:-1]
 
 
 def query_echo(query: TSQuery) -> dict[str, Any]:
