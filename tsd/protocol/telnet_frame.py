@@ -45,6 +45,8 @@ from tsd.protocol.telnet import (
 
 __all__ = [
     "MAX_KEYS",
+    "PART_DELAY_S",
+    "PART_POINTS",
     "CommandLine",
     "EmptyLines",
     "KnownPuts",
@@ -59,6 +61,13 @@ __all__ = [
 #: Keys remembered as valid puts before the memory is cleared; the daemon's map of the
 #: same keys (a worker's) clears at the same count (both see the same first puts, in order).
 MAX_KEYS = 1_000_000
+
+#: A connection's encoded points are sealed into a part once this many are encoded ...
+PART_POINTS = 16_384
+#: ... or, by the caller's timer, this long after the first of them (a few reads' worth
+#: under load: the writer's and the head's cost is per row of a part, so bigger parts cost
+#: them less per point).
+PART_DELAY_S = 0.01
 
 Part = TypeVar("Part")
 #: a connection's encoded rows: row key -> qualifier -> value
@@ -261,15 +270,16 @@ class TelnetFramer(Generic[Part]):
                     point, key = plain
                     if keys is not None:
                         remember_key(keys, key, key)
+                    # encoded points go first: this one may be of the same series (its
+                    # ref forgotten meanwhile), and a later point of a cell wins
+                    self.take_part(items)
                     items.append(ParsedPut(key, point))
                     continue
                 if line.startswith(b"put "):
                     put = self._parse_put(line)
-                    if type(put) is ParsedPut:
-                        if keys is not None:
-                            remember_key(keys, put.key, put.key)
-                    else:
-                        self.take_part(items)  # a reply comes after every put before it
+                    if type(put) is ParsedPut and keys is not None:
+                        remember_key(keys, put.key, put.key)
+                    self.take_part(items)  # as above; a reply comes after every put before it
                     items.append(put)
                     continue
             self.take_part(items)  # a command answers after every put before it
