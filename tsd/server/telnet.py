@@ -374,11 +374,13 @@ class TelnetProtocol(TrackedProtocol):
                 framer = self._framer
                 # no more lines than the writer has room for beside what is encoded ahead
                 room = session.room() - framer.encoded
-                framed = framer.take_items(min(FRAME_LINES, room)) if room > 0 else []
+                taken, framed = framer.take_items(min(FRAME_LINES, room)) if room > 0 else (0, [])
                 if room <= 0:
                     framer.take_part(framed)
                 if framed:
                     items.extend(framed)
+                    continue
+                if taken:  # puts encoded ahead into the part: lines may be left
                     continue
                 if framer.encoded and self._part_timer is None:
                     self._part_timer = self._loop.call_later(PART_DELAY_S, self._seal_part)
