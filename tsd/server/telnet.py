@@ -80,8 +80,7 @@ from tsd.server.listener import TrackedProtocol
 from tsd.server.peer import is_loopback
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
-from tsd.wal.record import EncodedPart
-from tsd.write.batch import RowsPart
+from tsd.wal.record import EncodedPart, seal_part
 from tsd.write.histogram_store import Histograms
 from tsd.write.ingest import IngestService, IngestSession, Put, RefusalKind, Refused, SeriesRef
 from tsd.write.rollup_store import Rollups
@@ -210,7 +209,7 @@ class TelnetProtocol(TrackedProtocol):
             commands=context.commands,
             max_line_bytes=context.max_line_bytes,
             refs=self._refs,
-            seal=RowsPart,  # merged into the writer's batch: one run per row
+            seal=seal_part,
             part_points=PART_POINTS,
         )
         #: seals the points encoded ahead PART_DELAY_S after the first of them
@@ -389,7 +388,7 @@ class TelnetProtocol(TrackedProtocol):
                 return _SETTLE if session.has_pending() else None
             item = items[0]
             kind = type(item)
-            if kind is RowsPart or kind is EncodedPart:
+            if kind is EncodedPart:
                 if session.is_full():
                     return True
                 items.popleft()

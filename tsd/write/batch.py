@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from tsd.codec import SeriesKey
 from tsd.codec.compaction import split_cell
@@ -49,15 +48,6 @@ class BatchPolicy:
             raise ValueError(f"max_cells must be positive, got {self.max_cells}")
         if self.interval_s <= 0:
             raise ValueError(f"interval_s must be positive, got {self.interval_s}")
-
-
-class RowsPart(NamedTuple):
-    """Points a telnet connection of this process encoded ahead, as cells: row key ->
-    qualifier -> value (its own dict, handed over). Merged into the batch's rows, so that
-    a row's cells of many reads make one run for the log and the head."""
-
-    rows: dict[bytes, dict[bytes, bytes]]
-    points: int
 
 
 @dataclass(slots=True)
@@ -93,25 +83,15 @@ class Batch:
         them): a CodecError leaves the points before it buffered."""
         self.cells += encode_points_into(self.rows, points)
 
-    def add_part(self, part: EncodedPart | RowsPart) -> None:
+    def add_part(self, part: EncodedPart) -> None:
         """Buffer points encoded ahead: a :data:`~tsd.wal.record.CELLS` payload and the
         same points as runs (a telnet connection's). The rows buffered so far
         become a part first, so that the order of arrival is the order of the parts (a
         later point of a cell wins when the head or a fold reads them)."""
-        if type(part) is RowsPart:
-            rows = self.rows
-            for row, cells in part.rows.items():
-                held = rows.get(row)
-                if held is None:
-                    rows[row] = cells
-                else:
-                    held.update(cells)  # the later point of a cell wins
-            self.cells += part.points
-            return
         if self.rows:
             self.parts.append(encode_payload_and_runs(self.rows.items()))
             self.rows = {}
-        self.parts.append((part.payload, part.runs))  # type: ignore[union-attr]
+        self.parts.append((part.payload, part.runs))
         self.cells += part.points
 
     def payload_and_runs(self) -> tuple[bytes, list[RowRun]]:

@@ -55,7 +55,7 @@ from tsd.storage.base import Put, Storage
 from tsd.tasks import cancel_and_wait
 from tsd.wal import WriteAheadLog, encode_cells
 from tsd.wal.record import Columns, EncodedPart, Row, frame_cells, iter_records
-from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy, RowsPart
+from tsd.write.batch import DEFAULT_MAX_CELLS, Batch, BatchPolicy
 from tsd.write.compactor import Compactor
 from tsd.write.head_flush import HeadSink
 from tsd.write.retention import RetainedInterval, Retention, row_spans
@@ -237,7 +237,7 @@ class Writer:
         self._added.value += len(points)
         return self._added_to_batch(was_empty)
 
-    def add_part(self, part: EncodedPart | RowsPart) -> Ack:
+    def add_part(self, part: EncodedPart) -> Ack:
         """Buffer points encoded ahead (a telnet connection's): a log record's payload and
         the same rows as runs (:meth:`Batch.add_part`). Costs a few steps per call, none
         per point."""

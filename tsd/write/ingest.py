@@ -57,7 +57,6 @@ from tsd.model import DataPoint, Tags
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart
-from tsd.write.batch import RowsPart
 from tsd.write.batch_writer import Ack, Writer
 
 log = get_logger(WRITER)
@@ -368,7 +367,7 @@ class IngestSession(Generic[T]):
             self.counters[0].value += len(points)
         self._note_ack(ack, tags, len(points))
 
-    def append_part(self, part: EncodedPart | RowsPart) -> None:
+    def append_part(self, part: EncodedPart) -> None:
         """Buffer points a telnet connection encoded ahead (a log record's payload and its
         rows as runs: :meth:`Writer.add_part`), without suspending. Refusals are reported
         for each point of the part, without a point or tag."""
