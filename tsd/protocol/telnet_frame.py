@@ -44,7 +44,10 @@ from tsd.protocol.telnet import (
 )
 
 __all__ = [
+    "FRAME_BYTES",
     "MAX_KEYS",
+    "PART_DELAY_S",
+    "PART_POINTS",
     "CommandLine",
     "EmptyLines",
     "KnownPuts",
@@ -59,6 +62,16 @@ __all__ = [
 #: Keys remembered as valid puts before the memory is cleared; the daemon's map of the
 #: same keys (a worker's) clears at the same count (both see the same first puts, in order).
 MAX_KEYS = 1_000_000
+
+#: A connection's encoded points are sealed into a part once this many are encoded ...
+PART_POINTS = 16_384
+#: ... or, by the caller's timer, this long after the first of them (a few reads' worth
+#: under load: the writer's and the head's cost is per row of a part, so bigger parts cost
+#: them less per point).
+PART_DELAY_S = 0.01
+#: :meth:`TelnetFramer.take_items` splits at most this many buffered bytes into lines at a
+#: time (a daemon's connection may have megabytes buffered after reading was paused)
+FRAME_BYTES = 128 * 1024
 
 Part = TypeVar("Part")
 #: a connection's encoded rows: row key -> qualifier -> value
@@ -195,13 +208,15 @@ class TelnetFramer(Generic[Part]):
         """Buffer ``data``, to be framed by :meth:`take_items`."""
         self._lines.feed(data)
 
-    def take_items(self, max_lines: int) -> list[Any]:
-        """The items of the next ``max_lines`` complete lines buffered at most (so that a
-        caller serving other clients too frames a flood of lines a slice at a time); none
-        when no complete line is left."""
+    def take_items(self, max_lines: int) -> tuple[int, list[Any]]:
+        """How many lines were framed, and the items of them: the next ``max_lines``
+        complete lines buffered at most (so that a caller serving other clients too frames
+        a flood of lines a slice at a time); no line when none complete is left. Puts of
+        known series make no item until their part is sealed: lines framed without items
+        mean more may follow."""
         lines, start = self._taken, self._next
         if start >= len(lines):
-            lines = self._taken = self._lines.take_lines()
+            lines = self._taken = self._lines.take_lines(FRAME_BYTES)
             start = 0
         end = min(len(lines), start + max_lines)
         self._next = end
@@ -210,7 +225,7 @@ class TelnetFramer(Generic[Part]):
             self._frame_lines(lines, start, end, items)
         if self._seal_each_read or self._points >= self.part_points:
             self.take_part(items)
-        return items
+        return end - start, items
 
     def take_part(self, items: list[Any]) -> None:
         """Append the points encoded so far as one sealed item to ``items``, if any."""
@@ -261,15 +276,16 @@ class TelnetFramer(Generic[Part]):
                     point, key = plain
                     if keys is not None:
                         remember_key(keys, key, key)
+                    # encoded points go first: this one may be of the same series (its
+                    # ref forgotten meanwhile), and a later point of a cell wins
+                    self.take_part(items)
                     items.append(ParsedPut(key, point))
                     continue
                 if line.startswith(b"put "):
                     put = self._parse_put(line)
-                    if type(put) is ParsedPut:
-                        if keys is not None:
-                            remember_key(keys, put.key, put.key)
-                    else:
-                        self.take_part(items)  # a reply comes after every put before it
+                    if type(put) is ParsedPut and keys is not None:
+                        remember_key(keys, put.key, put.key)
+                    self.take_part(items)  # as above; a reply comes after every put before it
                     items.append(put)
                     continue
             self.take_part(items)  # a command answers after every put before it

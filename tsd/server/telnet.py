@@ -67,6 +67,8 @@ from tsd.protocol.telnet import (
     put_line_key,
 )
 from tsd.protocol.telnet_frame import (
+    PART_DELAY_S,
+    PART_POINTS,
     EmptyLines,
     KnownPuts,
     LineError,
@@ -208,7 +210,10 @@ class TelnetProtocol(TrackedProtocol):
             max_line_bytes=context.max_line_bytes,
             refs=self._refs,
             seal=seal_part,
+            part_points=PART_POINTS,
         )
+        #: seals the points encoded ahead PART_DELAY_S after the first of them
+        self._part_timer: asyncio.TimerHandle | None = None
         #: what was framed and not handled yet (here, or in a worker process)
         self._items: deque[Any] = deque()
         self._at = 0  # position in the run at the head of _items
@@ -257,8 +262,22 @@ class TelnetProtocol(TrackedProtocol):
         if self._task is None:
             self._handle_available()
 
+    def _seal_part(self) -> None:
+        """Hand the points encoded ahead to the loop now (the part's delay passed, or the
+        connection ends)."""
+        if self._part_timer is not None:
+            self._part_timer.cancel()
+            self._part_timer = None
+        items: list[Any] = []
+        self._framer.take_part(items)
+        if items:
+            self._items.extend(items)
+            if self._task is None:
+                self._handle_available()
+
     def eof_received(self) -> bool:
         self._eof = True
+        self._seal_part()
         # While a task handles lines already read, keep the socket (half-closed) open.
         return self._task is not None
 
@@ -277,6 +296,8 @@ class TelnetProtocol(TrackedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._flow is not None:
             self._flow.connection_lost()
+        self._transport = None
+        self._seal_part()  # what was read counts
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         self._lost = True
@@ -299,6 +320,7 @@ class TelnetProtocol(TrackedProtocol):
     def close(self) -> None:
         """Handle what was received, then close (daemon shutdown)."""
         self._eof = True
+        self._seal_part()
         if self._task is None and self._transport is not None:
             self._transport.close()
 
@@ -348,11 +370,19 @@ class TelnetProtocol(TrackedProtocol):
             if not items:
                 if session.is_full():
                     return True
-                # no more lines than the writer has room for: each may be a point
-                framed = self._framer.take_items(min(FRAME_LINES, session.room()))
+                framer = self._framer
+                # no more lines than the writer has room for beside what is encoded ahead
+                room = session.room() - framer.encoded
+                taken, framed = framer.take_items(min(FRAME_LINES, room)) if room > 0 else (0, [])
+                if room <= 0:
+                    framer.take_part(framed)
                 if framed:
                     items.extend(framed)
                     continue
+                if taken:  # puts encoded ahead into the part: lines may be left
+                    continue
+                if framer.encoded and self._part_timer is None:
+                    self._part_timer = self._loop.call_later(PART_DELAY_S, self._seal_part)
                 # Puts queued for their series' lookups: reading waits for those (a
                 # burst of new series is resolved a read at a time).
                 return _SETTLE if session.has_pending() else None

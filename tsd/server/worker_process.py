@@ -43,7 +43,7 @@ from typing import Any, cast
 
 from tsd.codec import SeriesKey
 from tsd.protocol.names import NameRules
-from tsd.protocol.telnet_frame import TelnetFramer, items_to_wire
+from tsd.protocol.telnet_frame import PART_DELAY_S, PART_POINTS, TelnetFramer, items_to_wire
 from tsd.server.flow import WRITE_HIGH_WATER
 from tsd.wal.record import EncodedPart, seal_part
 
@@ -52,11 +52,6 @@ HEADER = struct.Struct(">I")
 #: Series refs a worker keeps before it forgets them all (the owner's own bound,
 #: tsd.core.series_cache.size's default); a series forgotten goes by its key again.
 MAX_REFS = 5_000_000
-#: A connection's encoded points go to the owner once this many are buffered ...
-PART_POINTS = 16_384
-#: ... or this long after the first of them (a few reads' worth under load: the owner's
-#: cost is per row of a part, so bigger parts cost it less per point).
-PART_DELAY_S = 0.01
 
 
 def frame(message: object) -> bytes:
