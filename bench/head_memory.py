@@ -34,10 +34,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import tracemalloc
 from pathlib import Path
+
+from bench.ingest import export
 
 BASE = 1356998400
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,29 +124,6 @@ def speed(rows: int) -> dict[str, float]:
     }
 
 
-def _export(ref: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", ref, "tsd"], check=True, capture_output=True
-    ).stdout
-    tar = into / "tree.tar"
-    tar.write_bytes(archive)
-    with tarfile.open(tar) as t:
-        t.extractall(into, filter="data")
-    for name in ("setup.py", "pyproject.toml"):
-        shown = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{ref}:{name}"], check=True, capture_output=True
-        )
-        (into / name).write_bytes(shown.stdout)
-    # its compiled helpers, as this tree has its own (scripts/bootstrap builds them in place)
-    subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-        cwd=into,
-        check=True,
-        capture_output=True,
-    )
-    return into
-
-
 def _child(path: Path, rows: int, points: int, traced: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(path)}
     out = subprocess.run(
@@ -187,7 +165,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"after": ROOT}
         if args.baseline:
-            trees = {"before": _export(args.baseline, Path(tmp)), **trees}
+            trees = {"before": export(args.baseline, Path(tmp)), **trees}
         if args.speed:
             _speeds(trees, args)
             return
