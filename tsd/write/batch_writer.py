@@ -234,18 +234,24 @@ class Writer:
         call per socket read or request body). Timestamps and values must be valid, as the
         protocol parsers type them. Callers that honour back-pressure pass at most
         :meth:`room` points."""
+        batch, was_empty = self._open_batch(len(points))
+        batch.add_points(points)
+        self._added.value += len(points)
+        return self._added_to_batch(was_empty)
+
+    def _open_batch(self, points: int) -> tuple[Batch, bool]:
+        """The batch that takes ``points`` more points (started now if it had none yet)
+        and whether it was empty; raises when the writer takes no points (shutting down,
+        or the spool refusing: those points counted as refused)."""
         if self._closing:
             raise StorageUnavailable("the writer is shutting down")
         if self._spool is not None and self._spool.refusal is not None:
-            self._spool.count_refused(len(points))
+            self._spool.count_refused(points)
             raise self._spool.refusal
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
-        was_empty = batch.cells == 0
-        batch.add_points(points)
-        self._added.value += len(points)
-        return self._added_to_batch(was_empty)
+        return batch, batch.cells == 0
 
     @property
     def logs_points(self) -> bool:
@@ -296,18 +302,9 @@ class Writer:
         """Buffer points encoded ahead (a telnet connection's): a log record's payload and
         the same rows as runs (:meth:`Batch.add_part`). Costs a few steps per call, none
         per point."""
-        points = part.points
-        if self._closing:
-            raise StorageUnavailable("the writer is shutting down")
-        if self._spool is not None and self._spool.refusal is not None:
-            self._spool.count_refused(points)
-            raise self._spool.refusal
-        batch = self._batch
-        if batch.started_at is None:
-            batch.start(self._clock())
-        was_empty = batch.cells == 0
+        batch, was_empty = self._open_batch(part.points)
         batch.add_part(part)
-        self._added.value += points
+        self._added.value += part.points
         return self._added_to_batch(was_empty)
 
     @property
