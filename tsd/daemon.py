@@ -65,6 +65,7 @@ from tsd.storage_setup import ensure_tables, rollup_setup, storage_settings
 from tsd.uid.service import UidService, check_uid_config
 from tsd.uid.uniqueid import UniqueId
 from tsd.write.batch_writer import Writer, WriterLimits
+from tsd.write.cell_store import CellStore
 from tsd.write.control import ControlServer
 from tsd.write.histogram_store import Histograms
 from tsd.write.ingest import IngestService
@@ -190,11 +191,12 @@ class Daemon:
             self._writer_limits,
             rollups=computed,
             rollup_intervals=rollups.intervals(),
+            cells=self._cell_store(storage, uids, rollup_config),
         )
         await write_path.start()
         if self._control is not None:
             self._control.serve(write_path.writer.write_out)
-        services = self._services(storage, uids, write_path, rollup_config, credentials)
+        services = self._services(storage, uids, write_path, credentials)
         if services.query_engine is not None:
             services.query_engine.rollups = rollups.effective
             services.query_engine.computed = computed
@@ -251,14 +253,10 @@ class Daemon:
             authentication=credentials is not None,
         )
 
-    def _services(
-        self,
-        storage: InstrumentedStorage,
-        uids: UidService,
-        write_path: WritePath,
-        rollup_config: RollupConfig | None,
-        credentials: Credentials | None,
-    ) -> Services:
+    def _cell_store(
+        self, storage: InstrumentedStorage, uids: UidService, rollup_config: RollupConfig | None
+    ) -> CellStore:
+        """The stores of rollup, pre-aggregate and histogram puts (one cell each)."""
         config = self.config
         rules = NameRules(config.core.tag_allow_specialchars, config.storage.max_tags)
         rollups = Rollups(
@@ -279,6 +277,19 @@ class Daemon:
             config.storage.data_table,
             rules,
         )
+        return CellStore(rollups, histograms)
+
+    def _services(
+        self,
+        storage: InstrumentedStorage,
+        uids: UidService,
+        write_path: WritePath,
+        credentials: Credentials | None,
+    ) -> Services:
+        config = self.config
+        cells = write_path.ingest.cells
+        assert cells is not None
+        rules = NameRules(config.core.tag_allow_specialchars, config.storage.max_tags)
         return Services(
             config=config,
             ingest=write_path.ingest,
@@ -287,8 +298,7 @@ class Daemon:
             stats_tags=self._stats_tags(),
             rules=rules,
             request_shutdown=self.request_shutdown,
-            rollups=rollups,
-            histograms=histograms,
+            histogram_codecs=cells.histograms.codecs,
             meta=write_path.meta,
             storage_calls=storage,
             query_tracker=QueryTracker(),
@@ -316,8 +326,7 @@ class Daemon:
             request_shutdown=self.request_shutdown,
             idle_timeout_s=float(self.config.network.socket_timeout_s),
             storage_error=HBASE_ERROR if self.config.storage.backend == "hbase" else STORAGE_ERROR,
-            rollups=services.rollups,
-            histograms=services.histograms,
+            histogram_codecs=services.histogram_codecs,
         )
 
     def _gateway_stats(self, storage: Storage) -> None:

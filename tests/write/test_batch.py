@@ -24,8 +24,8 @@ def test_empty_batch_is_never_due_or_full() -> None:
 
 def test_batch_is_due_interval_after_its_first_cell() -> None:
     batch = make_batch(interval_s=1.0)
-    batch.add(b"r", b"\x00\x00", b"\x01", now=10.0)
-    batch.add(b"r", b"\x00\x10", b"\x02", now=10.9)  # later cells do not move the deadline
+    batch.add_cell(b"r", b"\x00\x00", b"\x01", now=10.0)
+    batch.add_cell(b"r", b"\x00\x10", b"\x02", now=10.9)  # later cells do not move the deadline
     assert not batch.is_due(10.999)
     assert batch.due_in(10.25) == pytest.approx(0.75)
     assert batch.is_due(11.0)
@@ -35,17 +35,17 @@ def test_batch_is_due_interval_after_its_first_cell() -> None:
 def test_batch_is_full_at_max_cells() -> None:
     batch = make_batch(max_cells=3)
     for i in range(2):
-        batch.add(b"r", bytes((0, i << 4)), b"\x01", now=0.0)
+        batch.add_cell(b"r", bytes((0, i << 4)), b"\x01", now=0.0)
     assert not batch.is_full()
-    batch.add(b"s", b"\x00\x00", b"\x01", now=0.0)
+    batch.add_cell(b"s", b"\x00\x00", b"\x01", now=0.0)
     assert batch.is_full()
     assert len(batch) == 3
 
 
 def test_same_cell_twice_keeps_the_last_value_and_counts_once() -> None:
     batch = make_batch()
-    batch.add(b"r", b"\x00\x00", b"\x01", now=0.0)
-    batch.add(b"r", b"\x00\x00", b"\x02", now=0.0)
+    batch.add_cell(b"r", b"\x00\x00", b"\x01", now=0.0)
+    batch.add_cell(b"r", b"\x00\x00", b"\x02", now=0.0)
     assert len(batch) == 1
     assert list(batch.sorted_cells()) == [(b"r", b"\x00\x00", b"\x02")]
 
@@ -59,7 +59,7 @@ def test_cells_come_out_sorted_by_row_then_qualifier() -> None:
         (b"\x00\x00\x01", b"\x00\x10", b"\x04"),
     ]
     for row, qualifier, value in cells:
-        batch.add(row, qualifier, value, now=0.0)
+        batch.add_cell(row, qualifier, value, now=0.0)
     assert list(batch.sorted_cells()) == sorted(cells)
     assert list(batch.sorted_rows()) == [
         (

@@ -43,7 +43,7 @@ from tsd.data_points import DataPoint, Tags
 from tsd.errors import BadRequestError, PutLineError, TsdError
 from tsd.log import TELNET, get_logger
 from tsd.protocol import rollup_put
-from tsd.protocol.histogram_put import line_histogram, parse_histogram_line
+from tsd.protocol.histogram_put import HistogramCodecs, line_histogram, parse_histogram_line
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet import (
     TELNET_REF_CACHE,
@@ -81,9 +81,8 @@ from tsd.server.peer import is_loopback
 from tsd.stats import StatsRegistry, format_lines
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart, seal_part
-from tsd.write.histogram_store import Histograms
+from tsd.write.histogram_store import HistogramCell
 from tsd.write.ingest import IngestService, IngestSession, Put, RefusalKind, Refused, SeriesRef
-from tsd.write.rollup_store import Rollups
 
 log = get_logger(TELNET)
 
@@ -110,10 +109,8 @@ class TelnetContext:
     #: enabled commands (``telnet_command_names(mode, allow_diediedie)``)
     commands: tuple[str, ...]
     rules: NameRules
-    #: the ``rollup`` command's checks and writer
-    rollups: Rollups
-    #: the ``histogram`` command's codecs and writer
-    histograms: Histograms
+    #: the ``histogram`` command's codecs (None: histograms off)
+    histogram_codecs: HistogramCodecs | None
     max_line_bytes: int
     return_errors: bool
     diediedie_loopback_only: bool
@@ -612,13 +609,12 @@ class TelnetProtocol(TrackedProtocol):
     async def _run_rollup(self, command: RollupCommand) -> None:
         """RollupDataPointRpc: store the point; a refusal is answered with OpenTSDB's line
         (failures in the write itself only with ``tsd.rpc.telnet.return_errors``)."""
-        rollups = self._context.rollups
         point = command.point
         if point is None:
             self._stats.exceptions.inc()
             return
         try:
-            await rollups.store(point, groupby=point.groupby is not None)
+            await self._session.put_cell(point)
         except rollup_put.RollupError as exc:
             if exc.kind == rollup_put.STORAGE:
                 if self._context.return_errors:
@@ -637,16 +633,16 @@ class TelnetProtocol(TrackedProtocol):
         (or ``invalid value``); what fails afterwards OpenTSDB reports from its write
         callback, ``histogram: HBase error: <message>`` (with
         ``tsd.rpc.telnet.return_errors``)."""
-        histograms = self._context.histograms
+        codecs = self._context.histogram_codecs
         try:
-            line = parse_histogram_line(list(command.words), histograms.codecs is not None)
+            line = parse_histogram_line(list(command.words), codecs is not None)
         except PutLineError as exc:
             self._count_error(exc.kind == PutLineError.INVALID_VALUE)
             self._write(format_error(exc))
             return
-        assert histograms.codecs is not None
+        assert codecs is not None
         try:
-            histogram = line_histogram(line, histograms.codecs)
+            histogram = line_histogram(line, codecs)
         except TsdError as exc:
             # OpenTSDB's errback parses the text form again to log the point, fails the
             # same way, and so never writes its reply: only the base64 form is answered.
@@ -654,7 +650,9 @@ class TelnetProtocol(TrackedProtocol):
                 self._write_line(f"histogram: HBase error: {exc.message}")
             return
         try:
-            await histograms.store(line.metric, line.timestamp, histogram, line.tags)
+            await self._session.put_cell(
+                HistogramCell(line.metric, line.timestamp, histogram, line.tags)
+            )
         except TsdError as exc:
             if self._context.return_errors:
                 self._write_line(f"histogram: HBase error: {exc.message}")

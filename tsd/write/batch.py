@@ -70,7 +70,9 @@ class Batch:
     logged: list[int] = field(default_factory=list)
     logged_cells: int = 0
 
-    def add(self, row: bytes, qualifier: bytes, value: bytes, now: float | None = None) -> None:
+    def add_cell(
+        self, row: bytes, qualifier: bytes, value: bytes, now: float | None = None
+    ) -> None:
         """Buffer one cell. The batch's age starts at ``now``, or at :meth:`start` (callers
         on a hot path call ``start(clock())`` only when :attr:`started_at` is None)."""
         if self.started_at is None and now is not None:

@@ -352,7 +352,7 @@ class Writer:
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
-        batch.add(series.row_key(base_time_s), qualifier, value_bytes)
+        batch.add_cell(series.row_key(base_time_s), qualifier, value_bytes)
         self._added.value += 1
         return self._added_to_batch(batch.cells == 1)
 

@@ -16,7 +16,17 @@ from tsd.protocol.names import NameRules, check_metric_and_tags, format_java_map
 from tsd.protocol.rollup_put import PreparedRollup
 from tsd.write.rollup import RollupWriter
 
-__all__ = ["Histograms"]
+__all__ = ["HistogramCell", "Histograms"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramCell:
+    """One histogram point of either protocol, its histogram decoded."""
+
+    metric: str
+    timestamp: int
+    histogram: SimpleHistogram
+    tags: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +39,11 @@ class Histograms:
     data_table: str
     rules: NameRules
 
-    async def store(
-        self, metric: str, timestamp: int, histogram: SimpleHistogram, tags: dict[str, str]
-    ) -> None:
+    async def store(self, cell: HistogramCell) -> None:
         """Encode and store. Raises HistogramFailure (OpenTSDB's IllegalArgument texts),
         NoSuchUniqueName, or TsdError from storage."""
         assert self.codecs is not None
+        metric, timestamp, histogram, tags = cell.metric, cell.timestamp, cell.histogram, cell.tags
         raw = self.codecs.encode(histogram)
         if timestamp < 0 or (timestamp & SECOND_MASK and timestamp > MAX_MS_TIMESTAMP):
             kind = "negative " if timestamp < 0 else "bad"
@@ -56,4 +65,4 @@ class Histograms:
             histogram_qualifier(timestamp),
             raw,
         )
-        await self.writer.write(prepared)
+        await self.writer.write_cell(prepared)

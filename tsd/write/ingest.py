@@ -52,12 +52,19 @@ from typing import Generic, TypeAlias, TypeVar, cast
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.config import StorageConfig
 from tsd.data_points import DataPoint, Tags
-from tsd.errors import NameTooLong, NoSuchUniqueName, StorageRefused, TsdError
+from tsd.errors import (
+    NameTooLong,
+    NoSuchUniqueName,
+    StorageRefused,
+    StorageUnavailable,
+    TsdError,
+)
 from tsd.log import WRITER, get_logger
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart
 from tsd.write.batch_writer import Ack, Writer
+from tsd.write.cell_store import CellPoint, CellStore
 
 log = get_logger(WRITER)
 
@@ -161,12 +168,16 @@ class IngestService:
         max_series: int = DEFAULT_MAX_SERIES,
         on_new_series: Callable[[bytes, list[tuple[bytes, bytes]], bytes], None] | None = None,
         registry: StatsRegistry | None = None,
+        cells: CellStore | None = None,
     ) -> None:
         """``on_new_series(metric_uid, tag_uid_pairs, tsuid)`` is called (synchronously)
         when a series gets its ref, i.e. once per series until the ref cache is cleared:
-        meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there."""
+        meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there.
+        ``cells``: where rollups and histograms go (None: ``tsdb import``, which takes
+        neither)."""
         self.writer = writer
         self.uids = uids
+        self.cells = cells
         self._layout = KeyLayout.from_storage_config(cfg)
         self._max_series = max_series
         self._on_new_series = on_new_series
@@ -259,6 +270,7 @@ class IngestService:
         on_batch_failed: Callable[[TsdError, int], None] | None = None,
         track_acks: bool = False,
         protocol: str | None = None,
+        durable: bool = False,
     ) -> IngestSession[T]:
         """A session for one connection, request or import (see :class:`IngestSession`).
         With ``protocol`` its points and refusals count into tsd's ``ingest.points`` and
@@ -274,6 +286,7 @@ class IngestService:
             on_batch_failed=on_batch_failed,
             track_acks=track_acks,
             counters=counters,
+            durable=durable,
         )
 
     def counters(self, protocol: str) -> tuple[Counter, Counter]:
@@ -314,7 +327,16 @@ class IngestSession(Generic[T]):
     #: set when storage refused points up front (HBase's spool full), and how many
     refusal: StorageRefused | None = None
     refused_writes: int = 0
+    #: :meth:`append_run`'s points are stored once the write-ahead log holds them
+    #: (written and fsynced) where the writer logs points (the embedded head), and join
+    #: the next batch as logged: :meth:`stored` then waits for no batch (remote write,
+    #: where a batch per request would cost a pass over the head per request). Points
+    #: :meth:`put` queues for a lookup still wait for their batch, and are read as soon as
+    #: stored (a new series' first points are seen at once, as before it had a ref).
+    durable: bool = False
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
+    #: the log appends of a durable session (:meth:`settle` waits for them)
+    _logging: set[asyncio.Task[None]] = field(default_factory=set)
     #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
     _collecting: list[_Miss[T]] | None = None
     _last_ack: Ack | None = None
@@ -352,16 +374,21 @@ class IngestSession(Generic[T]):
 
         Timestamps and values must be valid, as the protocol parsers type them. Callers
         that honour back-pressure pass at most :meth:`room` points. ``tags`` (one per
-        point) come back with refusals and sync outcomes.
+        point) come back with refusals and sync outcomes. In a :attr:`durable` session
+        the points are logged first (:meth:`settle` waits for it).
         """
+        if self.durable and self.service.writer.logs_points:
+            self._append_logged(points, tags)
+        else:
+            self._append_buffered(points, tags)
+
+    def _append_buffered(self, points: list[RefPoint], tags: Sequence[T] | None) -> None:
+        """:meth:`append_run` into the writer's current batch."""
         try:
             ack = self.service.writer.add_points(points)
         except TsdError as exc:  # shutting down, or HBase's spool full: all are refused
-            if self._track_refusal(exc, tags, len(points)):
-                return
-            refused = Refused.of(exc)
-            for position in range(len(points)):
-                self._refuse(None if tags is None else tags[position], None, refused)
+            if not self._track_refusal(exc, tags, len(points)):
+                self._refuse_run(tags, len(points), Refused.of(exc))
             return
         if self.counters is not None:
             self.counters[0].value += len(points)
@@ -376,9 +403,7 @@ class IngestSession(Generic[T]):
             ack = self.service.writer.add_part(part)
         except TsdError as exc:  # shutting down, or HBase's spool full
             if not self._track_refusal(exc, None, points):
-                refused = Refused.of(exc)
-                for _ in range(points):
-                    self._refuse(None, None, refused)
+                self._refuse_run(None, points, Refused.of(exc))
             return
         if self.counters is not None:
             self.counters[0].value += points
@@ -414,14 +439,23 @@ class IngestSession(Generic[T]):
         batch.append((point, tag, tuple(aliases)))
         return Put.QUEUED
 
+    async def put_cell(self, point: CellPoint) -> None:
+        """Store one point as a cell of its own, straight to storage (a rollup, a
+        pre-aggregate or a histogram: OpenTSDB writes each with a put of its own, outside
+        the data points' batches and log). Raises what :meth:`CellStore.store` raises."""
+        cells = self.service.cells
+        if cells is None:
+            raise StorageUnavailable("this write path stores no rollups or histograms")
+        await cells.store(point)
+
     def has_pending(self) -> bool:
         """True while lookups of this session are running."""
         return bool(self._pending)
 
     async def settle(self) -> None:
         """Wait until every point appended so far is buffered or refused."""
-        while self._pending:
-            await asyncio.wait(self._pending)
+        while self._pending or self._logging:
+            await asyncio.wait(self._pending | self._logging)
 
     # -- sync ---------------------------------------------------------------------------------
 
@@ -430,10 +464,10 @@ class IngestSession(Generic[T]):
         holds every point or ``timeout_s`` passes (on HBase, during an outage, at most
         :meth:`Writer.sync_wait_s`), and sort the points by outcome."""
         writer = self.service.writer
-        writer.flush_soon()
-        timeout_s = writer.sync_wait_s(timeout_s)
         pending = {tracked.ack for tracked in self._tracked if not tracked.ack.done()}
         if pending:
+            writer.flush_soon()
+            timeout_s = writer.sync_wait_s(timeout_s)
             try:
                 async with asyncio.timeout(timeout_s):
                     await asyncio.wait(pending)
@@ -456,6 +490,36 @@ class IngestSession(Generic[T]):
         return SyncOutcome(stored, unstored, refusal)
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _append_logged(self, points: list[RefPoint], tags: Sequence[T] | None) -> None:
+        """:meth:`append_run` in a durable session: the points' log record is written in
+        a task of its own, whose outcome is their ack."""
+        loop = asyncio.get_running_loop()
+        ack: Ack = loop.create_future()
+        tracked = self.track_acks and tags is not None
+        if tracked:
+            assert tags is not None
+            self._tracked.append(_Tracked(ack, list(tags)))
+        task = loop.create_task(self._log_run(points, tags, ack, tracked))
+        self._logging.add(task)
+        task.add_done_callback(self._logging.discard)
+
+    async def _log_run(
+        self, points: list[RefPoint], tags: Sequence[T] | None, ack: Ack, tracked: bool
+    ) -> None:
+        try:
+            await self.service.writer.add_points_logged(points)
+        except Exception as exc:
+            if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
+                log.exception("ingest.log_append_crashed", points=len(points))
+            ack.set_exception(exc)
+            ack.exception()  # seen: the session reports it
+            if not tracked:
+                self._refuse_run(tags, len(points), Refused.of(exc))
+            return
+        if self.counters is not None:
+            self.counters[0].value += len(points)
+        ack.set_result(None)
 
     async def _resolve_batch(self, batch: list[_Miss[T]]) -> None:
         # The task starts on the loop's next turn: the batch took that turn's misses.
@@ -495,7 +559,7 @@ class IngestSession(Generic[T]):
         """Hand ``run`` to the writer and empty it (and ``tags``)."""
         if run:
             kept = None if all(tag is None for tag in tags) else cast(list[T], tags[:])
-            self.append_run(run[:], kept)
+            self._append_buffered(run[:], kept)
             run.clear()
             tags.clear()
 
@@ -528,6 +592,11 @@ class IngestSession(Generic[T]):
         if self.counters is not None:
             self.counters[1].value += len(tags)
         return True
+
+    def _refuse_run(self, tags: Sequence[T] | None, count: int, refused: Refused) -> None:
+        """Refuse ``count`` points of a run, each with its tag."""
+        for position in range(count):
+            self._refuse(None if tags is None else tags[position], None, refused)
 
     def _remember(self, aliases: Iterable[Hashable], ref: SeriesRef) -> None:
         cache = self.cache

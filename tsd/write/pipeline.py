@@ -19,6 +19,7 @@ from tsd.storage.base import Storage
 from tsd.uid.service import UidService
 from tsd.wal import WriteAheadLog
 from tsd.write.batch_writer import Writer, WriterLimits
+from tsd.write.cell_store import CellStore
 from tsd.write.head_flush import RollupHook, build_head_sink
 from tsd.write.ingest import IngestService
 from tsd.write.retention import RetainedInterval
@@ -48,13 +49,15 @@ class WritePath:
         logged: bool = True,
         rollups: RollupHook | None = None,
         rollup_intervals: Sequence[RetainedInterval] = (),
+        cells: CellStore | None = None,
     ) -> WritePath:
         """``logged``: keep the write-ahead log (``tsd.storage.wal.enable``); ``tsdb
         import`` does not (it runs beside a daemon on the same data directory, whose log
         is the daemon's, and an interrupted import is simply run again). ``rollups``:
         tsd's own rollups, computed as rows are written (tsd.rollups.compute).
         ``rollup_intervals``: the rollup configuration in force (its tables are under
-        retention with the data table)."""
+        retention with the data table). ``cells``: the stores of rollup and histogram
+        puts (the daemon's; ``tsdb import`` takes neither)."""
         meta = MetaService(storage, uids, config, registry)
         wal = None
         if logged and config.storage.wal_enable:
@@ -104,6 +107,7 @@ class WritePath:
             max_series=config.core.series_cache_size,
             on_new_series=meta.tracker.on_new_series,
             registry=registry,
+            cells=cells,
         )
         return cls(writer, ingest, meta, sink.head if sink is not None else None)
 

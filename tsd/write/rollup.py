@@ -88,6 +88,6 @@ class RollupWriter:
         metric_uid, pairs = await self._uids.resolve_for_write(point.metric, point.tags)
         return make_series_key(self._layout, metric_uid, pairs).row_key(point.base_time)
 
-    async def write(self, point: PreparedRollupLike) -> None:
+    async def write_cell(self, point: PreparedRollupLike) -> None:
         key = await self.row_key(point)
         await put_rollup_cells(self._storage, point.table, [(key, point.qualifier, point.value)])

@@ -28,12 +28,13 @@ class Rollups:
     writer: RollupWriter
     registry: StatsRegistry
 
-    async def store(self, point: RollupPoint, *, groupby: bool) -> None:
-        """Check and store one point. Raises RollupError: refused before storage, or kind
-        UNKNOWN_METRIC (auto-create off) or STORAGE (failed in the write)."""
-        prepared = prepare_rollup(point, self.rules, groupby=groupby)
+    async def store(self, point: RollupPoint) -> None:
+        """Check and store one point (a pre-aggregate when it has a group-by
+        aggregator). Raises RollupError: refused before storage, or kind UNKNOWN_METRIC
+        (auto-create off) or STORAGE (failed in the write)."""
+        prepared = prepare_rollup(point, self.rules, groupby=point.groupby is not None)
         try:
-            await self.writer.write(prepared)
+            await self.writer.write_cell(prepared)
         except NoSuchUniqueName as exc:
             error = RollupError(UNKNOWN_METRIC, exc.message)
             error.tags = dict(prepared.tags)

@@ -14,15 +14,14 @@ from aiohttp import web
 
 from tsd.config import Config
 from tsd.meta.service import MetaService
+from tsd.protocol.histogram_put import HistogramCodecs
 from tsd.protocol.names import NameRules
 from tsd.query.engine import QueryEngine
 from tsd.query.tracking import QueryTracker
 from tsd.server.credentials import Credentials
 from tsd.stats import StatsRegistry
 from tsd.uid.service import UidService
-from tsd.write.histogram_store import Histograms
 from tsd.write.ingest import IngestService
-from tsd.write.rollup_store import Rollups
 
 __all__ = ["CORS_DOMAINS", "IS_API", "ROUTES", "SERVICES", "Services"]
 
@@ -55,10 +54,8 @@ class Services:
     stats_tags: tuple[tuple[str, str], ...]
     rules: NameRules
     request_shutdown: Callable[[], None]
-    #: /api/rollup and telnet ``rollup``
-    rollups: Rollups
-    #: /api/histogram and telnet ``histogram``
-    histograms: Histograms
+    #: /api/histogram's codecs (None: ``tsd.core.histograms.config`` unset, histograms off)
+    histogram_codecs: HistogramCodecs | None
     #: series index, TSMeta/UIDMeta and annotations (the write path's, with its tracking)
     meta: MetaService
     #: the storage calls counted for ``/api/stats/region_clients``

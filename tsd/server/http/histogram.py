@@ -27,16 +27,18 @@ from tsd.protocol.put_reply import (
 from tsd.server.http.cells import Failure, store_points
 from tsd.server.http.context import SERVICES
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
-from tsd.write.histogram_store import Histograms
+from tsd.write.histogram_store import HistogramCell
+from tsd.write.ingest import IngestSession
 
 
 async def handle_histogram(request: web.Request, path: ApiPath) -> web.StreamResponse:
-    histograms: Histograms = request.app[SERVICES].histograms
-    codecs = histograms.codecs
+    services = request.app[SERVICES]
+    codecs = services.histogram_codecs
     if codecs is None:
         raise BadRequestError(DISABLED, status=503)
     if request.method != "POST":
         raise method_not_allowed(request.method)
+    session: IngestSession[None] = services.ingest.session()
 
     async def store(point: HistogramPoint, echo: DatapointEcho) -> Failure[HistogramPoint] | None:
         try:
@@ -47,7 +49,9 @@ async def handle_histogram(request: web.Request, path: ApiPath) -> web.StreamRes
                 histogram = histogram_from_buckets(
                     point.buckets, point.underflow, point.overflow, codecs.simple_id()
                 )
-            await histograms.store(point.metric, point.timestamp, histogram, point.tags)
+            await session.put_cell(
+                HistogramCell(point.metric, point.timestamp, histogram, point.tags)
+            )
         except HistogramFailure as exc:
             if exc.number:
                 return Failure(NOT_A_NUMBER, echo)

@@ -37,7 +37,7 @@ import orjson
 from aiohttp import web
 
 from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP, DataPoint
-from tsd.errors import StorageRefused, TsdError
+from tsd.errors import StorageRefused
 from tsd.log import HTTP, get_logger
 from tsd.protocol.prom_labels import (
     LabelMapper,
@@ -90,6 +90,7 @@ class _Outcome:
     skipped: Tally[str] = field(default_factory=Tally)
     refused: Tally[str] = field(default_factory=Tally)
     messages: list[str] = field(default_factory=list)
+    #: a refusal that makes the request retried (a UID assignment failed)
     storage: Refused | None = None
 
     def refuse(self, reason: str, message: str, samples: int) -> None:
@@ -142,40 +143,30 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
 
 
 async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
-    """The one place remote write calls the ingest service and the writer.
+    """The one place remote write calls the ingest service.
 
-    Points of known series: on the embedded store, appended in one run once the
-    write-ahead log holds them (:meth:`Writer.add_points_logged`: written and fsynced,
-    then buffered for the head with the next batch), so a request costs one log record
-    rather than a batch of its own; elsewhere (HBase) appended by ref and waited for
-    until storage holds them, as ``/api/put?sync``. Points of new series are resolved in
-    the session's window (each remembered under its key) and waited for likewise."""
+    A durable session: points of known series are appended by ref, on the embedded store
+    stored once the write-ahead log holds them (written and fsynced, then buffered for the
+    head with the next batch: a request costs one log record rather than a batch of its
+    own), elsewhere (HBase) waited for until storage holds them, as ``/api/put?sync``.
+    Points of new series are resolved in the session's window (each remembered under its
+    key) and waited for likewise."""
     outcome = take.outcome
     session: IngestSession[int] = services.ingest.session(
-        cache=take.refs, on_refused=outcome.on_refused, track_acks=True, protocol=PROTOCOL
+        cache=take.refs,
+        on_refused=outcome.on_refused,
+        track_acks=True,
+        protocol=PROTOCOL,
+        durable=True,
     )
-    known, writer = take.known, services.ingest.writer
-    logged = 0
-    if known and writer.logs_points:
-        await session.wait_room()
-        try:
-            await writer.add_points_logged(known)
-        except TsdError as exc:
-            outcome.storage = Refused.of(exc)
-        else:
-            logged = len(known)
-            if session.counters is not None:
-                session.counters[0].value += logged
-    else:
-        await append_in_room(session, known, range(len(known)))
+    known = take.known
+    await append_in_room(session, known, range(len(known)))
     for tag, (point, key) in enumerate(take.new, start=1):
         await put_waiting(session, point, -tag, (key,))
     await session.settle()
     refused_samples = sum(outcome.refused.values()) - outcome.refused["unknown_metric"]
     if session.counters is not None and refused_samples:
         session.counters[1].inc(refused_samples)  # unknown metrics counted by the session
-    if logged == len(known) and not take.new:
-        return SyncOutcome(logged, [])  # nothing waits for a batch
     return await session.stored(STORE_TIMEOUT_S)
 
 

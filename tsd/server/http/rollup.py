@@ -32,17 +32,17 @@ from tsd.protocol.rollup_put import UNKNOWN_METRIC as ROLLUP_UNKNOWN_METRIC
 from tsd.server.http.cells import Failure, store_points
 from tsd.server.http.context import SERVICES
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
-from tsd.write.rollup_store import Rollups
+from tsd.write.ingest import IngestSession
 
 
 async def handle_rollup(request: web.Request, path: ApiPath) -> web.StreamResponse:
     if request.method != "POST":
         raise method_not_allowed(request.method)
-    rollups: Rollups = request.app[SERVICES].rollups
+    session: IngestSession[None] = request.app[SERVICES].ingest.session()
 
     async def store(point: RollupPoint, echo: DatapointEcho) -> Failure[RollupPoint] | None:
         try:
-            await rollups.store(point, groupby=point.groupby is not None)
+            await session.put_cell(point)
         except RollupError as exc:
             if exc.tags is not None:  # OpenTSDB echoes the tags it had added to
                 shown = {key: exc.tags[key] for key in java_hash_order(exc.tags)}
