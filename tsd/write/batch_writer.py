@@ -59,7 +59,7 @@ from tsd.wal.record import (
     Columns,
     EncodedPart,
     Row,
-    encode_payload_and_runs,
+    encode_payload,
     frame,
     frame_cells,
     iter_records,
@@ -287,7 +287,7 @@ class Writer:
             raise sink.refusal
         # Not compressed: zstd was the largest part of logging a request's record in a
         # profile of the daemon (cProfile); the segments go once the head is written.
-        seq = await wal.append(frame(CELLS, encode_payload_and_runs(rows)[0]), cells)
+        seq = await wal.append(frame(CELLS, encode_payload(rows)), cells)
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
