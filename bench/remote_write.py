@@ -25,12 +25,16 @@ One tsd (``tsdb tsd``, embedded store) takes both of its scenarios; VictoriaMetr
   that sync point. VictoriaMetrics: the reply to the last request.
 * CPU: utime + stime of the server process and its children (/proc) over the round.
 
+``--baseline REF`` starts a second tsd from git revision REF's tree (bench/ingest.py's
+``export``: its C helpers built) and adds its remote write at each size, for this tree's
+figure against that commit's in the same rounds.
+
 Rounds alternate (tsd remote write at each size, tsd telnet, VictoriaMetrics at each
-size), each round starting one further (bench/ingest.py's ``rotated``); each figure is the
-median over rounds.
+size, the baseline's remote write at each size), each round starting one further
+(bench/ingest.py's ``rotated``); each figure is the median over rounds.
 
 Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R]
-[--connections C] [--per-request K[,K...]] [--no-vm]``.
+[--connections C] [--per-request K[,K...]] [--no-vm] [--baseline REF]``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from bench.ingest import (
     Server,
     Tsd,
     chunks_per_connection,
+    export,
     modes,
     rotated,
     send_telnet,
@@ -72,6 +77,7 @@ METRIC = "node_cpu_seconds_total"
 #: scenario names (followed by the request size)
 RW = "tsd remote write"
 VM_RW = "VM remote write"
+BEFORE_RW = "baseline remote write"
 _VM_RW_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="promremotewrite"\} (\d+)', re.M)
 
 
@@ -172,6 +178,10 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
     with tempfile.TemporaryDirectory() as tmp:
         tsd = await start_tsd(Path(tmp) / "tsd", mode)
         vm = None if args.no_vm else await start_vm(Path(tmp) / "vm", mode)
+        before = None
+        if args.baseline:
+            tree = export(args.baseline, Path(tmp) / "baseline")
+            before = await start_tsd(Path(tmp) / "tsd-before", mode, source=tree)
         try:
             async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=conns)
@@ -192,9 +202,14 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                 if vm is not None:
                     vm_url = f"http://127.0.0.1:{vm.http_port}/api/v1/write"
                     await post_all(session, vm_url, write_bodies(warm, labels, first), [])
+                if before is not None:
+                    before_url = f"http://127.0.0.1:{before.port}/api/v1/write"
+                    await post_all(session, before_url, write_bodies(warm, labels, first), [])
                 scenarios = [f"{RW} {size}" for size in args.per_request] + ["tsd telnet"]
                 if vm is not None:
                     scenarios += [f"{VM_RW} {size}" for size in args.per_request]
+                if before is not None:
+                    scenarios += [f"{BEFORE_RW} {size}" for size in args.per_request]
                 for number in range(args.rounds):
                     for name in rotated(scenarios, number):
                         points = samples(args.points, offset, args.series)
@@ -208,12 +223,10 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                                 args.points,
                             )
                         else:
-                            server: Server = tsd if name.startswith("tsd") else vm  # type: ignore[assignment]
-                            url = (
-                                tsd_url
-                                if server is tsd
-                                else f"http://127.0.0.1:{server.http_port}/api/v1/write"
-                            )
+                            server: Server = {"tsd": tsd, "VM": vm, "baseline": before}[  # type: ignore[assignment]
+                                name.split(" ", 1)[0]
+                            ]
+                            url = f"http://127.0.0.1:{server.http_port}/api/v1/write"
                             size = int(name.rsplit(" ", 1)[1])
                             parts = split(write_bodies(points, labels, size))
 
@@ -239,6 +252,8 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
             await tsd.stop()
             if vm is not None:
                 await vm.stop()
+            if before is not None:
+                await before.stop()
     return found
 
 
@@ -273,6 +288,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mode", default="shared", help="pinned or shared (bench/ingest.py)")
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="a git revision whose tsd (its tree, C helpers built) takes the same remote write"
+        " rounds beside this tree's",
+    )
     args = parser.parse_args()
     mode = modes()[args.mode]
     print(f"mode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
@@ -297,6 +318,9 @@ def main() -> None:
                 f"    tsd / VictoriaMetrics remote write per CPU-second: {cpu[rw] / cpu[vm]:.2f};"
                 f" wall {wall[rw] / wall[vm]:.2f}"
             )
+        old = f"{BEFORE_RW} {size}"
+        if old in cpu:
+            print(f"    this tree / {args.baseline} per CPU-second: {cpu[rw] / cpu[old]:.2f}")
 
 
 if __name__ == "__main__":
