@@ -145,8 +145,15 @@ static PyObject *merge_rows(PyObject *self, PyObject *const *args, Py_ssize_t na
             return NULL;
         }
         Py_ssize_t before = PyDict_GET_SIZE(have);
-        if (PyDict_Update(have, cells) < 0)
+        if (PyDict_GET_SIZE(cells) == 1) { /* the usual request: a cell a row */
+            Py_ssize_t at = 0;
+            PyObject *qualifier, *value;
+            PyDict_Next(cells, &at, &qualifier, &value);
+            if (PyDict_SetItem(have, qualifier, value) < 0)
+                return NULL;
+        } else if (PyDict_Update(have, cells) < 0) {
             return NULL;
+        }
         added += PyDict_GET_SIZE(have) - before;
     }
     return PyLong_FromLongLong(added);
