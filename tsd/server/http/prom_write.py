@@ -22,7 +22,9 @@ Prometheus drops a whole batch on a 4xx and retries it on a 5xx, so:
 A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
 series are remembered by their key (labels re-encoded) in the ingest service's
 ``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
-or lookup of its names.
+or lookup of its names. The samples of those are taken in one pass
+(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled), on the embedded store
+encoded straight into the request's cells, which become its log record.
 """
 
 from __future__ import annotations
