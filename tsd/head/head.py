@@ -255,26 +255,20 @@ class Head:
         the batch's rows are set with a numpy operation per column."""
         if not runs:
             return 0
+        keys = list(map(_FIRST, runs))
+        if len(set(keys)) != len(keys):
+            # a log record can hold a row more than once (the parts of one batch joined)
+            return self.add_runs(join_repeated_rows(runs), batch, now)
         part = _Part.of(runs, _bounds_array(runs))
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
-        keys = list(map(_FIRST, runs))
         slots = list(map(self._slot_of.get, keys))
         new = None
         if None in slots:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
-            fresh = [k for k, s in zip(keys, slots, strict=True) if s is None]
-            twice = len(set(fresh)) != len(fresh)
             held = np.array([s for s in slots if s is not None], np.int64)
         else:
-            twice = False
             held = np.array(slots, np.int64)
-        if not twice and len(held) > 1:
-            ordered = np.sort(held)
-            twice = bool((ordered[1:] == ordered[:-1]).any())
-        if twice:
-            # a log record can hold a row twice (parts of one batch joined): in order
-            return sum(self.add_runs([run], batch, now) for run in runs)
         if new is None:
             self._add_held(part, held, batch, now)
         else:
@@ -924,6 +918,32 @@ def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
         if bounds is not None:
             return cast(list[tuple[bool, int, int]], bounds)
     return python_run_bounds(runs)
+
+
+def join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
+    """One run per row: the runs of a row that comes more than once joined in order
+    (cells summed, qualifiers and values each concatenated), in the order rows first
+    come. Adding the joined run gives the row the same bytes and numbers as adding its
+    runs one after the other: qualifiers go before the values, and a row stays in order
+    when each run is in order and each starts after the one before it ends."""
+    by_row: dict[bytes, list[Run]] = {}
+    for run in runs:
+        group = by_row.get(run[0])
+        if group is None:
+            by_row[run[0]] = [run]
+        else:
+            group.append(run)
+    return [
+        group[0]
+        if len(group) == 1
+        else (
+            key,
+            sum(run[1] for run in group),
+            b"".join(run[2] for run in group),
+            b"".join(run[3] for run in group),
+        )
+        for key, group in by_row.items()
+    ]
 
 
 def _bounds_array(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
