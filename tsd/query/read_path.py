@@ -56,7 +56,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from tsd.codec import KeyLayout
@@ -327,12 +327,25 @@ async def _read_ranges(
     stats: ReadStats,
 ) -> None:
     """The ranges path: decided ranges scanned with their cells, the others by a key-only
-    pass and a ``getRows`` of their matching keys, up to ``PARALLEL_READS`` at once."""
+    pass and a ``getRows`` of their matching keys, up to ``PARALLEL_READS`` at once; where
+    storage reads many ranges per call (:meth:`Storage.reads_ranges_at_once`: the embedded
+    store), the decided ranges in one :meth:`Storage.scan_ranges` instead (a day of one
+    series is 25 small ranges: a reader-thread hop each cost more than their rows)."""
     ranges = narrowed_ranges(plan, request)
     if ranges is None:  # forced (tests) where the planner would not take it
         ranges = [KeyRange(s.start, s.stop, False) for s in plan.scans]
     template = plan.scans[0]
     slots = asyncio.Semaphore(PARALLEL_READS)
+    together: list[ScanSpec] = []
+    if storage.reads_ranges_at_once():  # the embedded store: all decided ranges in one read
+        together = [
+            dataclasses.replace(template, start=r.start, stop=r.stop) for r in ranges if r.decided
+        ]
+        ranges = [r for r in ranges if not r.decided]
+
+    async def read_together() -> None:
+        if together:
+            await _consumed(storage.scan_ranges(table, together, stats), consume)
 
     async def read(r: KeyRange) -> None:
         spec = dataclasses.replace(template, start=r.start, stop=r.stop)
@@ -349,7 +362,7 @@ async def _read_ranges(
         if keys:
             await _get_all(storage, table, keys, plan, consume, stats)
 
-    await all_or_none([read(r) for r in ranges])
+    await all_or_none([read_together(), *(read(r) for r in ranges)])
 
 
 def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:
@@ -433,9 +446,14 @@ async def _scan_one(
     storage: Storage, table: str, spec: ScanSpec, consume: Consumer, stats: ReadStats
 ) -> None:
     """One scan: each block is consumed while the next is read."""
+    await _consumed(storage.scan_blocks(table, spec, stats), consume)
+
+
+async def _consumed(read: AsyncGenerator[Block, None], consume: Consumer) -> None:
+    """Every block of ``read``, each consumed while the next is read."""
     pending: asyncio.Future[None] | None = None
     try:
-        async with contextlib.aclosing(storage.scan_blocks(table, spec, stats)) as blocks:
+        async with contextlib.aclosing(read) as blocks:
             async for block in blocks:
                 if pending is not None:
                     await pending
