@@ -452,14 +452,8 @@ class EmbeddedStorage(Storage):
         todo = collections.deque()
         for spec in specs:
             wanted = _check_families(info, spec.families)
-            if spec.limit is not None and spec.limit <= 0:
-                continue
-            position = ScanCursor(
-                next_key=row_start(spec.start),
-                stop_key=row_start(spec.stop) if spec.stop else None,
-                remaining=spec.limit,
-            )
-            todo.append((position, wanted, spec.row_filter, max(1, spec.batch_rows)))
+            if (position := _cursor(spec)) is not None:
+                todo.append((position, wanted, spec.row_filter, max(1, spec.batch_rows)))
         if not todo:
             return
         budget = BLOCKS_PER_READ * todo[0][3]
@@ -477,13 +471,9 @@ class EmbeddedStorage(Storage):
         ``per_read`` batches per read transaction (one reader-thread hop)."""
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
-        if spec.limit is not None and spec.limit <= 0:
+        position = _cursor(spec)
+        if position is None:
             return
-        position = ScanCursor(
-            next_key=row_start(spec.start),
-            stop_key=row_start(spec.stop) if spec.stop else None,
-            remaining=spec.limit,
-        )
         batch_rows = max(1, spec.batch_rows)
         while position.next_key is not None:
             batches = await self._read(
@@ -563,6 +553,17 @@ def _several(
     while len(batches) < count and position.next_key is not None:
         batches.append(read(txn, info, position, *args))
     return batches
+
+
+def _cursor(spec: ScanSpec) -> ScanCursor | None:
+    """Where ``spec``'s scan starts (None: a limit of no rows)."""
+    if spec.limit is not None and spec.limit <= 0:
+        return None
+    return ScanCursor(
+        next_key=row_start(spec.start),
+        stop_key=row_start(spec.stop) if spec.stop else None,
+        remaining=spec.limit,
+    )
 
 
 def _ranges_hop(
