@@ -711,6 +711,9 @@ async def test_scan_blocks_of_data_rows_hold_the_rows_of_scan(
         ScanSpec(start=b"\x00\x00\x01\x50\xe2\x3a\x10", stop=b"\x00\x00\x01\x50\xe2\x48\x20"),
         ScanSpec(limit=9, batch_rows=4),
         ScanSpec(families=("t",), batch_rows=3),
+        # a filter passing every key (the packed path stands), and one passing some
+        ScanSpec(row_filter=RowFilter(b"(?s).*"), batch_rows=6),
+        ScanSpec(row_filter=RowFilter(b"(?s).{7}[\\x00-\\x1f]"), limit=12, batch_rows=5),
     ]
     for spec in specs:
         want = await scan_all(storage, table, spec)
