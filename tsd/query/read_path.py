@@ -152,7 +152,7 @@ def choose_path(plan: ScanPlan, request: ReadRequest) -> str:
     series = request.exact_series
     if series is not None and len(series) * len(_hours(plan)) <= MULTI_GET_MAX_ROWS:
         return MULTI_GET
-    if request.pins and narrowed_ranges(plan, request) is not None:
+    if request.pins and _pinned_depth(plan, request):
         return RANGES
     return KEY_ONLY if request.pinned else SCAN
 
@@ -217,19 +217,27 @@ def _pin_ranges(
         _pin_ranges(prefix + tagk + value, pins[1:], key, decided, out)
 
 
+def _pinned_depth(plan: ScanPlan, request: ReadRequest) -> int:
+    """How many pinned keys (the first ones) the ranges path narrows by: the most whose
+    ranges stay within ``MAX_RANGES`` (0: not even the first's)."""
+    prefixes = len(_hours(plan)) * len(plan.scans)
+    pins = request.pins
+    depth = len(pins)
+    while depth and _ranges_per_prefix(pins[:depth]) * prefixes > MAX_RANGES:
+        depth -= 1
+    return depth
+
+
 def narrowed_ranges(plan: ScanPlan, request: ReadRequest) -> list[KeyRange] | None:
     """The key ranges of the ranges path (module docstring), in key order, adjacent ones
     joined; None when even the first pinned key alone gives more than ``MAX_RANGES``.
 
     When all pins give too many, only the first few are used (no range is decided then)."""
-    hours = _hours(plan)
-    prefixes = len(hours) * len(plan.scans)
-    pins = request.pins
-    depth = len(pins)
-    while depth and _ranges_per_prefix(pins[:depth]) * prefixes > MAX_RANGES:
-        depth -= 1
+    depth = _pinned_depth(plan, request)
     if not depth:
         return None
+    hours = _hours(plan)
+    pins = request.pins
     decided = request.pins_decide and depth == len(pins)
     ranges: list[KeyRange] = []
     for spec in plan.scans:
