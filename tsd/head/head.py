@@ -149,10 +149,43 @@ class _Group:
     left: array[int] = field(default_factory=lambda: array("q"))
     #: times the list was tidied (a tidy rewrites it; rows joining only append to it)
     tidied: int = 0
-    #: the listed rows' tag pairs as integers (:func:`_packed_pairs`), for a row filter's
-    #: pairs: (``tidied`` when taken, rows listed then, the pairs; None: keys of several
-    #: lengths); extended as rows join, taken again after a tidy
-    pairs: tuple[int, int, npt.NDArray[np.uint64] | None] | None = None
+    #: the listed rows' tag pairs, for a row filter's pairs (:meth:`Head._group_pairs`)
+    pairs: _GroupPairs | None = None
+
+
+@dataclass(slots=True)
+class _GroupPairs:
+    """A group's listed rows' tag pairs as integers (:func:`_packed_pairs`), as of the
+    group's ``tidied`` and its first ``listed`` slots (``packed`` None: keys of several
+    lengths), and, once asked, every pair in order with its row: a pair's rows are found
+    by bisection, not by a pass over every row."""
+
+    tidied: int
+    listed: int
+    packed: npt.NDArray[np.uint64] | None
+    #: the pairs sorted, and each one's row
+    ordered: npt.NDArray[np.uint64] | None = None
+    rows: npt.NDArray[np.int64] | None = None
+
+    def rows_having(self, contains: tuple[tuple[bytes, ...], ...]) -> npt.NDArray[np.int64]:
+        """The rows (in order) holding, for every entry of ``contains``, one of its pairs."""
+        packed = self.packed
+        assert packed is not None
+        ordered, rows = self.ordered, self.rows
+        if ordered is None or rows is None:
+            flat = packed.ravel()
+            order = np.argsort(flat, kind="stable")
+            self.ordered = ordered = flat[order]
+            self.rows = rows = order // max(1, packed.shape[1])
+        found: npt.NDArray[np.int64] | None = None
+        for entry in contains:
+            wanted = np.array(sorted({int.from_bytes(s, "big") for s in entry}), np.uint64)
+            lo = np.searchsorted(ordered, wanted, "left").tolist()
+            hi = np.searchsorted(ordered, wanted, "right").tolist()
+            hits = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi, strict=True)]))
+            found = hits if found is None else np.intersect1d(found, hits, assume_unique=True)
+        assert found is not None
+        return found.astype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,11 +465,11 @@ class Head:
             row_filter = spec.row_filter
             for number, slots in self._slots_in(spec):
                 if row_filter is not None:
-                    packed = None
+                    pairs = None
                     if row_filter.contains and number is not None:
-                        packed = self._group_pairs(number, row_filter.contains)
-                    if packed is not None:  # the group's pairs, kept: no step per row
-                        slots = slots[_having(packed, row_filter.contains)]
+                        pairs = self._group_pairs(number, row_filter.contains)
+                    if pairs is not None:  # the group's pairs, kept: no step per row
+                        slots = slots[pairs.rows_having(row_filter.contains)]
                         keys = [key_of[s] for s in slots.tolist()]
                         picked: Iterable[int] = range(len(keys))
                     else:
@@ -474,21 +507,23 @@ class Head:
 
     def _group_pairs(
         self, number: int, contains: tuple[tuple[bytes, ...], ...]
-    ) -> npt.NDArray[np.uint64] | None:
-        """Group ``number``'s tag pairs (:func:`_packed_pairs`, one row per listed slot,
+    ) -> _GroupPairs | None:
+        """Group ``number``'s tag pairs (:class:`_GroupPairs`, a row per listed slot,
         :meth:`_members` called just before), kept with the group and extended by the
         rows that joined since: a dashboard's filter over an hour of 10,000 series looks
-        at one array, not at 10,000 keys, each time. None where they do not apply."""
+        up its pairs, not 10,000 keys, each time. None where they do not apply."""
         group = self._groups[number]
         assert group is not None
         if not self._pairs_of(contains):
             return None
         cache = group.pairs
         listed = group.listed
-        if cache is not None and cache[0] == group.tidied:
-            _, done, packed = cache
-            if packed is None or done == listed:
-                return packed
+        if cache is not None and cache.tidied == group.tidied:
+            done, packed = cache.listed, cache.packed
+            if packed is None:
+                return None
+            if done == listed:
+                return cache
             key_of = self._key
             tail = [key_of[s] for s in group.slots[done:listed].tolist()]
             more = _packed_pairs(tail, self._layout.tags_start, self._layout.tag_pair_width)
@@ -500,8 +535,8 @@ class Head:
             key_of = self._key
             keys = [key_of[s] for s in group.slots[:listed].tolist()]
             packed = _packed_pairs(keys, self._layout.tags_start, self._layout.tag_pair_width)
-        group.pairs = (group.tidied, listed, packed)
-        return packed
+        group.pairs = _GroupPairs(group.tidied, listed, packed)
+        return group.pairs if packed is not None else None
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""
