@@ -148,7 +148,8 @@ def test_a_batch_with_rows_repeated_adds_what_its_runs_add_one_by_one(
     assert (joined.points, joined.bytes) == (one_by_one.points, one_by_one.bytes)
     for key in joined.all_keys():
         a, b = joined.get(key), one_by_one.get(key)
-        assert a is not None and b is not None
+        assert a is not None
+        assert b is not None
         assert (bytes(a.qualifiers), bytes(a.values), a.count, a.clean) == (
             bytes(b.qualifiers),
             bytes(b.values),
