@@ -146,7 +146,10 @@ class StorageConfig:
     thrift_transport: str = "buffered"
     thrift_protocol: str = "binary"
     thrift_pool_size: int = 8
-    thrift_timeout_ms: int = 30_000
+    # Per Thrift call, reads and writes alike (docs/hbase.md "The call timeout"): under the
+    # 10 s a query client waits; a timed-out put goes to the spool (logged, repeated later:
+    # a put is idempotent). Table administration waits at least ADMIN_TIMEOUT_S.
+    thrift_timeout_ms: int = 8_000
     thrift_max_idle_ms: int = 50_000  # reuse pooled connections idle less (server drops at 60 s)
     # create-tables: a Thrift2 gateway (host:port) to pre-split the salted data table with
     thrift2_host: str = ""

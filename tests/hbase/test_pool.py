@@ -190,6 +190,28 @@ async def test_timed_out_call_never_hands_its_reply_to_the_next(
 
 
 @pytest.mark.hbase
+async def test_table_administration_waits_past_the_call_timeout(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    """createTable and deleteTable answer once the master has run them: they get at least
+    ADMIN_TIMEOUT_S, not the data calls' deadline (here 200 ms, each reply held 0.6 s)."""
+    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
+        cfg = StorageConfig(
+            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
+        )
+        storage = HBaseStorage(hbase_settings(cfg))
+        px.delay_s = 0.6
+        with pytest.raises(StorageTimeout):
+            await storage.get(hbase_table, b"a")
+        table = f"{hbase_table}_admin"
+        assert await storage.create_table(table, [FamilySpec("f")]) is True
+        await storage.drop_table(table)
+        px.delay_s = 0.0
+        assert table not in await storage.list_tables()
+        await storage.close()
+
+
+@pytest.mark.hbase
 async def test_connection_idle_past_max_idle_is_not_reused(hbase_server: HBaseServer) -> None:
     storage = HBaseStorage(hbase_settings(hbase_server.storage_config(thrift_max_idle_ms=0)))
     for _ in range(3):

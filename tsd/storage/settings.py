@@ -34,7 +34,7 @@ class HBaseSettings:
     protocol: str = "binary"
     pool_size: int = 8
     #: per-call deadline and socket timeout; 0 = none
-    timeout_ms: int = 30_000
+    timeout_ms: int = 8_000
     #: pooled connections idle longer than this are not reused
     max_idle_ms: int = 50_000
     #: every gateway, (host, port) each; empty: ``host`` and ``port`` alone

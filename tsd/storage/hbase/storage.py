@@ -99,6 +99,11 @@ CLOSE_DELAY_S = 0.02
 #: checkAndPut calls written at once on one connection (check_and_put_many); the gateway
 #: serves them one after the other, so a bound keeps one part from holding a connection long
 CHECKS_PER_WRITE = 256
+#: Table administration (createTable, disable/deleteTable) waits at least this long: the
+#: gateway answers once the master has run the procedure (regions assigned and opened),
+#: seconds to tens of seconds on a busy cluster, and no client waits on it; the data calls'
+#: deadline (``tsd.storage.hbase.thrift.timeout``) is sized for queries and the spool
+ADMIN_TIMEOUT_S = 60.0
 #: bloom filter types HBase accepts in a column descriptor
 BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 
@@ -167,12 +172,14 @@ class HBaseStorage(Storage):
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _deadline(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _deadline(self, admin: bool = False) -> contextlib.AbstractAsyncContextManager[Any]:
         if self._timeout_s is None:
             return contextlib.nullcontext()
-        return asyncio.timeout(self._timeout_s)
+        return asyncio.timeout(max(self._timeout_s, ADMIN_TIMEOUT_S) if admin else self._timeout_s)
 
-    async def _attempt(self, call: Call[T], idempotent: bool, gateway: Gateway | None) -> T:
+    async def _attempt(
+        self, call: Call[T], idempotent: bool, gateway: Gateway | None, admin: bool = False
+    ) -> T:
         """Run ``call(client)`` on a pooled connection (to ``gateway`` when given).
 
         A call that fails with the connection itself failing (reset, EOF) is tried once
@@ -191,7 +198,7 @@ class HBaseStorage(Storage):
             async with self._pool.connection(gateway=gateway) as conn:
                 failed = conn.gateway
                 reused = conn.calls > 0
-                async with self._deadline():
+                async with self._deadline(admin):
                     return await call(conn.client)
         except TRANSPORT_ERRORS as exc:
             if isinstance(exc, GatewayUnreachable):
@@ -201,7 +208,7 @@ class HBaseStorage(Storage):
             elif isinstance(exc, TimeoutError) or not (idempotent and (reused or several)):
                 raise
             log.info("hbase.call_retried", gateway=failed and failed.endpoint, error=repr(exc))
-        async with self._pool.connection(fresh=True, avoid=failed) as conn, self._deadline():
+        async with self._pool.connection(fresh=True, avoid=failed) as conn, self._deadline(admin):
             return await call(conn.client)
 
     async def _call(
@@ -212,10 +219,13 @@ class HBaseStorage(Storage):
         *,
         idempotent: bool,
         gateway: Gateway | None = None,
+        admin: bool = False,
     ) -> T:
+        """``call`` on a pooled connection under the call deadline (``admin``: table
+        administration's, at least ADMIN_TIMEOUT_S), its failures as :mod:`tsd.errors`."""
         try:
             with map_errors(operation, table):
-                return await self._attempt(call, idempotent, gateway)
+                return await self._attempt(call, idempotent, gateway, admin)
         except StorageError as exc:
             # Some failures (mutateRows: "RetriesExhaustedWithDetailsException: Failed 1
             # action: <table>") do not say that the table is missing; ask.
@@ -252,7 +262,7 @@ class HBaseStorage(Storage):
                 raise
             return True
 
-        created = await self._call("createTable", None, create, idempotent=False)
+        created = await self._call("createTable", None, create, idempotent=False, admin=True)
         if created:
             log.info("hbase.table_created", table=table, families=[f.name for f in families])
         return created
@@ -272,7 +282,7 @@ class HBaseStorage(Storage):
                 await client.disableTable(name)
             await client.deleteTable(name)
 
-        await self._call("deleteTable", table, drop, idempotent=False)
+        await self._call("deleteTable", table, drop, idempotent=False, admin=True)
 
     async def families(self, table: str) -> dict[str, Any]:
         """Family name -> Thrift ``ColumnDescriptor`` as HBase reports it (HBase only)."""
