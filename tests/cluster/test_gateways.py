@@ -47,6 +47,24 @@ async def gateways(http: aiohttp.ClientSession, port: int) -> dict[str, dict[str
         return {client["endpoint"]: client for client in await reply.json()}
 
 
+async def gateway_stats(http: aiohttp.ClientSession, port: int) -> dict[str, dict[str, int]]:
+    """endpoint -> {"calls", "errors", "up"}: ``tsd.hbase.gateway.*`` in /api/stats, checked
+    against the same figures' ``tsd_hbase_gateway_*`` samples in /metrics."""
+    async with http.get(f"http://127.0.0.1:{port}/api/stats") as reply:
+        records = await reply.json()
+    stats: dict[str, dict[str, int]] = {}
+    for record in records:
+        kind = record["metric"].removeprefix("tsd.hbase.gateway.")
+        if kind != record["metric"]:
+            stats.setdefault(record["tags"]["gateway"], {})[kind] = int(record["value"])
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as reply:
+        exposed = await reply.text()
+    for endpoint, figures in stats.items():
+        assert f'tsd_hbase_gateway_up{{gateway="{endpoint}"}} {figures["up"]}.0' in exposed
+        assert f'tsd_hbase_gateway_errors_total{{gateway="{endpoint}"}}' in exposed
+    return stats
+
+
 async def test_two_gateways_carry_calls_and_one_killed_loses_nothing(
     hbase_cluster: HBaseCluster, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
@@ -58,7 +76,7 @@ async def test_two_gateways_carry_calls_and_one_killed_loses_nothing(
     base_s = int(time.time()) - 3600
     first, second = (f"127.0.0.1:{port}" for port in ports)
     async with (
-        tsd_process(cfg, tmp_path / "tsd.log", extra) as port,
+        tsd_process(cfg, tmp_path / "writer.log", extra) as port,
         tsd_process(cfg, tmp_path / "reader.log", {**extra, "tsd.mode": "ro"}) as reader,
         aiohttp.ClientSession() as http,
     ):
@@ -81,6 +99,11 @@ async def test_two_gateways_carry_calls_and_one_killed_loses_nothing(
             during = await gateways(http, port)
             assert during[first]["dead"] is True
             assert during[second]["dead"] is False
+            # per gateway in /api/stats and /metrics: both carried calls, the dead one failed
+            stats = await gateway_stats(http, port)
+            assert (stats[first]["up"], stats[second]["up"]) == (0, 1), stats
+            assert stats[first]["errors"] >= 1, stats
+            assert min(stats[first]["calls"], stats[second]["calls"]) > 0, stats
             assert await writing == []
             assert await wait_stored(port, base_s, ticks) == ticks * SERIES
             stop.set()

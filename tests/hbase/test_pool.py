@@ -110,6 +110,23 @@ def closed_port() -> int:
     return port  # nothing listens once the socket is closed
 
 
+@contextlib.asynccontextmanager
+async def timed_out_get(
+    hbase_server: HBaseServer, table: str
+) -> AsyncIterator[tuple[DelayingProxy, HBaseStorage]]:
+    """A storage behind a proxy holding each reply 0.6 s, with a 200 ms call deadline, and
+    one get on ``table`` that timed out."""
+    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
+        cfg = StorageConfig(
+            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
+        )
+        storage = HBaseStorage(hbase_settings(cfg))
+        px.delay_s = 0.6
+        with pytest.raises(StorageTimeout):
+            await storage.get(table, b"a")
+        yield px, storage
+
+
 @pytest.fixture
 async def hbase_table(hbase_server: HBaseServer) -> AsyncIterator[str]:
     prefix = unique_prefix()
@@ -176,14 +193,7 @@ async def test_cancelled_call_never_hands_its_reply_to_the_next(
 async def test_timed_out_call_never_hands_its_reply_to_the_next(
     hbase_server: HBaseServer, hbase_table: str
 ) -> None:
-    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
-        cfg = StorageConfig(
-            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
-        )
-        storage = HBaseStorage(hbase_settings(cfg))
-        px.delay_s = 0.6
-        with pytest.raises(StorageTimeout):
-            await storage.get(hbase_table, b"a")
+    async with timed_out_get(hbase_server, hbase_table) as (px, storage):
         px.delay_s = 0.0
         assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
         await storage.close()
@@ -195,14 +205,7 @@ async def test_table_administration_waits_past_the_call_timeout(
 ) -> None:
     """createTable and deleteTable answer once the master has run them: they get at least
     ADMIN_TIMEOUT_S, not the data calls' deadline (here 200 ms, each reply held 0.6 s)."""
-    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
-        cfg = StorageConfig(
-            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
-        )
-        storage = HBaseStorage(hbase_settings(cfg))
-        px.delay_s = 0.6
-        with pytest.raises(StorageTimeout):
-            await storage.get(hbase_table, b"a")
+    async with timed_out_get(hbase_server, hbase_table) as (px, storage):
         table = f"{hbase_table}_admin"
         assert await storage.create_table(table, [FamilySpec("f")]) is True
         await storage.drop_table(table)
