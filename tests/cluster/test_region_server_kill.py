@@ -2,7 +2,7 @@
 ingest: its region moves to the other region server, tsd keeps accepting (no error line),
 every point it accepted is read back, and a ``tsd.mode=ro`` tsd asked twice a second
 answers every query within 10 s throughout, with tsd's default settings (while the region
-is not served, with an error: its calls give up after the default call timeout, 8 s; the
+is not served, with an error: its reads give up after the default read timeout, 5 s; the
 number of errors is reported). The longest pause of writes
 reaching storage or the spool, and the spool's peak backlog, are measured and reported
 (printed, and recorded as the test's ``longest_pause_s`` property)."""
@@ -34,9 +34,9 @@ from tests.hbase.tsd_process import tsd_process
 # the cluster's start (first test) is a minute on two idle cores; more when loaded
 #: the read-only tsd's longest answer during the fault (the issue's acceptance)
 QUERY_WITHIN_S = 10.0
-#: A query tsd with the default settings: its calls give up after
-#: tsd.storage.hbase.thrift.timeout (8 s), or a scan of a region nobody serves would wait out
-#: the region server's recovery (the gateway's HBase client retries a scanner for as long
+#: A query tsd with the default settings: its read calls give up after
+#: tsd.storage.hbase.thrift.read_timeout (5 s), or a scan of a region nobody serves would wait
+#: out the region server's recovery (the gateway's HBase client retries a scanner for as long
 #: as its retries last: 15-20 s on a loaded machine, over 10 s in two runs of two at 30 s).
 READER = {"tsd.mode": "ro"}
 

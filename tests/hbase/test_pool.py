@@ -114,11 +114,15 @@ def closed_port() -> int:
 async def timed_out_get(
     hbase_server: HBaseServer, table: str
 ) -> AsyncIterator[tuple[DelayingProxy, HBaseStorage]]:
-    """A storage behind a proxy holding each reply 0.6 s, with a 200 ms call deadline, and
-    one get on ``table`` that timed out."""
+    """A storage behind a proxy holding each reply 0.6 s, with a 200 ms deadline for reads
+    (1 s for other calls), and one get on ``table`` that timed out."""
     async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
         cfg = StorageConfig(
-            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
+            thrift_host="127.0.0.1",
+            thrift_port=px.port,
+            thrift_pool_size=1,
+            thrift_timeout_ms=1000,
+            thrift_read_timeout_ms=200,
         )
         storage = HBaseStorage(hbase_settings(cfg))
         px.delay_s = 0.6
@@ -200,17 +204,21 @@ async def test_timed_out_call_never_hands_its_reply_to_the_next(
 
 
 @pytest.mark.hbase
-async def test_table_administration_waits_past_the_call_timeout(
+async def test_reads_writes_and_table_administration_have_their_own_deadlines(
     hbase_server: HBaseServer, hbase_table: str
 ) -> None:
-    """createTable and deleteTable answer once the master has run them: they get at least
-    ADMIN_TIMEOUT_S, not the data calls' deadline (here 200 ms, each reply held 0.6 s)."""
+    """A read gives up after the read deadline (200 ms here) while a write of the same wait
+    goes through (1 s); createTable and deleteTable answer once the master has run them, so
+    they get at least ADMIN_TIMEOUT_S, longer than either (each reply held 1.2 s)."""
     async with timed_out_get(hbase_server, hbase_table) as (px, storage):
+        await storage.put(hbase_table, [Put(b"c", "f", b"q", b"C")])
+        px.delay_s = 1.2
         table = f"{hbase_table}_admin"
         assert await storage.create_table(table, [FamilySpec("f")]) is True
         await storage.drop_table(table)
         px.delay_s = 0.0
         assert table not in await storage.list_tables()
+        assert await storage.get(hbase_table, b"c") == Row(b"c", (Cell("f", b"q", b"C"),))
         await storage.close()
 
 

@@ -7,8 +7,9 @@ optional batch size in cells) + ``scannerClose``, ``increment`` ->
 ``atomicIncrement``, ``check_and_put`` -> ``checkAndPut``, ``append`` ->
 ``append``, ``create_table`` -> ``createTable`` with column descriptors.
 Connections come from :class:`~.pool.ConnectionPool`; every call runs under
-:func:`~.errors.map_errors` and, when ``tsd.storage.hbase.thrift.timeout`` is
-set, a deadline.
+:func:`~.errors.map_errors` and a deadline: ``tsd.storage.hbase.thrift.read_timeout``
+for the calls of gets and scans, ``tsd.storage.hbase.thrift.timeout`` for the others, at
+least ADMIN_TIMEOUT_S for table administration (docs/hbase.md "The call timeouts").
 
 Row filters are applied here; only a pre-filter is pushed down. OpenTSDB matches its row-key
 regex against the key's bytes read as ISO-8859-1 (one character per byte;
@@ -144,6 +145,9 @@ class HBaseStorage(Storage):
     def __init__(self, settings: HBaseSettings, *, scan_batch_cells: int = 0) -> None:
         self._settings = settings
         self._timeout_s = settings.timeout_ms / 1000 if settings.timeout_ms > 0 else None
+        self._read_timeout_s = (
+            settings.read_timeout_ms / 1000 if settings.read_timeout_ms > 0 else None
+        )
         self._scan_batch_cells = scan_batch_cells
         self._pool = ConnectionPool(
             self._open_connection,
@@ -172,13 +176,24 @@ class HBaseStorage(Storage):
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _deadline(self, admin: bool = False) -> contextlib.AbstractAsyncContextManager[Any]:
-        if self._timeout_s is None:
+    def _deadline(
+        self, read: bool = False, admin: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A read's deadline (``tsd.storage.hbase.thrift.read_timeout``), table
+        administration's (at least ADMIN_TIMEOUT_S), or every other call's
+        (``tsd.storage.hbase.thrift.timeout``); none for 0."""
+        timeout_s = self._read_timeout_s if read else self._timeout_s
+        if timeout_s is None:
             return contextlib.nullcontext()
-        return asyncio.timeout(max(self._timeout_s, ADMIN_TIMEOUT_S) if admin else self._timeout_s)
+        return asyncio.timeout(max(timeout_s, ADMIN_TIMEOUT_S) if admin else timeout_s)
 
     async def _attempt(
-        self, call: Call[T], idempotent: bool, gateway: Gateway | None, admin: bool = False
+        self,
+        call: Call[T],
+        idempotent: bool,
+        gateway: Gateway | None,
+        read: bool = False,
+        admin: bool = False,
     ) -> T:
         """Run ``call(client)`` on a pooled connection (to ``gateway`` when given).
 
@@ -198,7 +213,7 @@ class HBaseStorage(Storage):
             async with self._pool.connection(gateway=gateway) as conn:
                 failed = conn.gateway
                 reused = conn.calls > 0
-                async with self._deadline(admin):
+                async with self._deadline(read, admin):
                     return await call(conn.client)
         except TRANSPORT_ERRORS as exc:
             if isinstance(exc, GatewayUnreachable):
@@ -208,7 +223,10 @@ class HBaseStorage(Storage):
             elif isinstance(exc, TimeoutError) or not (idempotent and (reused or several)):
                 raise
             log.info("hbase.call_retried", gateway=failed and failed.endpoint, error=repr(exc))
-        async with self._pool.connection(fresh=True, avoid=failed) as conn, self._deadline(admin):
+        async with (
+            self._pool.connection(fresh=True, avoid=failed) as conn,
+            self._deadline(read, admin),
+        ):
             return await call(conn.client)
 
     async def _call(
@@ -219,13 +237,15 @@ class HBaseStorage(Storage):
         *,
         idempotent: bool,
         gateway: Gateway | None = None,
+        read: bool = False,
         admin: bool = False,
     ) -> T:
-        """``call`` on a pooled connection under the call deadline (``admin``: table
-        administration's, at least ADMIN_TIMEOUT_S), its failures as :mod:`tsd.errors`."""
+        """``call`` on a pooled connection under its deadline (:meth:`_deadline`: ``read``
+        for the calls of gets and scans, ``admin`` for table administration), its failures
+        as :mod:`tsd.errors`."""
         try:
             with map_errors(operation, table):
-                return await self._attempt(call, idempotent, gateway, admin)
+                return await self._attempt(call, idempotent, gateway, read, admin)
         except StorageError as exc:
             # Some failures (mutateRows: "RetriesExhaustedWithDetailsException: Failed 1
             # action: <table>") do not say that the table is missing; ask.
@@ -452,7 +472,9 @@ class HBaseStorage(Storage):
                 )
 
             async with self._read_slots:
-                blocks.append(await self._call("getRows", table, get_rows, idempotent=True))
+                blocks.append(
+                    await self._call("getRows", table, get_rows, idempotent=True, read=True)
+                )
         block = CellBlock.concat(blocks)
         empty = np.flatnonzero(block.counts == 0)
         if len(empty):
@@ -531,6 +553,7 @@ class HBaseStorage(Storage):
                 lambda c: rows_call(c, "scannerGetList", id=scanner.id, nbRows=2),
                 idempotent=False,
                 gateway=scanner.gateway,
+                read=True,
             )
         finally:
             self._close_later(table, scanner)
@@ -550,6 +573,7 @@ class HBaseStorage(Storage):
                     lambda c: c.scannerOpenWithScan(name, tscan, {}),
                     idempotent=False,
                     gateway=gateway,
+                    read=True,
                 )
                 return Scanner(scanner, gateway)
             except StorageUnavailable:
@@ -601,6 +625,7 @@ class HBaseStorage(Storage):
                         functools.partial(_get_list, stats, scanner.id, asked),
                         idempotent=False,
                         gateway=scanner.gateway,
+                        read=True,
                     )
                 if not len(block):
                     return
@@ -637,6 +662,7 @@ class HBaseStorage(Storage):
                 lambda c: rows_call(c, "scannerGetList", id=scanner.id, nbRows=batch_rows),
                 idempotent=False,
                 gateway=scanner.gateway,
+                read=True,
             )
             pieces = list(block)
             complete: list[Row] = []
