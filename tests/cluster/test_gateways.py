@@ -48,6 +48,22 @@ async def gateways(http: aiohttp.ClientSession, port: int) -> dict[str, dict[str
         return {client["endpoint"]: client for client in await reply.json()}
 
 
+async def listening(ports: list[int], within_s: float = BACK_WITHIN_S) -> None:
+    """Every gateway accepts connections (one killed and started again by an earlier run
+    may still be starting)."""
+    deadline = time.monotonic() + within_s
+    for port in ports:
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                assert time.monotonic() < deadline, f"gateway on port {port} not listening"
+                await asyncio.sleep(0.5)
+            else:
+                writer.close()
+                break
+
+
 async def gateway_stats(http: aiohttp.ClientSession, port: int) -> dict[str, dict[str, int]]:
     """endpoint -> {"calls", "errors", "up"}: ``tsd.hbase.gateway.*`` in /api/stats, checked
     against the same figures' ``tsd_hbase_gateway_*`` samples in /metrics."""
@@ -74,6 +90,7 @@ async def test_two_gateways_carry_calls_and_one_killed_loses_nothing(
     victim: int,
 ) -> None:
     ports = hbase_cluster.thrift_ports
+    await listening(ports)
     hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
     cfg = hbase_cluster.storage_config()
     extra = {"tsd.storage.hbase.thrift.host": hosts}

@@ -269,6 +269,11 @@ async def test_call_on_a_connection_dropped_as_it_is_sent_is_retried_only_if_har
         # A read is repeated on a new connection, unseen by the caller.
         assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
         assert storage.pool.opened == 2
+        # So is a scanner's open (pinned to its gateway: the one there is)
+        px.drop_next_request = True
+        rows = [row.key async for row in storage.scan(hbase_table, ScanSpec())]
+        assert rows == [b"a", b"b"]
+        assert storage.pool.opened == 3
         # An increment is not: the caller learns it failed, and it was not applied.
         px.drop_next_request = True
         with pytest.raises(StorageUnavailable):

@@ -204,7 +204,7 @@ class HBaseStorage(Storage):
         taken). A call whose connection could not even be opened was never sent: it goes
         to another gateway whatever it is. Timeouts are not repeated, nor increments,
         appends, checkAndPut and scanner reads once sent; a call pinned to a gateway (a
-        scanner's) stays there.
+        scanner's) stays there, its repeat too.
         """
         several = len(self._pool.gateways) > 1 and gateway is None
         reused = False
@@ -224,7 +224,7 @@ class HBaseStorage(Storage):
                 raise
             log.info("hbase.call_retried", gateway=failed and failed.endpoint, error=repr(exc))
         async with (
-            self._pool.connection(fresh=True, avoid=failed) as conn,
+            self._pool.connection(fresh=True, gateway=gateway, avoid=failed) as conn,
             self._deadline(read, admin),
         ):
             return await call(conn.client)
@@ -562,7 +562,10 @@ class HBaseStorage(Storage):
 
     async def _scanner_open(self, table: str, name: bytes, tscan: Any) -> Scanner:
         """``scannerOpenWithScan`` on a gateway chosen now: the scanner's reads and its close
-        go to the same gateway. When that gateway fails, a second try on another."""
+        go to the same gateway. When that gateway fails, a second try on another. An open
+        whose pooled connection the gateway had just dropped is repeated there on a fresh
+        one (harmless: at worst a scanner nobody reads, dropped at the end of its lease), so
+        that a live gateway's idle-connection drop does not send it to a dead one."""
         gateway = self._pool.choose()
         attempts = 2 if len(self._pool.gateways) > 1 else 1
         for attempt in range(attempts):
@@ -571,7 +574,7 @@ class HBaseStorage(Storage):
                     "scannerOpenWithScan",
                     table,
                     lambda c: c.scannerOpenWithScan(name, tscan, {}),
-                    idempotent=False,
+                    idempotent=True,
                     gateway=gateway,
                     read=True,
                 )
