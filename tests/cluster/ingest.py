@@ -204,3 +204,13 @@ def report_fault(
     record_property("reader_errors", len(answers.errors))
     record_property("figures", figures)
     return figures
+
+
+def assert_answered_within(answers: Answers, within_s: float) -> None:
+    """Every query answered within ``within_s``: a 200, or OpenTSDB's JSON error body for a
+    storage failure (a read given up on a region nobody serves, a scanner whose gateway
+    died under it)."""
+    assert answers.failures == []
+    for error in answers.errors:
+        assert error.startswith(("500: {", "503: {", "504: {")), error
+    assert max(answers.latencies_s) < within_s
