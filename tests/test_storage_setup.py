@@ -70,8 +70,11 @@ def test_storage_settings_map_the_hbase_keys() -> None:
         thrift_pool_size=2,
         thrift_timeout_ms=3,
         thrift_max_idle_ms=4,
+        thrift_read_timeout_ms=5,
     )
-    assert storage_settings(cfg) == HBaseSettings("h", 1, "framed", "compact", 2, 3, 4, (("h", 1),))
+    assert storage_settings(cfg) == HBaseSettings(
+        "h", 1, "framed", "compact", 2, 3, 4, (("h", 1),), read_timeout_ms=5
+    )
 
 
 def test_hbase_settings_defaults_are_the_config_defaults() -> None:

@@ -146,7 +146,13 @@ class StorageConfig:
     thrift_transport: str = "buffered"
     thrift_protocol: str = "binary"
     thrift_pool_size: int = 8
-    thrift_timeout_ms: int = 30_000
+    # Per Thrift call (docs/hbase.md "The call timeouts"): a timed-out put goes to the spool
+    # (logged, repeated later: a put is idempotent), so writes pause at most this long.
+    # Table administration waits at least 60 s (ADMIN_TIMEOUT_S).
+    thrift_timeout_ms: int = 8_000
+    # Per call of a read (gets, a scan's open and reads): a query answers (an error) within
+    # 10 s while a region has no server, the rest of the query included.
+    thrift_read_timeout_ms: int = 5_000
     thrift_max_idle_ms: int = 50_000  # reuse pooled connections idle less (server drops at 60 s)
     # create-tables: a Thrift2 gateway (host:port) to pre-split the salted data table with
     thrift2_host: str = ""
@@ -366,6 +372,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     ),
     "tsd.storage.hbase.thrift.pool_size": ("storage", "thrift_pool_size", _range(1, 1024)),
     "tsd.storage.hbase.thrift.timeout": ("storage", "thrift_timeout_ms", _int),
+    "tsd.storage.hbase.thrift.read_timeout": ("storage", "thrift_read_timeout_ms", _int),
     "tsd.storage.hbase.thrift.max_idle": ("storage", "thrift_max_idle_ms", _range(0, 1 << 30)),
     "tsd.storage.hbase.compression": (
         "storage",

@@ -70,6 +70,7 @@ def hbase_settings(cfg: StorageConfig) -> HBaseSettings:
         protocol=cfg.thrift_protocol,
         pool_size=cfg.thrift_pool_size,
         timeout_ms=cfg.thrift_timeout_ms,
+        read_timeout_ms=cfg.thrift_read_timeout_ms,
         max_idle_ms=cfg.thrift_max_idle_ms,
     )
 

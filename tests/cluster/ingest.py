@@ -177,3 +177,40 @@ async def query_steadily(
             answers.latencies_s.append(time.monotonic() - began)
             await asyncio.sleep(0.5)
     return answers
+
+
+def report_fault(
+    fault: str,
+    progress: Progress,
+    answers: Answers,
+    record_property: Callable[[str, object], None],
+    fault_at_s: float = KILL_AFTER_S,
+) -> str:
+    """Print and record (``record_property``: the junit report's properties) a fault's
+    figures: the writer's longest pause of writes reaching storage or the spool and the
+    spool's peak backlog (``progress``), the read-only tsd's slowest answer and its errors
+    (``answers``). ``fault_at_s``: when the fault was caused, since watching began."""
+    figures = (
+        f"{fault}: longest pause of writes reaching storage or the spool "
+        f"{progress.longest_pause_s:.1f} s (from {progress.pause_began_s - fault_at_s:+.1f} s "
+        f"after the fault), spool peak {progress.backlog_peak_cells} cells, "
+        f"{progress.polls} polls; reader: {len(answers.latencies_s)} queries, slowest "
+        f"{max(answers.latencies_s, default=0.0):.2f} s, {len(answers.errors)} answered an error"
+    )
+    print(figures)
+    record_property("longest_pause_s", round(progress.longest_pause_s, 2))
+    record_property("spool_peak_cells", progress.backlog_peak_cells)
+    record_property("reader_slowest_s", round(max(answers.latencies_s, default=0.0), 2))
+    record_property("reader_errors", len(answers.errors))
+    record_property("figures", figures)
+    return figures
+
+
+def assert_answered_within(answers: Answers, within_s: float) -> None:
+    """Every query answered within ``within_s``: a 200, or OpenTSDB's JSON error body for a
+    storage failure (a read given up on a region nobody serves, a scanner whose gateway
+    died under it)."""
+    assert answers.failures == []
+    for error in answers.errors:
+        assert error.startswith(("500: {", "503: {", "504: {")), error
+    assert max(answers.latencies_s) < within_s

@@ -53,10 +53,14 @@ class RecyclingHBaseStorage(HBaseStorage):
         *,
         idempotent: bool,
         gateway: Gateway | None = None,
+        read: bool = False,
+        admin: bool = False,
     ) -> T:
         if table is not None and self._hidden(table):
             raise TableNotFound(table)
-        return await super()._call(operation, table, call, idempotent=idempotent, gateway=gateway)
+        return await super()._call(
+            operation, table, call, idempotent=idempotent, gateway=gateway, read=read, admin=admin
+        )
 
     async def create_table(self, table: str, families: Sequence[FamilySpec]) -> bool:
         if self._hidden(table):

@@ -110,6 +110,27 @@ def closed_port() -> int:
     return port  # nothing listens once the socket is closed
 
 
+@contextlib.asynccontextmanager
+async def timed_out_get(
+    hbase_server: HBaseServer, table: str
+) -> AsyncIterator[tuple[DelayingProxy, HBaseStorage]]:
+    """A storage behind a proxy holding each reply 0.6 s, with a 200 ms deadline for reads
+    (1 s for other calls), and one get on ``table`` that timed out."""
+    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
+        cfg = StorageConfig(
+            thrift_host="127.0.0.1",
+            thrift_port=px.port,
+            thrift_pool_size=1,
+            thrift_timeout_ms=1000,
+            thrift_read_timeout_ms=200,
+        )
+        storage = HBaseStorage(hbase_settings(cfg))
+        px.delay_s = 0.6
+        with pytest.raises(StorageTimeout):
+            await storage.get(table, b"a")
+        yield px, storage
+
+
 @pytest.fixture
 async def hbase_table(hbase_server: HBaseServer) -> AsyncIterator[str]:
     prefix = unique_prefix()
@@ -176,16 +197,28 @@ async def test_cancelled_call_never_hands_its_reply_to_the_next(
 async def test_timed_out_call_never_hands_its_reply_to_the_next(
     hbase_server: HBaseServer, hbase_table: str
 ) -> None:
-    async with DelayingProxy((hbase_server.thrift_host, hbase_server.thrift_port)).running() as px:
-        cfg = StorageConfig(
-            thrift_host="127.0.0.1", thrift_port=px.port, thrift_pool_size=1, thrift_timeout_ms=200
-        )
-        storage = HBaseStorage(hbase_settings(cfg))
-        px.delay_s = 0.6
-        with pytest.raises(StorageTimeout):
-            await storage.get(hbase_table, b"a")
+    async with timed_out_get(hbase_server, hbase_table) as (px, storage):
         px.delay_s = 0.0
         assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
+        await storage.close()
+
+
+@pytest.mark.hbase
+async def test_reads_writes_and_table_administration_have_their_own_deadlines(
+    hbase_server: HBaseServer, hbase_table: str
+) -> None:
+    """A read gives up after the read deadline (200 ms here) while a write of the same wait
+    goes through (1 s); createTable and deleteTable answer once the master has run them, so
+    they get at least ADMIN_TIMEOUT_S, longer than either (each reply held 1.2 s)."""
+    async with timed_out_get(hbase_server, hbase_table) as (px, storage):
+        await storage.put(hbase_table, [Put(b"c", "f", b"q", b"C")])
+        px.delay_s = 1.2
+        table = f"{hbase_table}_admin"
+        assert await storage.create_table(table, [FamilySpec("f")]) is True
+        await storage.drop_table(table)
+        px.delay_s = 0.0
+        assert table not in await storage.list_tables()
+        assert await storage.get(hbase_table, b"c") == Row(b"c", (Cell("f", b"q", b"C"),))
         await storage.close()
 
 
@@ -236,6 +269,11 @@ async def test_call_on_a_connection_dropped_as_it_is_sent_is_retried_only_if_har
         # A read is repeated on a new connection, unseen by the caller.
         assert await storage.get(hbase_table, b"b") == Row(b"b", (Cell("f", b"q", b"B"),))
         assert storage.pool.opened == 2
+        # So is a scanner's open (pinned to its gateway: the one there is)
+        px.drop_next_request = True
+        rows = [row.key async for row in storage.scan(hbase_table, ScanSpec())]
+        assert rows == [b"a", b"b"]
+        assert storage.pool.opened == 3
         # An increment is not: the caller learns it failed, and it was not applied.
         px.drop_next_request = True
         with pytest.raises(StorageUnavailable):

@@ -33,12 +33,14 @@ class HBaseSettings:
     #: "binary" or "compact"
     protocol: str = "binary"
     pool_size: int = 8
-    #: per-call deadline and socket timeout; 0 = none
-    timeout_ms: int = 30_000
+    #: per-call deadline and connect timeout; 0 = none
+    timeout_ms: int = 8_000
     #: pooled connections idle longer than this are not reused
     max_idle_ms: int = 50_000
     #: every gateway, (host, port) each; empty: ``host`` and ``port`` alone
     gateways: tuple[tuple[str, int], ...] = ()
+    #: the deadline of a read's calls (gets, a scan's open and reads); 0 = none
+    read_timeout_ms: int = 5_000
 
 
 StorageSettings = EmbeddedSettings | HBaseSettings

@@ -125,6 +125,10 @@ class ThriftConnection:
         except BaseException:
             _discard(socket)  # thriftpy2 leaves the socket of a failed connect open
             raise
+        # thriftpy2's TAsyncSocket bounds every read and flush by its connect timeout too:
+        # once connected, only the caller's deadline applies (table administration's is
+        # longer than the connect timeout)
+        socket.connect_timeout = None
         client = TAsyncClient(HBASE_THRIFT.Hbase, proto)  # type: ignore[no-untyped-call]
         return cls(socket, client, time.monotonic())
 

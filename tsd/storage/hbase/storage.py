@@ -7,8 +7,9 @@ optional batch size in cells) + ``scannerClose``, ``increment`` ->
 ``atomicIncrement``, ``check_and_put`` -> ``checkAndPut``, ``append`` ->
 ``append``, ``create_table`` -> ``createTable`` with column descriptors.
 Connections come from :class:`~.pool.ConnectionPool`; every call runs under
-:func:`~.errors.map_errors` and, when ``tsd.storage.hbase.thrift.timeout`` is
-set, a deadline.
+:func:`~.errors.map_errors` and a deadline: ``tsd.storage.hbase.thrift.read_timeout``
+for the calls of gets and scans, ``tsd.storage.hbase.thrift.timeout`` for the others, at
+least ADMIN_TIMEOUT_S for table administration (docs/hbase.md "The call timeouts").
 
 Row filters are applied here; only a pre-filter is pushed down. OpenTSDB matches its row-key
 regex against the key's bytes read as ISO-8859-1 (one character per byte;
@@ -99,6 +100,11 @@ CLOSE_DELAY_S = 0.02
 #: checkAndPut calls written at once on one connection (check_and_put_many); the gateway
 #: serves them one after the other, so a bound keeps one part from holding a connection long
 CHECKS_PER_WRITE = 256
+#: Table administration (createTable, disable/deleteTable) waits at least this long: the
+#: gateway answers once the master has run the procedure (regions assigned and opened),
+#: seconds to tens of seconds on a busy cluster, and no client waits on it; the data calls'
+#: deadline (``tsd.storage.hbase.thrift.timeout``) is sized for queries and the spool
+ADMIN_TIMEOUT_S = 60.0
 #: bloom filter types HBase accepts in a column descriptor
 BLOOM_TYPES = ("NONE", "ROW", "ROWCOL")
 
@@ -139,6 +145,9 @@ class HBaseStorage(Storage):
     def __init__(self, settings: HBaseSettings, *, scan_batch_cells: int = 0) -> None:
         self._settings = settings
         self._timeout_s = settings.timeout_ms / 1000 if settings.timeout_ms > 0 else None
+        self._read_timeout_s = (
+            settings.read_timeout_ms / 1000 if settings.read_timeout_ms > 0 else None
+        )
         self._scan_batch_cells = scan_batch_cells
         self._pool = ConnectionPool(
             self._open_connection,
@@ -167,12 +176,25 @@ class HBaseStorage(Storage):
 
     # -- calls ----------------------------------------------------------------------------
 
-    def _deadline(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        if self._timeout_s is None:
+    def _deadline(
+        self, read: bool = False, admin: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A read's deadline (``tsd.storage.hbase.thrift.read_timeout``), table
+        administration's (at least ADMIN_TIMEOUT_S), or every other call's
+        (``tsd.storage.hbase.thrift.timeout``); none for 0."""
+        timeout_s = self._read_timeout_s if read else self._timeout_s
+        if timeout_s is None:
             return contextlib.nullcontext()
-        return asyncio.timeout(self._timeout_s)
+        return asyncio.timeout(max(timeout_s, ADMIN_TIMEOUT_S) if admin else timeout_s)
 
-    async def _attempt(self, call: Call[T], idempotent: bool, gateway: Gateway | None) -> T:
+    async def _attempt(
+        self,
+        call: Call[T],
+        idempotent: bool,
+        gateway: Gateway | None,
+        read: bool = False,
+        admin: bool = False,
+    ) -> T:
         """Run ``call(client)`` on a pooled connection (to ``gateway`` when given).
 
         A call that fails with the connection itself failing (reset, EOF) is tried once
@@ -182,7 +204,7 @@ class HBaseStorage(Storage):
         taken). A call whose connection could not even be opened was never sent: it goes
         to another gateway whatever it is. Timeouts are not repeated, nor increments,
         appends, checkAndPut and scanner reads once sent; a call pinned to a gateway (a
-        scanner's) stays there.
+        scanner's) stays there, its repeat too.
         """
         several = len(self._pool.gateways) > 1 and gateway is None
         reused = False
@@ -191,7 +213,7 @@ class HBaseStorage(Storage):
             async with self._pool.connection(gateway=gateway) as conn:
                 failed = conn.gateway
                 reused = conn.calls > 0
-                async with self._deadline():
+                async with self._deadline(read, admin):
                     return await call(conn.client)
         except TRANSPORT_ERRORS as exc:
             if isinstance(exc, GatewayUnreachable):
@@ -201,7 +223,10 @@ class HBaseStorage(Storage):
             elif isinstance(exc, TimeoutError) or not (idempotent and (reused or several)):
                 raise
             log.info("hbase.call_retried", gateway=failed and failed.endpoint, error=repr(exc))
-        async with self._pool.connection(fresh=True, avoid=failed) as conn, self._deadline():
+        async with (
+            self._pool.connection(fresh=True, gateway=gateway, avoid=failed) as conn,
+            self._deadline(read, admin),
+        ):
             return await call(conn.client)
 
     async def _call(
@@ -212,10 +237,15 @@ class HBaseStorage(Storage):
         *,
         idempotent: bool,
         gateway: Gateway | None = None,
+        read: bool = False,
+        admin: bool = False,
     ) -> T:
+        """``call`` on a pooled connection under its deadline (:meth:`_deadline`: ``read``
+        for the calls of gets and scans, ``admin`` for table administration), its failures
+        as :mod:`tsd.errors`."""
         try:
             with map_errors(operation, table):
-                return await self._attempt(call, idempotent, gateway)
+                return await self._attempt(call, idempotent, gateway, read, admin)
         except StorageError as exc:
             # Some failures (mutateRows: "RetriesExhaustedWithDetailsException: Failed 1
             # action: <table>") do not say that the table is missing; ask.
@@ -252,7 +282,7 @@ class HBaseStorage(Storage):
                 raise
             return True
 
-        created = await self._call("createTable", None, create, idempotent=False)
+        created = await self._call("createTable", None, create, idempotent=False, admin=True)
         if created:
             log.info("hbase.table_created", table=table, families=[f.name for f in families])
         return created
@@ -272,7 +302,7 @@ class HBaseStorage(Storage):
                 await client.disableTable(name)
             await client.deleteTable(name)
 
-        await self._call("deleteTable", table, drop, idempotent=False)
+        await self._call("deleteTable", table, drop, idempotent=False, admin=True)
 
     async def families(self, table: str) -> dict[str, Any]:
         """Family name -> Thrift ``ColumnDescriptor`` as HBase reports it (HBase only)."""
@@ -442,7 +472,9 @@ class HBaseStorage(Storage):
                 )
 
             async with self._read_slots:
-                blocks.append(await self._call("getRows", table, get_rows, idempotent=True))
+                blocks.append(
+                    await self._call("getRows", table, get_rows, idempotent=True, read=True)
+                )
         block = CellBlock.concat(blocks)
         empty = np.flatnonzero(block.counts == 0)
         if len(empty):
@@ -521,6 +553,7 @@ class HBaseStorage(Storage):
                 lambda c: rows_call(c, "scannerGetList", id=scanner.id, nbRows=2),
                 idempotent=False,
                 gateway=scanner.gateway,
+                read=True,
             )
         finally:
             self._close_later(table, scanner)
@@ -529,7 +562,10 @@ class HBaseStorage(Storage):
 
     async def _scanner_open(self, table: str, name: bytes, tscan: Any) -> Scanner:
         """``scannerOpenWithScan`` on a gateway chosen now: the scanner's reads and its close
-        go to the same gateway. When that gateway fails, a second try on another."""
+        go to the same gateway. When that gateway fails, a second try on another. An open
+        whose pooled connection the gateway had just dropped is repeated there on a fresh
+        one (harmless: at worst a scanner nobody reads, dropped at the end of its lease), so
+        that a live gateway's idle-connection drop does not send it to a dead one."""
         gateway = self._pool.choose()
         attempts = 2 if len(self._pool.gateways) > 1 else 1
         for attempt in range(attempts):
@@ -538,8 +574,9 @@ class HBaseStorage(Storage):
                     "scannerOpenWithScan",
                     table,
                     lambda c: c.scannerOpenWithScan(name, tscan, {}),
-                    idempotent=False,
+                    idempotent=True,
                     gateway=gateway,
+                    read=True,
                 )
                 return Scanner(scanner, gateway)
             except StorageUnavailable:
@@ -591,6 +628,7 @@ class HBaseStorage(Storage):
                         functools.partial(_get_list, stats, scanner.id, asked),
                         idempotent=False,
                         gateway=scanner.gateway,
+                        read=True,
                     )
                 if not len(block):
                     return
@@ -627,6 +665,7 @@ class HBaseStorage(Storage):
                 lambda c: rows_call(c, "scannerGetList", id=scanner.id, nbRows=batch_rows),
                 idempotent=False,
                 gateway=scanner.gateway,
+                read=True,
             )
             pieces = list(block)
             complete: list[Row] = []
