@@ -52,6 +52,21 @@ async def test_a_series_is_resolved_once_until_caches_are_dropped(make_writer: M
     assert len(refs) == 0
 
 
+async def test_series_whose_names_join_alike_keep_their_own_refs(
+    make_writer: MakeWriter,
+) -> None:
+    """Refs are kept by the names joined with NULs: a name holding a NUL (possible only
+    with special characters allowed) must not make two series one."""
+    ingest = make_writer()
+    one = make_tags({"a\0b": "c"})
+    other = make_tags({"a": "b\0c"})
+    plain = make_tags({"a": "b", "c": "d"})
+    refs = await ingest.resolve_many([("m", one), ("m", other), ("m", plain), ("m", one)])
+    assert len({id(ref) for ref in refs}) == 3 and refs[0] is refs[3]
+    assert [ingest.cached("m", tags) for tags in (one, other, plain)] == refs[:3]
+    assert ingest.cached("m\0a", make_tags({"b": "c"})) is None
+
+
 async def test_ref_cache_is_bounded(make_writer: MakeWriter) -> None:
     ingest = make_writer()
     ref = await ingest.resolve("sys.cpu", host("a"))

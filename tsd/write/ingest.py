@@ -88,6 +88,19 @@ MAX_MISS_BATCH = 4096
 _Miss: TypeAlias = tuple[DataPoint, T | None, tuple[Hashable, ...]]
 
 
+def series_name_key(metric: str, tags: Tags) -> str | tuple[str, Tags]:
+    """The key of a series in the ingest service's refs: its metric and tag names joined
+    by NUL characters, one str (about 80 bytes kept per series, where the parsed
+    ``(metric, tags)`` tuple of tuples kept its tuples and tag value strings alive: about
+    300). Names never hold a NUL under OpenTSDB's character rules; should one (a
+    ``tsd.core.tag.allow_specialchars`` of that), the join would be ambiguous, and the
+    series keeps the tuple instead (the NULs are counted: the join has one per name)."""
+    key = "\0".join([metric, *map("\0".join, tags)])
+    if key.count("\0") != 2 * len(tags):
+        return (metric, tags)
+    return key
+
+
 class Put(enum.Enum):
     """What :meth:`IngestSession.put` did with a point."""
 
@@ -182,7 +195,8 @@ class IngestService:
         self._max_series = max_series
         self._on_new_series = on_new_series
         self._registry = registry or StatsRegistry()
-        self._refs: dict[tuple[str, Tags], SeriesRef] = {}
+        #: refs by :func:`series_name_key` (one str per series, not a tuple of tuples)
+        self._refs: dict[str | tuple[str, Tags], SeriesRef] = {}
         self._caches: dict[str, RefCache] = {}
         self._drop_listeners: list[Callable[[], None]] = []
 
@@ -191,11 +205,13 @@ class IngestService:
 
         Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError.
         """
-        key = (metric, tags)
+        key = series_name_key(metric, tags)
         ref = self._refs.get(key)
         if ref is None:
             metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
-            ref = self._new_ref(key, metric_uid, pairs)
+            ref = self._refs.get(key)  # resolved meanwhile by another caller
+            if ref is None:
+                ref = self._new_ref(key, metric_uid, pairs)
         return ref
 
     async def resolve_many(self, keys: Sequence[tuple[str, Tags]]) -> list[SeriesRef | TsdError]:
@@ -205,29 +221,30 @@ class IngestService:
         a name of which failed (auto-create refused it: NoSuchUniqueName; too long; the
         store failed) gets that error, alone."""
         refs = self._refs
-        found: list[SeriesRef | TsdError | None] = [refs.get(key) for key in keys]
-        if not any(found):  # none resolved before (a burst of new series)
-            missing = list(dict.fromkeys(keys))
-        else:
-            missing = [k for k, got in zip(keys, found, strict=True) if got is None]
-            if not missing:
-                return cast(list[SeriesRef | TsdError], found)
-            missing = list(dict.fromkeys(missing))
-        resolved = await self.uids.resolve_many_for_write(missing)
-        made: dict[tuple[str, Tags], SeriesRef | TsdError] = {}
+        names = [series_name_key(metric, tags) for metric, tags in keys]
+        found: list[SeriesRef | TsdError | None] = [refs.get(name) for name in names]
+        # the series to resolve, once each, by their name keys
+        missing: dict[str | tuple[str, Tags], tuple[str, Tags]] = {}
+        for name, key, got in zip(names, keys, found, strict=True):
+            if got is None and name not in missing:
+                missing[name] = key
+        if not missing:
+            return cast(list[SeriesRef | TsdError], found)
+        resolved = await self.uids.resolve_many_for_write(list(missing.values()))
+        made: dict[str | tuple[str, Tags], SeriesRef | TsdError] = {}
         new_ref = self._new_ref
-        for key, result in zip(missing, resolved, strict=True):
+        for name, result in zip(missing, resolved, strict=True):
             if isinstance(result, TsdError):
-                made[key] = result
+                made[name] = result
             else:  # resolved meanwhile by another batch, or new here
-                ref = refs.get(key)
-                made[key] = ref if ref is not None else new_ref(key, *result)
+                ref = refs.get(name)
+                made[name] = ref if ref is not None else new_ref(name, *result)
         if len(made) == len(keys):  # every series new and distinct (a burst): in order
             return list(made.values())
-        return [made[k] if got is None else got for k, got in zip(keys, found, strict=True)]
+        return [made[n] if got is None else got for n, got in zip(names, found, strict=True)]
 
     def _new_ref(
-        self, key: tuple[str, Tags], metric_uid: bytes, pairs: list[tuple[bytes, bytes]]
+        self, key: str | tuple[str, Tags], metric_uid: bytes, pairs: list[tuple[bytes, bytes]]
     ) -> SeriesRef:
         ref = make_series_key(self._layout, metric_uid, pairs)
         if self._on_new_series is not None:
@@ -239,7 +256,7 @@ class IngestService:
 
     def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
         """The ref of a series resolved before, without suspending; None on a miss."""
-        return self._refs.get((metric, tags))
+        return self._refs.get(series_name_key(metric, tags))
 
     def ref_cache(self, name: str) -> RefCache:
         """The cache of one protocol's keys (one per name, shared by its connections)."""
