@@ -17,10 +17,13 @@ The rest of its surface is flow control (:meth:`~IngestSession.room`,
 (:meth:`~IngestSession.settle`, :meth:`~IngestSession.stored`).
 
 * Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded:
-  cleared past ``max_series``) and hands protocols :class:`RefCache` maps for their own
-  keys of a series (a telnet line's raw metric and tag words, an /api/put element's JSON
-  text). write/ never looks inside those keys; a protocol only remembers a key for a
-  point whose full parse it accepted, so the key always stands for the same series.
+  cleared past ``max_series``; keyed by one str per series, :func:`series_name_key`) and
+  hands protocols :class:`RefCache` maps for their own keys of a series (a telnet line's
+  raw metric and tag words, an /api/put element's JSON text). A series resolved for
+  points that all carry a protocol key is kept under those keys only, not by name too
+  (one entry per series: :meth:`IngestService.resolve_many`'s ``remember``). write/
+  never looks inside those keys; a protocol only remembers a key for a point whose full
+  parse it accepted, so the key always stands for the same series.
   ``dropcaches`` clears them all (:meth:`IngestService.drop_caches`).
 * Misses. A point of a series not resolved yet needs its UIDs looked up or assigned,
   which awaits storage. :meth:`IngestSession.put` queues it without suspending: misses
@@ -214,12 +217,20 @@ class IngestService:
                 ref = self._new_ref(key, metric_uid, pairs)
         return ref
 
-    async def resolve_many(self, keys: Sequence[tuple[str, Tags]]) -> list[SeriesRef | TsdError]:
+    async def resolve_many(
+        self, keys: Sequence[tuple[str, Tags]], *, remember: bool = True
+    ) -> list[SeriesRef | TsdError]:
         """The refs of many series, in order: those not resolved before go to one
         :meth:`UidService.resolve_many_for_write` (a few storage round trips for a whole
         burst of new series, new names numbered in the order they first appear). A series
         a name of which failed (auto-create refused it: NoSuchUniqueName; too long; the
-        store failed) gets that error, alone."""
+        store failed) gets that error, alone.
+
+        ``remember`` False: new refs are not kept under their names here (the caller keeps
+        each under its protocol's key, a :class:`RefCache`: one entry per series, not two).
+        A point of such a series put later under another key (spelled otherwise, or by
+        another protocol) is resolved again from the UID caches, without storage, and
+        gets a ref equal to the first."""
         refs = self._refs
         names = [series_name_key(metric, tags) for metric, tags in keys]
         found: list[SeriesRef | TsdError | None] = [refs.get(name) for name in names]
@@ -238,20 +249,25 @@ class IngestService:
                 made[name] = result
             else:  # resolved meanwhile by another batch, or new here
                 ref = refs.get(name)
-                made[name] = ref if ref is not None else new_ref(name, *result)
+                made[name] = ref if ref is not None else new_ref(name, *result, remember)
         if len(made) == len(keys):  # every series new and distinct (a burst): in order
             return list(made.values())
         return [made[n] if got is None else got for n, got in zip(names, found, strict=True)]
 
     def _new_ref(
-        self, key: str | tuple[str, Tags], metric_uid: bytes, pairs: list[tuple[bytes, bytes]]
+        self,
+        key: str | tuple[str, Tags],
+        metric_uid: bytes,
+        pairs: list[tuple[bytes, bytes]],
+        remember: bool = True,
     ) -> SeriesRef:
         ref = make_series_key(self._layout, metric_uid, pairs)
         if self._on_new_series is not None:
             self._on_new_series(metric_uid, pairs, ref.tsuid)
-        if len(self._refs) >= self._max_series:
-            self._refs.clear()
-        self._refs[key] = ref
+        if remember:
+            if len(self._refs) >= self._max_series:
+                self._refs.clear()
+            self._refs[key] = ref
         return ref
 
     def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
@@ -543,7 +559,12 @@ class IngestSession(Generic[T]):
         if self._collecting is batch:
             self._collecting = None
         try:
-            refs = await self.service.resolve_many([(p.metric, p.tags) for p, _, _ in batch])
+            # Series whose every miss here has a protocol key are kept under those keys
+            # only (telnet's lines, /api/put's elements): one map entry per series.
+            refs = await self.service.resolve_many(
+                [(p.metric, p.tags) for p, _, _ in batch],
+                remember=self.cache is None or not all(aliases for _, _, aliases in batch),
+            )
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
                 log.exception("ingest.resolve_crashed", points=len(batch))
