@@ -9,9 +9,13 @@ One tsd (``tsdb tsd``, embedded store) takes both of its scenarios; VictoriaMetr
   escaped by tsd's mapping, so the telnet lines name the same OpenTSDB series
   (``instance=hostN_.3A9100``) as remote write stores.
 * Requests as Prometheus 2.42 sends them: each sample its own ``TimeSeries`` with all its
-  labels, ``--per-request`` samples a request (its ``max_samples_per_send``, 500 by
-  default), snappy-compressed, over ``--connections`` connections at once (its shards).
-  Bodies and lines are built before the clock starts.
+  labels, snappy-compressed, over ``--connections`` connections at once (its shards).
+  ``--per-request`` lists the request sizes measured (each a scenario of its own, for tsd
+  and VictoriaMetrics); the first is the headline: 500, the ``max_samples_per_send`` of
+  Debian's Prometheus 2.42 left at its default (its own gauge
+  ``prometheus_remote_storage_max_samples_per_send`` says 500, and a capture of what it
+  sends under a backlog shows 500-sample requests), 2,000 beside it. Bodies and lines are
+  built before the clock starts.
 * A warm-up round writes every series once on each server (steady state: the series are
   known, as after Prometheus' first scrape), outside the measurement.
 * Clock: tsd remote write: the reply to the last request (tsd answers once the
@@ -21,11 +25,16 @@ One tsd (``tsdb tsd``, embedded store) takes both of its scenarios; VictoriaMetr
   that sync point. VictoriaMetrics: the reply to the last request.
 * CPU: utime + stime of the server process and its children (/proc) over the round.
 
-Rounds alternate (tsd remote write, tsd telnet, VictoriaMetrics), each round starting one
-further (bench/ingest.py's ``rotated``); each figure is the median over rounds.
+``--baseline REF`` starts a second tsd from git revision REF's tree (bench/ingest.py's
+``export``: its C helpers built) and adds its remote write at each size, for this tree's
+figure against that commit's in the same rounds.
+
+Rounds alternate (tsd remote write at each size, tsd telnet, VictoriaMetrics at each
+size, the baseline's remote write at each size), each round starting one further
+(bench/ingest.py's ``rotated``); each figure is the median over rounds.
 
 Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R]
-[--connections C] [--per-request K] [--no-vm]``.
+[--connections C] [--per-request K[,K...]] [--no-vm] [--baseline REF]``.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from bench.ingest import (
     Server,
     Tsd,
     chunks_per_connection,
+    export,
     modes,
     rotated,
     send_telnet,
@@ -64,6 +74,10 @@ from tsd.protocol.prom_wire import TimeSeries, WriteRequest
 #: the first sample's time (ms): an hour back, in the open hours of the head
 BASE_MS = (int(time.time()) - 3600) * 1000
 METRIC = "node_cpu_seconds_total"
+#: scenario names (followed by the request size)
+RW = "tsd remote write"
+VM_RW = "VM remote write"
+BEFORE_RW = "baseline remote write"
 _VM_RW_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="promremotewrite"\} (\d+)', re.M)
 
 
@@ -164,6 +178,10 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
     with tempfile.TemporaryDirectory() as tmp:
         tsd = await start_tsd(Path(tmp) / "tsd", mode)
         vm = None if args.no_vm else await start_vm(Path(tmp) / "vm", mode)
+        before = None
+        if args.baseline:
+            tree = export(args.baseline, Path(tmp) / "baseline")
+            before = await start_tsd(Path(tmp) / "tsd-before", mode, source=tree)
         try:
             async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=conns)
@@ -177,17 +195,21 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                 # warm-up: every series once, on each server
                 warm = samples(args.series, offset, args.series)
                 offset += args.series
-                await post_all(session, tsd_url, write_bodies(warm, labels, args.per_request), [])
+                first = args.per_request[0]
+                await post_all(session, tsd_url, write_bodies(warm, labels, first), [])
                 chunks = chunks_per_connection(telnet_lines(warm, labels), 1)[0]
                 await send_telnet(tsd, chunks, [])
                 if vm is not None:
                     vm_url = f"http://127.0.0.1:{vm.http_port}/api/v1/write"
-                    await post_all(
-                        session, vm_url, write_bodies(warm, labels, args.per_request), []
-                    )
-                scenarios: list[str] = ["tsd remote write", "tsd telnet"]
+                    await post_all(session, vm_url, write_bodies(warm, labels, first), [])
+                if before is not None:
+                    before_url = f"http://127.0.0.1:{before.port}/api/v1/write"
+                    await post_all(session, before_url, write_bodies(warm, labels, first), [])
+                scenarios = [f"{RW} {size}" for size in args.per_request] + ["tsd telnet"]
                 if vm is not None:
-                    scenarios.append("VM remote write")
+                    scenarios += [f"{VM_RW} {size}" for size in args.per_request]
+                if before is not None:
+                    scenarios += [f"{BEFORE_RW} {size}" for size in args.per_request]
                 for number in range(args.rounds):
                     for name in rotated(scenarios, number):
                         points = samples(args.points, offset, args.series)
@@ -201,13 +223,12 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                                 args.points,
                             )
                         else:
-                            server: Server = tsd if name.startswith("tsd") else vm  # type: ignore[assignment]
-                            url = (
-                                tsd_url
-                                if server is tsd
-                                else f"http://127.0.0.1:{server.http_port}/api/v1/write"
-                            )
-                            parts = split(write_bodies(points, labels, args.per_request))
+                            server: Server = {"tsd": tsd, "VM": vm, "baseline": before}[  # type: ignore[assignment]
+                                name.split(" ", 1)[0]
+                            ]
+                            url = f"http://127.0.0.1:{server.http_port}/api/v1/write"
+                            size = int(name.rsplit(" ", 1)[1])
+                            parts = split(write_bodies(points, labels, size))
 
                             async def end(server: Server = server) -> None:
                                 if isinstance(server, Tsd):
@@ -231,6 +252,8 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
             await tsd.stop()
             if vm is not None:
                 await vm.stop()
+            if before is not None:
+                await before.stop()
     return found
 
 
@@ -244,7 +267,7 @@ async def check_counts(
         raise RuntimeError(f"tsd stored fewer points than it added: {stats}")
     print(f"  tsd: {stats.get('tsd.datapoints.added', 0):,} points added, {rw:,} ingest.points")
     if vm is not None:
-        vm_sent = args.series + args.points * args.rounds
+        vm_sent = args.series + args.points * args.rounds * len(args.per_request)
         with contextlib.suppress(Exception):
             await asyncio.sleep(2)
         print(f"  VM: {await vm_rows(session, vm):,} rows inserted of {vm_sent:,} sent")
@@ -254,30 +277,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--series", type=int, default=2_000)
-    parser.add_argument("--per-request", type=int, default=500)
+    parser.add_argument(
+        "--per-request",
+        type=lambda text: [int(size) for size in text.split(",")],
+        default=[500, 2000],
+        help="samples a request, comma-separated; the first is the headline (500: Prometheus'"
+        " default max_samples_per_send)",
+    )
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mode", default="shared", help="pinned or shared (bench/ingest.py)")
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="a git revision whose tsd (its tree, C helpers built) takes the same remote write"
+        " rounds beside this tree's",
+    )
     args = parser.parse_args()
     mode = modes()[args.mode]
     print(f"mode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
-    print(f"{args.points:,} samples a round, {args.series:,} series, {args.per_request} a request")
+    sizes = ", ".join(f"{size:,}" for size in args.per_request)
+    print(f"{args.points:,} samples a round, {args.series:,} series, {sizes} samples a request")
     found = asyncio.run(measure(args, mode))
     cpu = {name: statistics.median(r[1] for r in rates) for name, rates in found.items()}
     wall = {name: statistics.median(r[0] for r in rates) for name, rates in found.items()}
     print("median of rounds: samples/s wall | samples per CPU-second of the server")
     for name in found:
-        print(f"  {name:18} {wall[name]:12,.0f} {cpu[name]:12,.0f}")
-    ratio = cpu["tsd remote write"] / cpu["tsd telnet"]
-    verdict = "met" if ratio >= 0.5 else "not met"
-    print(f"  remote write / telnet per CPU-second: {ratio:.2f} (goal >= 0.5: {verdict})")
-    if "VM remote write" in cpu:
-        print(
-            "  tsd / VictoriaMetrics remote write per CPU-second:"
-            f" {cpu['tsd remote write'] / cpu['VM remote write']:.2f};"
-            f" wall {wall['tsd remote write'] / wall['VM remote write']:.2f}"
-        )
+        print(f"  {name:22} {wall[name]:12,.0f} {cpu[name]:12,.0f}")
+    for number, size in enumerate(args.per_request):
+        rw = f"{RW} {size}"
+        headline = " (Prometheus' default: the headline)" if number == 0 else ""
+        ratio = cpu[rw] / cpu["tsd telnet"]
+        verdict = "met" if ratio >= 0.5 else "not met"
+        print(f"  {size:,} samples a request{headline}:")
+        print(f"    remote write / telnet per CPU-second: {ratio:.2f} (goal >= 0.5: {verdict})")
+        vm = f"{VM_RW} {size}"
+        if vm in cpu:
+            print(
+                f"    tsd / VictoriaMetrics remote write per CPU-second: {cpu[rw] / cpu[vm]:.2f};"
+                f" wall {wall[rw] / wall[vm]:.2f}"
+            )
+        old = f"{BEFORE_RW} {size}"
+        if old in cpu:
+            print(f"    this tree / {args.baseline} per CPU-second: {cpu[rw] / cpu[old]:.2f}")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def test_protocols_hand_points_to_write_only_through_the_ways_in() -> None:
     "planted",
     [
         "writer.add_points(points)",
-        "services.ingest.writer.add_points_logged(known)",
+        "services.ingest.writer.add_rows_logged(rows, taken, cells)",
         "rollups.store(point)",
         "writer.add_to(series, 1, 2.0)",
     ],
@@ -91,7 +91,7 @@ def test_protocols_hand_points_to_write_only_through_the_ways_in() -> None:
 def test_a_point_call_past_the_session_is_found(planted: str) -> None:
     sources = adapter_sources()
     sources["server/planted.py"] = (
-        f"def f(writer, services, rollups, points, known, point, series):\n    {planted}\n"
+        f"def f(writer, services, rollups, points, rows, point, series):\n    {planted}\n"
     )
     used = point_calls(sources, point_taking_methods())
     assert not used <= WAYS_IN

@@ -1,11 +1,11 @@
 /* The put parsers' hot paths in C: telnet put lines of known series typed (and encoded
- * into a connection's cells in the same pass), a plain put line of a new series parsed, and
- * /api/put's usual points of known series. Drop-in versions of tsd.protocol.telnet's
- * python_take_known_puts, take_known_puts_into and parse_plain_put and of
- * tsd.protocol.put_json.python_known_usual_points (their docstrings are the specification;
- * the Python functions stay the fallback when this is not built, and
- * tests/codec/test_encode_c.py and tests/protocol/test_telnet_plain_put.py check both
- * agree). The cell format is tsd/codec/_format.h.
+ * into a connection's cells in the same pass), a plain put line of a new series parsed,
+ * /api/put's usual points of known series and remote write's samples of known series.
+ * Drop-in versions of tsd.protocol.telnet's python_take_known_puts, take_known_puts_into
+ * and parse_plain_put and of tsd.protocol.put_json.python_known_usual_points (their
+ * docstrings are the specification; the Python functions stay the fallback when this is
+ * not built, and tests/codec/test_encode_c.py and tests/protocol/test_telnet_plain_put.py
+ * check both agree). The cell format is tsd/codec/_format.h.
  *
  * take_known_puts(lines, start, known, out, limit) -> index of the first line not taken
  *
@@ -22,6 +22,11 @@
  *   (put_json.usual_key: the metric's UTF-8, 0xFF, the tags' text). None as soon as one
  *   point's series is not in known (the loop in put_json.python_known_usual_points is the
  *   specification).
+ *
+ * take_known_samples(keys, samples, known, out, low, high, qualifiers, int1, encode_point)
+ *   -> (points taken, cells added, others): Prometheus remote write's samples of known
+ *   series, encoded into a rows dict or listed (tsd.protocol.prom_samples is the
+ *   specification; tests/protocol/test_prom_samples.py checks both agree).
  */
 #include "_format.h"
 
@@ -652,6 +657,100 @@ fail:
     return NULL;
 }
 
+/* take_known_samples(keys, samples, known, out, low, high, qualifiers, int1, encode_point)
+ *   -> (points taken, cells added, others): remote write's one sample per series
+ *   (tsd.protocol.prom_samples.python_take_known_samples is the specification). keys: a
+ *   list of bytes; samples: a sequence of as many messages with .value and .timestamp;
+ *   known: dict key -> series; out: a rows dict the points are encoded into (cells
+ *   added counted), or a list (series, timestamp, value) tuples are appended to; others:
+ *   the indices not taken (an unknown key, a value not a finite float, a timestamp not
+ *   an int with low < timestamp <= high), in order. */
+static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[2]) ||
+        !(PyDict_CheckExact(args[3]) || PyList_CheckExact(args[3])) ||
+        !PyTuple_CheckExact(args[6]) || !PyTuple_CheckExact(args[7]) ||
+        PyTuple_GET_SIZE(args[7]) != 256 ||
+        PyTuple_GET_SIZE(args[6]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+        PyErr_SetString(PyExc_TypeError, "take_known_samples: bad arguments");
+        return NULL;
+    }
+    PyObject *keys = args[0], *known = args[2], *out = args[3];
+    PyObject *qualifiers = args[6], *int1 = args[7], *encode_point = args[8];
+    int into_rows = PyDict_CheckExact(out);
+    long long low = PyLong_AsLongLong(args[4]), high = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[1], "samples must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(seq) != count) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "take_known_samples: as many samples as keys");
+        return NULL;
+    }
+    PyObject **samples = PySequence_Fast_ITEMS(seq);
+    PyObject *others = PyList_New(0);
+    if (others == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t taken = 0;
+    long long added = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *series = PyDict_GetItemWithError(known, PyList_GET_ITEM(keys, i));
+        if (series == NULL && PyErr_Occurred())
+            goto error;
+        int take = 0;
+        PyObject *value = NULL, *timestamp = NULL;
+        if (series != NULL) {
+            value = PyObject_GetAttr(samples[i], value_name);
+            timestamp = value == NULL ? NULL : PyObject_GetAttr(samples[i], timestamp_name);
+            if (timestamp == NULL) {
+                Py_XDECREF(value);
+                goto error;
+            }
+            if (PyFloat_CheckExact(value) && isfinite(PyFloat_AS_DOUBLE(value)) &&
+                PyLong_CheckExact(timestamp)) {
+                int overflow = 0;
+                long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+                if (ts == -1 && PyErr_Occurred())
+                    PyErr_Clear();
+                else
+                    take = !overflow && low < ts && ts <= high;
+            }
+        }
+        int failed = 0;
+        if (take && into_rows) {
+            int one = encode_one(out, series, timestamp, value, qualifiers, int1, encode_point);
+            failed = one < 0;
+            added += one > 0 ? one : 0;
+        } else if (take) {
+            PyObject *point = PyTuple_Pack(3, series, timestamp, value);
+            failed = point == NULL || PyList_Append(out, point) < 0;
+            Py_XDECREF(point);
+        } else {
+            PyObject *index = PyLong_FromSsize_t(i);
+            failed = index == NULL || PyList_Append(others, index) < 0;
+            Py_XDECREF(index);
+        }
+        Py_XDECREF(value);
+        Py_XDECREF(timestamp);
+        if (failed)
+            goto error;
+        taken += take;
+    }
+    Py_DECREF(seq);
+    PyObject *done = Py_BuildValue("(nLO)", taken, added, others);
+    Py_DECREF(others);
+    return done;
+error:
+    Py_DECREF(seq);
+    Py_DECREF(others);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"take_known_puts", (PyCFunction)(void (*)(void))take_known_puts, METH_FASTCALL,
      "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
@@ -661,6 +760,8 @@ static PyMethodDef methods[] = {
      "A put line in its plain form parsed as parse_put parses it, or None."},
     {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,
      "(series, timestamp, value) of decoded usual points of known series, or None."},
+    {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
+     "Remote write samples of known series, encoded or listed: (taken, cells, others)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from tsd.codec import SeriesKey
 from tsd.codec.compaction import split_cell
-from tsd.codec.qualifier import encode_points_into
+from tsd.codec.qualifier import encode_points_into, merge_rows
 from tsd.wal.record import EncodedPart, RowRun, encode_payload_and_runs
 
 #: Cells in one storage write. Large enough that a flush costs little per cell, small
@@ -110,17 +110,7 @@ class Batch:
         order of arrival stays the order the head reads them in."""
         if self.rows:
             self._close_open_rows()
-        logged = self.logged_rows
-        added = 0
-        for row, cells in rows.items():
-            have = logged.get(row)
-            if have is None:
-                logged[row] = cells
-                added += len(cells)
-            else:
-                before = len(have)
-                have.update(cells)
-                added += len(have) - before
+        added = merge_rows(self.logged_rows, rows)
         self.cells += added
         self.logged_cells += added
         self.logged.append(seq)

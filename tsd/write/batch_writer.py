@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
 from tsd.codec.const import FAMILY as DATA_FAMILY
-from tsd.codec.qualifier import encode_points_into
 from tsd.config import StorageConfig
 from tsd.errors import StorageError, StorageRefused, StorageUnavailable
 from tsd.log import WRITER, get_logger
@@ -60,7 +59,7 @@ from tsd.wal.record import (
     Columns,
     EncodedPart,
     Row,
-    encode_payload_and_runs,
+    encode_payload,
     frame,
     frame_cells,
     iter_records,
@@ -255,11 +254,13 @@ class Writer:
 
     @property
     def logs_points(self) -> bool:
-        """Whether :meth:`add_points_logged` is available: the embedded store's head
+        """Whether :meth:`add_rows_logged` is available: the embedded store's head
         behind a write-ahead log."""
         return self._head is not None and self._wal is not None
 
-    async def add_points_logged(self, points: Sequence[tuple[SeriesKey, int, int | float]]) -> None:
+    async def add_rows_logged(
+        self, rows: dict[bytes, dict[bytes, bytes]], points: int, cells: int
+    ) -> None:
         """Buffer points of known series once the write-ahead log holds them, written and
         fsynced (:attr:`logs_points` only): they become a log record of their own
         (committed with the other appenders' records: group commit), then join the
@@ -268,6 +269,11 @@ class Writer:
         waiting for a batch of its own (remote write: a batch per request would cost a
         pass over the head per request). Readers see them once the batch is written
         (within ``tsd.storage.flush_interval``; :meth:`show_logged` waits for it).
+
+        ``rows`` holds the ``points`` points of known series as
+        :func:`~tsd.codec.qualifier.encode_points_into` encodes them (``cells`` cells; the
+        caller encodes them where it types them, remote write in one pass) and is taken
+        over, not copied.
 
         Raises StorageError, with nothing buffered, when the log fails or the writer
         takes no points (shutting down, the head over its bound and storage refusing).
@@ -279,21 +285,19 @@ class Writer:
             raise StorageUnavailable("the write-ahead log does not take points directly")
         if sink.refusal is not None:
             raise sink.refusal
-        rows: dict[bytes, dict[bytes, bytes]] = {}
-        cells = encode_points_into(rows, points)
         # Not compressed: zstd was the largest part of logging a request's record in a
         # profile of the daemon (cProfile); the segments go once the head is written.
-        seq = await wal.append(frame(CELLS, encode_payload_and_runs(rows)[0]), cells)
+        seq = await wal.append(frame(CELLS, encode_payload(rows)), cells)
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
         was_empty = batch.cells == 0
         batch.add_logged(rows, seq)
-        self._added.value += len(points)
+        self._added.value += points
         self._added_to_batch(was_empty)
 
     async def show_logged(self) -> None:
-        """Return once the head holds every point :meth:`add_points_logged` took so far
+        """Return once the head holds every point :meth:`add_rows_logged` took so far
         (a reader that must see them: remote read); at once when there are none."""
         if self._batch.logged or self._in_flight:
             await self.flush()

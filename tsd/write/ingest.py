@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
+from tsd.codec.qualifier import encode_points_into
 from tsd.config import StorageConfig
 from tsd.data_points import DataPoint, Tags
 from tsd.errors import (
@@ -159,6 +160,17 @@ class RefCache(dict[Hashable, SeriesRef]):
         if len(self) >= self.max_entries:
             self.clear()
         self[key] = ref
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedRows:
+    """Points of known series encoded ahead as rows (row key -> qualifier -> value, as
+    :func:`~tsd.codec.qualifier.encode_points_into` makes them; taken over, not copied),
+    for a durable session to log as a record of their own (remote write: a request's)."""
+
+    rows: dict[bytes, dict[bytes, bytes]]
+    points: int
+    cells: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +423,9 @@ class IngestSession(Generic[T]):
         the points are logged first (:meth:`settle` waits for it).
         """
         if self.durable and self.service.writer.logs_points:
-            self._append_logged(points, tags)
+            rows: dict[bytes, dict[bytes, bytes]] = {}
+            cells = encode_points_into(rows, points)
+            self._append_logged(LoggedRows(rows, len(points), cells), tags)
         else:
             self._append_buffered(points, tags)
 
@@ -427,20 +441,27 @@ class IngestSession(Generic[T]):
             self.counters[0].value += len(points)
         self._note_ack(ack, tags, len(points))
 
-    def append_part(self, part: EncodedPart) -> None:
-        """Buffer points a telnet connection encoded ahead (a log record's payload and its
-        rows as runs: :meth:`Writer.add_part`), without suspending. Refusals are reported
-        for each point of the part, without a point or tag."""
+    def append_part(self, part: EncodedPart | LoggedRows, tags: Sequence[T] | None = None) -> None:
+        """Buffer points encoded ahead, without suspending: a telnet connection's part (a
+        log record's payload and its rows as runs: :meth:`Writer.add_part`), or, in a
+        :attr:`durable` session whose writer logs points, a request's rows (logged first
+        as a record of their own: :meth:`settle` waits for it). Refusals are reported for
+        each point, with its tag (``tags``: one per point, or None)."""
+        if isinstance(part, LoggedRows):
+            if not (self.durable and self.service.writer.logs_points):
+                raise ValueError("rows are appended by a durable session whose writer logs")
+            self._append_logged(part, tags)
+            return
         points = part.points
         try:
             ack = self.service.writer.add_part(part)
         except TsdError as exc:  # shutting down, or HBase's spool full
-            if not self._track_refusal(exc, None, points):
-                self._refuse_run(None, points, Refused.of(exc))
+            if not self._track_refusal(exc, tags, points):
+                self._refuse_run(tags, points, Refused.of(exc))
             return
         if self.counters is not None:
             self.counters[0].value += points
-        self._note_ack(ack, None, points)
+        self._note_ack(ack, tags, points)
 
     def put(self, point: DataPoint, tag: T | None = None, aliases: Iterable[Hashable] = ()) -> Put:
         """Take one parsed point of any series, without suspending, remembering
@@ -524,34 +545,34 @@ class IngestSession(Generic[T]):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _append_logged(self, points: list[RefPoint], tags: Sequence[T] | None) -> None:
-        """:meth:`append_run` in a durable session: the points' log record is written in
-        a task of its own, whose outcome is their ack."""
+    def _append_logged(self, rows: LoggedRows, tags: Sequence[T] | None) -> None:
+        """Points of a durable session: their log record is written in a task of its own
+        (:meth:`Writer.add_rows_logged`), whose outcome is their ack."""
         loop = asyncio.get_running_loop()
         ack: Ack = loop.create_future()
         tracked = self.track_acks and tags is not None
         if tracked:
             assert tags is not None
             self._tracked.append(_Tracked(ack, list(tags)))
-        task = loop.create_task(self._log_run(points, tags, ack, tracked))
+        task = loop.create_task(self._log_rows(rows, tags, ack, tracked))
         self._logging.add(task)
         task.add_done_callback(self._logging.discard)
 
-    async def _log_run(
-        self, points: list[RefPoint], tags: Sequence[T] | None, ack: Ack, tracked: bool
+    async def _log_rows(
+        self, rows: LoggedRows, tags: Sequence[T] | None, ack: Ack, tracked: bool
     ) -> None:
         try:
-            await self.service.writer.add_points_logged(points)
+            await self.service.writer.add_rows_logged(rows.rows, rows.points, rows.cells)
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
-                log.exception("ingest.log_append_crashed", points=len(points))
+                log.exception("ingest.log_append_crashed", points=rows.points)
             ack.set_exception(exc)
             ack.exception()  # seen: the session reports it
             if not tracked:
-                self._refuse_run(tags, len(points), Refused.of(exc))
+                self._refuse_run(tags, rows.points, Refused.of(exc))
             return
         if self.counters is not None:
-            self.counters[0].value += len(points)
+            self.counters[0].value += rows.points
         ack.set_result(None)
 
     async def _resolve_batch(self, batch: list[_Miss[T]]) -> None:

@@ -22,7 +22,9 @@ Prometheus drops a whole batch on a 4xx and retries it on a 5xx, so:
 A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
 series are remembered by their key (labels re-encoded) in the ingest service's
 ``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
-or lookup of its names.
+or lookup of its names. The samples of those are taken in one pass
+(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled), on the embedded store
+encoded straight into the request's cells, which become its log record.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from tsd.codec.qualifier import encode_points_into
 from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP, DataPoint
 from tsd.errors import StorageRefused
 from tsd.log import HTTP, get_logger
@@ -45,6 +48,7 @@ from tsd.protocol.prom_labels import (
     classify_nonfinite,
     is_storable_timestamp,
 )
+from tsd.protocol.prom_samples import take_known_samples
 from tsd.protocol.prom_wire import (
     DecodeError,
     decode_key,
@@ -59,6 +63,7 @@ from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import StatsRegistry
 from tsd.write.ingest import (
     IngestSession,
+    LoggedRows,
     RefCache,
     RefPoint,
     RefusalKind,
@@ -119,9 +124,10 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     rules = services.rules
     refs = services.ingest.ref_cache(PROM_REFS)
     mapper = LabelMapper(rules.special_chars, rules.max_tags)
-    take = _Take(refs, mapper)
+    encode = services.ingest.writer.logs_points
+    take = _Take(refs, mapper, encode)
     if columns.samples is None or not await take.one_sample_each(columns.keys, columns.samples):
-        take = _Take(refs, mapper)  # not one sample per series: each series' own samples
+        take = _Take(refs, mapper, encode)  # not one sample per series: each one's samples
         await take.any_series(columns.keys, write_request_of(columns).timeseries)
     outcome = take.outcome
     stored = await _ingest(services, take)
@@ -145,12 +151,13 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
 async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
     """The one place remote write calls the ingest service.
 
-    A durable session: points of known series are appended by ref, on the embedded store
-    stored once the write-ahead log holds them (written and fsynced, then buffered for the
-    head with the next batch: a request costs one log record rather than a batch of its
-    own), elsewhere (HBase) waited for until storage holds them, as ``/api/put?sync``.
-    Points of new series are resolved in the session's window (each remembered under its
-    key) and waited for likewise."""
+    A durable session: points of known series, on the embedded store encoded as the
+    request's rows (:attr:`_Take.rows`) and appended as one part once the write-ahead log
+    holds them (:class:`~tsd.write.ingest.LoggedRows`: written and fsynced, then buffered
+    for the head with the next batch), so a request costs one log record rather than a
+    batch of its own; elsewhere (HBase, :attr:`_Take.known`) appended by ref and waited
+    for until storage holds them, as ``/api/put?sync``. Points of new series are resolved
+    in the session's window (each remembered under its key) and waited for likewise."""
     outcome = take.outcome
     session: IngestSession[int] = services.ingest.session(
         cache=take.refs,
@@ -159,8 +166,12 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
         protocol=PROTOCOL,
         durable=True,
     )
-    known = take.known
-    await append_in_room(session, known, range(len(known)))
+    if take.rows is not None:
+        if take.taken:
+            await session.wait_room()
+            session.append_part(LoggedRows(take.rows, take.taken, take.cells), range(take.taken))
+    else:
+        await append_in_room(session, take.known, range(len(take.known)))
     for tag, (point, key) in enumerate(take.new, start=1):
         await put_waiting(session, point, -tag, (key,))
     await session.settle()
@@ -173,43 +184,50 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
 @dataclass(slots=True)
 class _Take:
     """One request's samples sorted for :func:`_ingest`: points of series known by their
-    key (:attr:`known`, by ref), points of series to resolve (:attr:`new`, with their
-    key), and what is not stored (:attr:`outcome`)."""
+    key (:attr:`taken` of them: encoded into :attr:`rows` when the writer logs points
+    itself, else listed in :attr:`known` by ref), points of series to resolve
+    (:attr:`new`, with their key), and what is not stored (:attr:`outcome`)."""
 
     refs: RefCache
     mapper: LabelMapper
+    #: encode known series' points into :attr:`rows` (the embedded store's log takes them)
+    encode: bool
     known: list[RefPoint] = field(default_factory=list)
+    rows: dict[bytes, dict[bytes, bytes]] | None = None
+    taken: int = 0
+    cells: int = 0
     new: list[tuple[DataPoint, bytes]] = field(default_factory=list)
     outcome: _Outcome = field(default_factory=_Outcome)
     #: the mapping of each new key met in this request (a series may come many times)
     mapped: dict[bytes, MappedSeries | tuple[str, str] | None] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.encode:
+            self.rows = {}
+
     async def one_sample_each(self, keys: list[bytes], samples: Any) -> bool:
-        """As many samples as series, one each (what Prometheus sends): the hot loop, a
-        dict lookup and a tuple per sample for a known series. False, with the request
-        half taken, when a series has no sample after all (some other has more): a key
-        seen before has samples, the key of a new one tells."""
-        add = self.known.append
+        """As many samples as series, one each (what Prometheus sends): the samples of
+        known series in one pass (:func:`~tsd.protocol.prom_samples.take_known_samples`),
+        the others one by one. False, with the request half taken, when a series has no
+        sample after all (some other has more): a key seen before has samples, the key
+        of a new one tells."""
+        out: Any = self.rows if self.rows is not None else self.known
+        low, high = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP  # is_storable_timestamp's
         get = self.refs.get
-        other = self.other
-        low, high = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP  # is_storable_timestamp, inline
         for start in range(0, len(keys), YIELD_EVERY):
             if start:
                 await asyncio.sleep(0)
-            for key, sample in zip(
-                keys[start : start + YIELD_EVERY],
-                samples[start : start + YIELD_EVERY],
-                strict=True,
-            ):
+            part_keys = keys[start : start + YIELD_EVERY]
+            part = samples[start : start + YIELD_EVERY]
+            taken, cells, others = take_known_samples(part_keys, part, self.refs, out, low, high)
+            self.taken += taken
+            self.cells += cells
+            for index in others:
+                key, sample = part_keys[index], part[index]
                 ref = get(key)
-                value = sample.value
-                timestamp = sample.timestamp
-                if ref is not None and value - value == 0.0 and low < timestamp <= high:
-                    add((ref, timestamp, value))
-                elif ref is None and self.mapping(key) is None:
+                if ref is None and self.mapping(key) is None:
                     return False  # no sample: the samples are not one per series
-                else:
-                    other(key, ref, ((value, timestamp),))
+                self.other(key, ref, ((sample.value, sample.timestamp),))
         return True
 
     async def any_series(self, keys: list[bytes], series_list: Any) -> None:
@@ -245,7 +263,15 @@ class _Take:
             elif isinstance(mapped, MappedSeries):
                 self.new.append((DataPoint(mapped.metric, timestamp, value, mapped.tags), key))
             elif ref is not None:
-                self.known.append((ref, timestamp, value))
+                self.add_known(ref, timestamp, value)
+
+    def add_known(self, ref: SeriesRef, timestamp: int, value: float) -> None:
+        """One point of a known series off the hot loop, where that loop puts its own."""
+        self.taken += 1
+        if self.rows is None:
+            self.known.append((ref, timestamp, value))
+        else:
+            self.cells += encode_points_into(self.rows, ((ref, timestamp, value),))
 
     def mapping(self, key: bytes) -> MappedSeries | tuple[str, str] | None:
         """The OpenTSDB series of a key not seen before, or (reason, message) when it
