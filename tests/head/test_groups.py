@@ -65,3 +65,60 @@ def test_a_filter_with_pinned_pairs_finds_the_rows_its_regexp_finds() -> None:
     pinned = RowFilter(regex, (tuple(wanted),))
     both = head.snapshot([ScanSpec(start, stop, row_filter=pinned)]).keys()
     assert sorted(both) == sorted(alone) == sorted(key(h, d) for h in (2, 7) for d in (1, 2, 65793))
+
+
+def test_a_pinned_filter_keeps_finding_its_rows_as_rows_join_and_leave_the_group() -> None:
+    # The group's tag pairs are kept between reads (Head._group_pairs): rows joining the
+    # hour afterwards, rows leaving it (the list tidied), a key of another length (more
+    # tags) and a group emptied and its number reused must all be seen by the next read.
+    import re
+
+    from tsd.storage.base import RowFilter
+
+    head = Head(KeyLayout.from_storage_config(StorageConfig()))
+    pair = b"\x00\x00\x01"
+
+    def key(host: int, extra: bool = False) -> bytes:
+        tags = pair + host.to_bytes(3, "big") + (b"\x00\x00\x02\x00\x00\x09" if extra else b"")
+        return (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big") + tags
+
+    def add(keys: list[bytes]) -> None:
+        _, runs = HeadSink.encode({k: dict([encode_point(HOUR, 1)[1:]]) for k in keys})
+        head.add_runs(runs, 0, 0.0)
+
+    wanted = [pair + v.to_bytes(3, "big") for v in (3, 70, 150)]
+    regex = b"(?s)^.{7}\\x00\\x00\\x01(?:" + b"|".join(re.escape(w[3:]) for w in wanted) + b").*$"
+    spec = ScanSpec(
+        (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big"),
+        (1).to_bytes(3, "big") + (HOUR + 3600).to_bytes(4, "big"),
+        row_filter=RowFilter(regex, (tuple(wanted),)),
+    )
+
+    def found() -> list[bytes]:
+        return sorted(head.snapshot([spec]).keys())
+
+    add([key(h) for h in range(100)])
+    assert found() == [key(3), key(70)]
+    add([key(h) for h in range(100, 200)])  # joined after the first read
+    assert found() == [key(3), key(70), key(150)]
+    for h in (3, 150):  # left the head; as many joined before the next read
+        taken = head.take(key(h))
+        assert taken is not None
+        head.release(taken)
+    add([key(3), key(250)])
+    assert found() == [key(3), key(70)]
+    taken = head.take(key(3))
+    assert taken is not None
+    head.release(taken)
+    assert found() == [key(70)]
+    add([key(3)])  # back, in a freed slot
+    assert found() == [key(3), key(70)]
+    add([key(150, extra=True)])  # a key with one more tag
+    assert found() == [key(3), key(70), key(150, extra=True)]
+    for k in head.all_keys():  # the group emptied, its number free for the next
+        taken = head.take(k)
+        assert taken is not None
+        head.release(taken)
+    assert found() == []
+    add([key(h) for h in (1, 70)])
+    assert found() == [key(70)]

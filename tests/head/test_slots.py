@@ -119,3 +119,40 @@ def test_a_row_twice_in_one_batch_takes_both_runs_in_order() -> None:
     assert bytes(row.qualifiers) == b"".join(q for q, _ in first + second)
     assert (row.count, row.clean) == (4, False)  # 5 s after 20 s: out of order
     assert len(head) == 2
+
+
+#: (row, seconds of its run's points) per run of one batch: rows repeat, in or out of order
+REPEATED = st.lists(
+    st.tuples(st.integers(0, 3), st.lists(st.integers(0, 3599), min_size=1, max_size=4)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(before=REPEATED, runs=REPEATED)
+def test_a_batch_with_rows_repeated_adds_what_its_runs_add_one_by_one(
+    before: list[tuple[int, list[int]]], runs: list[tuple[int, list[int]]]
+) -> None:
+    def run_of(series: int, seconds: list[int]) -> tuple[bytes, int, bytes, bytes]:
+        cells = [encode_point(BASE + s, s * 3 - 7)[1:] for s in seconds]
+        key = _key(1, 0, series)
+        return (key, len(cells), b"".join(q for q, _ in cells), b"".join(v for _, v in cells))
+
+    joined, one_by_one = Head(LAYOUT), Head(LAYOUT)
+    for batch, group in enumerate((before, runs)):
+        batch_runs = [run_of(series, seconds) for series, seconds in group]
+        added = joined.add_runs(batch_runs, batch, float(batch))
+        assert added == sum(one_by_one.add_runs([run], batch, float(batch)) for run in batch_runs)
+    assert joined.all_keys() == one_by_one.all_keys()
+    assert (joined.points, joined.bytes) == (one_by_one.points, one_by_one.bytes)
+    for key in joined.all_keys():
+        a, b = joined.get(key), one_by_one.get(key)
+        assert a is not None
+        assert b is not None
+        assert (bytes(a.qualifiers), bytes(a.values), a.count, a.clean) == (
+            bytes(b.qualifiers),
+            bytes(b.values),
+            b.count,
+            b.clean,
+        )

@@ -711,6 +711,9 @@ async def test_scan_blocks_of_data_rows_hold_the_rows_of_scan(
         ScanSpec(start=b"\x00\x00\x01\x50\xe2\x3a\x10", stop=b"\x00\x00\x01\x50\xe2\x48\x20"),
         ScanSpec(limit=9, batch_rows=4),
         ScanSpec(families=("t",), batch_rows=3),
+        # a filter passing every key (the packed path stands), and one passing some
+        ScanSpec(row_filter=RowFilter(b"(?s).*"), batch_rows=6),
+        ScanSpec(row_filter=RowFilter(b"(?s).{7}[\\x00-\\x1f]"), limit=12, batch_rows=5),
     ]
     for spec in specs:
         want = await scan_all(storage, table, spec)
@@ -718,6 +721,33 @@ async def test_scan_blocks_of_data_rows_hold_the_rows_of_scan(
             blocks = [block async for block in found]
         assert all(0 < len(block) <= spec.batch_rows for block in blocks)
         assert [row for block in blocks for row in _cells(block)] == want
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_scan_ranges_hold_the_rows_of_each_range_scanned_in_turn(
+    storage: Storage, make_table: MakeTable, seed: int
+) -> None:
+    # The query path's ranges (a filter's series hour by hour): many disjoint ranges in
+    # key order, some empty, some cut by a limit or batch size, read by one scan_ranges;
+    # the embedded store reads several per hop and joins their blocks.
+    table = await make_table("data", ("t",))
+    await storage.put(table, _random_data_rows(seed))
+    keys = sorted({k for k in await scan_keys(storage, table)})
+    rng = random.Random(seed)
+    cuts = sorted(set(rng.sample(keys, min(len(keys), 24)))) + [b"\x00\x00\x02"]
+    for batch_rows, limit in ((1024, None), (2, None), (3, 2)):
+        # [a, a + ff) holds row a alone (keys of one length), [a + ff, b) none
+        bounds = [b"\x00", *(k for a in cuts[:-1] for k in (a, a + b"\xff")), cuts[-1]]
+        specs = [
+            ScanSpec(start=a, stop=b, families=("t",), batch_rows=batch_rows, limit=limit)
+            for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
+        want = [row for spec in specs for row in await scan_all(storage, table, spec)]
+        async with aclosing(storage.scan_ranges(table, specs)) as found:
+            blocks = [block async for block in found]
+        assert all(len(block) for block in blocks)
+        assert [row for block in blocks for row in _cells(block)] == want
+        assert len(want) > len(cuts)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

@@ -147,6 +147,45 @@ class _Group:
     rows: int = 0
     #: slots left since the list was last tidied (free once it is)
     left: array[int] = field(default_factory=lambda: array("q"))
+    #: times the list was tidied (a tidy rewrites it; rows joining only append to it)
+    tidied: int = 0
+    #: the listed rows' tag pairs, for a row filter's pairs (:meth:`Head._group_pairs`)
+    pairs: _GroupPairs | None = None
+
+
+@dataclass(slots=True)
+class _GroupPairs:
+    """A group's listed rows' tag pairs as integers (:func:`_packed_pairs`), as of the
+    group's ``tidied`` and its first ``listed`` slots (``packed`` None: keys of several
+    lengths), and, once asked, every pair in order with its row: a pair's rows are found
+    by bisection, not by a pass over every row."""
+
+    tidied: int
+    listed: int
+    packed: npt.NDArray[np.uint64] | None
+    #: the pairs sorted, and each one's row
+    ordered: npt.NDArray[np.uint64] | None = None
+    rows: npt.NDArray[np.int64] | None = None
+
+    def rows_having(self, contains: tuple[tuple[bytes, ...], ...]) -> npt.NDArray[np.int64]:
+        """The rows (in order) holding, for every entry of ``contains``, one of its pairs."""
+        packed = self.packed
+        assert packed is not None
+        ordered, rows = self.ordered, self.rows
+        if ordered is None or rows is None:
+            flat = packed.ravel()
+            order = np.argsort(flat, kind="stable")
+            self.ordered = ordered = flat[order]
+            self.rows = rows = order // max(1, packed.shape[1])
+        found: npt.NDArray[np.int64] | None = None
+        for entry in contains:
+            wanted = np.array(sorted({int.from_bytes(s, "big") for s in entry}), np.uint64)
+            lo = np.searchsorted(ordered, wanted, "left").tolist()
+            hi = np.searchsorted(ordered, wanted, "right").tolist()
+            hits = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi, strict=True)]))
+            found = hits if found is None else np.intersect1d(found, hits, assume_unique=True)
+        assert found is not None
+        return found.astype(np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,26 +294,20 @@ class Head:
         the batch's rows are set with a numpy operation per column."""
         if not runs:
             return 0
+        keys = list(map(_FIRST, runs))
+        if len(set(keys)) != len(keys):
+            # a log record can hold a row more than once (the parts of one batch joined)
+            return self.add_runs(join_repeated_rows(runs), batch, now)
         part = _Part.of(runs, _bounds_array(runs))
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
-        keys = list(map(_FIRST, runs))
         slots = list(map(self._slot_of.get, keys))
         new = None
         if None in slots:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
-            fresh = [k for k, s in zip(keys, slots, strict=True) if s is None]
-            twice = len(set(fresh)) != len(fresh)
             held = np.array([s for s in slots if s is not None], np.int64)
         else:
-            twice = False
             held = np.array(slots, np.int64)
-        if not twice and len(held) > 1:
-            ordered = np.sort(held)
-            twice = bool((ordered[1:] == ordered[:-1]).any())
-        if twice:
-            # a log record can hold a row twice (parts of one batch joined): in order
-            return sum(self.add_runs([run], batch, now) for run in runs)
         if new is None:
             self._add_held(part, held, batch, now)
         else:
@@ -411,6 +444,7 @@ class Head:
             live = listed[self._cols.group[listed] == number]
             group.slots = np.concatenate([live, np.zeros(max(16, len(live) // 2), np.int64)])
             group.listed = len(live)
+            group.tidied += 1
             self._free.extend(group.left)
             group.left = array("q")
         return group.slots[: group.listed]
@@ -420,15 +454,23 @@ class Head:
     def snapshot(self, specs: Iterable[ScanSpec]) -> HeadSnapshot:
         """The rows the scans ``specs`` would read (key range and row filter), copied."""
         parts: list[npt.NDArray[np.int64]] = []
+        key_of = self._key
         for spec in specs:
             row_filter = spec.row_filter
-            for slots in self._slots_in(spec):
+            for number, slots in self._slots_in(spec):
                 if row_filter is not None:
-                    key_of = self._key
-                    keys = [key_of[s] for s in slots.tolist()]
-                    picked: Iterable[int] = range(len(keys))
-                    if row_filter.contains:
-                        picked = self._carrying(keys, row_filter.contains)
+                    pairs = None
+                    if row_filter.contains and number is not None:
+                        pairs = self._group_pairs(number, row_filter.contains)
+                    if pairs is not None:  # the group's pairs, kept: no step per row
+                        slots = slots[pairs.rows_having(row_filter.contains)]
+                        keys = [key_of[s] for s in slots.tolist()]
+                        picked: Iterable[int] = range(len(keys))
+                    else:
+                        keys = [key_of[s] for s in slots.tolist()]
+                        picked = range(len(keys))
+                        if row_filter.contains:
+                            picked = self._carrying(keys, row_filter.contains)
                     keep = [i for i in picked if row_filter.matches(keys[i])]
                     slots = slots[np.array(keep, np.int64)] if keep else slots[:0]
                 parts.append(slots)
@@ -445,29 +487,50 @@ class Head:
         byte strings (a row filter's necessary condition): when those are tag pairs and the
         keys have one length, checked at the pair positions over all keys at once (a dashboard's
         ``host=a|b|c`` of 10,000 series: no regexp per row), else by ``in``."""
+        packed = None
+        if len(keys) >= _VECTOR_KEYS and self._pairs_of(contains):
+            packed = _packed_pairs(keys, self._layout.tags_start, self._layout.tag_pair_width)
+        if packed is None:
+            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
+        return np.flatnonzero(_having(packed, contains)).tolist()
+
+    def _pairs_of(self, contains: tuple[tuple[bytes, ...], ...]) -> bool:
+        """Whether every byte string of ``contains`` is one tag pair that fits an integer."""
         pair = self._layout.tag_pair_width
-        if (
-            len(keys) < _VECTOR_KEYS
-            or any(len(s) != pair for entry in contains for s in entry)
-            or len({len(k) for k in keys}) != 1
-        ):
-            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
-        width = len(keys[0])
-        start = self._layout.tags_start
-        if (width - start) % pair:
-            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
-        matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
-        # each key's tag pairs as one integer per pair (pairs are at most 8 bytes here)
-        if pair > 8:
-            return [i for i, k in enumerate(keys) if all(any(s in k for s in e) for e in contains)]
-        tags = matrix[:, start:].reshape(len(keys), -1, pair)
-        weights = (256 ** np.arange(pair - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
-        packed = (tags.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)
-        keep = np.ones(len(keys), dtype=np.bool_)
-        for entry in contains:
-            wanted = np.array([int.from_bytes(s, "big") for s in entry], dtype=np.uint64)
-            keep &= np.isin(packed, wanted).any(axis=1)
-        return np.flatnonzero(keep).tolist()
+        return pair <= 8 and all(len(s) == pair for entry in contains for s in entry)
+
+    def _group_pairs(
+        self, number: int, contains: tuple[tuple[bytes, ...], ...]
+    ) -> _GroupPairs | None:
+        """Group ``number``'s tag pairs (:class:`_GroupPairs`, a row per listed slot,
+        :meth:`_members` called just before), kept with the group and extended by the
+        rows that joined since: a dashboard's filter over an hour of 10,000 series looks
+        up its pairs, not 10,000 keys, each time. None where they do not apply."""
+        group = self._groups[number]
+        assert group is not None
+        if not self._pairs_of(contains):
+            return None
+        cache = group.pairs
+        listed = group.listed
+        if cache is not None and cache.tidied == group.tidied:
+            done, packed = cache.listed, cache.packed
+            if packed is None:
+                return None
+            if done == listed:
+                return cache
+            key_of = self._key
+            tail = [key_of[s] for s in group.slots[done:listed].tolist()]
+            more = _packed_pairs(tail, self._layout.tags_start, self._layout.tag_pair_width)
+            if more is None or (done and more.shape[1] != packed.shape[1]):
+                packed = None
+            else:
+                packed = np.concatenate([packed, more]) if done else more
+        else:
+            key_of = self._key
+            keys = [key_of[s] for s in group.slots[:listed].tolist()]
+            packed = _packed_pairs(keys, self._layout.tags_start, self._layout.tag_pair_width)
+        group.pairs = _GroupPairs(group.tidied, listed, packed)
+        return group.pairs if packed is not None else None
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""
@@ -494,9 +557,10 @@ class Head:
             c.clean[slots].copy(),
         )
 
-    def _slots_in(self, spec: ScanSpec) -> Iterator[npt.NDArray[np.int64]]:
+    def _slots_in(self, spec: ScanSpec) -> Iterator[tuple[int | None, npt.NDArray[np.int64]]]:
         """The slots of the rows in the scan's key range (whole groups of an hour where
-        the range is one metric's hours: no step per row)."""
+        the range is one metric's hours: no step per row), with their group's number
+        (None: rows of any group)."""
         at = self._prefix_end
         start, stop = spec.start, spec.stop
         if len(start) == len(stop) == at + TIMESTAMP_BYTES and start[:at] == stop[:at]:
@@ -511,11 +575,18 @@ class Head:
                 hours = range(first - first % MAX_TIMESPAN, last, MAX_TIMESPAN)
             for base in hours:
                 if first <= base < last and (number := groups.get((prefix, base))) is not None:
-                    yield self._members(number)
+                    yield number, self._members(number)
             return
-        yield np.array(
-            [s for key, s in self._slot_of.items() if start <= key and (not stop or key < stop)],
-            np.int64,
+        yield (
+            None,
+            np.array(
+                [
+                    s
+                    for key, s in self._slot_of.items()
+                    if start <= key and (not stop or key < stop)
+                ],
+                np.int64,
+            ),
         )
 
     # -- leaving ------------------------------------------------------------------------------
@@ -738,6 +809,35 @@ class _Columns:
         return grown
 
 
+def _packed_pairs(keys: list[bytes], start: int, pair: int) -> npt.NDArray[np.uint64] | None:
+    """Each key's tag pairs (from byte ``start``, ``pair`` bytes each, at most 8) as one
+    integer per pair, a row per key; None unless the keys have one length."""
+    if not keys:
+        return np.zeros((0, 0), np.uint64)
+    width = len(keys[0])
+    if (width - start) % pair or len(set(map(len, keys))) != 1:
+        return None
+    matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
+    tags = matrix[:, start:].reshape(len(keys), -1, pair)
+    weights = (256 ** np.arange(pair - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
+    return np.asarray((tags.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64))
+
+
+def _having(
+    packed: npt.NDArray[np.uint64], contains: tuple[tuple[bytes, ...], ...]
+) -> npt.NDArray[np.bool_]:
+    """Per row of ``packed`` (:func:`_packed_pairs`), whether it holds, for every entry of
+    ``contains``, one of its tag pairs."""
+    keep = np.ones(len(packed), dtype=np.bool_)
+    for entry in contains:
+        wanted = [int.from_bytes(s, "big") for s in entry]
+        if len(wanted) == 1:
+            keep &= (packed == np.uint64(wanted[0])).any(axis=1)
+        else:
+            keep &= np.isin(packed, np.array(wanted, dtype=np.uint64)).any(axis=1)
+    return keep
+
+
 def _join_parts(
     bufs: list[bytearray], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
 ) -> tuple[bytes, bytes]:
@@ -924,6 +1024,32 @@ def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
         if bounds is not None:
             return cast(list[tuple[bool, int, int]], bounds)
     return python_run_bounds(runs)
+
+
+def join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
+    """One run per row: the runs of a row that comes more than once joined in order
+    (cells summed, qualifiers and values each concatenated), in the order rows first
+    come. Adding the joined run gives the row the same bytes and numbers as adding its
+    runs one after the other: qualifiers go before the values, and a row stays in order
+    when each run is in order and each starts after the one before it ends."""
+    by_row: dict[bytes, list[Run]] = {}
+    for run in runs:
+        group = by_row.get(run[0])
+        if group is None:
+            by_row[run[0]] = [run]
+        else:
+            group.append(run)
+    return [
+        group[0]
+        if len(group) == 1
+        else (
+            key,
+            sum(run[1] for run in group),
+            b"".join(run[2] for run in group),
+            b"".join(run[3] for run in group),
+        )
+        for key, group in by_row.items()
+    ]
 
 
 def _bounds_array(runs: Sequence[Run]) -> npt.NDArray[np.int64]:

@@ -56,7 +56,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from tsd.codec import KeyLayout
@@ -152,7 +152,7 @@ def choose_path(plan: ScanPlan, request: ReadRequest) -> str:
     series = request.exact_series
     if series is not None and len(series) * len(_hours(plan)) <= MULTI_GET_MAX_ROWS:
         return MULTI_GET
-    if request.pins and narrowed_ranges(plan, request) is not None:
+    if request.pins and _pinned_depth(plan, request):
         return RANGES
     return KEY_ONLY if request.pinned else SCAN
 
@@ -217,19 +217,27 @@ def _pin_ranges(
         _pin_ranges(prefix + tagk + value, pins[1:], key, decided, out)
 
 
+def _pinned_depth(plan: ScanPlan, request: ReadRequest) -> int:
+    """How many pinned keys (the first ones) the ranges path narrows by: the most whose
+    ranges stay within ``MAX_RANGES`` (0: not even the first's)."""
+    prefixes = len(_hours(plan)) * len(plan.scans)
+    pins = request.pins
+    depth = len(pins)
+    while depth and _ranges_per_prefix(pins[:depth]) * prefixes > MAX_RANGES:
+        depth -= 1
+    return depth
+
+
 def narrowed_ranges(plan: ScanPlan, request: ReadRequest) -> list[KeyRange] | None:
     """The key ranges of the ranges path (module docstring), in key order, adjacent ones
     joined; None when even the first pinned key alone gives more than ``MAX_RANGES``.
 
     When all pins give too many, only the first few are used (no range is decided then)."""
-    hours = _hours(plan)
-    prefixes = len(hours) * len(plan.scans)
-    pins = request.pins
-    depth = len(pins)
-    while depth and _ranges_per_prefix(pins[:depth]) * prefixes > MAX_RANGES:
-        depth -= 1
+    depth = _pinned_depth(plan, request)
     if not depth:
         return None
+    hours = _hours(plan)
+    pins = request.pins
     decided = request.pins_decide and depth == len(pins)
     ranges: list[KeyRange] = []
     for spec in plan.scans:
@@ -327,12 +335,25 @@ async def _read_ranges(
     stats: ReadStats,
 ) -> None:
     """The ranges path: decided ranges scanned with their cells, the others by a key-only
-    pass and a ``getRows`` of their matching keys, up to ``PARALLEL_READS`` at once."""
+    pass and a ``getRows`` of their matching keys, up to ``PARALLEL_READS`` at once; where
+    storage reads many ranges per call (:meth:`Storage.reads_ranges_at_once`: the embedded
+    store), the decided ranges in one :meth:`Storage.scan_ranges` instead (a day of one
+    series is 25 small ranges: a reader-thread hop each cost more than their rows)."""
     ranges = narrowed_ranges(plan, request)
     if ranges is None:  # forced (tests) where the planner would not take it
         ranges = [KeyRange(s.start, s.stop, False) for s in plan.scans]
     template = plan.scans[0]
     slots = asyncio.Semaphore(PARALLEL_READS)
+    together: list[ScanSpec] = []
+    if storage.reads_ranges_at_once():  # the embedded store: all decided ranges in one read
+        together = [
+            dataclasses.replace(template, start=r.start, stop=r.stop) for r in ranges if r.decided
+        ]
+        ranges = [r for r in ranges if not r.decided]
+
+    async def read_together() -> None:
+        if together:
+            await _consumed(storage.scan_ranges(table, together, stats), consume)
 
     async def read(r: KeyRange) -> None:
         spec = dataclasses.replace(template, start=r.start, stop=r.stop)
@@ -349,7 +370,7 @@ async def _read_ranges(
         if keys:
             await _get_all(storage, table, keys, plan, consume, stats)
 
-    await all_or_none([read(r) for r in ranges])
+    await all_or_none([read_together(), *(read(r) for r in ranges)])
 
 
 def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:
@@ -433,9 +454,14 @@ async def _scan_one(
     storage: Storage, table: str, spec: ScanSpec, consume: Consumer, stats: ReadStats
 ) -> None:
     """One scan: each block is consumed while the next is read."""
+    await _consumed(storage.scan_blocks(table, spec, stats), consume)
+
+
+async def _consumed(read: AsyncGenerator[Block, None], consume: Consumer) -> None:
+    """Every block of ``read``, each consumed while the next is read."""
     pending: asyncio.Future[None] | None = None
     try:
-        async with contextlib.aclosing(storage.scan_blocks(table, spec, stats)) as blocks:
+        async with contextlib.aclosing(read) as blocks:
             async for block in blocks:
                 if pending is not None:
                     await pending

@@ -269,6 +269,53 @@ class PointBlock:
     def cells(self) -> CellBlock:
         return self.build_cells()
 
+    @classmethod
+    def concat(cls, blocks: Sequence[PointBlock]) -> PointBlock:
+        """One block of the blocks' rows, in order (at least one block)."""
+        if len(blocks) == 1:
+            return blocks[0]
+        ints: I64 | None = None
+        is_int: npt.NDArray[np.bool_] | None = None
+        if any(b.ints is not None for b in blocks):
+            ints = np.concatenate(
+                [np.zeros(b.point_count, np.int64) if b.ints is None else b.ints for b in blocks]
+            )
+            is_int = np.concatenate(
+                [
+                    np.zeros(b.point_count, np.bool_) if b.is_int is None else b.is_int
+                    for b in blocks
+                ]
+            )
+        parts = list(blocks)
+        return cls(
+            [k for b in parts for k in b.keys],
+            np.concatenate([b.counts for b in parts]),
+            np.concatenate([b.offsets_ms for b in parts]),
+            np.concatenate([b.values for b in parts]),
+            ints,
+            is_int,
+            sum(b.cell_count for b in parts),
+            sum(b.stored_bytes for b in parts),
+            lambda: CellBlock.concat([b.cells() for b in parts]),
+            sum(b.wire_bytes for b in parts),
+        )
+
+
+def joined_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """The non-empty ``blocks``, each run of one kind (CellBlock, PointBlock) as one block."""
+    out: list[Block] = []
+    run: list[Any] = []
+    for block in blocks:
+        if not len(block):
+            continue
+        if run and type(run[0]) is not type(block):
+            out.append(type(run[0]).concat(run))
+            run = []
+        run.append(block)
+    if run:
+        out.append(type(run[0]).concat(run))
+    return out
+
 
 #: what a bulk read yields
 Block = CellBlock | PointBlock
@@ -482,6 +529,23 @@ class Storage(ABC):
             if stats is not None:
                 stats.add(block, 0.0)
             yield block
+
+    def reads_ranges_at_once(self) -> bool:
+        """Whether :meth:`scan_ranges` reads many key ranges per call to the store (the
+        embedded store: one reader-thread hop), so the query path hands it all of a
+        sub-query's small ranges together rather than scanning a few at a time in parallel
+        (round trips to HBase)."""
+        return False
+
+    async def scan_ranges(
+        self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
+    ) -> AsyncGenerator[Block, None]:
+        """The rows of the scans ``specs`` (disjoint key ranges in key order), in order, as
+        :meth:`scan_blocks` gives them; a block may hold rows of several ranges."""
+        for spec in specs:
+            async with contextlib.aclosing(self.scan_blocks(table, spec, stats)) as blocks:
+                async for block in blocks:
+                    yield block
 
     async def get_blocks(
         self,

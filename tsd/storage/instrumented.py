@@ -138,6 +138,14 @@ class InstrumentedStorage(Storage):
     ) -> AsyncGenerator[list[bytes], None]:
         return self._timed_scan(self.inner.scan_keys(table, spec, stats))
 
+    def reads_ranges_at_once(self) -> bool:
+        return self.inner.reads_ranges_at_once()
+
+    def scan_ranges(
+        self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
+    ) -> AsyncGenerator[Block, None]:
+        return self._timed_scan(self.inner.scan_ranges(table, specs, stats))
+
     async def get_blocks(
         self,
         table: str,

@@ -7,10 +7,11 @@ per thread hop (``EmbeddedStorage.scan_blocks``). The rows are exactly
 scan_blocks with scan on random tables).
 
 The usual batch of a query, rows that hold only their packed entry (compacted data, no
-single cells, no filter), is read from the packed database alone and decoded together
-straight into points (a PointBlock, :mod:`tsd.storage.embedded.points`), or, when an entry
-is not one that path takes, unpacked together into the block's cell columns
-(:func:`tsd.storage.embedded.packed.unpack_many`): no Row or Cell object per row. Anything
+single cells, no filter or one every key passes), is read from the packed database alone
+and decoded together straight into points (a PointBlock, :mod:`tsd.storage.embedded.points`),
+or, when an entry is not one that path takes, unpacked together into the block's cell
+columns (:func:`tsd.storage.embedded.packed.unpack_many`): no Row or Cell object per row.
+Anything
 else in the batch's key range (a plain cell, a key that does not read) sends the batch
 through ``scan_batch``, which decides as a scan does.
 """
@@ -44,18 +45,25 @@ def scan_block(
     max_rows: int,
 ) -> Block:
     """``scan_batch`` as one CellBlock: up to ``max_rows`` whole rows from ``position``
-    (also ending at the first row boundary past ``MAX_BATCH_CELLS`` cells), advancing it."""
-    if row_filter is None and (not families or PACKED_FAMILY in families):
-        block = _packed_only(txn, table, position, max_rows)
+    (also ending at the first row boundary past ``MAX_BATCH_CELLS`` cells), advancing it.
+
+    With a row filter, the packed path takes the batch when the filter passes every key (a
+    range the query path knows holds only matching rows: one series' rows hour by hour);
+    otherwise ``scan_batch`` reads it, the filter choosing its rows."""
+    if not families or PACKED_FAMILY in families:
+        block = _packed_only(txn, table, position, max_rows, row_filter)
         if block is not None:
             return block
     return CellBlock.from_rows(scan_batch(txn, table, position, families, row_filter, max_rows))
 
 
-def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int) -> Block | None:
-    """The batch when every row in its key range is one packed entry; None (``position``
-    untouched) otherwise. The entries are taken from the cursor in one call and their keys
-    read together (:func:`points.packed_rows`): no Python per entry."""
+def _packed_only(
+    txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int, row_filter: RowFilter | None
+) -> Block | None:
+    """The batch when every row in its key range is one packed entry (and passes
+    ``row_filter``); None (``position`` untouched) otherwise. The entries are taken from
+    the cursor in one call and their keys read together (:func:`points.packed_rows`): no
+    Python per entry."""
     seek = position.next_key
     if table.packed is None or seek is None or PACKED_FAMILY.encode("ascii") not in table.names:
         return None
@@ -74,6 +82,8 @@ def _packed_only(txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int
     if len(rows) > take:  # the first row of the next batch
         next_key = found[take][0][: -len(_PACKED_FAMILY_END)]
         del rows[take:], values[take:]
+    if row_filter is not None and not all(map(row_filter.matches, rows)):
+        return None  # rows the filter leaves out: scan_batch's
     # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
     plain = txn.cursor(db=table.db)
     if plain.set_range(seek):

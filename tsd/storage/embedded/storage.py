@@ -42,6 +42,7 @@ no ``writemap``, so a write that has returned survives a crash.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import errno
@@ -74,9 +75,11 @@ from tsd.storage.base import (
     Put,
     ReadStats,
     Row,
+    RowFilter,
     ScanSpec,
     Storage,
     check_distinct_cells,
+    joined_blocks,
 )
 from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.blocks import scan_block
@@ -435,6 +438,32 @@ class EmbeddedStorage(Storage):
                     stats.add(block, 0.0)
                 yield block
 
+    def reads_ranges_at_once(self) -> bool:
+        return True
+
+    async def scan_ranges(
+        self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
+    ) -> AsyncGenerator[Block, None]:
+        """Every range read in turn within one read transaction per hop, up to a hop's
+        rows (``BLOCKS_PER_READ`` batches of the first spec's ``batch_rows``): a filter of
+        a few series over a day reads two dozen small ranges in one hop, not one each."""
+        info = await self._table(table)
+        todo: collections.deque[tuple[ScanCursor, frozenset[str], RowFilter | None, int]]
+        todo = collections.deque()
+        for spec in specs:
+            wanted = _check_families(info, spec.families)
+            if (position := _cursor(spec)) is not None:
+                todo.append((position, wanted, spec.row_filter, max(1, spec.batch_rows)))
+        if not todo:
+            return
+        budget = BLOCKS_PER_READ * todo[0][3]
+        while todo:
+            blocks = await self._read(_ranges_hop, info, todo, budget)
+            for block in blocks:
+                if stats is not None:
+                    stats.add(block, 0.0)
+                yield block
+
     async def _batches(
         self, read: Callable[..., B], table: str, spec: ScanSpec, per_read: int = 1
     ) -> AsyncGenerator[B, None]:
@@ -442,13 +471,9 @@ class EmbeddedStorage(Storage):
         ``per_read`` batches per read transaction (one reader-thread hop)."""
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
-        if spec.limit is not None and spec.limit <= 0:
+        position = _cursor(spec)
+        if position is None:
             return
-        position = ScanCursor(
-            next_key=row_start(spec.start),
-            stop_key=row_start(spec.stop) if spec.stop else None,
-            remaining=spec.limit,
-        )
         batch_rows = max(1, spec.batch_rows)
         while position.next_key is not None:
             batches = await self._read(
@@ -528,6 +553,41 @@ def _several(
     while len(batches) < count and position.next_key is not None:
         batches.append(read(txn, info, position, *args))
     return batches
+
+
+def _cursor(spec: ScanSpec) -> ScanCursor | None:
+    """Where ``spec``'s scan starts (None: a limit of no rows)."""
+    if spec.limit is not None and spec.limit <= 0:
+        return None
+    return ScanCursor(
+        next_key=row_start(spec.start),
+        stop_key=row_start(spec.stop) if spec.stop else None,
+        remaining=spec.limit,
+    )
+
+
+def _ranges_hop(
+    txn: Txn,
+    info: TableInfo,
+    todo: collections.deque[tuple[ScanCursor, frozenset[str], RowFilter | None, int]],
+    budget: int,
+) -> list[Block]:
+    """:meth:`EmbeddedStorage.scan_ranges`' reads of one hop: ranges from the front of
+    ``todo`` (each popped once read to its end) until ``budget`` rows are read or
+    ``BLOCKS_PER_READ`` batches ended before their range did (as :func:`_several`), the
+    blocks of one kind joined."""
+    blocks: list[Block] = []
+    rows = cut = 0
+    while todo and rows < budget and cut < BLOCKS_PER_READ:
+        position, wanted, row_filter, batch_rows = todo[0]
+        block = scan_block(txn, info, position, wanted, row_filter, batch_rows)
+        blocks.append(block)
+        rows += len(block)
+        if position.next_key is None:
+            todo.popleft()
+        else:
+            cut += 1
+    return joined_blocks(blocks)
 
 
 def _check_families(info: TableInfo, families: Sequence[str]) -> frozenset[str]:
