@@ -31,7 +31,8 @@ per series above the idle daemon's. Both servers share the machine's cores with 
 generator (no pinning), VictoriaMetrics with its default GOMAXPROCS.
 
 Run: ``python -m bench.cardinality [--start N] [--factor F] [--max-series N]
-[--intervals K] [--max-rss-gb G] [--head-gb G] [--first-budget S] [--set K=V] [--no-vm]``.
+[--intervals K] [--max-rss-gb G] [--head-gb G] [--first-budget S] [--set K=V] [--no-vm]
+[--baseline REF]`` (``--baseline``: tsd of git REF too, each N on it first, then this tree).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from bench.ingest import (
     CHUNK,
     Mode,
     Server,
+    export,
     modes,
     start_tsd,
     start_vm,
@@ -206,15 +208,23 @@ def report(load: Load) -> None:
     )
 
 
-async def measure(args: argparse.Namespace) -> dict[str, int]:
-    """The largest N each server sustained."""
+async def measure(args: argparse.Namespace, baseline: Path | None = None) -> dict[str, int]:
+    """The largest N each server sustained (``baseline``: a tsd tree run beside this one,
+    named ``tsd@REF``)."""
     settings = {"tsd.storage.head.max_bytes": str(int(args.head_gb * 2**30))}
     settings |= dict(item.split("=", 1) for item in args.set)
 
     async def tsd(data_dir: Path, mode: Mode) -> Server:
         return await start_tsd(data_dir, mode, settings=settings)
 
+    async def tsd_baseline(data_dir: Path, mode: Mode) -> Server:
+        server = await start_tsd(data_dir, mode, source=baseline, settings=settings)
+        server.name = f"tsd@{args.baseline}"
+        return server
+
     servers: list[tuple[str, Callable[[Path, Mode], Awaitable[Server | None]]]] = [("tsd", tsd)]
+    if baseline is not None:
+        servers.insert(0, (f"tsd@{args.baseline}", tsd_baseline))
     if not args.no_vm:
         servers.append(("victoria-metrics", start_vm))
     best: dict[str, int] = {}
@@ -255,6 +265,9 @@ def main() -> None:
     parser.add_argument("--max-rss-gb", type=float, default=4.0)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument(
+        "--baseline", metavar="REF", help="also run tsd of git REF (exported), before this tree"
+    )
     args = parser.parse_args()
     closes = 0 if args.intervals < 2 else 1 + (args.intervals - 2) // (3600 // INTERVAL_S)
     print(
@@ -267,8 +280,9 @@ def main() -> None:
         f" N from {args.start:,} x{args.factor:g}; {args.connections} connections per"
         " interval; server and generator share every core"
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        best = asyncio.run(measure(args))
+    with contextlib.suppress(KeyboardInterrupt), tempfile.TemporaryDirectory() as tmp:
+        baseline = None if args.baseline is None else export(args.baseline, Path(tmp) / "base")
+        best = asyncio.run(measure(args, baseline))
         for name, series in best.items():
             print(f"  largest N sustained, {name}: {series:,}")
 

@@ -292,3 +292,20 @@ class _OtherConfig:
 
 def test_layout_from_any_object_with_the_names() -> None:
     assert KeyLayout.from_storage_config(_OtherConfig()).salt_width == 2
+
+
+def test_series_keys_of_one_hour_share_its_base_time_object() -> None:
+    """A series keeps its last row's base time: one int object per hour for every series,
+    not one each (the compiled encoders hand each series an int of its own)."""
+    layout = KeyLayout()
+    keys = [
+        make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", bytes((0, 0, i)))])
+        for i in range(3)
+    ]
+    base = 1_356_998_400
+    rows = [key.row_key(int(str(base))) for key in keys]  # a distinct int object each
+    assert rows[2] == bytes.fromhex("000001") + base.to_bytes(4, "big") + bytes.fromhex(
+        "000001000002"
+    )
+    assert len({id(key._last_base) for key in keys}) == 1
+    assert [key.row_key(base) for key in keys] == rows

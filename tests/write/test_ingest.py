@@ -52,6 +52,22 @@ async def test_a_series_is_resolved_once_until_caches_are_dropped(make_writer: M
     assert len(refs) == 0
 
 
+async def test_series_whose_names_join_alike_keep_their_own_refs(
+    make_writer: MakeWriter,
+) -> None:
+    """Refs are kept by the names joined with NULs: a name holding a NUL (possible only
+    with special characters allowed) must not make two series one."""
+    ingest = make_writer()
+    one = make_tags({"a\0b": "c"})
+    other = make_tags({"a": "b\0c"})
+    plain = make_tags({"a": "b", "c": "d"})
+    refs = await ingest.resolve_many([("m", one), ("m", other), ("m", plain), ("m", one)])
+    assert len({id(ref) for ref in refs}) == 3
+    assert refs[0] is refs[3]
+    assert [ingest.cached("m", tags) for tags in (one, other, plain)] == refs[:3]
+    assert ingest.cached("m\0a", make_tags({"b": "c"})) is None
+
+
 async def test_ref_cache_is_bounded(make_writer: MakeWriter) -> None:
     ingest = make_writer()
     ref = await ingest.resolve("sys.cpu", host("a"))
@@ -72,11 +88,17 @@ async def test_known_points_are_taken_without_suspending_misses_are_not(
     assert session.put(point(T0, 1), 0, ["key-a"]) is Put.QUEUED
     assert "key-a" not in refs
     await session.settle()
-    assert refs["key-a"] is ingest.cached("sys.cpu", host("a"))
-    assert session.put(point(T0 + 1, 2), 1) is Put.BUFFERED
-    session.append_run([(refs["key-a"], T0 + 2, 3.5)])
+    # kept under the protocol's key only, not by name too (one entry per series)
+    assert ingest.cached("sys.cpu", host("a")) is None
+    assignments = ingest.uids.tagv.stats.assignments
+    assert session.put(point(T0 + 1, 2), 1) is Put.QUEUED  # no key: resolved by name
+    await session.settle()
+    assert ingest.uids.tagv.stats.assignments == assignments  # from the UID caches
+    assert ingest.cached("sys.cpu", host("a")) == refs["key-a"]
+    assert session.put(point(T0 + 2, 3), 2) is Put.BUFFERED
+    session.append_run([(refs["key-a"], T0 + 3, 3.5)])
     await ingest.writer.flush()
-    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [1, 2, 3.5]
+    assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [1, 2, 3, 3.5]
 
 
 async def test_misses_get_their_uids_in_arrival_order_with_a_window_of_one(

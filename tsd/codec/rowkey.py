@@ -224,6 +224,11 @@ def decode_row_key(layout: KeyLayout, key: bytes) -> RowKeyParts:
     )
 
 
+#: the row base times series keep (:meth:`SeriesKey.row_key`), one object per hour
+_BASES: dict[int, int] = {}
+_MAX_BASES = 4096
+
+
 class SeriesKey:
     """A per-series row key template, built once by :func:`make_series_key`.
 
@@ -253,7 +258,14 @@ class SeriesKey:
         if base_time_s == self._last_base:
             return self._last_key
         key = self._prefix + (base_time_s & 0xFFFFFFFF).to_bytes(4, "big") + self._suffix
-        self._last_base = base_time_s
+        # one int object per hour shared by every series, not one each (32 bytes a series:
+        # the compiled encoders hand each series a base of its own)
+        shared = _BASES.get(base_time_s)
+        if shared is None:
+            if len(_BASES) >= _MAX_BASES:
+                _BASES.clear()
+            shared = _BASES[base_time_s] = base_time_s
+        self._last_base = shared
         self._last_key = key
         return key
 

@@ -17,10 +17,13 @@ The rest of its surface is flow control (:meth:`~IngestSession.room`,
 (:meth:`~IngestSession.settle`, :meth:`~IngestSession.stored`).
 
 * Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded:
-  cleared past ``max_series``) and hands protocols :class:`RefCache` maps for their own
-  keys of a series (a telnet line's raw metric and tag words, an /api/put element's JSON
-  text). write/ never looks inside those keys; a protocol only remembers a key for a
-  point whose full parse it accepted, so the key always stands for the same series.
+  cleared past ``max_series``; keyed by one str per series, :func:`series_name_key`) and
+  hands protocols :class:`RefCache` maps for their own keys of a series (a telnet line's
+  raw metric and tag words, an /api/put element's JSON text). A series resolved for
+  points that all carry a protocol key is kept under those keys only, not by name too
+  (one entry per series: :meth:`IngestService.resolve_many`'s ``remember``). write/
+  never looks inside those keys; a protocol only remembers a key for a point whose full
+  parse it accepted, so the key always stands for the same series.
   ``dropcaches`` clears them all (:meth:`IngestService.drop_caches`).
 * Misses. A point of a series not resolved yet needs its UIDs looked up or assigned,
   which awaits storage. :meth:`IngestSession.put` queues it without suspending: misses
@@ -87,6 +90,19 @@ MAX_MISS_BATCH = 4096
 
 #: A point of a series not resolved yet: the point, the caller's tag, its alias keys.
 _Miss: TypeAlias = tuple[DataPoint, T | None, tuple[Hashable, ...]]
+
+
+def series_name_key(metric: str, tags: Tags) -> str | tuple[str, Tags]:
+    """The key of a series in the ingest service's refs: its metric and tag names joined
+    by NUL characters, one str (about 80 bytes kept per series, where the parsed
+    ``(metric, tags)`` tuple of tuples kept its tuples and tag value strings alive: about
+    300). Names never hold a NUL under OpenTSDB's character rules; should one (a
+    ``tsd.core.tag.allow_specialchars`` of that), the join would be ambiguous, and the
+    series keeps the tuple instead (the NULs are counted: the join has one per name)."""
+    key = "\0".join([metric, *map("\0".join, tags)])
+    if key.count("\0") != 2 * len(tags):
+        return (metric, tags)
+    return key
 
 
 class Put(enum.Enum):
@@ -194,7 +210,8 @@ class IngestService:
         self._max_series = max_series
         self._on_new_series = on_new_series
         self._registry = registry or StatsRegistry()
-        self._refs: dict[tuple[str, Tags], SeriesRef] = {}
+        #: refs by :func:`series_name_key` (one str per series, not a tuple of tuples)
+        self._refs: dict[str | tuple[str, Tags], SeriesRef] = {}
         self._caches: dict[str, RefCache] = {}
         self._drop_listeners: list[Callable[[], None]] = []
 
@@ -203,55 +220,71 @@ class IngestService:
 
         Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError.
         """
-        key = (metric, tags)
+        key = series_name_key(metric, tags)
         ref = self._refs.get(key)
         if ref is None:
             metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
-            ref = self._new_ref(key, metric_uid, pairs)
+            ref = self._refs.get(key)  # resolved meanwhile by another caller
+            if ref is None:
+                ref = self._new_ref(key, metric_uid, pairs)
         return ref
 
-    async def resolve_many(self, keys: Sequence[tuple[str, Tags]]) -> list[SeriesRef | TsdError]:
+    async def resolve_many(
+        self, keys: Sequence[tuple[str, Tags]], *, remember: bool = True
+    ) -> list[SeriesRef | TsdError]:
         """The refs of many series, in order: those not resolved before go to one
         :meth:`UidService.resolve_many_for_write` (a few storage round trips for a whole
         burst of new series, new names numbered in the order they first appear). A series
         a name of which failed (auto-create refused it: NoSuchUniqueName; too long; the
-        store failed) gets that error, alone."""
+        store failed) gets that error, alone.
+
+        ``remember`` False: new refs are not kept under their names here (the caller keeps
+        each under its protocol's key, a :class:`RefCache`: one entry per series, not two).
+        A point of such a series put later under another key (spelled otherwise, or by
+        another protocol) is resolved again from the UID caches, without storage, and
+        gets a ref equal to the first."""
         refs = self._refs
-        found: list[SeriesRef | TsdError | None] = [refs.get(key) for key in keys]
-        if not any(found):  # none resolved before (a burst of new series)
-            missing = list(dict.fromkeys(keys))
-        else:
-            missing = [k for k, got in zip(keys, found, strict=True) if got is None]
-            if not missing:
-                return cast(list[SeriesRef | TsdError], found)
-            missing = list(dict.fromkeys(missing))
-        resolved = await self.uids.resolve_many_for_write(missing)
-        made: dict[tuple[str, Tags], SeriesRef | TsdError] = {}
+        names = [series_name_key(metric, tags) for metric, tags in keys]
+        found: list[SeriesRef | TsdError | None] = [refs.get(name) for name in names]
+        # the series to resolve, once each, by their name keys
+        missing: dict[str | tuple[str, Tags], tuple[str, Tags]] = {}
+        for name, key, got in zip(names, keys, found, strict=True):
+            if got is None and name not in missing:
+                missing[name] = key
+        if not missing:
+            return cast(list[SeriesRef | TsdError], found)
+        resolved = await self.uids.resolve_many_for_write(list(missing.values()))
+        made: dict[str | tuple[str, Tags], SeriesRef | TsdError] = {}
         new_ref = self._new_ref
-        for key, result in zip(missing, resolved, strict=True):
+        for name, result in zip(missing, resolved, strict=True):
             if isinstance(result, TsdError):
-                made[key] = result
+                made[name] = result
             else:  # resolved meanwhile by another batch, or new here
-                ref = refs.get(key)
-                made[key] = ref if ref is not None else new_ref(key, *result)
+                ref = refs.get(name)
+                made[name] = ref if ref is not None else new_ref(name, *result, remember)
         if len(made) == len(keys):  # every series new and distinct (a burst): in order
             return list(made.values())
-        return [made[k] if got is None else got for k, got in zip(keys, found, strict=True)]
+        return [made[n] if got is None else got for n, got in zip(names, found, strict=True)]
 
     def _new_ref(
-        self, key: tuple[str, Tags], metric_uid: bytes, pairs: list[tuple[bytes, bytes]]
+        self,
+        key: str | tuple[str, Tags],
+        metric_uid: bytes,
+        pairs: list[tuple[bytes, bytes]],
+        remember: bool = True,
     ) -> SeriesRef:
         ref = make_series_key(self._layout, metric_uid, pairs)
         if self._on_new_series is not None:
             self._on_new_series(metric_uid, pairs, ref.tsuid)
-        if len(self._refs) >= self._max_series:
-            self._refs.clear()
-        self._refs[key] = ref
+        if remember:
+            if len(self._refs) >= self._max_series:
+                self._refs.clear()
+            self._refs[key] = ref
         return ref
 
     def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
         """The ref of a series resolved before, without suspending; None on a miss."""
-        return self._refs.get((metric, tags))
+        return self._refs.get(series_name_key(metric, tags))
 
     def ref_cache(self, name: str) -> RefCache:
         """The cache of one protocol's keys (one per name, shared by its connections)."""
@@ -547,7 +580,12 @@ class IngestSession(Generic[T]):
         if self._collecting is batch:
             self._collecting = None
         try:
-            refs = await self.service.resolve_many([(p.metric, p.tags) for p, _, _ in batch])
+            # Series whose every miss here has a protocol key are kept under those keys
+            # only (telnet's lines, /api/put's elements): one map entry per series.
+            refs = await self.service.resolve_many(
+                [(p.metric, p.tags) for p, _, _ in batch],
+                remember=self.cache is None or not all(aliases for _, _, aliases in batch),
+            )
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
                 log.exception("ingest.resolve_crashed", points=len(batch))
