@@ -372,7 +372,8 @@ class IngestSession(Generic[T]):
     #: set when storage refused points up front (HBase's spool full), and how many
     refusal: StorageRefused | None = None
     refused_writes: int = 0
-    #: :meth:`append_run`'s points are stored once the write-ahead log holds them
+    #: :meth:`append_run`'s points (and :meth:`append_part`'s :class:`LoggedRows`) are
+    #: stored once the write-ahead log holds them
     #: (written and fsynced) where the writer logs points (the embedded head), and join
     #: the next batch as logged: :meth:`stored` then waits for no batch (remote write,
     #: where a batch per request would cost a pass over the head per request). Points
@@ -411,6 +412,12 @@ class IngestSession(Generic[T]):
         while len(pending) >= self.window:
             await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
 
+    @property
+    def logs_rows(self) -> bool:
+        """Whether points appended here are logged as rows of their own and acknowledged
+        once logged: a :attr:`durable` session whose writer logs points itself."""
+        return self.durable and self.service.writer.logs_points
+
     # -- the ways in --------------------------------------------------------------------------
 
     def append_run(self, points: list[RefPoint], tags: Sequence[T] | None = None) -> None:
@@ -422,7 +429,7 @@ class IngestSession(Generic[T]):
         point) come back with refusals and sync outcomes. In a :attr:`durable` session
         the points are logged first (:meth:`settle` waits for it).
         """
-        if self.durable and self.service.writer.logs_points:
+        if self.logs_rows:
             rows: dict[bytes, dict[bytes, bytes]] = {}
             cells = encode_points_into(rows, points)
             self._append_logged(LoggedRows(rows, len(points), cells), tags)
@@ -448,7 +455,7 @@ class IngestSession(Generic[T]):
         as a record of their own: :meth:`settle` waits for it). Refusals are reported for
         each point, with its tag (``tags``: one per point, or None)."""
         if isinstance(part, LoggedRows):
-            if not (self.durable and self.service.writer.logs_points):
+            if not self.logs_rows:
                 raise ValueError("rows are appended by a durable session whose writer logs")
             self._append_logged(part, tags)
             return
