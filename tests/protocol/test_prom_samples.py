@@ -19,7 +19,14 @@ import tsd.native as native
 from tsd.codec.qualifier import ENCODER_TABLES, merge_rows, python_merge_rows
 from tsd.codec.rowkey import KeyLayout, make_series_key
 from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP
-from tsd.protocol.prom_samples import python_take_known_samples, take_known_samples
+from tsd.protocol.prom_samples import (
+    MARK_TIMESTAMP,
+    MARK_VALUE,
+    MARK_VALUE_BITS,
+    python_align_samples,
+    python_take_known_samples,
+    take_known_samples,
+)
 from tsd.protocol.prom_wire import WriteRequest, decode_key, decode_write_columns, snappy_compress
 
 P: Any = native.load("tsd.protocol._parse")
@@ -47,16 +54,25 @@ timestamps = st.one_of(
 requests = st.lists(st.tuples(st.integers(0, 7), values, timestamps), max_size=40)
 
 
-def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], Any]:
-    """A request of a sample per series, read as the handler reads it."""
+def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], list[float], list[int]]:
+    """A request of a sample per series, read as the handler reads it (its columns as the
+    full message holds them when a sample holds a mark's value or timestamp)."""
     request = WriteRequest()
     for number, value, timestamp in samples:
         series = request.timeseries.add()
         series.labels.append(f"series {number}".encode())  # any bytes: a key
         series.samples.add(value=value, timestamp=timestamp)
-    columns = decode_write_columns(snappy_compress(request.SerializeToString()), 1 << 20)
-    assert columns.samples is not None or not samples
-    return columns.keys, [] if columns.samples is None else list(columns.samples)
+    data = request.SerializeToString()
+    columns = decode_write_columns(snappy_compress(data), 1 << 20)
+    full = [s.samples[0] for s in WriteRequest.FromString(data).timeseries]
+    if columns.values is None or columns.timestamps is None:
+        assert any(s.timestamp == MARK_TIMESTAMP or _is_mark(s.value) for s in full)
+        return columns.keys, [s.value for s in full], [s.timestamp for s in full]
+    return columns.keys, columns.values, columns.timestamps
+
+
+def _is_mark(value: float) -> bool:
+    return struct.pack("<d", value) == struct.pack("<d", MARK_VALUE)
 
 
 def _bits(rows: dict[bytes, dict[bytes, bytes]]) -> dict[bytes, dict[bytes, bytes]]:
@@ -74,18 +90,19 @@ def _point_bits(points: list[tuple[Any, int, float]]) -> list[tuple[Any, int, by
 def test_take_known_samples_as_python(
     samples: list[tuple[int, float, int]], known_numbers: set[int]
 ) -> None:
-    keys, messages = _columns(samples)
+    keys, values_, timestamps_ = _columns(samples)
     known = {key: SERIES[_number(key) % 6] for key in keys if _number(key) in known_numbers}
     c_rows: dict[bytes, dict[bytes, bytes]] = {}
     py_rows: dict[bytes, dict[bytes, bytes]] = {}
-    c_answer = P.take_known_samples(keys, messages, known, c_rows, LOW, HIGH, *_tables())
-    py_answer = python_take_known_samples(keys, messages, known, py_rows, LOW, HIGH)
+    columns = (keys, values_, timestamps_, known)
+    c_answer = P.take_known_samples(*columns, c_rows, LOW, HIGH, *_tables())
+    py_answer = python_take_known_samples(*columns, py_rows, LOW, HIGH)
     assert c_answer == py_answer
     assert _bits(c_rows) == _bits(py_rows)
     c_list: list[tuple[Any, int, float]] = []
     py_list: list[tuple[Any, int, float]] = []
-    c_taken = P.take_known_samples(keys, messages, known, c_list, LOW, HIGH, *_tables())
-    py_taken = python_take_known_samples(keys, messages, known, py_list, LOW, HIGH)
+    c_taken = P.take_known_samples(*columns, c_list, LOW, HIGH, *_tables())
+    py_taken = python_take_known_samples(*columns, py_list, LOW, HIGH)
     assert c_taken == py_taken
     assert _point_bits(c_list) == _point_bits(py_list)
     assert c_taken[0] + len(c_taken[2]) == len(samples)
@@ -114,16 +131,17 @@ def test_what_is_not_taken_is_left_by_index() -> None:
         (0, 4.0, HIGH + 1),
         (2, 0.0, good + 2),  # taken: a zero
     ]
-    keys, messages = _columns(samples)
+    keys, values_, timestamps_ = _columns(samples)
     known = {key: SERIES[_number(key)] for key in keys if _number(key) in (0, 2)}
     rows: dict[bytes, dict[bytes, bytes]] = {}
-    taken, cells, others = take_known_samples(keys, messages, known, rows, LOW, HIGH)
+    columns = (keys, values_, timestamps_, known)
+    taken, cells, others = take_known_samples(*columns, rows, LOW, HIGH)
     assert (taken, cells, others) == (2, 2, [1, 2, 3, 4, 5])
     points: list[tuple[Any, int, float]] = []
-    assert take_known_samples(keys, messages, known, points, LOW, HIGH) == (2, 0, others)
+    assert take_known_samples(*columns, points, LOW, HIGH) == (2, 0, others)
     assert points == [(SERIES[0], good, 1.5), (SERIES[2], good + 2, 0.0)]
     with pytest.raises(ValueError, match="as many samples as keys"):
-        take_known_samples(keys, messages[:-1], known, points, LOW, HIGH)
+        take_known_samples(keys, values_[:-1], timestamps_, known, points, LOW, HIGH)
 
 
 @needs_c
@@ -155,3 +173,89 @@ def test_merge_rows_later_cells_win() -> None:
     assert merge_rows(into, later) == 2
     assert into == {b"r": {b"q1": b"b", b"q2": b"c"}, b"s": {b"q": b"d"}}
     assert into[b"s"] is later[b"s"]  # taken over, not copied
+
+
+# --- a request's sample columns, read back from their marks -----------------------------
+
+#: a column item: a mark, or a value / timestamp of a sample
+column_values = st.lists(st.one_of(st.just(MARK_VALUE), values), max_size=30)
+column_timestamps = st.lists(st.one_of(st.just(MARK_TIMESTAMP), timestamps), max_size=30)
+
+
+@needs_c
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(column_values, column_timestamps, st.integers(0, 12))
+def test_align_samples_as_python(values_: list[float], timestamps_: list[int], count: int) -> None:
+    c_answer = P.align_samples(values_, timestamps_, count, MARK_VALUE_BITS, MARK_TIMESTAMP)
+    py_answer = python_align_samples(values_, timestamps_, count)
+    if py_answer is None:
+        assert c_answer is None
+    else:
+        assert c_answer is not None
+        assert [struct.pack("<d", v) for v in c_answer[0]] == [
+            struct.pack("<d", v) for v in py_answer[0]
+        ]
+        assert c_answer[1] == py_answer[1]
+
+
+def test_align_samples_reads_each_sample_behind_its_mark() -> None:
+    m, t = MARK_VALUE, MARK_TIMESTAMP
+    # three samples: (1.5, 10), value left out (0.0), value and timestamp sent twice
+    assert python_align_samples([m, 1.5, m, m, 2.0, 3.0], [t, 10, t, 11, t, 12, 13], 3) == (
+        [1.5, 0.0, 3.0],
+        [10, 11, 13],
+    )
+    assert python_align_samples([m, 1.5], [t, 10], 2) is None  # fewer marks
+    assert python_align_samples([1.5, m], [t, 10], 1) is None  # not led by a mark
+    assert python_align_samples([m, m], [t, 10], 1) is None  # a sample's value is a mark's
+
+
+def _field(number: int, wire: int, payload: bytes) -> bytes:
+    """One protobuf field, as test data (tag, then a length for wire type 2)."""
+    tag = _varint(number << 3 | wire)
+    return tag + (_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+#: a sample's fields, each a value (field 1, fixed64), a timestamp (field 2, varint) or an
+#: unknown field (field 5, a string): any number of each, in any order
+sample_fields = st.lists(
+    st.one_of(
+        values.map(lambda v: _field(1, 1, struct.pack("<d", v))),
+        timestamps.map(lambda t: _field(2, 0, _varint(t))),
+        st.binary(max_size=4).map(lambda b: _field(5, 2, b)),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(sample_fields, max_size=12))
+def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
+    """Each sample's value and timestamp as the protobuf runtime reads the whole
+    WriteRequest, whatever fields a sample leaves out, repeats or adds; or no columns at
+    all when a sample holds a mark's value or timestamp."""
+    data = b"".join(
+        _field(1, 2, _field(1, 2, f"l{i}".encode()) + _field(2, 2, b"".join(fields)))
+        for i, fields in enumerate(samples)
+    )
+    columns = decode_write_columns(snappy_compress(data), 1 << 20)
+    full = [series.samples[0] for series in WriteRequest.FromString(data).timeseries]
+    assert len(columns.keys) == len(full)
+    if columns.values is None or columns.timestamps is None:
+        assert any(s.timestamp == MARK_TIMESTAMP or _is_mark(s.value) for s in full)
+        return
+    assert [struct.pack("<d", v) for v in columns.values] == [
+        struct.pack("<d", s.value) for s in full
+    ]
+    assert columns.timestamps == [s.timestamp for s in full]

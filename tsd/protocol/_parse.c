@@ -23,9 +23,11 @@
  *   point's series is not in known (the loop in put_json.python_known_usual_points is the
  *   specification).
  *
- * take_known_samples(keys, samples, known, out, low, high, qualifiers, int1, encode_point)
- *   -> (points taken, cells added, others): Prometheus remote write's samples of known
- *   series, encoded into a rows dict or listed (tsd.protocol.prom_samples is the
+ * take_known_samples(keys, values, timestamps, known, out, low, high, qualifiers, int1,
+ *   encode_point) -> (points taken, cells added, others): Prometheus remote write's
+ *   samples of known series, encoded into a rows dict or listed; align_samples(values,
+ *   timestamps, count, mark_bits, mark_timestamp) -> (values, timestamps) or None: its
+ *   sample columns read back from their marks (tsd.protocol.prom_samples is the
  *   specification; tests/protocol/test_prom_samples.py checks both agree).
  */
 #include "_format.h"
@@ -657,45 +659,143 @@ fail:
     return NULL;
 }
 
-/* take_known_samples(keys, samples, known, out, low, high, qualifiers, int1, encode_point)
- *   -> (points taken, cells added, others): remote write's one sample per series
- *   (tsd.protocol.prom_samples.python_take_known_samples is the specification). keys: a
- *   list of bytes; samples: a sequence of as many messages with .value and .timestamp;
- *   known: dict key -> series; out: a rows dict the points are encoded into (cells
- *   added counted), or a list (series, timestamp, value) tuples are appended to; others:
- *   the indices not taken (an unknown key, a value not a finite float, a timestamp not
- *   an int with low < timestamp <= high), in order. */
+/* One column of align_samples: per mark, the last item behind it, or ``missing`` (a new
+ * reference in *out, or NULL when the column does not align, no exception set). */
+static int align_column(PyObject *column, Py_ssize_t count, int is_value,
+                        unsigned long long mark_bits, long long mark_ts, PyObject *missing,
+                        PyObject **out)
+{
+    *out = NULL;
+    PyObject *seq = PySequence_Fast(column, "a column must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *aligned = PyList_New(count);
+    if (aligned == NULL) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    Py_ssize_t at = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = items[i];
+        int mark;
+        if (is_value) {
+            if (!PyFloat_CheckExact(item))
+                goto misaligned;
+            double v = PyFloat_AS_DOUBLE(item);
+            unsigned long long bits;
+            memcpy(&bits, &v, sizeof bits);
+            mark = bits == mark_bits;
+        } else {
+            if (!PyLong_CheckExact(item))
+                goto misaligned;
+            int overflow = 0;
+            long long ts = PyLong_AsLongLongAndOverflow(item, &overflow);
+            if (ts == -1 && PyErr_Occurred())
+                PyErr_Clear();
+            mark = !overflow && ts == mark_ts;
+        }
+        if (mark) {
+            if (++at >= count)
+                goto misaligned;
+            Py_INCREF(missing);
+            PyList_SET_ITEM(aligned, at, missing);
+        } else if (at < 0) {
+            goto misaligned;
+        } else {
+            Py_INCREF(item);
+            Py_SETREF(PyList_GET_ITEM(aligned, at), item);
+        }
+    }
+    Py_DECREF(seq);
+    if (at + 1 != count) {
+        Py_DECREF(aligned); /* its unset items are NULL: list_dealloc skips them */
+        return 0;
+    }
+    *out = aligned;
+    return 0;
+misaligned:
+    Py_DECREF(seq);
+    Py_DECREF(aligned);
+    return 0;
+}
+
+/* align_samples(values, timestamps, count, mark_bits, mark_timestamp)
+ *   -> (values, timestamps) or None: remote write's sample columns read back from their
+ *   marks (tsd.protocol.prom_samples.python_align_samples is the specification). */
+static PyObject *align_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "align_samples: bad arguments");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    unsigned long long mark_bits = PyLong_AsUnsignedLongLong(args[3]);
+    long long mark_ts = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "align_samples: a negative count");
+        return NULL;
+    }
+    PyObject *zero_value = PyFloat_FromDouble(0.0);
+    PyObject *zero_ts = PyLong_FromLong(0);
+    PyObject *values = NULL, *timestamps = NULL, *done = NULL;
+    if (zero_value == NULL || zero_ts == NULL)
+        goto out;
+    if (align_column(args[0], count, 1, mark_bits, mark_ts, zero_value, &values) < 0)
+        goto out;
+    if (values != NULL &&
+        align_column(args[1], count, 0, mark_bits, mark_ts, zero_ts, &timestamps) < 0)
+        goto out;
+    if (values == NULL || timestamps == NULL) {
+        done = Py_NewRef(Py_None);
+        goto out;
+    }
+    done = PyTuple_Pack(2, values, timestamps);
+out:
+    Py_XDECREF(zero_value);
+    Py_XDECREF(zero_ts);
+    Py_XDECREF(values);
+    Py_XDECREF(timestamps);
+    return done;
+}
+
+/* take_known_samples(keys, values, timestamps, known, out, low, high, qualifiers, int1,
+ *   encode_point) -> (points taken, cells added, others): remote write's one sample per
+ *   series (tsd.protocol.prom_samples.python_take_known_samples is the specification).
+ *   keys: a list of bytes; values, timestamps: lists of as many; known: dict key ->
+ *   series; out: a rows dict the points are encoded into (cells added counted), or a
+ *   list (series, timestamp, value) tuples are appended to; others: the indices not
+ *   taken (an unknown key, a value not a finite float, a timestamp not an int with low <
+ *   timestamp <= high), in order. */
 static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[2]) ||
-        !(PyDict_CheckExact(args[3]) || PyList_CheckExact(args[3])) ||
-        !PyTuple_CheckExact(args[6]) || !PyTuple_CheckExact(args[7]) ||
-        PyTuple_GET_SIZE(args[7]) != 256 ||
-        PyTuple_GET_SIZE(args[6]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyList_CheckExact(args[2]) || !PyDict_Check(args[3]) ||
+        !(PyDict_CheckExact(args[4]) || PyList_CheckExact(args[4])) ||
+        !PyTuple_CheckExact(args[7]) || !PyTuple_CheckExact(args[8]) ||
+        PyTuple_GET_SIZE(args[8]) != 256 ||
+        PyTuple_GET_SIZE(args[7]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
         PyErr_SetString(PyExc_TypeError, "take_known_samples: bad arguments");
         return NULL;
     }
-    PyObject *keys = args[0], *known = args[2], *out = args[3];
-    PyObject *qualifiers = args[6], *int1 = args[7], *encode_point = args[8];
+    PyObject *keys = args[0], *values = args[1], *timestamps = args[2], *known = args[3];
+    PyObject *out = args[4];
+    PyObject *qualifiers = args[7], *int1 = args[8], *encode_point = args[9];
     int into_rows = PyDict_CheckExact(out);
-    long long low = PyLong_AsLongLong(args[4]), high = PyLong_AsLongLong(args[5]);
+    long long low = PyLong_AsLongLong(args[5]), high = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    PyObject *seq = PySequence_Fast(args[1], "samples must be a sequence");
-    if (seq == NULL)
-        return NULL;
     Py_ssize_t count = PyList_GET_SIZE(keys);
-    if (PySequence_Fast_GET_SIZE(seq) != count) {
-        Py_DECREF(seq);
+    if (PyList_GET_SIZE(values) != count || PyList_GET_SIZE(timestamps) != count) {
         PyErr_SetString(PyExc_ValueError, "take_known_samples: as many samples as keys");
         return NULL;
     }
-    PyObject **samples = PySequence_Fast_ITEMS(seq);
     PyObject *others = PyList_New(0);
-    if (others == NULL) {
-        Py_DECREF(seq);
+    if (others == NULL)
         return NULL;
-    }
     Py_ssize_t taken = 0;
     long long added = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -703,23 +803,16 @@ static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ss
         if (series == NULL && PyErr_Occurred())
             goto error;
         int take = 0;
-        PyObject *value = NULL, *timestamp = NULL;
-        if (series != NULL) {
-            value = PyObject_GetAttr(samples[i], value_name);
-            timestamp = value == NULL ? NULL : PyObject_GetAttr(samples[i], timestamp_name);
-            if (timestamp == NULL) {
-                Py_XDECREF(value);
-                goto error;
-            }
-            if (PyFloat_CheckExact(value) && isfinite(PyFloat_AS_DOUBLE(value)) &&
-                PyLong_CheckExact(timestamp)) {
-                int overflow = 0;
-                long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-                if (ts == -1 && PyErr_Occurred())
-                    PyErr_Clear();
-                else
-                    take = !overflow && low < ts && ts <= high;
-            }
+        PyObject *value = PyList_GET_ITEM(values, i);
+        PyObject *timestamp = PyList_GET_ITEM(timestamps, i);
+        if (series != NULL && PyFloat_CheckExact(value) &&
+            isfinite(PyFloat_AS_DOUBLE(value)) && PyLong_CheckExact(timestamp)) {
+            int overflow = 0;
+            long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+            if (ts == -1 && PyErr_Occurred())
+                PyErr_Clear();
+            else
+                take = !overflow && low < ts && ts <= high;
         }
         int failed = 0;
         if (take && into_rows) {
@@ -735,18 +828,14 @@ static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ss
             failed = index == NULL || PyList_Append(others, index) < 0;
             Py_XDECREF(index);
         }
-        Py_XDECREF(value);
-        Py_XDECREF(timestamp);
         if (failed)
             goto error;
         taken += take;
     }
-    Py_DECREF(seq);
     PyObject *done = Py_BuildValue("(nLO)", taken, added, others);
     Py_DECREF(others);
     return done;
 error:
-    Py_DECREF(seq);
     Py_DECREF(others);
     return NULL;
 }
@@ -762,6 +851,8 @@ static PyMethodDef methods[] = {
      "(series, timestamp, value) of decoded usual points of known series, or None."},
     {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
      "Remote write samples of known series, encoded or listed: (taken, cells, others)."},
+    {"align_samples", (PyCFunction)(void (*)(void))align_samples, METH_FASTCALL,
+     "Remote write's sample columns read back from their marks, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,9 @@
 """Remote write's hot loop: the samples of series seen before, one sample per series.
 
 Prometheus sends each sample as its own series with all its labels; a request's series
-are read as keys and samples (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
+are read as keys and two columns of samples, values and timestamps
+(:func:`~tsd.protocol.prom_wire.decode_write_columns`, its columns aligned by
+:func:`align_samples`), and
 the series the ingest service has resolved before are found by key. Their storable
 samples (a finite value, a millisecond timestamp OpenTSDB reads as one) are taken in one
 pass: encoded into a writer batch's cells as
@@ -9,13 +11,15 @@ pass: encoded into a writer batch's cells as
 ``(series, timestamp, value)`` points; every other sample is left to the caller by index
 (a new series, a value or timestamp that is not stored).
 
-:func:`python_take_known_samples` is the specification and the fallback; the compiled
-helper (``take_known_samples`` in ``tsd/protocol/_parse.c``) does the same, without a
-Python step per sample (tests/protocol/test_prom_samples.py checks both agree).
+:func:`python_take_known_samples` and :func:`python_align_samples` are the specifications
+and the fallbacks; the compiled helpers (``take_known_samples`` and ``align_samples`` in
+``tsd/protocol/_parse.c``) do the same, without a Python step per sample
+(tests/protocol/test_prom_samples.py checks both agree).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -23,35 +27,80 @@ import tsd.native as native
 from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
 
 _c_take_known_samples: Any = native.attribute("tsd.protocol._parse", "take_known_samples")
+_c_align_samples: Any = native.attribute("tsd.protocol._parse", "align_samples")
+
+#: The mark remote write's wire reading puts before each sample (tsd.protocol.prom_wire):
+#: a value that is a quiet NaN of a payload of tsd's own (its bits, as an unsigned int),
+#: and the smallest int64 as timestamp. Neither is ever stored.
+MARK_VALUE_BITS: Final = 0x7FF8_7473_6400_0001
+MARK_TIMESTAMP: Final = -(2**63)
+_MARK_VALUE_BITS: Final = struct.pack("<Q", MARK_VALUE_BITS)
+MARK_VALUE: Final[float] = struct.unpack("<d", _MARK_VALUE_BITS)[0]
 
 #: where taken points go: a writer batch's cells (row key -> qualifier -> value), or a list
 Out = dict[bytes, dict[bytes, bytes]] | list[tuple[Any, int, float]]
 
 
+def _is_mark_value(value: float) -> bool:
+    return value != value and struct.pack("<d", value) == _MARK_VALUE_BITS
+
+
+def python_align_samples(
+    values: Sequence[float], timestamps: Sequence[int], count: int
+) -> tuple[list[float], list[int]] | None:
+    """The values and timestamps of ``count`` samples read as columns behind marks (see
+    :mod:`tsd.protocol.prom_wire`): each column holds, per sample, its mark then the
+    sample's own fields of that column, none or more. A sample's value is the last one
+    behind its mark (protobuf's rule for a field met twice), 0.0 when there is none (what
+    proto3 leaves out); its timestamp likewise, 0 when there is none. None when either
+    column does not start with a mark or holds other than ``count`` marks."""
+    aligned_values = _align(values, count, _is_mark_value, 0.0)
+    if aligned_values is None:
+        return None
+    aligned_timestamps = _align(timestamps, count, MARK_TIMESTAMP.__eq__, 0)
+    if aligned_timestamps is None:
+        return None
+    return aligned_values, aligned_timestamps
+
+
+def _align(
+    column: Sequence[Any], count: int, is_mark: Callable[[Any], bool], missing: Any
+) -> list[Any] | None:
+    out: list[Any] = []
+    for item in column:
+        if is_mark(item):
+            out.append(missing)
+        elif not out:
+            return None
+        else:
+            out[-1] = item
+    return out if len(out) == count else None
+
+
 def python_take_known_samples(
     keys: list[bytes],
-    samples: Sequence[Any],
+    values: Sequence[float],
+    timestamps: Sequence[int],
     known: Mapping[Any, Any],
     out: Out,
     low: int,
     high: int,
 ) -> tuple[int, int, list[int]]:
-    """Take sample ``i`` (an object with ``value`` and ``timestamp``) of series ``keys[i]``
-    when ``known`` has that key, its value is a finite float and its timestamp an int with
+    """Take sample ``i`` (``values[i]`` at ``timestamps[i]``) of series ``keys[i]`` when
+    ``known`` has that key, its value is a finite float and its timestamp an int with
     ``low < timestamp <= high``: encoded into ``out`` when it is a dict (later points of a
     cell replacing earlier ones), else appended to it as ``(known[key], timestamp,
     value)``. Returns (points taken, cells added to a dict ``out``, the indices of the
-    samples not taken, in order). ValueError when there are not as many samples as keys."""
-    if len(samples) != len(keys):
+    samples not taken, in order). ValueError when there are not as many values and
+    timestamps as keys."""
+    if len(values) != len(keys) or len(timestamps) != len(keys):
         raise ValueError("take_known_samples: as many samples as keys")
     points: list[tuple[Any, int, float]] = out if isinstance(out, list) else []
     before = len(points)
     others: list[int] = []
     get = known.get
-    for index, (key, sample) in enumerate(zip(keys, samples, strict=True)):
+    for index, (key, value, timestamp) in enumerate(zip(keys, values, timestamps, strict=True)):
         series = get(key)
-        value = sample.value
-        timestamp = sample.timestamp
         if (
             series is not None
             and type(value) is float
@@ -72,8 +121,21 @@ def _compiled_take(*args: Any) -> tuple[int, int, list[int]]:
     return cast(tuple[int, int, list[int]], _c_take_known_samples(*args, *ENCODER_TABLES))
 
 
+def _compiled_align(
+    values: Sequence[float], timestamps: Sequence[int], count: int
+) -> tuple[list[float], list[int]] | None:
+    return cast(
+        "tuple[list[float], list[int]] | None",
+        _c_align_samples(values, timestamps, count, MARK_VALUE_BITS, MARK_TIMESTAMP),
+    )
+
+
 #: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys`` a
 #: list, ``known`` a dict: a TypeError otherwise)
 take_known_samples: Final[Callable[..., tuple[int, int, list[int]]]] = (
     python_take_known_samples if _c_take_known_samples is None else _compiled_take
 )
+#: :func:`python_align_samples`, by the compiled helper when it is built
+align_samples: Final[
+    Callable[[Sequence[float], Sequence[int], int], tuple[list[float], list[int]] | None]
+] = python_align_samples if _c_align_samples is None else _compiled_align

@@ -27,11 +27,23 @@ re-encoded by the protobuf runtime itself, that hand back whole columns at once:
   series has one or more), its other fields dropped with ``DiscardUnknownFields``, the
   result re-encoded and read as ``repeated bytes``. A key is thus a message of its own:
   equal keys are the same labels in the same order, both with samples or both without;
-* the samples of every series in one list: a view whose ``timeseries`` is a *singular*
-  message, which protobuf's merge rule turns into one message holding every series'
-  samples, in order (repeated fields of a message met twice are concatenated). As many
-  samples as series is one each (what Prometheus sends) unless a series has none, which
-  its key tells (:func:`decode_key`): the caller checks the keys it has not seen before.
+* the samples of every series as two columns, values and timestamps, with no object per
+  sample but the numbers themselves: a view whose ``timeseries`` is a *singular* message,
+  which protobuf's merge rule turns into one message holding every series' samples, in
+  order (repeated fields of a message met twice are concatenated), each sample left
+  encoded (``repeated bytes``). Those are joined with a *mark* between them (a Sample of
+  :data:`~tsd.protocol.prom_samples.MARK_VALUE` and
+  :data:`~tsd.protocol.prom_samples.MARK_TIMESTAMP`, encoded by the runtime) and parsed once
+  more as a message of two repeated fields, ``value`` and ``timestamp``: every sample's
+  fields land in the two columns behind its mark, in order. A field the sender left out
+  (proto3 leaves out a 0.0 value or a 0 timestamp) is simply missing behind its mark,
+  and a field sent twice is there twice (the last one counts, as protobuf reads it), so
+  :func:`~tsd.protocol.prom_samples.align_samples` reads each sample's pair back from
+  the marks. A sample whose own value or timestamp is a mark's (a NaN of that payload,
+  a timestamp of -2**63: neither is stored) makes the marks miscount, and the request is
+  read the slow way. As many samples as series is one each (what Prometheus sends)
+  unless a series has none, which its key tells (:func:`decode_key`): the caller checks
+  the keys it has not seen before.
 
 Nothing here reads a wire byte itself: every byte is parsed and written by the runtime.
 """
@@ -46,6 +58,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from tsd.errors import BadRequestError
+from tsd.protocol.prom_samples import MARK_TIMESTAMP, MARK_VALUE, align_samples
 
 __all__ = [
     "SAMPLES",
@@ -131,8 +144,15 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
             ),
             _message("KeysView", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "SeriesKey")),
             _message("EncodedSeries", ("timeseries", 1, _REPEATED, _F.TYPE_BYTES, "")),
-            _message("SeriesSamples", ("samples", 2, _REPEATED, _F.TYPE_MESSAGE, "Sample")),
-            _message("SamplesView", ("timeseries", 1, _OPTIONAL, _F.TYPE_MESSAGE, "SeriesSamples")),
+            _message("EncodedSamples", ("samples", 2, _REPEATED, _F.TYPE_BYTES, "")),
+            _message(
+                "SamplesView", ("timeseries", 1, _OPTIONAL, _F.TYPE_MESSAGE, "EncodedSamples")
+            ),
+            _message(
+                "SampleColumns",
+                ("value", 1, _REPEATED, _F.TYPE_DOUBLE, ""),
+                ("timestamp", 2, _REPEATED, _F.TYPE_INT64, ""),
+            ),
             _message(
                 "LabelMatcher",
                 ("type", 1, _OPTIONAL, _F.TYPE_INT32, ""),
@@ -170,6 +190,8 @@ def _classes() -> dict[str, Any]:
         "KeysView",
         "EncodedSeries",
         "SamplesView",
+        "SampleColumns",
+        "Sample",
     )
     return {
         name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
@@ -188,6 +210,12 @@ _SeriesKey: Final[Any] = _CLASSES["SeriesKey"]
 _KeysView: Final[Any] = _CLASSES["KeysView"]
 _EncodedSeries: Final[Any] = _CLASSES["EncodedSeries"]
 _SamplesView: Final[Any] = _CLASSES["SamplesView"]
+_SampleColumns: Final[Any] = _CLASSES["SampleColumns"]
+
+#: The mark put before each sample (see the module's docstring), encoded by the runtime.
+_MARK: Final[bytes] = _CLASSES["Sample"](
+    value=MARK_VALUE, timestamp=MARK_TIMESTAMP
+).SerializeToString()
 
 
 def snappy_decompress(body: bytes, max_bytes: int) -> bytes:
@@ -236,27 +264,37 @@ class WriteColumns:
     #: per series, in order, its key: its labels and whether it has samples, re-encoded
     #: (:func:`decode_key` reads one back)
     keys: list[bytes]
-    #: when the request holds as many samples as series: the samples, in series order (a
-    #: sequence of messages with ``value`` and ``timestamp``), one per series unless a
-    #: series has none (its key says so); None otherwise
-    samples: Any | None
+    #: when the request holds as many samples as series: the samples' values and
+    #: timestamps, in series order, one per series unless a series has none (its key says
+    #: so); None otherwise, or when a sample holds a mark's value or timestamp
+    values: list[float] | None
+    timestamps: list[int] | None
     #: the request's bytes (uncompressed), for :func:`write_request_of`'s full message
     data: bytes
 
 
 def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     """A remote write body -> its series as columns (see the module's docstring); raises
-    BadRequestError as :func:`decode_write_request` does. Two parses and one encoding by
-    the runtime, no step per series."""
+    BadRequestError as :func:`decode_write_request` does. Parses and encodings by the
+    runtime, no step per series or sample but the columns' alignment (compiled)."""
     data = snappy_decompress(body, max_bytes)
     try:
         view = _KeysView.FromString(data)
         view.DiscardUnknownFields()
         keys = list(_EncodedSeries.FromString(view.SerializeToString()).timeseries)
-        samples = _SamplesView.FromString(data).timeseries.samples
+        encoded = _SamplesView.FromString(data).timeseries.samples
     except DecodeError as exc:
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
-    return WriteColumns(keys, samples if len(samples) == len(keys) else None, data)
+    if len(encoded) != len(keys):
+        return WriteColumns(keys, None, None, data)
+    try:
+        columns = _SampleColumns.FromString(_MARK + _MARK.join(encoded) if keys else b"")
+    except DecodeError as exc:  # a sample's own bytes are not a Sample
+        raise BadRequestError("Invalid WriteRequest", str(exc)) from None
+    aligned = align_samples(columns.value, columns.timestamp, len(keys))
+    if aligned is None:
+        return WriteColumns(keys, None, None, data)
+    return WriteColumns(keys, aligned[0], aligned[1], data)
 
 
 def write_request_of(columns: WriteColumns) -> Any:

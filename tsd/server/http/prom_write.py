@@ -126,7 +126,11 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     mapper = LabelMapper(rules.special_chars, rules.max_tags)
     encode = services.ingest.writer.logs_points
     take = _Take(refs, mapper, encode)
-    if columns.samples is None or not await take.one_sample_each(columns.keys, columns.samples):
+    if (
+        columns.values is None
+        or columns.timestamps is None
+        or not await take.one_sample_each(columns.keys, columns.values, columns.timestamps)
+    ):
         take = _Take(refs, mapper, encode)  # not one sample per series: each one's samples
         await take.any_series(columns.keys, write_request_of(columns).timeseries)
     outcome = take.outcome
@@ -205,7 +209,9 @@ class _Take:
         if self.encode:
             self.rows = {}
 
-    async def one_sample_each(self, keys: list[bytes], samples: Any) -> bool:
+    async def one_sample_each(
+        self, keys: list[bytes], values: list[float], timestamps: list[int]
+    ) -> bool:
         """As many samples as series, one each (what Prometheus sends): the samples of
         known series in one pass (:func:`~tsd.protocol.prom_samples.take_known_samples`),
         the others one by one. False, with the request half taken, when a series has no
@@ -218,16 +224,19 @@ class _Take:
             if start:
                 await asyncio.sleep(0)
             part_keys = keys[start : start + YIELD_EVERY]
-            part = samples[start : start + YIELD_EVERY]
-            taken, cells, others = take_known_samples(part_keys, part, self.refs, out, low, high)
+            part_values = values[start : start + YIELD_EVERY]
+            part_timestamps = timestamps[start : start + YIELD_EVERY]
+            taken, cells, others = take_known_samples(
+                part_keys, part_values, part_timestamps, self.refs, out, low, high
+            )
             self.taken += taken
             self.cells += cells
             for index in others:
-                key, sample = part_keys[index], part[index]
+                key = part_keys[index]
                 ref = get(key)
                 if ref is None and self.mapping(key) is None:
                     return False  # no sample: the samples are not one per series
-                self.other(key, ref, ((sample.value, sample.timestamp),))
+                self.other(key, ref, ((part_values[index], part_timestamps[index]),))
         return True
 
     async def any_series(self, keys: list[bytes], series_list: Any) -> None:
