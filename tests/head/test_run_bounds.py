@@ -1,6 +1,8 @@
 """The head's check of a batch's runs (is each run's time strictly increasing, its first and
 last offset): the compiled helper answers as its numpy specification, python_run_bounds,
-on runs encoded by the codec, seconds, milliseconds, both mixed, repeats and empty runs."""
+on runs encoded by the codec, seconds, milliseconds, both mixed, repeats and empty runs;
+and the join of a row's runs when a batch holds the row more than once (compiled and
+python_join_repeated_rows agree)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,13 @@ from hypothesis import strategies as st
 
 import tsd.native as native
 from tsd.codec import encode_point
-from tsd.head.head import Run, _offset_bounds, python_run_bounds
+from tsd.head.head import (
+    Run,
+    _offset_bounds,
+    join_repeated_rows,
+    python_join_repeated_rows,
+    python_run_bounds,
+)
 
 C: Any = native.load("tsd.head._runs")
 
@@ -72,3 +80,30 @@ def test_runs_of_other_types_go_to_numpy() -> None:
     as_view: Any = (run[0], run[1], memoryview(run[2]), run[3])
     assert C.run_bounds([run, as_view]) is None
     assert list(_offset_bounds([as_view])) == [(True, 0, 1000)]
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.lists(OFFSETS, max_size=4)), max_size=16))
+def test_compiled_join_answers_as_python(rows_and_stamps: list[tuple[int, list[int]]]) -> None:
+    runs = [_run(row, stamps) for row, stamps in rows_and_stamps]
+    compiled = C.join_repeated_rows(runs)
+    assert compiled == python_join_repeated_rows(runs)
+    assert len({run[0] for run in compiled}) == len(compiled)
+
+
+def test_a_repeated_row_is_joined_in_order_where_it_first_came() -> None:
+    a1, b, a2, a3 = _run(1, [BASE]), _run(2, [BASE]), _run(1, [BASE + 2]), _run(1, [BASE + 1])
+    assert join_repeated_rows([a1, b, a2, a3]) == [
+        (a1[0], 3, a1[2] + a2[2] + a3[2], a1[3] + a2[3] + a3[3]),
+        b,
+    ]
+
+
+@needs_c
+def test_runs_of_other_types_are_joined_by_python() -> None:
+    run = _run(1, [BASE, BASE + 1])
+    as_view: Any = (run[0], run[1], memoryview(run[2]), run[3])
+    assert C.join_repeated_rows([run, as_view]) is None
+    assert C.join_repeated_rows([run, [*run]]) is None
+    assert join_repeated_rows([run, as_view]) == python_join_repeated_rows([run, as_view])

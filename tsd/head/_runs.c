@@ -1,9 +1,10 @@
-/* A batch's runs as the head checks them, in C: tsd.head.head.python_run_bounds (the
- * specification and the fallback when this is not built; tests/head/test_run_bounds.py
- * checks both agree). */
+/* A batch's runs as the head checks and joins them, in C: tsd.head.head.python_run_bounds
+ * and python_join_repeated_rows (the specifications and the fallbacks when this is not
+ * built; tests/head/test_run_bounds.py and tests/head/test_slots.py check both agree). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* -- a batch's runs as the head checks them ---------------------------------------------- */
 
@@ -73,9 +74,128 @@ error:
     return NULL;
 }
 
+/* -- a batch's repeated rows joined -------------------------------------------------------- */
+
+/* The runs of one row joined: (key, summed count, qualifiers joined, values joined); NULL
+ * with an exception set, or with none when a run is not a tuple (key, int, bytes, bytes). */
+static PyObject *join_group(PyObject *group)
+{
+    Py_ssize_t n = PyList_GET_SIZE(group);
+    long long cells = 0;
+    Py_ssize_t q_size = 0, v_size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *run = PyList_GET_ITEM(group, i);
+        PyObject *q = PyTuple_GET_ITEM(run, 2), *v = PyTuple_GET_ITEM(run, 3);
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(run, 1)) || !PyBytes_CheckExact(q) ||
+            !PyBytes_CheckExact(v))
+            return NULL;
+        long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(run, 1));
+        if (count == -1 && PyErr_Occurred())
+            return NULL;
+        cells += count;
+        q_size += PyBytes_GET_SIZE(q);
+        v_size += PyBytes_GET_SIZE(v);
+    }
+    PyObject *qs = PyBytes_FromStringAndSize(NULL, q_size);
+    PyObject *vs = PyBytes_FromStringAndSize(NULL, v_size);
+    PyObject *count = PyLong_FromLongLong(cells);
+    PyObject *joined = NULL;
+    if (qs != NULL && vs != NULL && count != NULL) {
+        char *q_at = PyBytes_AS_STRING(qs), *v_at = PyBytes_AS_STRING(vs);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *run = PyList_GET_ITEM(group, i);
+            PyObject *q = PyTuple_GET_ITEM(run, 2), *v = PyTuple_GET_ITEM(run, 3);
+            memcpy(q_at, PyBytes_AS_STRING(q), (size_t)PyBytes_GET_SIZE(q));
+            q_at += PyBytes_GET_SIZE(q);
+            memcpy(v_at, PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v));
+            v_at += PyBytes_GET_SIZE(v);
+        }
+        joined = PyTuple_Pack(4, PyTuple_GET_ITEM(PyList_GET_ITEM(group, 0), 0), count, qs, vs);
+    }
+    Py_XDECREF(qs);
+    Py_XDECREF(vs);
+    Py_XDECREF(count);
+    return joined;
+}
+
+/* join_repeated_rows(runs) -> list of runs, or None
+ *   tsd.head.head.python_join_repeated_rows (the specification): one run per row, the
+ *   runs of a row that comes more than once joined in order, in the order rows first
+ *   come. None when a run is not a tuple (row key, int, bytes, bytes): the caller then
+ *   asks the Python version. */
+static PyObject *join_repeated_rows(PyObject *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "runs must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    /* row key -> its run (a tuple) or, once repeated, a list of its runs; in first order */
+    PyObject *by_row = PyDict_New();
+    PyObject *out = NULL;
+    if (by_row == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *run = items[i];
+        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) != 4)
+            goto python;
+        PyObject *key = PyTuple_GET_ITEM(run, 0);
+        PyObject *have = PyDict_GetItemWithError(by_row, key);
+        if (have == NULL) {
+            if (PyErr_Occurred() || PyDict_SetItem(by_row, key, run) < 0)
+                goto done;
+        } else if (PyList_CheckExact(have)) {
+            if (PyList_Append(have, run) < 0)
+                goto done;
+        } else {
+            PyObject *group = PyList_New(2);
+            if (group == NULL)
+                goto done;
+            Py_INCREF(have);
+            PyList_SET_ITEM(group, 0, have);
+            Py_INCREF(run);
+            PyList_SET_ITEM(group, 1, run);
+            int failed = PyDict_SetItem(by_row, key, group);
+            Py_DECREF(group);
+            if (failed < 0)
+                goto done;
+        }
+    }
+    out = PyList_New(PyDict_GET_SIZE(by_row));
+    if (out == NULL)
+        goto done;
+    Py_ssize_t pos = 0, at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(by_row, &pos, &key, &value)) {
+        PyObject *run;
+        if (PyList_CheckExact(value)) {
+            run = join_group(value);
+            if (run == NULL) {
+                Py_CLEAR(out);
+                if (PyErr_Occurred())
+                    goto done;
+                goto python;
+            }
+        } else {
+            run = Py_NewRef(value);
+        }
+        PyList_SET_ITEM(out, at++, run);
+    }
+    goto done;
+python:
+    Py_XDECREF(out);
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(by_row);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"run_bounds", run_bounds, METH_O,
      "Per run of a batch: (offsets increase, first offset ms, last offset ms), or None."},
+    {"join_repeated_rows", join_repeated_rows, METH_O,
+     "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -63,6 +63,7 @@ _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
 # the compiled helper (setup.py); python_run_bounds is its fallback and spec
 _c_run_bounds: Any = native.attribute("tsd.head._runs", "run_bounds")
+_c_join_repeated_rows: Any = native.attribute("tsd.head._runs", "join_repeated_rows")
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]
@@ -294,10 +295,11 @@ class Head:
         the batch's rows are set with a numpy operation per column."""
         if not runs:
             return 0
-        keys = list(map(_FIRST, runs))
-        if len(set(keys)) != len(keys):
+        joined = join_repeated_rows(runs)
+        if len(joined) != len(runs):
             # a log record can hold a row more than once (the parts of one batch joined)
-            return self.add_runs(join_repeated_rows(runs), batch, now)
+            return self.add_runs(joined, batch, now)
+        keys = list(map(_FIRST, runs))
         part = _Part.of(runs, _bounds_array(runs))
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
@@ -1027,6 +1029,16 @@ def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
 
 
 def join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
+    """:func:`python_join_repeated_rows`, by the compiled helper (``tsd/head/_runs.c``)
+    when it is built and the runs are tuples of (bytes, int, bytes, bytes)."""
+    if _c_join_repeated_rows is not None:
+        joined = _c_join_repeated_rows(runs)
+        if joined is not None:
+            return cast(list[Run], joined)
+    return python_join_repeated_rows(runs)
+
+
+def python_join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
     """One run per row: the runs of a row that comes more than once joined in order
     (cells summed, qualifiers and values each concatenated), in the order rows first
     come. Adding the joined run gives the row the same bytes and numbers as adding its
