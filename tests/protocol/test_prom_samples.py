@@ -1,10 +1,9 @@
 """Remote write's hot loop (tsd/protocol/prom_samples.py): the compiled helper
 (``take_known_samples`` in tsd/protocol/_parse.c) answers as its Python specification on
 generated requests (known and unknown keys, values finite or not, timestamps in and out of
-range, values and timestamps as a request's columns hold them), into a batch's cells and
-into a list; the compiled alignment of a request's sample columns (``align_samples``) as
-its specification; and the columns as the full message reads them (fields left out, sent
-twice, unknown ones)."""
+range, samples as the protobuf runtime hands them out), into a batch's cells and into a
+list; and the compiled merge of a request's cells into a batch (tsd/codec/_encode.c
+``merge_rows``) as python_merge_rows."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
-from tsd.codec.qualifier import ENCODER_TABLES
+from tsd.codec.qualifier import ENCODER_TABLES, merge_rows, python_merge_rows
 from tsd.codec.rowkey import KeyLayout, make_series_key
 from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP
 from tsd.protocol.prom_samples import (
@@ -31,7 +30,10 @@ from tsd.protocol.prom_samples import (
 from tsd.protocol.prom_wire import WriteRequest, decode_key, decode_write_columns, snappy_compress
 
 P: Any = native.load("tsd.protocol._parse")
-needs_c = pytest.mark.skipif(P is None, reason="tsd/protocol/_parse.c is not built")
+C: Any = native.load("tsd.codec._encode")
+needs_c = pytest.mark.skipif(
+    P is None or C is None, reason="tsd/protocol/_parse.c or tsd/codec/_encode.c is not built"
+)
 
 LOW, HIGH = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP
 SERIES = [
@@ -140,6 +142,37 @@ def test_what_is_not_taken_is_left_by_index() -> None:
     assert points == [(SERIES[0], good, 1.5), (SERIES[2], good + 2, 0.0)]
     with pytest.raises(ValueError, match="as many samples as keys"):
         take_known_samples(keys, values_[:-1], timestamps_, known, points, LOW, HIGH)
+
+
+@needs_c
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.binary(min_size=1, max_size=3),
+            st.dictionaries(st.binary(min_size=2, max_size=2), st.binary(max_size=2), max_size=3),
+            max_size=4,
+        ),
+        max_size=5,
+    )
+)
+def test_merge_rows_as_python(requests: list[dict[bytes, dict[bytes, bytes]]]) -> None:
+    c_into: dict[bytes, dict[bytes, bytes]] = {}
+    py_into: dict[bytes, dict[bytes, bytes]] = {}
+    for rows in requests:
+        c_added = C.merge_rows(c_into, {r: dict(c) for r, c in rows.items()})
+        py_added = python_merge_rows(py_into, {r: dict(c) for r, c in rows.items()})
+        assert c_added == py_added
+    assert c_into == py_into
+
+
+def test_merge_rows_later_cells_win() -> None:
+    into = {b"r": {b"q1": b"a"}}
+    later = {b"r": {b"q1": b"b", b"q2": b"c"}, b"s": {b"q": b"d"}}
+    assert merge_rows(into, later) == 2
+    assert into == {b"r": {b"q1": b"b", b"q2": b"c"}, b"s": {b"q": b"d"}}
+    assert into[b"s"] is later[b"s"]  # taken over, not copied
 
 
 # --- a request's sample columns, read back from their marks -----------------------------

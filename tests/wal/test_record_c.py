@@ -1,6 +1,6 @@
-"""The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs)
-against the Python loop it replaces: the same log payload and head runs, the same
-error."""
+"""The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs and
+encode_cells_payload) against the Python loop it replaces: the same log payload and head
+runs, the same error."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import tsd.native as native
 from tsd.wal.record import (
     decode_row_runs,
+    encode_payload,
     encode_payload_and_runs,
     python_encode_payload_and_runs,
 )
@@ -34,6 +35,7 @@ def test_a_batch_frames_as_the_python_loop_does(rows: dict[bytes, dict[bytes, by
     payload, runs = encode_payload_and_runs(rows)
     assert (payload, runs) == python_encode_payload_and_runs(rows.items())
     assert decode_row_runs(payload) == runs
+    assert encode_payload(rows) == payload  # the payload alone (C encode_cells_payload)
 
 
 def test_a_row_beyond_the_record_format_takes_the_python_path_and_its_error() -> None:
@@ -43,3 +45,5 @@ def test_a_row_beyond_the_record_format_takes_the_python_path_and_its_error() ->
     with pytest.raises(struct.error) as python_error:
         python_encode_payload_and_runs(rows.items())
     assert str(c_error.value) == str(python_error.value)
+    with pytest.raises(struct.error, match="format requires"):
+        encode_payload(rows)

@@ -6,13 +6,7 @@ import pytest
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
-from tsd.wal.record import (
-    EncodedPart,
-    RowRun,
-    decode_row_runs,
-    encode_payload_and_runs,
-    seal_part,
-)
+from tsd.wal.record import EncodedPart, decode_row_runs, seal_part
 from tsd.write.batch import Batch, BatchPolicy
 
 
@@ -138,10 +132,9 @@ def test_parts_keep_the_order_of_arrival_in_the_record_and_when_folded() -> None
 
 
 def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() -> None:
-    """Points the log already holds (remote write's) come as parts without a payload:
-    they stay out of the batch's own record, and come to the head in arrival order
-    among the others: folding every run lets the point sent last win, as adding all
-    here would."""
+    """Points the log already holds (remote write's) merge per row across requests, stay
+    out of the batch's own record, and come to the head in arrival order among the
+    others: folding every run lets the point sent last win, as adding all here would."""
     layout = KeyLayout()
     a = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x02")])
     b = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x03")])
@@ -152,17 +145,18 @@ def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() ->
     own: Points = [(a, t0, 5), (b, t0 + 2, 6)]
     logged_3: Points = [(a, t0 + 2, 7), (b, t0 + 2, 8)]  # after own's (b, t0 + 2)
 
-    def encoded(points: Points) -> list[RowRun]:
+    def encoded(points: Points) -> dict[bytes, dict[bytes, bytes]]:
         rows: dict[bytes, dict[bytes, bytes]] = {}
         encode_points_into(rows, points)
-        return encode_payload_and_runs(rows)[1]
+        return rows
 
     batch = make_batch(max_cells=100)
-    batch.add_logged(encoded(logged_1), 2, 11)
-    batch.add_logged(encoded(logged_2), 2, 12)
-    assert len(batch.payload_and_runs()[1]) == 4  # a run per row of each request
+    batch.add_logged(encoded(logged_1), 11)
+    batch.add_logged(encoded(logged_2), 12)
+    # two requests, one run per row: the head takes a row's points of both at once
+    assert len(batch.payload_and_runs()[1]) == 2
     batch.add_points(own)
-    batch.add_logged(encoded(logged_3), 2, 13)
+    batch.add_logged(encoded(logged_3), 13)
     assert batch.logged == [11, 12, 13]
     assert batch.logged_cells == 6
     assert len(batch) == 8

@@ -7,6 +7,9 @@
  *   tsd.wal.record (not framed) and the rows as (row, count, qualifiers joined, values
  *   joined), as tsd.wal.record.python_encode_payload_and_runs gives them; None when a row
  *   does not fit that format's fields (the Python path then raises its error).
+ *
+ * encode_cells_payload(rows) -> payload or None
+ *   the same payload alone (a record whose rows the head takes otherwise).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -78,6 +81,10 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
         v_at += vl;
         i++;
     }
+    if (runs == NULL) { /* the payload only */
+        buf->size += 2 * count + q_total + v_total;
+        return 1;
+    }
     PyObject *run = NULL, *n = PyLong_FromSsize_t(count);
     if (n != NULL && count == 1) {
         pos = 0;
@@ -99,15 +106,15 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
     return failed ? -1 : 1;
 }
 
-/* The payload and the runs; None when a row does not fit the format. */
-static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
+/* The payload, and the runs when with_runs; None when a row does not fit the format. */
+static PyObject *encode_rows(PyObject *rows, int with_runs) {
     if (!PyDict_CheckExact(rows)) {
         PyErr_SetString(PyExc_TypeError, "rows must be a dict row -> {qualifier: value}");
         return NULL;
     }
     Buffer buf = {NULL, 0, 0};
-    PyObject *runs = PyList_New(0);
-    if (runs == NULL) return NULL;
+    PyObject *runs = with_runs ? PyList_New(0) : NULL;
+    if (with_runs && runs == NULL) return NULL;
     Py_ssize_t pos = 0;
     PyObject *row, *cells;
     while (PyDict_Next(rows, &pos, &row, &cells)) {
@@ -116,16 +123,16 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
             done = encode_row(&buf, runs, row, cells);
         if (done <= 0) {
             PyMem_Free(buf.data);
-            Py_DECREF(runs);
+            Py_XDECREF(runs);
             if (done < 0) return NULL;
             Py_RETURN_NONE;
         }
     }
     PyObject *payload = PyBytes_FromStringAndSize(buf.data ? buf.data : "", buf.size);
     PyMem_Free(buf.data);
-    if (payload == NULL) {
-        Py_DECREF(runs);
-        return NULL;
+    if (payload == NULL || !with_runs) {
+        Py_XDECREF(runs);
+        return payload;
     }
     PyObject *answer = PyTuple_Pack(2, payload, runs);
     Py_DECREF(payload);
@@ -133,9 +140,19 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
     return answer;
 }
 
+static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
+    return encode_rows(rows, 1);
+}
+
+static PyObject *encode_cells_payload(PyObject *self, PyObject *rows) {
+    return encode_rows(rows, 0);
+}
+
 static PyMethodDef methods[] = {
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
+    {"encode_cells_payload", encode_cells_payload, METH_O,
+     "{row: {qualifier: value}} -> cells payload, or None"},
     {NULL, NULL, 0, NULL},
 };
 

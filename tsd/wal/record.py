@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 import google_crc32c
 import zstandard
@@ -110,6 +110,15 @@ def encode_payload_and_runs(
                 return done[0], done[1]
         rows = rows.items()
     return python_encode_payload_and_runs(rows)
+
+
+def encode_payload(rows: dict[bytes, dict[bytes, bytes]]) -> bytes:
+    """The :data:`CELLS` payload of :func:`encode_payload_and_runs`, without its runs."""
+    if _C is not None:
+        done = _C.encode_cells_payload(rows)
+        if done is not None:
+            return cast(bytes, done)
+    return python_encode_payload_and_runs(rows.items())[0]
 
 
 def python_encode_payload_and_runs(

@@ -59,7 +59,7 @@ from tsd.wal.record import (
     Columns,
     EncodedPart,
     Row,
-    encode_payload_and_runs,
+    encode_payload,
     frame,
     frame_cells,
     iter_records,
@@ -287,13 +287,12 @@ class Writer:
             raise sink.refusal
         # Not compressed: zstd was the largest part of logging a request's record in a
         # profile of the daemon (cProfile); the segments go once the head is written.
-        payload, runs = encode_payload_and_runs(rows)
-        seq = await wal.append(frame(CELLS, payload), cells)
+        seq = await wal.append(frame(CELLS, encode_payload(rows)), cells)
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
         was_empty = batch.cells == 0
-        batch.add_logged(runs, cells, seq)
+        batch.add_logged(rows, seq)
         self._added.value += points
         self._added_to_batch(was_empty)
 
