@@ -92,9 +92,21 @@ MAX_MISS_BATCH = 4096
 
 #: A series' key in the ingest service's refs (:func:`series_name_key`).
 NameKey: TypeAlias = "str | tuple[str, Tags]"
-#: A point of a series not resolved yet: the point, the caller's tag, its alias keys, and
-#: its series' name key (computed once, by :meth:`IngestSession.put`'s lookup).
-_Miss: TypeAlias = tuple[DataPoint, T | None, tuple[Hashable, ...], NameKey]
+
+
+@dataclass(slots=True)
+class _Misses(Generic[T]):
+    """Points of series not resolved yet, one loop turn's (a batch), as columns (no tuple
+    per point: a burst's batch is thousands): the points, the caller's tags, their alias
+    keys, and their series' name keys (computed once, by :meth:`IngestSession.put`'s
+    lookup)."""
+
+    points: list[DataPoint] = field(default_factory=list)
+    tags: list[T | None] = field(default_factory=list)
+    aliases: list[tuple[Hashable, ...]] = field(default_factory=list)
+    names: list[NameKey] = field(default_factory=list)
+
+
 #: ``on_new_series(refs)``: the row-key templates of series that just got their refs
 NewSeriesHook: TypeAlias = Callable[[Sequence[SeriesKey]], None]
 
@@ -239,38 +251,53 @@ class IngestService:
         return ref
 
     async def resolve_many(
+        self, keys: Sequence[tuple[str, Tags]], *, remember: bool = True
+    ) -> list[SeriesRef | TsdError]:
+        """The refs of many series (``(metric, tags)`` each), in order:
+        :meth:`resolve_columns` of them."""
+        return await self.resolve_columns(
+            [metric for metric, _ in keys],
+            [tags for _, tags in keys],
+            [series_name_key(metric, tags) for metric, tags in keys],
+            remember=remember,
+        )
+
+    async def resolve_columns(
         self,
-        keys: Sequence[tuple[str, Tags]],
+        metrics: Sequence[str],
+        tags_list: Sequence[Tags],
+        names: Sequence[NameKey],
         *,
         remember: bool = True,
-        names: Sequence[NameKey] | None = None,
     ) -> list[SeriesRef | TsdError]:
-        """The refs of many series, in order: those not resolved before go to one
-        :meth:`UidService.resolve_names` (a few storage round trips for a whole burst of
-        new series, new names numbered in the order they first appear), and their row-key
-        templates are made at once (:func:`~tsd.codec.rowkey.series_keys`: one C pass, no
-        Python step per series). A series a name of which failed (auto-create refused it:
-        NoSuchUniqueName; too long; the store failed) gets that error, alone.
+        """The refs of many series (``metrics[i]`` with ``tags_list[i]``, whose
+        :func:`series_name_key` is ``names[i]``), in order: those not resolved before go
+        to one :meth:`UidService.resolve_names` (a few storage round trips for a whole
+        burst of new series, new names numbered in the order they first appear), and
+        their row-key templates are made at once (:func:`~tsd.codec.rowkey.series_keys`:
+        one C pass, no Python step per series). A series a name of which failed
+        (auto-create refused it: NoSuchUniqueName; too long; the store failed) gets that
+        error, alone.
 
         ``remember`` False: new refs are not kept under their names here (the caller keeps
         each under its protocol's key, a :class:`RefCache`: one entry per series, not two).
         A point of such a series put later under another key (spelled otherwise, or by
         another protocol) is resolved again from the UID caches, without storage, and
-        gets a ref equal to the first. ``names``: the keys' :func:`series_name_key`, when
-        the caller has them."""
+        gets a ref equal to the first."""
         refs = self._refs
-        if names is None:
-            names = [series_name_key(metric, tags) for metric, tags in keys]
-        found: list[SeriesRef | TsdError | None] = [refs.get(name) for name in names]
-        # the series to resolve, once each, by their name keys
-        missing: dict[NameKey, tuple[str, Tags]] = {}
-        for name, key, got in zip(names, keys, found, strict=True):
-            if got is None and name not in missing:
-                missing[name] = key
-        if not missing:
-            return cast(list[SeriesRef | TsdError], found)
-        metrics = [metric for metric, _ in missing.values()]
-        tags_list = [tags for _, tags in missing.values()]
+        found: list[SeriesRef | None] = [refs.get(name) for name in names] if refs else []
+        # the series to resolve, once each, by their name keys: name -> first position
+        missing: dict[NameKey, int] = {}
+        if not found and len(dict.fromkeys(names)) == len(names):  # a burst: all new
+            missing = dict(zip(names, range(len(names)), strict=True))
+        else:
+            for at, name in enumerate(names):
+                if (not found or found[at] is None) and name not in missing:
+                    missing[name] = at
+            if not missing:
+                return cast(list[SeriesRef | TsdError], found)
+            metrics = [metrics[at] for at in missing.values()]
+            tags_list = [tags_list[at] for at in missing.values()]
         resolved = await self.uids.resolve_names(metrics, tags_list)
         made = series_keys(
             self._layout,
@@ -303,9 +330,11 @@ class IngestService:
                 new.append(ref)
                 new_names.append(name)
         self._made(new, new_names, remember)
-        if len(missing) == len(keys):  # every series new and distinct (a burst): in order
+        if len(missing) == len(names):  # every series new and distinct (a burst): in order
             return results
         by_name = dict(zip(missing, results, strict=True))
+        if not found:
+            return [by_name[name] for name in names]
         return [by_name[n] if got is None else got for n, got in zip(names, found, strict=True)]
 
     def _made(self, new: list[SeriesRef], names: Sequence[NameKey], remember: bool) -> None:
@@ -428,7 +457,7 @@ class IngestSession(Generic[T]):
     #: the log appends of a durable session (:meth:`settle` waits for them)
     _logging: set[asyncio.Task[None]] = field(default_factory=set)
     #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
-    _collecting: list[_Miss[T]] | None = None
+    _collecting: _Misses[T] | None = None
     _last_ack: Ack | None = None
     #: points of this session in ``_last_ack`` (a cell its done callback reads)
     _last_count: list[int] = field(default_factory=lambda: [0])
@@ -534,15 +563,18 @@ class IngestSession(Generic[T]):
             self._add_one(ref, point, tag)
             return Put.BUFFERED
         batch = self._collecting
-        if batch is None or len(batch) >= MAX_MISS_BATCH:
+        if batch is None or len(batch.points) >= MAX_MISS_BATCH:
             pending = self._pending
             if len(pending) >= self.window:
                 return Put.BUSY
-            batch = self._collecting = []
+            batch = self._collecting = _Misses()
             task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
             pending.add(task)
             task.add_done_callback(pending.discard)
-        batch.append((point, tag, tuple(aliases), name))
+        batch.points.append(point)
+        batch.tags.append(tag)
+        batch.aliases.append(aliases if type(aliases) is tuple else tuple(aliases))
+        batch.names.append(name)
         return Put.QUEUED
 
     async def put_cell(self, point: CellPoint) -> None:
@@ -627,26 +659,28 @@ class IngestSession(Generic[T]):
             self.counters[0].value += rows.points
         ack.set_result(None)
 
-    async def _resolve_batch(self, batch: list[_Miss[T]]) -> None:
+    async def _resolve_batch(self, batch: _Misses[T]) -> None:
         # The task starts on the loop's next turn: the batch took that turn's misses.
         if self._collecting is batch:
             self._collecting = None
+        points = batch.points
         try:
             # Series whose every miss here has a protocol key are kept under those keys
             # only (telnet's lines, /api/put's elements): one map entry per series.
-            refs = await self.service.resolve_many(
-                [(p.metric, p.tags) for p, _, _, _ in batch],
-                remember=self.cache is None or not all([miss[2] for miss in batch]),
-                names=[miss[3] for miss in batch],
+            refs = await self.service.resolve_columns(
+                [point.metric for point in points],
+                [point.tags for point in points],
+                batch.names,
+                remember=self.cache is None or not all(batch.aliases),
             )
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
-                log.exception("ingest.resolve_crashed", points=len(batch))
+                log.exception("ingest.resolve_crashed", points=len(points))
             refused = Refused.of(exc)
-            for point, tag, _, _ in batch:
+            for point, tag in zip(points, batch.tags, strict=True):
                 self._refuse(tag, point, refused)
             return
-        if len(batch) <= self.room() and all([type(ref) is SeriesKey for ref in refs]):
+        if len(points) <= self.room() and all([type(ref) is SeriesKey for ref in refs]):
             self._append_resolved(batch, cast(list[SeriesRef], refs))
             return
         # Runs of resolved points go to the writer in one call each, as much as it has
@@ -654,7 +688,7 @@ class IngestSession(Generic[T]):
         run: list[RefPoint] = []
         run_tags: list[T | None] = []
         room = self.room()
-        for (point, tag, aliases, _), ref in zip(batch, refs, strict=True):
+        for point, tag, aliases, ref in zip(points, batch.tags, batch.aliases, refs, strict=True):
             if isinstance(ref, TsdError):
                 self._append_run(run, run_tags)
                 self._refuse(tag, point, Refused.of(ref))
@@ -670,7 +704,7 @@ class IngestSession(Generic[T]):
             room -= 1
         self._append_run(run, run_tags)
 
-    def _append_resolved(self, batch: list[_Miss[T]], refs: list[SeriesRef]) -> None:
+    def _append_resolved(self, batch: _Misses[T], refs: list[SeriesRef]) -> None:
         """A batch whose every series is resolved and for which the writer has room (a
         burst of new series' usual case): its aliases remembered and its points handed
         over as one run, a few comprehensions rather than a loop of Python steps. The
@@ -682,14 +716,14 @@ class IngestSession(Generic[T]):
             cache = self.cache
             if cache is not None:
                 remember = cache.remember
-                for (_, _, aliases, _), ref in zip(batch, refs, strict=True):
+                for aliases, ref in zip(batch.aliases, refs, strict=True):
                     for alias in aliases:
                         remember(alias, ref)
             run = [
-                (ref, miss[0].timestamp, miss[0].value)
-                for miss, ref in zip(batch, refs, strict=True)
+                (ref, point.timestamp, point.value)
+                for point, ref in zip(batch.points, refs, strict=True)
             ]
-            tags = [miss[1] for miss in batch]
+            tags = batch.tags
             kept = None if tags.count(None) == len(tags) else cast(list[T], tags)
             self._append_buffered(run, kept)
         finally:
