@@ -59,7 +59,7 @@ async def ingest(
     await ensure_tables(storage, config.storage)
     uids = UidService(storage, config)
     meta = MetaService(storage, uids, config)
-    hook = meta.tracker.on_new_series if hooked else None
+    hook = meta.tracker.on_new_series_many if hooked else None
     writer = Writer(storage, config.storage, StatsRegistry())
     ingest = IngestService(writer, uids, config.storage, on_new_series=hook)
     writer.start()

@@ -21,7 +21,13 @@ from tsd.codec.qualifier import (
     encode_point,
     python_encode_points_into,
 )
-from tsd.codec.rowkey import KeyLayout, make_series_key, python_tag_suffix
+from tsd.codec.rowkey import (
+    KeyLayout,
+    SeriesKey,
+    make_series_key,
+    python_series_keys,
+    python_tag_suffix,
+)
 from tsd.errors import CodecError
 from tsd.protocol.telnet import put_line_key, python_take_known_puts
 
@@ -186,6 +192,53 @@ def test_tag_suffix_answers_as_its_python_version(
     assert C.tag_suffix(tuple(pairs), tagk_width, tagv_width) == python_tag_suffix(
         tuple(pairs), tagk_width, tagv_width
     )
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "host", "dc", "x"])
+#: a UID batch's answer: some names with UIDs (of the widths, or not), others without
+_UID_MAPS = st.dictionaries(_NAMES, st.binary(min_size=1, max_size=4), max_size=6)
+
+
+def _slots(key: SeriesKey | None) -> tuple[Any, ...] | None:
+    names = ("salt", "metric_uid", "_prefix", "_suffix", "_last_base", "_last_key")
+    return None if key is None else tuple(getattr(key, name) for name in names)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    series=st.lists(
+        st.tuples(_NAMES, st.lists(st.tuples(_NAMES, _NAMES), max_size=4).map(tuple)),
+        max_size=12,
+    ),
+    metric_uids=_UID_MAPS,
+    key_uids=_UID_MAPS,
+    value_uids=_UID_MAPS,
+    widths=st.sampled_from([(1, 1, 1), (3, 3, 3), (2, 1, 3), (4, 2, 2)]),
+)
+def test_series_keys_answer_as_their_python_version(
+    series: list[tuple[str, tuple[tuple[str, str], ...]]],
+    metric_uids: dict[str, bytes],
+    key_uids: dict[str, bytes],
+    value_uids: dict[str, bytes],
+    widths: tuple[int, int, int],
+) -> None:
+    """A burst's row-key templates made at once: slot for slot the SeriesKey the Python
+    version makes, which is make_series_key's; None where a name has no UID, a UID is of
+    another width or a tag key repeats (the per-series path then says which)."""
+    metrics = [metric for metric, _ in series]
+    tags_list = [tags for _, tags in series]
+    args = (metrics, tags_list, metric_uids, key_uids, value_uids, *widths)
+    made = C.series_keys(SeriesKey, *args)
+    expected = python_series_keys(SeriesKey, *args)
+    assert list(map(_slots, made)) == list(map(_slots, expected))
+    layout = KeyLayout(*widths)
+    for (metric, tags), key in zip(series, expected, strict=True):
+        if key is None:
+            continue
+        pairs = [(key_uids[k], value_uids[v]) for k, v in tags]
+        assert _slots(key) == _slots(make_series_key(layout, metric_uids[metric], pairs))
+        assert key.row_key(3600) == make_series_key(layout, key.metric_uid, pairs).row_key(3600)
 
 
 _METRICS = ["sys.cpu", "sys.mem", "m"]

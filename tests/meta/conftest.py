@@ -80,7 +80,7 @@ async def make_env(storage: Storage, tables: StorageConfig) -> AsyncIterator[Mak
         meta = MetaService(target, uids, config, registry, wall_clock=lambda: float(NOW_S))
         writer = Writer(target, config.storage, registry)
         ingest = IngestService(
-            writer, uids, config.storage, on_new_series=meta.tracker.on_new_series
+            writer, uids, config.storage, on_new_series=meta.tracker.on_new_series_many
         )
         writer.start()
         if start_tracker:

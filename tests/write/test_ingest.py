@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.conftest import MakeWriter
 from tests.write.readback import StoredPoint, stored_points
 from tests.write.test_writer import gated_writer
+from tsd.codec import SeriesKey, make_series_key
 from tsd.config import StorageConfig
 from tsd.data_points import DataPoint, Tags, make_tags
-from tsd.errors import StorageError, TsdError
+from tsd.errors import NameTooLong, StorageError, TsdError
 from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.storage.base import Storage
 from tsd.write.batch_writer import WriterLimits
@@ -209,3 +212,36 @@ async def test_sync_outcome_tells_stored_failed_and_timed_out_points(
         StoredPoint("sys.cpu", host("a"), (T0 + 2) * 1000, 3),
         StoredPoint("sys.cpu", host("a"), (T0 + 3) * 1000, 4),
     ]
+
+
+@pytest.mark.parametrize("salt_width", [0, 1])
+async def test_a_burst_of_new_series_gets_the_refs_made_one_by_one(
+    make_writer: MakeWriter, salt_width: int
+) -> None:
+    """A burst's row-key templates are made at once (unsalted: one C pass): each equal to
+    the per-series template of its UIDs, salted or not; a series whose name fails (too
+    long for the store) gets its error alone; meta tracking hears of each new series
+    once; a series seen again in a later burst keeps its first ref."""
+    ingest = make_writer(salt_width=salt_width, salt_buckets=4)
+    told: list[SeriesKey] = []
+    ingest._on_new_series = told.extend
+    long_value = "v" * 40_000  # past the row length of either store
+    keys = [("sys.cpu", make_tags({"host": f"h{i}", "dc": "lga"})) for i in range(50)]
+    keys.insert(7, ("sys.cpu", make_tags({"host": long_value})))
+    refs = await ingest.resolve_many(keys)
+    assert isinstance(refs[7], NameTooLong)
+    layout = ingest._layout
+    for (metric, tags), ref in zip(keys, refs, strict=True):
+        if not isinstance(ref, SeriesKey):
+            continue
+        metric_uid, pairs = await ingest.uids.resolve_for_write(metric, tags)
+        expected = make_series_key(layout, metric_uid, pairs)
+        assert ref == expected
+        assert ref.row_key(T0) == expected.row_key(T0)
+        assert ref.salt == expected.salt
+        assert len(ref.salt) == salt_width
+    assert told == [ref for ref in refs if isinstance(ref, SeriesKey)]
+    again = await ingest.resolve_many([keys[0], ("sys.cpu", host("new"))])
+    assert again[0] is refs[0]
+    assert told[-1] is again[1]
+    assert len(told) == 51

@@ -15,6 +15,16 @@
  * tag_suffix(pairs, tagk_width, tagv_width) -> bytes or None
  *   (tagk, tagv) UID pairs joined in tag key order, as tsd.codec.rowkey.make_series_key
  *   joins them; None for anything it would check further (widths, a repeated tag key).
+ *
+ * series_keys(cls, metrics, tags_list, metric_uids, key_uids, value_uids, metric_width,
+ *             tagk_width, tagv_width) -> list
+ *   A burst of new series' row-key templates (unsalted) in one pass: per series, its names
+ *   looked up in the three {name: uid} dicts of its UID batch, its pairs sorted and joined
+ *   as tag_suffix joins them, and a cls (tsd.codec.rowkey.SeriesKey) made with its slots set
+ *   as SeriesKey(b"", metric_uid, suffix) sets them; None for a series it would not make
+ *   (a name without a UID, a UID of another width, a repeated tag key): the caller takes
+ *   that series through the per-series path for its error. python_series_keys is the
+ *   specification.
  */
 #include "_format.h"
 
@@ -116,6 +126,159 @@ static PyObject *tag_suffix(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+/* series_keys: see the top of this file. The slots of cls, learnt once. */
+static PyTypeObject *keys_type;
+static Py_ssize_t key_slot[6]; /* salt, metric_uid, _prefix, _suffix, _last_base, _last_key */
+static const char *const key_slot_names[6] = {"salt", "metric_uid", "_prefix", "_suffix",
+                                              "_last_base", "_last_key"};
+
+static int learn_key_type(PyTypeObject *type)
+{
+    if (keys_type == type)
+        return 0;
+    if (!PyType_Check(type) || type->tp_alloc == NULL) {
+        PyErr_SetString(PyExc_TypeError, "series_keys: cls must be SeriesKey");
+        return -1;
+    }
+    for (int i = 0; i < 6; i++) {
+        key_slot[i] = member_offset(type, key_slot_names[i]);
+        if (key_slot[i] < 0) {
+            PyErr_Format(PyExc_TypeError, "series_keys: cls has no slot %s", key_slot_names[i]);
+            return -1;
+        }
+    }
+    Py_XDECREF(keys_type);
+    Py_INCREF(type);
+    keys_type = type;
+    return 0;
+}
+
+/* value of name in uids when it is exact bytes of width; NULL (no exception) otherwise;
+ * NULL with an exception set on an error. Borrowed. */
+static PyObject *uid_of(PyObject *uids, PyObject *name, Py_ssize_t width)
+{
+    PyObject *uid = PyDict_GetItemWithError(uids, name);
+    if (uid == NULL || !PyBytes_CheckExact(uid) || PyBytes_GET_SIZE(uid) != width)
+        return NULL;
+    return uid;
+}
+
+static PyObject *one_series_key(PyObject *metric, PyObject *tags, PyObject *metric_uids,
+                                PyObject *key_uids, PyObject *value_uids, Py_ssize_t mw,
+                                Py_ssize_t kw, Py_ssize_t vw, PyObject *minus_one,
+                                PyObject *empty)
+{
+    PyObject *metric_uid = uid_of(metric_uids, metric, mw);
+    if (metric_uid == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    if (!PyTuple_CheckExact(tags) || PyTuple_GET_SIZE(tags) > MAX_SUFFIX_PAIRS)
+        return Py_NewRef(Py_None);
+    Py_ssize_t n = PyTuple_GET_SIZE(tags);
+    const char *keys[MAX_SUFFIX_PAIRS], *values[MAX_SUFFIX_PAIRS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(tags, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return Py_NewRef(Py_None);
+        PyObject *k = uid_of(key_uids, PyTuple_GET_ITEM(pair, 0), kw);
+        PyObject *v = k == NULL ? NULL : uid_of(value_uids, PyTuple_GET_ITEM(pair, 1), vw);
+        if (v == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        const char *key = PyBytes_AS_STRING(k), *value = PyBytes_AS_STRING(v);
+        Py_ssize_t j = i;
+        for (; j > 0; j--) { /* insertion sort by tag key, as tag_suffix */
+            int order = memcmp(keys[j - 1], key, (size_t)kw);
+            if (order == 0)
+                return Py_NewRef(Py_None); /* a tag key given twice */
+            if (order < 0)
+                break;
+            keys[j] = keys[j - 1];
+            values[j] = values[j - 1];
+        }
+        keys[j] = key;
+        values[j] = value;
+    }
+    PyObject *suffix = PyBytes_FromStringAndSize(NULL, n * (kw + vw));
+    if (suffix == NULL)
+        return NULL;
+    char *at = PyBytes_AS_STRING(suffix);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(at, keys[i], (size_t)kw);
+        memcpy(at + kw, values[i], (size_t)vw);
+        at += kw + vw;
+    }
+    PyObject *key = keys_type->tp_alloc(keys_type, 0);
+    if (key == NULL) {
+        Py_DECREF(suffix);
+        return NULL;
+    }
+    /* SeriesKey(b"", metric_uid, suffix): its prefix is the metric UID itself (unsalted) */
+    PyObject *slots[6] = {empty, metric_uid, metric_uid, suffix, minus_one, empty};
+    for (int i = 0; i < 6; i++)
+        *(PyObject **)((char *)key + key_slot[i]) = Py_NewRef(slots[i]);
+    Py_DECREF(suffix);
+    return key;
+}
+
+static PyObject *series_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "series_keys(cls, metrics, tags_list, metric_uids, key_uids, value_uids,"
+                        " metric_width, tagk_width, tagv_width)");
+        return NULL;
+    }
+    if (learn_key_type((PyTypeObject *)args[0]) < 0)
+        return NULL;
+    PyObject *metric_uids = args[3], *key_uids = args[4], *value_uids = args[5];
+    if (!PyDict_Check(metric_uids) || !PyDict_Check(key_uids) || !PyDict_Check(value_uids)) {
+        PyErr_SetString(PyExc_TypeError, "series_keys: the UIDs are dicts");
+        return NULL;
+    }
+    Py_ssize_t mw = PyLong_AsSsize_t(args[6]), kw = PyLong_AsSsize_t(args[7]),
+               vw = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (mw <= 0 || kw <= 0 || vw <= 0) {
+        PyErr_SetString(PyExc_ValueError, "series_keys: widths are positive");
+        return NULL;
+    }
+    PyObject *metrics = PySequence_Fast(args[1], "metrics must be a sequence");
+    if (metrics == NULL)
+        return NULL;
+    PyObject *tags_list = PySequence_Fast(args[2], "tags_list must be a sequence");
+    if (tags_list == NULL) {
+        Py_DECREF(metrics);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(metrics);
+    PyObject *out = NULL, *minus_one = PyLong_FromLong(-1), *empty = PyBytes_FromStringAndSize(NULL, 0);
+    if (minus_one == NULL || empty == NULL)
+        goto done;
+    if (PySequence_Fast_GET_SIZE(tags_list) != n) {
+        PyErr_SetString(PyExc_ValueError, "series_keys: as many tags as metrics");
+        goto done;
+    }
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    PyObject **ms = PySequence_Fast_ITEMS(metrics), **ts = PySequence_Fast_ITEMS(tags_list);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = one_series_key(ms[i], ts[i], metric_uids, key_uids, value_uids, mw, kw,
+                                       vw, minus_one, empty);
+        if (key == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, key);
+    }
+done:
+    Py_XDECREF(minus_one);
+    Py_XDECREF(empty);
+    Py_DECREF(metrics);
+    Py_DECREF(tags_list);
+    return out;
+}
+
 /* merge_rows(into, rows) -> cells added: rows' cells into into (both dicts row key -> dict
  * qualifier -> value), a row into does not hold taken over as it is, a later cell
  * replacing an earlier one (tsd.codec.qualifier.python_merge_rows is the specification). */
@@ -166,6 +329,8 @@ static PyMethodDef methods[] = {
      "Cells of rows merged into a batch's rows (later cells win); the cells added."},
     {"tag_suffix", (PyCFunction)(void (*)(void))tag_suffix, METH_FASTCALL,
      "Tag pairs' bytes sorted by tag key, or None (tsd.codec.rowkey.make_series_key)."},
+    {"series_keys", (PyCFunction)(void (*)(void))series_keys, METH_FASTCALL,
+     "A burst of new series' row-key templates in one pass (tsd.codec.rowkey.series_keys)."},
     {NULL, NULL, 0, NULL},
 };
 

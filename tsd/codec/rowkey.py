@@ -21,7 +21,7 @@ Theory of operation (behaviour doc §4.1, §4.2, §3.6 and §4.7; OpenTSDB 2.4.1
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -57,6 +57,7 @@ __all__ = [
     "scan_bounds",
     "scan_end_time_s",
     "scan_start_time_s",
+    "series_keys",
 ]
 
 TagPairs = Sequence[tuple[bytes, bytes]]
@@ -314,6 +315,71 @@ def make_series_key(layout: KeyLayout, metric_uid: bytes, tags: TagPairs) -> Ser
     if not layout.salt_width:
         return SeriesKey(b"", metric_uid, tag_bytes)
     return SeriesKey(salt_prefix(layout, metric_uid, tag_bytes), metric_uid, tag_bytes)
+
+
+def python_series_keys(
+    cls: type[SeriesKey],
+    metrics: Sequence[str],
+    tags_list: Sequence[Sequence[tuple[str, str]]],
+    metric_uids: Mapping[str, bytes],
+    key_uids: Mapping[str, bytes],
+    value_uids: Mapping[str, bytes],
+    metric_width: int,
+    tagk_width: int,
+    tagv_width: int,
+) -> list[SeriesKey | None]:
+    """The unsalted row-key templates of a burst of series, from the ``{name: uid}``
+    maps of their UID batch: per series, ``cls(b"", metric_uid, suffix)`` as
+    :func:`make_series_key` makes it, or None where it would check further (a name
+    without a UID, a UID of another width, a repeated tag key: the caller takes that
+    series through the per-series path, which says what is wrong). The specification of
+    the C version (``tsd/codec/_encode.c``), which makes them in one pass."""
+    keys: list[SeriesKey | None] = []
+    for metric, tags in zip(metrics, tags_list, strict=True):
+        metric_uid = metric_uids.get(metric)
+        try:
+            pairs = [(key_uids[tagk], value_uids[tagv]) for tagk, tagv in tags]
+        except KeyError:
+            keys.append(None)
+            continue
+        if metric_uid is None or len(metric_uid) != metric_width:
+            keys.append(None)
+            continue
+        suffix = python_tag_suffix(pairs, tagk_width, tagv_width)
+        keys.append(None if suffix is None else cls(b"", metric_uid, suffix))
+    return keys
+
+
+# the C version: one call for a burst, no Python step per series
+_series_keys: Callable[..., list[SeriesKey | None]] = native.attribute(
+    "tsd.codec._encode", "series_keys", python_series_keys
+)
+
+
+def series_keys(
+    layout: KeyLayout,
+    metrics: Sequence[str],
+    tags_list: Sequence[Sequence[tuple[str, str]]],
+    metric_uids: Mapping[str, bytes],
+    key_uids: Mapping[str, bytes],
+    value_uids: Mapping[str, bytes],
+) -> list[SeriesKey | None]:
+    """The row-key templates of a burst of new series (one UID batch), or None for a
+    series the per-series path (:func:`make_series_key`) must take: every one of them
+    on a salted layout (the salt is computed per series there)."""
+    if layout.salt_width:
+        return [None] * len(metrics)
+    return _series_keys(
+        SeriesKey,
+        metrics,
+        tags_list,
+        metric_uids,
+        key_uids,
+        value_uids,
+        layout.metric_width,
+        layout.tagk_width,
+        layout.tagv_width,
+    )
 
 
 # --- Scans -----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Meta tracking: the meta table rows (and UIDMeta) written once per new series.
 
-The writer calls :meth:`MetaTracker.on_new_series` when it builds the row-key template of a
-series it has not seen (once per series per process, again only after its cache is cleared).
+The writer calls :meth:`MetaTracker.on_new_series` (a burst of them:
+:meth:`~MetaTracker.on_new_series_many`) when it builds the row-key template of a series it
+has not seen (once per series per process, again only after its cache is cleared).
 The call only queues the TSUID; a background task writes what is queued, in batches. What it
 writes follows OpenTSDB's keys (``TSDB.addPointInternal``, behaviour doc §4.6):
 
@@ -26,12 +27,14 @@ UIDMeta is written when a UID is first used by a series rather than at assignmen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from itertools import islice, repeat
 
-from tsd.codec import KeyLayout, tsuid_from_parts
+from tsd.codec import KeyLayout, SeriesKey, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
+from tsd.codec.tsuid import split_tsuid
 from tsd.config import CoreConfig
 from tsd.errors import CodecError, TsdError
 from tsd.log import get_logger
@@ -121,6 +124,26 @@ class MetaTracker:
         if not pending:  # else the task is awake already (a failed round wakes it too)
             self._wake.set()
         pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
+
+    def on_new_series_many(self, refs: Sequence[SeriesKey]) -> None:
+        """:meth:`on_new_series` of a burst of series, by their row-key templates, in one
+        loop (the ingest service's hook). Their tag UID pairs are kept only where they are
+        written (``tsd.core.meta.enable_realtime_uid``): read back from the TSUID."""
+        pending, written, writing = self._pending, self._written, self._writing
+        was_empty = not pending
+        realtime_uid = self._core.meta_enable_realtime_uid
+        layout = self._layout
+        for ref in refs:
+            tsuid = ref.tsuid
+            if tsuid in written or tsuid in pending or tsuid in writing:
+                continue
+            pairs: _Pairs = ()
+            if realtime_uid:
+                with contextlib.suppress(CodecError):  # no tags: no UIDMeta of them
+                    pairs = split_tsuid(layout, tsuid)[1]
+            pending[tsuid] = (ref.metric_uid, pairs, 0)
+        if was_empty and pending:  # else the task is awake already
+            self._wake.set()
 
     def pending(self) -> int:
         """Series queued and not yet written."""

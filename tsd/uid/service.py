@@ -8,6 +8,7 @@ use :meth:`by_type`, :meth:`assign` and :meth:`rename`, which take OpenTSDB's ty
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from tsd.config import Config
 from tsd.errors import BadRequestError, ConfigError, NoSuchUniqueName, TsdError
@@ -29,6 +30,40 @@ def check_uid_config(config: Config) -> None:
 
 #: A series' UIDs: the metric UID and the (tagk UID, tagv UID) pairs.
 Resolved = tuple[bytes, list[tuple[bytes, bytes]]]
+
+
+@dataclass(slots=True)
+class ResolvedNames:
+    """What :meth:`UidService.resolve_names` found: each kind's ``{name: uid}`` and the
+    errors of the names that failed (a name refused by auto-create is in neither)."""
+
+    metric_uids: dict[str, bytes] = field(default_factory=dict)
+    key_uids: dict[str, bytes] = field(default_factory=dict)
+    value_uids: dict[str, bytes] = field(default_factory=dict)
+    metric_errors: dict[str, BaseException] = field(default_factory=dict)
+    key_errors: dict[str, BaseException] = field(default_factory=dict)
+    value_errors: dict[str, BaseException] = field(default_factory=dict)
+
+    def result(self, metric: str, tags: Sequence[tuple[str, str]]) -> Resolved | TsdError:
+        """One series' UIDs (the pairs in the order ``tags`` gives them), or the error of
+        its first name that failed (NoSuchUniqueName where auto-create refused it)."""
+        metric_uid = self.metric_uids.get(metric)
+        if metric_uid is None:
+            return _error(self.metric_errors.get(metric), NoSuchUniqueName("metrics", metric))
+        key_uids, value_uids = self.key_uids, self.value_uids
+        try:  # the common case, every name resolved: one comprehension
+            return (metric_uid, [(key_uids[k], value_uids[v]) for k, v in tags])
+        except KeyError:
+            pass
+        pairs: list[tuple[bytes, bytes]] = []
+        for key, value in tags:
+            key_uid, value_uid = key_uids.get(key), value_uids.get(value)
+            if key_uid is None:
+                return _error(self.key_errors.get(key), NoSuchUniqueName("tagk", key))
+            if value_uid is None:
+                return _error(self.value_errors.get(value), NoSuchUniqueName("tagv", value))
+            pairs.append((key_uid, value_uid))
+        return (metric_uid, pairs)
 
 
 class UidService:
@@ -94,48 +129,42 @@ class UidService:
         """:meth:`resolve_for_write` for many series at once: per series, its metric UID and
         tag UID pairs, or the error of its first name that failed: NoSuchUniqueName (auto-
         create refused it), NameTooLong, or a storage error or UidAssignmentError.
+        :meth:`resolve_names` resolves the names; :meth:`ResolvedNames.result` is one
+        series' answer."""
+        names = await self.resolve_names(
+            [metric for metric, _ in series], [tags for _, tags in series]
+        )
+        result = names.result
+        return [result(metric, tags) for metric, tags in series]
+
+    async def resolve_names(
+        self, metrics: Sequence[str], tags_list: Sequence[Sequence[tuple[str, str]]]
+    ) -> ResolvedNames:
+        """The UIDs of every name of many series (``metrics[i]`` with ``tags_list[i]``),
+        as three ``{name: uid}`` maps with the errors of the names that failed.
 
         Each kind's names are resolved in one :meth:`UniqueId.get_or_create_ids` batch (a
         few storage round trips however many are new), new names getting their UIDs in the
         order they first appear. Metrics first: a series whose metric is refused creates no
-        tag UIDs. A name that fails fails only the series that use it.
+        tag UIDs. A name that fails fails only the series that use it. The ingest service
+        makes a burst's row-key templates from the maps at once
+        (:func:`tsd.codec.rowkey.series_keys`).
         """
-        errors: dict[str, BaseException] = {}
-        metric_uids = await self.metrics.get_or_create_ids((metric for metric, _ in series), errors)
-        live = [tags for metric, tags in series if metric in metric_uids]
+        names = ResolvedNames()
+        metric_uids = names.metric_uids = await self.metrics.get_or_create_ids(
+            metrics, names.metric_errors
+        )
+        live = [
+            tags for metric, tags in zip(metrics, tags_list, strict=True) if metric in metric_uids
+        ]
         # One kind after the other (not gathered): with every name cached, nothing suspends.
-        key_errors: dict[str, BaseException] = {}
-        value_errors: dict[str, BaseException] = {}
-        key_uids = await self.tagk.get_or_create_ids(
-            (key for tags in live for key, _ in tags), key_errors
+        names.key_uids = await self.tagk.get_or_create_ids(
+            (key for tags in live for key, _ in tags), names.key_errors
         )
-        value_uids = await self.tagv.get_or_create_ids(
-            (value for tags in live for _, value in tags), value_errors
+        names.value_uids = await self.tagv.get_or_create_ids(
+            (value for tags in live for _, value in tags), names.value_errors
         )
-        results: list[Resolved | TsdError] = []
-        for metric, tags in series:
-            metric_uid = metric_uids.get(metric)
-            if metric_uid is None:
-                results.append(_error(errors.get(metric), NoSuchUniqueName("metrics", metric)))
-                continue
-            try:  # the common case, every name resolved: one comprehension
-                results.append((metric_uid, [(key_uids[k], value_uids[v]) for k, v in tags]))
-                continue
-            except KeyError:
-                pass
-            pairs: list[tuple[bytes, bytes]] = []
-            refused: TsdError | None = None
-            for key, value in tags:
-                key_uid, value_uid = key_uids.get(key), value_uids.get(value)
-                if key_uid is None:
-                    refused = _error(key_errors.get(key), NoSuchUniqueName("tagk", key))
-                    break
-                if value_uid is None:
-                    refused = _error(value_errors.get(value), NoSuchUniqueName("tagv", value))
-                    break
-                pairs.append((key_uid, value_uid))
-            results.append(refused or (metric_uid, pairs))
-        return results
+        return names
 
     # -- administration -----------------------------------------------------------------------
 

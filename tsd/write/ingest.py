@@ -48,12 +48,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
+from tsd.codec.rowkey import series_keys
 from tsd.config import StorageConfig
 from tsd.data_points import DataPoint, Tags
 from tsd.errors import (
@@ -88,8 +90,25 @@ T = TypeVar("T")
 #: costs a few storage round trips per 4,096 (the UID batches' size) rather than per series.
 MAX_MISS_BATCH = 4096
 
-#: A point of a series not resolved yet: the point, the caller's tag, its alias keys.
-_Miss: TypeAlias = tuple[DataPoint, T | None, tuple[Hashable, ...]]
+#: A series' key in the ingest service's refs (:func:`series_name_key`).
+NameKey: TypeAlias = "str | tuple[str, Tags]"
+
+
+@dataclass(slots=True)
+class _Misses(Generic[T]):
+    """Points of series not resolved yet, one loop turn's (a batch), as columns (no tuple
+    per point: a burst's batch is thousands): the points, the caller's tags, their alias
+    keys, and their series' name keys (computed once, by :meth:`IngestSession.put`'s
+    lookup)."""
+
+    points: list[DataPoint] = field(default_factory=list)
+    tags: list[T | None] = field(default_factory=list)
+    aliases: list[tuple[Hashable, ...]] = field(default_factory=list)
+    names: list[NameKey] = field(default_factory=list)
+
+
+#: ``on_new_series(refs)``: the row-key templates of series that just got their refs
+NewSeriesHook: TypeAlias = Callable[[Sequence[SeriesKey]], None]
 
 
 def series_name_key(metric: str, tags: Tags) -> str | tuple[str, Tags]:
@@ -194,13 +213,14 @@ class IngestService:
         cfg: StorageConfig,
         *,
         max_series: int = DEFAULT_MAX_SERIES,
-        on_new_series: Callable[[bytes, list[tuple[bytes, bytes]], bytes], None] | None = None,
+        on_new_series: NewSeriesHook | None = None,
         registry: StatsRegistry | None = None,
         cells: CellStore | None = None,
     ) -> None:
-        """``on_new_series(metric_uid, tag_uid_pairs, tsuid)`` is called (synchronously)
-        when a series gets its ref, i.e. once per series until the ref cache is cleared:
-        meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there.
+        """``on_new_series(refs)`` is called (synchronously) with the row-key templates of
+        the series that just got their refs (a burst's at once), i.e. once per series
+        until the ref cache is cleared: meta tracking
+        (tsd.meta.tracking.MetaTracker.on_new_series_many) hangs there.
         ``cells``: where rollups and histograms go (None: ``tsdb import``, which takes
         neither)."""
         self.writer = writer
@@ -226,17 +246,38 @@ class IngestService:
             metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
             ref = self._refs.get(key)  # resolved meanwhile by another caller
             if ref is None:
-                ref = self._new_ref(key, metric_uid, pairs)
+                ref = make_series_key(self._layout, metric_uid, pairs)
+                self._made([ref], [key], True)
         return ref
 
     async def resolve_many(
         self, keys: Sequence[tuple[str, Tags]], *, remember: bool = True
     ) -> list[SeriesRef | TsdError]:
-        """The refs of many series, in order: those not resolved before go to one
-        :meth:`UidService.resolve_many_for_write` (a few storage round trips for a whole
-        burst of new series, new names numbered in the order they first appear). A series
-        a name of which failed (auto-create refused it: NoSuchUniqueName; too long; the
-        store failed) gets that error, alone.
+        """The refs of many series (``(metric, tags)`` each), in order:
+        :meth:`resolve_columns` of them."""
+        return await self.resolve_columns(
+            [metric for metric, _ in keys],
+            [tags for _, tags in keys],
+            [series_name_key(metric, tags) for metric, tags in keys],
+            remember=remember,
+        )
+
+    async def resolve_columns(
+        self,
+        metrics: Sequence[str],
+        tags_list: Sequence[Tags],
+        names: Sequence[NameKey],
+        *,
+        remember: bool = True,
+    ) -> list[SeriesRef | TsdError]:
+        """The refs of many series (``metrics[i]`` with ``tags_list[i]``, whose
+        :func:`series_name_key` is ``names[i]``), in order: those not resolved before go
+        to one :meth:`UidService.resolve_names` (a few storage round trips for a whole
+        burst of new series, new names numbered in the order they first appear), and
+        their row-key templates are made at once (:func:`~tsd.codec.rowkey.series_keys`:
+        one C pass, no Python step per series). A series a name of which failed
+        (auto-create refused it: NoSuchUniqueName; too long; the store failed) gets that
+        error, alone.
 
         ``remember`` False: new refs are not kept under their names here (the caller keeps
         each under its protocol's key, a :class:`RefCache`: one entry per series, not two).
@@ -244,47 +285,79 @@ class IngestService:
         another protocol) is resolved again from the UID caches, without storage, and
         gets a ref equal to the first."""
         refs = self._refs
-        names = [series_name_key(metric, tags) for metric, tags in keys]
-        found: list[SeriesRef | TsdError | None] = [refs.get(name) for name in names]
-        # the series to resolve, once each, by their name keys
-        missing: dict[str | tuple[str, Tags], tuple[str, Tags]] = {}
-        for name, key, got in zip(names, keys, found, strict=True):
-            if got is None and name not in missing:
-                missing[name] = key
-        if not missing:
-            return cast(list[SeriesRef | TsdError], found)
-        resolved = await self.uids.resolve_many_for_write(list(missing.values()))
-        made: dict[str | tuple[str, Tags], SeriesRef | TsdError] = {}
-        new_ref = self._new_ref
-        for name, result in zip(missing, resolved, strict=True):
-            if isinstance(result, TsdError):
-                made[name] = result
-            else:  # resolved meanwhile by another batch, or new here
-                ref = refs.get(name)
-                made[name] = ref if ref is not None else new_ref(name, *result, remember)
-        if len(made) == len(keys):  # every series new and distinct (a burst): in order
-            return list(made.values())
-        return [made[n] if got is None else got for n, got in zip(names, found, strict=True)]
+        found: list[SeriesRef | None] = [refs.get(name) for name in names] if refs else []
+        # the series to resolve, once each, by their name keys: name -> first position
+        missing: dict[NameKey, int] = {}
+        if not found and len(dict.fromkeys(names)) == len(names):  # a burst: all new
+            missing = dict(zip(names, range(len(names)), strict=True))
+        else:
+            for at, name in enumerate(names):
+                if (not found or found[at] is None) and name not in missing:
+                    missing[name] = at
+            if not missing:
+                return cast(list[SeriesRef | TsdError], found)
+            metrics = [metrics[at] for at in missing.values()]
+            tags_list = [tags_list[at] for at in missing.values()]
+        resolved = await self.uids.resolve_names(metrics, tags_list)
+        made = series_keys(
+            self._layout,
+            metrics,
+            tags_list,
+            resolved.metric_uids,
+            resolved.key_uids,
+            resolved.value_uids,
+        )
+        new = list(filter(None, made))  # SeriesKeys are true: the Nones left out
+        results = cast(list[SeriesRef | TsdError], made)
+        new_names: Sequence[NameKey] = list(missing)
+        if len(new) < len(made) or refs:
+            # not all made at once (a name failed, a salted layout), or a series may have
+            # been resolved meanwhile by another batch: series by series
+            results, new, new_names = [], [], []
+            layout = self._layout
+            for name, metric, tags, ref in zip(missing, metrics, tags_list, made, strict=True):
+                known = refs.get(name)
+                if known is not None:
+                    results.append(known)
+                    continue
+                if ref is None:
+                    uids = resolved.result(metric, tags)
+                    if isinstance(uids, TsdError):
+                        results.append(uids)
+                        continue
+                    ref = make_series_key(layout, *uids)
+                results.append(ref)
+                new.append(ref)
+                new_names.append(name)
+        self._made(new, new_names, remember)
+        if len(missing) == len(names):  # every series new and distinct (a burst): in order
+            return results
+        by_name = dict(zip(missing, results, strict=True))
+        if not found:
+            return [by_name[name] for name in names]
+        return [by_name[n] if got is None else got for n, got in zip(names, found, strict=True)]
 
-    def _new_ref(
-        self,
-        key: str | tuple[str, Tags],
-        metric_uid: bytes,
-        pairs: list[tuple[bytes, bytes]],
-        remember: bool = True,
-    ) -> SeriesRef:
-        ref = make_series_key(self._layout, metric_uid, pairs)
+    def _made(self, new: list[SeriesRef], names: Sequence[NameKey], remember: bool) -> None:
+        """Series that just got their refs (``new[i]`` of ``names[i]``): told to meta
+        tracking, and kept by name when ``remember`` (at most ``max_series``: the map is
+        cleared when they would not fit)."""
+        if not new:
+            return
         if self._on_new_series is not None:
-            self._on_new_series(metric_uid, pairs, ref.tsuid)
+            self._on_new_series(new)
         if remember:
-            if len(self._refs) >= self._max_series:
-                self._refs.clear()
-            self._refs[key] = ref
-        return ref
+            refs, most = self._refs, self._max_series
+            if len(refs) + len(new) > most:
+                refs.clear()
+            refs.update(zip(names[-most:], new[-most:], strict=True))
 
     def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
         """The ref of a series resolved before, without suspending; None on a miss."""
         return self._refs.get(series_name_key(metric, tags))
+
+    def cached_name(self, name: NameKey) -> SeriesRef | None:
+        """:meth:`cached` by the series' :func:`series_name_key`."""
+        return self._refs.get(name)
 
     def ref_cache(self, name: str) -> RefCache:
         """The cache of one protocol's keys (one per name, shared by its connections)."""
@@ -384,7 +457,7 @@ class IngestSession(Generic[T]):
     #: the log appends of a durable session (:meth:`settle` waits for them)
     _logging: set[asyncio.Task[None]] = field(default_factory=set)
     #: the misses of this loop turn, not yet handed to :meth:`IngestService.resolve_many`
-    _collecting: list[_Miss[T]] | None = None
+    _collecting: _Misses[T] | None = None
     _last_ack: Ack | None = None
     #: points of this session in ``_last_ack`` (a cell its done callback reads)
     _last_count: list[int] = field(default_factory=lambda: [0])
@@ -482,22 +555,26 @@ class IngestSession(Generic[T]):
         :meth:`settle` waits for every lookup. :attr:`Put.BUSY`: the point needs a new
         batch and ``window`` are running: nothing was taken; await :meth:`wait_lookup`
         and put it again."""
-        ref = self.service.cached(point.metric, point.tags)
+        name = series_name_key(point.metric, point.tags)
+        ref = self.service.cached_name(name)
         if ref is not None:
             if aliases:
                 self._remember(aliases, ref)
             self._add_one(ref, point, tag)
             return Put.BUFFERED
         batch = self._collecting
-        if batch is None or len(batch) >= MAX_MISS_BATCH:
+        if batch is None or len(batch.points) >= MAX_MISS_BATCH:
             pending = self._pending
             if len(pending) >= self.window:
                 return Put.BUSY
-            batch = self._collecting = []
+            batch = self._collecting = _Misses()
             task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
             pending.add(task)
             task.add_done_callback(pending.discard)
-        batch.append((point, tag, tuple(aliases)))
+        batch.points.append(point)
+        batch.tags.append(tag)
+        batch.aliases.append(aliases if type(aliases) is tuple else tuple(aliases))
+        batch.names.append(name)
         return Put.QUEUED
 
     async def put_cell(self, point: CellPoint) -> None:
@@ -582,30 +659,36 @@ class IngestSession(Generic[T]):
             self.counters[0].value += rows.points
         ack.set_result(None)
 
-    async def _resolve_batch(self, batch: list[_Miss[T]]) -> None:
+    async def _resolve_batch(self, batch: _Misses[T]) -> None:
         # The task starts on the loop's next turn: the batch took that turn's misses.
         if self._collecting is batch:
             self._collecting = None
+        points = batch.points
         try:
             # Series whose every miss here has a protocol key are kept under those keys
             # only (telnet's lines, /api/put's elements): one map entry per series.
-            refs = await self.service.resolve_many(
-                [(p.metric, p.tags) for p, _, _ in batch],
-                remember=self.cache is None or not all(aliases for _, _, aliases in batch),
+            refs = await self.service.resolve_columns(
+                [point.metric for point in points],
+                [point.tags for point in points],
+                batch.names,
+                remember=self.cache is None or not all(batch.aliases),
             )
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
-                log.exception("ingest.resolve_crashed", points=len(batch))
+                log.exception("ingest.resolve_crashed", points=len(points))
             refused = Refused.of(exc)
-            for point, tag, _ in batch:
+            for point, tag in zip(points, batch.tags, strict=True):
                 self._refuse(tag, point, refused)
             return
-        # Runs of resolved points go to the writer in one call each (a burst of new series
-        # is thousands of points per batch), as much as it has room for at a time.
+        if len(points) <= self.room() and all([type(ref) is SeriesKey for ref in refs]):
+            self._append_resolved(batch, cast(list[SeriesRef], refs))
+            return
+        # Runs of resolved points go to the writer in one call each, as much as it has
+        # room for at a time.
         run: list[RefPoint] = []
         run_tags: list[T | None] = []
         room = self.room()
-        for (point, tag, aliases), ref in zip(batch, refs, strict=True):
+        for point, tag, aliases, ref in zip(points, batch.tags, batch.aliases, refs, strict=True):
             if isinstance(ref, TsdError):
                 self._append_run(run, run_tags)
                 self._refuse(tag, point, Refused.of(ref))
@@ -620,6 +703,32 @@ class IngestSession(Generic[T]):
             run_tags.append(tag)
             room -= 1
         self._append_run(run, run_tags)
+
+    def _append_resolved(self, batch: _Misses[T], refs: list[SeriesRef]) -> None:
+        """A batch whose every series is resolved and for which the writer has room (a
+        burst of new series' usual case): its aliases remembered and its points handed
+        over as one run, a few comprehensions rather than a loop of Python steps. The
+        cyclic collector is held off meanwhile: the run's tuples hold no cycles, and a
+        young collection here would walk the whole batch (parsed points, their tags)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            cache = self.cache
+            if cache is not None:
+                remember = cache.remember
+                for aliases, ref in zip(batch.aliases, refs, strict=True):
+                    for alias in aliases:
+                        remember(alias, ref)
+            run = [
+                (ref, point.timestamp, point.value)
+                for point, ref in zip(batch.points, refs, strict=True)
+            ]
+            tags = batch.tags
+            kept = None if tags.count(None) == len(tags) else cast(list[T], tags)
+            self._append_buffered(run, kept)
+        finally:
+            if collecting:
+                gc.enable()
 
     def _append_run(self, run: list[RefPoint], tags: list[T | None]) -> None:
         """Hand ``run`` to the writer and empty it (and ``tags``)."""

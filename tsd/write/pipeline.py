@@ -105,7 +105,7 @@ class WritePath:
             uids,
             config.storage,
             max_series=config.core.series_cache_size,
-            on_new_series=meta.tracker.on_new_series,
+            on_new_series=meta.tracker.on_new_series_many,
             registry=registry,
             cells=cells,
         )
