@@ -32,7 +32,7 @@ from tsd.head import Head, HeadRuns, HeadSnapshot
 from tsd.query.compute import ComputeSlots
 from tsd.query.decode import RowPoints, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
-from tsd.query.head_buckets import head_hours, without_hours
+from tsd.query.head_buckets import HeadHours, without_hours
 from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
@@ -135,7 +135,7 @@ class RowReader:
         # tsd's own rollups of the head's rows (not written out yet), as the write-out will
         # store them: merged into the stored rollup rows, replacing their cells.
         fresh: dict[bytes, dict[bytes, bytes]] = {}
-        hours: dict[bytes, set[int]] = {}
+        hours: HeadHours | None = None
         from_head: list[Part] = []
         if rollup is not None and self.own_rollups(rollup):
             if buckets is not None:  # the head's rows: to the rollups' buckets
@@ -172,19 +172,20 @@ class RowReader:
 
     async def _head_buckets(
         self, plan: ScanPlan, read: ReadSource, buckets: RowBuckets, tally: ScanTally
-    ) -> tuple[dict[bytes, set[int]], list[Part]]:
+    ) -> tuple[HeadHours | None, list[Part]]:
         """The head's rows of ``plan`` (each merged with its stored row) reduced to the
-        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours by
-        rollup row key. Raises RowsOutOfHour as decode_buckets does."""
+        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours
+        (:class:`HeadHours`). Raises RowsOutOfHour as decode_buckets does."""
         assert self._head is not None
         assert read.interval is not None
         snapshot = self._head.snapshot(plan.scans)
         if not len(snapshot):
-            return {}, []
+            return None, []
         keys = snapshot.keys()
-        hours = head_hours(self._layout, keys, read.interval)
+        hours = HeadHours(self._layout, keys, read.interval)
         stored = await self._storage.get_many(self._table, keys, (FAMILY,))
-        merged = snapshot.merge_into(CellBlock.from_rows(stored))
+        # nothing stored of these rows (the usual case): no merge to look up
+        merged = snapshot.merge_into(CellBlock.from_rows(stored)) if stored else CellBlock.empty()
         runs, rest = snapshot.remaining()
         parts: list[Part] = []
         for block in (merged, rest):
@@ -260,8 +261,8 @@ class _OneRead:
     head: HeadSnapshot | None
     #: rollup cells computed from the head's rows, by row key (popped as merged)
     fresh: dict[bytes, dict[bytes, bytes]]
-    #: the row-hours the head's rows give the rollup points of, by rollup row key
-    hours: dict[bytes, set[int]]
+    #: the row-hours the head's rows give the rollup points of (None: no head rows)
+    hours: HeadHours | None
     tally: ScanTally
     stats: ReadStats
     parts: list[Part] = field(default_factory=list)
@@ -322,7 +323,7 @@ class _OneRead:
         if fresh and not fresh.keys().isdisjoint(block.keys):
             block = _with_fresh_rollups(block, fresh)
         hours = self.hours
-        if hours and not hours.keys().isdisjoint(block.keys):
+        if hours:
             assert source.interval is not None
             block = without_hours(block, hours, self.layout, source.interval)
         # the rows with a cell of the columns read (OpenTSDB's scan filters cells)
