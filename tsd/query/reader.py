@@ -17,6 +17,7 @@ A sub-query's read (engine.py runs it) goes through :class:`RowReader`:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -25,19 +26,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tsd.codec import KeyLayout, join_compacted
-from tsd.codec.const import FAMILY
+from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rollup import rollup_slot
 from tsd.errors import BadRequestError
 from tsd.head import Head, HeadRuns, HeadSnapshot
 from tsd.query.compute import ComputeSlots
-from tsd.query.decode import RowPoints, decode_block, decode_buckets
+from tsd.query.decode import RowPoints, base_times_s, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
 from tsd.query.head_buckets import HeadHours, without_hours
 from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
 from tsd.query.plan import ScanPlan
-from tsd.query.read_path import ReadRequest, read_rows
+from tsd.query.read_path import KEY_BATCH_ROWS, ReadRequest, read_rows
 from tsd.query.rollup import ReadSource, decode_rollup_rows
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.storage.base import (
@@ -63,6 +64,10 @@ TOO_MANY_BYTES = (
     "Sorry, you have attempted to fetch more than our maximum amount of {mb}MB from "
     "storage. Please try filtering using more tags or decrease your time range."
 )
+
+#: At most this many head rows of a rollup read: looked up in storage one by one; more:
+#: a key-only scan of the hours they span (:meth:`RowReader._stored_keys`)
+STORED_LOOKUPS = 4096
 
 #: Rows read and their points, decoded.
 Part = tuple[list[bytes], RowPoints]
@@ -183,7 +188,8 @@ class RowReader:
             return None, []
         keys = snapshot.keys()
         hours = HeadHours(self._layout, keys, read.interval)
-        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
+        also_stored = await self._stored_keys(plan, keys)
+        stored = await self._storage.get_many(self._table, also_stored, (FAMILY,))
         # nothing stored of these rows (the usual case): no merge to look up
         merged = snapshot.merge_into(CellBlock.from_rows(stored)) if stored else CellBlock.empty()
         runs, rest = snapshot.remaining()
@@ -209,6 +215,36 @@ class RowReader:
         for k, p in parts:
             tally.add(p, len(k))
         return hours, parts
+
+    async def _stored_keys(self, plan: ScanPlan, keys: list[bytes]) -> list[bytes]:
+        """Those of the head's row ``keys`` that storage may hold too: all of them when
+        they are few; else the keys a key-only scan of ``plan`` over the hours the head
+        holds finds among them (30 days in the head are 72,000 rows: a lookup each cost
+        more than reducing their points, while the stored rows of those hours, when any,
+        are read in key order)."""
+        if len(keys) <= STORED_LOOKUPS:
+            return keys
+        bases = base_times_s(self._layout, keys)
+        first, last = int(bases.min()), int(bases.max()) + MAX_TIMESPAN
+        specs = []
+        for spec in plan.scans:
+            prefix = spec.start[:-TIMESTAMP_BYTES]
+            start = max(spec.start, prefix + first.to_bytes(TIMESTAMP_BYTES, "big"))
+            stop = prefix + last.to_bytes(TIMESTAMP_BYTES, "big")
+            stop = min(stop, spec.stop) if spec.stop else stop
+            if start < stop:
+                specs.append(
+                    dataclasses.replace(
+                        spec, start=start, stop=stop, row_filter=None, batch_rows=KEY_BATCH_ROWS
+                    )
+                )
+        wanted = set(keys)
+        found: list[bytes] = []
+        for spec in specs:
+            async with contextlib.aclosing(self._storage.scan_keys(self._table, spec)) as batches:
+                async for batch in batches:
+                    found.extend(k for k in batch if k in wanted)
+        return found
 
     def own_rollups(self, read: ReadSource) -> bool:
         """Whether ``read`` reads rollups tsd computes while the head holds rows."""
