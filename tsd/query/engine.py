@@ -720,9 +720,14 @@ def _build_results(
     Python objects would hold the event loop for seconds)."""
     facts = found.facts
     out = []
+    has_points, notes_of = facts.has_points, facts.notes
     for members, dps in zip(found.groups[lo:hi], found.aggregated[lo:hi], strict=True):
-        with_data = [i for i in members if facts.has_points[i]]
-        notes = group_annotations(facts, members, query)
+        if len(members) == 1:  # a group of one series (a group-by's usual group)
+            with_data = members if has_points[members[0]] else []
+            notes = group_annotations(facts, members, query) if notes_of[members[0]] else None
+        else:
+            with_data = [i for i in members if has_points[i]]
+            notes = group_annotations(facts, members, query)
         if not with_data and notes is None:
             continue
         tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
