@@ -68,7 +68,9 @@ def render_series_range(result: QueryResult, lo: int, hi: int, arrays: bool = Fa
     :func:`render_summary` an answer can be written piece by piece."""
     series = result.series[lo:hi]
     dps = _dps_many(series, result.query.ms_resolution, arrays)
-    return b",".join(_series_json(s, result, arrays, d) for s, d in zip(series, dps, strict=True))
+    # one orjson pass over every series' object, each with its dps already written
+    objects = [_series_object(s, result, d) for s, d in zip(series, dps, strict=True)]
+    return orjson.dumps(objects)[1:-1]
 
 
 def render_summary(result: QueryResult) -> bytes | None:
@@ -78,11 +80,9 @@ def render_summary(result: QueryResult) -> bytes | None:
     return orjson.dumps({"statsSummary": result.summary or {}})
 
 
-def _series_json(
-    series: SeriesResult, result: QueryResult, arrays: bool, dps: bytes | None = None
-) -> bytes:
-    """One result series' JSON; ``dps`` its points' JSON when already written
-    (:func:`_dps_many`)."""
+def _series_object(series: SeriesResult, result: QueryResult, dps: bytes) -> dict[str, Any]:
+    """One result series as the object orjson writes, ``dps`` (its points' JSON,
+    :func:`_dps_many`) in place."""
     query = result.query
     head: dict[str, Any] = {
         "metric": series.metric,
@@ -98,12 +98,10 @@ def _series_json(
             head["annotations"] = series.annotations
         if result.global_annotations:
             head["globalAnnotations"] = result.global_annotations
-    if dps is None:
-        dps = _dps_json(series.dps, query.ms_resolution, arrays, _fill_null(series))
-    tail = b""
+    head["dps"] = orjson.Fragment(dps)
     if query.show_stats:
-        tail = b',"stats":' + orjson.dumps(series.stats or {})
-    return orjson.dumps(head)[:-1] + b',"dps":' + dps + tail + b"}"
+        head["stats"] = series.stats or {}
+    return head
 
 
 def _fill_null(series: SeriesResult) -> bool:
