@@ -1016,10 +1016,15 @@ class HeadSnapshot:
 
 
 def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[np.bool_]) -> bytes:
-    """The byte ranges of ``joined`` (row i ends at ``ends[i]``) of the rows ``take``."""
-    lengths = np.diff(ends, prepend=0)
-    mask = np.repeat(take, lengths)
-    return np.frombuffer(joined, np.uint8)[mask].tobytes()
+    """The byte ranges of ``joined`` (row i ends at ``ends[i]``) of the rows ``take``: one
+    slice per stretch of consecutive rows taken (a mask over every byte cost more than
+    decoding them)."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], take, [False])).astype(np.int8)))
+    starts = np.concatenate(([0], ends[:-1]))
+    lows = starts[edges[0::2]].tolist()
+    highs = ends[edges[1::2] - 1].tolist()
+    view = memoryview(joined)
+    return b"".join([view[lo:hi] for lo, hi in zip(lows, highs, strict=True)])
 
 
 def _hour_of_group(item: tuple[tuple[bytes, int], object]) -> int:
