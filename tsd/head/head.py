@@ -46,7 +46,7 @@ import numpy.typing as npt
 import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
-from tsd.storage.base import Cell, CellBlock, Row, ScanSpec
+from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 
@@ -153,6 +153,23 @@ class _Group:
     tidied: int = 0
     #: the listed rows' tag pairs, for a row filter's pairs (:meth:`Head._group_pairs`)
     pairs: _GroupPairs | None = None
+    #: per row filter regexp, which listed rows it matches (:meth:`Head._group_matches`)
+    matches: dict[bytes, _GroupMatches] | None = None
+
+
+@dataclass(slots=True)
+class _GroupMatches:
+    """Which of a group's first ``listed`` slots (as of its ``tidied``) a row filter's
+    regexp matches: a dashboard's ``host=*`` over an hour of 10,000 series asks the same
+    regexp of the same keys at every refresh; only the rows joined since are matched."""
+
+    tidied: int
+    listed: int
+    hits: npt.NDArray[np.bool_]
+
+
+#: regexps whose matches a group keeps (the oldest dropped beyond)
+_GROUP_REGEXPS = 8
 
 
 @dataclass(slots=True)
@@ -468,6 +485,9 @@ class Head:
                         slots = slots[pairs.rows_having(row_filter.contains)]
                         keys = [key_of[s] for s in slots.tolist()]
                         picked: Iterable[int] = range(len(keys))
+                    elif number is not None:  # the group's matches, kept
+                        parts.append(slots[self._group_matches(number, row_filter)])
+                        continue
                     else:
                         keys = [key_of[s] for s in slots.tolist()]
                         picked = range(len(keys))
@@ -533,6 +553,30 @@ class Head:
             packed = _packed_pairs(keys, self._layout.tags_start, self._layout.tag_pair_width)
         group.pairs = _GroupPairs(group.tidied, listed, packed)
         return group.pairs if packed is not None else None
+
+    def _group_matches(self, number: int, row_filter: RowFilter) -> npt.NDArray[np.bool_]:
+        """Which of group ``number``'s listed rows (:meth:`_members` called just before)
+        ``row_filter`` matches, kept with the group (:class:`_GroupMatches`) and extended
+        by the rows that joined since."""
+        group = self._groups[number]
+        assert group is not None
+        memo = group.matches if group.matches is not None else {}
+        listed, key_of = group.listed, self._key
+        cached = memo.pop(row_filter.regex, None)
+        if cached is not None and cached.tidied == group.tidied and cached.listed <= listed:
+            hits = cached.hits
+            if cached.listed < listed:
+                tail = [key_of[s] for s in group.slots[cached.listed : listed].tolist()]
+                more = np.fromiter(map(row_filter.matches, tail), np.bool_, len(tail))
+                hits = np.concatenate([hits, more])
+        else:
+            keys = [key_of[s] for s in group.slots[:listed].tolist()]
+            hits = np.fromiter(map(row_filter.matches, keys), np.bool_, len(keys))
+        if len(memo) >= _GROUP_REGEXPS:
+            memo.pop(next(iter(memo)))
+        memo[row_filter.regex] = _GroupMatches(group.tidied, listed, hits)
+        group.matches = memo
+        return hits
 
     def snapshot_keys(self, keys: Iterable[bytes]) -> HeadSnapshot:
         """The rows of the given keys that the head holds, copied."""
