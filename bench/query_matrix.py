@@ -47,6 +47,9 @@ threads: 10 ms ticks, so the mean over the rounds, not a median of ticks) and th
 With ``--baseline REV`` tsd from git revision REV (bench.ingest.export) is loaded and asked
 too, in the same rounds: the ratio before and after a change, one run.
 
+Only the metrics the asked shapes read are loaded (``--shapes groupby`` loads
+``bench.wide`` alone).
+
 Run: ``python -m bench.query_matrix [--series N] [--hours H] [--step S] [--wide N]
 [--wide-hours H] [--panel-series N] [--panel-days D] [--rounds N] [--shapes a,b]
 [--baseline REV]``; ``--scale F`` multiplies every series count (a quick run: 0.1).
@@ -102,6 +105,12 @@ BURST = (
     "raw", "raw2", "sum-1m", "sum-1h", "rate", "groupby", "filter", "filter2", "filter3",
     "panel30d",
 )  # fmt: skip
+#: the dataset each shape reads: only those of the asked shapes are loaded
+SHAPE_DATA = {
+    "raw": "cpu", "raw2": "cpu", "sum-1m": "cpu", "sum-1h": "cpu", "rate": "ctr",
+    "groupby": "wide", "filter": "wide", "filter2": "wide", "filter3": "wide",
+    "panel30d": "panel",
+}  # fmt: skip
 
 
 # -- the data ---------------------------------------------------------------------------------
@@ -472,6 +481,8 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit(f"--shapes: no shape {sorted(unknown)} (known: {sorted(every)})")
     todo = [every[n] for n in names if n != "burst"]
     burst = [every[n] for n in BURST] if "burst" in names else []
+    needed = {SHAPE_DATA[s.name] for s in todo + burst}
+    data = {name: d for name, d in data.items() if name in needed}
     points = sum(d.values.size for d in data.values())
     print(
         "datasets: "

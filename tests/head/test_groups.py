@@ -122,3 +122,60 @@ def test_a_pinned_filter_keeps_finding_its_rows_as_rows_join_and_leave_the_group
     assert found() == []
     add([key(h) for h in (1, 70)])
     assert found() == [key(70)]
+
+
+def test_a_regexp_filter_keeps_finding_its_rows_as_rows_join_and_leave_the_group() -> None:
+    # A filter without pinned pairs (``host=*``, ``host=web*``): the group keeps which of
+    # its rows each regexp matched (Head._group_matches), for more regexps than it keeps;
+    # rows joining, leaving (the list tidied) and coming back in freed slots, and the group
+    # emptied and its number reused are all seen by the next read, as a regexp over every
+    # key of the hour finds them.
+    import re
+
+    from tsd.head.head import _GROUP_REGEXPS
+    from tsd.storage.base import RowFilter
+
+    head = Head(KeyLayout.from_storage_config(StorageConfig()))
+    start = (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big")
+    stop = (1).to_bytes(3, "big") + (HOUR + 3600).to_bytes(4, "big")
+
+    def key(host: int, tagk: int = 1) -> bytes:
+        return start + tagk.to_bytes(3, "big") + host.to_bytes(3, "big")
+
+    def add(keys: list[bytes]) -> None:
+        _, runs = HeadSink.encode({k: dict([encode_point(HOUR, 1)[1:]]) for k in keys})
+        head.add_runs(runs, 0, 0.0)
+
+    def leave(k: bytes) -> None:
+        taken = head.take(k)
+        assert taken is not None
+        head.release(taken)
+
+    # a tag key (1 or 2), or tag key 1 with a value whose last byte is below a bound
+    regexps = [b"(?s)^.{7}\\x00\\x00\\x01.*$", b"(?s)^.{7}\\x00\\x00\\x02.*$"]
+    regexps += [b"(?s)^.{7}\\x00\\x00\\x01..[\\x00-" + re.escape(bytes([b])) + b"]$" for b in
+                range(5, 5 + 3 * _GROUP_REGEXPS, 3)]  # fmt: skip
+
+    def check(count: int = 3) -> None:  # more than _GROUP_REGEXPS: some dropped
+        for regex in regexps[:count]:
+            spec = ScanSpec(start, stop, row_filter=RowFilter(regex))
+            want = sorted(k for k in head.all_keys() if re.fullmatch(regex, k, re.DOTALL))
+            assert sorted(head.snapshot([spec]).keys()) == want, regex
+
+    add([key(h, 1 + h % 2) for h in range(40)])
+    check()
+    check()
+    add([key(h, 1 + h % 2) for h in range(40, 90)])  # joined after the first reads
+    check()
+    check(len(regexps))
+    check()
+    for h in (3, 8, 41):
+        leave(key(h, 1 + h % 2))
+    check()
+    add([key(3, 1), key(8, 2), key(200, 1)])  # back in freed slots, the other tag key
+    check()
+    for k in head.all_keys():  # the group emptied, its number free for the next
+        leave(k)
+    check()
+    add([key(h, 2 - h % 2) for h in range(30)])
+    check()

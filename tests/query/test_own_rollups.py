@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from tests.query.tsdb_harness import QueryHarness, embedded_harness
 from tsd.protocol.query_json import parse_query_json
 from tsd.protocol.rollup_config import default_rollup_config, parse_rollup_config
+from tsd.query import reader
 from tsd.query.rollup import plan_reads
 from tsd.storage.base import ScanSpec
 
@@ -178,3 +179,13 @@ def test_head_rows_read_as_rollup_buckets(tmp_path: Path) -> None:
     late: list[Point] = [("m", {"host": "a"}, T0 + 1800, 300), ("m", {"host": "c"}, T0 + 7, 2.25)]
     queries = [("1h", "avg", "sum"), ("10m", "avg", "none"), ("1h", "avg", "none")]
     asyncio.run(_differential(tmp_path / "d", [first, late], queries))
+
+
+def test_head_rows_found_stored_by_a_key_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many head rows (30 days of a dashboard's panel) are matched with their stored rows
+    # by a key-only scan of the hours they span, not a lookup each: the same answers,
+    # late points beside stored rows included.
+    monkeypatch.setattr(reader, "STORED_LOOKUPS", 0)
+    test_head_rows_read_as_rollup_buckets(tmp_path)

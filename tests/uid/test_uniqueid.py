@@ -553,6 +553,21 @@ async def test_get_names_reads_names_in_batches_and_caches_them(make_uid: MakeUi
         await reader.get_names([uids[0], b"\x00\x00\xe4"])
 
 
+async def test_cached_names_answer_what_the_cache_holds_and_list_the_rest(
+    make_uid: MakeUid,
+) -> None:
+    writer = make_uid("tagv")
+    uids = [await writer.assign(f"v{i}") for i in range(6)]
+    reader = make_uid("tagv")  # a cold cache: only what it reads is cached
+    await reader.get_names(uids[:3])
+    hits = reader.stats.cache_hits
+    found, missing = reader.cached_names([uids[4], uids[0], uids[2], uids[5]])
+    assert found == {uids[0]: "v0", uids[2]: "v2"}
+    assert missing == [uids[4], uids[5]]
+    assert reader.stats.cache_hits == hits + 2
+    assert writer.cached_names(uids) == ({u: f"v{i}" for i, u in enumerate(uids)}, [])
+
+
 async def test_lookups_read_storage_once_then_the_cache(
     storage: Storage, make_uid: MakeUid
 ) -> None:

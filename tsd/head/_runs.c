@@ -1,6 +1,7 @@
-/* A batch's runs as the head checks and joins them, in C: tsd.head.head.python_run_bounds
- * and python_join_repeated_rows (the specifications and the fallbacks when this is not
- * built; tests/head/test_run_bounds.py and tests/head/test_slots.py check both agree). */
+/* A batch's runs as the head checks and joins them, and a snapshot's rows parted, in C:
+ * tsd.head.head.python_run_bounds, python_join_repeated_rows and python_join_parts (the
+ * specifications and the fallbacks when this is not built; tests/head/test_run_bounds.py
+ * and tests/head/test_join_parts.py check both agree). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -191,11 +192,72 @@ done:
     return out;
 }
 
+/* -- a snapshot's rows parted into qualifiers and values --------------------------------- */
+
+/* join_parts(bufs, q_lens, v_lens) -> (qualifiers, values) or None
+ *   tsd.head.head.python_join_parts (the specification) in one pass: each row's bytes
+ *   (its qualifiers, then its values) copied to the two joined strings. None when a row is
+ *   not a bytearray or bytes of exactly q_lens[i] + v_lens[i] bytes, or the lengths are not
+ *   as many int64s as there are rows: the caller then asks the Python version. */
+static PyObject *join_parts(PyObject *self, PyObject *args)
+{
+    PyObject *bufs;
+    Py_buffer qb, vb;
+    if (!PyArg_ParseTuple(args, "O!y*y*", &PyList_Type, &bufs, &qb, &vb))
+        return NULL;
+    PyObject *out = NULL, *qs = NULL, *vs = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(bufs);
+    if (qb.len != n * (Py_ssize_t)sizeof(int64_t) || vb.len != qb.len)
+        goto none;
+    const int64_t *ql = (const int64_t *)qb.buf, *vl = (const int64_t *)vb.buf;
+    Py_ssize_t q_total = 0, v_total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyList_GET_ITEM(bufs, i);
+        Py_ssize_t size;
+        if (PyByteArray_CheckExact(b))
+            size = PyByteArray_GET_SIZE(b);
+        else if (PyBytes_CheckExact(b))
+            size = PyBytes_GET_SIZE(b);
+        else
+            goto none;
+        if (ql[i] < 0 || vl[i] < 0 || size != ql[i] + vl[i])
+            goto none;
+        q_total += (Py_ssize_t)ql[i];
+        v_total += (Py_ssize_t)vl[i];
+    }
+    qs = PyBytes_FromStringAndSize(NULL, q_total);
+    vs = PyBytes_FromStringAndSize(NULL, v_total);
+    if (qs == NULL || vs == NULL)
+        goto done;
+    char *q = PyBytes_AS_STRING(qs), *v = PyBytes_AS_STRING(vs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyList_GET_ITEM(bufs, i);
+        const char *at = PyByteArray_CheckExact(b) ? PyByteArray_AS_STRING(b) : PyBytes_AS_STRING(b);
+        memcpy(q, at, (size_t)ql[i]);
+        memcpy(v, at + ql[i], (size_t)vl[i]);
+        q += ql[i];
+        v += vl[i];
+    }
+    out = PyTuple_Pack(2, qs, vs);
+    goto done;
+none:
+    Py_INCREF(Py_None);
+    out = Py_None;
+done:
+    Py_XDECREF(qs);
+    Py_XDECREF(vs);
+    PyBuffer_Release(&qb);
+    PyBuffer_Release(&vb);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"run_bounds", run_bounds, METH_O,
      "Per run of a batch: (offsets increase, first offset ms, last offset ms), or None."},
     {"join_repeated_rows", join_repeated_rows, METH_O,
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
+    {"join_parts", join_parts, METH_VARARGS,
+     "Rows (qualifiers then values) parted: (all qualifiers, all values), or None."},
     {NULL, NULL, 0, NULL},
 };
 

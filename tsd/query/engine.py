@@ -112,8 +112,9 @@ T = TypeVar("T")
 DELETE_BATCH_ROWS = 1024
 #: Series aggregated per worker-thread call (between two cancel checks and slot turns).
 AGGREGATE_CHUNK_SERIES = 8192
-#: Result groups (or names) handled on the event loop before it is given back.
-RESULTS_CHUNK = 256
+#: Cached names looked up on the event loop at once (a dict lookup each) before it is
+#: given back.
+NAMES_CHUNK = 4096
 
 
 @dataclass(slots=True)
@@ -623,15 +624,14 @@ class QueryEngine:
     @staticmethod
     async def _names(uids: Any, wanted: set[bytes]) -> dict[bytes, str]:
         names: dict[bytes, str] = {}
-        missing = []
-        for n, uid in enumerate(wanted):
-            if n and n % RESULTS_CHUNK == 0:
+        missing: list[bytes] = []
+        listed = list(wanted)
+        for lo in range(0, len(listed), NAMES_CHUNK):
+            if lo:
                 await asyncio.sleep(0)  # 200,000 tag values: let the loop serve others
-            name = uids.cached_name(uid)
-            if name is None:
-                missing.append(uid)
-            else:
-                names[uid] = name
+            found, unknown = uids.cached_names(listed[lo : lo + NAMES_CHUNK])
+            names.update(found)
+            missing += unknown
         if len(missing) == 1:  # the common case: one name, through the shared lookup
             names[missing[0]] = await uids.get_name(missing[0])
         elif missing:
@@ -720,12 +720,21 @@ def _build_results(
     Python objects would hold the event loop for seconds)."""
     facts = found.facts
     out = []
+    has_points, notes_of = facts.has_points, facts.notes
     for members, dps in zip(found.groups[lo:hi], found.aggregated[lo:hi], strict=True):
-        with_data = [i for i in members if facts.has_points[i]]
-        notes = group_annotations(facts, members, query)
+        if len(members) == 1:  # a group of one series (a group-by's usual group)
+            with_data = members if has_points[members[0]] else []
+            notes = group_annotations(facts, members, query) if notes_of[members[0]] else None
+        else:
+            with_data = [i for i in members if has_points[i]]
+            notes = group_annotations(facts, members, query)
         if not with_data and notes is None:
             continue
-        tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
+        aggregate_tags: list[str] = []
+        if len(with_data) == 1:  # its tags (in name order already), none aggregated
+            tags = dict(facts.tags[with_data[0]])
+        else:
+            tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
         stats = None
         if query.show_stats:
             stats = dict(timings, emittedDPs=len(dps), queryIndex=sub.index)

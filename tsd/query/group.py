@@ -42,6 +42,8 @@ def group_tags(series_tags: Sequence[Mapping[str, str]]) -> tuple[dict[str, str]
 
     ``aggregateTags`` is sorted by name (OpenTSDB's order comes from a hash set).
     """
+    if len(series_tags) == 1:  # a group of one (a group-by on a tag of its own): its tags
+        return dict(sorted(series_tags[0].items())), []
     common: dict[str, str] = {}
     aggregated: set[str] = set()
     for tags in series_tags:

@@ -17,6 +17,7 @@ A sub-query's read (engine.py runs it) goes through :class:`RowReader`:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -25,19 +26,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tsd.codec import KeyLayout, join_compacted
-from tsd.codec.const import FAMILY
+from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rollup import rollup_slot
 from tsd.errors import BadRequestError
 from tsd.head import Head, HeadRuns, HeadSnapshot
 from tsd.query.compute import ComputeSlots
-from tsd.query.decode import RowPoints, decode_block, decode_buckets
+from tsd.query.decode import RowPoints, base_times_s, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
-from tsd.query.head_buckets import head_hours, without_hours
+from tsd.query.head_buckets import HeadHours, without_hours
 from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
 from tsd.query.plan import ScanPlan
-from tsd.query.read_path import ReadRequest, read_rows
+from tsd.query.read_path import KEY_BATCH_ROWS, ReadRequest, read_rows
 from tsd.query.rollup import ReadSource, decode_rollup_rows
 from tsd.query.rollup_compute import ComputedRollups
 from tsd.storage.base import (
@@ -63,6 +64,10 @@ TOO_MANY_BYTES = (
     "Sorry, you have attempted to fetch more than our maximum amount of {mb}MB from "
     "storage. Please try filtering using more tags or decrease your time range."
 )
+
+#: At most this many head rows of a rollup read: looked up in storage one by one; more:
+#: a key-only scan of the hours they span (:meth:`RowReader._stored_keys`)
+STORED_LOOKUPS = 4096
 
 #: Rows read and their points, decoded.
 Part = tuple[list[bytes], RowPoints]
@@ -135,7 +140,7 @@ class RowReader:
         # tsd's own rollups of the head's rows (not written out yet), as the write-out will
         # store them: merged into the stored rollup rows, replacing their cells.
         fresh: dict[bytes, dict[bytes, bytes]] = {}
-        hours: dict[bytes, set[int]] = {}
+        hours: HeadHours | None = None
         from_head: list[Part] = []
         if rollup is not None and self.own_rollups(rollup):
             if buckets is not None:  # the head's rows: to the rollups' buckets
@@ -172,19 +177,21 @@ class RowReader:
 
     async def _head_buckets(
         self, plan: ScanPlan, read: ReadSource, buckets: RowBuckets, tally: ScanTally
-    ) -> tuple[dict[bytes, set[int]], list[Part]]:
+    ) -> tuple[HeadHours | None, list[Part]]:
         """The head's rows of ``plan`` (each merged with its stored row) reduced to the
-        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours by
-        rollup row key. Raises RowsOutOfHour as decode_buckets does."""
+        buckets of ``read``'s rollup points (head_buckets.py), and their row-hours
+        (:class:`HeadHours`). Raises RowsOutOfHour as decode_buckets does."""
         assert self._head is not None
         assert read.interval is not None
         snapshot = self._head.snapshot(plan.scans)
         if not len(snapshot):
-            return {}, []
+            return None, []
         keys = snapshot.keys()
-        hours = head_hours(self._layout, keys, read.interval)
-        stored = await self._storage.get_many(self._table, keys, (FAMILY,))
-        merged = snapshot.merge_into(CellBlock.from_rows(stored))
+        hours = HeadHours(self._layout, keys, read.interval)
+        also_stored = await self._stored_keys(plan, keys)
+        stored = await self._storage.get_many(self._table, also_stored, (FAMILY,))
+        # nothing stored of these rows (the usual case): no merge to look up
+        merged = snapshot.merge_into(CellBlock.from_rows(stored)) if stored else CellBlock.empty()
         runs, rest = snapshot.remaining()
         parts: list[Part] = []
         for block in (merged, rest):
@@ -208,6 +215,36 @@ class RowReader:
         for k, p in parts:
             tally.add(p, len(k))
         return hours, parts
+
+    async def _stored_keys(self, plan: ScanPlan, keys: list[bytes]) -> list[bytes]:
+        """Those of the head's row ``keys`` that storage may hold too: all of them when
+        they are few; else the keys a key-only scan of ``plan`` over the hours the head
+        holds finds among them (30 days in the head are 72,000 rows: a lookup each cost
+        more than reducing their points, while the stored rows of those hours, when any,
+        are read in key order)."""
+        if len(keys) <= STORED_LOOKUPS:
+            return keys
+        bases = base_times_s(self._layout, keys)
+        first, last = int(bases.min()), int(bases.max()) + MAX_TIMESPAN
+        specs = []
+        for spec in plan.scans:
+            prefix = spec.start[:-TIMESTAMP_BYTES]
+            start = max(spec.start, prefix + first.to_bytes(TIMESTAMP_BYTES, "big"))
+            stop = prefix + last.to_bytes(TIMESTAMP_BYTES, "big")
+            stop = min(stop, spec.stop) if spec.stop else stop
+            if start < stop:
+                specs.append(
+                    dataclasses.replace(
+                        spec, start=start, stop=stop, row_filter=None, batch_rows=KEY_BATCH_ROWS
+                    )
+                )
+        wanted = set(keys)
+        found: list[bytes] = []
+        for spec in specs:
+            async with contextlib.aclosing(self._storage.scan_keys(self._table, spec)) as batches:
+                async for batch in batches:
+                    found.extend(k for k in batch if k in wanted)
+        return found
 
     def own_rollups(self, read: ReadSource) -> bool:
         """Whether ``read`` reads rollups tsd computes while the head holds rows."""
@@ -260,8 +297,8 @@ class _OneRead:
     head: HeadSnapshot | None
     #: rollup cells computed from the head's rows, by row key (popped as merged)
     fresh: dict[bytes, dict[bytes, bytes]]
-    #: the row-hours the head's rows give the rollup points of, by rollup row key
-    hours: dict[bytes, set[int]]
+    #: the row-hours the head's rows give the rollup points of (None: no head rows)
+    hours: HeadHours | None
     tally: ScanTally
     stats: ReadStats
     parts: list[Part] = field(default_factory=list)
@@ -322,7 +359,7 @@ class _OneRead:
         if fresh and not fresh.keys().isdisjoint(block.keys):
             block = _with_fresh_rollups(block, fresh)
         hours = self.hours
-        if hours and not hours.keys().isdisjoint(block.keys):
+        if hours:
             assert source.interval is not None
             block = without_hours(block, hours, self.layout, source.interval)
         # the rows with a cell of the columns read (OpenTSDB's scan filters cells)

@@ -38,6 +38,7 @@ class SeriesFacts:
     """Per-series facts of a sub-query once its spans are read."""
 
     tag_uids: list[dict[bytes, bytes]]
+    #: each series' tags, in name order
     tags: list[dict[str, str]]
     tsuids: list[str]
     notes: list[list[AnnotationCell]]
@@ -61,7 +62,16 @@ def series_facts(
     tagk_names: dict[bytes, str],
     tagv_names: dict[bytes, str],
 ) -> SeriesFacts:
-    tags = [{tagk_names[k]: tagv_names[v] for k, v in t.items()} for t in tag_uids]
+    # each series' tags in name order (a group of one takes them as they are): the order
+    # worked out once per set of tag keys, not per series
+    orders: dict[tuple[bytes, ...], list[tuple[str, bytes]]] = {}
+    tags = []
+    for t in tag_uids:
+        shape = tuple(t)
+        order = orders.get(shape)
+        if order is None:
+            order = orders[shape] = sorted((tagk_names[k], k) for k in shape)
+        tags.append({name: tagv_names[t[k]] for name, k in order})
     tsuids = [key[layout.salt_width :].hex().upper() for key in spans.keys]
     has_points = (spans.point_lengths > 0).tolist()
     return SeriesFacts(tag_uids, tags, tsuids, spans.annotations, has_points)

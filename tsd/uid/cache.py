@@ -23,6 +23,7 @@ may miss while the other still hits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 _K = TypeVar("_K")
@@ -77,6 +78,20 @@ class UidCache:
             if name is not None:
                 self._store_name(uid, name)
         return name
+
+    def get_names(self, uids: Iterable[bytes]) -> tuple[dict[bytes, str], list[bytes]]:
+        """:meth:`get_name` of each of ``uids``: the names cached, and the uids not (the
+        10,000 tag values of a group-by's answer in one call)."""
+        young, get_name = self._names.get, self.get_name
+        found: dict[bytes, str] = {}
+        missing: list[bytes] = []
+        for uid in uids:
+            name = young(uid) or get_name(uid)
+            if name is None:
+                missing.append(uid)
+            else:
+                found[uid] = name
+        return found, missing
 
     # -- updates ------------------------------------------------------------------------------
 

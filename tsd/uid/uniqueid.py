@@ -391,6 +391,13 @@ class UniqueId:
             self.stats.cache_hits += 1
         return name
 
+    def cached_names(self, uids: Iterable[bytes]) -> tuple[dict[bytes, str], list[bytes]]:
+        """:meth:`cached_name` of each of ``uids``: the names cached (counted as hits) and
+        the uids not cached."""
+        found, missing = self.cache.get_names(uids)
+        self.stats.cache_hits += len(found)
+        return found, missing
+
     async def get_name(self, uid: bytes) -> str:
         """The name of ``uid``; NoSuchUniqueId when it has none."""
         if len(uid) != self.width:

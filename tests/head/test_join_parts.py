@@ -1,0 +1,56 @@
+"""A snapshot's rows parted into their qualifiers and their values: the compiled helper
+(``join_parts`` in tsd/head/_runs.c) answers as its specification, python_join_parts, and
+leaves to it what it does not take (rows whose lengths do not add up, other types)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tsd.native as native
+from tsd.head.head import _gather_bytes, _join_parts, python_join_parts
+
+C: Any = native.load("tsd.head._runs")
+
+needs_c = pytest.mark.skipif(C is None, reason="tsd/head/_runs.c is not built")
+
+ROWS = st.lists(st.tuples(st.binary(max_size=24), st.binary(max_size=48)), max_size=40)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(rows=ROWS, as_bytes=st.booleans())
+def test_the_helper_parts_rows_as_the_spec_does(
+    rows: list[tuple[bytes, bytes]], as_bytes: bool
+) -> None:
+    bufs: list[Any] = [(bytes if as_bytes else bytearray)(q + v) for q, v in rows]
+    q_lens = np.array([len(q) for q, _ in rows], dtype=np.int64)
+    v_lens = np.array([len(v) for _, v in rows], dtype=np.int64)
+    want = (b"".join(q for q, _ in rows), b"".join(v for _, v in rows))
+    assert C.join_parts(bufs, q_lens, v_lens) == want
+    assert python_join_parts(bufs, q_lens, v_lens) == want
+    assert _join_parts(bufs, q_lens, v_lens) == want
+
+
+@needs_c
+def test_rows_the_helper_does_not_take_are_left_to_the_spec() -> None:
+    one = np.array([1], dtype=np.int64)
+    assert C.join_parts([bytearray(b"abc")], one, one) is None  # 3 bytes, not 1 + 1
+    assert C.join_parts(["ab"], one, one) is None  # not bytes
+    assert C.join_parts([b"ab", b"cd"], one, one) is None  # lengths of one row, not two
+    assert C.join_parts([b"ab"], one, np.array([-1], dtype=np.int64)) is None
+    assert C.join_parts([], np.zeros(0, np.int64), np.zeros(0, np.int64)) == (b"", b"")
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.binary(max_size=6), st.booleans()), max_size=30))
+def test_the_rows_taken_are_gathered_in_order(rows: list[tuple[bytes, bool]]) -> None:
+    # HeadSnapshot._runs: the taken rows' byte ranges of the joined bytes, in row order
+    joined = b"".join(b for b, _ in rows)
+    ends = np.cumsum([len(b) for b, _ in rows], dtype=np.int64)
+    take = np.array([t for _, t in rows], dtype=np.bool_)
+    assert _gather_bytes(joined, ends, take) == b"".join(b for b, t in rows if t)
