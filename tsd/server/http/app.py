@@ -25,7 +25,7 @@ from tsd.server.http.auth import CREDENTIALS, auth_middleware
 from tsd.server.http.body_limit import LINGERING_TIME_S, expect_handler
 from tsd.server.http.context import CORS_DOMAINS, IS_API, ROUTES, SERVICES, Services
 from tsd.server.http.guard import ALLOWED_HOSTS, origin_guard, parse_allowed_hosts
-from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains
+from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains, use_fast_zlib
 from tsd.server.http.routing import Handler, Route, parse_api_path
 
 __all__ = ["ROUTE_MODULES", "enabled_routes", "make_app"]
@@ -82,6 +82,7 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
 
 def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
+    use_fast_zlib()
     credentials = services.credentials
     guards = [origin_guard] if credentials is None else [origin_guard, auth_middleware]
     app = web.Application(
