@@ -41,6 +41,7 @@ from tsd.protocol.telnet import (
     put_line_key,
     take_known_puts,
     take_known_puts_into,
+    take_new_plain,
 )
 
 __all__ = [
@@ -256,6 +257,16 @@ class TelnetFramer(Generic[Part]):
                         # columns: the daemon maps and zips them at C speed
                         keys_, stamps, values = zip(*known, strict=True)
                         items.append(KnownPuts(keys_, stamps, values))
+                        continue
+                if keys is None:
+                    # a burst of new series: its plain lines parsed in one call, each
+                    # after the points encoded before it (a later point of a cell wins)
+                    self.take_part(items)
+                    at = index
+                    index = take_new_plain(
+                        lines, index, count - index, refs, rules.max_tags, ParsedPut, items
+                    )
+                    if index > at:
                         continue
             line = lines[index]
             index += 1
