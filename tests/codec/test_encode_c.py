@@ -97,7 +97,7 @@ def test_take_new_plain_as_python(
     py_out: list[ParsedPut] = []
     args = (lines_or_none, start, limit, known, max_tags)
     c_stop = P.take_new_plain(*args, DataPoint, ParsedPut, c_out)
-    py_stop = python_take_new_plain(*args, ParsedPut, py_out)
+    py_stop = python_take_new_plain(*args, DataPoint, ParsedPut, py_out)
     assert c_stop == py_stop
     assert [type(item) for item in c_out] == [ParsedPut] * len(py_out)
     assert list(map(_item_bits, c_out)) == list(map(_item_bits, py_out))

@@ -453,7 +453,6 @@ def parse_plain_put(
 
 
 _Item = TypeVar("_Item")
-_c_take_new_plain: Any = native.attribute("tsd.protocol._parse", "take_new_plain")
 
 
 def python_take_new_plain(
@@ -462,15 +461,18 @@ def python_take_new_plain(
     limit: int,
     known: Mapping[Any, Any],
     max_tags: int,
+    point_type: type[DataPoint],
     item_type: Callable[[bytes, DataPoint], _Item],
     out: list[_Item],
 ) -> int:
     """Consecutive plain put lines of series not in ``known`` (a burst of new series),
-    from ``lines[start]``, at most ``limit``: each parsed by :func:`parse_plain_put` and
-    appended to ``out`` as ``item_type(key, point)`` (its :func:`put_line_key` and its
-    point); the index of the first line it stops at (not a plain put, or of a known
-    series). The specification of the compiled ``take_new_plain``, which takes the run in
-    one call (without it :func:`parse_plain_put` parses nothing, so neither does this)."""
+    from ``lines[start]``, at most ``limit``: each parsed by :func:`parse_plain_put` (a
+    ``point_type``, DataPoint's fields) and appended to ``out`` as ``item_type(key,
+    point)`` (its :func:`put_line_key` and its point); the index of the first line it
+    stops at (not a plain put, or of a known series). The specification of the compiled
+    ``take_new_plain`` (``tsd/protocol/_parse.c``: a dict ``known``, a list of lines),
+    which takes the run in one call; without it :func:`parse_plain_put` parses nothing,
+    so neither does this."""
     rules = NameRules(max_tags=max_tags)
     end = min(len(lines), start + max(limit, 0))
     index = max(start, 0)
@@ -480,27 +482,14 @@ def python_take_new_plain(
         if plain is None or plain[1] in known:
             break
         point, key = plain
-        out.append(item_type(key, point))
+        out.append(item_type(key, point if point_type is DataPoint else point_type(*point)))
         index += 1
     return index
 
 
-def take_new_plain(
-    lines: list[bytes | None],
-    start: int,
-    limit: int,
-    known: Mapping[Any, Any],
-    max_tags: int,
-    item_type: Callable[[bytes, DataPoint], _Item],
-    out: list[_Item],
-) -> int:
-    """:func:`python_take_new_plain`, in one C call where the helper is built (a dict of
-    known series, a tuple-like ``item_type``)."""
-    if _c_take_new_plain is not None and isinstance(known, dict) and type(lines) is list:
-        return cast(
-            int, _c_take_new_plain(lines, start, limit, known, max_tags, DataPoint, item_type, out)
-        )
-    return python_take_new_plain(lines, start, limit, known, max_tags, item_type, out)
+take_new_plain: Callable[..., int] = native.attribute(
+    "tsd.protocol._parse", "take_new_plain", python_take_new_plain
+)
 
 
 # --- The hot path: puts of known series -----------------------------------------------------
