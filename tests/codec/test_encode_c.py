@@ -28,8 +28,10 @@ from tsd.codec.rowkey import (
     python_series_keys,
     python_tag_suffix,
 )
+from tsd.data_points import DataPoint
 from tsd.errors import CodecError
-from tsd.protocol.telnet import put_line_key, python_take_known_puts
+from tsd.protocol.telnet import put_line_key, python_take_known_puts, python_take_new_plain
+from tsd.protocol.telnet_frame import ParsedPut
 
 pytestmark = pytest.mark.slow  # many generated inputs
 
@@ -65,6 +67,45 @@ def test_take_known_puts_as_python(lines: list[bytes], start: int, limit: int, d
     py_stop = python_take_known_puts(lines_or_none, start, known, py_out, limit)
     assert c_stop == py_stop
     assert [_bits(p) for p in c_out] == [_bits(p) for p in py_out]
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(put_lines, st.sampled_from([b"version", b"", b"put m 1 2 k=v"])), max_size=30
+    ),
+    st.integers(-1, 40),
+    st.integers(-1, 40),
+    st.integers(0, 9),
+    st.data(),
+)
+def test_take_new_plain_as_python(
+    lines: list[bytes], start: int, limit: int, max_tags: int, data: Any
+) -> None:
+    """A run of plain puts of new series parsed in one call: the same items (ParsedPut,
+    the same points bit for bit) and the same stop (a line not plain, too long, or of a
+    known series) as the Python loop over parse_plain_put."""
+    known: dict[bytes, str] = {}
+    for line in lines:
+        if len(line.split(b" ", 4)) == 5 and data.draw(st.booleans()):
+            known[put_line_key(line)] = "known"
+    lines_or_none: list[bytes | None] = [*lines]
+    if lines and data.draw(st.booleans()):
+        lines_or_none[data.draw(st.integers(0, len(lines) - 1))] = None  # a line too long
+    c_out: list[ParsedPut] = []
+    py_out: list[ParsedPut] = []
+    args = (lines_or_none, start, limit, known, max_tags)
+    c_stop = P.take_new_plain(*args, DataPoint, ParsedPut, c_out)
+    py_stop = python_take_new_plain(*args, DataPoint, ParsedPut, py_out)
+    assert c_stop == py_stop
+    assert [type(item) for item in c_out] == [ParsedPut] * len(py_out)
+    assert list(map(_item_bits, c_out)) == list(map(_item_bits, py_out))
+
+
+def _item_bits(item: ParsedPut) -> tuple[Any, ...]:
+    point = item.point
+    return (item.key, type(point), point.metric, point.tags, _bits((None, *point[1:3])))
 
 
 DECIMALS = st.builds(

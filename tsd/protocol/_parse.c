@@ -425,58 +425,52 @@ static PyObject *interned_ascii(const char *s, Py_ssize_t n)
  *   timestamp and value (type_numbers). None for anything else, errors included: the
  *   caller then runs the full parser, whose answer and reply stay OpenTSDB's. point_type
  *   is tsd.data_points.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
-static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The point and alias of a plain put line (see parse_plain_put): 1 with both set (new
+ * references), 0 when the line is not plain, -1 on an error. */
+static int plain_put(PyObject *line, Py_ssize_t max_tags, PyTypeObject *point_type,
+                     PyObject **point_out, PyObject **alias_out)
 {
-    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyType_Check(args[2]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type) ||
-        ((PyTypeObject *)args[2])->tp_basicsize != PyTuple_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "parse_plain_put(line, max_tags, point_type)");
-        return NULL;
-    }
-    Py_ssize_t max_tags = PyLong_AsSsize_t(args[1]);
-    if (max_tags == -1 && PyErr_Occurred())
-        return NULL;
     if (max_tags > MAX_PLAIN_TAGS)
         max_tags = MAX_PLAIN_TAGS;
-    if (max_tags < 1) /* no tag allowed: every put is the full parser's error */
-        Py_RETURN_NONE;
-    const char *s = PyBytes_AS_STRING(args[0]);
-    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if (max_tags < 1 || !PyBytes_CheckExact(line)) /* no tag allowed: the full parser's error */
+        return 0;
+    const char *s = PyBytes_AS_STRING(line);
+    Py_ssize_t n = PyBytes_GET_SIZE(line);
     if (n < 4 || memcmp(s, "put ", 4) != 0)
-        Py_RETURN_NONE;
+        return 0;
     /* the words after "put", each ended by a single space or the line's end */
     const char *word[4 + MAX_PLAIN_TAGS];
     Py_ssize_t size[4 + MAX_PLAIN_TAGS];
     Py_ssize_t words = 0, at = 4;
     while (at < n) {
         if (words == 3 + max_tags)
-            Py_RETURN_NONE; /* too many tags for the fast form */
+            return 0; /* too many tags for the fast form */
         const char *end = memchr(s + at, ' ', n - at);
         Py_ssize_t stop = end == NULL ? n : end - s;
         if (stop == at)
-            Py_RETURN_NONE; /* an empty word: two spaces, or a space at the end */
+            return 0; /* an empty word: two spaces, or a space at the end */
         word[words] = s + at;
         size[words++] = stop - at;
         at = stop + 1;
         if (end != NULL && at == n)
-            Py_RETURN_NONE;
+            return 0;
     }
     if (words < 4 || !plain_run(word[0], size[0]))
-        Py_RETURN_NONE;
+        return 0;
     Put put;
     int typed = type_numbers(word[1], size[1], word[2], size[2], &put);
     if (typed <= 0)
-        return typed < 0 ? NULL : Py_NewRef(Py_None);
+        return typed;
     Tag tags[MAX_PLAIN_TAGS];
     Py_ssize_t count = words - 3;
     for (Py_ssize_t i = 0; i < count; i++) {
         const char *w = word[3 + i];
         const char *eq = memchr(w, '=', size[3 + i]);
         if (eq == NULL)
-            Py_RETURN_NONE;
+            return 0;
         Tag tag = {w, eq + 1, eq - w, size[3 + i] - (eq - w) - 1};
         if (!plain_run(tag.key, tag.key_n) || !plain_run(tag.value, tag.value_n))
-            Py_RETURN_NONE; /* a second '=' is not a plain character either */
+            return 0; /* a second '=' is not a plain character either */
         Py_ssize_t j = i; /* insertion sort by key; a key given twice goes to Python */
         while (j > 0 && tag_before(&tag, &tags[j - 1])) {
             tags[j] = tags[j - 1];
@@ -484,12 +478,12 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
         }
         const Tag *prev = j > 0 ? &tags[j - 1] : NULL;
         if (prev != NULL && prev->key_n == tag.key_n && !memcmp(prev->key, tag.key, tag.key_n))
-            Py_RETURN_NONE;
+            return 0;
         tags[j] = tag;
     }
     PyObject *pairs = PyTuple_New(count);
     if (pairs == NULL)
-        return NULL;
+        return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *key = interned_ascii(tags[i].key, tags[i].key_n);
         PyObject *value = key == NULL ? NULL
@@ -499,15 +493,14 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
         Py_XDECREF(value);
         if (pair == NULL) {
             Py_DECREF(pairs);
-            return NULL;
+            return -1;
         }
         PyTuple_SET_ITEM(pairs, i, pair);
     }
-    PyTypeObject *point_type = (PyTypeObject *)args[2];
     PyObject *point = point_type->tp_alloc(point_type, 4);
     if (point == NULL) {
         Py_DECREF(pairs);
-        return NULL;
+        return -1;
     }
     PyTuple_SET_ITEM(point, 3, pairs);
     PyObject *field = interned_ascii(word[0], size[0]);
@@ -523,13 +516,90 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *alias = series_words(word[0], size[0], word[3], n - (word[3] - s));
     if (alias == NULL)
         goto error;
+    *point_out = point;
+    *alias_out = alias;
+    return 1;
+error:
+    Py_DECREF(point);
+    return -1;
+}
+
+/* point_type (or item_type) is a tuple subclass laid out as a tuple (a NamedTuple) */
+static int tuple_like(PyObject *type)
+{
+    return PyType_Check(type) && PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) &&
+           ((PyTypeObject *)type)->tp_basicsize == PyTuple_Type.tp_basicsize;
+}
+
+static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !tuple_like(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "parse_plain_put(line, max_tags, point_type)");
+        return NULL;
+    }
+    Py_ssize_t max_tags = PyLong_AsSsize_t(args[1]);
+    if (max_tags == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *point, *alias;
+    int parsed = plain_put(args[0], max_tags, (PyTypeObject *)args[2], &point, &alias);
+    if (parsed <= 0)
+        return parsed < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *answer = PyTuple_Pack(2, point, alias);
     Py_DECREF(point);
     Py_DECREF(alias);
     return answer;
-error:
-    Py_DECREF(point);
-    return NULL;
+}
+
+/* take_new_plain(lines, start, limit, known, max_tags, point_type, item_type, out) -> index
+ *   Consecutive plain put lines of series not in known (a burst of new series), each
+ *   parsed as parse_plain_put parses it and appended to out as item_type(alias, point)
+ *   (tsd.protocol.telnet_frame.ParsedPut), from lines[start], at most limit of them; it
+ *   stops at the first line that is not a plain put (None, empty, a command, any other
+ *   form) or whose series is known (its alias a key of known): the index of that line.
+ *   tsd.protocol.telnet.python_take_new_plain is the specification. */
+static PyObject *take_new_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[3]) ||
+        !tuple_like(args[5]) || !tuple_like(args[6]) || !PyList_CheckExact(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "take_new_plain(lines, start, limit, known, max_tags,"
+                                         " point_type, item_type, out)");
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]),
+               max_tags = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *lines = args[0], *known = args[3], *out = args[7];
+    PyTypeObject *point_type = (PyTypeObject *)args[5], *item_type = (PyTypeObject *)args[6];
+    Py_ssize_t end = PyList_GET_SIZE(lines);
+    if (index < 0)
+        index = 0;
+    if (limit < end - index)
+        end = index + (limit > 0 ? limit : 0);
+    for (; index < end; index++) {
+        PyObject *point, *alias;
+        int parsed = plain_put(PyList_GET_ITEM(lines, index), max_tags, point_type, &point, &alias);
+        if (parsed < 0)
+            return NULL;
+        if (parsed == 0)
+            break;
+        int seen = PyDict_Contains(known, alias);
+        PyObject *item = seen ? NULL : item_type->tp_alloc(item_type, 2);
+        if (item == NULL) {
+            Py_DECREF(point);
+            Py_DECREF(alias);
+            if (seen == 1 && !PyErr_Occurred())
+                break; /* a known series: the known path takes it */
+            return NULL;
+        }
+        PyTuple_SET_ITEM(item, 0, alias);
+        PyTuple_SET_ITEM(item, 1, point);
+        int appended = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (appended < 0)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(index);
 }
 
 /* known_usual_points(usual, known): see the header. The points' four fields are read
@@ -845,6 +915,8 @@ static PyMethodDef methods[] = {
      "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
     {"take_known_into", (PyCFunction)(void (*)(void))take_known_into, METH_FASTCALL,
      "take_known_puts and encode_into in one pass: (index, points, cells added)."},
+    {"take_new_plain", (PyCFunction)(void (*)(void))take_new_plain, METH_FASTCALL,
+     "Consecutive plain put lines of new series, parsed into items (a burst)."},
     {"parse_plain_put", (PyCFunction)(void (*)(void))parse_plain_put, METH_FASTCALL,
      "A put line in its plain form parsed as parse_put parses it, or None."},
     {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,

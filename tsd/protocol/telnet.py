@@ -93,6 +93,7 @@ __all__ = [
     "put_line_key",
     "take_known_puts",
     "take_known_puts_into",
+    "take_new_plain",
     "telnet_command_names",
 ]
 
@@ -449,6 +450,46 @@ def parse_plain_put(
         "tuple[DataPoint, bytes] | None",
         _c_parse_plain_put(line, rules.max_tags, DataPoint),
     )
+
+
+_Item = TypeVar("_Item")
+
+
+def python_take_new_plain(
+    lines: list[bytes | None],
+    start: int,
+    limit: int,
+    known: Mapping[Any, Any],
+    max_tags: int,
+    point_type: type[DataPoint],
+    item_type: Callable[[bytes, DataPoint], _Item],
+    out: list[_Item],
+) -> int:
+    """Consecutive plain put lines of series not in ``known`` (a burst of new series),
+    from ``lines[start]``, at most ``limit``: each parsed by :func:`parse_plain_put` (a
+    ``point_type``, DataPoint's fields) and appended to ``out`` as ``item_type(key,
+    point)`` (its :func:`put_line_key` and its point); the index of the first line it
+    stops at (not a plain put, or of a known series). The specification of the compiled
+    ``take_new_plain`` (``tsd/protocol/_parse.c``: a dict ``known``, a list of lines),
+    which takes the run in one call; without it :func:`parse_plain_put` parses nothing,
+    so neither does this."""
+    rules = NameRules(max_tags=max_tags)
+    end = min(len(lines), start + max(limit, 0))
+    index = max(start, 0)
+    while index < end:
+        line = lines[index]
+        plain = parse_plain_put(line, rules) if line else None
+        if plain is None or plain[1] in known:
+            break
+        point, key = plain
+        out.append(item_type(key, point if point_type is DataPoint else point_type(*point)))
+        index += 1
+    return index
+
+
+take_new_plain: Callable[..., int] = native.attribute(
+    "tsd.protocol._parse", "take_new_plain", python_take_new_plain
+)
 
 
 # --- The hot path: puts of known series -----------------------------------------------------

@@ -41,6 +41,7 @@ from tsd.protocol.telnet import (
     put_line_key,
     take_known_puts,
     take_known_puts_into,
+    take_new_plain,
 )
 
 __all__ = [
@@ -146,6 +147,7 @@ class TelnetFramer(Generic[Part]):
         "_lines",
         "_max_line",
         "_next",
+        "_new_runs",
         "_points",
         "_puts",
         "_refs",
@@ -174,6 +176,9 @@ class TelnetFramer(Generic[Part]):
         self._puts = "put" in commands
         self._refs = refs
         self._keys = keys
+        # the daemon's framer takes runs of new series' plain lines in one call (a
+        # worker's remembers every parsed put's key: line by line)
+        self._new_runs = keys is None and isinstance(refs, dict)
         self._seal = seal
         self.part_points = part_points
         self._seal_each_read = part_points <= 0
@@ -256,6 +261,23 @@ class TelnetFramer(Generic[Part]):
                         # columns: the daemon maps and zips them at C speed
                         keys_, stamps, values = zip(*known, strict=True)
                         items.append(KnownPuts(keys_, stamps, values))
+                        continue
+                if self._new_runs:
+                    # a burst of new series: its plain lines parsed in one call, each
+                    # after the points encoded before it (a later point of a cell wins)
+                    self.take_part(items)
+                    at = index
+                    index = take_new_plain(
+                        lines,
+                        index,
+                        count - index,
+                        refs,
+                        rules.max_tags,
+                        DataPoint,
+                        ParsedPut,
+                        items,
+                    )
+                    if index > at:
                         continue
             line = lines[index]
             index += 1
