@@ -37,6 +37,7 @@ from tsd.errors import CodecError, TsdError
 from tsd.log import get_logger
 from tsd.meta.tsmeta import TsMetaStore
 from tsd.meta.uidmeta import UidMetaStore
+from tsd.recent import RecentMap
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.tasks import cancel_and_wait
@@ -47,7 +48,9 @@ log = get_logger("tsd.meta")
 
 #: tsd's own index cell in a meta row, written when tracking is off.
 INDEX_QUALIFIER = b"tsd_series"
-#: TSUIDs remembered as written; past this the memory is cleared (rewrites are idempotent).
+#: UIDs remembered as having their UIDMeta written; past this the memory is cleared
+#: (rewrites are idempotent). TSUIDs written are remembered up to
+#: ``tsd.core.series_cache.size``, the least recently seen forgotten first.
 MAX_REMEMBERED = 1_000_000
 #: TSUIDs written per storage round (a burst of new series: few, large writes).
 BATCH_SIZE = 4096
@@ -87,7 +90,8 @@ class MetaTracker:
         self._uid_metas = uid_metas
         self._wall_clock = wall_clock
         self._pending: dict[bytes, tuple[bytes, _Pairs, int]] = {}
-        self._written: set[bytes] = set()
+        #: TSUIDs written (values unused), bounded with the ref caches they follow
+        self._written: RecentMap[bytes, bool] = RecentMap(core.series_cache_size)
         #: the series of the round being written (tsuid -> its queue entry)
         self._writing: dict[bytes, tuple[bytes, _Pairs, int]] = {}
         self._uids_written: set[tuple[str, bytes]] = set()
@@ -116,7 +120,10 @@ class MetaTracker:
             except CodecError:
                 return
         pending = self._pending
-        if tsuid in self._written or tsuid in pending or tsuid in self._writing:
+        if self._written.lookup(tsuid) or tsuid in pending or tsuid in self._writing:
+            return
+        if len(pending) >= self._written.max_entries:  # storage has not kept up
+            self._dropped.inc()
             return
         if not pending:  # else the task is awake already (a failed round wakes it too)
             self._wake.set()
@@ -193,9 +200,9 @@ class MetaTracker:
             return False
         finally:
             self._writing = {}
-        if len(self._written) + len(batch) > MAX_REMEMBERED:
-            self._written.clear()
-        self._written.update(writing)
+        remember = self._written.remember
+        for tsuid in writing:
+            remember(tsuid, True)
         self._tracked.inc(len(batch))
         return True
 

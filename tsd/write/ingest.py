@@ -64,6 +64,7 @@ from tsd.errors import (
     TsdError,
 )
 from tsd.log import WRITER, get_logger
+from tsd.recent import RecentMap
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart
@@ -146,20 +147,13 @@ class Refused:
         return cls(RefusalKind.STORAGE, f"Unexpected exception: {exc}")
 
 
-class RefCache(dict[Hashable, SeriesRef]):
-    """A protocol's own keys of resolved series (a dict, so hot loops can ``get`` from
-    it at C speed). Bounded: cleared when it would pass ``max_entries``."""
+class RefCache(RecentMap[Hashable, SeriesRef]):
+    """A protocol's own keys of resolved series: a dict, so hot loops can ``get`` from
+    it at C speed, bounded by ``max_entries`` (tsd.core.series_cache.size) with the least
+    recently used evicted (:class:`~tsd.recent.RecentMap`: a miss's slow path,
+    :meth:`IngestSession.put`, recalls an entry of the old generation first)."""
 
-    __slots__ = ("max_entries",)
-
-    def __init__(self, max_entries: int) -> None:
-        super().__init__()
-        self.max_entries = max_entries
-
-    def remember(self, key: Hashable, ref: SeriesRef) -> None:
-        if len(self) >= self.max_entries:
-            self.clear()
-        self[key] = ref
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +205,11 @@ class IngestService:
         self._on_new_series = on_new_series
         self._registry = registry or StatsRegistry()
         #: refs by :func:`series_name_key` (one str per series, not a tuple of tuples)
-        self._refs: dict[str | tuple[str, Tags], SeriesRef] = {}
+        self._refs: RecentMap[str | tuple[str, Tags], SeriesRef] = RecentMap(max_series)
         self._caches: dict[str, RefCache] = {}
         self._drop_listeners: list[Callable[[], None]] = []
+        self._registry.gauge("ingest.series_cached", self.cached_entries)
+        self._registry.gauge("ingest.series_evicted", self._evictions, monotonic=True)
 
     async def resolve(self, metric: str, tags: Tags) -> SeriesRef:
         """The ref of a series, resolving (maybe assigning) its UIDs the first time.
@@ -221,7 +217,7 @@ class IngestService:
         Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError.
         """
         key = series_name_key(metric, tags)
-        ref = self._refs.get(key)
+        ref = self._refs.lookup(key)
         if ref is None:
             metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
             ref = self._refs.get(key)  # resolved meanwhile by another caller
@@ -245,7 +241,7 @@ class IngestService:
         gets a ref equal to the first."""
         refs = self._refs
         names = [series_name_key(metric, tags) for metric, tags in keys]
-        found: list[SeriesRef | TsdError | None] = [refs.get(name) for name in names]
+        found: list[SeriesRef | TsdError | None] = [refs.lookup(name) for name in names]
         # the series to resolve, once each, by their name keys
         missing: dict[str | tuple[str, Tags], tuple[str, Tags]] = {}
         for name, key, got in zip(names, keys, found, strict=True):
@@ -277,14 +273,20 @@ class IngestService:
         if self._on_new_series is not None:
             self._on_new_series(metric_uid, pairs, ref.tsuid)
         if remember:
-            if len(self._refs) >= self._max_series:
-                self._refs.clear()
-            self._refs[key] = ref
+            self._refs.remember(key, ref)
         return ref
 
     def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
         """The ref of a series resolved before, without suspending; None on a miss."""
-        return self._refs.get(series_name_key(metric, tags))
+        return self._refs.lookup(series_name_key(metric, tags))
+
+    def cached_entries(self) -> int:
+        """Series refs held, every map together (each bounded by
+        ``tsd.core.series_cache.size``): the ``ingest.series_cached`` gauge."""
+        return self._refs.entries() + sum(c.entries() for c in self._caches.values())
+
+    def _evictions(self) -> int:
+        return self._refs.evictions + sum(c.evictions for c in self._caches.values())
 
     def ref_cache(self, name: str) -> RefCache:
         """The cache of one protocol's keys (one per name, shared by its connections)."""
@@ -482,7 +484,14 @@ class IngestSession(Generic[T]):
         :meth:`settle` waits for every lookup. :attr:`Put.BUSY`: the point needs a new
         batch and ``window`` are running: nothing was taken; await :meth:`wait_lookup`
         and put it again."""
-        ref = self.service.cached(point.metric, point.tags)
+        ref = None
+        if aliases and self.cache is not None:  # a key evicted to the old generation?
+            aliases = tuple(aliases)
+            for alias in aliases:
+                if (ref := self.cache.recall(alias)) is not None:
+                    break
+        if ref is None:
+            ref = self.service.cached(point.metric, point.tags)
         if ref is not None:
             if aliases:
                 self._remember(aliases, ref)
