@@ -133,6 +133,10 @@ class MetaTracker:
         """Series queued and not yet written."""
         return len(self._pending)
 
+    def remembered(self) -> int:
+        """Series remembered as written (at most ``tsd.core.series_cache.size``)."""
+        return self._written.entries()
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
