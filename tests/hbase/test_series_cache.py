@@ -14,10 +14,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.hbase.opentsdb import fresh_tables, read_uid_table, tsd_hbase_keys
+from tests.hbase.opentsdb import fresh_tables, read_uid_table, started_tsd
 from tests.hbase_harness import HBaseServer
-from tsd.config import build_config
-from tsd.daemon import Daemon
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage_setup import hbase_settings
 
@@ -71,16 +69,8 @@ async def test_the_series_cache_stays_at_its_bound_on_hbase(
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
         cfg = await stack.enter_async_context(fresh_tables(hbase_server))
-        keys = {
-            "tsd.network.bind": "127.0.0.1",
-            "tsd.network.port": "0",
-            "tsd.core.auto_create_metrics": "true",
-            "tsd.core.series_cache.size": str(CAP),
-            **tsd_hbase_keys(cfg, tmp_path / "tsd"),
-        }
-        daemon = Daemon(build_config(keys))
-        await daemon.start()
-        stack.push_async_callback(daemon.stop)
+        keys = {"tsd.core.series_cache.size": str(CAP)}
+        daemon = await started_tsd(stack, cfg, tmp_path / "tsd", **keys)
         port = daemon.port
         http = await stack.enter_async_context(aiohttp.ClientSession())
         sampled: list[int] = []

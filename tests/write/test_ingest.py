@@ -107,7 +107,7 @@ async def test_past_the_series_cache_bound_the_least_recently_used_go_and_come_b
         if ref is not None:
             session.append_run([(ref, timestamp, value)])
         else:
-            await put_waiting(session, point(timestamp, value, name), None, (name.encode(),))
+            await put_waiting(session, point(timestamp, value, name), 0, (name.encode(),))
 
     for turn in range(20):
         names = [f"new{turn}-{n}" for n in range(10)] + hot
