@@ -97,6 +97,9 @@ class MetaTracker:
         self._uids_written: set[tuple[str, bytes]] = set()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        #: set while the queue is below tsd.core.series_cache.size (wait_room)
+        self._room = asyncio.Event()
+        self._room.set()
         self._task: asyncio.Task[None] | None = None
         registry = registry or StatsRegistry()
         self._tracked = registry.counter("meta.series_tracked")
@@ -122,12 +125,20 @@ class MetaTracker:
         pending = self._pending
         if self._written.lookup(tsuid) or tsuid in pending or tsuid in self._writing:
             return
-        if len(pending) >= self._written.max_entries:  # storage has not kept up
-            self._dropped.inc()
-            return
         if not pending:  # else the task is awake already (a failed round wakes it too)
             self._wake.set()
         pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
+        if len(pending) >= self._written.max_entries:
+            self._room.clear()  # new series wait (wait_room) until the queue drains
+
+    async def wait_room(self) -> None:
+        """Return once fewer series than ``tsd.core.series_cache.size`` wait to be
+        written: the ingest service awaits this before it resolves new series, so that a
+        burst faster than meta rows are written (or a storage outage) holds new series
+        back rather than growing the queue, or dropping their meta rows."""
+        if not self._room.is_set():
+            self._wake.set()
+            await self._room.wait()
 
     def pending(self) -> int:
         """Series queued and not yet written."""
@@ -148,6 +159,7 @@ class MetaTracker:
         await cancel_and_wait(self._task)
         self._task = None
         await self.flush()
+        self._room.set()  # nobody waits on a closed tracker
 
     async def flush(self) -> None:
         """Write everything queued now (lookups call this to see the newest series).
@@ -204,6 +216,8 @@ class MetaTracker:
             return False
         finally:
             self._writing = {}
+            if len(self._pending) < self._written.max_entries:
+                self._room.set()
         remember = self._written.remember
         for tsuid in writing:
             remember(tsuid, True)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar, cast
 
@@ -191,10 +191,12 @@ class IngestService:
         on_new_series: Callable[[bytes, list[tuple[bytes, bytes]], bytes], None] | None = None,
         registry: StatsRegistry | None = None,
         cells: CellStore | None = None,
+        new_series_room: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``on_new_series(metric_uid, tag_uid_pairs, tsuid)`` is called (synchronously)
-        when a series gets its ref, i.e. once per series until the ref cache is cleared:
-        meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there.
+        when a series gets its ref, i.e. once per series until its ref is evicted:
+        meta tracking (tsd.meta.tracking.MetaTracker.on_new_series) hangs there, and
+        ``new_series_room`` (its ``wait_room``) is awaited before new series are resolved.
         ``cells``: where rollups and histograms go (None: ``tsdb import``, which takes
         neither)."""
         self.writer = writer
@@ -203,6 +205,7 @@ class IngestService:
         self._layout = KeyLayout.from_storage_config(cfg)
         self._max_series = max_series
         self._on_new_series = on_new_series
+        self._new_series_room = new_series_room
         self._registry = registry or StatsRegistry()
         #: refs by :func:`series_name_key` (one str per series, not a tuple of tuples)
         self._refs: RecentMap[str | tuple[str, Tags], SeriesRef] = RecentMap(max_series)
@@ -219,6 +222,8 @@ class IngestService:
         key = series_name_key(metric, tags)
         ref = self._refs.lookup(key)
         if ref is None:
+            if self._new_series_room is not None:
+                await self._new_series_room()
             metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
             ref = self._refs.get(key)  # resolved meanwhile by another caller
             if ref is None:
@@ -249,6 +254,8 @@ class IngestService:
                 missing[name] = key
         if not missing:
             return cast(list[SeriesRef | TsdError], found)
+        if self._new_series_room is not None:  # meta tracking's queue is bounded too
+            await self._new_series_room()
         resolved = await self.uids.resolve_many_for_write(list(missing.values()))
         made: dict[str | tuple[str, Tags], SeriesRef | TsdError] = {}
         new_ref = self._new_ref
