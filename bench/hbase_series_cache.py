@@ -5,17 +5,20 @@ On HBase nothing but the series caches grows with the number of series: the inge
 service's and the protocols' refs (a telnet line's key and its row-key template), meta
 tracking's written TSUIDs, and the UID caches (which grow with names, as OpenTSDB's do).
 So each round runs tsd twice on a standalone HBase (``scripts/hbase``), each on fresh
-tables, fed the same ``--series`` new series (one point each, over ``--connections``
-telnet sockets) from a daemon just started:
+tables, fed the same new series (one point each, over ``--connections`` telnet sockets)
+in two halves of ``--series // 2``: the first warms the daemon up (its buffers, the
+allocator's arenas, the caches filled to ``--cap``), the second is measured: RSS after it
+(every point stored, meta tracking done) minus RSS before it.
 
 * **all**: ``tsd.core.series_cache.size`` above ``--series``: every series stays cached;
-* **capped**: the size at ``--cap``: the caches hold ``--cap`` series, the rest evicted.
+* **capped**: the size at ``--cap``: the caches hold ``--cap`` series, the rest evicted
+  (the memory of those evicted is reused by the next ones).
 
 Both assign the same UIDs and cache the same names; they differ only in the series cached.
-Printed per run: RSS after (every point stored, meta tracking done) minus RSS at start,
-per series, and the ``ingest.series_cached`` gauge; per round: **bytes per cached
-series** = (growth of all - growth of capped) / (series - cap), and the capped run's
-growth per series (what the bound leaves: names, allocator slack). Rounds alternate.
+Printed per run: the measured half's RSS growth per series and the
+``ingest.series_cached`` gauge; per round: **bytes per cached series** = (growth of all -
+growth of capped) / (series in the measured half), and the capped run's growth per
+series (what the bound leaves: the UID caches' names, allocator slack). Rounds alternate.
 
 Run: ``python -m bench.hbase_series_cache [--series N] [--cap C] [--rounds R]
 [--port P]`` (``--port``: the first of two ports tsd may listen on; 0: any). Needs java.
@@ -57,9 +60,9 @@ class Run:
     seconds: float
 
 
-def lines(series: int) -> list[bytes]:
+def lines(first: int, last: int) -> list[bytes]:
     now = int(time.time())
-    return [b"put %s %d %d host=h%d dc=lga\n" % (METRIC, now, n, n) for n in range(series)]
+    return [b"put %s %d %d host=h%d dc=lga\n" % (METRIC, now, n, n) for n in range(first, last)]
 
 
 async def one_run(
@@ -72,28 +75,31 @@ async def one_run(
     process, port = await start_tsd(cfg, None, workdir / prefix, extra, port=port)
     try:
         async with aiohttp.ClientSession() as http:
-            await asyncio.sleep(1.0)  # settled after start
-            idle = rss_bytes(process.pid)
+            half = args.series // 2
+            rss = []
             began = time.monotonic()
-            await send_lines(port, lines(args.series), args.connections)
+            for first in (0, half):
+                await send_lines(port, lines(first, first + half), args.connections)
 
-            async def done() -> bool:
-                stored = await stat(http, port, "tsd.datapoints.stored")
-                tracked = await stat(http, port, "tsd.meta.series_tracked")
-                return bool(stored >= args.series and tracked >= args.series)
+                async def done(target: int = first + half) -> bool:
+                    stored = await stat(http, port, "tsd.datapoints.stored")
+                    tracked = await stat(http, port, "tsd.meta.series_tracked")
+                    return bool(stored >= target and tracked >= target)
 
-            await wait_for(done, f"{args.series} points stored and tracked")
+                await wait_for(done, f"{first + half} points stored and tracked")
+                await asyncio.sleep(1.0)
+                rss.append(rss_bytes(process.pid))
             seconds = time.monotonic() - began
-            await asyncio.sleep(1.0)
-            growth = rss_bytes(process.pid) - idle
+            growth = rss[1] - rss[0]
             cached = await stat(http, port, "tsd.ingest.series_cached")
     finally:
         process.terminate()
         await process.wait()
     run = Run(name, cap, growth, cached, seconds)
+    half = args.series // 2
     progress(
-        f"{name}: cap {cap:,}, {cached:,} cached, RSS +{growth / 2**20:,.1f} MiB,"
-        f" {growth / args.series:,.0f} bytes/series, {args.series / seconds:,.0f} series/s"
+        f"{name}: cap {cap:,}, {cached:,} cached, measured half RSS +{growth / 2**20:,.1f} MiB,"
+        f" {growth / half:,.0f} bytes/series, {args.series / seconds:,.0f} series/s"
     )
     return run
 
@@ -113,13 +119,14 @@ async def measure(args: argparse.Namespace) -> None:
                     port = args.port + (name == "capped") if args.port else 0
                     runs[name] = await one_run(hbase.server, workdir, name, cap, args, port)
                 full, capped = runs["all"], runs["capped"]
-                figure = (full.growth - capped.growth) / (args.series - args.cap)
+                half = args.series // 2
+                figure = (full.growth - capped.growth) / half
                 per_cached.append(figure)
                 print(
                     f"round {number + 1}: {figure:,.0f} bytes per cached series;"
                     f" capped at {args.cap:,}: {capped.cached:,} cached,"
-                    f" {capped.growth / args.series:,.0f} bytes/series of RSS growth"
-                    f" (all cached: {full.growth / args.series:,.0f})",
+                    f" {capped.growth / half:,.0f} bytes/series of RSS growth"
+                    f" (all cached: {full.growth / half:,.0f})",
                     flush=True,
                 )
             per_cached.sort()

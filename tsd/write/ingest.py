@@ -16,8 +16,9 @@ The rest of its surface is flow control (:meth:`~IngestSession.room`,
 :meth:`~IngestSession.wait_room`, :meth:`~IngestSession.wait_lookup`) and settling
 (:meth:`~IngestSession.settle`, :meth:`~IngestSession.stored`).
 
-* Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded:
-  cleared past ``max_series``; keyed by one str per series, :func:`series_name_key`) and
+* Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded by
+  ``max_series``, the least recently used evicted: :mod:`tsd.recent`; keyed by one str
+  per series, :func:`series_name_key`) and
   hands protocols :class:`RefCache` maps for their own keys of a series (a telnet line's
   raw metric and tag words, an /api/put element's JSON text). A series resolved for
   points that all carry a protocol key is kept under those keys only, not by name too
