@@ -127,23 +127,17 @@ class Worker:
 
     def learn(self, entries: list[tuple[Any, bytes, bytes, bytes]]) -> None:
         """Series the owner resolved: their keys and row-key templates."""
-        refs = self.refs
-        if refs.entries() + len(entries) > refs.max_entries:
-            self.send_parts()  # refs are evicted: see forget
+        refs = self.refs  # a ref evicted: its next points go by key (after the part)
         for key, salt, metric_uid, tag_bytes in entries:
             refs.remember(key, SeriesKey(salt, metric_uid, tag_bytes))
 
     def forget(self) -> None:
         """Forget every ref (the owner's ``dropcaches``). The points encoded with them go
         first: a later point of the same series then goes by its key, and must not
-        overtake them (so before refs are evicted, :meth:`learn`)."""
-        self.send_parts()
-        self.refs.clear()
-
-    def send_parts(self) -> None:
-        """Send every connection's points encoded so far."""
+        overtake them."""
         for client in list(self.clients.values()):
             client.send_part()
+        self.refs.clear()
 
     def send(self, message: object) -> None:
         if self.channel is not None and not self.channel.is_closing():
