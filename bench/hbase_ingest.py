@@ -325,15 +325,17 @@ async def start_tsd(
     profile: str | None,
     data_dir: Path,
     extra: dict[str, str] | None = None,
+    port: int = 0,
 ) -> tuple[asyncio.subprocess.Process, int]:
     """``tsdb tsd`` on ``cfg``'s tables, its write-ahead log in ``data_dir`` (never the
-    default ./data, which a daemon of the user's may hold); ``extra``: more keys."""
+    default ./data, which a daemon of the user's may hold); ``extra``: more keys;
+    ``port``: its port (0: any free one)."""
     keys = {**tsd_hbase_keys(cfg, data_dir), "tsd.logging.format": "json", **(extra or {})}
     settings = [arg for key, value in keys.items() for arg in ("--set", f"{key}={value}")]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         *(["-m", "cProfile", "-o", profile] if profile else []),
-        *["-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", "0"],
+        *["-m", "tsd", "tsd", "--bind", "127.0.0.1", "--port", str(port)],
         *["--auto-metric", *settings],
         cwd=ROOT,
         stderr=asyncio.subprocess.PIPE,

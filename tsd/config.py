@@ -84,8 +84,9 @@ class CoreConfig:
     meta_enable_tsuid_incrementing: bool = False
     #: histogram codecs: a JSON map of codec class -> id, or a file ending in .json
     histograms_config: str = ""
-    #: series whose row-key templates the ingest service keeps (tsd.core.series_cache.size):
-    #: a point of a series past it is parsed and resolved as new (from the UID cache)
+    #: series whose row-key templates the ingest service keeps (tsd.core.series_cache.size),
+    #: each map apart, and meta tracking remembers: past it the least recently used go
+    #: (tsd/recent.py), and their next point is parsed and resolved again (UID cache)
     series_cache_size: int = 5_000_000
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tests.hbase_harness import ROOT, HBaseServer, drop_tables, unique_prefix
 from tests.readiness import wait_http_ready
-from tsd.config import StorageConfig
+from tsd.config import StorageConfig, build_config
+from tsd.daemon import Daemon
 from tsd.storage.base import ScanSpec
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage_setup import hbase_settings
@@ -101,6 +102,24 @@ def tsd_hbase_keys(cfg: StorageConfig, data_dir: Path | None) -> dict[str, str]:
         "tsd.storage.hbase.meta_table": cfg.meta_table,
         "tsd.storage.enable_compaction": "false",
     }
+
+
+async def started_tsd(
+    stack: contextlib.AsyncExitStack, cfg: StorageConfig, data_dir: Path, **keys: str
+) -> Daemon:
+    """An in-process tsd on ``cfg``'s HBase tables (127.0.0.1, an ephemeral port, metrics
+    auto-created, ``keys`` besides), stopped when ``stack`` closes."""
+    values = {
+        "tsd.network.bind": "127.0.0.1",
+        "tsd.network.port": "0",
+        "tsd.core.auto_create_metrics": "true",
+        **keys,
+        **tsd_hbase_keys(cfg, data_dir),
+    }
+    daemon = Daemon(build_config(values))
+    await daemon.start()
+    stack.push_async_callback(daemon.stop)
+    return daemon
 
 
 def opentsdb_conf(

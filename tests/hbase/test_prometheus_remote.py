@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hbase.opentsdb import fresh_tables, running_opentsdb, tsd_hbase_keys
+from tests.hbase.opentsdb import fresh_tables, running_opentsdb, started_tsd
 from tests.hbase_harness import HBaseServer
 from tests.prometheus import (
     ROUND_TRIP_SECONDS,
@@ -27,8 +27,6 @@ from tests.prometheus import (
     remote_round_trip,
     window_ms,
 )
-from tsd.config import build_config
-from tsd.daemon import Daemon
 
 SECONDS = ROUND_TRIP_SECONDS
 
@@ -52,16 +50,8 @@ async def test_remote_storage_on_hbase_and_opentsdb_reads_it(
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
         cfg = await stack.enter_async_context(fresh_tables(hbase_server))
-        keys = {
-            "tsd.network.bind": "127.0.0.1",
-            "tsd.network.port": "0",
-            "tsd.core.auto_create_metrics": "true",
-            "tsd.storage.max_tags": "16",
-            **tsd_hbase_keys(cfg, tmp_path / "tsd"),
-        }
-        daemon = Daemon(build_config(keys))
-        await daemon.start()
-        stack.push_async_callback(daemon.stop)
+        keys = {"tsd.storage.max_tags": "16"}
+        daemon = await started_tsd(stack, cfg, tmp_path / "tsd", **keys)
         trip = await remote_round_trip(daemon.port, tmp_path, SECONDS)
         start_ms, end_ms = window_ms(trip)
         expected = as_opentsdb(finite(trip.local))

@@ -3,6 +3,7 @@ setting, written once per series (not per point), on every backend."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -200,3 +201,37 @@ async def test_a_queue_longer_than_a_batch_is_written_in_batches(
     for tsuid in tsuids[:3]:  # written: not queued again
         tracker.on_new_series(tsuid[:3], [(tsuid[3:6], tsuid[6:])], tsuid)
     assert tracker.pending() == 0
+
+
+async def test_the_queue_and_the_written_series_are_bounded_by_the_series_cache(
+    make_env: MakeEnv, storage: Storage
+) -> None:
+    """tsd.core.series_cache.size bounds meta tracking too: a queue that reaches it holds
+    new series back (wait_room) until storage takes the queue, rather than growing or
+    dropping meta rows; the TSUIDs remembered as written stay within it."""
+    hooked = HookedStorage(storage)
+    gate = asyncio.Event()
+
+    async def held(table: str, mutations: Any) -> None:
+        if table.endswith("tsdb-meta"):
+            await gate.wait()
+
+    hooked.hooks["mutate"] = held
+    env = await make_env(store=hooked, series_cache_size=8)
+    tracker = env.meta.tracker
+    tsuids = [b"\x00\x00\x01\x00\x00\x01" + i.to_bytes(3, "big") for i in range(20)]
+    for tsuid in tsuids[:8]:
+        tracker.on_new_series(tsuid[:3], [(tsuid[3:6], tsuid[6:])], tsuid)
+    waiting = asyncio.get_running_loop().create_task(tracker.wait_room())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # the queue is full and storage holds the round
+    gate.set()
+    await asyncio.wait_for(waiting, 5)
+    for tsuid in tsuids[8:]:
+        await tracker.wait_room()
+        tracker.on_new_series(tsuid[:3], [(tsuid[3:6], tsuid[6:])], tsuid)
+    await tracker.flush()
+    assert tracker.pending() == 0
+    assert tracker.remembered() == 8
+    for tsuid in tsuids:  # none dropped
+        assert await meta_row(env, tsuid) == {b"tsd_series": NOW_S.to_bytes(8, "big")}

@@ -119,3 +119,38 @@ async def test_one_process_when_worker_threads_is_1(make_tsd: MakeTsd) -> None:
     (protocol,) = tsd.listener.telnet_protocols
     assert not isinstance(protocol, RemoteTelnet)
     await client.close()
+
+
+async def test_a_worker_past_the_series_cache_bound_keeps_every_point_in_order(
+    make_tsd: MakeTsd,
+) -> None:
+    """tsd.core.series_cache.size bounds the worker's refs too: with 100 series against
+    a bound of 20 the refs it was taught are evicted (least recently taught first) and the
+    points of evicted series go by key again; a later point of a cell still wins, and
+    every point is stored."""
+    tsd = await make_tsd(
+        **{
+            "tsd.network.worker_threads": "2",
+            "tsd.core.series_cache.size": "20",
+            "tsd.storage.fix_duplicates": "true",  # the later of two values at a time wins
+        }
+    )
+    await eventually(_pool(tsd).all_ready, attempts=6000)
+    client = await TelnetClient.connect(tsd.port)
+    expected: dict[tuple[str, int], int] = {}
+    for turn in range(4):
+        lines: list[bytes] = []
+        for s in [*range(100), *range(10)]:  # the first ten written again: the later wins
+            value = turn * 1000 + s + (5000 if len(lines) >= 100 else 0)
+            lines.append(b"put w.e %d %d host=h%d\n" % (T + turn, value, s))
+            expected[(f"h{s}", turn)] = value
+        await client.send(b"".join(lines))
+        assert await client.sync() == []
+    await client.close()
+    assert tsd.ingest.cached_entries() <= 20
+    points = {
+        (dict(p.tags)["host"], p.timestamp_ms // 1000 - T): p.value
+        for p in await stored(tsd)
+        if p.metric == "w.e"
+    }
+    assert points == expected

@@ -18,7 +18,7 @@ from tsd.errors import NameTooLong, StorageError, TsdError
 from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.storage.base import Storage
 from tsd.write.batch_writer import WriterLimits
-from tsd.write.ingest import IngestSession, Put, RefusalKind, Refused
+from tsd.write.ingest import IngestService, IngestSession, Put, RefusalKind, Refused
 
 T0 = 1_356_998_400
 
@@ -80,6 +80,63 @@ async def test_ref_cache_is_bounded(make_writer: MakeWriter) -> None:
         refs.remember(key, ref)
     assert len(refs) <= 3
     assert refs[4] is ref
+
+
+async def test_past_the_series_cache_bound_the_least_recently_used_go_and_come_back(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    """tsd.core.series_cache.size on either store: a protocol's cache never holds more
+    than the bound; series in use are never evicted by a stream of new ones; an evicted
+    series put again is resolved from the UID caches (no UID assigned again, the same
+    ref) and its meta hook is called again; every point is stored."""
+    base = make_writer()
+    seen: list[bytes] = []
+    ingest = IngestService(
+        base.writer,
+        base.uids,
+        tables,
+        max_series=40,
+        on_new_series=lambda refs: seen.extend(ref.tsuid for ref in refs),
+    )
+    refs = ingest.ref_cache("proto")
+    session: IngestSession[int] = ingest.session(cache=refs)
+    hot = [f"hot{n}" for n in range(5)]  # each used again within 20 new entries (40 // 2)
+    first: dict[str, object] = {}
+    points = 0
+
+    async def put_as_a_protocol(name: str, timestamp: int, value: int) -> None:
+        """As telnet does: the cache's get first, put (a recall, or a lookup) on a miss."""
+        ref = refs.get(name.encode())
+        if ref is not None:
+            session.append_run([(ref, timestamp, value)])
+        else:
+            await put_waiting(session, point(timestamp, value, name), 0, (name.encode(),))
+
+    for turn in range(20):
+        names = [f"new{turn}-{n}" for n in range(10)] + hot
+        for name in names:
+            await put_as_a_protocol(name, T0 + turn, turn)
+            points += 1
+        await session.settle()
+        assert refs.entries() <= 40
+        first.update((n, refs.lookup(n.encode())) for n in names if n not in first)
+    assert refs.evictions == 200 + 5 - 40
+    # the series in use were resolved once each: never evicted
+    assert len(seen) == 200 + 5
+    assignments = ingest.uids.tagv.stats.assignments
+    for name in [f"new0-{n}" for n in range(10)]:  # evicted long ago
+        assert refs.lookup(name.encode()) is None
+        await put_as_a_protocol(name, T0 + 20, -1)
+        points += 1
+    await session.settle()
+    assert ingest.uids.tagv.stats.assignments == assignments
+    assert [refs.lookup(f"new0-{n}".encode()) for n in range(10)] == [
+        first[f"new0-{n}"] for n in range(10)
+    ]
+    assert len(seen) == 205 + 10  # meta tracking is told again (it remembers them)
+    assert refs.entries() <= 40
+    await ingest.writer.flush()
+    assert len(await stored_points(storage, tables, ingest.uids)) == points
 
 
 async def test_known_points_are_taken_without_suspending_misses_are_not(

@@ -36,7 +36,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, filterfalse
 from operator import itemgetter
 from typing import Any, cast
 
@@ -802,6 +802,16 @@ class Head:
         if not held.any():
             return None
         return int(c.first_batch[:n][held].min())
+
+    def bytes_to_add(self, runs: Sequence[Run]) -> int:
+        """What :meth:`add_runs` of ``runs`` would add to :attr:`bytes` at most: a row the
+        head does not hold costs its fixed cost and its key, every run its points' bytes
+        with their room to grow (the writer reserves this much before a batch goes in:
+        :meth:`tsd.write.head_flush.HeadSink.room`). C-speed passes, no step per row."""
+        new = list(filterfalse(self._slot_of.__contains__, map(_FIRST, runs)))
+        data = sum(map(len, map(_THIRD, runs))) + sum(map(len, map(_FOURTH, runs)))
+        fixed = len(new) * ROW_OVERHEAD_BYTES + sum(map(len, new))
+        return fixed + data + (data >> DATA_SLACK_SHIFT) + 1
 
     @property
     def bytes(self) -> int:

@@ -40,6 +40,7 @@ from tsd.errors import CodecError, TsdError
 from tsd.log import get_logger
 from tsd.meta.tsmeta import TsMetaStore
 from tsd.meta.uidmeta import UidMetaStore
+from tsd.recent import RecentMap
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Put, Storage
 from tsd.tasks import cancel_and_wait
@@ -50,7 +51,9 @@ log = get_logger("tsd.meta")
 
 #: tsd's own index cell in a meta row, written when tracking is off.
 INDEX_QUALIFIER = b"tsd_series"
-#: TSUIDs remembered as written; past this the memory is cleared (rewrites are idempotent).
+#: UIDs remembered as having their UIDMeta written; past this the memory is cleared
+#: (rewrites are idempotent). TSUIDs written are remembered up to
+#: ``tsd.core.series_cache.size``, the least recently seen forgotten first.
 MAX_REMEMBERED = 1_000_000
 #: TSUIDs written per storage round (a burst of new series: few, large writes).
 BATCH_SIZE = 4096
@@ -90,12 +93,16 @@ class MetaTracker:
         self._uid_metas = uid_metas
         self._wall_clock = wall_clock
         self._pending: dict[bytes, tuple[bytes, _Pairs, int]] = {}
-        self._written: set[bytes] = set()
+        #: TSUIDs written (values unused), bounded with the ref caches they follow
+        self._written: RecentMap[bytes, bool] = RecentMap(core.series_cache_size)
         #: the series of the round being written (tsuid -> its queue entry)
         self._writing: dict[bytes, tuple[bytes, _Pairs, int]] = {}
         self._uids_written: set[tuple[str, bytes]] = set()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        #: set while the queue is below tsd.core.series_cache.size (wait_room)
+        self._room = asyncio.Event()
+        self._room.set()
         self._task: asyncio.Task[None] | None = None
         registry = registry or StatsRegistry()
         self._tracked = registry.counter("meta.series_tracked")
@@ -119,11 +126,22 @@ class MetaTracker:
             except CodecError:
                 return
         pending = self._pending
-        if tsuid in self._written or tsuid in pending or tsuid in self._writing:
+        if self._written.lookup(tsuid) or tsuid in pending or tsuid in self._writing:
             return
         if not pending:  # else the task is awake already (a failed round wakes it too)
             self._wake.set()
         pending[tsuid] = (metric_uid, tuple(tag_uids), 0)
+        if len(pending) >= self._written.max_entries:
+            self._room.clear()  # new series wait (wait_room) until the queue drains
+
+    async def wait_room(self) -> None:
+        """Return once fewer series than ``tsd.core.series_cache.size`` wait to be
+        written: the ingest service awaits this before it resolves new series, so that a
+        burst faster than meta rows are written (or a storage outage) holds new series
+        back rather than growing the queue, or dropping their meta rows."""
+        if not self._room.is_set():
+            self._wake.set()
+            await self._room.wait()
 
     def on_new_series_many(self, refs: Sequence[SeriesKey]) -> None:
         """:meth:`on_new_series` of a burst of series, by their row-key templates, in one
@@ -133,9 +151,10 @@ class MetaTracker:
         was_empty = not pending
         realtime_uid = self._core.meta_enable_realtime_uid
         layout = self._layout
+        seen = written.lookup if written.entries() else None
         for ref in refs:
             tsuid = ref.tsuid
-            if tsuid in written or tsuid in pending or tsuid in writing:
+            if tsuid in pending or tsuid in writing or (seen is not None and seen(tsuid)):
                 continue
             pairs: _Pairs = ()
             if realtime_uid:
@@ -144,10 +163,16 @@ class MetaTracker:
             pending[tsuid] = (ref.metric_uid, pairs, 0)
         if was_empty and pending:  # else the task is awake already
             self._wake.set()
+        if len(pending) >= written.max_entries:
+            self._room.clear()  # new series wait (wait_room) until the queue drains
 
     def pending(self) -> int:
         """Series queued and not yet written."""
         return len(self._pending)
+
+    def remembered(self) -> int:
+        """Series remembered as written (at most ``tsd.core.series_cache.size``)."""
+        return self._written.entries()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -160,6 +185,7 @@ class MetaTracker:
         await cancel_and_wait(self._task)
         self._task = None
         await self.flush()
+        self._room.set()  # nobody waits on a closed tracker
 
     async def flush(self) -> None:
         """Write everything queued now (lookups call this to see the newest series).
@@ -216,9 +242,11 @@ class MetaTracker:
             return False
         finally:
             self._writing = {}
-        if len(self._written) + len(batch) > MAX_REMEMBERED:
-            self._written.clear()
-        self._written.update(writing)
+            if len(self._pending) < self._written.max_entries:
+                self._room.set()
+        remember = self._written.remember
+        for tsuid in writing:
+            remember(tsuid, True)
         self._tracked.inc(len(batch))
         return True
 

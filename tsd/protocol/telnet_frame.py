@@ -258,6 +258,10 @@ class TelnetFramer(Generic[Part]):
                     known: list[tuple[Any, int, int | float]] = []
                     index = take_known_puts(lines, index, keys, known, count - index)
                     if known:
+                        # encoded points go first: a series known by key here may have
+                        # points in the part (its ref forgotten since: evicted past
+                        # tsd.core.series_cache.size), and a later point of a cell wins
+                        self.take_part(items)
                         # columns: the daemon maps and zips them at C speed
                         keys_, stamps, values = zip(*known, strict=True)
                         items.append(KnownPuts(keys_, stamps, values))

@@ -139,6 +139,9 @@ class _LearningCache(RefCache):
         self._shared.remember(key, ref)
         self._channel.teach(key, ref)
 
+    def recall(self, key: Hashable) -> SeriesRef | None:
+        return self._shared.recall(key)
+
 
 class WorkerChannel(asyncio.Protocol):
     """The owner's end of one worker: its process, its channel, its connections."""
@@ -338,6 +341,7 @@ class WorkerPool:
             "max_tags": context.rules.max_tags,
             "commands": list(context.commands),
             "max_line_bytes": context.max_line_bytes,
+            "max_refs": context.ingest.ref_cache(TELNET_REF_CACHE).max_entries,
         }
         self._channels: list[WorkerChannel] = []
         context.ingest.on_drop_caches(self._forget)

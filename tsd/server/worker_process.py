@@ -44,13 +44,15 @@ from typing import Any, cast
 from tsd.codec import SeriesKey
 from tsd.protocol.names import NameRules
 from tsd.protocol.telnet_frame import PART_DELAY_S, PART_POINTS, TelnetFramer, items_to_wire
+from tsd.recent import RecentMap
 from tsd.server.flow import WRITE_HIGH_WATER
 from tsd.wal.record import EncodedPart, seal_part
 
 #: Frame header of every channel message: its length, big-endian.
 HEADER = struct.Struct(">I")
-#: Series refs a worker keeps before it forgets them all (the owner's own bound,
-#: tsd.core.series_cache.size's default); a series forgotten goes by its key again.
+#: Series refs a worker keeps when its settings do not say (tsd.core.series_cache.size's
+#: default; the pool passes the owner's): the least recently taught go first, and a
+#: series forgotten goes by its key again.
 MAX_REFS = 5_000_000
 
 
@@ -95,7 +97,7 @@ class Worker:
         self.max_line_bytes = int(settings["max_line_bytes"])
         self.keys: dict[Any, Any] = {}
         #: put_line_key -> row-key template, as the owner taught them
-        self.refs: dict[Any, SeriesKey] = {}
+        self.refs: RecentMap[Any, SeriesKey] = RecentMap(int(settings.get("max_refs", MAX_REFS)))
         self.clients: dict[int, Client] = {}
         self.channel: asyncio.Transport | None = None
         self.paused = False
@@ -125,16 +127,14 @@ class Worker:
 
     def learn(self, entries: list[tuple[Any, bytes, bytes, bytes]]) -> None:
         """Series the owner resolved: their keys and row-key templates."""
-        refs = self.refs
+        refs = self.refs  # a ref evicted: its next points go by key (after the part)
         for key, salt, metric_uid, tag_bytes in entries:
-            if len(refs) >= MAX_REFS:
-                self.forget()
-            refs[key] = SeriesKey(salt, metric_uid, tag_bytes)
+            refs.remember(key, SeriesKey(salt, metric_uid, tag_bytes))
 
     def forget(self) -> None:
-        """Forget every ref (the owner's ``dropcaches``, or past MAX_REFS). The points
-        encoded with them go first: a later point of the same series then goes by its
-        key, and must not overtake them."""
+        """Forget every ref (the owner's ``dropcaches``). The points encoded with them go
+        first: a later point of the same series then goes by its key, and must not
+        overtake them."""
         for client in list(self.clients.values()):
             client.send_part()
         self.refs.clear()

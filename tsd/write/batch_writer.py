@@ -42,7 +42,7 @@ import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tsd.codec import KeyLayout, SeriesKey, encode_append_entry, encode_point
 from tsd.codec.const import APPEND_COLUMN_QUALIFIER, TIMESTAMP_BYTES
@@ -134,7 +134,16 @@ class Writer:
         self._table = cfg.data_table
         self._appends = cfg.enable_appends
         self._layout = KeyLayout.from_storage_config(cfg)
-        self._limits = limits or WriterLimits()
+        limits = limits or WriterLimits()
+        if head is not None and head.max_pending_cells < limits.max_pending_cells:
+            # batches sized to the head's bound (HeadSink.max_pending_cells)
+            pending = head.max_pending_cells
+            limits = replace(
+                limits,
+                max_pending_cells=pending,
+                max_batch_cells=min(limits.max_batch_cells, max(1, pending // 4)),
+            )
+        self._limits = limits
         interval_ms = cfg.flush_interval_ms
         if wal is not None:
             interval_ms = min(interval_ms, cfg.wal_sync_interval_ms)
@@ -537,9 +546,11 @@ class Writer:
         batch (the head would be its only copy); so does a head over its bound whose rows
         storage refuses."""
         started = time.perf_counter()
+        reserved = 0
         try:
-            await sink.room()  # past tsd.storage.head.max_bytes: after the write-out
             payload, runs = batch.payload_and_runs()
+            # room within tsd.storage.head.max_bytes (after a write-out), kept until added
+            reserved = await sink.room(runs, batch.cells)
             error: StorageError | None = sink.refusal
             seq = None
             own_cells = batch.cells - batch.logged_cells  # the others are logged already
@@ -552,6 +563,7 @@ class Writer:
             if error is None:
                 sink.add(runs, seq, batch.logged)
         finally:
+            sink.unreserve(reserved)
             self._batch_latency.observe(time.perf_counter() - started)
             self._written(batch, slots)
         if error is not None:

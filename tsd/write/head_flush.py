@@ -34,6 +34,7 @@ from tsd.codec.const import FAMILY
 from tsd.config import StorageConfig
 from tsd.errors import CodecError, StorageError, StorageRefused
 from tsd.head import Head, Taken
+from tsd.head.head import ROW_OVERHEAD_BYTES
 from tsd.log import WRITER, get_logger
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Cell, CellBlock, Delete, Mutation, Put, Row, Storage
@@ -175,6 +176,13 @@ class HeadFlusher:
 CLOSED_ROWS_PER_FLUSH = 5_000
 
 
+#: The most one cell's bytes cost the head (a 4-byte millisecond qualifier and an 8-byte
+#: value, with their room to grow).
+CELL_BYTES = 14
+#: The writer's pending cells in front of the smallest head (a bound of a few KiB).
+MIN_PENDING_CELLS = 64
+
+
 class HeadSink:
     """The writer's side of the head: batches in (numbered), rows out on time through a
     :class:`HeadFlusher`, and the write-ahead log's records released once every row they
@@ -196,10 +204,15 @@ class HeadSink:
         wall_clock: Callable[[], float],
         tick_s: float = 1.0,
         closed_per_flush: int = CLOSED_ROWS_PER_FLUSH,
+        longest_key: int = 64,
     ) -> None:
+        """``longest_key``: the longest row key the head may get (``tsd.storage.max_tags``
+        tags: :func:`build_head_sink`)."""
         self.head = head = flusher.head
         self._flusher = flusher
         self._max_bytes = max_bytes
+        #: the most a row costs the head beside its points (a new row of the longest key)
+        self._row_bytes = ROW_OVERHEAD_BYTES + longest_key
         self._grace_s = grace_s
         self._wal = wal
         self._clock = wall_clock
@@ -212,12 +225,23 @@ class HeadSink:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._refusal: StorageRefused | None = None
+        #: bytes :meth:`room` promised to batches not in the head yet
+        self._reserved = 0
         # One write-out at a time (the tick, a tool's request, the close): two would take
         # the same points and release them twice.
         self._writing_out = asyncio.Lock()
         registry.gauge("head.bytes", lambda: head.bytes)
         registry.gauge("head.rows", lambda: len(head))
         registry.gauge("head.points", lambda: head.points)
+
+    @property
+    def max_pending_cells(self) -> int:
+        """The most cells the writer should hold (buffered and in flight) in front of
+        this head: as new rows (the worst a cell costs the head) a quarter of its bound,
+        so that a batch always fits once older rows are written out (:meth:`room`). The
+        writer's own default (200,000) is below it from a bound of about 256 MiB (rows
+        of 8 tags at most)."""
+        return max(MIN_PENDING_CELLS, self._max_bytes // (4 * (self._row_bytes + CELL_BYTES)))
 
     # -- in -----------------------------------------------------------------------------------
 
@@ -246,25 +270,52 @@ class HeadSink:
             return self._refusal
         return None
 
-    async def room(self) -> None:
-        """Return once the head is within ``tsd.storage.head.max_bytes``, writing its
-        oldest rows out meanwhile: the writer awaits this before each batch, so that past
-        the bound new points wait for the write-out (and the protocols stop reading, the
-        writer's pending bound) instead of growing the head. New series can come faster
-        than rows are written out (a burst of a million: about 30,000 a second against
-        about 12,000 rows written), so the tick alone let the head pass its bound.
+    async def room(self, runs: Sequence[RowRun], cells: int) -> int:
+        """Return once the head has room for ``runs`` (a writer batch of ``cells`` cells at
+        most) within ``tsd.storage.head.max_bytes``, writing its oldest rows out
+        meanwhile; the bytes reserved for them, handed back with :meth:`unreserve` once the
+        batch is added (or given up). The writer awaits this before each batch, so that
+        past the bound new points wait for the write-out (and the protocols stop reading,
+        the writer's pending bound) instead of growing the head.
+
+        Why a reservation, and the batch's own size: new series come faster than rows are
+        written out (a burst of a million: about 30,000 a second against about 12,000 rows
+        written), and a batch of new series is large (up to the writer's pending cells,
+        200,000 rows: about 60 MB). Waiting only while the head was past its bound let
+        each batch land on a head just under it, and two batches in flight (one waiting
+        for its log write) both did: head.bytes reached about 355 MB against 256 MiB. Now
+        the head holds at most ``max_bytes`` (:meth:`tsd.head.Head.bytes_to_add` is an
+        upper bound), unless one batch alone is larger than what can be written out
+        (:attr:`max_pending_cells`, which sizes the writer's batches to the bound, keeps
+        that from happening) or storage fails.
 
         Storage refusing the rows ends the wait (:attr:`refusal` then refuses the batch);
         another storage error too (logged; the tick tries again)."""
-        while self.head.bytes > self._max_bytes:
+        head = self.head
+        # the usual case, far from the bound: an upper bound without a pass over the runs
+        needed = len(runs) * self._row_bytes + cells * CELL_BYTES
+        if head.bytes + self._reserved + needed <= self._max_bytes:
+            self._reserved += needed
+            return needed
+        while True:
+            needed = head.bytes_to_add(runs)
+            incoming = self._reserved + needed
+            if head.bytes + incoming <= self._max_bytes:
+                break
             try:
-                if not await self.flush_due():
-                    return
+                if not await self.flush_due(incoming):
+                    break  # nothing left to write out: the batch goes in all the same
             except StorageRefused:
-                return
+                break
             except StorageError as exc:
                 log.warning("head.flush_failed", error=str(exc))
-                return
+                break
+        self._reserved += needed
+        return needed
+
+    def unreserve(self, reserved: int) -> None:
+        """Hand back what :meth:`room` reserved (the batch is in the head, or failed)."""
+        self._reserved -= reserved
 
     def _add(self, runs: Sequence[RowRun]) -> int:
         number = self._next_batch
@@ -282,10 +333,13 @@ class HeadSink:
             if kind != CELLS:
                 continue
             runs = decode_row_runs(payload)
-            cells += sum(run[1] for run in runs)
-            self._add(runs)
-            if self.head.bytes > self._max_bytes:
-                await self.flush_due()
+            cells_here = sum(run[1] for run in runs)
+            cells += cells_here
+            reserved = await self.room(runs, cells_here)
+            try:
+                self._add(runs)
+            finally:
+                self.unreserve(reserved)
         self._recovered_until = self._next_batch
         return cells
 
@@ -308,19 +362,20 @@ class HeadSink:
             except Exception:  # a bug must not end the flushing for the daemon's lifetime
                 log.exception("head.flush_crashed")
 
-    async def flush_due(self) -> int:
+    async def flush_due(self, incoming: int = 0) -> int:
         """Write the rows that are closed (at most ``closed_per_flush`` of them: the
-        others at the next calls), and the oldest while the head is over its bound
-        (everything after a failed log write); the rows written."""
+        others at the next calls), and the oldest while the head, with ``incoming`` bytes
+        more (batches about to go in), is over its bound, down to 3/4 of it; the rows
+        written."""
         async with self._writing_out:
-            return await self._flush_due()
+            return await self._flush_due(incoming)
 
-    async def _flush_due(self) -> int:
+    async def _flush_due(self, incoming: int) -> int:
         head = self.head
         keys = head.closed(self._clock(), self._grace_s, self._closed_per_flush)
-        over = head.bytes - self._max_bytes * 3 // 4
-        if head.bytes > self._max_bytes and over > 0:
-            keys = sorted({*keys, *head.oldest(over)})
+        held = head.bytes + incoming
+        if held > self._max_bytes:
+            keys = sorted({*keys, *head.oldest(held - self._max_bytes * 3 // 4)})
         try:
             if keys:
                 await self._flusher.flush(keys)
@@ -401,8 +456,9 @@ def build_head_sink(
 ) -> HeadSink:
     """A new head for ``cfg``'s data table, and the sink writing it out as configured
     (``tsd.storage.head.*``)."""
+    layout = KeyLayout.from_storage_config(cfg)
     flusher = HeadFlusher(
-        Head(KeyLayout.from_storage_config(cfg)),
+        Head(layout),
         storage,
         cfg.data_table,
         registry,
@@ -416,4 +472,5 @@ def build_head_sink(
         grace_s=cfg.head_grace_s,
         wal=wal,
         wall_clock=wall_clock,
+        longest_key=layout.tags_start + cfg.max_tags * (layout.tagk_width + layout.tagv_width),
     )

@@ -16,8 +16,9 @@ The rest of its surface is flow control (:meth:`~IngestSession.room`,
 :meth:`~IngestSession.wait_room`, :meth:`~IngestSession.wait_lookup`) and settling
 (:meth:`~IngestSession.settle`, :meth:`~IngestSession.stored`).
 
-* Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded:
-  cleared past ``max_series``; keyed by one str per series, :func:`series_name_key`) and
+* Refs. :class:`IngestService` keeps the ``(metric, tags) -> SeriesRef`` map (bounded by
+  ``max_series``, the least recently used evicted: :mod:`tsd.recent`; keyed by one str
+  per series, :func:`series_name_key`) and
   hands protocols :class:`RefCache` maps for their own keys of a series (a telnet line's
   raw metric and tag words, an /api/put element's JSON text). A series resolved for
   points that all carry a protocol key is kept under those keys only, not by name too
@@ -49,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import gc
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeAlias, TypeVar, cast
 
@@ -66,6 +67,7 @@ from tsd.errors import (
     TsdError,
 )
 from tsd.log import WRITER, get_logger
+from tsd.recent import RecentMap
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
 from tsd.wal.record import EncodedPart
@@ -165,20 +167,13 @@ class Refused:
         return cls(RefusalKind.STORAGE, f"Unexpected exception: {exc}")
 
 
-class RefCache(dict[Hashable, SeriesRef]):
-    """A protocol's own keys of resolved series (a dict, so hot loops can ``get`` from
-    it at C speed). Bounded: cleared when it would pass ``max_entries``."""
+class RefCache(RecentMap[Hashable, SeriesRef]):
+    """A protocol's own keys of resolved series: a dict, so hot loops can ``get`` from
+    it at C speed, bounded by ``max_entries`` (tsd.core.series_cache.size) with the least
+    recently used evicted (:class:`~tsd.recent.RecentMap`: a miss's slow path,
+    :meth:`IngestSession.put`, recalls an entry of the old generation first)."""
 
-    __slots__ = ("max_entries",)
-
-    def __init__(self, max_entries: int) -> None:
-        super().__init__()
-        self.max_entries = max_entries
-
-    def remember(self, key: Hashable, ref: SeriesRef) -> None:
-        if len(self) >= self.max_entries:
-            self.clear()
-        self[key] = ref
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +211,13 @@ class IngestService:
         on_new_series: NewSeriesHook | None = None,
         registry: StatsRegistry | None = None,
         cells: CellStore | None = None,
+        new_series_room: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``on_new_series(refs)`` is called (synchronously) with the row-key templates of
         the series that just got their refs (a burst's at once), i.e. once per series
-        until the ref cache is cleared: meta tracking
-        (tsd.meta.tracking.MetaTracker.on_new_series_many) hangs there.
+        until its ref is evicted: meta tracking
+        (tsd.meta.tracking.MetaTracker.on_new_series_many) hangs there, and
+        ``new_series_room`` (its ``wait_room``) is awaited before new series are resolved.
         ``cells``: where rollups and histograms go (None: ``tsdb import``, which takes
         neither)."""
         self.writer = writer
@@ -229,11 +226,14 @@ class IngestService:
         self._layout = KeyLayout.from_storage_config(cfg)
         self._max_series = max_series
         self._on_new_series = on_new_series
+        self._new_series_room = new_series_room
         self._registry = registry or StatsRegistry()
         #: refs by :func:`series_name_key` (one str per series, not a tuple of tuples)
-        self._refs: dict[str | tuple[str, Tags], SeriesRef] = {}
+        self._refs: RecentMap[str | tuple[str, Tags], SeriesRef] = RecentMap(max_series)
         self._caches: dict[str, RefCache] = {}
         self._drop_listeners: list[Callable[[], None]] = []
+        self._registry.gauge("ingest.series_cached", self.cached_entries)
+        self._registry.gauge("ingest.series_evicted", self._evictions, monotonic=True)
 
     async def resolve(self, metric: str, tags: Tags) -> SeriesRef:
         """The ref of a series, resolving (maybe assigning) its UIDs the first time.
@@ -241,8 +241,10 @@ class IngestService:
         Raises NoSuchUniqueName (auto-create off), UidAssignmentError or StorageError.
         """
         key = series_name_key(metric, tags)
-        ref = self._refs.get(key)
+        ref = self._refs.lookup(key)
         if ref is None:
+            if self._new_series_room is not None:
+                await self._new_series_room()
             metric_uid, pairs = await self.uids.resolve_for_write(metric, tags)
             ref = self._refs.get(key)  # resolved meanwhile by another caller
             if ref is None:
@@ -285,7 +287,9 @@ class IngestService:
         another protocol) is resolved again from the UID caches, without storage, and
         gets a ref equal to the first."""
         refs = self._refs
-        found: list[SeriesRef | None] = [refs.get(name) for name in names] if refs else []
+        found: list[SeriesRef | None] = (
+            [refs.lookup(name) for name in names] if refs.entries() else []
+        )
         # the series to resolve, once each, by their name keys: name -> first position
         missing: dict[NameKey, int] = {}
         if not found and len(dict.fromkeys(names)) == len(names):  # a burst: all new
@@ -298,6 +302,8 @@ class IngestService:
                 return cast(list[SeriesRef | TsdError], found)
             metrics = [metrics[at] for at in missing.values()]
             tags_list = [tags_list[at] for at in missing.values()]
+        if self._new_series_room is not None:  # meta tracking's queue is bounded too
+            await self._new_series_room()
         resolved = await self.uids.resolve_names(metrics, tags_list)
         made = series_keys(
             self._layout,
@@ -339,25 +345,30 @@ class IngestService:
 
     def _made(self, new: list[SeriesRef], names: Sequence[NameKey], remember: bool) -> None:
         """Series that just got their refs (``new[i]`` of ``names[i]``): told to meta
-        tracking, and kept by name when ``remember`` (at most ``max_series``: the map is
-        cleared when they would not fit)."""
+        tracking, and kept by name when ``remember`` (at most ``max_series``, the least
+        recently used evicted: :class:`~tsd.recent.RecentMap`)."""
         if not new:
             return
         if self._on_new_series is not None:
             self._on_new_series(new)
         if remember:
-            refs, most = self._refs, self._max_series
-            if len(refs) + len(new) > most:
-                refs.clear()
-            refs.update(zip(names[-most:], new[-most:], strict=True))
+            self._refs.remember_many(names, new)
 
     def cached(self, metric: str, tags: Tags) -> SeriesRef | None:
         """The ref of a series resolved before, without suspending; None on a miss."""
-        return self._refs.get(series_name_key(metric, tags))
+        return self._refs.lookup(series_name_key(metric, tags))
+
+    def cached_entries(self) -> int:
+        """Series refs held, every map together (each bounded by
+        ``tsd.core.series_cache.size``): the ``ingest.series_cached`` gauge."""
+        return self._refs.entries() + sum(c.entries() for c in self._caches.values())
+
+    def _evictions(self) -> int:
+        return self._refs.evictions + sum(c.evictions for c in self._caches.values())
 
     def cached_name(self, name: NameKey) -> SeriesRef | None:
         """:meth:`cached` by the series' :func:`series_name_key`."""
-        return self._refs.get(name)
+        return self._refs.lookup(name)
 
     def ref_cache(self, name: str) -> RefCache:
         """The cache of one protocol's keys (one per name, shared by its connections)."""
@@ -555,8 +566,15 @@ class IngestSession(Generic[T]):
         :meth:`settle` waits for every lookup. :attr:`Put.BUSY`: the point needs a new
         batch and ``window`` are running: nothing was taken; await :meth:`wait_lookup`
         and put it again."""
+        ref = None
+        if aliases and self.cache is not None:  # a key evicted to the old generation?
+            aliases = tuple(aliases)
+            for alias in aliases:
+                if (ref := self.cache.recall(alias)) is not None:
+                    break
         name = series_name_key(point.metric, point.tags)
-        ref = self.service.cached_name(name)
+        if ref is None:
+            ref = self.service.cached_name(name)
         if ref is not None:
             if aliases:
                 self._remember(aliases, ref)

@@ -106,6 +106,7 @@ class WritePath:
             config.storage,
             max_series=config.core.series_cache_size,
             on_new_series=meta.tracker.on_new_series_many,
+            new_series_room=meta.tracker.wait_room,
             registry=registry,
             cells=cells,
         )
