@@ -97,3 +97,20 @@ def test_the_bound_is_at_least_one() -> None:
     one.remember("a", 1)
     one.remember("b", 2)
     assert (one.lookup("a"), one.lookup("b"), one.entries()) == (None, 2, 1)
+
+
+@pytest.mark.parametrize("burst", [10, 60, 250])
+def test_remember_many_is_remember_of_each(burst: int) -> None:
+    """A burst remembered at once (one dict update when it fits the young generation and
+    old is empty, one by one else) leaves the map as remembering each in turn does."""
+    one_by_one: RecentMap[int, int] = RecentMap(100)
+    at_once: RecentMap[int, int] = RecentMap(100)
+    for start in range(0, 600, burst):
+        keys = list(range(start, start + burst))
+        for key in keys:
+            one_by_one.remember(key, -key)
+        at_once.remember_many(keys, [-key for key in keys])
+        assert at_once.entries() <= 100
+        assert dict(at_once) == dict(one_by_one)
+        assert at_once.evictions == one_by_one.evictions
+        assert all(at_once.lookup(k) == one_by_one.lookup(k) for k in range(start + burst))
