@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, filterfalse
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -593,9 +593,11 @@ class Head:
         listed = slots.tolist()
         q_lens = c.q_len[slots].astype(np.int64)
         v_lens = c.v_len[slots].astype(np.int64)
-        qualifiers, values = _join_parts([buf_of[s] for s in listed], q_lens, v_lens)
+        # the slots of live rows: their bytes and keys are set
+        bufs = cast(list[bytearray], _picked(buf_of, listed))
+        qualifiers, values = _join_parts(bufs, q_lens, v_lens)
         return HeadSnapshot(
-            [key_of[s] for s in listed],
+            cast(list[bytes], _picked(key_of, listed)),
             qualifiers,
             values,
             q_lens,
@@ -994,7 +996,10 @@ class HeadSnapshot:
 
     def keys(self) -> list[bytes]:
         """The keys of the rows copied (not yet merged into a stored row)."""
-        return [k for k, left in zip(self._keys, self._left.tolist(), strict=True) if left]
+        left = self._left
+        if left.all():  # nothing merged yet (the usual case): every key, no step per row
+            return list(self._keys)
+        return [k for k, kept in zip(self._keys, left.tolist(), strict=True) if kept]
 
     def shares(self, keys: Iterable[bytes]) -> bool:
         """True when the head holds rows of some of ``keys`` not merged yet."""
@@ -1060,15 +1065,28 @@ class HeadSnapshot:
         taken, else the taken rows' byte ranges gathered with one mask each."""
         rows = np.flatnonzero(take)
         counts = self._counts[rows]
-        keys = [self._keys[i] for i in rows.tolist()]
         if len(rows) == len(take):
-            return HeadRuns(keys, counts, self._qualifiers, self._values)
+            return HeadRuns(list(self._keys), counts, self._qualifiers, self._values)
+        keys = _picked(self._keys, rows.tolist())
         return HeadRuns(
             keys,
             counts,
             _gather_bytes(self._qualifiers, self._q_ends, take),
             _gather_bytes(self._values, self._v_ends, take),
         )
+
+
+T = TypeVar("T")
+
+
+def _picked(items: Sequence[T], at: list[int]) -> list[T]:
+    """``[items[i] for i in at]`` by one C-level gather (72,000 head rows of a 30-day
+    panel: a listcomp step each was a visible part of its read)."""
+    if not at:
+        return []
+    if len(at) == 1:
+        return [items[at[0]]]
+    return list(itemgetter(*at)(items))
 
 
 def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[np.bool_]) -> bytes:

@@ -50,7 +50,7 @@ from tsd.query.compute import ComputeSlots
 from tsd.query.decode import series_key
 from tsd.query.downsample import RowBuckets, RowsOutOfHour, row_buckets
 from tsd.query.filters import SeriesFilter
-from tsd.query.group import group_series, group_tags
+from tsd.query.group import group_key_bytes, group_series, group_tags
 from tsd.query.head_buckets import rollup_buckets
 from tsd.query.histogram import histogram_series
 from tsd.query.last import LastPointQuery, LastPointReader
@@ -370,7 +370,7 @@ class QueryEngine:
         if not spans.series_count:
             return None
         facts = await self._series_facts(spans, work)
-        keep, groups = await self._filter(sub, plan, facts, control, work)
+        keep, groups = await self._filter(sub, plan, facts, control, work, spans.keys)
         kept_points = await self._charge_answer(
             query, spans, keep, len(groups), per_series, filled, control, work
         )
@@ -425,7 +425,13 @@ class QueryEngine:
             return parts, tally, read, buckets
 
     async def _filter(
-        self, sub: SubQuery, plan: ScanPlan, facts: SeriesFacts, control: QueryControl, work: int
+        self,
+        sub: SubQuery,
+        plan: ScanPlan,
+        facts: SeriesFacts,
+        control: QueryControl,
+        work: int,
+        keys: Sequence[bytes],
     ) -> tuple[BoolArray, list[list[int]]]:
         """:meth:`_filter_and_group` in the threads its filters need."""
         # Filters and grouping run per series; a regexp (or wildcard) can take long on one
@@ -433,10 +439,10 @@ class QueryEngine:
         patterned = any("regexp" in f.type or "wildcard" in f.type for f in sub.filters)
         if any(f.type == "regexp" for f in sub.filters):
             return await self._compute.off_loop(
-                self._filter_and_group, sub, plan, facts, control, slots=self._regexps
+                self._filter_and_group, sub, plan, facts, control, keys, slots=self._regexps
             )
         return await self._compute.sized(
-            None if patterned else work, self._filter_and_group, sub, plan, facts, control
+            None if patterned else work, self._filter_and_group, sub, plan, facts, control, keys
         )
 
     async def _charge_answer(
@@ -639,16 +645,31 @@ class QueryEngine:
         return names
 
     def _filter_and_group(
-        self, sub: SubQuery, plan: ScanPlan, facts: SeriesFacts, control: QueryControl
+        self,
+        sub: SubQuery,
+        plan: ScanPlan,
+        facts: SeriesFacts,
+        control: QueryControl,
+        series_keys: Sequence[bytes],
     ) -> tuple[BoolArray, list[list[int]]]:
-        """The series passing the filters, and their groups in OpenTSDB's group order."""
+        """The series passing the filters, and their groups in OpenTSDB's group order
+        (a group-by's keys from the series keys' bytes at once where they allow,
+        :func:`group_key_bytes`; else one key per series)."""
         keep = SeriesFilter(sub.filters, sub.explicit_tags, control).mask(facts.tags)
-        kept = np.flatnonzero(keep).tolist()
+        kept = np.flatnonzero(keep)
         if sub.aggregator == "none":
-            return keep, [[i] for i in kept]
+            return keep, [[i] for i in kept.tolist()]
+        layout = self._layout
+        if plan.group_by:
+            start = layout.salt_width + layout.metric_width
+            groups = group_key_bytes(
+                series_keys, start, layout.tagk_width, layout.tagv_width, plan.group_by, kept
+            )
+            if groups is not None:
+                return keep, groups
         keys: list[bytes | None] = [None] * len(facts.tags)
-        for i in kept:
-            keys[i] = group_key(self._layout, facts.tag_uids[i], plan.group_by)
+        for i in kept.tolist():
+            keys[i] = group_key(layout, facts.tag_uids[i], plan.group_by)
         return keep, [members for _, members in group_series(keys)]
 
     async def _results(

@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -35,6 +38,57 @@ def group_series(keys: Sequence[K | None]) -> list[tuple[K, list[int]]]:
         if key is not None:
             groups.setdefault(key, []).append(i)
     return sorted(groups.items(), key=lambda item: item[0])  # type: ignore[arg-type,return-value]
+
+
+def group_key_bytes(
+    keys: Sequence[bytes],
+    start: int,
+    tagk_width: int,
+    tagv_width: int,
+    group_by: Sequence[bytes],
+    kept: npt.NDArray[np.int64],
+) -> list[list[int]] | None:
+    """:func:`group_series` of the series ``kept`` (increasing indices into ``keys``),
+    each keyed by its value UIDs of the ``group_by`` tag keys (concatenated; a series
+    lacking one is dropped), worked out over the series keys' bytes at once: the tag pairs
+    from ``start`` as a byte matrix, each group-by key's column found by comparison, the
+    groups by one stable sort of the values as integers (a group-by over 10,000 series:
+    no key per series in Python). None when the keys are not all of one length or a value
+    does not fit 8 bytes: the caller then keys each series (the spec)."""
+    n = len(keys)
+    if not n or not len(kept):
+        return []
+    width = len(keys[0])
+    pair = tagk_width + tagv_width
+    if tagv_width > 8 or width < start or (width - start) % pair:
+        return None
+    lengths = np.fromiter(map(len, keys), np.int64, n)
+    if lengths.min() != width or lengths.max() != width:
+        return None
+    matrix = np.frombuffer(b"".join(keys), np.uint8).reshape(n, width)[kept]
+    pairs = matrix[:, start:].reshape(len(kept), (width - start) // pair, pair)
+    rows = np.arange(len(kept))
+    valid = np.ones(len(kept), np.bool_)
+    columns = []
+    weights = np.uint64(256) ** np.arange(tagv_width - 1, -1, -1, dtype=np.uint64)
+    for tagk in group_by:
+        hit = (pairs[:, :, :tagk_width] == np.frombuffer(tagk, np.uint8)).all(axis=2)
+        valid &= hit.any(axis=1)
+        values = pairs[rows, hit.argmax(axis=1), tagk_width:].astype(np.uint64)
+        columns.append(values @ weights)
+    members = kept[valid]
+    columns = [c[valid] for c in columns]
+    if not len(members):
+        return []
+    order = np.lexsort(columns[::-1])  # the first key's values first; stable: members in order
+    changed = np.zeros(len(members), np.bool_)
+    changed[0] = True
+    for column in columns:
+        ordered = column[order]
+        changed[1:] |= ordered[1:] != ordered[:-1]
+    bounds = [*np.flatnonzero(changed).tolist(), len(members)]
+    flat = members[order].tolist()
+    return [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def group_tags(series_tags: Sequence[Mapping[str, str]]) -> tuple[dict[str, str], list[str]]:

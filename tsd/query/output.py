@@ -14,7 +14,9 @@ from tsd.query_spec import SubQuery, TSQuery
 __all__ = ["LastPoint", "QueryResult", "SeriesResult"]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+# not frozen: a group-by answers one per series (10,000), and a frozen dataclass's
+# __init__ (object.__setattr__ per field) took about twice as long; never assigned to
+@dataclass(slots=True, eq=False)
 class SeriesResult:
     """One result series (OpenTSDB's DataPoints after grouping and aggregation).
 

@@ -37,15 +37,17 @@ static Py_ssize_t write_int(char *p, int64_t v) {
     return k;
 }
 
-/* One series' dps at p: n stamps from t, their texts from v (n texts, commas between);
- * the bytes written. p has room for 2 + (texts' bytes) + 26 n. */
+/* One series' dps at p: n stamps from t, their texts from v (n texts, commas between,
+ * possibly followed by more texts after a comma); the bytes written. *used is set to the
+ * bytes of v its texts took (without the comma after them). p has room for
+ * 2 + (those bytes) + 26 n. */
 static Py_ssize_t write_dps(char *p, const int64_t *t, Py_ssize_t n, const char *v,
-                            Py_ssize_t vlen, int arrays) {
+                            Py_ssize_t vlen, int arrays, Py_ssize_t *used) {
     Py_ssize_t at = 0, from = 0;
     p[at++] = arrays ? '[' : '{';
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t to = from;
-        while (to < vlen && v[to] != ',') to++;
+        const char *comma = from < vlen ? memchr(v + from, ',', (size_t)(vlen - from)) : NULL;
+        Py_ssize_t to = comma == NULL ? vlen : (Py_ssize_t)(comma - v);
         if (i) p[at++] = ',';
         p[at++] = arrays ? '[' : '"';
         at += write_int(p + at, t[i]);
@@ -58,8 +60,10 @@ static Py_ssize_t write_dps(char *p, const int64_t *t, Py_ssize_t n, const char 
         memcpy(p + at, v + from, (size_t)(to - from));
         at += to - from;
         if (arrays) p[at++] = ']';
+        *used = to;
         from = to + 1;
     }
+    if (!n) *used = 0;
     p[at++] = arrays ? ']' : '}';
     return at;
 }
@@ -95,10 +99,10 @@ static PyObject *dps_json(PyObject *self, PyObject *args) {
     out = PyBytes_FromStringAndSize(NULL, cap);
     if (out == NULL) goto done;
     char *p = PyBytes_AS_STRING(out);
-    Py_ssize_t at;
+    Py_ssize_t at, used;
     const int64_t *t = (const int64_t *)ts.buf;
     Py_BEGIN_ALLOW_THREADS
-    at = write_dps(p, t, n, v, vlen, arrays);
+    at = write_dps(p, t, n, v, vlen, arrays, &used);
     Py_END_ALLOW_THREADS
     _PyBytes_Resize(&out, at);
 done:
@@ -136,28 +140,22 @@ static PyObject *dps_json_many(PyObject *self, PyObject *args) {
     }
     out = PyList_New(m);
     if (out == NULL) goto done;
-    char *scratch = NULL;
-    Py_ssize_t scratch_cap = 0, point = 0, from = 0;
+    /* per point: the timestamp (<= 20 digits and a sign), 4 bytes of punctuation, a comma;
+     * a series' texts are at most all the texts */
+    Py_ssize_t scratch_cap = 0;
+    for (Py_ssize_t k = 0; k < m; k++)
+        if (2 + 26 * (Py_ssize_t)c[k] > scratch_cap) scratch_cap = 2 + 26 * (Py_ssize_t)c[k];
+    scratch_cap += vlen;
+    char *scratch = PyMem_Malloc((size_t)scratch_cap);
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        Py_CLEAR(out);
+        goto done;
+    }
+    Py_ssize_t point = 0, from = 0;
     for (Py_ssize_t k = 0; k < m; k++) {
-        Py_ssize_t count = (Py_ssize_t)c[k];
-        /* this series' texts: up to the count-th comma from here */
-        Py_ssize_t to = from, seen = 0;
-        while (count && to < vlen) {
-            if (v[to] == ',' && ++seen == count) break;
-            to++;
-        }
-        Py_ssize_t cap = 2 + (to - from) + count * 26;
-        if (cap > scratch_cap) {
-            PyMem_Free(scratch);
-            scratch = PyMem_Malloc((size_t)cap);
-            scratch_cap = scratch == NULL ? 0 : cap;
-            if (scratch == NULL) {
-                PyErr_NoMemory();
-                Py_CLEAR(out);
-                goto done;
-            }
-        }
-        Py_ssize_t at = write_dps(scratch, t + point, count, v + from, to - from, arrays);
+        Py_ssize_t count = (Py_ssize_t)c[k], used = 0;
+        Py_ssize_t at = write_dps(scratch, t + point, count, v + from, vlen - from, arrays, &used);
         PyObject *one = PyBytes_FromStringAndSize(scratch, at);
         if (one == NULL) {
             PyMem_Free(scratch);
@@ -166,7 +164,7 @@ static PyObject *dps_json_many(PyObject *self, PyObject *args) {
         }
         PyList_SET_ITEM(out, k, one);
         point += count;
-        from = count ? to + 1 : from;
+        if (count) from += used + 1;
     }
     PyMem_Free(scratch);
 done:

@@ -29,7 +29,7 @@ from tsd.server.http.errors import json_response
 from tsd.server.http.exp import handle_exp, handle_gexp
 from tsd.server.http.render import query_echo, render_last_points, render_query_result
 from tsd.server.http.routing import ApiPath, Route, api_method, method_not_allowed
-from tsd.server.http.streaming import is_large, stream_query_result
+from tsd.server.http.streaming import emitted_points, is_large, stream_query_result
 
 #: A query that may carry a regexp filter (type names are read in any case): it is read in
 #: a worker thread, since checking a pattern compiles it (bounded by
@@ -108,10 +108,11 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         raise
     registry.counter("http.query.success").inc()
     try:
-        if is_large(result):
+        emitted = emitted_points(result)
+        if is_large(result, emitted):
             response = await stream_query_result(request, engine, result, arrays=options.arrays)
         else:
-            points = sum(len(s.dps) for s in result.series) + len(result.series)
+            points = emitted + len(result.series)
             body = await engine.compute(
                 render_query_result, result, arrays=options.arrays, work=points
             )
@@ -124,7 +125,6 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
         time.perf_counter() - started
     )
     if tracked is not None:
-        emitted = sum(len(series.dps) for series in result.series)
         tracker.finish(tracked, 200, stats={"emittedDPs": emitted})
     return response
 

@@ -119,12 +119,12 @@ def _dps_many(series: Sequence[SeriesResult], ms_resolution: bool, arrays: bool)
     orjson pass, NaN check and helper call of each series than in their points. The
     series' points are joined end to end, their value texts written in one orjson pass
     and parted again by the helper. Each series alone (:func:`_dps_json`) is the spec."""
-    fills = {_fill_null(s) for s in series}
+    fills = {_fill_null(s) for s in {id(s.sub): s for s in series}.values()}
     if _C is None or len(series) < MANY_SERIES or len(fills) != 1:
         return [_dps_json(s.dps, ms_resolution, arrays, _fill_null(s)) for s in series]
     joined = _joined([s.dps for s in series])
     ts = joined.timestamps if ms_resolution else joined.timestamps // 1000
-    counts = np.fromiter((len(s.dps) for s in series), np.int64, len(series))
+    counts = np.fromiter((len(s.dps.timestamps) for s in series), np.int64, len(series))
     values = _value_texts(joined, fills.pop())
     out = _C.dps_json_many(np.ascontiguousarray(ts, dtype=np.int64), values, counts, arrays)
     if out is None:

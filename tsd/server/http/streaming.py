@@ -24,10 +24,17 @@ PIECE_SERIES = 1024
 STREAM_POINTS = 200_000
 
 
-def is_large(result: QueryResult) -> bool:
-    """True when the answer is worth writing piece by piece."""
-    points = sum(len(s.dps) for s in result.series)
-    return len(result.series) > PIECE_SERIES or points > STREAM_POINTS
+def emitted_points(result: QueryResult) -> int:
+    """The points the answer holds (counted once per answer: a pass over 10,000 series)."""
+    return sum([len(s.dps.timestamps) for s in result.series])
+
+
+def is_large(result: QueryResult, points: int | None = None) -> bool:
+    """True when the answer (of ``points`` points, counted when not given) is worth
+    writing piece by piece."""
+    if len(result.series) > PIECE_SERIES:
+        return True
+    return (emitted_points(result) if points is None else points) > STREAM_POINTS
 
 
 async def stream_query_result(
