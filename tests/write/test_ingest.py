@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.uid.hooked_storage import HookedStorage
 from tests.write.conftest import MakeWriter
 from tests.write.readback import StoredPoint, stored_points
 from tests.write.test_writer import gated_writer
 from tsd.codec import SeriesKey, make_series_key
+from tsd.codec.rowkey import python_series_name_key, series_name_key
 from tsd.config import StorageConfig
 from tsd.data_points import DataPoint, Tags, make_tags
 from tsd.errors import NameTooLong, StorageError, TsdError
@@ -302,3 +305,18 @@ async def test_a_burst_of_new_series_gets_the_refs_made_one_by_one(
     assert again[0] is refs[0]
     assert told[-1] is again[1]
     assert len(told) == 51
+
+
+_NAME = st.text(alphabet=st.sampled_from("ab.\0é-"), max_size=4)
+
+
+@settings(max_examples=500, deadline=None)
+@given(metric=_NAME, tags=st.lists(st.tuples(_NAME, _NAME), max_size=4).map(tuple))
+def test_series_name_key_answers_as_its_python_version(
+    metric: str, tags: tuple[tuple[str, str], ...]
+) -> None:
+    """The refs' key of a series (the compiled one where built): names joined by NULs,
+    or the (metric, tags) pair itself when a name holds a NUL."""
+    assert series_name_key(metric, tags) == python_series_name_key(metric, tags)
+    if "\0" not in metric + "".join(map("".join, tags)):
+        assert series_name_key(metric, tags) == "\0".join([metric, *map("\0".join, tags)])

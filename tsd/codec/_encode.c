@@ -25,6 +25,11 @@
  *   (a name without a UID, a UID of another width, a repeated tag key): the caller takes
  *   that series through the per-series path for its error. python_series_keys is the
  *   specification.
+ *
+ * series_name_key(metric, tags) -> str or (metric, tags)
+ *   tsd.codec.rowkey.python_series_name_key: the names joined by NULs, or the pair itself
+ *   when a name holds a NUL (tags: a tuple of (tag key, tag value) pairs of str, as
+ *   tsd.data_points.Tags).
  */
 #include "_format.h"
 
@@ -279,6 +284,42 @@ done:
     return out;
 }
 
+static PyObject *nul;
+
+static PyObject *series_name_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tags = nargs == 2 ? args[1] : NULL;
+    if (tags == NULL || !PyUnicode_Check(args[0]) || !PyTuple_Check(tags)) {
+        PyErr_SetString(PyExc_TypeError, "series_name_key(metric, tags): tags a tuple of pairs");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(tags);
+    PyObject *names = PyList_New(1 + 2 * n), *key = NULL;
+    if (names == NULL)
+        return NULL;
+    PyList_SET_ITEM(names, 0, Py_NewRef(args[0]));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(tags, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "series_name_key: tags are (key, value) pairs");
+            Py_DECREF(names);
+            return NULL;
+        }
+        PyList_SET_ITEM(names, 1 + 2 * i, Py_NewRef(PyTuple_GET_ITEM(pair, 0)));
+        PyList_SET_ITEM(names, 2 + 2 * i, Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
+    }
+    key = PyUnicode_Join(nul, names); /* raises for a name that is not a str */
+    Py_DECREF(names);
+    if (key == NULL)
+        return NULL;
+    Py_ssize_t nuls = PyUnicode_Count(key, nul, 0, PY_SSIZE_T_MAX);
+    if (nuls < 0)
+        Py_CLEAR(key);
+    else if (nuls != 2 * n) /* a name holds a NUL: the join would be ambiguous */
+        Py_SETREF(key, PyTuple_Pack(2, args[0], tags));
+    return key;
+}
+
 /* merge_rows(into, rows) -> cells added: rows' cells into into (both dicts row key -> dict
  * qualifier -> value), a row into does not hold taken over as it is, a later cell
  * replacing an earlier one (tsd.codec.qualifier.python_merge_rows is the specification). */
@@ -329,6 +370,8 @@ static PyMethodDef methods[] = {
      "Cells of rows merged into a batch's rows (later cells win); the cells added."},
     {"tag_suffix", (PyCFunction)(void (*)(void))tag_suffix, METH_FASTCALL,
      "Tag pairs' bytes sorted by tag key, or None (tsd.codec.rowkey.make_series_key)."},
+    {"series_name_key", (PyCFunction)(void (*)(void))series_name_key, METH_FASTCALL,
+     "A series' key in the ingest service's refs (tsd.codec.rowkey.series_name_key)."},
     {"series_keys", (PyCFunction)(void (*)(void))series_keys, METH_FASTCALL,
      "A burst of new series' row-key templates in one pass (tsd.codec.rowkey.series_keys)."},
     {NULL, NULL, 0, NULL},
@@ -339,6 +382,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_encode", NULL, -1, 
 PyMODINIT_FUNC PyInit__encode(void)
 {
     if (format_init() < 0)
+        return NULL;
+    nul = PyUnicode_FromStringAndSize("\0", 1);
+    if (nul == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -58,6 +58,7 @@ __all__ = [
     "scan_end_time_s",
     "scan_start_time_s",
     "series_keys",
+    "series_name_key",
 ]
 
 TagPairs = Sequence[tuple[bytes, bytes]]
@@ -380,6 +381,30 @@ def series_keys(
         layout.tagk_width,
         layout.tagv_width,
     )
+
+
+#: a series' tag names, as parsed: (tag key, tag value) pairs
+NameTags = tuple[tuple[str, str], ...]
+
+
+def python_series_name_key(metric: str, tags: NameTags) -> str | tuple[str, NameTags]:
+    """The key of a series in the ingest service's refs: its metric and tag names joined
+    by NUL characters, one str (about 80 bytes kept per series, where the parsed
+    ``(metric, tags)`` tuple of tuples kept its tuples and tag value strings alive: about
+    300). Names never hold a NUL under OpenTSDB's character rules; should one (a
+    ``tsd.core.tag.allow_specialchars`` of that), the join would be ambiguous, and the
+    series keeps the tuple instead (the NULs are counted: the join has one per name)."""
+    key = "\0".join([metric, *map("\0".join, tags)])
+    if key.count("\0") != 2 * len(tags):
+        return (metric, tags)
+    return key
+
+
+#: :func:`python_series_name_key` (its specification) in one C call where built
+#: (``tsd/codec/_encode.c``): every miss of a burst of new series computes it
+series_name_key: Callable[[str, NameTags], str | tuple[str, NameTags]] = native.attribute(
+    "tsd.codec._encode", "series_name_key", python_series_name_key
+)
 
 
 # --- Scans -----------------------------------------------------------------------------------

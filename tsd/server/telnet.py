@@ -399,12 +399,12 @@ class TelnetProtocol(TrackedProtocol):
                 blocked = self._known_puts(item)
             elif kind is EmptyLines:
                 blocked = self._empty_lines(item.lines)
+            elif kind is ParsedPut:
+                blocked = self._parsed_puts()
             else:
                 items.popleft()
                 received.value += 1
-                if kind is ParsedPut:
-                    blocked = self._put(item.point, item.key)
-                elif kind is LineError:
+                if kind is LineError:
                     self._count_error(item.invalid_value)
                     self._write(item.reply)
                     blocked = None
@@ -416,6 +416,31 @@ class TelnetProtocol(TrackedProtocol):
             if blocked is not None:
                 return blocked
         return None
+
+    def _parsed_puts(self) -> _SlowPut | _Yield | None:
+        """The parsed puts at the head of the items (a burst of new series' lines comes as
+        a run of them), each :meth:`_put` as the loop of :meth:`_run_items` would, in one
+        loop of their own: until another item, the budget is spent, a put needs a lookup
+        slot, or the client stops reading its replies."""
+        items, flow = self._items, self._flow
+        put = self._session.put
+        received = self._stats.received
+        blocked: _SlowPut | _Yield | None = None
+        budget = self._budget
+        while items and type(items[0]) is ParsedPut:
+            if flow is not None and flow.writing_paused:
+                break  # the caller's loop answers for it
+            item = items.popleft()
+            received.value += 1
+            budget -= 1
+            if put(item.point, None, (item.key,)) is Put.BUSY:
+                blocked = _SlowPut(item.point, item.key)
+                break
+            if budget <= 0:
+                blocked = _YIELD
+                break
+        self._budget = budget
+        return blocked
 
     def _known_puts(self, item: KnownPuts) -> _SlowPut | None:
         """Puts of series a worker knows by key only: those the daemon knows by ref go

@@ -56,7 +56,7 @@ from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
-from tsd.codec.rowkey import series_keys
+from tsd.codec.rowkey import series_keys, series_name_key
 from tsd.config import StorageConfig
 from tsd.data_points import DataPoint, Tags
 from tsd.errors import (
@@ -111,19 +111,6 @@ class _Misses(Generic[T]):
 
 #: ``on_new_series(refs)``: the row-key templates of series that just got their refs
 NewSeriesHook: TypeAlias = Callable[[Sequence[SeriesKey]], None]
-
-
-def series_name_key(metric: str, tags: Tags) -> str | tuple[str, Tags]:
-    """The key of a series in the ingest service's refs: its metric and tag names joined
-    by NUL characters, one str (about 80 bytes kept per series, where the parsed
-    ``(metric, tags)`` tuple of tuples kept its tuples and tag value strings alive: about
-    300). Names never hold a NUL under OpenTSDB's character rules; should one (a
-    ``tsd.core.tag.allow_specialchars`` of that), the join would be ambiguous, and the
-    series keeps the tuple instead (the NULs are counted: the join has one per name)."""
-    key = "\0".join([metric, *map("\0".join, tags)])
-    if key.count("\0") != 2 * len(tags):
-        return (metric, tags)
-    return key
 
 
 class Put(enum.Enum):
