@@ -61,7 +61,7 @@ async def write_out(template: Path, run: Path, source: Path | None) -> tuple[flo
     """A copy of ``template`` started with a short grace: (seconds, CPU seconds) until its
     head is empty."""
     shutil.rmtree(run, ignore_errors=True)
-    shutil.copytree(template, run)
+    shutil.copytree(template, run, ignore=shutil.ignore_patterns("*.sock", "*.lock", "LOCK"))
     t0 = time.perf_counter()
     tsd: Tsd = await start_tsd(run, modes()["shared"], source=source, settings=WRITE_OUT)
     try:
