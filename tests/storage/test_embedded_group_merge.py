@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,3 +73,21 @@ def test_qualifiers_of_several_lengths_go_cell_by_cell() -> None:
     assert packed.merge(stored, changes, grouped=True) == packed.merge_one_by_one(
         stored, changes, grouped=True
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.binary(min_size=0, max_size=5), st.binary(min_size=0, max_size=300), max_size=40
+    )
+)
+def test_small_groups_are_laid_out_as_numpy_lays_them(cells: dict[bytes, bytes]) -> None:
+    ordered = sorted(cells.items())
+    columns = packed._group_form(  # noqa: SLF001 - the numpy layout, the reference here
+        np.fromiter((len(q) for q, _ in ordered), np.uint16, len(ordered)),
+        np.fromiter((len(v) for _, v in ordered), np.uint32, len(ordered)),
+        b"".join(q for q, _ in ordered),
+        b"".join(v for _, v in ordered),
+    )
+    assert packed._small_group_form(ordered) == columns  # noqa: SLF001
+    assert packed.pack_group(ordered) == columns

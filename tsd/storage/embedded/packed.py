@@ -154,9 +154,16 @@ def is_group(data: bytes) -> bool:
     return data[:2] == GROUP_MARK
 
 
+#: a group of at most this many cells is laid out with struct rather than numpy (a fresh
+#: month row of rollups holds 4 cells: numpy's calls cost more than the cells)
+SMALL_GROUP = 32
+
+
 def pack_group(cells: Sequence[Pair]) -> bytes:
     ordered = sorted(cells)
     n = len(ordered)
+    if n <= SMALL_GROUP:
+        return _small_group_form(ordered)
     return _group_form(
         np.fromiter((len(q) for q, _ in ordered), np.uint16, n),
         np.fromiter((len(v) for _, v in ordered), np.uint32, n),
@@ -182,6 +189,27 @@ def _group_form(
         + vlens.astype(np.uint8 if mode & _GROUP_VLEN_U8 else "<u4").tobytes()
         + quals
     )
+    return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
+
+
+def _small_group_form(ordered: Sequence[Pair]) -> bytes:
+    """:func:`_group_form` of a few cells in qualifier order, without numpy (the same
+    bytes: tests/storage/test_embedded_group_merge.py)."""
+    n = len(ordered)
+    qlens = [len(q) for q, _ in ordered]
+    vlens = [len(v) for _, v in ordered]
+    mode = 0
+    if n and qlens.count(qlens[0]) == n:
+        qlens, mode = qlens[:1], mode | _GROUP_ONE_QLEN
+    if n and vlens.count(vlens[0]) == n:
+        vlens, mode = vlens[:1], mode | _GROUP_ONE_VLEN
+    if vlens and max(vlens) < 256:
+        mode |= _GROUP_VLEN_U8
+        lengths = bytes(vlens)
+    else:
+        lengths = struct.pack(f"<{len(vlens)}I", *vlens)
+    head = struct.pack(f"<{len(qlens)}H", *qlens) + lengths + b"".join(q for q, _ in ordered)
+    values = b"".join(v for _, v in ordered)
     return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
 
 
