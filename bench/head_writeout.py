@@ -80,7 +80,7 @@ async def main(args: argparse.Namespace) -> None:
         sides: dict[str, Path | None] = {"tsd": None}
         if args.baseline:
             sides[f"tsd {args.baseline}"] = export(args.baseline, tmp / "src")
-        rows = {}
+        rows: dict[str, int] = {}
         for name, source in sides.items():
             rows[name] = await prepare(tmp / f"{len(rows)}-template", source, load)
         shape = f"{args.series} series x {args.days} days at {args.step} s"
