@@ -20,13 +20,7 @@ import numpy.typing as npt
 
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.codec.const import TIMESTAMP_BYTES
-from tsd.query.decode import (
-    RowPoints,
-    _one_length,
-    base_times_s,
-    matrix_base_times_s,
-    series_key,
-)
+from tsd.query.decode import RowPoints, key_times, series_key
 from tsd.query.series import BoolArray, Int64Array, SeriesBatch
 
 __all__ = ["Spans", "assemble_spans"]
@@ -135,10 +129,10 @@ def _series_of_rows(
     others one by one.
     """
     time_at = layout.tags_start - TIMESTAMP_BYTES
-    if keys and _one_length(keys):
+    lengths, row_base = key_times(layout, keys)
+    if keys and lengths.min() == lengths.max():
         width = len(keys[0])
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
-        row_base = matrix_base_times_s(layout, matrix)
         rest_width = width - TIMESTAMP_BYTES
         # The series bytes zero-padded to whole big-endian words: words compare as memcmp
         # does (equal lengths), and sorting integer columns is several times faster than
@@ -160,7 +154,6 @@ def _series_of_rows(
     unique = sorted(set(sk))
     rank = {key: i for i, key in enumerate(unique)}
     row_series = np.fromiter((rank[k] for k in sk), np.int64, len(sk))
-    row_base = base_times_s(layout, keys)
     return unique, row_series, row_base
 
 
