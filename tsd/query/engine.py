@@ -89,11 +89,13 @@ from tsd.query.reader import Part, RowReader, ScanTally
 from tsd.query.results import (
     SeriesFacts,
     aggregate_groups,
+    column_facts,
     group_annotations,
     in_range,
     parse_note,
     series_facts,
     series_tag_uids,
+    tag_columns,
 )
 from tsd.query.rollup import ReadSource, RollupConfigLike, plan_reads
 from tsd.query.rollup_compute import ComputedRollups
@@ -618,6 +620,13 @@ class QueryEngine:
     # -- series, groups, results --------------------------------------------------------------
 
     async def _series_facts(self, spans: Spans, work: int) -> SeriesFacts:
+        """Each series' tags, TSUID and notes: by column where the keys allow
+        (:func:`tag_columns`: no step per series), else series by series."""
+        columns = await self._compute.sized(work, tag_columns, self._layout, spans.keys)
+        if columns is not None:
+            tagk_names = await self._names(self._uids.tagk, set(columns.tagks))
+            tagv_names = await self._names(self._uids.tagv, columns.tagvs())
+            return column_facts(self._layout, spans, columns, tagk_names, tagv_names)
         tag_uids, tagks, tagvs = await self._compute.sized(
             work, _tag_uids_and_sets, self._layout, spans.keys
         )
@@ -655,7 +664,11 @@ class QueryEngine:
         """The series passing the filters, and their groups in OpenTSDB's group order
         (a group-by's keys from the series keys' bytes at once where they allow,
         :func:`group_key_bytes`; else one key per series)."""
-        keep = SeriesFilter(sub.filters, sub.explicit_tags, control).mask(facts.tags)
+        series_filter = SeriesFilter(sub.filters, sub.explicit_tags, control)
+        if facts.columns is not None:
+            keep = series_filter.mask_columns(facts.columns, len(facts.tags))
+        else:
+            keep = series_filter.mask(facts.tags)
         kept = np.flatnonzero(keep)
         if sub.aggregator == "none":
             return keep, [[i] for i in kept.tolist()]
