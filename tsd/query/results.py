@@ -17,9 +17,9 @@ import numpy.typing as npt
 
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.meta.annotations import annotation_json
-from tsd.query.aggregate import Pipeline, aggregate_each, aggregate_group
+from tsd.query.aggregate import Pipeline, aggregate_each_joined, aggregate_group
 from tsd.query.limits import QueryControl
-from tsd.query.series import AggregatedSeries, SeriesBatch
+from tsd.query.series import AggregatedSeries, JoinedSeries, SeriesBatch
 from tsd.query.spans import Spans
 from tsd.query_spec import SubQuery, TSQuery
 from tsd.storage.base import Row
@@ -225,11 +225,12 @@ def aggregate_groups(
     query: TSQuery,
     window: tuple[int, int],
     control: QueryControl | None = None,
-) -> list[AggregatedSeries]:
+) -> list[AggregatedSeries] | JoinedSeries:
     """Every group of a sub-query through the kernels (runs in a worker thread); the
     query's ``control`` is checked before each group (a cancelled query stops there).
     Groups of one series each (a group-by on a tag every series has its own value of)
-    run through the kernels together, without a step per series."""
+    run through the kernels together, without a step per series, and come back joined
+    (:class:`JoinedSeries`)."""
     pipeline: Pipeline = {
         "start_ms": window[0],
         "end_ms": window[1],
@@ -246,7 +247,7 @@ def aggregate_groups(
         whole = members == list(range(batch.series_count))
         trim = (query.start_ms, query.end_ms) if query.trim_to_range else None
         group = batch if whole else batch.select_series(members)
-        return aggregate_each(group, sub.aggregator, trim, **pipeline)
+        return aggregate_each_joined(group, sub.aggregator, trim, **pipeline)
     out = []
     for members in groups:
         if control is not None:

@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 
 from tsd.query.engine import QueryEngine
 from tsd.query.output import QueryResult
+from tsd.query.output import emitted_points as series_points
 from tsd.server.http.errors import JSON_CONTENT_TYPE
 from tsd.server.http.middlewares import accepted_coding
 from tsd.server.http.render import render_series_range, render_summary
@@ -25,8 +26,9 @@ STREAM_POINTS = 200_000
 
 
 def emitted_points(result: QueryResult) -> int:
-    """The points the answer holds (counted once per answer: a pass over 10,000 series)."""
-    return sum([len(s.dps.timestamps) for s in result.series])
+    """The points the answer holds (counted once per answer: a pass over 10,000 series,
+    none over columns)."""
+    return series_points(result.series)
 
 
 def is_large(result: QueryResult, points: int | None = None) -> bool:
