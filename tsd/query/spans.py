@@ -148,8 +148,9 @@ def _series_of_rows(
         first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
         row_series = np.empty(len(keys), dtype=np.int64)
         row_series[order] = np.cumsum(first) - 1
-        uniques = rest[order[first], :rest_width]
-        return [u.tobytes() for u in uniques], row_series, row_base
+        joined = np.ascontiguousarray(rest[order[first], :rest_width]).tobytes()
+        series_keys = [joined[i : i + rest_width] for i in range(0, len(joined), rest_width)]
+        return series_keys, row_series, row_base
     sk = [series_key(layout, k) for k in keys]
     unique = sorted(set(sk))
     rank = {key: i for i, key in enumerate(unique)}

@@ -127,8 +127,9 @@ def _columns_json(columns: SeriesColumns, result: QueryResult, arrays: bool) -> 
     tag_texts = []
     for name, (values, inverse) in by_column.items():  # in name order
         key = orjson.dumps(name) + b":"
-        texts_of = np.array([key + orjson.dumps(v) for v in values], dtype=object)
-        tag_texts.append(texts_of[inverse[members]].tolist())
+        used, picked = np.unique(inverse[members], return_inverse=True)
+        texts_of = np.array([key + orjson.dumps(values[v]) for v in used.tolist()], dtype=object)
+        tag_texts.append(texts_of[picked.reshape(-1)].tolist())
     head = b'{"metric":' + orjson.dumps(columns.metric) + b',"tags":{'
     # per series: head, the tag texts comma-separated, the rest of the object up to its
     # points, the points, its end
