@@ -475,10 +475,13 @@ class Head:
     def snapshot(self, specs: Iterable[ScanSpec]) -> HeadSnapshot:
         """The rows the scans ``specs`` would read (key range and row filter), copied."""
         parts: list[npt.NDArray[np.int64]] = []
+        #: the group each part came from: parts of distinct groups share no row
+        numbers: list[int | None] = []
         key_of = self._key
         for spec in specs:
             row_filter = spec.row_filter
             for number, slots in self._slots_in(spec):
+                numbers.append(number)
                 if row_filter is not None:
                     pairs = None
                     if row_filter.contains and number is not None:
@@ -501,7 +504,7 @@ class Head:
         if not parts:
             return self._snapshot_of(np.zeros(0, np.int64))
         found = np.concatenate(parts)
-        if len(parts) > 1:
+        if len(parts) > 1 and (None in numbers or len(set(numbers)) < len(numbers)):
             _, first = np.unique(found, return_index=True)
             found = found[np.sort(first)]
         return self._snapshot_of(found)
