@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TypeVar
 
 import numpy as np
@@ -61,7 +62,7 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     row, which no writer produces) are merged keeping the first point at a time. Work is
     per row: points move as whole row slices, straight from the parts.
     """
-    keys: list[bytes] = [k for ks, _ in parts for k in ks]
+    keys: list[bytes] = list(chain.from_iterable(ks for ks, _ in parts))
     unique, row_series, row_base = _series_of_rows(layout, keys)
     points = [p for _, p in parts]
     counts = _cat([np.diff(p.row_offsets) for p in points], np.int64)
