@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
-from tsd.head.head import _gather_bytes, _join_parts, python_join_parts
+from tsd.head.head import _gather_bytes, _join_parts, _picked, _picked_at, python_join_parts
 
 C: Any = native.load("tsd.head._runs")
 
@@ -54,3 +54,24 @@ def test_the_rows_taken_are_gathered_in_order(rows: list[tuple[bytes, bool]]) ->
     ends = np.cumsum([len(b) for b, _ in rows], dtype=np.int64)
     take = np.array([t for _, t in rows], dtype=np.bool_)
     assert _gather_bytes(joined, ends, take) == b"".join(b for b, t in rows if t)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.binary(max_size=8), min_size=1, max_size=30), data=st.data())
+def test_the_helper_picks_rows_as_the_spec_does(items: list[bytes], data: st.DataObject) -> None:
+    at = data.draw(st.lists(st.integers(0, len(items) - 1), max_size=40))
+    want = [items[i] for i in at]
+    slots = np.array(at, dtype=np.int64)
+    assert C.picked(items, slots) == want
+    assert _picked(items, at) == want
+    assert _picked_at(items, slots) == want
+
+
+@needs_c
+def test_an_index_the_helper_cannot_pick_is_left_to_the_spec() -> None:
+    items = [b"a", b"b"]
+    assert C.picked(items, np.array([0, 2], dtype=np.int64)) is None
+    assert C.picked(items, np.array([-1], dtype=np.int64)) is None
+    with pytest.raises(IndexError):
+        _picked_at(items, np.array([0, 5], dtype=np.int64))

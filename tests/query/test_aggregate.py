@@ -16,10 +16,15 @@ from tests.query.scalar_reference import Point
 from tsd.errors import TsdError
 from tsd.protocol.m_syntax import parse_downsample
 from tsd.query import interpolate
-from tsd.query.aggregate import aggregate_each, aggregate_group, aggregate_series
+from tsd.query.aggregate import (
+    aggregate_each,
+    aggregate_each_joined,
+    aggregate_group,
+    aggregate_series,
+)
 from tsd.query.plan import scan_window_s
 from tsd.query.reducers import AGGREGATORS
-from tsd.query.series import make_batch
+from tsd.query.series import JoinedSeries, make_batch
 from tsd.query_spec import AGGREGATOR_NAMES, DownsampleSpec, Interpolation, RateOptions
 
 LONG_MAX = 2**63 - 1
@@ -385,6 +390,16 @@ def test_each_series_alone_is_its_own_group(
     got = [_typed_points(r) for r in aggregate_each(batch, name, bounds, **kwargs)]
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
+        assert _same(g, w)
+    # the engine aggregates a group-by in chunks and joins them (JoinedSeries.concat)
+    cut = len(series) // 2
+    halves = [
+        aggregate_each_joined(batch.select_series(list(part)), name, bounds, **kwargs)
+        for part in (range(cut), range(cut, len(series)))
+    ]
+    joined = JoinedSeries.concat(halves)
+    assert len(joined) == len(series)
+    for g, w in zip([_typed_points(r) for r in joined.split()], want, strict=True):
         assert _same(g, w)
 
 

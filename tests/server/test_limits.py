@@ -288,7 +288,7 @@ async def test_telnet_client_that_does_not_read_is_paused(tsd: Daemon) -> None:
 
 @pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 async def test_large_answer_is_streamed_in_pieces(tsd: Daemon) -> None:
-    n = 1100  # more series than one piece holds
+    n = 1100  # more series than PIECE_SERIES: streamed
     await put(
         tsd,
         [
@@ -309,3 +309,11 @@ async def test_large_answer_is_streamed_in_pieces(tsd: Daemon) -> None:
         text = await resp.text()
     assert text.startswith("cb([{")
     assert text.endswith("}])")
+
+
+def test_pieces_of_few_points_per_series_hold_more_series() -> None:
+    from tsd.server.http.streaming import PIECE_SERIES, STREAM_POINTS, piece_series
+
+    assert piece_series(5000, 5000 * 1000) == PIECE_SERIES  # a day of points each
+    assert piece_series(10_000, 240_000) == STREAM_POINTS // 24  # a group-by's hour
+    assert piece_series(0, 0) == STREAM_POINTS

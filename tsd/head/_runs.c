@@ -251,6 +251,41 @@ done:
     return out;
 }
 
+/* picked(items, at) -> [items[i] for i in at] or None
+ *   tsd.head.head._picked (the specification) over an int64 buffer of indices: no Python
+ *   int per index and no argument tuple (a 30-day panel's snapshot picks 72,000 keys and
+ *   72,000 row buffers). None when an index is out of range: the caller then asks the
+ *   Python version, which raises. */
+static PyObject *picked(PyObject *self, PyObject *args)
+{
+    PyObject *items;
+    Py_buffer ab;
+    if (!PyArg_ParseTuple(args, "O!y*", &PyList_Type, &items, &ab))
+        return NULL;
+    Py_ssize_t n = ab.len / (Py_ssize_t)sizeof(int64_t), size = PyList_GET_SIZE(items);
+    const int64_t *at = (const int64_t *)ab.buf;
+    if (ab.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&ab);
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (at[i] < 0 || at[i] >= size) {
+            PyBuffer_Release(&ab);
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(n);
+    if (out != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(items, (Py_ssize_t)at[i]);
+            Py_INCREF(item);
+            PyList_SET_ITEM(out, i, item);
+        }
+    }
+    PyBuffer_Release(&ab);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"run_bounds", run_bounds, METH_O,
      "Per run of a batch: (offsets increase, first offset ms, last offset ms), or None."},
@@ -258,6 +293,8 @@ static PyMethodDef methods[] = {
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
     {"join_parts", join_parts, METH_VARARGS,
      "Rows (qualifiers then values) parted: (all qualifiers, all values), or None."},
+    {"picked", picked, METH_VARARGS,
+     "[items[i] for i in at] (at: int64 indices), or None when one is out of range."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -66,6 +66,7 @@ _c_run_bounds: Any = native.attribute("tsd.head._runs", "run_bounds")
 _c_join_repeated_rows: Any = native.attribute("tsd.head._runs", "join_repeated_rows")
 # python_join_parts is its fallback and spec
 _c_join_parts: Any = native.attribute("tsd.head._runs", "join_parts")
+_c_picked: Any = native.attribute("tsd.head._runs", "picked")
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]
@@ -475,10 +476,13 @@ class Head:
     def snapshot(self, specs: Iterable[ScanSpec]) -> HeadSnapshot:
         """The rows the scans ``specs`` would read (key range and row filter), copied."""
         parts: list[npt.NDArray[np.int64]] = []
+        #: the group each part came from: parts of distinct groups share no row
+        numbers: list[int | None] = []
         key_of = self._key
         for spec in specs:
             row_filter = spec.row_filter
             for number, slots in self._slots_in(spec):
+                numbers.append(number)
                 if row_filter is not None:
                     pairs = None
                     if row_filter.contains and number is not None:
@@ -501,7 +505,7 @@ class Head:
         if not parts:
             return self._snapshot_of(np.zeros(0, np.int64))
         found = np.concatenate(parts)
-        if len(parts) > 1:
+        if len(parts) > 1 and (None in numbers or len(set(numbers)) < len(numbers)):
             _, first = np.unique(found, return_index=True)
             found = found[np.sort(first)]
         return self._snapshot_of(found)
@@ -590,14 +594,13 @@ class Head:
         c = self._cols
         slots = slots[c.count[slots] > 0]
         key_of, buf_of = self._key, self._buf
-        listed = slots.tolist()
         q_lens = c.q_len[slots].astype(np.int64)
         v_lens = c.v_len[slots].astype(np.int64)
         # the slots of live rows: their bytes and keys are set
-        bufs = cast(list[bytearray], _picked(buf_of, listed))
+        bufs = cast(list[bytearray], _picked_at(buf_of, slots))
         qualifiers, values = _join_parts(bufs, q_lens, v_lens)
         return HeadSnapshot(
-            cast(list[bytes], _picked(key_of, listed)),
+            cast(list[bytes], _picked_at(key_of, slots)),
             qualifiers,
             values,
             q_lens,
@@ -1087,6 +1090,16 @@ def _picked(items: Sequence[T], at: list[int]) -> list[T]:
     if len(at) == 1:
         return [items[at[0]]]
     return list(itemgetter(*at)(items))
+
+
+def _picked_at(items: list[T], at: npt.NDArray[np.int64]) -> list[T]:
+    """:func:`_picked` of the indices ``at``, by the compiled ``picked`` (tsd/head/_runs.c,
+    over the int64 indices as they are) where it is built."""
+    if _c_picked is not None:
+        found = _c_picked(items, np.ascontiguousarray(at, dtype=np.int64))
+        if found is not None:
+            return cast(list[T], found)
+    return _picked(items, at.tolist())
 
 
 def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[np.bool_]) -> bytes:

@@ -676,6 +676,43 @@ fail:
     return result;
 }
 
+/* key_times(keys, at): per row key (a list of bytes) its length and the big-endian 4-byte
+ * base time at offset `at`, in one pass over the list (base_times_s and the limits' byte
+ * count of tsd.query.decode and head_rows: a 30-day panel in the head is 72,000 row keys,
+ * where a length per key read through map() and the keys joined into a byte matrix
+ * were most of its read). Returns (lengths int64, base times int64) as bytearrays, or
+ * None when an item is not bytes or is too short (the Python path, key_times_python, is
+ * the spec; tests/query/test_key_times.py checks both). */
+static PyObject *key_times(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *keys;
+    Py_ssize_t at;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &keys, &at)) return NULL;
+    if (at < 0) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    PyObject *lengths = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *bases = PyByteArray_FromStringAndSize(NULL, n * 8);
+    if (!lengths || !bases) {
+        Py_XDECREF(lengths);
+        Py_XDECREF(bases);
+        return NULL;
+    }
+    int64_t *len_out = (int64_t *)PyByteArray_AS_STRING(lengths);
+    int64_t *base_out = (int64_t *)PyByteArray_AS_STRING(bases);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *key = PyList_GET_ITEM(keys, r);
+        if (!PyBytes_CheckExact(key) || PyBytes_GET_SIZE(key) < at + 4) {
+            Py_DECREF(lengths);
+            Py_DECREF(bases);
+            Py_RETURN_NONE;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key) + at;
+        len_out[r] = PyBytes_GET_SIZE(key);
+        base_out[r] = ((int64_t)p[0] << 24) | ((int64_t)p[1] << 16) | ((int64_t)p[2] << 8) | p[3];
+    }
+    return Py_BuildValue("(NN)", lengths, bases);
+}
+
 static PyMethodDef methods[] = {
     {"decode_seconds", decode_seconds, METH_VARARGS,
      "Seconds data cells -> (timestamps, doubles, ints, is_int, row_offsets, any_int) or None"},
@@ -691,6 +728,8 @@ static PyMethodDef methods[] = {
     {"point_buckets", point_buckets, METH_VARARGS,
      "Decoded points (ms offsets, doubles, counts per row, base ms) -> decode_buckets' tuple, "
      "or None"},
+    {"key_times", key_times, METH_VARARGS,
+     "Row keys -> (lengths int64, base times int64) as bytearrays, or None"},
     {NULL, NULL, 0, NULL},
 };
 

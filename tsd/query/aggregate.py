@@ -26,7 +26,7 @@ from tsd.query.downsample import downsample
 from tsd.query.interpolate import align, align_common, common_timestamps, emission_times
 from tsd.query.rate import rate as rate_of
 from tsd.query.reducers import AGGREGATORS, run_double, run_long
-from tsd.query.series import AggregatedSeries, SeriesBatch
+from tsd.query.series import AggregatedSeries, JoinedSeries, SeriesBatch
 from tsd.query_spec import DownsampleSpec, RateOptions
 
 #: OpenTSDB's Const.SECOND_MASK: a timestamp with any of these bits set is in ms.
@@ -111,6 +111,16 @@ def aggregate_each(
     trim: tuple[int, int] | None = None,
     **pipeline: Unpack[Pipeline],
 ) -> list[AggregatedSeries]:
+    """:func:`aggregate_each_joined`'s series, each as its own."""
+    return aggregate_each_joined(batch, aggregator, trim, **pipeline).split()
+
+
+def aggregate_each_joined(
+    batch: SeriesBatch,
+    aggregator: str,
+    trim: tuple[int, int] | None = None,
+    **pipeline: Unpack[Pipeline],
+) -> JoinedSeries:
     """:func:`aggregate_group` of every series of ``batch`` alone (each trimmed to
     ``trim``, ``AggregatedSeries.trim``'s bounds, when given) (a group-by on a tag
     every series has its own value of, or ``none``), without a Python step per series:
@@ -155,18 +165,11 @@ def aggregate_each(
         inside = (times >= trim[0]) & (times <= trim[1])
         times, values, is_int, kept = times[inside], values[inside], is_int[inside], kept[inside]
         int_values = None if int_values is None else int_values[inside]
-    ends = np.cumsum(np.bincount(kept, minlength=batch.series_count)).tolist()
-    with_ints = np.bincount(kept[is_int], minlength=batch.series_count).astype(bool).tolist()
-    out = []
-    lo = 0
-    for hi, ints_here in zip(ends, with_ints, strict=True):
-        if ints_here and int_values is not None:
-            part = AggregatedSeries(times[lo:hi], values[lo:hi], int_values[lo:hi], is_int[lo:hi])
-        else:
-            part = AggregatedSeries(times[lo:hi], values[lo:hi])
-        out.append(part)
-        lo = hi
-    return out
+    offsets = np.zeros(batch.series_count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kept, minlength=batch.series_count), out=offsets[1:])
+    if int_values is not None and is_int.any():
+        return JoinedSeries(AggregatedSeries(times, values, int_values, is_int), offsets)
+    return JoinedSeries(AggregatedSeries(times, values), offsets)
 
 
 def _prepared(

@@ -696,7 +696,27 @@ def compiled_points(found: tuple[Any, ...], stored_bytes: int) -> RowPoints:
     )
 
 
+def key_times(layout: KeyLayout, keys: list[bytes]) -> tuple[Int64Array, Int64Array]:
+    """Each row key's length and base time (s), by the compiled helper's one pass over the
+    keys (``key_times`` in _decode.c) where it is built, else :func:`key_times_python`."""
+    if _C is not None and keys and type(keys) is list:
+        found = _C.key_times(keys, layout.tags_start - TIMESTAMP_BYTES)
+        if found is not None:
+            return np.frombuffer(found[0], np.int64), np.frombuffer(found[1], np.int64)
+    return key_times_python(layout, keys)
+
+
+def key_times_python(layout: KeyLayout, keys: list[bytes]) -> tuple[Int64Array, Int64Array]:
+    """:func:`key_times`' spec."""
+    return np.fromiter(map(len, keys), np.int64, len(keys)), _base_times_s(layout, keys)
+
+
 def base_times_s(layout: KeyLayout, keys: list[bytes]) -> Int64Array:
+    """The base time of each row key (:func:`key_times`)."""
+    return key_times(layout, keys)[1]
+
+
+def _base_times_s(layout: KeyLayout, keys: list[bytes]) -> Int64Array:
     """The base time of each row key (one byte matrix when the keys have one length)."""
     if keys and _one_length(keys):
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)

@@ -65,7 +65,14 @@ from tsd.query.limits import (
     buckets_per_series,
     fills,
 )
-from tsd.query.output import LastPoint, QueryResult, SeriesResult
+from tsd.query.output import (
+    LastPoint,
+    QueryResult,
+    SeriesColumns,
+    SeriesParts,
+    SeriesResult,
+    emitted_points,
+)
 from tsd.query.plan import (
     ResolvedFilter,
     ScanPlan,
@@ -89,15 +96,17 @@ from tsd.query.reader import Part, RowReader, ScanTally
 from tsd.query.results import (
     SeriesFacts,
     aggregate_groups,
+    column_facts,
     group_annotations,
     in_range,
     parse_note,
     series_facts,
     series_tag_uids,
+    tag_columns,
 )
 from tsd.query.rollup import ReadSource, RollupConfigLike, plan_reads
 from tsd.query.rollup_compute import ComputedRollups
-from tsd.query.series import AggregatedSeries, BoolArray
+from tsd.query.series import AggregatedSeries, BoolArray, JoinedSeries
 from tsd.query.spans import Spans, assemble_spans
 from tsd.query.tasks import all_or_none as _all_or_none
 from tsd.query_spec import SubQuery, TSQuery
@@ -135,7 +144,7 @@ class _Found:
     spans: Spans
     facts: SeriesFacts
     groups: list[list[int]]
-    aggregated: list[AggregatedSeries]
+    aggregated: list[AggregatedSeries] | JoinedSeries
     filter_tagks: tuple[bytes, ...]
 
 
@@ -250,7 +259,7 @@ class QueryEngine:
                 # each hold a batch of rows waiting for a compute slot, uncounted.
                 gate = asyncio.Semaphore(self.compute_slots + 1)
 
-                async def gated(sub: SubQuery) -> list[SeriesResult]:
+                async def gated(sub: SubQuery) -> Sequence[SeriesResult]:
                     async with gate:
                         control.check()
                         return await self._run_sub(query, sub, control, reads)
@@ -276,13 +285,17 @@ class QueryEngine:
         finally:
             control.release()
             del self._running[control]
-        series = [s for results in per_sub for s in results]
+        series: Sequence[SeriesResult]
+        if any(isinstance(results, SeriesColumns) for results in per_sub):
+            series = SeriesParts(per_sub)
+        else:
+            series = [s for results in per_sub for s in results]
         summary = None
         if query.show_summary:
             summary = {
                 "processingPreWriteTime": (time.perf_counter() - started) * 1000,
                 "queryIdx_count": len(query.queries),
-                "emittedDPs": sum(len(s.dps) for s in series),
+                "emittedDPs": emitted_points(series),
                 **read_stats_json(sum_reads(reads)),
             }
         return QueryResult(query, series, global_notes, summary)
@@ -314,7 +327,7 @@ class QueryEngine:
         sub: SubQuery,
         control: QueryControl,
         reads: list[ReadStats] | None = None,
-    ) -> list[SeriesResult]:
+    ) -> Sequence[SeriesResult]:
         """The sub-query over its reads (tsd/query/rollup.py): raw data, or stored rollups
         with their fallbacks, the next tried while one finds no series."""
         plan = plan_reads(self.rollups, sub, self._table, self.computed)
@@ -331,7 +344,7 @@ class QueryEngine:
         control: QueryControl,
         reads: list[ReadStats] | None,
         source: ReadSource,
-    ) -> list[SeriesResult] | None:
+    ) -> Sequence[SeriesResult] | None:
         """One read of the sub-query; None when it found no series."""
         timings: dict[str, Any] = {}
         t0 = time.perf_counter()
@@ -582,11 +595,12 @@ class QueryEngine:
         window: tuple[int, int],
         control: QueryControl,
         work: int,
-    ) -> list[AggregatedSeries]:
+    ) -> list[AggregatedSeries] | JoinedSeries:
         """The kernels over every group, in chunks of about ``AGGREGATE_CHUNK_SERIES``
         series per worker-thread call: the slot is given back between chunks (other
-        queries take turns) and the cancel flag is checked in between."""
-        out: list[AggregatedSeries] = []
+        queries take turns) and the cancel flag is checked in between. Groups of one
+        series each come back joined (:class:`JoinedSeries`) when every chunk's do."""
+        out: list[list[AggregatedSeries] | JoinedSeries] = []
         chunk: list[list[int]] = []
         size = 0
         for members in groups:
@@ -594,16 +608,25 @@ class QueryEngine:
             size += len(members)
             if size >= AGGREGATE_CHUNK_SERIES:
                 control.check()
-                out += await self._compute.sized(
-                    work, aggregate_groups, spans.batch, chunk, sub, query, window, control
+                out.append(
+                    await self._compute.sized(
+                        work, aggregate_groups, spans.batch, chunk, sub, query, window, control
+                    )
                 )
                 chunk, size = [], 0
         if chunk:
             control.check()
-            out += await self._compute.sized(
-                work, aggregate_groups, spans.batch, chunk, sub, query, window, control
+            out.append(
+                await self._compute.sized(
+                    work, aggregate_groups, spans.batch, chunk, sub, query, window, control
+                )
             )
-        return out
+        joined = [part for part in out if isinstance(part, JoinedSeries)]
+        if out and len(joined) == len(out):
+            return JoinedSeries.concat(joined)
+        return [
+            s for part in out for s in (part.split() if isinstance(part, JoinedSeries) else part)
+        ]
 
     async def _delete_rows(self, parts: Sequence[Part], spans: Spans, keep: Any) -> None:
         """``delete=true``: drop every row read for the series that passed the filters."""
@@ -618,6 +641,13 @@ class QueryEngine:
     # -- series, groups, results --------------------------------------------------------------
 
     async def _series_facts(self, spans: Spans, work: int) -> SeriesFacts:
+        """Each series' tags, TSUID and notes: by column where the keys allow
+        (:func:`tag_columns`: no step per series), else series by series."""
+        columns = await self._compute.sized(work, tag_columns, self._layout, spans.keys)
+        if columns is not None:
+            tagk_names = await self._names(self._uids.tagk, set(columns.tagks))
+            tagv_names = await self._names(self._uids.tagv, columns.tagvs())
+            return column_facts(self._layout, spans, columns, tagk_names, tagv_names)
         tag_uids, tagks, tagvs = await self._compute.sized(
             work, _tag_uids_and_sets, self._layout, spans.keys
         )
@@ -655,7 +685,11 @@ class QueryEngine:
         """The series passing the filters, and their groups in OpenTSDB's group order
         (a group-by's keys from the series keys' bytes at once where they allow,
         :func:`group_key_bytes`; else one key per series)."""
-        keep = SeriesFilter(sub.filters, sub.explicit_tags, control).mask(facts.tags)
+        series_filter = SeriesFilter(sub.filters, sub.explicit_tags, control)
+        if facts.columns is not None:
+            keep = series_filter.mask_columns(facts.columns, len(facts.tags))
+        else:
+            keep = series_filter.mask(facts.tags)
         kept = np.flatnonzero(keep)
         if sub.aggregator == "none":
             return keep, [[i] for i in kept.tolist()]
@@ -674,9 +708,14 @@ class QueryEngine:
 
     async def _results(
         self, sub: SubQuery, query: TSQuery, found: _Found, timings: dict[str, Any], work: int
-    ) -> list[SeriesResult]:
+    ) -> Sequence[SeriesResult]:
         metric_uid = found.spans.keys[0][self._layout.salt_width :][: self._layout.metric_width]
         metric = sub.metric or await self._uids.metrics.get_name(metric_uid)
+        columns = _result_columns(sub, query, found, metric, timings)
+        if columns is not None:
+            return columns
+        if isinstance(found.aggregated, JoinedSeries):
+            found.aggregated = await self._compute.sized(work, found.aggregated.split)
         out: list[SeriesResult] = []
         for lo in range(0, len(found.groups), AGGREGATE_CHUNK_SERIES):
             hi = lo + AGGREGATE_CHUNK_SERIES
@@ -728,6 +767,35 @@ class QueryEngine:
 # --------------------------------------------------------------------------- helpers
 
 
+def _result_columns(
+    sub: SubQuery, query: TSQuery, found: _Found, metric: str, timings: dict[str, Any]
+) -> SeriesColumns | None:
+    """The result series as :class:`SeriesColumns` when the groups are of one series
+    each, aggregated together (:class:`JoinedSeries`), every one with points and none
+    with notes (a dashboard's group-by); else None (:func:`_build_results`)."""
+    joined, facts = found.aggregated, found.facts
+    if not isinstance(joined, JoinedSeries):
+        return None
+    members = np.fromiter((m[0] for m in found.groups), np.int64, len(found.groups))
+    if not np.asarray(facts.has_points, np.bool_)[members].all():
+        return None
+    notes = facts.notes
+    if any(notes) and any(notes[i] for i in members.tolist()):
+        return None
+    stats = dict(timings) if query.show_stats else None
+    return SeriesColumns(
+        sub,
+        metric,
+        members,
+        joined,
+        facts.tags,
+        facts.tsuids,
+        facts.columns,
+        stats,
+        found.filter_tagks,
+    )
+
+
 def _build_results(
     sub: SubQuery,
     query: TSQuery,
@@ -739,10 +807,11 @@ def _build_results(
 ) -> list[SeriesResult]:
     """The result series of groups ``lo:hi`` (in a worker thread: 200,000 groups of
     Python objects would hold the event loop for seconds)."""
-    facts = found.facts
+    facts, aggregated = found.facts, found.aggregated
+    assert not isinstance(aggregated, JoinedSeries)  # split by _results
     out = []
     has_points, notes_of = facts.has_points, facts.notes
-    for members, dps in zip(found.groups[lo:hi], found.aggregated[lo:hi], strict=True):
+    for members, dps in zip(found.groups[lo:hi], aggregated[lo:hi], strict=True):
         if len(members) == 1:  # a group of one series (a group-by's usual group)
             with_data = members if has_points[members[0]] else []
             notes = group_annotations(facts, members, query) if notes_of[members[0]] else None

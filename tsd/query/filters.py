@@ -239,6 +239,39 @@ class SeriesFilter:
             out[lo : lo + len(chunk)] = [self.matches(t) for t in chunk]
         return out
 
+    def mask_columns(
+        self, columns: Mapping[str, tuple[Sequence[str], npt.NDArray[np.int64]]], count: int
+    ) -> npt.NDArray[np.bool_]:
+        """:meth:`mask` of ``count`` series that all carry the tag keys of ``columns``
+        (tag name -> the distinct values, each series' index into them): each filter
+        looks at the distinct values of the series still kept, once each (checking the
+        query's control every ``CHECK_EVERY`` values), not at each series."""
+        none = np.zeros(count, dtype=np.bool_)
+        if self._explicit is not None and frozenset(columns) != self._explicit:
+            return none
+        if any(tagk in columns for tagk in self._absent):
+            return none
+        out = np.ones(count, dtype=np.bool_)
+        control = self._control
+        for tagk, matcher, memo in self._present:
+            column = columns.get(tagk)
+            if column is None:
+                return none
+            values, inverse = column
+            hits = np.zeros(len(values), dtype=np.bool_)
+            wanted = np.unique(inverse[out]).tolist()
+            for lo in range(0, len(wanted), CHECK_EVERY):
+                if control is not None:
+                    control.check()
+                for v in wanted[lo : lo + CHECK_EVERY]:
+                    value = values[v]
+                    hit = memo.get(value)
+                    if hit is None:
+                        hit = memo[value] = matcher(value)
+                    hits[v] = hit
+            out &= hits[inverse]
+        return out
+
 
 #: Series a filter looks at between two checks of the query's cancel flag.
 CHECK_EVERY = 4096

@@ -14,6 +14,7 @@ a fresh query (tests/query/test_head_rows.py checks both against each other).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from tsd.codec import KeyLayout
 from tsd.head import HeadRuns
@@ -21,10 +22,10 @@ from tsd.query import decode
 from tsd.query.decode import (
     RowPoints,
     _values,
-    base_times_s,
     bucket_args,
     compiled_buckets,
     compiled_points,
+    key_times,
     reduce_rows,
 )
 from tsd.query.downsample import RowBuckets
@@ -37,8 +38,9 @@ def decode_head_runs(
 ) -> RowPoints:
     """The points of ``runs``' rows, row after row; with ``buckets``, each row reduced to
     its buckets (:func:`tsd.query.decode.decode_buckets`' answer)."""
-    base_ms = base_times_s(layout, runs.keys) * 1000
-    stored = _stored_bytes(runs)
+    key_lengths, bases = key_times(layout, runs.keys)
+    base_ms = bases * 1000
+    stored = _stored_bytes(runs, key_lengths)
     compiled = decode._C
     if compiled is not None and runs.keys:
         arrays = (
@@ -68,8 +70,8 @@ def decode_head_runs(
     return points if buckets is None else reduce_rows(points, runs.keys, layout, buckets)
 
 
-def _stored_bytes(runs: HeadRuns) -> int:
+def _stored_bytes(runs: HeadRuns, key_lengths: npt.NDArray[np.int64]) -> int:
     """What the rows would take as single cells (each point with its key): the query
     limits' count."""
-    key_bytes = int(np.dot(np.fromiter(map(len, runs.keys), np.int64, len(runs.keys)), runs.counts))
+    key_bytes = int(np.dot(key_lengths, runs.counts))
     return key_bytes + len(runs.qualifiers) + len(runs.values)

@@ -238,12 +238,14 @@ class RowReader:
                         spec, start=start, stop=stop, row_filter=None, batch_rows=KEY_BATCH_ROWS
                     )
                 )
-        wanted = set(keys)
+        wanted: set[bytes] | None = None  # built once a scan finds a key (rarely, fresh)
         found: list[bytes] = []
         for spec in specs:
             async with contextlib.aclosing(self._storage.scan_keys(self._table, spec)) as batches:
                 async for batch in batches:
-                    found.extend(k for k in batch if k in wanted)
+                    if batch:
+                        wanted = set(keys) if wanted is None else wanted
+                        found.extend(k for k in batch if k in wanted)
         return found
 
     def own_rollups(self, read: ReadSource) -> bool:

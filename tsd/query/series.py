@@ -149,3 +149,59 @@ class AggregatedSeries:
             else:
                 out.append((ts, float(self.values[i])))
         return out
+
+
+@dataclass(slots=True, eq=False)
+class JoinedSeries:
+    """Aggregated series end to end (a group-by's groups of one, aggregated at once):
+    series ``r`` is points ``offsets[r]:offsets[r + 1]`` of ``dps``. One set of arrays
+    instead of an object per series; :meth:`part` gives one series as its own."""
+
+    dps: AggregatedSeries
+    offsets: Int64Array
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def part(self, r: int) -> AggregatedSeries:
+        lo, hi = int(self.offsets[r]), int(self.offsets[r + 1])
+        d = self.dps
+        if d.is_int is None or d.int_values is None or not d.is_int[lo:hi].any():
+            return AggregatedSeries(d.timestamps[lo:hi], d.values[lo:hi])
+        return AggregatedSeries(
+            d.timestamps[lo:hi], d.values[lo:hi], d.int_values[lo:hi], d.is_int[lo:hi]
+        )
+
+    def split(self) -> list[AggregatedSeries]:
+        return [self.part(r) for r in range(len(self))]
+
+    @staticmethod
+    def concat(parts: Sequence[JoinedSeries]) -> JoinedSeries:
+        """``parts``' series one after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        dps = [p.dps for p in parts]
+        ints = any(d.is_int is not None and d.int_values is not None for d in dps)
+        ends = np.cumsum([0] + [len(d.timestamps) for d in dps])
+        offsets = np.concatenate(
+            [parts[0].offsets[:1]]
+            + [p.offsets[1:] + e for p, e in zip(parts, ends.tolist(), strict=False)]
+        ).astype(np.int64)
+        joined = AggregatedSeries(
+            np.concatenate([d.timestamps for d in dps]),
+            np.concatenate([d.values for d in dps]),
+            np.concatenate(
+                [
+                    d.int_values if d.int_values is not None else np.zeros(len(d), np.int64)
+                    for d in dps
+                ]
+            )
+            if ints
+            else None,
+            np.concatenate(
+                [d.is_int if d.is_int is not None else np.zeros(len(d), np.bool_) for d in dps]
+            )
+            if ints
+            else None,
+        )
+        return JoinedSeries(joined, offsets)

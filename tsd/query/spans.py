@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TypeVar
 
 import numpy as np
@@ -20,13 +21,7 @@ import numpy.typing as npt
 
 from tsd.codec import AnnotationCell, KeyLayout
 from tsd.codec.const import TIMESTAMP_BYTES
-from tsd.query.decode import (
-    RowPoints,
-    _one_length,
-    base_times_s,
-    matrix_base_times_s,
-    series_key,
-)
+from tsd.query.decode import RowPoints, key_times, series_key
 from tsd.query.series import BoolArray, Int64Array, SeriesBatch
 
 __all__ = ["Spans", "assemble_spans"]
@@ -67,7 +62,7 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     row, which no writer produces) are merged keeping the first point at a time. Work is
     per row: points move as whole row slices, straight from the parts.
     """
-    keys: list[bytes] = [k for ks, _ in parts for k in ks]
+    keys: list[bytes] = list(chain.from_iterable(ks for ks, _ in parts))
     unique, row_series, row_base = _series_of_rows(layout, keys)
     points = [p for _, p in parts]
     counts = _cat([np.diff(p.row_offsets) for p in points], np.int64)
@@ -135,10 +130,10 @@ def _series_of_rows(
     others one by one.
     """
     time_at = layout.tags_start - TIMESTAMP_BYTES
-    if keys and _one_length(keys):
+    lengths, row_base = key_times(layout, keys)
+    if keys and lengths.min() == lengths.max():
         width = len(keys[0])
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
-        row_base = matrix_base_times_s(layout, matrix)
         rest_width = width - TIMESTAMP_BYTES
         # The series bytes zero-padded to whole big-endian words: words compare as memcmp
         # does (equal lengths), and sorting integer columns is several times faster than
@@ -154,13 +149,13 @@ def _series_of_rows(
         first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
         row_series = np.empty(len(keys), dtype=np.int64)
         row_series[order] = np.cumsum(first) - 1
-        uniques = rest[order[first], :rest_width]
-        return [u.tobytes() for u in uniques], row_series, row_base
+        joined = np.ascontiguousarray(rest[order[first], :rest_width]).tobytes()
+        series_keys = [joined[i : i + rest_width] for i in range(0, len(joined), rest_width)]
+        return series_keys, row_series, row_base
     sk = [series_key(layout, k) for k in keys]
     unique = sorted(set(sk))
     rank = {key: i for i, key in enumerate(unique)}
     row_series = np.fromiter((rank[k] for k in sk), np.int64, len(sk))
-    row_base = base_times_s(layout, keys)
     return unique, row_series, row_base
 
 

@@ -110,7 +110,9 @@ async def handle_query(request: web.Request, path: ApiPath) -> web.StreamRespons
     try:
         emitted = emitted_points(result)
         if is_large(result, emitted):
-            response = await stream_query_result(request, engine, result, arrays=options.arrays)
+            response = await stream_query_result(
+                request, engine, result, arrays=options.arrays, points=emitted
+            )
         else:
             points = emitted + len(result.series)
             body = await engine.compute(

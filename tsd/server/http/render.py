@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 
 import tsd.native as native
-from tsd.query.output import LastPoint, QueryResult, SeriesResult
+from tsd.query.output import LastPoint, QueryResult, SeriesColumns, SeriesParts, SeriesResult
 from tsd.query.series import AggregatedSeries
 from tsd.query_spec import FillPolicy, Filter, SubQuery, TSQuery
 
@@ -66,11 +66,84 @@ def render_query_result(result: QueryResult, *, arrays: bool = False) -> bytes:
 def render_series_range(result: QueryResult, lo: int, hi: int, arrays: bool = False) -> bytes:
     """The JSON of ``result.series[lo:hi]``, comma-separated, no brackets: with
     :func:`render_summary` an answer can be written piece by piece."""
-    series = result.series[lo:hi]
+    every = result.series
+    if isinstance(every, SeriesParts):
+        pieces = [_render_piece(p, result, arrays) for p in every.pieces(lo, hi)]
+        return b",".join(p for p in pieces if p)
+    return _render_piece(every[lo:hi], result, arrays)
+
+
+def _render_piece(series: Sequence[SeriesResult], result: QueryResult, arrays: bool) -> bytes:
+    """:func:`render_series_range` of some result series: columns written from their
+    columns where :func:`_columns_json` can, else each series as an object."""
+    if isinstance(series, SeriesColumns):
+        body = _columns_json(series, result, arrays)
+        if body is not None:
+            return body
+        series = list(series)
     dps = _dps_many(series, result.query.ms_resolution, arrays)
     # one orjson pass over every series' object, each with its dps already written
     objects = [_series_object(s, result, d) for s, d in zip(series, dps, strict=True)]
     return orjson.dumps(objects)[1:-1]
+
+
+def _columns_json(columns: SeriesColumns, result: QueryResult, arrays: bool) -> bytes | None:
+    """The objects of :class:`SeriesColumns` (each one series' points, no annotations),
+    written as :func:`_series_object` and orjson write them, without an object per
+    series: each tag column's ``"name":"value"`` texts written once per distinct value
+    and picked per series, the points by the compiled helper in one call, and every
+    piece laid side by side by list slices. None where the columns do not cover the
+    answer (showQuery, showTSUIDs, showStats, global annotations, tags not by column, a
+    fill policy of its own or no compiled helper): the caller then writes objects."""
+    query = result.query
+    n = len(columns)
+    by_column = columns.columns
+    if (
+        not n
+        or _C is None
+        or by_column is None
+        or query.show_query
+        or query.show_tsuids
+        or query.show_stats
+        or (result.global_annotations and not query.no_annotations)
+    ):
+        return None
+    offsets = columns.offsets
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    points = columns.points
+    part = AggregatedSeries(
+        points.timestamps[lo:hi],
+        points.values[lo:hi],
+        None if points.int_values is None else points.int_values[lo:hi],
+        None if points.is_int is None else points.is_int[lo:hi],
+    )
+    ts = part.timestamps if query.ms_resolution else part.timestamps // 1000
+    texts = _value_texts(part, _fill_null_sub(columns.sub))
+    counts = np.diff(offsets).astype(np.int64)
+    dps = _C.dps_json_many(np.ascontiguousarray(ts, dtype=np.int64), texts, counts, arrays)
+    if dps is None:
+        return None
+    members = columns.members
+    tag_texts = []
+    for name, (values, inverse) in by_column.items():  # in name order
+        key = orjson.dumps(name) + b":"
+        used, picked = np.unique(inverse[members], return_inverse=True)
+        texts_of = np.array([key + orjson.dumps(values[v]) for v in used.tolist()], dtype=object)
+        tag_texts.append(texts_of[picked.reshape(-1)].tolist())
+    head = b'{"metric":' + orjson.dumps(columns.metric) + b',"tags":{'
+    # per series: head, the tag texts comma-separated, the rest of the object up to its
+    # points, the points, its end
+    stride = 2 * len(tag_texts) + 3 if tag_texts else 4
+    out: list[bytes] = [b""] * (n * stride)
+    out[0::stride] = [head] * n
+    for k, texts_k in enumerate(tag_texts):
+        out[1 + 2 * k :: stride] = texts_k
+        if k:
+            out[2 * k :: stride] = [b","] * n
+    out[stride - 3 :: stride] = [b'},"aggregateTags":[],"dps":'] * n
+    out[stride - 2 :: stride] = list(dps)
+    out[stride - 1 :: stride] = [b"},"] * n
+    return b"".join(out)[:-1]
 
 
 def render_summary(result: QueryResult) -> bytes | None:
@@ -105,7 +178,11 @@ def _series_object(series: SeriesResult, result: QueryResult, dps: bytes) -> dic
 
 
 def _fill_null(series: SeriesResult) -> bool:
-    spec = series.sub.downsample_spec
+    return _fill_null_sub(series.sub)
+
+
+def _fill_null_sub(sub: SubQuery) -> bool:
+    spec = sub.downsample_spec
     return spec is not None and spec.fill_policy is FillPolicy.NULL
 
 

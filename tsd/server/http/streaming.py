@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 
 from tsd.query.engine import QueryEngine
 from tsd.query.output import QueryResult
+from tsd.query.output import emitted_points as series_points
 from tsd.server.http.errors import JSON_CONTENT_TYPE
 from tsd.server.http.middlewares import accepted_coding
 from tsd.server.http.render import render_series_range, render_summary
@@ -25,8 +26,9 @@ STREAM_POINTS = 200_000
 
 
 def emitted_points(result: QueryResult) -> int:
-    """The points the answer holds (counted once per answer: a pass over 10,000 series)."""
-    return sum([len(s.dps.timestamps) for s in result.series])
+    """The points the answer holds (counted once per answer: a pass over 10,000 series,
+    none over columns)."""
+    return series_points(result.series)
 
 
 def is_large(result: QueryResult, points: int | None = None) -> bool:
@@ -37,10 +39,26 @@ def is_large(result: QueryResult, points: int | None = None) -> bool:
     return (emitted_points(result) if points is None else points) > STREAM_POINTS
 
 
+def piece_series(count: int, points: int) -> int:
+    """Series rendered per piece of an answer of ``count`` series and ``points`` points:
+    ``PIECE_SERIES``, or as many more as hold about ``STREAM_POINTS`` points (a group-by's
+    10,000 series of 24 points each: two pieces, not ten hops to a worker thread)."""
+    per_series = max(1, points // max(1, count))
+    return max(PIECE_SERIES, STREAM_POINTS // per_series)
+
+
 async def stream_query_result(
-    request: web.Request, engine: QueryEngine, result: QueryResult, *, arrays: bool
+    request: web.Request,
+    engine: QueryEngine,
+    result: QueryResult,
+    *,
+    arrays: bool,
+    points: int | None = None,
 ) -> web.StreamResponse:
-    """A 200 whose body is ``result``'s JSON, written as it is rendered."""
+    """A 200 whose body is ``result``'s JSON, written as it is rendered (``points``: the
+    answer's, counted when not given)."""
+    if points is None:
+        points = emitted_points(result)
     response = web.StreamResponse(headers={"Content-Type": JSON_CONTENT_TYPE})
     coding = accepted_coding(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
     if coding is not None:
@@ -49,8 +67,9 @@ async def stream_query_result(
     callback = request.query.getall("jsonp")[-1].encode() if "jsonp" in request.query else b""
     pending = callback + b"([" if callback else b"["
     count = len(result.series)
-    for lo in range(0, count, PIECE_SERIES):
-        piece = await engine.compute(render_series_range, result, lo, lo + PIECE_SERIES, arrays)
+    step = piece_series(count, points)
+    for lo in range(0, count, step):
+        piece = await engine.compute(render_series_range, result, lo, lo + step, arrays)
         await response.write(pending + (b"," if lo else b"") + piece)
         pending = b""
     summary = render_summary(result)
