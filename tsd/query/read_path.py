@@ -346,8 +346,12 @@ async def _read_ranges(
     slots = asyncio.Semaphore(PARALLEL_READS)
     together: list[ScanSpec] = []
     if storage.reads_ranges_at_once():  # the embedded store: all decided ranges in one read
-        together = [
-            dataclasses.replace(template, start=r.start, stop=r.stop) for r in ranges if r.decided
+        families, row_filter = template.families, template.row_filter
+        limit, batch_rows = template.limit, template.batch_rows
+        together = [  # ScanSpec itself: dataclasses.replace checks every field, per range
+            ScanSpec(r.start, r.stop, families, row_filter, limit, batch_rows)
+            for r in ranges
+            if r.decided
         ]
         ranges = [r for r in ranges if not r.decided]
 

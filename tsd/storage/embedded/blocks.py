@@ -143,8 +143,10 @@ class PackedRun:
 
 
 #: entries taken from the cursor by the first call of :func:`_entries`; each next call takes
-#: four times more (a small scan reads little past its stop, a big one makes few calls)
-_FIRST_ENTRIES = 64
+#: four times more (a small scan reads little past its stop, a big one makes few calls): a
+#: range of one row (a series' hour: ``scan_ranges``) copies that row and the next entry,
+#: not 64 values of a few KB each
+_FIRST_ENTRIES = 2
 
 
 def _entries(
