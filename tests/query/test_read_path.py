@@ -233,6 +233,45 @@ def test_ranges_of_pins() -> None:
     ]
 
 
+def test_every_hours_ranges_are_its_own() -> None:
+    """Hours after the first take the first's ranges under their own prefix: the same as
+    each hour narrowed alone, a tag key and value of ``ff ff`` (its range's stop carries
+    into the hour's bytes) included."""
+    top = b"\xff\xff"
+    for pins in (
+        [(K1, [V[1], V[2], V[5]]), (K3, [V[7]])],
+        [(K3, [V[1], top])],
+        [(K1, [top]), (K3, [V[2], top])],
+        [(top, [V[1], top])],  # tag key and value all ff: the stop is the next hour's
+        [(K3, [V[2]]), (top, [top])],
+    ):
+        together = narrowed_ranges(_plan(hours=3), _request(pins))
+        alone = []
+        for h in range(3):
+            hour = ScanPlan(b"M", (ScanSpec(
+                b"\x00M" + (T0 + h * 3600).to_bytes(4, "big"),
+                b"\x00M" + (T0 + (h + 1) * 3600).to_bytes(4, "big"),
+            ),), T0 + h * 3600, T0 + (h + 1) * 3600)  # fmt: skip
+            found = narrowed_ranges(hour, _request(pins))
+            assert found is not None
+            alone += found
+        assert together is not None
+        # adjacent ranges of consecutive hours join: compare the keys they cover
+        assert [(r.start, r.decided) for r in together][0] == (alone[0].start, alone[0].decided)
+        assert _covered(together) == _covered(alone)
+
+
+def _covered(ranges: list[KeyRange]) -> list[KeyRange]:
+    """``ranges`` with adjacent ones of the same decision joined."""
+    joined: list[KeyRange] = []
+    for r in ranges:
+        if joined and joined[-1].stop == r.start and joined[-1].decided == r.decided:
+            joined[-1] = KeyRange(joined[-1].start, r.stop, r.decided)
+        else:
+            joined.append(r)
+    return joined
+
+
 def test_ranges_per_hour_and_bucket_and_their_limit() -> None:
     ranges = narrowed_ranges(_plan(hours=3, buckets=2), _request([(K1, [V[1]])]))
     assert ranges is not None

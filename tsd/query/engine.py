@@ -575,7 +575,13 @@ class QueryEngine:
         names = literal_names(f, self._cfg.filter_expansion_limit)
         if names is None:
             return ResolvedFilter(f, tagk_uid)
-        uids = await _all_or_none([self._tagv_uid(n) for n in sorted(names)])
+        # the cache first: a filter's few values cost no task each (the usual case)
+        ordered = sorted(names)
+        uids = [self._uids.tagv.cached_id(n) for n in ordered]
+        if None in uids:  # the others looked up at once
+            missing = [n for n, uid in zip(ordered, uids, strict=True) if uid is None]
+            looked_up = iter(await _all_or_none([self._tagv_uid(n) for n in missing]))
+            uids = [uid if uid is not None else next(looked_up) for uid in uids]
         return ResolvedFilter(f, tagk_uid, tuple(u for u in uids if u is not None))
 
     async def _tagv_uid(self, name: str) -> bytes | None:

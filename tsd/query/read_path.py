@@ -228,6 +228,15 @@ def _pinned_depth(plan: ScanPlan, request: ReadRequest) -> int:
     return depth
 
 
+def _under(prefix: bytes, ranges: list[KeyRange]) -> list[tuple[bytes, bytes, bool]] | None:
+    """``ranges`` as (start, stop) suffixes of ``prefix``, when every bound is ``prefix``
+    and more (not a stop that carried into it: tag bytes all ``ff``); else None."""
+    n = len(prefix)
+    if all(len(r.stop) > n and r.start[:n] == prefix and r.stop[:n] == prefix for r in ranges):
+        return [(r.start[n:], r.stop[n:], r.decided) for r in ranges]
+    return None
+
+
 def narrowed_ranges(plan: ScanPlan, request: ReadRequest) -> list[KeyRange] | None:
     """The key ranges of the ranges path (module docstring), in key order, adjacent ones
     joined; None when even the first pinned key alone gives more than ``MAX_RANGES``.
@@ -242,11 +251,15 @@ def narrowed_ranges(plan: ScanPlan, request: ReadRequest) -> list[KeyRange] | No
     ranges: list[KeyRange] = []
     for spec in plan.scans:
         base = spec.start[:-4]
+        shape: list[tuple[bytes, bytes, bool]] | None = None
         for hour in hours:
+            prefix = base + (hour & 0xFFFFFFFF).to_bytes(4, "big")
             found: list[KeyRange] = []
-            _pin_ranges(
-                base + (hour & 0xFFFFFFFF).to_bytes(4, "big"), pins[:depth], 0, decided, found
-            )
+            if shape is not None:  # every hour's ranges are the first's under its prefix
+                found = [KeyRange(prefix + a, prefix + b, d) for a, b, d in shape]
+            else:
+                _pin_ranges(prefix, pins[:depth], 0, decided, found)
+                shape = _under(prefix, found)
             for r in found:
                 start = max(r.start, spec.start)
                 stop = min(r.stop, spec.stop) if r.stop and spec.stop else r.stop or spec.stop
@@ -346,8 +359,12 @@ async def _read_ranges(
     slots = asyncio.Semaphore(PARALLEL_READS)
     together: list[ScanSpec] = []
     if storage.reads_ranges_at_once():  # the embedded store: all decided ranges in one read
-        together = [
-            dataclasses.replace(template, start=r.start, stop=r.stop) for r in ranges if r.decided
+        families, row_filter = template.families, template.row_filter
+        limit, batch_rows = template.limit, template.batch_rows
+        together = [  # ScanSpec itself: dataclasses.replace checks every field, per range
+            ScanSpec(r.start, r.stop, families, row_filter, limit, batch_rows)
+            for r in ranges
+            if r.decided
         ]
         ranges = [r for r in ranges if not r.decided]
 

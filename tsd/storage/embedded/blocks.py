@@ -38,9 +38,10 @@ from tsd.storage.embedded.cells import (
 )
 from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY, cell_prefix, packed_key
 
-__all__ = ["rows_block", "scan_block"]
+__all__ = ["PackedRun", "rows_block", "scan_block"]
 
-_PACKED_FAMILY_END = PACKED_FAMILY.encode("ascii") + PACKED_END
+_PACKED_NAME = PACKED_FAMILY.encode("ascii")
+_PACKED_FAMILY_END = _PACKED_NAME + PACKED_END
 
 
 def scan_block(
@@ -68,49 +69,91 @@ def _packed_only(
     txn: Txn, table: TableInfo, position: ScanCursor, max_rows: int, row_filter: RowFilter | None
 ) -> Block | None:
     """The batch when every row in its key range is one packed entry (and passes
-    ``row_filter``); None (``position`` untouched) otherwise. The entries are taken from
-    the cursor in one call and their keys read together (:func:`points.packed_rows`): no
-    Python per entry."""
-    seek = position.next_key
-    if table.packed is None or seek is None or PACKED_FAMILY.encode("ascii") not in table.names:
+    ``row_filter``); None (``position`` untouched) otherwise (:class:`PackedRun`)."""
+    run = PackedRun(txn, table)
+    if not run.take(position, max_rows, row_filter):
         return None
-    if position.remaining is not None:
-        max_rows = min(max_rows, position.remaining)
-    # a packed entry counts as one cell, as scan_batch counts it
-    take = min(max_rows, MAX_BATCH_CELLS)
-    stop = position.stop_key
-    cursor = txn.cursor(db=table.packed)
-    found = _entries(cursor, seek, stop, take + 1)
-    read = points.packed_rows(found, _PACKED_FAMILY_END)
-    if read is None:
-        return None  # not a packed data entry: scan_batch reads (or refuses) it
-    rows, values = read
-    next_key: bytes | None = None
-    if len(rows) > take:  # the first row of the next batch
-        next_key = found[take][0][: -len(_PACKED_FAMILY_END)]
-        del rows[take:], values[take:]
-    if row_filter is not None and not all(map(row_filter.matches, rows)):
-        return None  # rows the filter leaves out: scan_batch's
-    # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
-    plain = txn.cursor(db=table.db)
-    if plain.set_range(seek):
-        first = plain.key()
-        bound = next_key if next_key is not None else stop
-        if bound is None or first < bound:
-            return None
-    position.next_key = next_key
-    position.batch_cells = len(rows)
-    if position.remaining is not None:
-        position.remaining -= len(rows)
-        if position.remaining <= 0:
-            position.next_key = None
-    found_points = points.decode(rows, values, lambda: _unpacked(rows, values))
-    return found_points if found_points is not None else _unpacked(rows, values)
+    return run.block()
+
+
+class PackedRun:
+    """Batches of packed-only rows (several ranges' in turn: ``scan_ranges``) decoded
+    together: one :func:`points.decode` (and one block) for all of them, not one per range
+    (a day of one series is 24 ranges of one row each).
+
+    :meth:`take` reads one batch the way :func:`scan_block`'s packed path does; the entries
+    are taken from the cursor in one call and their keys read together
+    (:func:`points.packed_rows`): no Python per entry."""
+
+    __slots__ = ("_packed", "_plain", "_table", "_txn", "rows", "values")
+
+    def __init__(self, txn: Txn, table: TableInfo) -> None:
+        self._txn = txn
+        self._table = table
+        self._packed: lmdb.Cursor | None = None
+        self._plain: lmdb.Cursor | None = None
+        #: the rows taken so far and their packed entries
+        self.rows: list[bytes] = []
+        self.values: list[bytes] = []
+
+    def take(self, position: ScanCursor, max_rows: int, row_filter: RowFilter | None) -> bool:
+        """The batch from ``position`` added (``position`` advanced) when every row in its
+        key range is one packed entry and passes ``row_filter``; False (``position``
+        untouched) otherwise: ``scan_batch``'s job."""
+        table = self._table
+        seek = position.next_key
+        if table.packed is None or seek is None or _PACKED_NAME not in table.names:
+            return False
+        if position.remaining is not None:
+            max_rows = min(max_rows, position.remaining)
+        # a packed entry counts as one cell, as scan_batch counts it
+        take = min(max_rows, MAX_BATCH_CELLS)
+        stop = position.stop_key
+        if self._packed is None:
+            self._packed = self._txn.cursor(db=table.packed)
+        found = _entries(self._packed, seek, stop, take + 1)
+        read = points.packed_rows(found, _PACKED_FAMILY_END)
+        if read is None:
+            return False  # not a packed data entry: scan_batch reads (or refuses) it
+        rows, values = read
+        next_key: bytes | None = None
+        if len(rows) > take:  # the first row of the next batch
+            next_key = found[take][0][: -len(_PACKED_FAMILY_END)]
+            del rows[take:], values[take:]
+        if row_filter is not None and not all(map(row_filter.matches, rows)):
+            return False  # rows the filter leaves out: scan_batch's
+        # Plain cells anywhere in the batch's range: rows of another shape, scan_batch's job.
+        if self._plain is None:
+            self._plain = self._txn.cursor(db=table.db)
+        if self._plain.set_range(seek):
+            first = cast(bytes, self._plain.key())  # no buffers (see _entries)
+            bound = next_key if next_key is not None else stop
+            if bound is None or first < bound:
+                return False
+        position.next_key = next_key
+        position.batch_cells = len(rows)
+        if position.remaining is not None:
+            position.remaining -= len(rows)
+            if position.remaining <= 0:
+                position.next_key = None
+        self.rows += rows
+        self.values += values
+        return True
+
+    def block(self) -> Block:
+        """The rows taken so far as one block (points, or cells when an entry is not one
+        :func:`points.decode` takes), and the run emptied."""
+        rows, values = self.rows, self.values
+        self.rows, self.values = [], []
+        found_points = points.decode(rows, values, lambda: _unpacked(rows, values))
+        return found_points if found_points is not None else _unpacked(rows, values)
 
 
 #: entries taken from the cursor by the first call of :func:`_entries`; each next call takes
-#: four times more (a small scan reads little past its stop, a big one makes few calls)
-_FIRST_ENTRIES = 64
+#: four times more (a small scan reads little past its stop, a big one makes few calls): a
+#: range of one row (a series' hour: ``scan_ranges``) copies that row and the next entry,
+#: not 64 values of a few KB each
+_FIRST_ENTRIES = 2
 
 
 def _entries(

@@ -83,10 +83,10 @@ from tsd.storage.base import (
     joined_blocks,
 )
 from tsd.storage.embedded import cells, maintenance
-from tsd.storage.embedded.blocks import rows_block, scan_block
+from tsd.storage.embedded.blocks import PackedRun, rows_block, scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.commit_thread import WriterThread
-from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, ROW_END, row_start
+from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, PACKED_FAMILY, ROW_END, row_start
 from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 
 T = TypeVar("T")
@@ -605,18 +605,28 @@ def _ranges_hop(
     ``BLOCKS_PER_READ`` batches ended before their range did (as :func:`_several`), the
     blocks of one kind joined; each batch at most ``most_rows`` rows when given."""
     blocks: list[Block] = []
+    run = PackedRun(txn, info)  # packed-only batches, in a row, decoded together
     rows = cut = 0
     while todo and rows < budget and cut < BLOCKS_PER_READ:
         position, wanted, row_filter, batch_rows = todo[0]
         if most_rows is not None:
             batch_rows = min(batch_rows, most_rows)
-        block = scan_block(txn, info, position, wanted, row_filter, batch_rows)
-        blocks.append(block)
-        rows += len(block)
+        taken = len(run.rows)
+        if (not wanted or PACKED_FAMILY in wanted) and run.take(position, batch_rows, row_filter):
+            rows += len(run.rows) - taken
+        else:  # scan_block's other path, after the packed batches before it
+            if run.rows:
+                blocks.append(run.block())
+            batch = cells.scan_batch(txn, info, position, wanted, row_filter, batch_rows)
+            block = CellBlock.from_rows(batch)
+            blocks.append(block)
+            rows += len(block)
         if position.next_key is None:
             todo.popleft()
         else:
             cut += 1
+    if run.rows:
+        blocks.append(run.block())
     return joined_blocks(blocks)
 
 
