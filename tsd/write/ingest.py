@@ -52,6 +52,7 @@ import enum
 import gc
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
@@ -719,10 +720,14 @@ class IngestSession(Generic[T]):
         gc.disable()
         try:
             cache = self.cache
-            if cache is not None:
+            aliases = batch.aliases
+            if cache is not None and set(map(len, aliases)) == {1}:
+                # one key a point (telnet's line key): the burst's refs in one call
+                cache.remember_many(list(map(itemgetter(0), aliases)), refs)
+            elif cache is not None:
                 remember = cache.remember
-                for aliases, ref in zip(batch.aliases, refs, strict=True):
-                    for alias in aliases:
+                for keys, ref in zip(aliases, refs, strict=True):
+                    for alias in keys:
                         remember(alias, ref)
             run = [
                 (ref, point.timestamp, point.value)
