@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import pytest
 
@@ -854,7 +855,7 @@ async def test_a_burst_joins_batches_as_names_claimed_one_by_one(
     assert more == [batches[1]]
     assert batches[1].names == first[MAX_ASSIGN_BATCH:] + ["b0", "b1", "b2"]
     results = await asyncio.gather(*(asyncio.shield(batch.done) for batch in batches))
-    uids = {name: uid for result in results for name, uid in result.items()}
+    uids = {name: cast(bytes, uid) for result in results for name, uid in result.items()}
     order = first + ["b0", "b1", "b2"]
     assert list(uids) == order
     for batch in batches:
