@@ -57,6 +57,17 @@ static Py_ssize_t member_offset(PyTypeObject *type, const char *name)
     return offset;
 }
 
+/* series.row_key(base) called; a new reference (NULL with an exception set). */
+static PyObject *called_row(PyObject *series, long long base)
+{
+    PyObject *base_obj = PyLong_FromLongLong(base);
+    if (base_obj == NULL)
+        return NULL;
+    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+    Py_DECREF(base_obj);
+    return row;
+}
+
 /* The int of hour ``base``, shared with the last series that asked for it; a new
  * reference. */
 static PyObject *shared_base(long long base)
@@ -86,12 +97,7 @@ static PyObject *built_row(PyObject *series, long long base)
     PyObject *suffix = *(PyObject **)((char *)series + suffix_at);
     if (prefix == NULL || suffix == NULL || !PyBytes_CheckExact(prefix) ||
         !PyBytes_CheckExact(suffix)) {
-        PyObject *base_obj = PyLong_FromLongLong(base);
-        if (base_obj == NULL)
-            return NULL;
-        PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
-        Py_DECREF(base_obj);
-        return row;
+        return called_row(series, base);
     }
     Py_ssize_t np = PyBytes_GET_SIZE(prefix), ns = PyBytes_GET_SIZE(suffix);
     PyObject *key = PyBytes_FromStringAndSize(NULL, np + 4 + ns);
@@ -146,12 +152,7 @@ static PyObject *series_row(PyObject *series, long long base)
         if (prefix_at >= 0 && suffix_at >= 0)
             return built_row(series, base);
     }
-    PyObject *base_obj = PyLong_FromLongLong(base);
-    if (base_obj == NULL)
-        return NULL;
-    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
-    Py_DECREF(base_obj);
-    return row;
+    return called_row(series, base);
 }
 
 /* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
