@@ -283,13 +283,12 @@ def _put_plain_run(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) ->
     packed nor grouped), whose keys all fit: their keys made at C speed and put in one
     ``putmulti`` (a batch of new UIDs' reverse mappings, meta's rows: thousands of puts,
     no Python step each). False, nothing done, for any other list."""
-    if len(mutations) < 2 or set(map(type, mutations)) != {Put}:
+    if len(mutations) < 2:
         return False
-    families = set(map(_family, mutations))
-    if len(families) != 1:
+    family = mutations[0].family  # the data table's cells (packed) are told at once
+    if family == PACKED_FAMILY or family in table.grouped or family is None:
         return False
-    (family,) = families
-    if family == PACKED_FAMILY or family in table.grouped:
+    if set(map(type, mutations)) != {Put} or set(map(_family, mutations)) != {family}:
         return False
     rows = list(map(_row, mutations))
     if b"" in rows:
