@@ -705,11 +705,17 @@ class UniqueId:
         last_error: BaseException | None = None
         for _attempt in range(MAX_ATTEMPTS_ASSIGN_ID):
             try:
-                results.update(await self._lookup_ids(todo))
-                todo = [name for name in todo if name not in results]
-                if todo:
-                    results.update(await self._assign_many(todo))
+                found = await self._lookup_ids(todo)
+                if found:  # (a burst of new names finds none: no pass over them)
+                    results.update(found)
                     todo = [name for name in todo if name not in results]
+                if todo:
+                    settled = await self._assign_many(todo)
+                    results.update(settled)
+                    # every name settled (its keys are todo's): no pass over them
+                    todo = (
+                        [] if len(settled) == len(todo) else [n for n in todo if n not in results]
+                    )
             except (StorageError, CodecError) as exc:
                 last_error = exc
                 if isinstance(exc, CodecError):
