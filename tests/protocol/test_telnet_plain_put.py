@@ -138,7 +138,8 @@ def test_names_seen_lately_are_one_object_and_every_name_reads_right() -> None:
         assert dict(point.tags) == dict(word.split("=") for word in words[4:])
     first = points[0]
     again = parse_plain_put(b"put m.0 1356998400 2 host0=b dc=y", rules)
-    assert first is not None and again is not None
+    assert first is not None
+    assert again is not None
     assert again[0].metric is first[0].metric
     assert [k for k, _ in again[0].tags] == [k for k, _ in first[0].tags]
     assert all(a is b for (a, _), (b, _) in zip(again[0].tags, first[0].tags, strict=True))
