@@ -212,6 +212,30 @@ def test_rows_of_interleaved_series_and_hours_as_python() -> None:
         assert series.row_key(timestamp - timestamp % 3600) in c_rows
 
 
+@needs_c
+@pytest.mark.parametrize("salt", [b"", b"\x02"])
+def test_a_new_series_row_key_is_built_and_kept_as_row_key_keeps_it(salt: bytes) -> None:
+    """A series' first point of an hour (a new series, or a new hour) makes its row key
+    without calling row_key: the key row_key makes, kept in the slots row_key keeps it
+    in (the next point of the hour reads them), the hour's int shared between series;
+    timestamps in milliseconds and past 2**32 seconds' hours included."""
+    hours = [1_356_998_400, 1_357_002_000, 4_294_965_600]
+    for timestamp in (hours[0] + 5, hours[1] + 7, hours[2] + 1, 1_356_998_400_123):
+        made = [SeriesKey(salt, b"\x00\x00\x01", bytes((0, 0, 1, 0, 0, i))) for i in range(3)]
+        spec = [SeriesKey(salt, b"\x00\x00\x01", bytes((0, 0, 1, 0, 0, i))) for i in range(3)]
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        C.encode_into(
+            rows, [(s, timestamp, 1) for s in made], _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point
+        )
+        seconds = timestamp // 1000 if timestamp > 2**32 else timestamp
+        base = seconds - seconds % 3600
+        assert list(rows) == [s.row_key(base) for s in spec]
+        for series, expected in zip(made, spec, strict=True):
+            assert (series._last_base, series._last_key) == (base, expected.row_key(base))
+            assert series.row_key(base) is series._last_key
+        assert made[0]._last_base is made[2]._last_base
+
+
 _UID = st.binary(min_size=1, max_size=4)
 
 

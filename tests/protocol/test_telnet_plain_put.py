@@ -120,3 +120,26 @@ def test_interned_names_and_the_limit_of_tags() -> None:
     assert parse_plain_put(line, NameRules(max_tags=2)) is None  # the full parser's error
     for no_tags in (0, -5):  # a configuration with no room for tags takes nothing here
         assert parse_plain_put(line, NameRules(max_tags=no_tags)) is None
+
+
+@needs_c
+def test_names_seen_lately_are_one_object_and_every_name_reads_right() -> None:
+    """The parser keeps the names it made last (metric, tag keys): a line of the same
+    names gets the same objects (interned, as Python's own parse of them), and names past
+    its table's size, colliding in it, still come out as written."""
+    rules = NameRules()
+    lines = [b"put m.%d 1356998400 1 host%d=a dc=x" % (i % 300, i % 7) for i in range(900)]
+    points = [parse_plain_put(line, rules) for line in lines]
+    for line, parsed in zip(lines, points, strict=True):
+        assert parsed is not None
+        point, _ = parsed
+        words = line.decode().split(" ")
+        assert point.metric == words[1]
+        assert dict(point.tags) == dict(word.split("=") for word in words[4:])
+    first = points[0]
+    again = parse_plain_put(b"put m.0 1356998400 2 host0=b dc=y", rules)
+    assert first is not None
+    assert again is not None
+    assert again[0].metric is first[0].metric
+    assert [k for k, _ in again[0].tags] == [k for k, _ in first[0].tags]
+    assert all(a is b for (a, _), (b, _) in zip(again[0].tags, first[0].tags, strict=True))

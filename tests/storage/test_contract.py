@@ -802,3 +802,30 @@ async def test_families_packed_whole_read_as_any_other(
             assert [row for block in blocks for row in _cells(block)] == await scan_all(
                 storage, table, spec
             )
+
+
+async def test_a_burst_of_puts_and_absent_checks_of_one_family_reads_back(
+    storage: Storage, table: str
+) -> None:
+    """Many puts of one family (a batch of new UIDs' reverse mappings) and checks that
+    many cells of one family and qualifier are absent (their forward mappings), rows with
+    the bytes the store escapes among them, and one key at the length where the embedded
+    store stores a cell apart: each cell reads back as put, and the same checks again
+    are all refused."""
+    rows = [b"\x00\x00" + i.to_bytes(2, "big") + b"\xff\x00" for i in range(300)]
+    long_row = b"L" * 480
+    await storage.put(table, [Put(row, "f", b"q", row[::-1]) for row in rows[:-2]])
+    await storage.put(  # with a key past the length: put as the store's loop puts
+        table,
+        [Put(row, "f", b"q", row[::-1]) for row in rows[-2:]]
+        + [Put(long_row, "f", b"q" * 40, b"l")],
+    )
+    checks = [claim_cell(row[::-1] + b"\x00", row) for row in rows]
+    assert await storage.check_and_put_many(table, checks) == [True] * len(checks)
+    assert await storage.check_and_put_many(table, checks) == [False] * len(checks)
+    stored = {row.key: row.cells for row in await scan_all(storage, table)}
+    assert stored[long_row] == (Cell("f", b"q" * 40, b"l"),)
+    for row in rows:
+        assert stored[row] == (Cell("f", b"q", row[::-1]),)
+        assert stored[row[::-1] + b"\x00"] == (Cell("f", b"id", row),)
+    assert len(stored) == 2 * len(rows) + 1

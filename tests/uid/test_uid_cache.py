@@ -139,3 +139,22 @@ def test_put_many_caches_as_put_one_by_one(batch: int) -> None:
         assert (many.id_entries, many.name_entries) == (one.id_entries, one.name_entries)
     assert _contents(many) == _contents(one)
     assert many.evictions == one.evictions
+
+
+@pytest.mark.parametrize("asked", [0, 7, 25, 60])
+def test_get_ids_answers_as_get_id_one_by_one(asked: int) -> None:
+    """The bulk read finds what get_id finds, in the order asked, and leaves the cache
+    as get_id does: young hits, old hits (promoted), misses, with and without an old
+    generation."""
+    one, many = UidCache(30), UidCache(30)
+    for cache in (one, many):
+        for i in range(0, asked, 2):  # past 15 entries the first ones are in old
+            cache.put(f"n{i}", uid(i))
+    names = [f"n{i}" for i in reversed(range(60))]
+    expected_found = {name: u for name in names if (u := one.get_id(name)) is not None}
+    expected_misses = [name for name in names if name not in expected_found]
+    found, misses = many.get_ids(names)
+    assert list(found.items()) == list(expected_found.items())
+    assert misses == expected_misses
+    assert _contents(many) == _contents(one)
+    assert (many.id_entries, many.evictions) == (one.id_entries, one.evictions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import pytest
 
@@ -20,6 +21,7 @@ from tsd.errors import (
 )
 from tsd.storage.base import Cell, CheckAndPut, Put, ScanSpec, Storage
 from tsd.uid.uniqueid import (
+    MAX_ASSIGN_BATCH,
     MAX_ATTEMPTS_ASSIGN_RANDOM_ID,
     MAXID_ROW,
     UniqueId,
@@ -834,3 +836,34 @@ async def test_random_ids_are_at_most_seven_bytes(storage: Storage) -> None:
 
     with pytest.raises(ValueError, match="random UIDs are at most 7 bytes wide: 8"):
         UniqueId(storage, "t", "metrics", 8, UidCache(10), auto_create=True, random_ids=True)
+
+
+async def test_a_burst_joins_batches_as_names_claimed_one_by_one(
+    storage: Storage, uid_table: str, make_uid: MakeUid
+) -> None:
+    """Names none of which is pending join the filling batches in slices (past
+    MAX_ASSIGN_BATCH a new batch), a name given twice once, and names pending in another
+    batch share it: every name one UID, each batch's IDs in the order its names were asked
+    (the two batches run at once: which reserves its block first is the store's)."""
+    tagv = make_uid("tagv")
+    first = [f"a{i}" for i in range(MAX_ASSIGN_BATCH + 10)]
+    batches = tagv._claim(first)
+    assert [len(batch.names) for batch in batches] == [MAX_ASSIGN_BATCH, 10]
+    again = tagv._claim(["a1", "a2"])  # pending: shared
+    assert again == [batches[0]]
+    more = tagv._claim(["b0", "b1", "b0", "b2"])  # a name twice: once in the batch
+    assert more == [batches[1]]
+    assert batches[1].names == first[MAX_ASSIGN_BATCH:] + ["b0", "b1", "b2"]
+    results = await asyncio.gather(*(asyncio.shield(batch.done) for batch in batches))
+    uids = {name: cast(bytes, uid) for result in results for name, uid in result.items()}
+    order = first + ["b0", "b1", "b2"]
+    assert list(uids) == order
+    for batch in batches:
+        numbers = [int.from_bytes(uids[name], "big") for name in batch.names]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+    assert sorted(int.from_bytes(u, "big") for u in uids.values()) == list(range(1, len(order) + 1))
+    assert await tagv.get_or_create_ids(["b2", "a5", "c"]) == {
+        "b2": uids["b2"],
+        "a5": uids["a5"],
+        "c": (len(order) + 1).to_bytes(3, "big"),
+    }

@@ -21,7 +21,14 @@ from tsd.errors import NameTooLong, StorageError, TsdError
 from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.storage.base import Storage
 from tsd.write.batch_writer import WriterLimits
-from tsd.write.ingest import IngestService, IngestSession, Put, RefusalKind, Refused
+from tsd.write.ingest import (
+    MAX_MISS_BATCH,
+    IngestService,
+    IngestSession,
+    Put,
+    RefusalKind,
+    Refused,
+)
 
 T0 = 1_356_998_400
 
@@ -320,3 +327,35 @@ def test_series_name_key_answers_as_its_python_version(
     assert series_name_key(metric, tags) == python_series_name_key(metric, tags)
     if "\0" not in metric + "".join(map("".join, tags)):
         assert series_name_key(metric, tags) == "\0".join([metric, *map("\0".join, tags)])
+
+
+async def test_put_run_takes_a_run_as_put_one_by_one(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    """A run of new series' points (more than one miss batch) joins the batches in slices
+    until the window is full, as put one by one stops at its first BUSY; the rest is taken
+    after wait_lookup; each series is kept under its key; a run with a resolved series in
+    it goes point by point (its point buffered at once). Every point is stored."""
+    ingest = make_writer()
+    refs = ingest.ref_cache("proto")
+    session: IngestSession[int] = ingest.session(cache=refs, window=1)
+    count = MAX_MISS_BATCH + 100
+    points = [point(T0, n, f"h{n}") for n in range(count)]
+    keys = [f"key-{n}".encode() for n in range(count)]
+    assert session.put_run(points, keys) == MAX_MISS_BATCH  # put would answer BUSY next
+    await session.wait_lookup()
+    assert session.put_run(points[MAX_MISS_BATCH:], keys[MAX_MISS_BATCH:]) == 100
+    await session.settle()
+    assert [refs[key] for key in keys] == [
+        ingest.cached("sys.cpu", host(f"h{n}")) or await ingest.resolve("sys.cpu", host(f"h{n}"))
+        for n in range(count)
+    ]
+    again = [point(T0 + 1, 1, "h0"), point(T0 + 1, 2, "new")]
+    ingest.drop_caches()
+    await ingest.resolve("sys.cpu", host("h0"))  # resolved by name: the run goes one by one
+    assert session.put_run(again, [b"key-0", b"key-new"]) == 2
+    assert b"key-0" in refs  # buffered at once, its key remembered
+    await session.settle()
+    await ingest.writer.flush()
+    stored = await stored_points(storage, tables, ingest.uids)
+    assert len(stored) == count + 2

@@ -29,9 +29,16 @@ static PyObject *row_key_name;
 /* SeriesKey (tsd.codec.rowkey) keeps the row key of the last hour asked in two slots,
  * _last_base and _last_key. Their offsets are learnt from the first series' type, so a
  * row of the same hour is read from the slots without a Python call (a frame costs about
- * as much as typing the line); any other object, or another hour, calls row_key. */
+ * as much as typing the line). Another hour's key is built here from the _prefix and
+ * _suffix slots as SeriesKey.row_key builds it (prefix, the hour's 4 bytes, suffix), and
+ * kept in the two slots as row_key keeps it (a new series' first point: no Python call
+ * either); the hour's int is shared by the series that ask for it, as row_key shares it
+ * (here among the last SHARED_BASES hours asked). Any other object calls row_key. */
 static PyTypeObject *cached_type;
-static Py_ssize_t last_base_at = -1, last_key_at = -1;
+static Py_ssize_t last_base_at = -1, last_key_at = -1, prefix_at = -1, suffix_at = -1;
+#define SHARED_BASES 8
+static PyObject *shared_bases[SHARED_BASES];
+static int next_shared;
 
 static Py_ssize_t member_offset(PyTypeObject *type, const char *name)
 {
@@ -50,6 +57,70 @@ static Py_ssize_t member_offset(PyTypeObject *type, const char *name)
     return offset;
 }
 
+/* series.row_key(base) called; a new reference (NULL with an exception set). */
+static PyObject *called_row(PyObject *series, long long base)
+{
+    PyObject *base_obj = PyLong_FromLongLong(base);
+    if (base_obj == NULL)
+        return NULL;
+    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
+    Py_DECREF(base_obj);
+    return row;
+}
+
+/* The int of hour ``base``, shared with the last series that asked for it; a new
+ * reference. */
+static PyObject *shared_base(long long base)
+{
+    for (int i = 0; i < SHARED_BASES; i++) {
+        PyObject *known = shared_bases[i];
+        if (known != NULL && PyLong_AsLongLong(known) == base) {
+            Py_INCREF(known);
+            return known;
+        }
+    }
+    PyObject *made = PyLong_FromLongLong(base);
+    if (made == NULL)
+        return NULL;
+    Py_XSETREF(shared_bases[next_shared], Py_NewRef(made));
+    next_shared = (next_shared + 1) % SHARED_BASES;
+    return made;
+}
+
+/* SeriesKey.row_key(base) of a series of cached_type whose _last_base is another hour:
+ * _prefix + the hour's 4 bytes (big-endian, its low 32 bits) + _suffix, kept in
+ * _last_key and _last_base; a new reference (NULL with an exception set). A slot not
+ * holding bytes (never so in a SeriesKey) leaves it to row_key. */
+static PyObject *built_row(PyObject *series, long long base)
+{
+    PyObject *prefix = *(PyObject **)((char *)series + prefix_at);
+    PyObject *suffix = *(PyObject **)((char *)series + suffix_at);
+    if (prefix == NULL || suffix == NULL || !PyBytes_CheckExact(prefix) ||
+        !PyBytes_CheckExact(suffix)) {
+        return called_row(series, base);
+    }
+    Py_ssize_t np = PyBytes_GET_SIZE(prefix), ns = PyBytes_GET_SIZE(suffix);
+    PyObject *key = PyBytes_FromStringAndSize(NULL, np + 4 + ns);
+    if (key == NULL)
+        return NULL;
+    PyObject *shared = shared_base(base);
+    if (shared == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    char *at = PyBytes_AS_STRING(key);
+    uint32_t hour = (uint32_t)((unsigned long long)base & 0xFFFFFFFFULL);
+    memcpy(at, PyBytes_AS_STRING(prefix), (size_t)np);
+    at[np] = (char)(hour >> 24);
+    at[np + 1] = (char)(hour >> 16);
+    at[np + 2] = (char)(hour >> 8);
+    at[np + 3] = (char)hour;
+    memcpy(at + np + 4, PyBytes_AS_STRING(suffix), (size_t)ns);
+    Py_XSETREF(*(PyObject **)((char *)series + last_base_at), shared);
+    Py_XSETREF(*(PyObject **)((char *)series + last_key_at), Py_NewRef(key));
+    return key;
+}
+
 /* series.row_key(base), a new reference; NULL with an exception set. */
 static PyObject *series_row(PyObject *series, long long base)
 {
@@ -62,6 +133,8 @@ static PyObject *series_row(PyObject *series, long long base)
             Py_INCREF(type);
             last_base_at = base_at;
             last_key_at = key_at;
+            prefix_at = member_offset(type, "_prefix");
+            suffix_at = member_offset(type, "_suffix");
         }
     }
     if (type == cached_type) {
@@ -76,13 +149,10 @@ static PyObject *series_row(PyObject *series, long long base)
             }
             PyErr_Clear();
         }
+        if (prefix_at >= 0 && suffix_at >= 0)
+            return built_row(series, base);
     }
-    PyObject *base_obj = PyLong_FromLongLong(base);
-    if (base_obj == NULL)
-        return NULL;
-    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
-    Py_DECREF(base_obj);
-    return row;
+    return called_row(series, base);
 }
 
 /* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,

@@ -410,11 +410,30 @@ static int tag_before(const Tag *a, const Tag *b)
     return c < 0 || (c == 0 && a->key_n < b->key_n);
 }
 
+/* The interned str of the ASCII name s[:n] (a metric or a tag key: the same few names
+ * on every line), a new reference. The last names made are kept in a small table by a
+ * hash of their bytes, so a name seen lately costs a compare, not a decode, a hash and a
+ * lookup in the interpreter's table of interned strings. */
+#define NAME_SLOTS 64
+static PyObject *name_slots[NAME_SLOTS];
+
 static PyObject *interned_ascii(const char *s, Py_ssize_t n)
 {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    PyObject **slot = &name_slots[h % NAME_SLOTS];
+    PyObject *known = *slot;
+    if (known != NULL && PyUnicode_GET_LENGTH(known) == n &&
+        memcmp(PyUnicode_1BYTE_DATA(known), s, (size_t)n) == 0) {
+        Py_INCREF(known);
+        return known;
+    }
     PyObject *text = PyUnicode_DecodeASCII(s, n, NULL);
-    if (text != NULL)
-        PyUnicode_InternInPlace(&text);
+    if (text == NULL)
+        return NULL;
+    PyUnicode_InternInPlace(&text);
+    Py_XSETREF(*slot, Py_NewRef(text));
     return text;
 }
 

@@ -37,6 +37,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from itertools import islice, repeat
+from operator import attrgetter, is_not
 from typing import Any, cast
 
 from tsd.data_points import DataPoint, Tags
@@ -157,6 +159,10 @@ class _Yield:
 
 
 _YIELD = _Yield()
+
+#: a ParsedPut's point and key (as map takes them: a run's at C speed)
+_point = attrgetter("point")
+_key = attrgetter("key")
 
 
 class _Settle:
@@ -419,28 +425,30 @@ class TelnetProtocol(TrackedProtocol):
 
     def _parsed_puts(self) -> _SlowPut | _Yield | None:
         """The parsed puts at the head of the items (a burst of new series' lines comes as
-        a run of them), each :meth:`_put` as the loop of :meth:`_run_items` would, in one
-        loop of their own: until another item, the budget is spent, a put needs a lookup
-        slot, or the client stops reading its replies."""
+        a run of them), :meth:`_put` of each as the loop of :meth:`_run_items` would, in
+        one call (:meth:`IngestSession.put_run`): until another item, the budget is spent,
+        a put needs a lookup slot, or the client stops reading its replies."""
         items, flow = self._items, self._flow
-        put = self._session.put
-        received = self._stats.received
-        blocked: _SlowPut | _Yield | None = None
+        if flow is not None and flow.writing_paused:
+            return None  # the caller's loop answers for it
         budget = self._budget
-        while items and type(items[0]) is ParsedPut:
-            if flow is not None and flow.writing_paused:
-                break  # the caller's loop answers for it
-            item = items.popleft()
-            received.value += 1
-            budget -= 1
-            if put(item.point, None, (item.key,)) is Put.BUSY:
-                blocked = _SlowPut(item.point, item.key)
-                break
-            if budget <= 0:
-                blocked = _YIELD
-                break
-        self._budget = budget
-        return blocked
+        run = list(islice(items, max(budget, 1)))
+        others = list(map(is_not, map(type, run), repeat(ParsedPut)))
+        if True in others:  # the run ends at the first item of another kind
+            del run[others.index(True) :]
+        taken = self._session.put_run(list(map(_point, run)), list(map(_key, run)))
+        used = min(taken + 1, len(run))  # a put that found no lookup slot is taken out too
+        if used == len(items):
+            items.clear()
+        else:
+            for _ in range(used):
+                items.popleft()
+        self._stats.received.value += used
+        self._budget = budget - used
+        if taken < len(run):
+            item = run[taken]
+            return _SlowPut(item.point, item.key)
+        return _YIELD if self._budget <= 0 else None
 
     def _known_puts(self, item: KnownPuts) -> _SlowPut | None:
         """Puts of series a worker knows by key only: those the daemon knows by ref go

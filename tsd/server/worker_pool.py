@@ -139,6 +139,11 @@ class _LearningCache(RefCache):
         self._shared.remember(key, ref)
         self._channel.teach(key, ref)
 
+    def remember_many(self, keys: Sequence[Hashable], values: Sequence[SeriesRef]) -> None:
+        self._shared.remember_many(keys, values)
+        for key, ref in zip(keys, values, strict=True):
+            self._channel.teach(key, ref)
+
     def recall(self, key: Hashable) -> SeriesRef | None:
         return self._shared.recall(key)
 

@@ -23,8 +23,10 @@ may miss while the other still hits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
+from itertools import compress, repeat
+from operator import is_, is_not
+from typing import TypeVar, cast
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -69,6 +71,31 @@ class UidCache:
             if uid is not None:
                 self._store_id(name, uid)
         return uid
+
+    def get_ids(self, names: Sequence[str]) -> tuple[dict[str, bytes], list[str]]:
+        """:meth:`get_id` of each of ``names`` (distinct): the UIDs cached, and the names
+        not cached, each in ``names`` order. The young generation is read for them all at
+        C speed (a burst of new series asks for thousands of names a batch, most of them
+        missing); when an old generation exists, the names it missed are looked for there
+        one by one."""
+        uids = list(map(self._ids.get, names))
+        missed = list(map(is_, uids, repeat(None)))
+        if not any(missed):
+            return dict(zip(names, cast(list[bytes], uids), strict=True)), []
+        if self._ids_old:  # some may be in the old generation: name by name, in order
+            found, misses = {}, []
+            get_id = self.get_id
+            for name, uid in zip(names, uids, strict=True):
+                if uid is None:
+                    uid = get_id(name)
+                if uid is None:
+                    misses.append(name)
+                else:
+                    found[name] = uid
+            return found, misses
+        hits = map(is_not, uids, repeat(None))
+        found = dict(compress(zip(names, cast(list[bytes], uids), strict=True), hits))
+        return found, list(compress(names, missed))
 
     def get_name(self, uid: bytes) -> str | None:
         """The cached name of ``uid``, or None."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 
 from tsd.config import Config
 from tsd.errors import BadRequestError, ConfigError, NoSuchUniqueName, TsdError
@@ -154,15 +156,21 @@ class UidService:
         metric_uids = names.metric_uids = await self.metrics.get_or_create_ids(
             metrics, names.metric_errors
         )
-        live = [
-            tags for metric, tags in zip(metrics, tags_list, strict=True) if metric in metric_uids
-        ]
+        live: Sequence[Sequence[tuple[str, str]]] = tags_list
+        if not metric_uids.keys() >= set(metrics):  # a metric refused: its tags are not
+            live = [
+                tags
+                for metric, tags in zip(metrics, tags_list, strict=True)
+                if metric in metric_uids
+            ]
         # One kind after the other (not gathered): with every name cached, nothing suspends.
+        # The names are taken out at C speed (a burst's batch is thousands of series).
+        pairs = list(chain.from_iterable(live))
         names.key_uids = await self.tagk.get_or_create_ids(
-            (key for tags in live for key, _ in tags), names.key_errors
+            map(itemgetter(0), pairs), names.key_errors
         )
         names.value_uids = await self.tagv.get_or_create_ids(
-            (value for tags in live for _, value in tags), names.value_errors
+            map(itemgetter(1), pairs), names.value_errors
         )
         return names
 

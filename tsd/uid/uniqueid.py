@@ -131,6 +131,8 @@ _T = TypeVar("_T")
 #: builds a NamedTuple (Put, CheckAndPut) from a tuple of its fields without the Python
 #: frame of its generated ``__new__``: a batch of new names builds four per name
 _new = tuple.__new__
+#: ``int.to_bytes`` as ``map`` calls it (number, width, byte order): a block's IDs at C speed
+_to_bytes = cast(Callable[[int, int, str], bytes], int.to_bytes)
 
 
 def encode_name(name: str) -> bytes:
@@ -330,16 +332,10 @@ class UniqueId:
         return found
 
     def _cached_ids(self, names: Iterable[str]) -> tuple[dict[str, bytes], list[str]]:
-        """The cached UIDs among ``names`` (each name once) and the names that missed,
-        counted as hits and misses."""
-        found: dict[str, bytes] = {}
-        misses: list[str] = []
-        for name in dict.fromkeys(names):
-            uid = self.cache.get_id(name)
-            if uid is None:
-                misses.append(name)
-            else:
-                found[name] = uid
+        """The cached UIDs among ``names`` (each name once) and the names that missed
+        (distinct, in order), counted as hits and misses: one bulk read of the cache
+        (:meth:`UidCache.get_ids`), no Python step per name."""
+        found, misses = self.cache.get_ids(list(dict.fromkeys(names)))
         self.stats.cache_hits += len(found)
         self.stats.cache_misses += len(misses)
         return found, misses
@@ -583,7 +579,11 @@ class UniqueId:
         limit = self.max_name_length
         if names and max(map(len, names)) > limit:  # (C speed: a burst's batch is 4,096)
             names = [name for name in names if len(name) <= limit]
-        raws = {name: encode_name(name) for name in names}
+        ascii_names = "".join(names).isascii()
+        if ascii_names:  # stored as spelled (the common case: no Python step per name)
+            raws: dict[str, bytes] = dict(zip(names, map(str.encode, names), strict=True))
+        else:
+            raws = {name: encode_name(name) for name in names}
         rows = await self.storage.get_many(
             self.table, list(dict.fromkeys(raws.values())), (ID_FAMILY,)
         )
@@ -594,6 +594,8 @@ class UniqueId:
                 self._check_width(uid)
                 by_raw[row.key] = uid
         found: dict[str, bytes] = {}
+        if not by_raw:  # none assigned yet (a burst of new names)
+            return found
         for name, raw in raws.items():
             uid = by_raw.get(raw)
             if uid is not None:
@@ -608,12 +610,17 @@ class UniqueId:
         await asyncio.shield(batch.done)  # a cancelled caller leaves the batch running
         return batch.result(name)
 
-    def _claim(self, names: Iterable[str]) -> list[_Batch]:
-        """The batches resolving ``names`` (each once): a pending one is shared, the
-        others join a batch that starts at the next loop turn."""
+    def _claim(self, names: Sequence[str]) -> list[_Batch]:
+        """The batches resolving ``names`` (distinct): a pending one is shared, the others
+        join a batch that starts at the next loop turn. Names none of which is pending (a
+        burst of new names) join in slices, a few dict and list operations per batch
+        (:meth:`_claim_new`)."""
+        creating = self._creating
+        if len(names) > 1 and not (creating and any(map(creating.__contains__, names))):
+            return self._claim_new(names)
         claimed: list[_Batch] = []
         last: _Batch | None = None
-        creating, filling = self._creating, self._filling
+        filling = self._filling
         for name in names:
             batch = creating.get(name)
             if batch is None:
@@ -630,6 +637,31 @@ class UniqueId:
                 last = batch
         return claimed
 
+    def _claim_new(self, names: Sequence[str]) -> list[_Batch]:
+        """:meth:`_claim` of names none of which is pending: each filling batch takes the
+        next slice that fits it (a name given twice joins once)."""
+        creating, filling = self._creating, self._filling
+        loop = asyncio.get_running_loop()
+        claimed: list[_Batch] = []
+        at = 0
+        while at < len(names):
+            if not filling or len(filling[-1].names) >= MAX_ASSIGN_BATCH:
+                if not filling:
+                    loop.call_soon(self._start_batches)
+                filling.append(_Batch([], loop.create_future()))
+            batch = filling[-1]
+            part = names[at : at + MAX_ASSIGN_BATCH - len(batch.names)]
+            at += len(part)
+            before = len(creating)
+            creating.update(zip(part, repeat(batch)))
+            if len(creating) - before == len(part):
+                batch.names += part
+            else:  # a name given twice (not a caller's usual case): once in the batch
+                have = set(batch.names)
+                batch.names += [name for name in dict.fromkeys(part) if name not in have]
+            claimed.append(batch)
+        return claimed
+
     def _start_batches(self) -> None:
         batches, self._filling = self._filling, []
         for batch in batches:
@@ -643,7 +675,7 @@ class UniqueId:
             results = await self._lookup_or_assign_many(batch.names)
         except BaseException as exc:  # cancelled (loop closing) included: no waiter hangs
             results = dict.fromkeys(batch.names, exc)
-        batch.failed = not all(type(outcome) is bytes for outcome in results.values())
+        batch.failed = any(map(isinstance, results.values(), repeat(BaseException)))
         creating = self._creating
         if not self._filling and len(self._running) <= 1:  # every entry is this batch's
             creating.clear()
@@ -673,11 +705,17 @@ class UniqueId:
         last_error: BaseException | None = None
         for _attempt in range(MAX_ATTEMPTS_ASSIGN_ID):
             try:
-                results.update(await self._lookup_ids(todo))
-                todo = [name for name in todo if name not in results]
-                if todo:
-                    results.update(await self._assign_many(todo))
+                found = await self._lookup_ids(todo)
+                if found:  # (a burst of new names finds none: no pass over them)
+                    results.update(found)
                     todo = [name for name in todo if name not in results]
+                if todo:
+                    settled = await self._assign_many(todo)
+                    results.update(settled)
+                    # every name settled (its keys are todo's): no pass over them
+                    todo = (
+                        [] if len(settled) == len(todo) else [n for n in todo if n not in results]
+                    )
             except (StorageError, CodecError) as exc:
                 last_error = exc
                 if isinstance(exc, CodecError):
@@ -710,7 +748,7 @@ class UniqueId:
         """
         spellings: dict[bytes, list[str]] | None = None
         if "".join(names).isascii():
-            raws = [name.encode("ascii") for name in names]
+            raws = list(map(str.encode, names))
             spelled = names
         else:
             spellings = {}
@@ -746,7 +784,7 @@ class UniqueId:
                 for raw, name in zip(raws[usable:], spelled[usable:], strict=True):
                     results.update(dict.fromkeys(_names_of(spellings, raw, name), exhausted))
                 raws, spelled = raws[:usable], spelled[:usable]
-            uids = [number.to_bytes(width, "big") for number in numbers]
+            uids = list(map(_to_bytes, numbers, repeat(width), repeat("big")))
             # The IDs are this writer's alone (its increments reserved them): the reverse
             # mappings are plain puts, written (durably) before any forward mapping points
             # at them.

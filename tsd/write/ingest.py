@@ -52,6 +52,8 @@ import enum
 import gc
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Generic, TypeAlias, TypeVar, cast
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
@@ -91,6 +93,10 @@ T = TypeVar("T")
 #: Misses resolved in one :meth:`IngestService.resolve_many` at most: a burst of new series
 #: costs a few storage round trips per 4,096 (the UID batches' size) rather than per series.
 MAX_MISS_BATCH = 4096
+
+#: a parsed point's metric and tags (as map takes them: a run's at C speed)
+_metric = attrgetter("metric")
+_tags = attrgetter("tags")
 
 #: A series' key in the ingest service's refs (:func:`series_name_key`).
 NameKey: TypeAlias = "str | tuple[str, Tags]"
@@ -357,6 +363,14 @@ class IngestService:
         """:meth:`cached` by the series' :func:`series_name_key`."""
         return self._refs.lookup(name)
 
+    def cached_names(self, names: Sequence[NameKey]) -> list[SeriesRef | None]:
+        """:meth:`cached_name` of each of ``names``: at C speed unless the refs have an
+        old generation to recall a miss from."""
+        refs = self._refs
+        if refs.entries() > len(refs):
+            return [refs.lookup(name) for name in names]
+        return list(map(refs.get, names))
+
     def ref_cache(self, name: str) -> RefCache:
         """The cache of one protocol's keys (one per name, shared by its connections)."""
         cache = self._caches.get(name)
@@ -582,6 +596,41 @@ class IngestSession(Generic[T]):
         batch.names.append(name)
         return Put.QUEUED
 
+    def put_run(self, points: Sequence[DataPoint], keys: Sequence[Hashable]) -> int:
+        """:meth:`put` of each point with its one protocol key (``put(points[i], None,
+        (keys[i],))``), in order, until one would answer :attr:`Put.BUSY`: how many were
+        taken. A run none of whose series is resolved (a burst of new series' lines) joins
+        the miss batches a slice at a time, without a Python step per point; any other
+        run goes point by point."""
+        names = list(map(series_name_key, map(_metric, points), map(_tags, points)))
+        cache = self.cache
+        if (cache is not None and cache.entries() > len(cache)) or any(
+            self.service.cached_names(names)
+        ):  # a key to recall from the cache's old generation, or a series resolved
+            put = self.put
+            for taken, (point, key) in enumerate(zip(points, keys, strict=True)):
+                if put(point, None, (key,)) is Put.BUSY:
+                    return taken
+            return len(points)
+        taken, count = 0, len(points)
+        pending = self._pending
+        while taken < count:
+            batch = self._collecting
+            if batch is None or len(batch.points) >= MAX_MISS_BATCH:
+                if len(pending) >= self.window:
+                    break
+                batch = self._collecting = _Misses()
+                task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            end = min(count, taken + MAX_MISS_BATCH - len(batch.points))
+            batch.points += points[taken:end]
+            batch.tags += repeat(None, end - taken)
+            batch.aliases += zip(keys[taken:end])  # a 1-tuple per point
+            batch.names += names[taken:end]
+            taken = end
+        return taken
+
     async def put_cell(self, point: CellPoint) -> None:
         """Store one point as a cell of its own, straight to storage (a rollup, a
         pre-aggregate or a histogram: OpenTSDB writes each with a put of its own, outside
@@ -719,10 +768,14 @@ class IngestSession(Generic[T]):
         gc.disable()
         try:
             cache = self.cache
-            if cache is not None:
+            aliases = batch.aliases
+            if cache is not None and set(map(len, aliases)) == {1}:
+                # one key a point (telnet's line key): the burst's refs in one call
+                cache.remember_many(list(map(itemgetter(0), aliases)), refs)
+            elif cache is not None:
                 remember = cache.remember
-                for aliases, ref in zip(batch.aliases, refs, strict=True):
-                    for alias in aliases:
+                for keys, ref in zip(aliases, refs, strict=True):
+                    for alias in keys:
                         remember(alias, ref)
             run = [
                 (ref, point.timestamp, point.value)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, attrgetter
 from typing import TYPE_CHECKING, TypeAlias
 
 import lmdb
@@ -209,6 +211,8 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
     The hot path of ingest: batches arrive sorted, so the key prefix is reused
     while the row and family stay the same.
     """
+    if _put_plain_run(txn, table, mutations):
+        return
     encoded = _encode_packed(table, mutations)
     run: list[tuple[bytes, bytes]] = []
     last_row: bytes | None = None
@@ -264,6 +268,39 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
             _apply_delete(txn, table, mutation)
     _flush_group(txn, table, group_at, group)
     _flush_puts(txn, table, run)
+
+
+def _put_plain_run(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -> bool:
+    """:func:`apply_mutations` of puts all of one family stored a cell a key (neither
+    packed nor grouped), whose keys all fit: their keys made at C speed and put in one
+    ``putmulti`` (a batch of new UIDs' reverse mappings, meta's rows: thousands of puts,
+    no Python step each). False, nothing done, for any other list."""
+    if len(mutations) < 2:
+        return False
+    family = mutations[0].family  # the data table's cells (packed) are told at once
+    if family == PACKED_FAMILY or family in table.grouped or family is None:
+        return False
+    if set(map(type, mutations)) != {Put} or set(map(_family, mutations)) != {family}:
+        return False
+    rows = list(map(_row, mutations))
+    if b"" in rows:
+        return False  # the loop raises, in order
+    table.check_family(family)
+    tail = ROW_END + family.encode("ascii") + FAMILY_END
+    prefixes = map(
+        add, map(bytes.replace, rows, repeat(b"\x00"), repeat(b"\x00\xff")), repeat(tail)
+    )
+    keys = list(map(add, prefixes, map(_qualifier, mutations)))
+    if max(map(len, keys)) >= KEY_LIMIT:
+        return False  # a key too long: the loop raises or stores it apart
+    txn.cursor(db=table.db).putmulti(list(zip(keys, map(_value, mutations), strict=True)))
+    return True
+
+
+_family = attrgetter("family")
+_row = attrgetter("row")
+_qualifier = attrgetter("qualifier")
+_value = attrgetter("value")
 
 
 def _flush_group(
@@ -355,6 +392,12 @@ def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]
     one ``putmulti`` (applied: LMDB has one writer, nothing comes between); a key present
     goes through :func:`check_and_put` (an empty stored cell counts as absent, as in
     HBase), as do packed, bucketed and other checks, each in its place in the order."""
+    fresh = _absent_cell_keys(table, checks)
+    if fresh is not None:  # a batch of new UIDs' mappings: keys made at C speed
+        cursor = txn.cursor(db=table.db)
+        if not any(True for _ in cursor.getmulti(fresh)):
+            cursor.putmulti(list(zip(fresh, map(_value, map(_put, checks)), strict=True)))
+            return [True] * len(checks)
     keys: list[bytes | None] = []
     values: list[bytes] = []
     family_at: str | None = None
@@ -389,6 +432,35 @@ def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]
         else:
             results.append(check_and_put(txn, table, put.row, family, qualifier, expected, put))
     return results
+
+
+def _absent_cell_keys(table: TableInfo, checks: Sequence[CheckAndPut]) -> list[bytes] | None:
+    """The keys of ``checks`` when every one checks that a cell of one family and
+    qualifier (stored a cell a key) is absent, each key fitting; else None."""
+    if len(checks) < 2:
+        return None
+    first = checks[0]
+    family, qualifier = first.family, first.qualifier
+    if (
+        set(map(_expected, checks)) != {None}
+        or set(map(_family, checks)) != {family}
+        or set(map(_qualifier, checks)) != {qualifier}
+    ):
+        return None
+    table.check_family(family)
+    if table.packs(family, qualifier):
+        return None
+    rows = list(map(_row, map(_put, checks)))
+    if b"" in rows:
+        return None
+    tail = ROW_END + family.encode("ascii") + FAMILY_END + qualifier
+    escaped = map(bytes.replace, rows, repeat(b"\x00"), repeat(b"\x00\xff"))
+    keys = list(map(add, escaped, repeat(tail)))
+    return keys if max(map(len, keys)) < KEY_LIMIT else None
+
+
+_expected = attrgetter("expected")
+_put = attrgetter("put")
 
 
 def append(
