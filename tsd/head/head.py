@@ -7,11 +7,13 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
   arrived: the body of an OpenTSDB compacted cell, built as the writer's batches come
   (:meth:`Head.add_runs`, straight from the write-ahead log record's runs of bytes, so a
   batch costs a Python step per row and none per point).
-* Rows are slots: the row key's slot in a dict, and per slot its numbers (point count,
-  lengths, clean-ness, last offset, last write, batches) in numpy arrays, set a column
-  at a time per batch; no Python object per row beyond its key, its slot number and its
-  bytes (bench/head_memory.py measures a row of two points: 260 bytes, where a row
-  object with two bytearrays and its entries in two dicts took 404).
+* Rows are slots: the row key's slot in an index (int32 entries of an open-addressing
+  table that compares keys with the list of slot -> key: tsd/head/index.py), and per
+  slot its numbers (point count, lengths, clean-ness, last offset, last write, batches)
+  in numpy arrays, set a column at a time per batch; no Python object per row beyond its
+  key and its bytes (bench/head_memory.py measures a row of two points: 195 bytes, where
+  a dict as the index took 260 and a row object with two bytearrays and its entries in
+  two dicts 404).
 * A row is *clean* while every point it received came strictly after the previous one in
   time: its cells are then exactly the compacted cell's points, in order, and the cell is
   the runs joined (:func:`tsd.codec.join_compacted`). Clean-ness is checked per batch with
@@ -46,17 +48,19 @@ import numpy.typing as npt
 import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
+from tsd.head.index import new_slot_index
 from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 
-#: Bytes counted per row beyond its points and its key's length: the key object, its dict
-#: entry and slot number, the row's bytearray, its numbers in the columns and its place in
-#: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (a
-#: bytearray's room to grow). Measured with tracemalloc by bench/head_memory.py: a million
-#: rows of 2 points 260 bytes a row, 10,000 rows of 360 points 1,599 (13-byte keys; this
-#: counts 264 and 1,589).
-ROW_OVERHEAD_BYTES = 244
+#: Bytes counted per row beyond its points and its key's length: the key object, its entry
+#: in the slot index (tsd/head/index.py) and in the list of keys, the row's bytearray, its
+#: numbers in the columns and its place in its group's list; and the points' bytes plus
+#: 1/2**DATA_SLACK_SHIFT of them (a bytearray's room to grow). Measured with tracemalloc by
+#: bench/head_memory.py: a million rows of 2 points 195 bytes a row, 10,000 rows of 360
+#: points 1,549 (13-byte keys; this counts 205 and 1,540). A dict as the index took 260
+#: and 1,597.
+ROW_OVERHEAD_BYTES = 185
 DATA_SLACK_SHIFT = 3
 
 _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
@@ -246,15 +250,16 @@ _VECTOR_KEYS = 64
 
 class Head:
     """The open row-hours of one data table, as slots in columns (see the module
-    docstring): a row key's slot in a dict; per slot its key, its points' bytes (one
+    docstring): a row key's slot in the slot index; per slot its key, its points' bytes (one
     ``bytearray``: the qualifiers, then the values) and its numbers in numpy arrays; per
     group (metric prefix and hour) the slots of its rows."""
 
     def __init__(self, layout: KeyLayout) -> None:
         self._layout = layout
         self._prefix_end = layout.salt_width + layout.metric_width
-        self._slot_of: dict[bytes, int] = {}
         self._key: list[bytes | None] = []
+        #: row key -> slot (the keys compared with ``_key``'s: tsd/head/index.py)
+        self._slot_of = new_slot_index(self._key)
         self._buf: list[bytearray | None] = []
         self._cols = _Columns(0)
         self._slots = 0  # slots handed out so far (free ones among them)
@@ -322,7 +327,7 @@ class Head:
         part = _Part.of(runs, _bounds_array(runs))
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
-        slots = list(map(self._slot_of.get, keys))
+        slots = self._slot_of.get_many(keys)
         new = None
         if None in slots:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
@@ -382,7 +387,7 @@ class Head:
         for s, key, buf in zip(slots.tolist(), keys, bufs, strict=True):
             key_of[s] = key
             buf_of[s] = buf
-        self._slot_of.update(zip(keys, slots.tolist(), strict=True))
+        self._slot_of.add_many(keys, slots.tolist())
         self._key_data += sum(map(len, keys))
         c = self._cols
         c.q_len[slots] = q_sizes
@@ -632,8 +637,8 @@ class Head:
             np.array(
                 [
                     s
-                    for key, s in self._slot_of.items()
-                    if start <= key and (not stop or key < stop)
+                    for s, key in enumerate(self._key)
+                    if key is not None and start <= key and (not stop or key < stop)
                 ],
                 np.int64,
             ),
@@ -702,7 +707,7 @@ class Head:
         return keys
 
     def all_keys(self) -> list[bytes]:
-        return sorted(self._slot_of)
+        return sorted([key for key in self._key if key is not None])
 
     def take(self, key: bytes) -> Taken | None:
         """The row's points as cells for storage (None when it has none); the row keeps
@@ -757,7 +762,7 @@ class Head:
             return
         # every point left: the slot's numbers are set again when it is reused
         c.count[s] = 0
-        del self._slot_of[taken.key]
+        self._slot_of.remove(taken.key)
         self._key_data -= len(taken.key)
         self._key[s] = None
         self._buf[s] = None
