@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
-from tsd.head.head import _gather_bytes, _join_parts, python_join_parts
+from tsd.head.head import (
+    _gather_bytes,
+    _join_parts,
+    append_rows,
+    python_append_rows,
+    python_join_parts,
+)
 
 C: Any = native.load("tsd.head._runs")
 
@@ -54,3 +60,29 @@ def test_the_rows_taken_are_gathered_in_order(rows: list[tuple[bytes, bool]]) ->
     ends = np.cumsum([len(b) for b, _ in rows], dtype=np.int64)
     take = np.array([t for _, t in rows], dtype=np.bool_)
     assert _gather_bytes(joined, ends, take) == b"".join(b for b, t in rows if t)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=12), st.binary(max_size=8), st.binary(max_size=8)),
+        min_size=1,
+        max_size=10,
+    ),
+    st.data(),
+)
+def test_points_appended_to_rows_as_the_spec_appends_them(
+    rows: list[tuple[bytes, bytes, bytes]], data: st.DataObject
+) -> None:
+    """append_rows (compiled where built) gives each row the bytes python_append_rows
+    gives it: the run's qualifiers at the end of the row's, its values at the end."""
+    bufs: list[bytes | None] = [row for row, _, _ in rows]
+    at = [data.draw(st.integers(0, len(row))) for row, _, _ in rows]
+    runs = [(b"k", 1, q, v) for _, q, v in rows]
+    slots = list(range(len(rows)))
+    expected: list[bytes | None] = list(bufs)
+    python_append_rows(expected, slots, at, runs)
+    assert expected == [r[:a] + q + r[a:] + v for (r, q, v), a in zip(rows, at, strict=True)]
+    append_rows(bufs, slots, at, runs)
+    assert bufs == expected
+    assert all(type(buf) is bytes for buf in bufs)
