@@ -28,10 +28,17 @@ import numpy as np
 
 from tsd.storage.base import Block, CellBlock, RowFilter
 from tsd.storage.embedded import packed, points
-from tsd.storage.embedded.cells import MAX_BATCH_CELLS, ScanCursor, TableInfo, Txn, scan_batch
-from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY
+from tsd.storage.embedded.cells import (
+    MAX_BATCH_CELLS,
+    ScanCursor,
+    TableInfo,
+    Txn,
+    read_rows,
+    scan_batch,
+)
+from tsd.storage.embedded.keys import PACKED_END, PACKED_FAMILY, cell_prefix, packed_key
 
-__all__ = ["scan_block"]
+__all__ = ["rows_block", "scan_block"]
 
 _PACKED_FAMILY_END = PACKED_FAMILY.encode("ascii") + PACKED_END
 
@@ -152,14 +159,51 @@ def _unpacked(rows: list[bytes], values: list[bytes]) -> CellBlock:
     )
 
 
-def _grouped(rows: list[bytes], values: list[bytes]) -> CellBlock:
+def rows_block(
+    txn: Txn, table: TableInfo, rows: tuple[bytes, ...], families: Collection[str]
+) -> CellBlock:
+    """``read_rows`` as one CellBlock. Rows of one family packed whole (rollups: a month
+    of hourly cells in one group entry) are read as the entries' columns, no Cell object
+    per cell; any other shape goes through ``read_rows``."""
+    if len(families) == 1 and table.packed is not None:
+        (family,) = families
+        if family in table.grouped:
+            block = _group_rows(txn, table, rows, family)
+            if block is not None:
+                return block
+    return CellBlock.from_rows(read_rows(txn, table, rows, families))
+
+
+def _group_rows(
+    txn: Txn, table: TableInfo, rows: tuple[bytes, ...], family: str
+) -> CellBlock | None:
+    """The rows that hold ``family``'s group entry and no plain cell of it; None when a
+    row holds a plain cell of the family or an entry not in the group form."""
+    plain = txn.cursor(db=table.db)
+    found: list[bytes] = []
+    values: list[bytes] = []
+    for row in rows:
+        prefix = cell_prefix(row, family)
+        if plain.set_range(prefix) and plain.key().startswith(prefix):
+            return None
+        value = txn.get(packed_key(row, family), db=table.packed)
+        if value is None:
+            continue
+        if not packed.is_group(value):
+            return None
+        found.append(row)
+        values.append(value)
+    return _grouped(found, values, family) if found else CellBlock.empty()
+
+
+def _grouped(rows: list[bytes], values: list[bytes], family: str = PACKED_FAMILY) -> CellBlock:
     columns = [packed.group_columns(v) for v in values]
     counts = np.fromiter((len(c[0]) for c in columns), np.int64, len(columns))
     n = int(counts.sum())
     return CellBlock(
         rows,
         counts,
-        [PACKED_FAMILY] if n else [],
+        [family] if n else [],
         np.zeros(n, dtype=np.uint8),
         np.concatenate([c[0] for c in columns]),
         np.concatenate([c[1] for c in columns]),

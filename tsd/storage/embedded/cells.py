@@ -150,19 +150,11 @@ def _update_packed_many(
     db = _packed_db(table)
     key = packed_key(row, family)
     stored = txn.get(key, db=db)
-    pairs = dict(packed.unpack(stored)) if stored is not None else {}
-    changed = False
-    for qualifier, value in changes:
-        if value is None:
-            changed = pairs.pop(qualifier, None) is not None or changed
-        else:
-            pairs[qualifier] = value
-            changed = True
+    changed, entry = packed.merge(stored, changes, encoded, grouped=family in table.grouped)
     if not changed:
         return
-    if pairs:
-        grouped = family in table.grouped
-        txn.put(key, packed.pack(list(pairs.items()), encoded, grouped=grouped), db=db)
+    if entry is not None:
+        txn.put(key, entry, db=db)
     else:
         txn.delete(key, db=db)
 

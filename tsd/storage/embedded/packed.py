@@ -154,11 +154,29 @@ def is_group(data: bytes) -> bool:
     return data[:2] == GROUP_MARK
 
 
+#: a group of at most this many cells is laid out with struct rather than numpy (a fresh
+#: month row of rollups holds 4 cells: numpy's calls cost more than the cells)
+SMALL_GROUP = 32
+
+
 def pack_group(cells: Sequence[Pair]) -> bytes:
     ordered = sorted(cells)
     n = len(ordered)
-    qlens = np.fromiter((len(q) for q, _ in ordered), np.uint16, n)
-    vlens = np.fromiter((len(v) for _, v in ordered), np.uint32, n)
+    if n <= SMALL_GROUP:
+        return _small_group_form(ordered)
+    return _group_form(
+        np.fromiter((len(q) for q, _ in ordered), np.uint16, n),
+        np.fromiter((len(v) for _, v in ordered), np.uint32, n),
+        b"".join(q for q, _ in ordered),
+        b"".join(v for _, v in ordered),
+    )
+
+
+def _group_form(
+    qlens: npt.NDArray[Any], vlens: npt.NDArray[Any], quals: bytes, values: bytes
+) -> bytes:
+    """The group entry of cells already in qualifier order, given as columns."""
+    n = len(qlens)
     mode = 0
     if n and (qlens == qlens[0]).all():
         qlens, mode = qlens[:1], mode | _GROUP_ONE_QLEN
@@ -169,8 +187,28 @@ def pack_group(cells: Sequence[Pair]) -> bytes:
     head = (
         qlens.astype("<u2").tobytes()
         + vlens.astype(np.uint8 if mode & _GROUP_VLEN_U8 else "<u4").tobytes()
-        + b"".join(q for q, _ in ordered)
+        + quals
     )
+    return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
+
+
+def _small_group_form(ordered: Sequence[Pair]) -> bytes:
+    """:func:`_group_form` of a few cells in qualifier order, without numpy (the same
+    bytes: tests/storage/test_embedded_group_merge.py)."""
+    n = len(ordered)
+    qlens = [len(q) for q, _ in ordered]
+    vlens = [len(v) for _, v in ordered]
+    mode = 0
+    if n and qlens.count(qlens[0]) == n:
+        qlens, mode = qlens[:1], mode | _GROUP_ONE_QLEN
+    if n and vlens.count(vlens[0]) == n:
+        vlens, mode = vlens[:1], mode | _GROUP_ONE_VLEN
+    if vlens and max(vlens) < 256:
+        mode |= _GROUP_VLEN_U8
+        lengths = bytes(vlens)
+    else:
+        lengths = struct.pack(f"<{len(vlens)}I", *vlens)
+    head = struct.pack(f"<{len(qlens)}H", *qlens) + lengths + b"".join(q for q, _ in ordered)
     values = b"".join(v for _, v in ordered)
     return GROUP_MARK + _GROUP_HEAD.pack(mode, n, len(head)) + head + values
 
@@ -228,6 +266,130 @@ def unpack(data: bytes) -> list[Pair]:
     if pos != len(data):
         raise StorageError("corrupt embedded packed value: trailing bytes")
     return cells
+
+
+#: A stored group of at least this many cells takes changes in columns
+#: (:func:`_merge_group_columns`); a smaller one cell by cell, which costs less below it.
+MERGE_IN_COLUMNS = 64
+
+#: (qualifier, value) set, or (qualifier, None) removed
+Change = tuple[bytes, bytes | None]
+
+
+def merge(
+    stored: bytes | None,
+    changes: Sequence[Change],
+    encoded: Mapping[Pair, bytes] | None = None,
+    *,
+    grouped: bool = False,
+) -> tuple[bool, bytes | None]:
+    """A row's stored entry with ``changes`` applied in order: (whether anything changed,
+    the new entry, None when no cell is left). :func:`merge_one_by_one` is the rule; a
+    big entry of a family packed whole (a month of hourly rollups: thousands of cells, one
+    written out with every row-hour) is merged in columns, the same bytes without a
+    Python step per stored cell."""
+    if grouped and stored is not None and is_group(stored):
+        merged = _merge_group_columns(stored, changes)
+        if merged is not None:
+            return merged
+    return merge_one_by_one(stored, changes, encoded, grouped=grouped)
+
+
+def merge_one_by_one(
+    stored: bytes | None,
+    changes: Sequence[Change],
+    encoded: Mapping[Pair, bytes] | None = None,
+    *,
+    grouped: bool = False,
+) -> tuple[bool, bytes | None]:
+    """:func:`merge`'s specification: the cells unpacked, changed one by one, packed."""
+    pairs = dict(unpack(stored)) if stored is not None else {}
+    changed = False
+    for qualifier, value in changes:
+        if value is None:
+            changed = pairs.pop(qualifier, None) is not None or changed
+        else:
+            pairs[qualifier] = value
+            changed = True
+    if not changed:
+        return False, None
+    return True, pack(list(pairs.items()), encoded, grouped=grouped) if pairs else None
+
+
+def _qualifier_keys(quals: bytes, count: int, width: int) -> npt.NDArray[np.uint64]:
+    """Qualifiers of ``width`` bytes end to end as integers in their byte order."""
+    grid = np.zeros((count, 8), dtype=np.uint8)
+    grid[:, 8 - width :] = np.frombuffer(quals, np.uint8, count * width).reshape(count, width)
+    return grid.view(">u8").ravel().astype(np.uint64)
+
+
+def _merge_group_columns(
+    stored: bytes, changes: Sequence[Change]
+) -> tuple[bool, bytes | None] | None:
+    """:func:`merge` of a group entry in columns: the stored cells between two changed
+    qualifiers are copied as one slice, so the Python steps go with the changes, not the
+    cells. None when it does not take the entry (fewer than :data:`MERGE_IN_COLUMNS` cells,
+    qualifiers of several lengths or longer than 8 bytes, cells out of order):
+    :func:`merge_one_by_one` does."""
+    qlens, vlens, quals, view = group_columns(stored)
+    n = len(qlens)
+    if n < MERGE_IN_COLUMNS:
+        return None
+    width = int(qlens[0])
+    if not 0 < width <= 8 or (qlens != width).any():
+        return None
+    final: dict[bytes, bytes | None] = {}
+    changed = False
+    for qualifier, value in changes:
+        if len(qualifier) != width:
+            return None
+        final[qualifier] = value
+        changed = changed or value is not None
+    keys = _qualifier_keys(quals, n, width)
+    if n > 1 and not (keys[1:] > keys[:-1]).all():
+        return None
+    asked = sorted(final)  # byte order: the keys' order, every qualifier of one width
+    at = np.searchsorted(keys, _qualifier_keys(b"".join(asked), len(asked), width))
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(vlens)])
+    byte_at = offsets[at].tolist()
+    byte_after = offsets[np.minimum(at + 1, n)].tolist()
+    q_parts: list[bytes | memoryview] = []
+    v_parts: list[bytes | memoryview] = []
+    lengths: list[I64] = []
+    cursor = cursor_byte = 0
+    for qualifier, p, p_byte, after_byte in zip(
+        asked, at.tolist(), byte_at, byte_after, strict=True
+    ):
+        present = p < n and quals[p * width : (p + 1) * width] == qualifier
+        if p > cursor:  # the stored cells before this one, as they are
+            q_parts.append(quals[cursor * width : p * width])
+            v_parts.append(view[cursor_byte:p_byte])
+            lengths.append(vlens[cursor:p])
+        value = final[qualifier]
+        if value is not None:
+            q_parts.append(qualifier)
+            v_parts.append(value)
+            lengths.append(np.array([len(value)], dtype=np.int64))
+        if present:
+            changed = True
+            cursor, cursor_byte = p + 1, after_byte
+        else:
+            cursor, cursor_byte = p, p_byte
+    if not changed:
+        return False, None  # only removals, of cells not there
+    if cursor < n:
+        q_parts.append(quals[cursor * width :])
+        v_parts.append(view[cursor_byte:])
+        lengths.append(vlens[cursor:])
+    out_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    if not len(out_lengths):
+        return True, None
+    return True, _group_form(
+        np.full(len(out_lengths), width, np.uint16),
+        out_lengths,
+        b"".join(q_parts),
+        b"".join(v_parts),
+    )
 
 
 def unpack_many(datas: Sequence[bytes]) -> list[list[Pair]]:

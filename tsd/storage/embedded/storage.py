@@ -69,6 +69,7 @@ from tsd.errors import (
 )
 from tsd.storage.base import (
     Block,
+    CellBlock,
     CheckAndPut,
     FamilySpec,
     Mutation,
@@ -82,7 +83,7 @@ from tsd.storage.base import (
     joined_blocks,
 )
 from tsd.storage.embedded import cells, maintenance
-from tsd.storage.embedded.blocks import scan_block
+from tsd.storage.embedded.blocks import rows_block, scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.commit_thread import WriterThread
 from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, ROW_END, row_start
@@ -425,6 +426,20 @@ class EmbeddedStorage(Storage):
         info = await self._table(table)
         wanted = _check_families(info, families)
         return await self._read(cells.read_rows, info, tuple(rows), wanted)
+
+    async def get_blocks(
+        self,
+        table: str,
+        rows: Sequence[bytes],
+        families: Sequence[str] = (),
+        stats: ReadStats | None = None,
+    ) -> CellBlock:
+        info = await self._table(table)
+        wanted = _check_families(info, families)
+        block = await self._read(rows_block, info, tuple(rows), wanted)
+        if stats is not None:
+            stats.add(block, 0.0)
+        return block
 
     async def scan(self, table: str, spec: ScanSpec) -> AsyncGenerator[Row, None]:
         async with contextlib.aclosing(self._batches(cells.scan_batch, table, spec)) as batches:
