@@ -265,7 +265,7 @@ _UID_MAPS = st.dictionaries(_NAMES, st.binary(min_size=1, max_size=4), max_size=
 
 
 def _slots(key: SeriesKey | None) -> tuple[Any, ...] | None:
-    names = ("salt", "metric_uid", "_prefix", "_suffix", "_last_base", "_last_key")
+    names = ("salt", "metric_uid", "_prefix", "_tsuid", "_last_base", "_last_key")
     return None if key is None else tuple(getattr(key, name) for name in names)
 
 

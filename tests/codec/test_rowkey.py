@@ -309,3 +309,12 @@ def test_series_keys_of_one_hour_share_its_base_time_object() -> None:
     )
     assert len({id(key._last_base) for key in keys}) == 1
     assert [key.row_key(base) for key in keys] == rows
+
+
+def test_a_series_key_hands_out_its_own_tsuid_object() -> None:
+    """The TSUID is kept whole in the template (the metric UID and the tag suffix): meta
+    tracking's set of series written keeps that object, not a copy per series."""
+    series = make_series_key(SALTED, u(4), [(u(9), u(1))])
+    assert series.tsuid is series.tsuid
+    assert series.tsuid == u(4) + u(9) + u(1)
+    assert series.row_key(H) == encode_row_key(SALTED, u(4), H, [(u(9), u(1))])

@@ -12,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
-from tsd.head.head import _gather_bytes, _join_parts, _picked, _picked_at, python_join_parts
+from tsd.head.head import (
+    _gather_bytes,
+    _join_parts,
+    _picked,
+    _picked_at,
+    append_rows,
+    python_append_rows,
+    python_join_parts,
+)
 
 C: Any = native.load("tsd.head._runs")
 
@@ -75,3 +83,29 @@ def test_an_index_the_helper_cannot_pick_is_left_to_the_spec() -> None:
     assert C.picked(items, np.array([-1], dtype=np.int64)) is None
     with pytest.raises(IndexError):
         _picked_at(items, np.array([0, 5], dtype=np.int64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=12), st.binary(max_size=8), st.binary(max_size=8)),
+        min_size=1,
+        max_size=10,
+    ),
+    st.data(),
+)
+def test_points_appended_to_rows_as_the_spec_appends_them(
+    rows: list[tuple[bytes, bytes, bytes]], data: st.DataObject
+) -> None:
+    """append_rows (compiled where built) gives each row the bytes python_append_rows
+    gives it: the run's qualifiers at the end of the row's, its values at the end."""
+    bufs: list[bytes | None] = [row for row, _, _ in rows]
+    at = [data.draw(st.integers(0, len(row))) for row, _, _ in rows]
+    runs = [(b"k", 1, q, v) for _, q, v in rows]
+    slots = list(range(len(rows)))
+    expected: list[bytes | None] = list(bufs)
+    python_append_rows(expected, slots, at, runs)
+    assert expected == [r[:a] + q + r[a:] + v for (r, q, v), a in zip(rows, at, strict=True)]
+    append_rows(bufs, slots, at, runs)
+    assert bufs == expected
+    assert all(type(buf) is bytes for buf in bufs)

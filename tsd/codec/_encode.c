@@ -133,8 +133,8 @@ static PyObject *tag_suffix(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 /* series_keys: see the top of this file. The slots of cls, learnt once. */
 static PyTypeObject *keys_type;
-static Py_ssize_t key_slot[6]; /* salt, metric_uid, _prefix, _suffix, _last_base, _last_key */
-static const char *const key_slot_names[6] = {"salt", "metric_uid", "_prefix", "_suffix",
+static Py_ssize_t key_slot[6]; /* salt, metric_uid, _prefix, _tsuid, _last_base, _last_key */
+static const char *const key_slot_names[6] = {"salt", "metric_uid", "_prefix", "_tsuid",
                                               "_last_base", "_last_key"};
 
 static int learn_key_type(PyTypeObject *type)
@@ -202,10 +202,13 @@ static PyObject *one_series_key(PyObject *metric, PyObject *tags, PyObject *metr
         keys[j] = key;
         values[j] = value;
     }
-    PyObject *suffix = PyBytes_FromStringAndSize(NULL, n * (kw + vw));
-    if (suffix == NULL)
+    /* the TSUID: the metric UID, then the pairs (the suffix of every row key) */
+    PyObject *tsuid = PyBytes_FromStringAndSize(NULL, mw + n * (kw + vw));
+    if (tsuid == NULL)
         return NULL;
-    char *at = PyBytes_AS_STRING(suffix);
+    char *at = PyBytes_AS_STRING(tsuid);
+    memcpy(at, PyBytes_AS_STRING(metric_uid), (size_t)mw);
+    at += mw;
     for (Py_ssize_t i = 0; i < n; i++) {
         memcpy(at, keys[i], (size_t)kw);
         memcpy(at + kw, values[i], (size_t)vw);
@@ -213,14 +216,14 @@ static PyObject *one_series_key(PyObject *metric, PyObject *tags, PyObject *metr
     }
     PyObject *key = keys_type->tp_alloc(keys_type, 0);
     if (key == NULL) {
-        Py_DECREF(suffix);
+        Py_DECREF(tsuid);
         return NULL;
     }
     /* SeriesKey(b"", metric_uid, suffix): its prefix is the metric UID itself (unsalted) */
-    PyObject *slots[6] = {empty, metric_uid, metric_uid, suffix, minus_one, empty};
+    PyObject *slots[6] = {empty, metric_uid, metric_uid, tsuid, minus_one, empty};
     for (int i = 0; i < 6; i++)
         *(PyObject **)((char *)key + key_slot[i]) = Py_NewRef(slots[i]);
-    Py_DECREF(suffix);
+    Py_DECREF(tsuid);
     return key;
 }
 

@@ -236,30 +236,32 @@ class SeriesKey:
 
     The salt depends only on the metric and tags, so a row key is the fixed prefix, 4 time
     bytes and the fixed tag suffix. The last key is cached: consecutive points of a series
-    mostly fall in the same hour.
+    mostly fall in the same hour. The tag suffix is kept as the TSUID (the metric UID and
+    the suffix, one object): meta tracking's set of series written keeps that same object
+    (:attr:`tsuid`) rather than a copy of its own.
     """
 
-    __slots__ = ("_last_base", "_last_key", "_prefix", "_suffix", "metric_uid", "salt")
+    __slots__ = ("_last_base", "_last_key", "_prefix", "_tsuid", "metric_uid", "salt")
 
     def __init__(self, salt: bytes, metric_uid: bytes, tag_bytes: bytes) -> None:
         self.salt = salt
         self.metric_uid = metric_uid
         self._prefix = salt + metric_uid  # the metric UID itself when unsalted
-        self._suffix = tag_bytes
+        self._tsuid = metric_uid + tag_bytes
         self._last_base = -1
         self._last_key = b""
 
     @property
     def tsuid(self) -> bytes:
-        """metric uid + sorted tag pairs (no salt, no time); built when asked (a template
-        per series is kept for millions of series: no copy of its tags kept for this)."""
-        return self.metric_uid + self._suffix
+        """metric uid + sorted tag pairs (no salt, no time): the template's own object."""
+        return self._tsuid
 
     def row_key(self, base_time_s: int) -> bytes:
         """The row key of this series for the row starting at ``base_time_s``."""
         if base_time_s == self._last_base:
             return self._last_key
-        key = self._prefix + (base_time_s & 0xFFFFFFFF).to_bytes(4, "big") + self._suffix
+        suffix = self._tsuid[len(self.metric_uid) :]
+        key = self._prefix + (base_time_s & 0xFFFFFFFF).to_bytes(4, "big") + suffix
         # one int object per hour shared by every series, not one each (32 bytes a series:
         # the compiled encoders hand each series a base of its own)
         shared = _BASES.get(base_time_s)

@@ -286,11 +286,364 @@ static PyObject *picked(PyObject *self, PyObject *args)
     return out;
 }
 
+
+/* -- points appended to the rows held -------------------------------------------------------- */
+
+/* append_rows(bufs, slots, at, runs) -> True, or None
+ *   tsd.head.head.python_append_rows (the specification): per i, the row bytes
+ *   bufs[slots[i]] (its qualifiers, then its values) replaced by a new bytes object with
+ *   runs[i]'s qualifiers inserted at at[i] (the end of the row's qualifiers) and its values
+ *   at the end. A row is an exact-size bytes object, not a bytearray with room to grow (56
+ *   bytes less a row of two points, an eighth of the points' bytes less on long rows).
+ *   None (nothing changed) when an argument is not as described: the caller then asks the
+ *   Python version, which says what is wrong. */
+static PyObject *append_rows(PyObject *self, PyObject *args)
+{
+    PyObject *bufs, *slots_arg, *at_arg, *runs_arg;
+    if (!PyArg_ParseTuple(args, "O!OOO:append_rows", &PyList_Type, &bufs, &slots_arg, &at_arg,
+                          &runs_arg))
+        return NULL;
+    PyObject *slots = NULL, *at = NULL, *runs = NULL, *out = NULL;
+    if ((slots = PySequence_Fast(slots_arg, "slots must be a sequence")) == NULL
+        || (at = PySequence_Fast(at_arg, "at must be a sequence")) == NULL
+        || (runs = PySequence_Fast(runs_arg, "runs must be a sequence")) == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(slots);
+    if (PySequence_Fast_GET_SIZE(at) != n || PySequence_Fast_GET_SIZE(runs) != n)
+        goto none;
+    Py_ssize_t rows = PyList_GET_SIZE(bufs);
+    /* checked whole first: nothing changes unless every row can */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *run = PySequence_Fast_GET_ITEM(runs, i);
+        Py_ssize_t s = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(slots, i));
+        Py_ssize_t a = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(at, i));
+        if ((s == -1 || a == -1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto none;
+        }
+        if (s < 0 || s >= rows || !PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) < 4
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 2))
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 3)))
+            goto none;
+        PyObject *buf = PyList_GET_ITEM(bufs, s);
+        if (!PyBytes_CheckExact(buf) || a < 0 || a > PyBytes_GET_SIZE(buf))
+            goto none;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *run = PySequence_Fast_GET_ITEM(runs, i);
+        Py_ssize_t s = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(slots, i));
+        Py_ssize_t a = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(at, i));
+        PyObject *buf = PyList_GET_ITEM(bufs, s);
+        PyObject *q = PyTuple_GET_ITEM(run, 2), *v = PyTuple_GET_ITEM(run, 3);
+        Py_ssize_t old = PyBytes_GET_SIZE(buf), q_size = PyBytes_GET_SIZE(q);
+        Py_ssize_t v_size = PyBytes_GET_SIZE(v);
+        PyObject *row = PyBytes_FromStringAndSize(NULL, old + q_size + v_size);
+        if (row == NULL)
+            goto done;
+        char *to = PyBytes_AS_STRING(row);
+        const char *from = PyBytes_AS_STRING(buf);
+        memcpy(to, from, (size_t)a);
+        memcpy(to + a, PyBytes_AS_STRING(q), (size_t)q_size);
+        memcpy(to + a + q_size, from + a, (size_t)(old - a));
+        memcpy(to + old + q_size, PyBytes_AS_STRING(v), (size_t)v_size);
+        PyList_SetItem(bufs, s, row); /* steals row, drops the old bytes */
+    }
+    out = Py_NewRef(Py_True);
+    goto done;
+none:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(slots);
+    Py_XDECREF(at);
+    Py_XDECREF(runs);
+    return out;
+}
+
+/* -- the head's index: row key -> slot ------------------------------------------------------ */
+
+/* SlotIndex(keys): the head's row key -> slot map as an open-addressing table of int32
+ *   slots (4 bytes an entry, the table kept between 3/8 and 3/4 full: about 8 bytes a row)
+ *   where a dict took an entry (about 40 bytes) and an int object (32) per row. The keys are
+ *   not copied: ``keys`` is the head's list of slot -> row key (None: a free slot), and a
+ *   probe compares the key asked for with ``keys[slot]`` (its cached hash, then its bytes).
+ *   The caller sets ``keys[slot]`` before add_many and removes a key before it clears its
+ *   slot. tsd.head.index.DictSlotIndex is the specification (a dict) and the fallback;
+ *   tests/head/test_slot_index.py checks both answer alike. */
+#define SLOT_EMPTY (-1)
+#define SLOT_REMOVED (-2)
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *keys;  /* list: slot -> bytes or None */
+    int32_t *table;
+    size_t mask;     /* capacity - 1, a power of two */
+    Py_ssize_t used; /* keys held */
+    Py_ssize_t filled; /* keys held and removed marks */
+} SlotIndex;
+
+static int same_key(SlotIndex *self, int32_t slot, PyObject *key, Py_hash_t hash)
+{
+    if (slot >= PyList_GET_SIZE(self->keys))
+        return 0;
+    PyObject *stored = PyList_GET_ITEM(self->keys, slot);
+    if (stored == key)
+        return 1;
+    if (!PyBytes_CheckExact(stored))
+        return 0;
+    Py_ssize_t n = PyBytes_GET_SIZE(key);
+    if (PyBytes_GET_SIZE(stored) != n || PyObject_Hash(stored) != hash)
+        return 0;
+    return memcmp(PyBytes_AS_STRING(stored), PyBytes_AS_STRING(key), (size_t)n) == 0;
+}
+
+/* the table position holding ``key``, or -1 */
+static Py_ssize_t slot_find(SlotIndex *self, PyObject *key, Py_hash_t hash)
+{
+    size_t i = (size_t)hash & self->mask;
+    for (;;) {
+        int32_t s = self->table[i];
+        if (s == SLOT_EMPTY)
+            return -1;
+        if (s >= 0 && same_key(self, s, key, hash))
+            return (Py_ssize_t)i;
+        i = (i + 1) & self->mask;
+    }
+}
+
+/* ``slot`` at the first free position of ``hash``'s probe (the key is not held) */
+static void slot_place(SlotIndex *self, Py_hash_t hash, int32_t slot)
+{
+    size_t i = (size_t)hash & self->mask;
+    while (self->table[i] >= 0)
+        i = (i + 1) & self->mask;
+    if (self->table[i] == SLOT_EMPTY)
+        self->filled++;
+    self->table[i] = slot;
+    self->used++;
+}
+
+/* a table for ``need`` keys at most half full, holding the keys held (removed marks gone) */
+static int slot_rebuild(SlotIndex *self, Py_ssize_t need)
+{
+    size_t capacity = 8;
+    while (capacity < (size_t)need * 2)
+        capacity <<= 1;
+    int32_t *table = PyMem_Malloc(capacity * sizeof(int32_t));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(table, 0xFF, capacity * sizeof(int32_t)); /* every entry SLOT_EMPTY */
+    int32_t *old = self->table;
+    size_t old_size = old == NULL ? 0 : self->mask + 1;
+    self->table = table;
+    self->mask = capacity - 1;
+    self->used = self->filled = 0;
+    for (size_t i = 0; i < old_size; i++) {
+        int32_t s = old[i];
+        if (s < 0)
+            continue;
+        PyObject *key = s < PyList_GET_SIZE(self->keys) ? PyList_GET_ITEM(self->keys, s) : NULL;
+        Py_hash_t hash = key == NULL ? -1 : PyObject_Hash(key);
+        if (hash == -1) {
+            PyMem_Free(table);
+            self->table = old;
+            self->mask = old_size - 1;
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "SlotIndex: a slot held has no key");
+            return -1;
+        }
+        slot_place(self, hash, s);
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+static int slot_index_init(SlotIndex *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *keys;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "SlotIndex(keys) takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O!:SlotIndex", &PyList_Type, &keys))
+        return -1;
+    Py_INCREF(keys);
+    Py_XSETREF(self->keys, keys);
+    PyMem_Free(self->table);
+    self->table = NULL;
+    return slot_rebuild(self, 0);
+}
+
+static void slot_index_dealloc(SlotIndex *self)
+{
+    PyMem_Free(self->table);
+    Py_XDECREF(self->keys);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_hash_t key_hash(PyObject *key)
+{
+    if (!PyBytes_CheckExact(key)) {
+        PyErr_SetString(PyExc_TypeError, "a row key is bytes");
+        return -1;
+    }
+    return PyObject_Hash(key);
+}
+
+static PyObject *slot_get(SlotIndex *self, PyObject *key)
+{
+    Py_hash_t hash = key_hash(key);
+    if (hash == -1)
+        return NULL;
+    Py_ssize_t at = slot_find(self, key, hash);
+    if (at < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(self->table[at]);
+}
+
+static PyObject *slot_get_many(SlotIndex *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "keys must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_hash_t hash = key_hash(items[i]);
+        if (hash == -1)
+            goto error;
+        Py_ssize_t at = slot_find(self, items[i], hash);
+        PyObject *slot = at < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(self->table[at]);
+        if (slot == NULL)
+            goto error;
+        PyList_SET_ITEM(out, i, slot);
+    }
+    Py_DECREF(seq);
+    return out;
+error:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyObject *slot_add_many(SlotIndex *self, PyObject *args)
+{
+    PyObject *keys_arg, *slots_arg;
+    if (!PyArg_ParseTuple(args, "OO:add_many", &keys_arg, &slots_arg))
+        return NULL;
+    PyObject *keys = PySequence_Fast(keys_arg, "keys must be a sequence");
+    if (keys == NULL)
+        return NULL;
+    PyObject *slots = PySequence_Fast(slots_arg, "slots must be a sequence");
+    if (slots == NULL) {
+        Py_DECREF(keys);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(slots) != n) {
+        PyErr_SetString(PyExc_ValueError, "add_many: as many slots as keys");
+        goto error;
+    }
+    if ((size_t)(self->filled + n) * 4 > (self->mask + 1) * 3 && slot_rebuild(self, self->used + n) < 0)
+        goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+        long slot = PyLong_AsLong(PySequence_Fast_GET_ITEM(slots, i));
+        if (slot == -1 && PyErr_Occurred())
+            goto error;
+        if (slot < 0 || slot > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "add_many: a slot is an int32 at least 0");
+            goto error;
+        }
+        Py_hash_t hash = key_hash(key);
+        if (hash == -1)
+            goto error;
+        Py_ssize_t at = slot_find(self, key, hash);
+        if (at >= 0)
+            self->table[at] = (int32_t)slot; /* held: moved to this slot, as a dict update */
+        else
+            slot_place(self, hash, (int32_t)slot);
+    }
+    Py_DECREF(keys);
+    Py_DECREF(slots);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(keys);
+    Py_DECREF(slots);
+    return NULL;
+}
+
+static PyObject *slot_remove(SlotIndex *self, PyObject *key)
+{
+    Py_hash_t hash = key_hash(key);
+    if (hash == -1)
+        return NULL;
+    Py_ssize_t at = slot_find(self, key, hash);
+    if (at < 0)
+        Py_RETURN_FALSE;
+    self->table[at] = SLOT_REMOVED;
+    self->used--;
+    if (self->used * 8 < self->filled && self->mask > 7 && slot_rebuild(self, self->used) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *slot_table_size(SlotIndex *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSize_t(self->mask + 1);
+}
+
+static Py_ssize_t slot_len(SlotIndex *self)
+{
+    return self->used;
+}
+
+static int slot_contains(SlotIndex *self, PyObject *key)
+{
+    Py_hash_t hash = key_hash(key);
+    if (hash == -1)
+        return -1;
+    return slot_find(self, key, hash) >= 0;
+}
+
+static PyMethodDef slot_index_methods[] = {
+    {"get", (PyCFunction)slot_get, METH_O, "The slot of a row key, or None."},
+    {"get_many", (PyCFunction)slot_get_many, METH_O, "The slot of each key (None: not held)."},
+    {"add_many", (PyCFunction)slot_add_many, METH_VARARGS,
+     "Map keys[i] to slots[i] (keys[slot] set in the head's list first)."},
+    {"remove", (PyCFunction)slot_remove, METH_O, "Forget a key; whether it was held."},
+    {"table_size", (PyCFunction)slot_table_size, METH_NOARGS, "The table's entries (memory)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods slot_index_sequence = {
+    .sq_length = (lenfunc)slot_len,
+    .sq_contains = (objobjproc)slot_contains,
+};
+
+static PyTypeObject SlotIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tsd.head._runs.SlotIndex",
+    .tp_basicsize = sizeof(SlotIndex),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The head's row key -> slot map: int32 slots in an open-addressing table.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)slot_index_init,
+    .tp_dealloc = (destructor)slot_index_dealloc,
+    .tp_methods = slot_index_methods,
+    .tp_as_sequence = &slot_index_sequence,
+};
+
 static PyMethodDef methods[] = {
     {"run_bounds", run_bounds, METH_O,
      "Per run of a batch: (offsets increase, first offset ms, last offset ms), or None."},
     {"join_repeated_rows", join_repeated_rows, METH_O,
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
+    {"append_rows", append_rows, METH_VARARGS,
+     "Points appended to rows held (new bytes per row), or None: ask the Python version."},
     {"join_parts", join_parts, METH_VARARGS,
      "Rows (qualifiers then values) parted: (all qualifiers, all values), or None."},
     {"picked", picked, METH_VARARGS,
@@ -302,5 +655,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runs", NULL, -1, me
 
 PyMODINIT_FUNC PyInit__runs(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&SlotIndexType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "SlotIndex", (PyObject *)&SlotIndexType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

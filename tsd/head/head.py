@@ -3,15 +3,18 @@
 Theory of operation (architecture §1.2a; docs/write-path.md says when a row leaves):
 
 * A row is one series over one hour (an OpenTSDB row key). The head keeps, per row, its
-  points' qualifiers and then their values in one ``bytearray``, in the order they
+  points' qualifiers and then their values in one ``bytes`` (a new one, of the exact
+  size, when points are added: :func:`append_rows`), in the order they
   arrived: the body of an OpenTSDB compacted cell, built as the writer's batches come
   (:meth:`Head.add_runs`, straight from the write-ahead log record's runs of bytes, so a
   batch costs a Python step per row and none per point).
-* Rows are slots: the row key's slot in a dict, and per slot its numbers (point count,
-  lengths, clean-ness, last offset, last write, batches) in numpy arrays, set a column
-  at a time per batch; no Python object per row beyond its key, its slot number and its
-  bytes (bench/head_memory.py measures a row of two points: 260 bytes, where a row
-  object with two bytearrays and its entries in two dicts took 404).
+* Rows are slots: the row key's slot in an index (int32 entries of an open-addressing
+  table that compares keys with the list of slot -> key: tsd/head/index.py), and per
+  slot its numbers (point count, lengths, clean-ness, last offset, last write, batches)
+  in numpy arrays, set a column at a time per batch; no Python object per row beyond its
+  key and its bytes (bench/head_memory.py measures a row of two points: 171 bytes, where
+  a bytearray per row and a dict as the index took 260 and a row object with two
+  bytearrays and its entries in two dicts 404).
 * A row is *clean* while every point it received came strictly after the previous one in
   time: its cells are then exactly the compacted cell's points, in order, and the cell is
   the runs joined (:func:`tsd.codec.join_compacted`). Clean-ness is checked per batch with
@@ -46,18 +49,20 @@ import numpy.typing as npt
 import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
+from tsd.head.index import new_slot_index
 from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 
-#: Bytes counted per row beyond its points and its key's length: the key object, its dict
-#: entry and slot number, the row's bytearray, its numbers in the columns and its place in
-#: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (a
-#: bytearray's room to grow). Measured with tracemalloc by bench/head_memory.py: a million
-#: rows of 2 points 260 bytes a row, 10,000 rows of 360 points 1,599 (13-byte keys; this
-#: counts 264 and 1,589).
-ROW_OVERHEAD_BYTES = 244
-DATA_SLACK_SHIFT = 3
+#: Bytes counted per row beyond its points and its key's length: the key object, its entry
+#: in the slot index (tsd/head/index.py) and in the list of keys, the row's bytes object
+#: (exact size: appending makes a new one), its numbers in the columns and its place in
+#: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (the
+#: allocator's rounding). Measured with tracemalloc by bench/head_memory.py: 200,000 rows
+#: of 2 points 171 bytes a row, 30,000 rows of 360 points 1,354 (13-byte keys; this counts
+#: 193 and 1,395). A bytearray per row with a dict as the index took 260 and 1,597.
+ROW_OVERHEAD_BYTES = 160
+DATA_SLACK_SHIFT = 5
 
 _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
@@ -67,6 +72,8 @@ _c_join_repeated_rows: Any = native.attribute("tsd.head._runs", "join_repeated_r
 # python_join_parts is its fallback and spec
 _c_join_parts: Any = native.attribute("tsd.head._runs", "join_parts")
 _c_picked: Any = native.attribute("tsd.head._runs", "picked")
+# python_append_rows is its fallback and spec
+_c_append_rows: Any = native.attribute("tsd.head._runs", "append_rows")
 
 #: a row key, its cell count, its qualifiers joined, its values joined
 Run = tuple[bytes, int, bytes, bytes]
@@ -247,16 +254,17 @@ _VECTOR_KEYS = 64
 
 class Head:
     """The open row-hours of one data table, as slots in columns (see the module
-    docstring): a row key's slot in a dict; per slot its key, its points' bytes (one
-    ``bytearray``: the qualifiers, then the values) and its numbers in numpy arrays; per
+    docstring): a row key's slot in the slot index; per slot its key, its points' bytes (one
+    ``bytes``: the qualifiers, then the values) and its numbers in numpy arrays; per
     group (metric prefix and hour) the slots of its rows."""
 
     def __init__(self, layout: KeyLayout) -> None:
         self._layout = layout
         self._prefix_end = layout.salt_width + layout.metric_width
-        self._slot_of: dict[bytes, int] = {}
         self._key: list[bytes | None] = []
-        self._buf: list[bytearray | None] = []
+        #: row key -> slot (the keys compared with ``_key``'s: tsd/head/index.py)
+        self._slot_of = new_slot_index(self._key)
+        self._buf: list[bytes | None] = []
         self._cols = _Columns(0)
         self._slots = 0  # slots handed out so far (free ones among them)
         self._free = array("q")  # free slots, reused first
@@ -323,7 +331,7 @@ class Head:
         part = _Part.of(runs, _bounds_array(runs))
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
-        slots = list(map(self._slot_of.get, keys))
+        slots = self._slot_of.get_many(keys)
         new = None
         if None in slots:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
@@ -345,13 +353,7 @@ class Head:
         """Points for rows the head holds: appended to each row's bytes (qualifiers
         before the values, values at the end), numbers updated by column."""
         c = self._cols
-        bufs = self._buf
-        held = cast(list[bytearray], list(map(bufs.__getitem__, slots.tolist())))
-        for buf, at, (_, _, qualifiers, values) in zip(
-            held, c.q_len[slots].tolist(), part.runs, strict=True
-        ):
-            buf[at:at] = qualifiers
-            buf += values
+        append_rows(self._buf, slots.tolist(), c.q_len[slots].tolist(), part.runs)
         counts, q_sizes, checked = part.counts, part.q_sizes, part.checked
         c.q_len[slots] += q_sizes.astype(np.int32)
         c.v_len[slots] += part.v_sizes.astype(np.int32)
@@ -378,12 +380,12 @@ class Head:
         m = len(runs)
         slots = self._take_slots(m)
         keys = [run[0] for run in runs]
-        bufs = [bytearray(run[2] + run[3]) for run in runs]
+        bufs = [run[2] + run[3] for run in runs]
         key_of, buf_of = self._key, self._buf
         for s, key, buf in zip(slots.tolist(), keys, bufs, strict=True):
             key_of[s] = key
             buf_of[s] = buf
-        self._slot_of.update(zip(keys, slots.tolist(), strict=True))
+        self._slot_of.add_many(keys, slots.tolist())
         self._key_data += sum(map(len, keys))
         c = self._cols
         c.q_len[slots] = q_sizes
@@ -597,7 +599,7 @@ class Head:
         q_lens = c.q_len[slots].astype(np.int64)
         v_lens = c.v_len[slots].astype(np.int64)
         # the slots of live rows: their bytes and keys are set
-        bufs = cast(list[bytearray], _picked_at(buf_of, slots))
+        bufs = cast(list[bytes], _picked_at(buf_of, slots))
         qualifiers, values = _join_parts(bufs, q_lens, v_lens)
         return HeadSnapshot(
             cast(list[bytes], _picked_at(key_of, slots)),
@@ -635,8 +637,8 @@ class Head:
             np.array(
                 [
                     s
-                    for key, s in self._slot_of.items()
-                    if start <= key and (not stop or key < stop)
+                    for s, key in enumerate(self._key)
+                    if key is not None and start <= key and (not stop or key < stop)
                 ],
                 np.int64,
             ),
@@ -705,7 +707,7 @@ class Head:
         return keys
 
     def all_keys(self) -> list[bytes]:
-        return sorted(self._slot_of)
+        return sorted([key for key in self._key if key is not None])
 
     def take(self, key: bytes) -> Taken | None:
         """The row's points as cells for storage (None when it has none); the row keeps
@@ -720,7 +722,7 @@ class Head:
         buf = self._buf[s]
         assert buf is not None
         q_len = c.q_len.item(s)
-        qualifiers, values = bytes(buf[:q_len]), bytes(buf[q_len:])
+        qualifiers, values = buf[:q_len], buf[q_len:]
         ms_count = c.ms_count.item(s)
         return Taken(
             key,
@@ -748,8 +750,7 @@ class Head:
             buf = self._buf[s]
             assert buf is not None
             q_len = c.q_len.item(s)
-            del buf[q_len : q_len + taken.value_bytes]
-            del buf[: taken.qualifier_bytes]
+            self._buf[s] = buf[taken.qualifier_bytes : q_len] + buf[q_len + taken.value_bytes :]
             c.q_len[s] = q_len - taken.qualifier_bytes
             c.v_len[s] -= taken.value_bytes
             c.count[s] = count
@@ -760,7 +761,7 @@ class Head:
             return
         # every point left: the slot's numbers are set again when it is reused
         c.count[s] = 0
-        del self._slot_of[taken.key]
+        self._slot_of.remove(taken.key)
         self._key_data -= len(taken.key)
         self._key[s] = None
         self._buf[s] = None
@@ -902,7 +903,7 @@ def _having(
 
 
 def _join_parts(
-    bufs: list[bytearray], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
+    bufs: list[bytes], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
 ) -> tuple[bytes, bytes]:
     """Every row's qualifiers joined, and every row's values (a row's bytes are its
     qualifiers then its values): by the compiled helper (``join_parts`` in
@@ -916,7 +917,7 @@ def _join_parts(
 
 
 def python_join_parts(
-    bufs: list[bytearray], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
+    bufs: list[bytes], q_lens: npt.NDArray[np.int64], v_lens: npt.NDArray[np.int64]
 ) -> tuple[bytes, bytes]:
     """:func:`_join_parts`' spec: the rows joined whole at once, then parted with one
     mask (a view or a slice per row cost several times more)."""
@@ -1167,6 +1168,28 @@ def python_join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
         )
         for key, group in by_row.items()
     ]
+
+
+def append_rows(
+    bufs: list[bytes | None], slots: list[int], at: list[int], runs: Sequence[Run]
+) -> None:
+    """Each run's points appended to its row's bytes (:func:`python_append_rows`), by the
+    compiled helper (``append_rows`` in ``tsd/head/_runs.c``) where it is built."""
+    if _c_append_rows is None or _c_append_rows(bufs, slots, at, runs) is None:
+        python_append_rows(bufs, slots, at, runs)
+
+
+def python_append_rows(
+    bufs: list[bytes | None], slots: list[int], at: list[int], runs: Sequence[Run]
+) -> None:
+    """Per run, the row ``bufs[slots[i]]`` (its qualifiers, then its values) replaced by
+    its bytes with the run's qualifiers inserted at ``at[i]`` (the end of the row's
+    qualifiers) and the run's values at the end: a row is an exact-size ``bytes``, no
+    room to grow kept (bench/head_memory.py)."""
+    for s, end, run in zip(slots, at, runs, strict=True):
+        buf = bufs[s]
+        assert buf is not None
+        bufs[s] = b"".join((buf[:end], run[2], buf[end:], run[3]))
 
 
 def _bounds_array(runs: Sequence[Run]) -> npt.NDArray[np.int64]:

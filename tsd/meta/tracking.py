@@ -93,7 +93,8 @@ class MetaTracker:
         self._uid_metas = uid_metas
         self._wall_clock = wall_clock
         self._pending: dict[bytes, tuple[bytes, _Pairs, int]] = {}
-        #: TSUIDs written (values unused), bounded with the ref caches they follow
+        #: TSUIDs written (values unused), bounded with the ref caches they follow; a
+        #: series' key is its row-key template's own TSUID object (SeriesKey.tsuid), no copy
         self._written: RecentMap[bytes, bool] = RecentMap(core.series_cache_size)
         #: the series of the round being written (tsuid -> its queue entry)
         self._writing: dict[bytes, tuple[bytes, _Pairs, int]] = {}
