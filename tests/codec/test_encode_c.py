@@ -381,3 +381,22 @@ def test_usual_keys_of_any_metric_are_built_as_python_builds_them(metric: str) -
     assert python_known_usual_points([point], known) == [(series, 5, 1)]
     other: Any = SimpleNamespace(metric=metric + "\xff", timestamp=5, value=1, tags=b'{"a":"b"}')
     assert P.known_usual_points([other], known) is None
+
+
+def test_take_new_plain_from_a_negative_start_stops_where_python_does() -> None:
+    """The run ends at min(len(lines), start + limit), taken before start is clamped."""
+    lines: list[bytes | None] = [b"put m 1 2 k=v", b"put m 1 2 k=w", b"put m 1 2 k=x"]
+    for start in (-3, -1, 0, 1, 3, 5):
+        for limit in (-1, 0, 1, 2, 5):
+            c_out: list[ParsedPut] = []
+            py_out: list[ParsedPut] = []
+            args: tuple[list[bytes | None], int, int, dict[bytes, str], int] = (
+                lines,
+                start,
+                limit,
+                {},
+                1,
+            )
+            c_stop = P.take_new_plain(*args, DataPoint, ParsedPut, c_out)
+            py_stop = python_take_new_plain(*args, DataPoint, ParsedPut, py_out)
+            assert (c_stop, len(c_out)) == (py_stop, len(py_out))

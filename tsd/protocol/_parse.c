@@ -590,11 +590,11 @@ static PyObject *take_new_plain(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     PyObject *lines = args[0], *known = args[3], *out = args[7];
     PyTypeObject *point_type = (PyTypeObject *)args[5], *item_type = (PyTypeObject *)args[6];
-    Py_ssize_t end = PyList_GET_SIZE(lines);
+    Py_ssize_t end = PyList_GET_SIZE(lines), room = limit > 0 ? limit : 0;
+    if (index < end - room) /* the spec's min(len(lines), start + limit), before the clamp */
+        end = index + room;
     if (index < 0)
         index = 0;
-    if (limit < end - index)
-        end = index + (limit > 0 ? limit : 0);
     for (; index < end; index++) {
         PyObject *point, *alias;
         int parsed = plain_put(PyList_GET_ITEM(lines, index), max_tags, point_type, &point, &alias);
