@@ -151,9 +151,22 @@ def fake_hbase(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGQUIT at their defaults, as a container's PID 1 starts. A
+    runner started in the background of a shell without job control ignores them, and a
+    shell that starts with a signal ignored cannot trap it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def start_entrypoint(env: dict[str, str]) -> subprocess.Popen[str]:
     process = subprocess.Popen(
-        [str(ENTRYPOINT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(ENTRYPOINT)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,  # noqa: PLW1509 - two signal() calls, no threads touched
     )
     assert process.stdout is not None
     assert process.stdout.readline() == "HBase started\n"  # start returned: HBase is up
