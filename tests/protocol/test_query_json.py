@@ -275,3 +275,27 @@ json_values = st.recursive(
 def test_any_json_parses_or_raises_bad_request(document: object) -> None:
     with contextlib.suppress(BadRequestError):
         parse_query_json(orjson.dumps(document), now=NOW)
+
+
+def test_a_dashboard_query_is_parsed_once_and_its_times_each_time() -> None:
+    # The sub-query of a short m= is kept (one object, validated once); the times are
+    # read again for each request, the relative ones against that request's clock.
+    from tsd.protocol import query_json
+
+    params = {"start": ["1h-ago"], "m": ["sum:1m-avg:cached.metric{host=a|b}"]}
+    first = parse_query_params(params, now=10_000_000)
+    again = parse_query_params(params, now=20_000_000)
+    assert again.queries[0] is first.queries[0]
+    assert first.queries[0].downsample_spec is not None
+    assert (first.start_ms, first.end_ms) == (10_000_000 - 3_600_000, 10_000_000)
+    assert (again.start_ms, again.end_ms) == (20_000_000 - 3_600_000, 20_000_000)
+    # a bad m= is refused each time (errors are not kept)
+    for _ in range(2):
+        with pytest.raises(BadRequestError, match="No such aggregation function"):
+            parse_query_params({"start": ["1h-ago"], "m": ["nope:cached.metric"]})
+    # a long one (thousands of literals) is parsed each time, never kept
+    kept = query_json._cached_m.cache_info().currsize
+    literals = "|".join(f"h{i:05d}" for i in range(300))
+    long_m = {"start": ["1h-ago"], "m": [f"sum:cached.metric{{host={literals}}}"]}
+    assert parse_query_params(long_m).queries[0] is not parse_query_params(long_m).queries[0]
+    assert query_json._cached_m.cache_info().currsize == kept

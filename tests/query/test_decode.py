@@ -249,6 +249,29 @@ def test_spans_are_series_in_key_order_with_rows_in_time_order() -> None:
         assert values.tolist() == [float((s + 1) * 100 + h) for h in range(3) for _ in range(3)]
 
 
+def test_few_rows_find_their_series_as_the_byte_matrix_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A few rows are keyed one by one (spans.FEW_ROWS), more as a byte matrix: the same
+    # series in the same order, whatever the tag values' bytes and the rows' order.
+    from tsd.query import spans as spans_module
+
+    rng = random.Random(11)
+    for _ in range(50):
+        keys = []
+        for _ in range(rng.randint(1, 30)):
+            tagv = bytes(rng.choice((0, 1, 255)) for _ in range(3))
+            base_s = BASE + 3600 * rng.randint(0, 5)
+            keys.append(encode_row_key(LAYOUT, METRIC, base_s, [(b"\x00\x00\x01", tagv)]))
+        monkeypatch.setattr(spans_module, "FEW_ROWS", len(keys))
+        few = spans_module._series_of_rows(LAYOUT, keys)
+        monkeypatch.setattr(spans_module, "FEW_ROWS", 0)
+        matrix = spans_module._series_of_rows(LAYOUT, keys)
+        assert few[0] == matrix[0]
+        assert few[1].tolist() == matrix[1].tolist()
+        assert few[2].tolist() == matrix[2].tolist()
+
+
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 FLOAT32_EXACT = st.floats(width=32, allow_nan=False, allow_infinity=False).map(float)
 

@@ -1,7 +1,8 @@
 """Group-by keys worked out over the series keys' bytes at once (group_key_bytes) give the
 groups that keying each series does (plan.group_key, then group.group_series: the spec),
 for any UID widths, salt, tag keys missing from some series, several group-by keys and
-series left out by the filters; keys of several lengths are left to the spec."""
+series left out by the filters, by both of its ways (a few series one by one, more as a
+byte matrix); keys of several lengths are left to the spec."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tsd.codec import KeyLayout
+from tsd.query import group
 from tsd.query.group import group_key_bytes, group_series
 from tsd.query.plan import group_key
 
@@ -59,13 +61,34 @@ def test_the_byte_matrix_groups_as_keying_each_series(
 ) -> None:
     layout, keys, group_by, kept = case
     start = layout.salt_width + layout.metric_width
-    got = group_key_bytes(
-        keys, start, layout.tagk_width, layout.tagv_width, group_by, np.array(kept, np.int64)
-    )
-    assert got == _spec(layout, keys, group_by, kept)
+    want = _spec(layout, keys, group_by, kept)
+    few = group.FEW_SERIES
+    try:
+        for group.FEW_SERIES in (0, len(keys)):  # the byte matrix, then one by one
+            got = group_key_bytes(
+                keys,
+                start,
+                layout.tagk_width,
+                layout.tagv_width,
+                group_by,
+                np.array(kept, np.int64),
+            )
+            assert got == want
+    finally:
+        group.FEW_SERIES = few
 
 
 def test_keys_of_several_lengths_are_left_to_the_spec() -> None:
+    _several_lengths()
+    few = group.FEW_SERIES
+    try:
+        group.FEW_SERIES = 0
+        _several_lengths()
+    finally:
+        group.FEW_SERIES = few
+
+
+def _several_lengths() -> None:
     keys = [b"\x01\x00\x01\x00\x02", b"\x01\x00\x01\x00\x02\x00\x02\x00\x03"]
     kept = np.array([0, 1], np.int64)
     assert group_key_bytes(keys, 1, 2, 2, [b"\x00\x01"], kept) is None

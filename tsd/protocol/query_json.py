@@ -23,6 +23,7 @@ tsd deviations: a malformed ``m=`` answers 400 (OpenTSDB: 500), and ``counterMax
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -142,10 +143,28 @@ def parse_query_params(
         if name in params:
             fields[attr] = True
     subs = [parse_tsuid_subquery(q) for q in params.get("tsuid", ())]
-    subs += [parse_m_subquery(q) for q in params.get("m", ())]
+    subs += [_parsed_m(q) for q in params.get("m", ())]
     if not subs:
         raise BadRequestError("Missing sub queries")
     return validate_query(fields, subs, now=now, default_timezone=default_timezone)
+
+
+#: ``m=`` texts up to this length are parsed once and kept (a dashboard asks the same few
+#: again and again); a longer one (a filter of thousands of literals) is parsed each time,
+#: so the cache holds at most ``PARSED_CACHE * PARSED_TEXT_MAX`` characters
+PARSED_TEXT_MAX = 1024
+PARSED_CACHE = 512
+
+
+def _parsed_m(text: str) -> SubQuery:
+    """:func:`parse_m_subquery`, from :func:`_cached_m` when ``text`` is short (a
+    SubQuery is a frozen value: one object serves every request; errors are not cached)."""
+    if len(text) > PARSED_TEXT_MAX:
+        return parse_m_subquery(text)
+    return _cached_m(text)
+
+
+_cached_m = functools.lru_cache(maxsize=PARSED_CACHE)(parse_m_subquery)
 
 
 def parse_output_options(
@@ -196,7 +215,6 @@ def validate_query(
     start: str | None = fields.get("start")
     end: str | None = fields.get("end")
     timezone: str | None = fields.get("timezone")
-    details = describe_query(start, end, subs)
     try:
         if not start:
             raise BadRequestError("Missing start time")
@@ -212,11 +230,9 @@ def validate_query(
         if not subs:
             raise BadRequestError("Missing queries")
         use_calendar = bool(fields.get("use_calendar", False))
-        validated = tuple(
-            _validate_subquery(sub, i, timezone, use_calendar) for i, sub in enumerate(subs)
-        )
+        validated = tuple(_validated(sub, i, timezone, use_calendar) for i, sub in enumerate(subs))
     except BadRequestError as exc:
-        raise BadRequestError(exc.message, details) from None
+        raise BadRequestError(exc.message, describe_query(start, end, subs)) from None
     flags = {k: v for k, v in fields.items() if k not in ("start", "end", "timezone")}
     return TSQuery(
         start=start,
@@ -227,6 +243,17 @@ def validate_query(
         timezone=timezone,
         **flags,
     )
+
+
+def _validated(sub: SubQuery, index: int, timezone: str | None, use_calendar: bool) -> SubQuery:
+    """:func:`_validate_subquery`, kept for a sub-query of short filters (a frozen value,
+    the answer the same for the same arguments; errors are not kept): the downsample is
+    parsed once per dashboard query, not per request. A sub-query of long filters (a
+    POST of thousands of literals) is validated each time, so the cache stays small."""
+    size = sum(len(f.filter) for f in sub.filters) + sum(map(len, sub.tsuids))
+    if size + len(sub.metric) > PARSED_TEXT_MAX:
+        return _validate_subquery(sub, index, timezone, use_calendar)
+    return _cached_validation(sub, index, timezone, use_calendar)
 
 
 def _validate_subquery(
@@ -260,6 +287,9 @@ def _validate_subquery(
             if not 0 <= p <= 100:
                 raise BadRequestError(f"Invalid percentile parameters: {java_float_to_string(p)}")
     return dataclasses.replace(sub, downsample_spec=spec, index=index)
+
+
+_cached_validation = functools.lru_cache(maxsize=PARSED_CACHE)(_validate_subquery)
 
 
 def dedupe_subqueries(subs: Sequence[SubQuery]) -> list[SubQuery]:

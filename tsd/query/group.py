@@ -62,6 +62,10 @@ def group_key_bytes(
     pair = tagk_width + tagv_width
     if tagv_width > 8 or width < start or (width - start) % pair:
         return None
+    if n <= FEW_SERIES:
+        if any(len(k) != width for k in keys):
+            return None
+        return _group_few(keys, start, tagk_width, pair, group_by, kept.tolist())
     lengths = np.fromiter(map(len, keys), np.int64, n)
     if lengths.min() != width or lengths.max() != width:
         return None
@@ -89,6 +93,36 @@ def group_key_bytes(
     bounds = [*np.flatnonzero(changed).tolist(), len(members)]
     flat = members[order].tolist()
     return [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+#: up to this many series, :func:`group_key_bytes` keys them one by one (numpy's fixed
+#: cost per call is more than their work)
+FEW_SERIES = 32
+
+
+def _group_few(
+    keys: Sequence[bytes],
+    start: int,
+    tagk_width: int,
+    pair: int,
+    group_by: Sequence[bytes],
+    kept: list[int],
+) -> list[list[int]]:
+    """:func:`group_key_bytes` of a few series, a key at a time: the group-by values'
+    bytes joined (big-endian, fixed width: they sort as the integers do), the groups
+    sorted by them, members in order."""
+    groups: dict[bytes, list[int]] = {}
+    for i in kept:
+        key = keys[i]
+        values: dict[bytes, bytes] = {}
+        for at in range(start, len(key), pair):
+            values.setdefault(key[at : at + tagk_width], key[at + tagk_width : at + pair])
+        try:
+            joined = b"".join([values[tagk] for tagk in group_by])
+        except KeyError:
+            continue  # lacks a group-by key: dropped
+        groups.setdefault(joined, []).append(i)
+    return [groups[k] for k in sorted(groups)]
 
 
 def group_tags(series_tags: Sequence[Mapping[str, str]]) -> tuple[dict[str, str], list[str]]:

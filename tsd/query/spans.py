@@ -121,17 +121,22 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     return Spans(unique, batch, notes, series_points)
 
 
+#: up to this many rows, the series of the rows are found one key at a time
+FEW_ROWS = 32
+
+
 def _series_of_rows(
     layout: KeyLayout, keys: list[bytes]
 ) -> tuple[list[bytes], Int64Array, Int64Array]:
     """(series keys sorted as SpanCmp sorts them, each row's series, each row's base time).
 
     Keys of one length (the usual case: one tag set shape) are handled as a byte matrix;
-    others one by one.
+    others, and a few rows (``FEW_ROWS``: the matrix's fixed cost is more than their
+    work), one by one.
     """
     time_at = layout.tags_start - TIMESTAMP_BYTES
     lengths, row_base = key_times(layout, keys)
-    if keys and lengths.min() == lengths.max():
+    if len(keys) > FEW_ROWS and lengths.min() == lengths.max():
         width = len(keys[0])
         matrix = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), width)
         rest_width = width - TIMESTAMP_BYTES
