@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from tsd.codec import KeyLayout
 from tsd.codec.const import MAX_TIMESPAN
 from tsd.codec.rowkey import salt_bucket, salt_bytes
+from tsd.query.compute import INLINE_WORK
 from tsd.query.plan import ScanPlan, TagCondition
 from tsd.query.tasks import all_or_none
 from tsd.storage.base import Block, ReadStats, RowFilter, ScanSpec, Storage
@@ -475,13 +476,19 @@ async def _scan_one(
 
 
 async def _consumed(read: AsyncGenerator[Block, None], consume: Consumer) -> None:
-    """Every block of ``read``, each consumed while the next is read."""
+    """Every block of ``read``, each consumed while the next is read; a small block
+    (``INLINE_WORK`` values or bytes: its decoding stays on the event loop anyway) is
+    consumed at once, without a task of its own and the loop's turn to start it."""
     pending: asyncio.Future[None] | None = None
     try:
         async with contextlib.aclosing(read) as blocks:
             async for block in blocks:
                 if pending is not None:
                     await pending
+                    pending = None
+                if len(block.values) <= INLINE_WORK:
+                    await consume(block)
+                    continue
                 pending = asyncio.ensure_future(consume(block))
         if pending is not None:
             await pending

@@ -228,9 +228,9 @@ def aggregate_groups(
 ) -> list[AggregatedSeries] | JoinedSeries:
     """Every group of a sub-query through the kernels (runs in a worker thread); the
     query's ``control`` is checked before each group (a cancelled query stops there).
-    Groups of one series each (a group-by on a tag every series has its own value of)
-    run through the kernels together, without a step per series, and come back joined
-    (:class:`JoinedSeries`)."""
+    Groups of one series each (a group-by on a tag every series has its own value of,
+    or one series alone: a raw query's) run through the kernels together, without a step
+    per series, and come back joined (:class:`JoinedSeries`)."""
     pipeline: Pipeline = {
         "start_ms": window[0],
         "end_ms": window[1],
@@ -240,7 +240,7 @@ def aggregate_groups(
         "rate": sub.rate,
         "rate_options": sub.effective_rate_options,
     }
-    if len(groups) > 1 and all(len(members) == 1 for members in groups):
+    if groups and all(len(members) == 1 for members in groups):
         if control is not None:
             control.check()
         members = [m[0] for m in groups]
