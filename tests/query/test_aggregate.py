@@ -412,3 +412,23 @@ def _typed_points(result: Any) -> list[tuple[int, Any, bool]]:
         (t, v, bool(result.is_int[i]) if result.is_int is not None else False)
         for i, (t, v) in enumerate(result.points())
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=30),
+    present=st.lists(st.booleans(), min_size=30, max_size=30),
+)
+def test_none_over_one_series_is_its_row(values: list[float], present: list[bool]) -> None:
+    # A block of one row (one series: a raw query) is given back as it is; it is what
+    # the general path (checked for single values, the first one picked) answers.
+    from tsd.query import reducers
+
+    x = np.array([values], dtype=np.float64)
+    m = np.array([present[: len(values)]], dtype=np.bool_)
+    ints = np.array([[int(v) % 1000 if math.isfinite(v) else 7 for v in values]], dtype=np.int64)
+    got_d, got_l = reducers.run_double("none", x, m), reducers.run_long("none", ints, m)
+    assert got_d.dtype == np.float64 and got_l.dtype == np.int64
+    assert np.array_equal(got_d, reducers._first_d(x, m), equal_nan=True)
+    assert np.array_equal(got_l, reducers._first_l(ints, m))
+    assert got_d.base is not x and got_l.base is not ints  # copies, not views

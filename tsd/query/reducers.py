@@ -257,6 +257,8 @@ def _diff_d(x: F2, m: B2) -> F1:
 
 
 def _none_d(x: F2, m: B2) -> F1:
+    if x.shape[0] == 1:  # one series (a raw query's): its row, nothing to check or pick
+        return np.array(x[0], dtype=np.float64)
     _check_single(m)
     return _first_d(x, m)
 
@@ -320,6 +322,8 @@ def _last_l(x: I2, m: B2) -> I1:
 
 
 def _none_l(x: I2, m: B2) -> I1:
+    if x.shape[0] == 1:  # as _none_d
+        return np.array(x[0], dtype=np.int64)
     _check_single(m)
     return _first_l(x, m)
 
