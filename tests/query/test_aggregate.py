@@ -428,7 +428,9 @@ def test_none_over_one_series_is_its_row(values: list[float], present: list[bool
     m = np.array([present[: len(values)]], dtype=np.bool_)
     ints = np.array([[int(v) % 1000 if math.isfinite(v) else 7 for v in values]], dtype=np.int64)
     got_d, got_l = reducers.run_double("none", x, m), reducers.run_long("none", ints, m)
-    assert got_d.dtype == np.float64 and got_l.dtype == np.int64
+    assert got_d.dtype == np.float64
+    assert got_l.dtype == np.int64
     assert np.array_equal(got_d, reducers._first_d(x, m), equal_nan=True)
     assert np.array_equal(got_l, reducers._first_l(ints, m))
-    assert got_d.base is not x and got_l.base is not ints  # copies, not views
+    assert got_d.base is not x  # copies, not views
+    assert got_l.base is not ints
