@@ -249,31 +249,36 @@ def narrowed_ranges(plan: ScanPlan, request: ReadRequest) -> list[KeyRange] | No
     hours = _hours(plan)
     pins = request.pins
     decided = request.pins_decide and depth == len(pins)
-    ranges: list[KeyRange] = []
+    # (start, stop, decided) tuples until the ranges are joined: a day of one series is
+    # 25 ranges, and a KeyRange each, twice, cost more than the rest of the work
+    ranges: list[tuple[bytes, bytes, bool]] = []
     for spec in plan.scans:
         base = spec.start[:-4]
+        first, last = spec.start, spec.stop
         shape: list[tuple[bytes, bytes, bool]] | None = None
         for hour in hours:
             prefix = base + (hour & 0xFFFFFFFF).to_bytes(4, "big")
-            found: list[KeyRange] = []
+            found: list[tuple[bytes, bytes, bool]]
             if shape is not None:  # every hour's ranges are the first's under its prefix
-                found = [KeyRange(prefix + a, prefix + b, d) for a, b, d in shape]
+                found = [(prefix + a, prefix + b, d) for a, b, d in shape]
             else:
-                _pin_ranges(prefix, pins[:depth], 0, decided, found)
-                shape = _under(prefix, found)
-            for r in found:
-                start = max(r.start, spec.start)
-                stop = min(r.stop, spec.stop) if r.stop and spec.stop else r.stop or spec.stop
+                pinned: list[KeyRange] = []
+                _pin_ranges(prefix, pins[:depth], 0, decided, pinned)
+                shape = _under(prefix, pinned)
+                found = [(r.start, r.stop, r.decided) for r in pinned]
+            for start, stop, d in found:
+                if start < first:
+                    start = first
+                stop = min(stop, last) if stop and last else stop or last
                 if not stop or start < stop:
-                    ranges.append(KeyRange(start, stop, r.decided))
-    joined: list[KeyRange] = []
+                    ranges.append((start, stop, d))
+    joined: list[tuple[bytes, bytes, bool]] = []
     for r in ranges:
-        last = joined[-1] if joined else None
-        if last is not None and last.decided == r.decided and last.stop == r.start:
-            joined[-1] = KeyRange(last.start, r.stop, r.decided)
+        if joined and joined[-1][2] == r[2] and joined[-1][1] == r[0]:
+            joined[-1] = (joined[-1][0], r[1], r[2])
         else:
             joined.append(r)
-    return joined
+    return [KeyRange(start, stop, d) for start, stop, d in joined]
 
 
 def time_slices(spec: ScanSpec, start_s: int, end_s: int, pieces: int) -> list[ScanSpec]:
