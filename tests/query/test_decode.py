@@ -26,7 +26,7 @@ from tsd.codec import (
 )
 from tsd.errors import CodecError
 from tsd.query.decode import decode_rows, series_key
-from tsd.query.spans import assemble_spans
+from tsd.query.spans import Spans, assemble_spans
 from tsd.storage.base import Cell, CellBlock, Row
 
 decode_settings = settings(max_examples=200, deadline=None)
@@ -417,6 +417,11 @@ def test_spans_of_uniform_rows_match_the_row_by_row_gather(
     fast = assemble_spans(parts, LAYOUT)
     monkeypatch.setattr(spans_module, "_gather_uniform", lambda *a: None)
     slow = assemble_spans(parts, LAYOUT)
+    _same_spans(fast, slow)
+
+
+def _same_spans(fast: Spans, slow: Spans) -> None:
+    """The same series with the same points, integers and doubles alike."""
     assert fast.keys == slow.keys
     for name in ("timestamps", "values", "offsets", "int_values", "is_int"):
         got, want = getattr(fast.batch, name), getattr(slow.batch, name)
@@ -437,3 +442,31 @@ def test_row_moves_of_unequal_rows_are_not_taken_for_a_matrix() -> None:
     )
     values = np.arange(6, dtype=np.int64) * 10
     assert moves.gather([values], np.int64).tolist() == [0, 10, 20, 30, 40, 50]
+
+
+@pytest.mark.parametrize("ints", [False, True])
+def test_rows_already_in_order_are_taken_as_they_are(
+    monkeypatch: pytest.MonkeyPatch, ints: bool
+) -> None:
+    # One series' rows read in key order (a raw query's) need no move: the spans are
+    # the ones the row-by-row gather makes, and own their arrays.
+    from tsd.query import spans as spans_module
+
+    made = []
+    for hour in range(5):
+        base_s = BASE + 3600 * hour
+        key = encode_row_key(LAYOUT, METRIC, base_s, [(b"\x00\x00\x01", b"\x00\x00\x02")])
+        cells = [
+            _point(base_s, 1000 * s, (s + hour) if ints and s % 20 else s * 0.5 + hour)
+            for s in range(0, 3600, 10 * (hour + 1))
+        ]
+        made.append(Row(key, tuple(Cell("t", q, v) for q, v in cells)))
+    points = decode_rows(made, LAYOUT)
+    parts = [([r.key for r in made], points)]
+    fast = assemble_spans(parts, LAYOUT)
+    monkeypatch.setattr(spans_module, "_in_place", lambda *a: False)
+    slow = assemble_spans(parts, LAYOUT)
+    _same_spans(fast, slow)
+    assert (fast.batch.is_int is not None) == ints
+    assert not np.shares_memory(fast.batch.timestamps, points.timestamps)
+    assert not np.shares_memory(fast.batch.values, points.values)

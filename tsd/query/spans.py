@@ -72,11 +72,22 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
     row_start = _cat([p.row_offsets[:-1] for p in points], np.int64)
     order = np.lexsort((row_base, row_series))
     moves = _RowMoves(row_part[order], row_start[order], counts[order])
-    ts = moves.gather([p.timestamps for p in points], np.int64)
-    values = moves.gather([p.values for p in points], np.float64)
     int_values: Int64Array | None = None
     is_int: BoolArray | None = None
-    if any(p.is_int is not None for p in points):
+    if _in_place(points, order):  # one part, its rows in order already (a raw query's)
+        only = points[0]
+        ts, values = only.timestamps.copy(), only.values.copy()
+        if only.is_int is not None:
+            is_int = only.is_int.copy()
+            int_values = (
+                only.int_values.copy()
+                if only.int_values is not None
+                else np.zeros(only.point_count, np.int64)
+            )
+    else:
+        ts = moves.gather([p.timestamps for p in points], np.int64)
+        values = moves.gather([p.values for p in points], np.float64)
+    if is_int is None and any(p.is_int is not None for p in points):
         int_values = moves.gather(
             [
                 p.int_values if p.int_values is not None else np.zeros(p.point_count, np.int64)
@@ -123,6 +134,20 @@ def assemble_spans(parts: Sequence[tuple[Sequence[bytes], RowPoints]], layout: K
 
 #: up to this many rows, the series of the rows are found one key at a time
 FEW_ROWS = 32
+
+
+def _in_place(points: list[RowPoints], order: Int64Array) -> bool:
+    """True when the rows need no move: one part, whose rows are in series and time
+    order and whose points are its rows' end to end (the gather would copy it as it is)."""
+    if len(points) != 1:
+        return False
+    only = points[0]
+    offsets = only.row_offsets
+    return (
+        int(offsets[0]) == 0
+        and int(offsets[-1]) == len(only.timestamps) == len(only.values)
+        and bool((order[1:] > order[:-1]).all())
+    )
 
 
 def _series_of_rows(
