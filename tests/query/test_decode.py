@@ -414,10 +414,13 @@ def test_spans_of_uniform_rows_match_the_row_by_row_gather(
     cuts = sorted(rng.sample(range(1, len(made)), 2))
     pieces = [made[: cuts[0]], made[cuts[0] : cuts[1]], made[cuts[1] :]]
     parts = [([r.key for r in p], decode_rows(CellBlock.from_rows(p), LAYOUT)) for p in pieces]
+    few = assemble_spans(parts, LAYOUT)  # a few rows: moved a slice each
+    monkeypatch.setattr(spans_module, "FEW_ROWS", 0)
     fast = assemble_spans(parts, LAYOUT)
     monkeypatch.setattr(spans_module, "_gather_uniform", lambda *a: None)
     slow = assemble_spans(parts, LAYOUT)
     _same_spans(fast, slow)
+    _same_spans(few, slow)
 
 
 def _same_spans(fast: Spans, slow: Spans) -> None:

@@ -207,6 +207,8 @@ class _RowMoves:
         total = int(self.counts.sum())
         if total == 0:
             return np.zeros(0, dtype=dtype)
+        if len(self.counts) <= FEW_ROWS:  # a few rows: a slice each (fewer numpy calls)
+            return self._sliced(arrays, dtype)
         uniform = _gather_uniform(self, arrays, dtype, total)
         if uniform is not None:
             return uniform
@@ -216,8 +218,11 @@ class _RowMoves:
             part_base = np.cumsum(sizes) - sizes
             whole = _cat(arrays, dtype)
             return whole[_gather_rows(part_base[self.part] + self.start, self.counts)]
-        # Big rows: one view per row, joined by one concatenate (several times faster than
-        # copying the slices one by one into an output array).
+        return self._sliced(arrays, dtype)
+
+    def _sliced(self, arrays: list[npt.NDArray[_T]], dtype: type[_T]) -> npt.NDArray[_T]:
+        """Big rows (or a few): one view per row, joined by one concatenate (several times
+        faster than copying the slices one by one into an output array)."""
         rows = zip(self.part.tolist(), self.start.tolist(), self.counts.tolist(), strict=True)
         return np.concatenate(
             [arrays[part][start : start + count] for part, start, count in rows]
