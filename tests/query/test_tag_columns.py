@@ -110,3 +110,39 @@ def test_keys_of_other_shapes_have_no_columns() -> None:
     assert columns.tagks == [host]
     assert columns.uniques == [[b"\x00\x00\x01", b"\x00\x00\x09"]]
     assert columns.inverse[0].tolist() == [0, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 300)), max_size=3),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_few_keys_read_one_by_one_give_the_byte_matrix_columns(
+    tag_lists: list[list[tuple[int, int]]],
+) -> None:
+    # A few series (results.FEW_COLUMN_SERIES) are read key by key, more as a byte matrix:
+    # the same columns, or None for both (keys of several lengths, a position with several
+    # tag keys).
+    from tsd.query import results
+
+    keys = [
+        METRIC + b"".join(k.to_bytes(3, "big") + v.to_bytes(3, "big") for k, v in tags)
+        for tags in tag_lists
+    ]
+    few_default = results.FEW_COLUMN_SERIES
+    try:
+        results.FEW_COLUMN_SERIES = len(keys)
+        few = tag_columns(LAYOUT, keys)
+        results.FEW_COLUMN_SERIES = 0
+        matrix = tag_columns(LAYOUT, keys)
+    finally:
+        results.FEW_COLUMN_SERIES = few_default
+    assert (few is None) == (matrix is None)
+    if few is not None and matrix is not None:
+        assert few.tagks == matrix.tagks
+        assert few.uniques == matrix.uniques
+        assert [i.tolist() for i in few.inverse] == [i.tolist() for i in matrix.inverse]
+        assert all(i.dtype == np.int64 for i in few.inverse)

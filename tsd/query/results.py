@@ -73,6 +73,8 @@ def tag_columns(layout: KeyLayout, keys: Sequence[bytes]) -> TagColumns | None:
     width = len(keys[0])
     if width < start or (width - start) % pair:
         return None
+    if n <= FEW_COLUMN_SERIES:
+        return _few_tag_columns(keys, width, start, kw, pair)
     lengths = np.fromiter(map(len, keys), np.int64, n)
     if lengths.min() != width or lengths.max() != width:
         return None
@@ -90,6 +92,32 @@ def tag_columns(layout: KeyLayout, keys: Sequence[bytes]) -> TagColumns | None:
         out.tagks.append(pairs[0, j, :kw].tobytes())
         out.uniques.append([v.to_bytes(vw, "big") for v in uniques.tolist()])
         out.inverse.append(inverse.reshape(n).astype(np.int64))
+    return out
+
+
+#: up to this many series, :func:`tag_columns` reads the keys one by one (numpy's fixed
+#: cost per call is more than their work)
+FEW_COLUMN_SERIES = 32
+
+
+def _few_tag_columns(
+    keys: Sequence[bytes], width: int, start: int, kw: int, pair: int
+) -> TagColumns | None:
+    """:func:`tag_columns` of a few keys: the distinct values of each position sorted
+    by their bytes (big-endian and of one width: as the integers sort)."""
+    if any(len(k) != width for k in keys):
+        return None
+    out = TagColumns([], [], [])
+    for at in range(start, width, pair):
+        tagk = keys[0][at : at + kw]
+        if any(k[at : at + kw] != tagk for k in keys):
+            return None
+        values = [k[at + kw : at + pair] for k in keys]
+        uniques = sorted(set(values))
+        index = {v: i for i, v in enumerate(uniques)}
+        out.tagks.append(tagk)
+        out.uniques.append(uniques)
+        out.inverse.append(np.fromiter((index[v] for v in values), np.int64, len(values)))
     return out
 
 
