@@ -1,5 +1,5 @@
 /* A batch's runs as the head checks and joins them, and a snapshot's rows parted, in C:
- * tsd.head.head.python_run_bounds, python_join_repeated_rows and python_join_parts (the
+ * tsd.head.head.python_run_columns, python_join_repeated_rows and python_join_parts (the
  * specifications and the fallbacks when this is not built; tests/head/test_run_bounds.py
  * and tests/head/test_join_parts.py check both agree). */
 #define PY_SSIZE_T_CLEAN
@@ -9,70 +9,84 @@
 
 /* -- a batch's runs as the head checks them ---------------------------------------------- */
 
-/* run_bounds(runs) -> [(increasing, first offset ms, last offset ms)] per run, or None
- *   tsd.head.head.python_run_bounds (the specification) in one pass: a run is a tuple
- *   (row key, count, qualifiers, values) whose qualifiers are all 2-byte (seconds) or all
- *   4-byte (milliseconds); any other run, or an empty one, is (False, 0, 0). None when a
- *   run is not such a tuple of bytes: the caller then asks the Python version. */
-static PyObject *run_bounds(PyObject *self, PyObject *arg)
+/* A run's qualifiers (bytes, ``count`` cells) checked: 1 when they are all 2-byte or all
+ * 4-byte and their offsets strictly increase, else 0 (an empty run too); its first and
+ * last offset in ms in *first and *last (0 and 0 unless of one width). */
+static int offset_bounds(PyObject *qualifiers, long long count, long long *first, long long *last)
+{
+    const unsigned char *q = (const unsigned char *)PyBytes_AS_STRING(qualifiers);
+    Py_ssize_t size = PyBytes_GET_SIZE(qualifiers);
+    int width = count <= 0 ? 0 : size == 2 * count ? 2 : size == 4 * count ? 4 : 0;
+    int increasing = width != 0;
+    for (Py_ssize_t at = 0; width && at < size; at += width) {
+        long long offset;
+        if (width == 2) {
+            offset = (long long)(((unsigned)q[at] << 8 | q[at + 1]) >> 4) * 1000;
+        } else {
+            uint32_t raw = (uint32_t)q[at] << 24 | (uint32_t)q[at + 1] << 16
+                           | (uint32_t)q[at + 2] << 8 | q[at + 3];
+            offset = (raw & 0x0FFFFFC0u) >> 6;
+        }
+        if (at == 0)
+            *first = offset;
+        else if (offset <= *last)
+            increasing = 0;
+        *last = offset;
+    }
+    return increasing;
+}
+
+/* run_columns(runs) -> bytes, or None
+ *   tsd.head.head.python_run_columns (the specification): per run, six native int64s in
+ *   one buffer: its cell count, its qualifiers' and its values' lengths, then its bounds
+ *   (python_run_bounds: increasing as 0 or 1, first and last offset ms), read as an
+ *   (n, 6) array in one call: a burst of new series is a run of one point per row, and
+ *   building the columns from Python objects (a tuple and three ints per run, then an
+ *   array from each) was most of the head's share of a new series. None when a run is not
+ *   a tuple (row key, int, bytes, bytes): the caller then asks the Python version. */
+static PyObject *run_columns(PyObject *self, PyObject *arg)
 {
     PyObject *seq = PySequence_Fast(arg, "runs must be a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
-        goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *run = items[i];
-        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) < 3
+        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) < 4
             || !PyLong_CheckExact(PyTuple_GET_ITEM(run, 1))
-            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 2))) {
-            Py_DECREF(out);
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 2))
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 3))) {
             Py_DECREF(seq);
             Py_RETURN_NONE;
         }
-        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(run, 1));
-        if (count == -1 && PyErr_Occurred())
-            goto error;
-        const unsigned char *q = (const unsigned char *)PyBytes_AS_STRING(PyTuple_GET_ITEM(run, 2));
-        Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(run, 2));
-        int width = count <= 0 ? 0 : size == 2 * count ? 2 : size == 4 * count ? 4 : 0;
-        int increasing = width != 0;
-        long long first = 0, last = 0;
-        for (Py_ssize_t at = 0; width && at < size; at += width) {
-            long long offset;
-            if (width == 2) {
-                offset = (long long)(((unsigned)q[at] << 8 | q[at + 1]) >> 4) * 1000;
-            } else {
-                uint32_t raw = (uint32_t)q[at] << 24 | (uint32_t)q[at + 1] << 16
-                               | (uint32_t)q[at + 2] << 8 | q[at + 3];
-                offset = (raw & 0x0FFFFFC0u) >> 6;
-            }
-            if (at == 0)
-                first = offset;
-            else if (offset <= last)
-                increasing = 0;
-            last = offset;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 6 * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    int64_t *col = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++, col += 6) {
+        PyObject *run = items[i];
+        long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(run, 1));
+        if (count == -1 && PyErr_Occurred()) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            return NULL;
         }
-        PyObject *start = PyLong_FromLongLong(first);
-        PyObject *end = start == NULL ? NULL : PyLong_FromLongLong(last);
-        PyObject *bounds = end == NULL ? NULL
-                                       : PyTuple_Pack(3, increasing ? Py_True : Py_False,
-                                                      start, end);
-        Py_XDECREF(start);
-        Py_XDECREF(end);
-        if (bounds == NULL)
-            goto error;
-        PyList_SET_ITEM(out, i, bounds);
+        Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(run, 2));
+        long long first = 0, last = 0;
+        int increasing = offset_bounds(PyTuple_GET_ITEM(run, 2), (long long)count, &first, &last);
+        col[0] = count;
+        col[1] = size;
+        col[2] = PyBytes_GET_SIZE(PyTuple_GET_ITEM(run, 3));
+        col[3] = increasing;
+        col[4] = first;
+        col[5] = last;
     }
     Py_DECREF(seq);
     return out;
-error:
-    Py_XDECREF(out);
-    Py_DECREF(seq);
-    return NULL;
 }
 
 /* -- a batch's repeated rows joined -------------------------------------------------------- */
@@ -638,8 +652,8 @@ static PyTypeObject SlotIndexType = {
 };
 
 static PyMethodDef methods[] = {
-    {"run_bounds", run_bounds, METH_O,
-     "Per run of a batch: (offsets increase, first offset ms, last offset ms), or None."},
+    {"run_columns", run_columns, METH_O,
+     "Per run: (cells, qualifier bytes, value bytes, increasing, first, last) as int64s."},
     {"join_repeated_rows", join_repeated_rows, METH_O,
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
     {"append_rows", append_rows, METH_VARARGS,
