@@ -19,7 +19,9 @@ from tsd.head.head import (
     Run,
     _offset_bounds,
     join_repeated_rows,
+    one_prefix,
     python_join_repeated_rows,
+    python_one_prefix,
     python_run_bounds,
     python_run_columns,
     run_columns,
@@ -132,3 +134,23 @@ def test_runs_of_other_types_are_joined_by_python() -> None:
     assert C.join_repeated_rows([run, as_view]) is None
     assert C.join_repeated_rows([run, [*run]]) is None
     assert join_repeated_rows([run, as_view]) == python_join_repeated_rows([run, as_view])
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=5), max_size=8), st.integers(0, 6))
+def test_compiled_one_prefix_answers_as_python(keys: list[bytes], end: int) -> None:
+    """Whether a batch's new rows share one group (the keys' first ``end`` bytes): the
+    compiled check and its specification agree, short keys and none included."""
+    keys = [b"ab" + key for key in keys] if end % 2 else keys  # often a prefix in common
+    compiled = C.one_prefix(keys, end)
+    assert compiled is (None if not keys else python_one_prefix(keys, end))
+    assert one_prefix(keys, end) is python_one_prefix(keys, end)
+
+
+@needs_c
+def test_keys_of_other_types_are_checked_by_python() -> None:
+    keys: Any = [b"abc", bytearray(b"abd")]
+    assert C.one_prefix(keys, 2) is None
+    assert one_prefix(keys, 2) is True
+    assert one_prefix(keys, 3) is False

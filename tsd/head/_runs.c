@@ -89,6 +89,40 @@ static PyObject *run_columns(PyObject *self, PyObject *arg)
     return out;
 }
 
+/* one_prefix(keys, end) -> True or False, or None
+ *   tsd.head.head.python_one_prefix (the specification): whether every key (bytes) has at
+ *   least ``end`` bytes and starts with the first key's ``end`` bytes (a batch's new rows of
+ *   one metric and hour: one group). None when a key is not bytes or keys is empty. */
+static PyObject *one_prefix(PyObject *self, PyObject *args)
+{
+    PyObject *keys_arg;
+    Py_ssize_t end;
+    if (!PyArg_ParseTuple(args, "On:one_prefix", &keys_arg, &end))
+        return NULL;
+    PyObject *keys = PySequence_Fast(keys_arg, "keys must be a sequence");
+    if (keys == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    PyObject *out = Py_None;
+    if (n > 0 && end >= 0 && PyBytes_CheckExact(items[0])) {
+        out = PyBytes_GET_SIZE(items[0]) >= end ? Py_True : Py_False;
+        const char *first = PyBytes_AS_STRING(items[0]);
+        for (Py_ssize_t i = 1; i < n; i++) {
+            if (!PyBytes_CheckExact(items[i])) {
+                out = Py_None;
+                break;
+            }
+            if (out == Py_True
+                && (PyBytes_GET_SIZE(items[i]) < end
+                    || memcmp(PyBytes_AS_STRING(items[i]), first, (size_t)end) != 0))
+                out = Py_False;
+        }
+    }
+    Py_DECREF(keys);
+    return Py_NewRef(out);
+}
+
 /* -- a batch's repeated rows joined -------------------------------------------------------- */
 
 /* The runs of one row joined: (key, summed count, qualifiers joined, values joined); NULL
@@ -654,6 +688,8 @@ static PyTypeObject SlotIndexType = {
 static PyMethodDef methods[] = {
     {"run_columns", run_columns, METH_O,
      "Per run: (cells, qualifier bytes, value bytes, increasing, first, last) as int64s."},
+    {"one_prefix", one_prefix, METH_VARARGS,
+     "Whether every key starts with the first key's first end bytes, or None."},
     {"join_repeated_rows", join_repeated_rows, METH_O,
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
     {"append_rows", append_rows, METH_VARARGS,

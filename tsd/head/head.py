@@ -68,6 +68,8 @@ _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
 # the compiled helpers (setup.py); python_run_columns is its fallback and spec
 _c_run_columns: Any = native.attribute("tsd.head._runs", "run_columns")
+# python_one_prefix is its fallback and spec
+_c_one_prefix: Any = native.attribute("tsd.head._runs", "one_prefix")
 _c_join_repeated_rows: Any = native.attribute("tsd.head._runs", "join_repeated_rows")
 # python_join_parts is its fallback and spec
 _c_join_parts: Any = native.attribute("tsd.head._runs", "join_parts")
@@ -400,7 +402,7 @@ class Head:
         c.last_batch[slots] = batch
         # groups: a batch's new rows mostly share a metric and an hour
         end = self._prefix_end + TIMESTAMP_BYTES
-        if _one_prefix(keys, end):
+        if one_prefix(keys, end):
             number = self._group_for(keys[0][:end])
             c.group[slots] = number
             self._join(number, slots)
@@ -1220,14 +1222,23 @@ def python_run_columns(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
     )
 
 
-def _one_prefix(keys: list[bytes], end: int) -> bool:
-    """Whether every key (one length, at least ``end`` bytes) starts with the first
-    key's ``end`` bytes: compared as one array, not a slice per key."""
-    width = len(keys[0])
-    if width < end or min(map(len, keys)) != width or max(map(len, keys)) != width:
+def one_prefix(keys: Sequence[bytes], end: int) -> bool:
+    """Whether every key has at least ``end`` bytes and starts with the first key's
+    ``end`` bytes (:func:`python_one_prefix`), by the compiled helper (``one_prefix`` in
+    ``tsd/head/_runs.c``) where it is built: a batch's new rows in one group."""
+    if _c_one_prefix is not None:
+        found = _c_one_prefix(keys, end)
+        if found is not None:
+            return cast(bool, found)
+    return python_one_prefix(keys, end)
+
+
+def python_one_prefix(keys: Sequence[bytes], end: int) -> bool:
+    """:func:`one_prefix`'s specification and fallback."""
+    if not keys or len(keys[0]) < end:
         return False
-    table = np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), width)[:, :end]
-    return bool((table == table[0]).all())
+    head = keys[0][:end]
+    return all(len(key) >= end and key[:end] == head for key in keys)
 
 
 def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
