@@ -19,9 +19,9 @@ from tsd.head.head import (
     Run,
     _offset_bounds,
     join_repeated_rows,
-    one_prefix,
+    prefix_groups,
     python_join_repeated_rows,
-    python_one_prefix,
+    python_prefix_groups,
     python_run_bounds,
     python_run_columns,
     run_columns,
@@ -138,19 +138,34 @@ def test_runs_of_other_types_are_joined_by_python() -> None:
 
 @needs_c
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.binary(max_size=5), max_size=8), st.integers(0, 6))
-def test_compiled_one_prefix_answers_as_python(keys: list[bytes], end: int) -> None:
-    """Whether a batch's new rows share one group (the keys' first ``end`` bytes): the
-    compiled check and its specification agree, short keys and none included."""
-    keys = [b"ab" + key for key in keys] if end % 2 else keys  # often a prefix in common
-    compiled = C.one_prefix(keys, end)
-    assert compiled is (None if not keys else python_one_prefix(keys, end))
-    assert one_prefix(keys, end) is python_one_prefix(keys, end)
+@given(st.lists(st.binary(max_size=5), max_size=10), st.integers(0, 4))
+def test_compiled_prefix_groups_answer_as_python(keys: list[bytes], end: int) -> None:
+    """A batch's new rows by group (the keys' first ``end`` bytes): the compiled helper
+    and its specification give the same heads in the same order and the same numbers;
+    keys shorter than end go to Python."""
+    keys = [b"ab"[: end % 3] + key for key in keys]  # often a prefix in common
+    spec_heads, spec_index = python_prefix_groups(keys, end)
+    found = C.prefix_groups(keys, end)
+    if any(len(key) < end for key in keys):
+        assert found is None
+    else:
+        assert found is not None
+        assert (found[0], np.frombuffer(found[1], np.int64).tolist()) == (
+            spec_heads,
+            spec_index.tolist(),
+        )
+    heads, index = prefix_groups(keys, end)
+    assert (heads, index.tolist()) == (spec_heads, spec_index.tolist())
+    assert [heads[i] for i in index.tolist()] == [key[:end] for key in keys]
 
 
 @needs_c
-def test_keys_of_other_types_are_checked_by_python() -> None:
-    keys: Any = [b"abc", bytearray(b"abd")]
-    assert C.one_prefix(keys, 2) is None
-    assert one_prefix(keys, 2) is True
-    assert one_prefix(keys, 3) is False
+def test_keys_of_other_types_or_many_heads_are_grouped_by_python() -> None:
+    keys: Any = [b"abc", bytearray(b"abd"), b"abe"]
+    assert C.prefix_groups(keys, 2) is None
+    heads, index = prefix_groups(keys, 3)
+    assert (heads, index.tolist()) == ([b"abc", b"abd", b"abe"], [0, 1, 2])
+    many = [i.to_bytes(2, "big") for i in range(100)] * 2  # past the compiled helper's 64
+    assert C.prefix_groups(many, 2) is None
+    heads, index = prefix_groups(many, 2)
+    assert (heads, index.tolist()) == (many[:100], list(range(100)) * 2)

@@ -89,38 +89,71 @@ static PyObject *run_columns(PyObject *self, PyObject *arg)
     return out;
 }
 
-/* one_prefix(keys, end) -> True or False, or None
- *   tsd.head.head.python_one_prefix (the specification): whether every key (bytes) has at
- *   least ``end`` bytes and starts with the first key's ``end`` bytes (a batch's new rows of
- *   one metric and hour: one group). None when a key is not bytes or keys is empty. */
-static PyObject *one_prefix(PyObject *self, PyObject *args)
+/* prefix_groups(keys, end) -> (heads, index), or None
+ *   tsd.head.head.python_prefix_groups (the specification): the keys' distinct first
+ *   ``end`` bytes (heads, a list of bytes in the order they first come) and per key the
+ *   number of its head (index: native int64s in one bytes): a batch's new rows by group
+ *   (metric and hour), without a slice per key. A key is compared with the head of the
+ *   key before it first, then with the others. None when a key is not bytes or shorter
+ *   than end, or past MAX_HEADS heads (many metrics in one batch): the caller then asks
+ *   the Python version. */
+#define MAX_HEADS 64
+static PyObject *prefix_groups(PyObject *self, PyObject *args)
 {
     PyObject *keys_arg;
     Py_ssize_t end;
-    if (!PyArg_ParseTuple(args, "On:one_prefix", &keys_arg, &end))
+    if (!PyArg_ParseTuple(args, "On:prefix_groups", &keys_arg, &end))
         return NULL;
+    if (end < 0)
+        Py_RETURN_NONE;
     PyObject *keys = PySequence_Fast(keys_arg, "keys must be a sequence");
     if (keys == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
     PyObject **items = PySequence_Fast_ITEMS(keys);
-    PyObject *out = Py_None;
-    if (n > 0 && end >= 0 && PyBytes_CheckExact(items[0])) {
-        out = PyBytes_GET_SIZE(items[0]) >= end ? Py_True : Py_False;
-        const char *first = PyBytes_AS_STRING(items[0]);
-        for (Py_ssize_t i = 1; i < n; i++) {
-            if (!PyBytes_CheckExact(items[i])) {
-                out = Py_None;
-                break;
+    const char *heads[MAX_HEADS];
+    Py_ssize_t found = 0, last = -1;
+    PyObject *index = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    PyObject *list = NULL, *out = NULL;
+    if (index == NULL)
+        goto done;
+    int64_t *at = (int64_t *)PyBytes_AS_STRING(index);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = items[i];
+        if (!PyBytes_CheckExact(key) || PyBytes_GET_SIZE(key) < end)
+            goto none;
+        const char *bytes = PyBytes_AS_STRING(key);
+        if (last < 0 || memcmp(bytes, heads[last], (size_t)end) != 0) {
+            Py_ssize_t h = 0;
+            while (h < found && memcmp(bytes, heads[h], (size_t)end) != 0)
+                h++;
+            if (h == found) {
+                if (found == MAX_HEADS)
+                    goto none;
+                heads[found++] = bytes;
             }
-            if (out == Py_True
-                && (PyBytes_GET_SIZE(items[i]) < end
-                    || memcmp(PyBytes_AS_STRING(items[i]), first, (size_t)end) != 0))
-                out = Py_False;
+            last = h;
         }
+        at[i] = last;
     }
+    list = PyList_New(found);
+    if (list == NULL)
+        goto done;
+    for (Py_ssize_t h = 0; h < found; h++) {
+        PyObject *head = PyBytes_FromStringAndSize(heads[h], end);
+        if (head == NULL)
+            goto done;
+        PyList_SET_ITEM(list, h, head);
+    }
+    out = PyTuple_Pack(2, list, index);
+    goto done;
+none:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(list);
+    Py_XDECREF(index);
     Py_DECREF(keys);
-    return Py_NewRef(out);
+    return out;
 }
 
 /* -- a batch's repeated rows joined -------------------------------------------------------- */
@@ -688,8 +721,8 @@ static PyTypeObject SlotIndexType = {
 static PyMethodDef methods[] = {
     {"run_columns", run_columns, METH_O,
      "Per run: (cells, qualifier bytes, value bytes, increasing, first, last) as int64s."},
-    {"one_prefix", one_prefix, METH_VARARGS,
-     "Whether every key starts with the first key's first end bytes, or None."},
+    {"prefix_groups", prefix_groups, METH_VARARGS,
+     "The keys' distinct first end bytes, and each key's number among them, or None."},
     {"join_repeated_rows", join_repeated_rows, METH_O,
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
     {"append_rows", append_rows, METH_VARARGS,

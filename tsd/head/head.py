@@ -68,8 +68,8 @@ _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
 # the compiled helpers (setup.py); python_run_columns is its fallback and spec
 _c_run_columns: Any = native.attribute("tsd.head._runs", "run_columns")
-# python_one_prefix is its fallback and spec
-_c_one_prefix: Any = native.attribute("tsd.head._runs", "one_prefix")
+# python_prefix_groups is its fallback and spec
+_c_prefix_groups: Any = native.attribute("tsd.head._runs", "prefix_groups")
 _c_join_repeated_rows: Any = native.attribute("tsd.head._runs", "join_repeated_rows")
 # python_join_parts is its fallback and spec
 _c_join_parts: Any = native.attribute("tsd.head._runs", "join_parts")
@@ -401,26 +401,19 @@ class Head:
         c.first_batch[slots] = batch
         c.last_batch[slots] = batch
         # groups: a batch's new rows mostly share a metric and an hour
-        end = self._prefix_end + TIMESTAMP_BYTES
-        if one_prefix(keys, end):
-            number = self._group_for(keys[0][:end])
+        heads, index = prefix_groups(keys, self._prefix_end + TIMESTAMP_BYTES)
+        if len(heads) == 1:
+            number = self._group_for(heads[0])
             c.group[slots] = number
             self._join(number, slots)
             return
-        heads = [key[:end] for key in keys]
-        numbers = dict.fromkeys(heads, 0)
-        for head in numbers:
-            numbers[head] = self._group_for(head)
-        gids = np.fromiter(map(numbers.__getitem__, heads), np.int64, m)
-        c.group[slots] = gids
-        if len(numbers) == 1:
-            self._join(next(iter(numbers.values())), slots)
-            return
-        order = np.argsort(gids, kind="stable")
-        ordered = gids[order]
+        numbers = np.array([self._group_for(head) for head in heads], np.int64)
+        c.group[slots] = numbers[index]
+        order = np.argsort(index, kind="stable")
+        ordered = index[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), m], strict=True):
-            self._join(int(ordered[start]), slots[order[start:stop]])
+            self._join(int(numbers[ordered[start]]), slots[order[start:stop]])
 
     def _take_slots(self, m: int) -> npt.NDArray[np.int64]:
         free = self._free
@@ -1222,23 +1215,25 @@ def python_run_columns(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
     )
 
 
-def one_prefix(keys: Sequence[bytes], end: int) -> bool:
-    """Whether every key has at least ``end`` bytes and starts with the first key's
-    ``end`` bytes (:func:`python_one_prefix`), by the compiled helper (``one_prefix`` in
-    ``tsd/head/_runs.c``) where it is built: a batch's new rows in one group."""
-    if _c_one_prefix is not None:
-        found = _c_one_prefix(keys, end)
+def prefix_groups(keys: Sequence[bytes], end: int) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    """The keys' distinct first ``end`` bytes in the order they first come, and per key
+    the number of its own (:func:`python_prefix_groups`), by the compiled helper
+    (``prefix_groups`` in ``tsd/head/_runs.c``) where it is built: a batch's new rows by
+    group (metric and hour) without a slice per row."""
+    if _c_prefix_groups is not None:
+        found = _c_prefix_groups(keys, end)
         if found is not None:
-            return cast(bool, found)
-    return python_one_prefix(keys, end)
+            return found[0], np.frombuffer(found[1], np.int64)
+    return python_prefix_groups(keys, end)
 
 
-def python_one_prefix(keys: Sequence[bytes], end: int) -> bool:
-    """:func:`one_prefix`'s specification and fallback."""
-    if not keys or len(keys[0]) < end:
-        return False
-    head = keys[0][:end]
-    return all(len(key) >= end and key[:end] == head for key in keys)
+def python_prefix_groups(
+    keys: Sequence[bytes], end: int
+) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    """:func:`prefix_groups`' specification and fallback."""
+    heads: dict[bytes, int] = {}
+    index = [heads.setdefault(bytes(key[:end]), len(heads)) for key in keys]
+    return list(heads), np.array(index, np.int64)
 
 
 def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:
