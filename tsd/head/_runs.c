@@ -200,6 +200,55 @@ static PyObject *join_group(PyObject *group)
     return joined;
 }
 
+/* Whether the runs' row keys are all different, checked in a table of the keys' own
+ * pointers (their hashes cached in them: the head's index reads the same objects): 1 when
+ * they are, 0 when a key repeats (or is not bytes: the dict path then says), 2 when a run
+ * is not a 4-tuple (the caller asks Python), -1 with an exception set. A batch of new
+ * series (one dict's rows) never repeats one, and a dict of its n keys, grown as they
+ * came, cost twice this. */
+static int all_distinct(PyObject **items, Py_ssize_t n)
+{
+    size_t capacity = 8;
+    while (capacity < (size_t)n * 2)
+        capacity <<= 1;
+    PyObject **table = PyMem_Calloc(capacity, sizeof(PyObject *));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int found = 1;
+    for (Py_ssize_t i = 0; i < n && found == 1; i++) {
+        PyObject *run = items[i];
+        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) != 4) {
+            found = 2;
+            break;
+        }
+        PyObject *key = PyTuple_GET_ITEM(run, 0);
+        if (!PyBytes_CheckExact(key)) {
+            found = 0;
+            break;
+        }
+        Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1) {
+            found = -1;
+            break;
+        }
+        size_t at = (size_t)hash & (capacity - 1);
+        for (PyObject *other; (other = table[at]) != NULL; at = (at + 1) & (capacity - 1)) {
+            if (other == key
+                || (PyBytes_GET_SIZE(other) == PyBytes_GET_SIZE(key)
+                    && memcmp(PyBytes_AS_STRING(other), PyBytes_AS_STRING(key),
+                              (size_t)PyBytes_GET_SIZE(key)) == 0)) {
+                found = 0;
+                break;
+            }
+        }
+        table[at] = key;
+    }
+    PyMem_Free(table);
+    return found;
+}
+
 /* join_repeated_rows(runs) -> list of runs, or None
  *   tsd.head.head.python_join_repeated_rows (the specification): one run per row, the
  *   runs of a row that comes more than once joined in order, in the order rows first
@@ -212,6 +261,11 @@ static PyObject *join_repeated_rows(PyObject *self, PyObject *arg)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
+    int distinct = all_distinct(items, n);
+    if (distinct != 0) {
+        Py_DECREF(seq);
+        return distinct < 0 ? NULL : distinct == 2 ? Py_NewRef(Py_None) : PySequence_List(arg);
+    }
     /* row key -> its run (a tuple) or, once repeated, a list of its runs; in first order */
     PyObject *by_row = PyDict_New();
     PyObject *out = NULL;
