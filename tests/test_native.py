@@ -94,7 +94,7 @@ import tsd.storage.embedded.points, tsd.storage.hbase.rows, tsd.wal.record
 import tsd.native
 sites = {
     "qualifier": tsd.codec.qualifier._c_encode_into,
-    "head": tsd.head.head._c_run_bounds,
+    "head": tsd.head.head._c_run_columns,
     "telnet.parse_plain_put": tsd.protocol.telnet._c_parse_plain_put,
     "telnet.take_known_puts": tsd.protocol.telnet._c_take_known_puts,
     "telnet.take_known_into": tsd.protocol.telnet._c_take_known_into,

@@ -235,3 +235,54 @@ async def test_the_queue_and_the_written_series_are_bounded_by_the_series_cache(
     assert tracker.remembered() == 8
     for tsuid in tsuids:  # none dropped
         assert await meta_row(env, tsuid) == {b"tsd_series": NOW_S.to_bytes(8, "big")}
+
+
+@pytest.mark.parametrize("realtime_uid", [False, True], ids=["index", "realtime_uid"])
+async def test_a_burst_is_queued_as_its_series_one_by_one(
+    make_env: MakeEnv, realtime_uid: bool
+) -> None:
+    """on_new_series_many (the ingest service's hook, a burst in one pass) queues what
+    on_new_series of each series would: each series once, none already queued or
+    remembered as written (in the map's young generation or recalled from its old one),
+    the same entries (tag pairs only with realtime UIDMeta); the same rows written."""
+    from tsd.codec import make_series_key
+
+    def burst(env: Any, numbers: range | list[int]) -> list[Any]:
+        """Series 000001/000001/n+1: metric m, host=v<n> in a fresh store."""
+        layout = env.meta.layout
+        return [
+            make_series_key(
+                layout, b"\x00\x00\x01", [(b"\x00\x00\x01", (n + 1).to_bytes(3, "big"))]
+            )
+            for n in numbers
+        ]
+
+    settings = {"series_cache_size": 8, "meta_enable_realtime_uid": realtime_uid}
+    bulk = await make_env(start_tracker=False, **settings)
+    single = await make_env(start_tracker=False, **settings)
+    for env in (bulk, single):  # the names, for the UIDMeta
+        assert await env.uids.metrics.get_or_create_id("m") == b"\x00\x00\x01"
+        assert await env.uids.tagk.get_or_create_id("host") == b"\x00\x00\x01"
+        await env.uids.tagv.get_or_create_ids([f"v{n}" for n in range(11)])
+    # written: 0-5 (with a bound of 8, the young generation holds 4: two joined the old)
+    # queued: 6-7; then a burst over all of them, repeats and new ones
+    rounds: list[list[int]] = [list(range(6)), [6, 7], [0, 3, 5, 6, 7, 8, 8, 9, 1, 10]]
+    for number, numbers in enumerate(rounds):
+        refs = burst(bulk, numbers)
+        bulk.meta.tracker.on_new_series_many(refs)
+        for ref in burst(single, numbers):
+            pairs = [(ref.tsuid[3:6], ref.tsuid[6:])]
+            single.meta.tracker.on_new_series(ref.metric_uid, pairs, ref.tsuid)
+        if number == 0:
+            await bulk.meta.tracker.flush()
+            await single.meta.tracker.flush()
+    queued = single.meta.tracker._pending
+    if not realtime_uid:  # the burst keeps tag pairs only where they are written
+        queued = {tsuid: (metric, (), tries) for tsuid, (metric, _, tries) in queued.items()}
+    assert bulk.meta.tracker._pending == queued
+    assert list(bulk.meta.tracker._pending) == [ref.tsuid for ref in burst(bulk, [6, 7, 8, 9, 10])]
+    await bulk.meta.tracker.flush()
+    await single.meta.tracker.flush()
+    assert bulk.meta.tracker.remembered() == single.meta.tracker.remembered() <= 8
+    for ref in burst(bulk, range(11)):
+        assert await meta_row(bulk, ref.tsuid) == await meta_row(single, ref.tsuid) != {}

@@ -29,13 +29,15 @@ static PyObject *row_key_name;
 /* SeriesKey (tsd.codec.rowkey) keeps the row key of the last hour asked in two slots,
  * _last_base and _last_key. Their offsets are learnt from the first series' type, so a
  * row of the same hour is read from the slots without a Python call (a frame costs about
- * as much as typing the line). Another hour's key is built here from the _prefix and
- * _suffix slots as SeriesKey.row_key builds it (prefix, the hour's 4 bytes, suffix), and
+ * as much as typing the line). Another hour's key is built here from the _prefix, _tsuid
+ * and metric_uid slots as SeriesKey.row_key builds it (prefix, the hour's 4 bytes, the
+ * tag suffix: the TSUID past its metric UID), and
  * kept in the two slots as row_key keeps it (a new series' first point: no Python call
  * either); the hour's int is shared by the series that ask for it, as row_key shares it
  * (here among the last SHARED_BASES hours asked). Any other object calls row_key. */
 static PyTypeObject *cached_type;
-static Py_ssize_t last_base_at = -1, last_key_at = -1, prefix_at = -1, suffix_at = -1;
+static Py_ssize_t last_base_at = -1, last_key_at = -1, prefix_at = -1, tsuid_at = -1,
+                  metric_at = -1;
 #define SHARED_BASES 8
 static PyObject *shared_bases[SHARED_BASES];
 static int next_shared;
@@ -88,18 +90,22 @@ static PyObject *shared_base(long long base)
 }
 
 /* SeriesKey.row_key(base) of a series of cached_type whose _last_base is another hour:
- * _prefix + the hour's 4 bytes (big-endian, its low 32 bits) + _suffix, kept in
+ * _prefix + the hour's 4 bytes (big-endian, its low 32 bits) + _tsuid past its
+ * metric_uid (the tag suffix), kept in
  * _last_key and _last_base; a new reference (NULL with an exception set). A slot not
  * holding bytes (never so in a SeriesKey) leaves it to row_key. */
 static PyObject *built_row(PyObject *series, long long base)
 {
     PyObject *prefix = *(PyObject **)((char *)series + prefix_at);
-    PyObject *suffix = *(PyObject **)((char *)series + suffix_at);
-    if (prefix == NULL || suffix == NULL || !PyBytes_CheckExact(prefix) ||
-        !PyBytes_CheckExact(suffix)) {
+    PyObject *tsuid = *(PyObject **)((char *)series + tsuid_at);
+    PyObject *metric = *(PyObject **)((char *)series + metric_at);
+    if (prefix == NULL || tsuid == NULL || metric == NULL || !PyBytes_CheckExact(prefix) ||
+        !PyBytes_CheckExact(tsuid) || !PyBytes_CheckExact(metric) ||
+        PyBytes_GET_SIZE(metric) > PyBytes_GET_SIZE(tsuid)) {
         return called_row(series, base);
     }
-    Py_ssize_t np = PyBytes_GET_SIZE(prefix), ns = PyBytes_GET_SIZE(suffix);
+    Py_ssize_t np = PyBytes_GET_SIZE(prefix);
+    Py_ssize_t nm = PyBytes_GET_SIZE(metric), ns = PyBytes_GET_SIZE(tsuid) - nm;
     PyObject *key = PyBytes_FromStringAndSize(NULL, np + 4 + ns);
     if (key == NULL)
         return NULL;
@@ -115,7 +121,7 @@ static PyObject *built_row(PyObject *series, long long base)
     at[np + 1] = (char)(hour >> 16);
     at[np + 2] = (char)(hour >> 8);
     at[np + 3] = (char)hour;
-    memcpy(at + np + 4, PyBytes_AS_STRING(suffix), (size_t)ns);
+    memcpy(at + np + 4, PyBytes_AS_STRING(tsuid) + nm, (size_t)ns);
     Py_XSETREF(*(PyObject **)((char *)series + last_base_at), shared);
     Py_XSETREF(*(PyObject **)((char *)series + last_key_at), Py_NewRef(key));
     return key;
@@ -134,7 +140,8 @@ static PyObject *series_row(PyObject *series, long long base)
             last_base_at = base_at;
             last_key_at = key_at;
             prefix_at = member_offset(type, "_prefix");
-            suffix_at = member_offset(type, "_suffix");
+            tsuid_at = member_offset(type, "_tsuid");
+            metric_at = member_offset(type, "metric_uid");
         }
     }
     if (type == cached_type) {
@@ -149,7 +156,7 @@ static PyObject *series_row(PyObject *series, long long base)
             }
             PyErr_Clear();
         }
-        if (prefix_at >= 0 && suffix_at >= 0)
+        if (prefix_at >= 0 && tsuid_at >= 0 && metric_at >= 0)
             return built_row(series, base);
     }
     return called_row(series, base);

@@ -1,5 +1,5 @@
 /* A batch's runs as the head checks and joins them, and a snapshot's rows parted, in C:
- * tsd.head.head.python_run_bounds, python_join_repeated_rows and python_join_parts (the
+ * tsd.head.head.python_run_columns, python_join_repeated_rows and python_join_parts (the
  * specifications and the fallbacks when this is not built; tests/head/test_run_bounds.py
  * and tests/head/test_join_parts.py check both agree). */
 #define PY_SSIZE_T_CLEAN
@@ -9,70 +9,151 @@
 
 /* -- a batch's runs as the head checks them ---------------------------------------------- */
 
-/* run_bounds(runs) -> [(increasing, first offset ms, last offset ms)] per run, or None
- *   tsd.head.head.python_run_bounds (the specification) in one pass: a run is a tuple
- *   (row key, count, qualifiers, values) whose qualifiers are all 2-byte (seconds) or all
- *   4-byte (milliseconds); any other run, or an empty one, is (False, 0, 0). None when a
- *   run is not such a tuple of bytes: the caller then asks the Python version. */
-static PyObject *run_bounds(PyObject *self, PyObject *arg)
+/* A run's qualifiers (bytes, ``count`` cells) checked: 1 when they are all 2-byte or all
+ * 4-byte and their offsets strictly increase, else 0 (an empty run too); its first and
+ * last offset in ms in *first and *last (0 and 0 unless of one width). */
+static int offset_bounds(PyObject *qualifiers, long long count, long long *first, long long *last)
+{
+    const unsigned char *q = (const unsigned char *)PyBytes_AS_STRING(qualifiers);
+    Py_ssize_t size = PyBytes_GET_SIZE(qualifiers);
+    int width = count <= 0 ? 0 : size == 2 * count ? 2 : size == 4 * count ? 4 : 0;
+    int increasing = width != 0;
+    for (Py_ssize_t at = 0; width && at < size; at += width) {
+        long long offset;
+        if (width == 2) {
+            offset = (long long)(((unsigned)q[at] << 8 | q[at + 1]) >> 4) * 1000;
+        } else {
+            uint32_t raw = (uint32_t)q[at] << 24 | (uint32_t)q[at + 1] << 16
+                           | (uint32_t)q[at + 2] << 8 | q[at + 3];
+            offset = (raw & 0x0FFFFFC0u) >> 6;
+        }
+        if (at == 0)
+            *first = offset;
+        else if (offset <= *last)
+            increasing = 0;
+        *last = offset;
+    }
+    return increasing;
+}
+
+/* run_columns(runs) -> bytes, or None
+ *   tsd.head.head.python_run_columns (the specification): per run, six native int64s in
+ *   one buffer: its cell count, its qualifiers' and its values' lengths, then its bounds
+ *   (python_run_bounds: increasing as 0 or 1, first and last offset ms), read as an
+ *   (n, 6) array in one call: a burst of new series is a run of one point per row, and
+ *   building the columns from Python objects (a tuple and three ints per run, then an
+ *   array from each) was most of the head's share of a new series. None when a run is not
+ *   a tuple (row key, int, bytes, bytes): the caller then asks the Python version. */
+static PyObject *run_columns(PyObject *self, PyObject *arg)
 {
     PyObject *seq = PySequence_Fast(arg, "runs must be a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
-        goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *run = items[i];
-        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) < 3
+        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) < 4
             || !PyLong_CheckExact(PyTuple_GET_ITEM(run, 1))
-            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 2))) {
-            Py_DECREF(out);
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 2))
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(run, 3))) {
             Py_DECREF(seq);
             Py_RETURN_NONE;
         }
-        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(run, 1));
-        if (count == -1 && PyErr_Occurred())
-            goto error;
-        const unsigned char *q = (const unsigned char *)PyBytes_AS_STRING(PyTuple_GET_ITEM(run, 2));
-        Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(run, 2));
-        int width = count <= 0 ? 0 : size == 2 * count ? 2 : size == 4 * count ? 4 : 0;
-        int increasing = width != 0;
-        long long first = 0, last = 0;
-        for (Py_ssize_t at = 0; width && at < size; at += width) {
-            long long offset;
-            if (width == 2) {
-                offset = (long long)(((unsigned)q[at] << 8 | q[at + 1]) >> 4) * 1000;
-            } else {
-                uint32_t raw = (uint32_t)q[at] << 24 | (uint32_t)q[at + 1] << 16
-                               | (uint32_t)q[at + 2] << 8 | q[at + 3];
-                offset = (raw & 0x0FFFFFC0u) >> 6;
-            }
-            if (at == 0)
-                first = offset;
-            else if (offset <= last)
-                increasing = 0;
-            last = offset;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 6 * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    int64_t *col = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++, col += 6) {
+        PyObject *run = items[i];
+        long long count = PyLong_AsLongLong(PyTuple_GET_ITEM(run, 1));
+        if (count == -1 && PyErr_Occurred()) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            return NULL;
         }
-        PyObject *start = PyLong_FromLongLong(first);
-        PyObject *end = start == NULL ? NULL : PyLong_FromLongLong(last);
-        PyObject *bounds = end == NULL ? NULL
-                                       : PyTuple_Pack(3, increasing ? Py_True : Py_False,
-                                                      start, end);
-        Py_XDECREF(start);
-        Py_XDECREF(end);
-        if (bounds == NULL)
-            goto error;
-        PyList_SET_ITEM(out, i, bounds);
+        Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(run, 2));
+        long long first = 0, last = 0;
+        int increasing = offset_bounds(PyTuple_GET_ITEM(run, 2), (long long)count, &first, &last);
+        col[0] = count;
+        col[1] = size;
+        col[2] = PyBytes_GET_SIZE(PyTuple_GET_ITEM(run, 3));
+        col[3] = increasing;
+        col[4] = first;
+        col[5] = last;
     }
     Py_DECREF(seq);
     return out;
-error:
-    Py_XDECREF(out);
-    Py_DECREF(seq);
-    return NULL;
+}
+
+/* prefix_groups(keys, end) -> (heads, index), or None
+ *   tsd.head.head.python_prefix_groups (the specification): the keys' distinct first
+ *   ``end`` bytes (heads, a list of bytes in the order they first come) and per key the
+ *   number of its head (index: native int64s in one bytes): a batch's new rows by group
+ *   (metric and hour), without a slice per key. A key is compared with the head of the
+ *   key before it first, then with the others. None when a key is not bytes or shorter
+ *   than end, or past MAX_HEADS heads (many metrics in one batch): the caller then asks
+ *   the Python version. */
+#define MAX_HEADS 64
+static PyObject *prefix_groups(PyObject *self, PyObject *args)
+{
+    PyObject *keys_arg;
+    Py_ssize_t end;
+    if (!PyArg_ParseTuple(args, "On:prefix_groups", &keys_arg, &end))
+        return NULL;
+    if (end < 0)
+        Py_RETURN_NONE;
+    PyObject *keys = PySequence_Fast(keys_arg, "keys must be a sequence");
+    if (keys == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    const char *heads[MAX_HEADS];
+    Py_ssize_t found = 0, last = -1;
+    PyObject *index = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    PyObject *list = NULL, *out = NULL;
+    if (index == NULL)
+        goto done;
+    int64_t *at = (int64_t *)PyBytes_AS_STRING(index);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = items[i];
+        if (!PyBytes_CheckExact(key) || PyBytes_GET_SIZE(key) < end)
+            goto none;
+        const char *bytes = PyBytes_AS_STRING(key);
+        if (last < 0 || memcmp(bytes, heads[last], (size_t)end) != 0) {
+            Py_ssize_t h = 0;
+            while (h < found && memcmp(bytes, heads[h], (size_t)end) != 0)
+                h++;
+            if (h == found) {
+                if (found == MAX_HEADS)
+                    goto none;
+                heads[found++] = bytes;
+            }
+            last = h;
+        }
+        at[i] = last;
+    }
+    list = PyList_New(found);
+    if (list == NULL)
+        goto done;
+    for (Py_ssize_t h = 0; h < found; h++) {
+        PyObject *head = PyBytes_FromStringAndSize(heads[h], end);
+        if (head == NULL)
+            goto done;
+        PyList_SET_ITEM(list, h, head);
+    }
+    out = PyTuple_Pack(2, list, index);
+    goto done;
+none:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(list);
+    Py_XDECREF(index);
+    Py_DECREF(keys);
+    return out;
 }
 
 /* -- a batch's repeated rows joined -------------------------------------------------------- */
@@ -119,6 +200,55 @@ static PyObject *join_group(PyObject *group)
     return joined;
 }
 
+/* Whether the runs' row keys are all different, checked in a table of the keys' own
+ * pointers (their hashes cached in them: the head's index reads the same objects): 1 when
+ * they are, 0 when a key repeats (or is not bytes: the dict path then says), 2 when a run
+ * is not a 4-tuple (the caller asks Python), -1 with an exception set. A batch of new
+ * series (one dict's rows) never repeats one, and a dict of its n keys, grown as they
+ * came, cost twice this. */
+static int all_distinct(PyObject **items, Py_ssize_t n)
+{
+    size_t capacity = 8;
+    while (capacity < (size_t)n * 2)
+        capacity <<= 1;
+    PyObject **table = PyMem_Calloc(capacity, sizeof(PyObject *));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int found = 1;
+    for (Py_ssize_t i = 0; i < n && found == 1; i++) {
+        PyObject *run = items[i];
+        if (!PyTuple_CheckExact(run) || PyTuple_GET_SIZE(run) != 4) {
+            found = 2;
+            break;
+        }
+        PyObject *key = PyTuple_GET_ITEM(run, 0);
+        if (!PyBytes_CheckExact(key)) {
+            found = 0;
+            break;
+        }
+        Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1) {
+            found = -1;
+            break;
+        }
+        size_t at = (size_t)hash & (capacity - 1);
+        for (PyObject *other; (other = table[at]) != NULL; at = (at + 1) & (capacity - 1)) {
+            if (other == key
+                || (PyBytes_GET_SIZE(other) == PyBytes_GET_SIZE(key)
+                    && memcmp(PyBytes_AS_STRING(other), PyBytes_AS_STRING(key),
+                              (size_t)PyBytes_GET_SIZE(key)) == 0)) {
+                found = 0;
+                break;
+            }
+        }
+        table[at] = key;
+    }
+    PyMem_Free(table);
+    return found;
+}
+
 /* join_repeated_rows(runs) -> list of runs, or None
  *   tsd.head.head.python_join_repeated_rows (the specification): one run per row, the
  *   runs of a row that comes more than once joined in order, in the order rows first
@@ -131,6 +261,11 @@ static PyObject *join_repeated_rows(PyObject *self, PyObject *arg)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
+    int distinct = all_distinct(items, n);
+    if (distinct != 0) {
+        Py_DECREF(seq);
+        return distinct < 0 ? NULL : distinct == 2 ? Py_NewRef(Py_None) : PySequence_List(arg);
+    }
     /* row key -> its run (a tuple) or, once repeated, a list of its runs; in first order */
     PyObject *by_row = PyDict_New();
     PyObject *out = NULL;
@@ -362,10 +497,13 @@ done:
 /* -- the head's index: row key -> slot ------------------------------------------------------ */
 
 /* SlotIndex(keys): the head's row key -> slot map as an open-addressing table of int32
- *   slots (4 bytes an entry, the table kept between 3/8 and 3/4 full: about 8 bytes a row)
- *   where a dict took an entry (about 40 bytes) and an int object (32) per row. The keys are
- *   not copied: ``keys`` is the head's list of slot -> row key (None: a free slot), and a
- *   probe compares the key asked for with ``keys[slot]`` (its cached hash, then its bytes).
+ *   slots (4 bytes an entry, and a byte of the key's hash beside it: the table kept between
+ *   3/8 and 3/4 full, about 10 bytes a row) where a dict took an entry (about 40 bytes) and
+ *   an int object (32) per row. The keys are not copied: ``keys`` is the head's list of
+ *   slot -> row key (None: a free slot), and a probe whose hash byte matches compares the
+ *   key asked for with ``keys[slot]`` (its cached hash, then its bytes). The hash byte spares
+ *   a probe past another key the read of that key (a cache miss each: a new row's lookup
+ *   and insertion probed past several at 3/4 full, a tenth of a burst of new series).
  *   The caller sets ``keys[slot]`` before add_many and removes a key before it clears its
  *   slot. tsd.head.index.DictSlotIndex is the specification (a dict) and the fallback;
  *   tests/head/test_slot_index.py checks both answer alike. */
@@ -376,6 +514,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *keys;  /* list: slot -> bytes or None */
     int32_t *table;
+    uint8_t *tags;   /* per entry, the top byte of its key's hash */
     size_t mask;     /* capacity - 1, a power of two */
     Py_ssize_t used; /* keys held */
     Py_ssize_t filled; /* keys held and removed marks */
@@ -396,15 +535,22 @@ static int same_key(SlotIndex *self, int32_t slot, PyObject *key, Py_hash_t hash
     return memcmp(PyBytes_AS_STRING(stored), PyBytes_AS_STRING(key), (size_t)n) == 0;
 }
 
+/* the byte of a key's hash kept beside its slot: the top one (the low ones pick the entry) */
+static inline uint8_t hash_tag(Py_hash_t hash)
+{
+    return (uint8_t)((size_t)hash >> (sizeof(size_t) * 8 - 8));
+}
+
 /* the table position holding ``key``, or -1 */
 static Py_ssize_t slot_find(SlotIndex *self, PyObject *key, Py_hash_t hash)
 {
     size_t i = (size_t)hash & self->mask;
+    uint8_t tag = hash_tag(hash);
     for (;;) {
         int32_t s = self->table[i];
         if (s == SLOT_EMPTY)
             return -1;
-        if (s >= 0 && same_key(self, s, key, hash))
+        if (s >= 0 && self->tags[i] == tag && same_key(self, s, key, hash))
             return (Py_ssize_t)i;
         i = (i + 1) & self->mask;
     }
@@ -419,6 +565,7 @@ static void slot_place(SlotIndex *self, Py_hash_t hash, int32_t slot)
     if (self->table[i] == SLOT_EMPTY)
         self->filled++;
     self->table[i] = slot;
+    self->tags[i] = hash_tag(hash);
     self->used++;
 }
 
@@ -429,14 +576,19 @@ static int slot_rebuild(SlotIndex *self, Py_ssize_t need)
     while (capacity < (size_t)need * 2)
         capacity <<= 1;
     int32_t *table = PyMem_Malloc(capacity * sizeof(int32_t));
-    if (table == NULL) {
+    uint8_t *tags = PyMem_Malloc(capacity);
+    if (table == NULL || tags == NULL) {
+        PyMem_Free(table);
+        PyMem_Free(tags);
         PyErr_NoMemory();
         return -1;
     }
     memset(table, 0xFF, capacity * sizeof(int32_t)); /* every entry SLOT_EMPTY */
     int32_t *old = self->table;
+    uint8_t *old_tags = self->tags;
     size_t old_size = old == NULL ? 0 : self->mask + 1;
     self->table = table;
+    self->tags = tags;
     self->mask = capacity - 1;
     self->used = self->filled = 0;
     for (size_t i = 0; i < old_size; i++) {
@@ -447,7 +599,9 @@ static int slot_rebuild(SlotIndex *self, Py_ssize_t need)
         Py_hash_t hash = key == NULL ? -1 : PyObject_Hash(key);
         if (hash == -1) {
             PyMem_Free(table);
+            PyMem_Free(tags);
             self->table = old;
+            self->tags = old_tags;
             self->mask = old_size - 1;
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_RuntimeError, "SlotIndex: a slot held has no key");
@@ -456,6 +610,7 @@ static int slot_rebuild(SlotIndex *self, Py_ssize_t need)
         slot_place(self, hash, s);
     }
     PyMem_Free(old);
+    PyMem_Free(old_tags);
     return 0;
 }
 
@@ -471,13 +626,16 @@ static int slot_index_init(SlotIndex *self, PyObject *args, PyObject *kwds)
     Py_INCREF(keys);
     Py_XSETREF(self->keys, keys);
     PyMem_Free(self->table);
+    PyMem_Free(self->tags);
     self->table = NULL;
+    self->tags = NULL;
     return slot_rebuild(self, 0);
 }
 
 static void slot_index_dealloc(SlotIndex *self)
 {
     PyMem_Free(self->table);
+    PyMem_Free(self->tags);
     Py_XDECREF(self->keys);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -638,8 +796,10 @@ static PyTypeObject SlotIndexType = {
 };
 
 static PyMethodDef methods[] = {
-    {"run_bounds", run_bounds, METH_O,
-     "Per run of a batch: (offsets increase, first offset ms, last offset ms), or None."},
+    {"run_columns", run_columns, METH_O,
+     "Per run: (cells, qualifier bytes, value bytes, increasing, first, last) as int64s."},
+    {"prefix_groups", prefix_groups, METH_VARARGS,
+     "The keys' distinct first end bytes, and each key's number among them, or None."},
     {"join_repeated_rows", join_repeated_rows, METH_O,
      "A batch's runs, one per row (a repeated row's runs joined in order), or None."},
     {"append_rows", append_rows, METH_VARARGS,

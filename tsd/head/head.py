@@ -39,8 +39,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, filterfalse
-from operator import itemgetter
+from itertools import filterfalse
+from operator import add, itemgetter
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -66,8 +66,10 @@ DATA_SLACK_SHIFT = 5
 
 _FIRST, _SECOND, _THIRD, _FOURTH = (itemgetter(i) for i in range(4))
 
-# the compiled helper (setup.py); python_run_bounds is its fallback and spec
-_c_run_bounds: Any = native.attribute("tsd.head._runs", "run_bounds")
+# the compiled helpers (setup.py); python_run_columns is its fallback and spec
+_c_run_columns: Any = native.attribute("tsd.head._runs", "run_columns")
+# python_prefix_groups is its fallback and spec
+_c_prefix_groups: Any = native.attribute("tsd.head._runs", "prefix_groups")
 _c_join_repeated_rows: Any = native.attribute("tsd.head._runs", "join_repeated_rows")
 # python_join_parts is its fallback and spec
 _c_join_parts: Any = native.attribute("tsd.head._runs", "join_parts")
@@ -228,15 +230,10 @@ class _Part:
     checked: npt.NDArray[np.int64]
 
     @classmethod
-    def of(cls, runs: Sequence[Run], checked: npt.NDArray[np.int64]) -> _Part:
-        n = len(runs)
-        return cls(
-            runs,
-            np.fromiter(map(_SECOND, runs), np.int64, n),
-            np.fromiter(map(len, map(_THIRD, runs)), np.int64, n),
-            np.fromiter(map(len, map(_FOURTH, runs)), np.int64, n),
-            checked,
-        )
+    def of(cls, runs: Sequence[Run]) -> _Part:
+        """The runs' numbers, from :func:`run_columns` (views of one array)."""
+        columns = run_columns(runs)
+        return cls(runs, columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3:])
 
     def select(self, mask: npt.NDArray[np.bool_]) -> _Part:
         return _Part(
@@ -328,22 +325,20 @@ class Head:
             # a log record can hold a row more than once (the parts of one batch joined)
             return self.add_runs(joined, batch, now)
         keys = list(map(_FIRST, runs))
-        part = _Part.of(runs, _bounds_array(runs))
+        part = _Part.of(runs)
         if not part.counts.all():  # empty runs add nothing
             return self.add_runs([run for run in runs if run[1]], batch, now)
         slots = self._slot_of.get_many(keys)
-        new = None
-        if None in slots:
+        news = slots.count(None)
+        if not news:
+            self._add_held(part, np.array(slots, np.int64), batch, now)
+        elif news == len(slots):  # all new (a burst of new series): no selection
+            self._add_new(part, batch, now, keys)
+        else:
             new = np.fromiter((s is None for s in slots), np.bool_, len(runs))
             held = np.array([s for s in slots if s is not None], np.int64)
-        else:
-            held = np.array(slots, np.int64)
-        if new is None:
-            self._add_held(part, held, batch, now)
-        else:
             self._add_new(part.select(new), batch, now)
-            if len(held):
-                self._add_held(part.select(~new), held, batch, now)
+            self._add_held(part.select(~new), held, batch, now)
         added = int(part.counts.sum())
         self.points += added
         self._data += int(part.q_sizes.sum() + part.v_sizes.sum())
@@ -367,29 +362,37 @@ class Head:
         c.written_at[slots] = now
         c.last_batch[slots] = batch
 
-    def _add_new(self, part: _Part, batch: int, now: float) -> None:
+    def _add_new(
+        self, part: _Part, batch: int, now: float, keys: list[bytes] | None = None
+    ) -> None:
         """New rows (every series, once an hour): slots (freed ones first), bytes, numbers
-        and groups, built whole."""
-        runs, counts, q_sizes, v_sizes, checked = (
-            part.runs,
-            part.counts,
-            part.q_sizes,
-            part.v_sizes,
-            part.checked,
-        )
+        and groups, built whole (``keys``: the runs' row keys when the caller has them).
+
+        C-speed passes, no Python step per row: fresh slots are a range (its keys and
+        bytes set by slice), and a batch's new rows of one metric and hour (a burst of new
+        series) are found to share their group by comparing the keys' prefixes as one
+        array."""
+        runs, counts, q_sizes, checked = part.runs, part.counts, part.q_sizes, part.checked
         m = len(runs)
         slots = self._take_slots(m)
-        keys = [run[0] for run in runs]
-        bufs = [run[2] + run[3] for run in runs]
+        if keys is None:
+            keys = list(map(_FIRST, runs))
+        bufs = list(map(add, map(_THIRD, runs), map(_FOURTH, runs)))
         key_of, buf_of = self._key, self._buf
-        for s, key, buf in zip(slots.tolist(), keys, bufs, strict=True):
-            key_of[s] = key
-            buf_of[s] = buf
-        self._slot_of.add_many(keys, slots.tolist())
+        first = int(slots[0])
+        if int(slots[-1]) - first == m - 1 and (m < 3 or bool((np.diff(slots) == 1).all())):
+            key_of[first : first + m] = keys
+            buf_of[first : first + m] = bufs
+        else:
+            for s, key, buf in zip(slots.tolist(), keys, bufs, strict=True):
+                key_of[s] = key
+                buf_of[s] = buf
+        slot_list = slots.tolist()
+        self._slot_of.add_many(keys, slot_list)
         self._key_data += sum(map(len, keys))
         c = self._cols
         c.q_len[slots] = q_sizes
-        c.v_len[slots] = v_sizes
+        c.v_len[slots] = part.v_sizes
         c.count[slots] = counts
         c.ms_count[slots] = (q_sizes - 2 * counts) // 2
         c.clean[slots] = checked[:, 0] != 0
@@ -398,21 +401,19 @@ class Head:
         c.first_batch[slots] = batch
         c.last_batch[slots] = batch
         # groups: a batch's new rows mostly share a metric and an hour
-        end = self._prefix_end + TIMESTAMP_BYTES
-        heads = [key[:end] for key in keys]
-        numbers = dict.fromkeys(heads, 0)
-        for head in numbers:
-            numbers[head] = self._group_for(head)
-        gids = np.fromiter(map(numbers.__getitem__, heads), np.int64, m)
-        c.group[slots] = gids
-        if len(numbers) == 1:
-            self._join(next(iter(numbers.values())), slots)
+        heads, index = prefix_groups(keys, self._prefix_end + TIMESTAMP_BYTES)
+        if len(heads) == 1:
+            number = self._group_for(heads[0])
+            c.group[slots] = number
+            self._join(number, slots)
             return
-        order = np.argsort(gids, kind="stable")
-        ordered = gids[order]
+        numbers = np.array([self._group_for(head) for head in heads], np.int64)
+        c.group[slots] = numbers[index]
+        order = np.argsort(index, kind="stable")
+        ordered = index[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         for start, stop in zip(starts.tolist(), [*starts[1:].tolist(), m], strict=True):
-            self._join(int(ordered[start]), slots[order[start:stop]])
+            self._join(int(numbers[ordered[start]]), slots[order[start:stop]])
 
     def _take_slots(self, m: int) -> npt.NDArray[np.int64]:
         free = self._free
@@ -1122,16 +1123,12 @@ def _hour_of_group(item: tuple[tuple[bytes, int], object]) -> int:
 def _offset_bounds(runs: Sequence[Run]) -> Iterable[tuple[bool, int, int]]:
     """Per run: (its offsets strictly increase, first offset ms, last offset ms); a run
     mixing seconds and milliseconds counts as not increasing (read as single cells).
-
-    By the compiled helper (``run_bounds`` in ``tsd/head/_runs.c``) when it is built:
-    a burst of new series, or a million series at one point each, is a run of one point
-    per row, and numpy's set-up per run (about 0.3 us) was most of the work.
-    :func:`python_run_bounds` is the specification and the fallback."""
-    if _c_run_bounds is not None:
-        bounds = _c_run_bounds(runs)
-        if bounds is not None:
-            return cast(list[tuple[bool, int, int]], bounds)
-    return python_run_bounds(runs)
+    :func:`python_run_bounds` is the specification; the head reads these as columns of
+    :func:`run_columns` (by the compiled helper where it is built: a burst of new series,
+    or a million series at one point each, is a run of one point per row, and numpy's
+    set-up per run, about 0.3 us, was most of the work)."""
+    columns = run_columns(runs)
+    return zip(columns[:, 3].astype(np.bool_).tolist(), *columns[:, 4:].T.tolist(), strict=True)
 
 
 def join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
@@ -1192,14 +1189,51 @@ def python_append_rows(
         bufs[s] = b"".join((buf[:end], run[2], buf[end:], run[3]))
 
 
-def _bounds_array(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
-    """:func:`_offset_bounds` as an array, a row per run: (increasing, first, last)."""
+def run_columns(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
+    """Per run, a row of six: its cells, its qualifiers' and values' lengths, then
+    :func:`_offset_bounds` (increasing as 0 or 1, first, last); by the compiled helper
+    (``run_columns`` in ``tsd/head/_runs.c``: one buffer, read as one array) when it is
+    built and the runs are tuples of (bytes, int, bytes, bytes)."""
+    if _c_run_columns is not None:
+        packed = _c_run_columns(runs)
+        if packed is not None:
+            return np.frombuffer(packed, np.int64).reshape(len(runs), 6)
+    return python_run_columns(runs)
+
+
+def python_run_columns(runs: Sequence[Run]) -> npt.NDArray[np.int64]:
+    """:func:`run_columns`' specification and fallback, with numpy."""
     n = len(runs)
-    if _c_run_bounds is not None:
-        bounds = _c_run_bounds(runs)
-        if bounds is not None:
-            return np.fromiter(chain.from_iterable(bounds), np.int64, 3 * n).reshape(n, 3)
-    return np.stack(_python_bounds(runs), axis=1)
+    return np.stack(
+        [
+            np.fromiter(map(_SECOND, runs), np.int64, n),
+            np.fromiter(map(len, map(_THIRD, runs)), np.int64, n),
+            np.fromiter(map(len, map(_FOURTH, runs)), np.int64, n),
+            *_python_bounds(runs),
+        ],
+        axis=1,
+    )
+
+
+def prefix_groups(keys: Sequence[bytes], end: int) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    """The keys' distinct first ``end`` bytes in the order they first come, and per key
+    the number of its own (:func:`python_prefix_groups`), by the compiled helper
+    (``prefix_groups`` in ``tsd/head/_runs.c``) where it is built: a batch's new rows by
+    group (metric and hour) without a slice per row."""
+    if _c_prefix_groups is not None:
+        found = _c_prefix_groups(keys, end)
+        if found is not None:
+            return found[0], np.frombuffer(found[1], np.int64)
+    return python_prefix_groups(keys, end)
+
+
+def python_prefix_groups(
+    keys: Sequence[bytes], end: int
+) -> tuple[list[bytes], npt.NDArray[np.int64]]:
+    """:func:`prefix_groups`' specification and fallback."""
+    heads: dict[bytes, int] = {}
+    index = [heads.setdefault(bytes(key[:end]), len(heads)) for key in keys]
+    return list(heads), np.array(index, np.int64)
 
 
 def python_run_bounds(runs: Sequence[Run]) -> Iterator[tuple[bool, int, int]]:

@@ -31,6 +31,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from itertools import islice, repeat
+from operator import attrgetter
 
 from tsd.codec import KeyLayout, SeriesKey, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
@@ -65,6 +66,8 @@ LINGER_S = 0.1
 RETRY_PAUSE_S = 1.0
 
 _Pairs = tuple[tuple[bytes, bytes], ...]
+_TSUID = attrgetter("tsuid")
+_METRIC_UID = attrgetter("metric_uid")
 _new = tuple.__new__
 
 
@@ -145,23 +148,48 @@ class MetaTracker:
             await self._room.wait()
 
     def on_new_series_many(self, refs: Sequence[SeriesKey]) -> None:
-        """:meth:`on_new_series` of a burst of series, by their row-key templates, in one
-        loop (the ingest service's hook). Their tag UID pairs are kept only where they are
-        written (``tsd.core.meta.enable_realtime_uid``): read back from the TSUID."""
+        """:meth:`on_new_series` of a burst of series, by their row-key templates (the
+        ingest service's hook). Their tag UID pairs are kept only where they are written
+        (``tsd.core.meta.enable_realtime_uid``): read back from the TSUID.
+
+        A burst is filtered in one comprehension and queued in one dict update (its
+        entries zipped at C speed), not a Python step per series: issue 26's new series
+        at 100,000/s."""
         pending, written, writing = self._pending, self._written, self._writing
         was_empty = not pending
-        realtime_uid = self._core.meta_enable_realtime_uid
-        layout = self._layout
-        seen = written.lookup if written.entries() else None
-        for ref in refs:
-            tsuid = ref.tsuid
-            if tsuid in pending or tsuid in writing or (seen is not None and seen(tsuid)):
-                continue
-            pairs: _Pairs = ()
-            if realtime_uid:
+        tsuids = list(map(_TSUID, refs))
+        get = written.get
+        # a miss of the young generation is recalled from the old one only when it holds any
+        recall = written.recall if written.entries() > len(written) else None
+        if recall is None:
+            keep = [
+                at
+                for at, tsuid in enumerate(tsuids)
+                if tsuid not in pending and tsuid not in writing and get(tsuid) is None
+            ]
+        else:
+            keep = [
+                at
+                for at, tsuid in enumerate(tsuids)
+                if tsuid not in pending
+                and tsuid not in writing
+                and get(tsuid) is None
+                and recall(tsuid) is None
+            ]
+        if len(keep) < len(tsuids):
+            refs = [refs[at] for at in keep]
+            tsuids = [tsuids[at] for at in keep]
+        if self._core.meta_enable_realtime_uid:
+            layout = self._layout
+            for ref, tsuid in zip(refs, tsuids, strict=True):
+                pairs: _Pairs = ()
                 with contextlib.suppress(CodecError):  # no tags: no UIDMeta of them
                     pairs = split_tsuid(layout, tsuid)[1]
-            pending[tsuid] = (ref.metric_uid, pairs, 0)
+                pending[tsuid] = (ref.metric_uid, pairs, 0)
+        else:
+            # (metric UID, no pairs, no attempt yet) per series, as zip's tuples
+            entries = zip(map(_METRIC_UID, refs), repeat(()), repeat(0))
+            pending.update(zip(tsuids, entries, strict=True))
         if was_empty and pending:  # else the task is awake already
             self._wake.set()
         if len(pending) >= written.max_entries:
@@ -245,9 +273,8 @@ class MetaTracker:
             self._writing = {}
             if len(self._pending) < self._written.max_entries:
                 self._room.set()
-        remember = self._written.remember
-        for tsuid in writing:
-            remember(tsuid, True)
+        # the round's TSUIDs remembered in one call (one dict update while they fit)
+        self._written.remember_many(list(writing), [True] * len(writing))
         self._tracked.inc(len(batch))
         return True
 

@@ -97,6 +97,8 @@ MAX_MISS_BATCH = 4096
 #: a parsed point's metric and tags (as map takes them: a run's at C speed)
 _metric = attrgetter("metric")
 _tags = attrgetter("tags")
+_timestamp = attrgetter("timestamp")
+_value = attrgetter("value")
 
 #: A series' key in the ingest service's refs (:func:`series_name_key`).
 NameKey: TypeAlias = "str | tuple[str, Tags]"
@@ -722,8 +724,8 @@ class IngestSession(Generic[T]):
             # Series whose every miss here has a protocol key are kept under those keys
             # only (telnet's lines, /api/put's elements): one map entry per series.
             refs = await self.service.resolve_columns(
-                [point.metric for point in points],
-                [point.tags for point in points],
+                list(map(_metric, points)),
+                list(map(_tags, points)),
                 batch.names,
                 remember=self.cache is None or not all(batch.aliases),
             )
@@ -777,10 +779,9 @@ class IngestSession(Generic[T]):
                 for keys, ref in zip(aliases, refs, strict=True):
                     for alias in keys:
                         remember(alias, ref)
-            run = [
-                (ref, point.timestamp, point.value)
-                for point, ref in zip(batch.points, refs, strict=True)
-            ]
+            # (ref, timestamp, value) per point, zipped at C speed
+            points = batch.points
+            run = list(zip(refs, map(_timestamp, points), map(_value, points), strict=True))
             tags = batch.tags
             kept = None if tags.count(None) == len(tags) else cast(list[T], tags)
             self._append_buffered(run, kept)
