@@ -243,3 +243,43 @@ def _stored(keys: list[bytes], points: RowPoints, rows: list[int], head: Head) -
         assert row is not None
         total += len(keys[i]) * row.count + len(row.qualifiers) + len(row.values)
     return total
+
+
+def test_series_numbers_are_bounded_by_the_slots() -> None:
+    # Series come and go (each hour new ones, the old rows written out, their slots
+    # reused): the series numbers are dropped with every entry once they outnumber twice
+    # the slots (here every third hour), and the memo goes on answering as decoding does.
+    head = Head(LAYOUT)
+    memo = BucketMemo(LAYOUT)
+    spec = DownsampleSpec("1h-avg", 3_600_000, "avg")
+    buckets = row_buckets(spec, T0 * 1000)
+    assert buckets is not None
+    numbered = []
+    for hour in range(8):
+        rows = {}
+        for series in range(10):
+            _, qualifier, value = encode_point(T0 + 3600 * hour + 60, series + 0.5)
+            rows[_row_key(hour * 10 + series, hour)] = {qualifier: value}
+        _, runs = HeadSink.encode(rows)
+        head.add_runs(runs, hour, 0.0)
+        snapshot = head.snapshot([ScanSpec()])
+        assert memo.recall(snapshot, buckets) is None  # new rows only
+        fresh, _ = snapshot.remaining()
+        memo.remember(fresh, buckets, decode_head_runs(fresh, LAYOUT, buckets))
+        again = memo.recall(head.snapshot([ScanSpec()]), buckets)
+        assert again is not None
+        keys, recalled, count = again
+        assert count == 10
+        assert sorted(keys) == sorted(rows)  # a row a series
+        assert sorted(recalled.values.tolist()) == [s + 0.5 for s in range(10)]
+        numbered.append(len(memo._series))
+        for key in rows:
+            taken = head.take(key)
+            assert taken is not None
+            head.release(taken)
+    assert numbered == [10, 20, 30, 10, 20, 30, 10, 20]
+
+
+def _row_key(series: int, hour: int) -> bytes:
+    key = b"\x00\x00\x01" + (T0 + 3600 * hour).to_bytes(4, "big")
+    return key + b"\x00\x00\x01" + series.to_bytes(3, "big")
