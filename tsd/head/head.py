@@ -65,7 +65,10 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 #: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (the
 #: allocator's rounding). Measured with tracemalloc by bench/head_memory.py: 200,000 rows
 #: of 2 points 171 bytes a row, 30,000 rows of 360 points 1,354 (13-byte keys; this counts
-#: 193 and 1,395). A bytearray per row with a dict as the index took 260 and 1,597.
+#: 193 and 1,395). A bytearray per row with a dict as the index took 260 and 1,597. The
+#: slot's version (8 bytes, for readers' memos) came later: 200,000 rows of 2 points
+#: 178.9 bytes a row against 170.8 without it (bench/head_memory.py --rows 200000), this
+#: counting 179.2 there.
 ROW_OVERHEAD_BYTES = 160
 DATA_SLACK_SHIFT = 5
 
