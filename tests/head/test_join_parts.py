@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 import tsd.native as native
 from tsd.head.head import (
-    _gather_bytes,
     _join_parts,
     _picked,
     _picked_at,
@@ -52,16 +51,6 @@ def test_rows_the_helper_does_not_take_are_left_to_the_spec() -> None:
     assert C.join_parts([b"ab", b"cd"], one, one) is None  # lengths of one row, not two
     assert C.join_parts([b"ab"], one, np.array([-1], dtype=np.int64)) is None
     assert C.join_parts([], np.zeros(0, np.int64), np.zeros(0, np.int64)) == (b"", b"")
-
-
-@settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.tuples(st.binary(max_size=6), st.booleans()), max_size=30))
-def test_the_rows_taken_are_gathered_in_order(rows: list[tuple[bytes, bool]]) -> None:
-    # HeadSnapshot._runs: the taken rows' byte ranges of the joined bytes, in row order
-    joined = b"".join(b for b, _ in rows)
-    ends = np.cumsum([len(b) for b, _ in rows], dtype=np.int64)
-    take = np.array([t for _, t in rows], dtype=np.bool_)
-    assert _gather_bytes(joined, ends, take) == b"".join(b for b, t in rows if t)
 
 
 @needs_c

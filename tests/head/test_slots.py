@@ -3,7 +3,9 @@ taken, more points arriving, then released) and deletes leaves the head holding 
 what a plain model of its rows holds: per row its points' qualifiers and values in
 arrival order, its point count, and the groups a scan of an hour reads. Rows leave and
 come back in the same hour (a slot freed and reused by its own group), so a group's list
-of slots must not give a row twice or a row gone."""
+of slots must not give a row twice or a row gone. A slot's version changes with every
+change of its row's points and when the row leaves: a (slot, version) pair names one
+row's points, never two states."""
 
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignor
     head = Head(LAYOUT)
     model: dict[bytes, tuple[bytes, bytes, int]] = {}
     batch = 0
+    #: (slot, version) -> the row's key and points seen there: one state only, ever (a
+    #: reader keeps what it computed of a row by them: tsd/query/head_buckets.py)
+    named: dict[tuple[int, int], tuple[bytes, bytes, bytes]] = {}
 
     def add(keys: list[bytes], second: int) -> None:
         nonlocal batch
@@ -94,6 +99,11 @@ def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignor
                 assert len(found) == len(set(found))
                 assert sorted(found) == sorted(k for k in model if start <= k < stop)
         assert head.all_keys() == sorted(model)
+        everything = head.snapshot([ScanSpec()])
+        at = zip(everything.slots.tolist(), everything.versions.tolist(), strict=True)
+        for key, slot_version in zip(everything.all_keys(), at, strict=True):
+            q, v, _ = model[key]
+            assert named.setdefault(slot_version, (key, q, v)) == (key, q, v)
     for key in list(model):
         taken = head.take(key)
         assert taken is not None

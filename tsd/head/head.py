@@ -30,6 +30,11 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
   exactly as its merge will write it.
 * Rows leave through :meth:`Head.take` / :meth:`Head.release`: the points taken are dropped
   once storage holds them; points that arrived meanwhile stay.
+* Every change of a row's points (points added to a row held, points released) stamps its
+  slot with a new *version* from one counter, and so does a slot's row leaving: a slot's
+  (slot, version) names one state of one row's points, and a snapshot hands both over
+  (:class:`HeadRuns`) so that a reader can keep what it computed of a row until the row
+  changes (tsd/query/head_buckets.py ``BucketMemo``).
 * Bytes are counted (qualifiers, values, and a fixed cost per row, as measured) against
   the writer's bound, ``tsd.storage.head.max_bytes`` (:meth:`tsd.write.head_flush.HeadSink.room`).
 """
@@ -60,7 +65,10 @@ __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
 #: its group's list; and the points' bytes plus 1/2**DATA_SLACK_SHIFT of them (the
 #: allocator's rounding). Measured with tracemalloc by bench/head_memory.py: 200,000 rows
 #: of 2 points 171 bytes a row, 30,000 rows of 360 points 1,354 (13-byte keys; this counts
-#: 193 and 1,395). A bytearray per row with a dict as the index took 260 and 1,597.
+#: 193 and 1,395). A bytearray per row with a dict as the index took 260 and 1,597. The
+#: slot's version (8 bytes, for readers' memos) came later: 200,000 rows of 2 points
+#: 178.9 bytes a row against 170.8 without it (bench/head_memory.py --rows 200000), this
+#: counting 179.2 there.
 ROW_OVERHEAD_BYTES = 160
 DATA_SLACK_SHIFT = 5
 
@@ -278,6 +286,8 @@ class Head:
         self.points = 0
         #: counts the calls of :meth:`release` (the only way the oldest batch held grows)
         self.releases = 0
+        #: the last version stamped on a slot (see the module docstring)
+        self._version = 0
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -361,6 +371,8 @@ class Head:
         c.last_offset[slots] = np.where(clean, checked[:, 2], c.last_offset[slots])
         c.written_at[slots] = now
         c.last_batch[slots] = batch
+        self._version += 1
+        c.version[slots] = self._version
 
     def _add_new(
         self, part: _Part, batch: int, now: float, keys: list[bytes] | None = None
@@ -597,20 +609,19 @@ class Head:
         c = self._cols
         slots = slots[c.count[slots] > 0]
         key_of, buf_of = self._key, self._buf
-        q_lens = c.q_len[slots].astype(np.int64)
-        v_lens = c.v_len[slots].astype(np.int64)
-        # the slots of live rows: their bytes and keys are set
-        bufs = cast(list[bytes], _picked_at(buf_of, slots))
-        qualifiers, values = _join_parts(bufs, q_lens, v_lens)
+        # the slots of live rows: their bytes and keys are set. The bytes are kept as the
+        # rows' own objects (never changed: points added make a new one) and parted
+        # where they are read, only those read (:meth:`HeadSnapshot.remaining`).
         return HeadSnapshot(
             cast(list[bytes], _picked_at(key_of, slots)),
-            qualifiers,
-            values,
-            q_lens,
-            v_lens,
+            cast(list[bytes], _picked_at(buf_of, slots)),
+            c.q_len[slots].astype(np.int64),
+            c.v_len[slots].astype(np.int64),
             c.count[slots].astype(np.int64),
             c.ms_count[slots].astype(np.int64),
             c.clean[slots].copy(),
+            slots,
+            c.version[slots],
         )
 
     def _slots_in(self, spec: ScanSpec) -> Iterator[tuple[int | None, npt.NDArray[np.int64]]]:
@@ -745,6 +756,9 @@ class Head:
             return
         c = self._cols
         count = c.count.item(s) - taken.count
+        # the row changes, or leaves its slot to another row: a new version either way
+        self._version += 1
+        c.version[s] = self._version
         self._data -= taken.qualifier_bytes + taken.value_bytes
         self.points -= taken.count
         if count:
@@ -843,6 +857,7 @@ class _Columns:
         "ms_count",
         "q_len",
         "v_len",
+        "version",
         "written_at",
     )
 
@@ -862,6 +877,8 @@ class _Columns:
         self.last_batch = np.zeros(size, np.int64)
         #: the row's group (-1: a free slot)
         self.group = np.full(size, -1, np.int32)
+        #: the slot's version (the module docstring): stamped when its points change
+        self.version = np.zeros(size, np.int64)
 
     def __len__(self) -> int:
         return len(self.q_len)
@@ -941,42 +958,50 @@ _Copy = tuple[bytes, bytes, int, int, bool]
 class HeadRuns:
     """Clean rows of seconds points, end to end: per row its key and point count, all
     qualifiers joined (2 bytes each) and all values joined (lengths from the flags). The
-    query layer decodes them straight to arrays (:mod:`tsd.query.head_rows`)."""
+    query layer decodes them straight to arrays (:mod:`tsd.query.head_rows`). From a
+    snapshot, also each row's slot and version (the module docstring: together they name
+    the row's points exactly) and its value bytes."""
 
     keys: list[bytes]
     counts: npt.NDArray[np.int64]
     qualifiers: bytes
     values: bytes
+    slots: npt.NDArray[np.int64] | None = None
+    versions: npt.NDArray[np.int64] | None = None
+    value_lengths: npt.NDArray[np.int64] | None = None
 
 
 class HeadSnapshot:
-    """The head's rows for one read, copied at once: every row's qualifiers joined end to
-    end, its values likewise, and per row its key, point count, byte lengths and flags
-    (arrays; one concatenation, no bytes object per row). Taken on the event loop (the
-    head's only writer), read afterwards from any thread. Rows a stored row of the same
-    key holds too are merged into it (:meth:`merge_into`); the rest are read on their own
+    """The head's rows for one read, copied at once: per row its key, its bytes (the row's
+    own ``bytes`` object, which the head never changes: points added make a new one), its
+    point count, byte lengths, flags, slot and version (arrays). Taken on the event loop
+    (the head's only writer), read afterwards from any thread. Rows a stored row of the
+    same key holds too are merged into it (:meth:`merge_into`); rows a reader answers
+    otherwise are set aside (:meth:`set_aside`); the rest are read on their own
     (:meth:`remaining`): the clean rows of seconds points, usually all of them, as one
-    :class:`HeadRuns` straight from the joined bytes."""
+    :class:`HeadRuns` whose qualifiers and values are parted from the rows' bytes then."""
 
     def __init__(
         self,
         keys: list[bytes],
-        qualifiers: bytes,
-        values: bytes,
+        bufs: list[bytes],
         q_lens: npt.NDArray[np.int64],
         v_lens: npt.NDArray[np.int64],
         counts: npt.NDArray[np.int64],
         ms_counts: npt.NDArray[np.int64],
         clean: npt.NDArray[np.bool_],
+        slots: npt.NDArray[np.int64],
+        versions: npt.NDArray[np.int64],
     ) -> None:
         self._keys = keys
-        self._qualifiers = qualifiers
-        self._values = values
-        self._q_ends = np.cumsum(q_lens)
-        self._v_ends = np.cumsum(v_lens)
+        self._bufs = bufs
+        self._q_lens = q_lens
+        self._v_lens = v_lens
         self._counts = counts
         self._ms_counts = ms_counts
         self._clean = clean
+        self.slots = slots
+        self.versions = versions
         self._left = np.ones(len(keys), np.bool_)  # not merged into a stored row
         self._index: dict[bytes, int] | None = None
 
@@ -989,11 +1014,10 @@ class HeadSnapshot:
         return self._index
 
     def _copy(self, i: int) -> _Copy:
-        q_start = int(self._q_ends[i - 1]) if i else 0
-        v_start = int(self._v_ends[i - 1]) if i else 0
+        buf, q_len = self._bufs[i], int(self._q_lens[i])
         return (
-            self._qualifiers[q_start : int(self._q_ends[i])],
-            self._values[v_start : int(self._v_ends[i])],
+            buf[:q_len],
+            buf[q_len:],
             int(self._counts[i]),
             int(self._ms_counts[i]),
             bool(self._clean[i]),
@@ -1005,6 +1029,26 @@ class HeadSnapshot:
         if left.all():  # nothing merged yet (the usual case): every key, no step per row
             return list(self._keys)
         return [k for k, kept in zip(self._keys, left.tolist(), strict=True) if kept]
+
+    def all_keys(self) -> list[bytes]:
+        """Every row's key, merged or not, in the snapshot's row order (the order of
+        :attr:`slots`, :attr:`versions` and :meth:`plain_rows`)."""
+        return self._keys
+
+    def keys_at(self, rows: npt.NDArray[np.int64]) -> list[bytes]:
+        """The keys of the rows (indices in :meth:`all_keys`' order), by one compiled
+        gather."""
+        return _picked_at(self._keys, rows)
+
+    def plain_rows(self) -> npt.NDArray[np.bool_]:
+        """The rows :meth:`remaining` would hand over as :class:`HeadRuns` (clean rows of
+        seconds points, not merged or set aside yet)."""
+        plain: npt.NDArray[np.bool_] = self._left & self._clean & (self._ms_counts == 0)
+        return plain
+
+    def set_aside(self, rows: npt.NDArray[np.int64]) -> None:
+        """The rows (indices) a reader answers otherwise: no longer :meth:`remaining`."""
+        self._left[rows] = False
 
     def shares(self, keys: Iterable[bytes]) -> bool:
         """True when the head holds rows of some of ``keys`` not merged yet."""
@@ -1040,11 +1084,11 @@ class HeadSnapshot:
         return CellBlock.from_rows(merged, block.wire_bytes)
 
     def remaining(self) -> tuple[HeadRuns, CellBlock]:
-        """The rows no stored row was merged with: clean rows of seconds points as
-        :class:`HeadRuns`, the others as one block of cells. Once only."""
+        """The rows no stored row was merged with (and not set aside): clean rows of
+        seconds points as :class:`HeadRuns`, the others as one block of cells. Once only."""
+        fast = self.plain_rows()
         left = self._left
         self._left = np.zeros(len(left), np.bool_)
-        fast = left & self._clean & (self._ms_counts == 0)
         runs = self._runs(fast)
         slow = np.flatnonzero(left & ~fast).tolist()
         if not slow:
@@ -1066,18 +1110,25 @@ class HeadSnapshot:
         )
 
     def _runs(self, take: npt.NDArray[np.bool_]) -> HeadRuns:
-        """The rows ``take`` as runs: the joined bytes as they are when every row is
-        taken, else the taken rows' byte ranges gathered with one mask each."""
-        rows = np.flatnonzero(take)
-        counts = self._counts[rows]
-        if len(rows) == len(take):
-            return HeadRuns(list(self._keys), counts, self._qualifiers, self._values)
-        keys = _picked(self._keys, rows.tolist())
+        """The rows ``take`` as runs: their bytes parted into qualifiers and values (one
+        compiled pass, :func:`_join_parts`), the rows' own list when every row is taken."""
+        q_lens, v_lens = self._q_lens, self._v_lens
+        if take.all():
+            keys, bufs, rows = list(self._keys), self._bufs, slice(None)
+        else:
+            at = np.flatnonzero(take)
+            keys = _picked_at(self._keys, at)
+            bufs = _picked_at(self._bufs, at)
+            rows = at  # type: ignore[assignment]
+        qualifiers, values = _join_parts(bufs, q_lens[rows], v_lens[rows]) if keys else (b"", b"")
         return HeadRuns(
             keys,
-            counts,
-            _gather_bytes(self._qualifiers, self._q_ends, take),
-            _gather_bytes(self._values, self._v_ends, take),
+            self._counts[rows],
+            qualifiers,
+            values,
+            self.slots[rows],
+            self.versions[rows],
+            v_lens[rows],
         )
 
 
@@ -1102,18 +1153,6 @@ def _picked_at(items: list[T], at: npt.NDArray[np.int64]) -> list[T]:
         if found is not None:
             return cast(list[T], found)
     return _picked(items, at.tolist())
-
-
-def _gather_bytes(joined: bytes, ends: npt.NDArray[np.int64], take: npt.NDArray[np.bool_]) -> bytes:
-    """The byte ranges of ``joined`` (row i ends at ``ends[i]``) of the rows ``take``: one
-    slice per stretch of consecutive rows taken (a mask over every byte cost more than
-    decoding them)."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], take, [False])).astype(np.int8)))
-    starts = np.concatenate(([0], ends[:-1]))
-    lows = starts[edges[0::2]].tolist()
-    highs = ends[edges[1::2] - 1].tolist()
-    view = memoryview(joined)
-    return b"".join([view[lo:hi] for lo, hi in zip(lows, highs, strict=True)])
 
 
 def _hour_of_group(item: tuple[tuple[bytes, int], object]) -> int:

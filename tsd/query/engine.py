@@ -367,7 +367,9 @@ class QueryEngine:
         elif self._reader.own_rollups(source):  # the head's rows: to the rollups' buckets
             buckets = rollup_buckets(source, start_s * 1000)
         self.stats.scans += 1
-        parts, tally, read, buckets = await self._read_rows(plan, request, control, source, buckets)
+        parts, tally, read, buckets = await self._read_rows(
+            plan, request, control, source, buckets, query.delete
+        )
         if reads is not None:
             reads.append(read)
         spans = await self._compute.sized(
@@ -420,6 +422,7 @@ class QueryEngine:
         control: QueryControl,
         source: ReadSource,
         buckets: RowBuckets | None,
+        every_row: bool = False,
     ) -> tuple[list[Part], ScanTally, ReadStats, RowBuckets | None]:
         """The plan's rows, decoded and counted (reader.py), along the read path chosen
         for them; read again with the points kept when rows cannot be reduced to their
@@ -431,7 +434,9 @@ class QueryEngine:
             read = ReadStats()
             path = read.path = choose_path(plan, request)
             try:
-                parts = await self._reader.read(plan, path, request, tally, read, source, buckets)
+                parts = await self._reader.read(
+                    plan, path, request, tally, read, source, buckets, every_row
+                )
             except RowsOutOfHour:
                 buckets = None  # read again, points kept (the first read's charge stays)
                 continue

@@ -11,22 +11,39 @@ data row to its buckets as decoded (tsd/query/downsample.py ``RowBuckets``). So 
 rows (merged with a stored row of the same key first, as the write-out will merge them)
 are decoded straight to those buckets, and any stored rollup cell of a row-hour the head
 holds is left out (the head's hour replaces it, as its write-out will).
+
+A row-hour is one bucket of such a read (the 1h rollup interval: an hour's ``avg``), and
+a closed hour's rows do not change until they are written out: decoding the 4.3 M points
+of a 30-day panel's 72,000 head rows at every refresh took most of its time. So each
+clean head row's bucket is remembered (:class:`BucketMemo`) by its slot and version in
+the head (tsd/head/head.py: a new version whenever the row's points change, or the row
+leaves its slot), and a read takes the rows whose version it remembers from there
+without their bytes: only the rows that changed since (the open hour, an hour that got
+a late point) are decoded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from tsd.codec import KeyLayout
 from tsd.codec.const import MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rollup import RollupSpan, rollup_base_time, rollup_offset_ms
-from tsd.query.decode import base_times_s
+from tsd.head import HeadRuns, HeadSnapshot
+from tsd.query.decode import RowPoints, base_times_s
 from tsd.query.downsample import RowBuckets, row_buckets
 from tsd.query.rollup import IntervalLike, ReadSource
 from tsd.query_spec import DownsampleSpec
 from tsd.storage.base import Cell, CellBlock, Row
 
-__all__ = ["HeadHours", "rollup_buckets", "without_hours"]
+__all__ = ["BucketMemo", "HeadHours", "rollup_buckets", "without_hours"]
+
+#: the bucket a memo holds per row: the row's hour, whole
+_ROW_MS = MAX_TIMESPAN * 1000
 
 
 def rollup_buckets(read: ReadSource, start_ms: int) -> RowBuckets | None:
@@ -112,3 +129,153 @@ def _in_hours(cell: Cell, base: int, span: RollupSpan, hours: set[int]) -> bool:
         return False
     at = base + rollup_offset_ms(cell.qualifier, span) // 1000
     return at - at % MAX_TIMESPAN in hours
+
+
+@dataclass(slots=True, eq=False)
+class _Remembered:
+    """Per head slot (index): the version its bucket was computed at (-1: none), the
+    bucket's time and value, what the row's points count as stored bytes (the query byte
+    limit's count, as :func:`tsd.query.head_rows.decode_head_runs` counts them) and its
+    series' number (:attr:`BucketMemo._series`)."""
+
+    version: npt.NDArray[np.int64]
+    ts: npt.NDArray[np.int64]
+    value: npt.NDArray[np.float64]
+    stored: npt.NDArray[np.int64]
+    series: npt.NDArray[np.int64]
+
+    @classmethod
+    def of_size(cls, size: int) -> _Remembered:
+        return cls(
+            np.full(size, -1, np.int64),
+            np.zeros(size, np.int64),
+            np.zeros(size, np.float64),
+            np.zeros(size, np.int64),
+            np.zeros(size, np.int64),
+        )
+
+    def grown(self, size: int) -> _Remembered:
+        grown = _Remembered.of_size(size)
+        n = len(self.version)
+        for name in ("version", "ts", "value", "stored", "series"):
+            getattr(grown, name)[:n] = getattr(self, name)
+        return grown
+
+
+#: bytes a memo keeps per head slot
+MEMO_SLOT_BYTES = 40
+
+
+class BucketMemo:
+    """Each clean head row's one bucket (the hour's, see the module docstring), per
+    downsample function, by the row's slot and version in one head: valid exactly while
+    the slot holds that version, i.e. until the row's points change or the row leaves
+    (a new version then; the entry is overwritten by the next read of the slot).
+
+    A read's remembered rows are handed over as one row per series (its buckets in time
+    order, under the key of its first row): 72,000 rows of a 30-day panel then cost the
+    spans (tsd/query/spans.py) 100 rows, not a sort of 72,000 keys. Series are numbered
+    as rows are remembered (their keys without the base time).
+
+    Bounded by the head: :data:`MEMO_SLOT_BYTES` per slot the head ever had (its rows at
+    most, which ``tsd.storage.head.max_bytes`` bounds) per downsample function memoized
+    (the row functions' codes: three at most; the rollup read memoizes ``avg`` only), and
+    the series numbers, dropped with every entry once they outnumber the slots twice.
+    Used on the event loop only."""
+
+    def __init__(self, layout: KeyLayout) -> None:
+        self._time_at = layout.tags_start - TIMESTAMP_BYTES
+        self._by_function: dict[int, _Remembered] = {}
+        #: series key (the row key without its base time) -> its number
+        self._series: dict[bytes, int] = {}
+
+    @staticmethod
+    def applies(buckets: RowBuckets | None) -> bool:
+        """Whether a read's buckets are whole rows (one bucket a row-hour)."""
+        return buckets is not None and buckets.spec.interval_ms == _ROW_MS
+
+    def recall(
+        self, snapshot: HeadSnapshot, buckets: RowBuckets, by_series: bool = True
+    ) -> tuple[list[bytes], RowPoints, int] | None:
+        """The rows of ``snapshot`` whose bucket is remembered at their version, set
+        aside in the snapshot, as one part: keys and points (``row_points`` None: counted
+        as the buckets they are, as the rollup read counts them), one row per series
+        (``by_series``) or per row read; and the rows they are. None: no such row."""
+        memo = self._by_function.get(buckets.function_code)
+        if memo is None or not self.applies(buckets):
+            return None
+        slots = snapshot.slots
+        candidates = np.flatnonzero(snapshot.plain_rows() & (slots < len(memo.version)))
+        at = slots[candidates]
+        known = (memo.version[at] == snapshot.versions[candidates]) & (
+            memo.ts[at] >= buckets.seek_ms
+        )
+        hits, at = candidates[known], at[known]
+        if not len(hits):
+            return None
+        snapshot.set_aside(hits)
+        ts, values, stored = memo.ts[at], memo.value[at], int(memo.stored[at].sum())
+        if not by_series:
+            offsets = np.arange(len(hits) + 1, dtype=np.int64)
+            points = RowPoints(offsets, ts, values, None, None, (), stored)
+            return snapshot.keys_at(hits), points, len(hits)
+        series = memo.series[at]
+        order = np.lexsort((ts, series))
+        series = series[order]
+        starts = np.flatnonzero(np.concatenate(([True], series[1:] != series[:-1])))
+        offsets = np.append(starts, len(order)).astype(np.int64)
+        points = RowPoints(offsets, ts[order], values[order], None, None, (), stored)
+        return snapshot.keys_at(hits[order[starts]]), points, len(hits)
+
+    def remember(self, runs: HeadRuns, buckets: RowBuckets, points: RowPoints) -> None:
+        """The buckets of ``runs`` (a snapshot's, :func:`decode_head_runs` with
+        ``buckets``: ``points``) kept by slot and version: the rows of one bucket."""
+        if runs.slots is None or runs.versions is None or runs.value_lengths is None:
+            return
+        if not self.applies(buckets) or not runs.keys:
+            return
+        one = np.flatnonzero(np.diff(points.row_offsets) == 1)
+        if not len(one):
+            return
+        slots = runs.slots[one]
+        code = buckets.function_code
+        memo = self._by_function.get(code)
+        top = int(slots.max()) + 1
+        if memo is None:
+            memo = _Remembered.of_size(top)
+        elif top > len(memo.version):
+            memo = memo.grown(max(top, len(memo.version) * 3 // 2))
+        self._by_function[code] = memo
+        keys = [runs.keys[i] for i in one.tolist()]
+        numbers = self._numbers(keys, len(memo.version))
+        if numbers is None:  # the series numbers were dropped, and every entry with them
+            memo = self._by_function[code]
+            numbers = self._numbers(keys, len(memo.version))
+            assert numbers is not None
+        first = points.row_offsets[one]
+        counts = runs.counts[one]
+        key_lengths = np.fromiter(map(len, keys), np.int64, len(keys))
+        memo.version[slots] = runs.versions[one]
+        memo.ts[slots] = points.timestamps[first]
+        memo.value[slots] = points.values[first]
+        memo.stored[slots] = key_lengths * counts + 2 * counts + runs.value_lengths[one]
+        memo.series[slots] = numbers
+
+    def _numbers(self, keys: list[bytes], slots: int) -> npt.NDArray[np.int64] | None:
+        """The series number of each row key (new series numbered on); None when the
+        numbers outgrew twice the ``slots`` and were dropped with every entry."""
+        at = self._time_at
+        table = self._series
+        numbers = np.fromiter(
+            (table.setdefault(k[:at] + k[at + TIMESTAMP_BYTES :], len(table)) for k in keys),
+            np.int64,
+            len(keys),
+        )
+        if len(table) > 2 * slots + len(keys):
+            table.clear()
+            self._by_function = {
+                code: _Remembered.of_size(len(memo.version))
+                for code, memo in self._by_function.items()
+            }
+            return None
+        return numbers

@@ -33,7 +33,7 @@ from tsd.head import Head, HeadRuns, HeadSnapshot
 from tsd.query.compute import ComputeSlots
 from tsd.query.decode import RowPoints, base_times_s, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
-from tsd.query.head_buckets import HeadHours, without_hours
+from tsd.query.head_buckets import BucketMemo, HeadHours, without_hours
 from tsd.query.head_rows import decode_head_runs
 from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
@@ -119,6 +119,8 @@ class RowReader:
         self._compute = compute
         #: the rollups tsd computes itself (tsd.rollups.compute; set by the daemon)
         self.computed: ComputedRollups | None = None
+        #: the head rows' buckets of rollup reads, kept until a row changes
+        self._memo = BucketMemo(layout)
 
     async def read(
         self,
@@ -129,11 +131,14 @@ class RowReader:
         stats: ReadStats,
         source: ReadSource | None = None,
         buckets: RowBuckets | None = None,
+        every_row: bool = False,
     ) -> list[Part]:
         """The plan's rows along ``path`` (read_path.py), each block decoded in a worker
         thread while the next is read, counted against the limits. ``source``: the table
         and cells to read (default: the data table's); ``buckets``: each row reduced to
-        its buckets as decoded (of a rollup read: the head's rows, head_buckets.py)."""
+        its buckets as decoded (of a rollup read: the head's rows, head_buckets.py);
+        ``every_row``: the parts name every row read (a delete drops them), never
+        several rows as one."""
         head = self._head_snapshot(plan, source, request)
         table = self._table if source is None else source.table
         rollup = source if source is not None and source.is_rollup else None
@@ -144,7 +149,7 @@ class RowReader:
         from_head: list[Part] = []
         if rollup is not None and self.own_rollups(rollup):
             if buckets is not None:  # the head's rows: to the rollups' buckets
-                hours, from_head = await self._head_buckets(plan, rollup, buckets, tally)
+                hours, from_head = await self._head_buckets(plan, rollup, buckets, tally, every_row)
             else:
                 fresh = await self._head_rollups(plan, rollup)
         one = _OneRead(
@@ -176,11 +181,18 @@ class RowReader:
         return None
 
     async def _head_buckets(
-        self, plan: ScanPlan, read: ReadSource, buckets: RowBuckets, tally: ScanTally
+        self,
+        plan: ScanPlan,
+        read: ReadSource,
+        buckets: RowBuckets,
+        tally: ScanTally,
+        every_row: bool,
     ) -> tuple[HeadHours | None, list[Part]]:
         """The head's rows of ``plan`` (each merged with its stored row) reduced to the
         buckets of ``read``'s rollup points (head_buckets.py), and their row-hours
-        (:class:`HeadHours`). Raises RowsOutOfHour as decode_buckets does."""
+        (:class:`HeadHours`); a row whose bucket is remembered (:class:`BucketMemo`) is
+        handed over from there, several rows of a series as one unless ``every_row``.
+        Raises RowsOutOfHour as decode_buckets does."""
         assert self._head is not None
         assert read.interval is not None
         snapshot = self._head.snapshot(plan.scans)
@@ -192,6 +204,8 @@ class RowReader:
         stored = await self._storage.get_many(self._table, also_stored, (FAMILY,))
         # nothing stored of these rows (the usual case): no merge to look up
         merged = snapshot.merge_into(CellBlock.from_rows(stored)) if stored else CellBlock.empty()
+        # the rows whose bucket is remembered at their version: not decoded again
+        recalled = self._memo.recall(snapshot, buckets, by_series=not every_row)
         runs, rest = snapshot.remaining()
         parts: list[Part] = []
         for block in (merged, rest):
@@ -209,9 +223,14 @@ class RowReader:
             points = await self._compute.sized(
                 len(runs.values) // 4, _decode_head, runs, self._layout, buckets
             )
+            self._memo.remember(runs, buckets, points)
             parts.append((runs.keys, points))
         # counted as the rollup points they stand for, as their rollup cells were
         parts = [(k, dataclasses.replace(p, row_points=None)) for k, p in parts]
+        if recalled is not None:
+            keys, points, rows = recalled
+            tally.add(points, rows)
+            parts.append((keys, points))
         for k, p in parts:
             tally.add(p, len(k))
         return hours, parts
