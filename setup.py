@@ -55,7 +55,7 @@ setup(
             "tsd.protocol._parse",
             ["tsd/protocol/_parse.c"],
             include_dirs=["tsd/codec"],  # _format.h: the cell format it encodes into
-            depends=["tsd/codec/_format.h"],
+            depends=["tsd/codec/_format.h", "tsd/protocol/_keytable.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

@@ -133,9 +133,10 @@ static PyObject *tag_suffix(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 /* series_keys: see the top of this file. The slots of cls, learnt once. */
 static PyTypeObject *keys_type;
-static Py_ssize_t key_slot[6]; /* salt, metric_uid, _prefix, _tsuid, _last_base, _last_key */
-static const char *const key_slot_names[6] = {"salt", "metric_uid", "_prefix", "_tsuid",
-                                              "_last_base", "_last_key"};
+#define KEY_SLOTS 4
+static Py_ssize_t key_slot[KEY_SLOTS]; /* metric_uid, _tsuid, _last_base, _last_key */
+static const char *const key_slot_names[KEY_SLOTS] = {"metric_uid", "_tsuid", "_last_base",
+                                                      "_last_key"};
 
 static int learn_key_type(PyTypeObject *type)
 {
@@ -145,7 +146,7 @@ static int learn_key_type(PyTypeObject *type)
         PyErr_SetString(PyExc_TypeError, "series_keys: cls must be SeriesKey");
         return -1;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < KEY_SLOTS; i++) {
         key_slot[i] = member_offset(type, key_slot_names[i]);
         if (key_slot[i] < 0) {
             PyErr_Format(PyExc_TypeError, "series_keys: cls has no slot %s", key_slot_names[i]);
@@ -219,9 +220,9 @@ static PyObject *one_series_key(PyObject *metric, PyObject *tags, PyObject *metr
         Py_DECREF(tsuid);
         return NULL;
     }
-    /* SeriesKey(b"", metric_uid, suffix): its prefix is the metric UID itself (unsalted) */
-    PyObject *slots[6] = {empty, metric_uid, metric_uid, tsuid, minus_one, empty};
-    for (int i = 0; i < 6; i++)
+    /* SeriesKey(b"", metric_uid, suffix): unsalted, its prefix is the metric UID itself */
+    PyObject *slots[KEY_SLOTS] = {metric_uid, tsuid, minus_one, empty};
+    for (int i = 0; i < KEY_SLOTS; i++)
         *(PyObject **)((char *)key + key_slot[i]) = Py_NewRef(slots[i]);
     Py_DECREF(tsuid);
     return key;

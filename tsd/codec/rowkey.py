@@ -239,17 +239,33 @@ class SeriesKey:
     mostly fall in the same hour. The tag suffix is kept as the TSUID (the metric UID and
     the suffix, one object): meta tracking's set of series written keeps that same object
     (:attr:`tsuid`) rather than a copy of its own.
+
+    Four slots, no more (an object of 64 bytes with its collector header, where six took
+    80: there is one per series, millions of them): an unsalted key's prefix is its metric
+    UID and its salt empty; ``SeriesKey(salt, ...)`` with a salt makes a
+    :class:`_SaltedSeriesKey`, which keeps both.
     """
 
-    __slots__ = ("_last_base", "_last_key", "_prefix", "_tsuid", "metric_uid", "salt")
+    __slots__ = ("_last_base", "_last_key", "_tsuid", "metric_uid")
+
+    def __new__(cls, salt: bytes, metric_uid: bytes, tag_bytes: bytes) -> SeriesKey:
+        return object.__new__(_SaltedSeriesKey if salt and cls is SeriesKey else cls)
 
     def __init__(self, salt: bytes, metric_uid: bytes, tag_bytes: bytes) -> None:
-        self.salt = salt
         self.metric_uid = metric_uid
-        self._prefix = salt + metric_uid  # the metric UID itself when unsalted
         self._tsuid = metric_uid + tag_bytes
         self._last_base = -1
         self._last_key = b""
+
+    @property
+    def salt(self) -> bytes:
+        """The salt bytes of every row of this series (empty when unsalted)."""
+        return b""
+
+    @property
+    def _prefix(self) -> bytes:
+        """What a row key starts with: the salt, then the metric UID."""
+        return self.metric_uid
 
     @property
     def tsuid(self) -> bytes:
@@ -283,6 +299,25 @@ class SeriesKey:
 
     def __hash__(self) -> int:
         return hash((self.salt, self.tsuid))
+
+
+class _SaltedSeriesKey(SeriesKey):
+    """A :class:`SeriesKey` of a salted layout: its salt and prefix kept."""
+
+    __slots__ = ("_salted_prefix", "_salt")
+
+    def __init__(self, salt: bytes, metric_uid: bytes, tag_bytes: bytes) -> None:
+        super().__init__(salt, metric_uid, tag_bytes)
+        self._salt = salt
+        self._salted_prefix = salt + metric_uid
+
+    @property
+    def salt(self) -> bytes:
+        return self._salt
+
+    @property
+    def _prefix(self) -> bytes:
+        return self._salted_prefix
 
 
 def python_tag_suffix(tags: TagPairs, tagk_width: int, tagv_width: int) -> bytes | None:

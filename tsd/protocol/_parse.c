@@ -31,6 +31,7 @@
  *   specification; tests/protocol/test_prom_samples.py checks both agree).
  */
 #include "_format.h"
+#include "_keytable.h"
 
 static int all_digits(const char *s, Py_ssize_t n)
 {
@@ -223,7 +224,27 @@ static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *p
     const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
     Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
     Py_ssize_t value_n = cut[3] - cut[2] - 1;
-    PyObject *key = series_words(metric, metric_n, s + cut[3] + 1, n - cut[3] - 1);
+    const char *tags = s + cut[3] + 1;
+    Py_ssize_t tags_n = n - cut[3] - 1;
+    if (kt_check(known)) { /* the key's bytes on the stack: no object per line */
+        char buf[512];
+        Py_ssize_t key_n = metric_n + 1 + tags_n;
+        char *k = key_n <= (Py_ssize_t)sizeof(buf) ? buf : PyMem_Malloc((size_t)key_n);
+        if (k == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(k, metric, (size_t)metric_n);
+        k[metric_n] = ' ';
+        memcpy(k + metric_n + 1, tags, (size_t)tags_n);
+        *series = kt_get_young((KeyTable *)known, k, key_n);
+        if (k != buf)
+            PyMem_Free(k);
+        if (*series == NULL)
+            return 0;
+        return type_numbers(text, text_n, value_text, value_n, put);
+    }
+    PyObject *key = series_words(metric, metric_n, tags, tags_n);
     if (key == NULL)
         return -1;
     *series = PyDict_GetItemWithError(known, key);
@@ -246,8 +267,8 @@ static int check_lines(PyObject *const *args, Py_ssize_t *start, Py_ssize_t *end
     Py_ssize_t limit = PyLong_AsSsize_t(args[limit_at]);
     if ((*start == -1 || limit == -1) && PyErr_Occurred())
         return -1;
-    if (!PyList_CheckExact(lines) || !PyDict_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "lines must be a list and known a dict");
+    if (!PyList_CheckExact(lines) || !(PyDict_Check(args[2]) || kt_check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "lines must be a list and known a dict or KeyTable");
         return -1;
     }
     *end = PyList_GET_SIZE(lines);
@@ -578,7 +599,7 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
  *   tsd.protocol.telnet.python_take_new_plain is the specification. */
 static PyObject *take_new_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[3]) ||
+    if (nargs != 8 || !PyList_CheckExact(args[0]) || !(PyDict_Check(args[3]) || kt_check(args[3])) ||
         !tuple_like(args[5]) || !tuple_like(args[6]) || !PyList_CheckExact(args[7])) {
         PyErr_SetString(PyExc_TypeError, "take_new_plain(lines, start, limit, known, max_tags,"
                                          " point_type, item_type, out)");
@@ -602,7 +623,8 @@ static PyObject *take_new_plain(PyObject *self, PyObject *const *args, Py_ssize_
             return NULL;
         if (parsed == 0)
             break;
-        int seen = PyDict_Contains(known, alias);
+        int seen = kt_check(known) ? kt_contains((KeyTable *)known, alias)
+                                   : PyDict_Contains(known, alias);
         PyObject *item = seen ? NULL : item_type->tp_alloc(item_type, 2);
         if (item == NULL) {
             Py_DECREF(point);
@@ -959,5 +981,16 @@ PyMODINIT_FUNC PyInit__parse(void)
     tags_name = PyUnicode_InternFromString("tags");
     if (metric_name == NULL || timestamp_name == NULL || value_name == NULL || tags_name == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&KeyTableType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&KeyTableType);
+    if (PyModule_AddObject(m, "KeyTable", (PyObject *)&KeyTableType) < 0) {
+        Py_DECREF(&KeyTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

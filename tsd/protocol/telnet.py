@@ -530,6 +530,15 @@ _c_take_known_puts: Any = native.attribute("tsd.protocol._parse", "take_known_pu
 _c_take_known_into: Any = native.attribute("tsd.protocol._parse", "take_known_into")
 
 
+_KeyTable: Any = native.attribute("tsd.protocol._parse", "KeyTable")
+
+
+def _c_known(known: object) -> bool:
+    """Whether the compiled parsers look series up in ``known``: a dict, or the compiled
+    ref table (tsd.protocol.ref_table)."""
+    return isinstance(known, dict) or (_KeyTable is not None and type(known) is _KeyTable)
+
+
 def take_known_puts(
     lines: Sequence[bytes | None],
     start: int,
@@ -540,7 +549,7 @@ def take_known_puts(
     """:func:`python_take_known_puts` (the specification), by the compiled helper
     (``tsd/protocol/_parse.c``) when it is built and the arguments are a list of lines, a
     dict of known series and a list out."""
-    if _c_take_known_puts is not None and type(lines) is list and isinstance(known, dict):
+    if _c_take_known_puts is not None and type(lines) is list and _c_known(known):
         return cast(int, _c_take_known_puts(lines, start, known, out, limit))
     return python_take_known_puts(lines, start, known, out, limit)
 
@@ -555,7 +564,7 @@ def take_known_puts_into(
     """:func:`take_known_puts` with the points encoded into ``rows`` (a writer batch's
     cells) as :func:`~tsd.codec.qualifier.encode_points_into` encodes them: in one pass
     by the compiled helper, without an object per point; (points taken, cells added)."""
-    if _c_take_known_into is not None and type(lines) is list and isinstance(known, dict):
+    if _c_take_known_into is not None and type(lines) is list and _c_known(known):
         _, taken, added = _c_take_known_into(lines, start, known, rows, limit, *ENCODER_TABLES)
         return cast(int, taken), cast(int, added)
     points: list[tuple[SeriesKey, int, int | float]] = []

@@ -31,6 +31,7 @@ from tsd.codec import SeriesKey
 from tsd.data_points import DataPoint
 from tsd.errors import BadRequestError, PutLineError
 from tsd.protocol.names import NameRules
+from tsd.protocol.ref_table import RefTable
 from tsd.protocol.telnet import (
     LineBuffer,
     PutCommand,
@@ -178,7 +179,7 @@ class TelnetFramer(Generic[Part]):
         self._keys = keys
         # the daemon's framer takes runs of new series' plain lines in one call (a
         # worker's remembers every parsed put's key: line by line)
-        self._new_runs = keys is None and isinstance(refs, dict)
+        self._new_runs = keys is None and (isinstance(refs, dict) or type(refs) is RefTable)
         self._seal = seal
         self.part_points = part_points
         self._seal_each_read = part_points <= 0

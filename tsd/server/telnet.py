@@ -47,6 +47,7 @@ from tsd.log import TELNET, get_logger
 from tsd.protocol import rollup_put
 from tsd.protocol.histogram_put import HistogramCodecs, line_histogram, parse_histogram_line
 from tsd.protocol.names import NameRules
+from tsd.protocol.ref_table import RefTable
 from tsd.protocol.telnet import (
     TELNET_REF_CACHE,
     Command,
@@ -199,7 +200,7 @@ class TelnetProtocol(TrackedProtocol):
     def __init__(self, context: TelnetContext, stats: TelnetStats) -> None:
         self._context = context
         self._stats = stats
-        self._refs = context.ingest.ref_cache(TELNET_REF_CACHE)
+        self._refs = context.ingest.ref_cache(TELNET_REF_CACHE, RefTable)
         self._session: IngestSession[None] = context.ingest.session(
             cache=self._refs,
             window=SLOW_PUT_WINDOW,

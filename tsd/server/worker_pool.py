@@ -26,13 +26,14 @@ from typing import Any, cast
 
 from tsd.data_points import Tags
 from tsd.log import TELNET, get_logger
+from tsd.protocol.ref_table import RefTable
 from tsd.protocol.telnet import TELNET_REF_CACHE
 from tsd.protocol.telnet_frame import ParsedPut, items_from_wire, remember_key
 from tsd.server.listener import TrackedProtocol
 from tsd.server.telnet import TelnetContext, TelnetProtocol, TelnetStats
 from tsd.server.worker_process import Deframer, frame
 from tsd.wal.record import EncodedPart
-from tsd.write.ingest import RefCache, SeriesRef
+from tsd.write.ingest import RefCache, SeriesCache, SeriesRef
 
 log = get_logger(TELNET)
 
@@ -130,7 +131,7 @@ class _LearningCache(RefCache):
 
     __slots__ = ("_channel", "_shared")
 
-    def __init__(self, shared: RefCache, channel: WorkerChannel) -> None:
+    def __init__(self, shared: SeriesCache, channel: WorkerChannel) -> None:
         super().__init__(shared.max_entries)
         self._shared = shared
         self._channel = channel
@@ -165,7 +166,9 @@ class WorkerChannel(asyncio.Protocol):
         self._paused = False
         #: points this worker handed over encoded (its parts)
         self.encoded = pool.context.registry.counter("workers.points", type="encoded")
-        self.learning = _LearningCache(pool.context.ingest.ref_cache(TELNET_REF_CACHE), self)
+        self.learning = _LearningCache(
+            pool.context.ingest.ref_cache(TELNET_REF_CACHE, RefTable), self
+        )
         self._teaching: list[tuple[Any, bytes, bytes, bytes]] | None = None
         #: the worker said it serves (a connection handed to a worker still starting
         #: would wait for its imports, past a short tsd.core.socket.timeout)
@@ -346,7 +349,7 @@ class WorkerPool:
             "max_tags": context.rules.max_tags,
             "commands": list(context.commands),
             "max_line_bytes": context.max_line_bytes,
-            "max_refs": context.ingest.ref_cache(TELNET_REF_CACHE).max_entries,
+            "max_refs": context.ingest.ref_cache(TELNET_REF_CACHE, RefTable).max_entries,
         }
         self._channels: list[WorkerChannel] = []
         context.ingest.on_drop_caches(self._forget)

@@ -49,6 +49,7 @@ from tsd.config import Config
 from tsd.data_points import DataPoint
 from tsd.errors import PutLineError
 from tsd.protocol.names import NameRules
+from tsd.protocol.ref_table import RefTable
 from tsd.protocol.telnet import TELNET_REF_CACHE, parse_put, put_line_key, take_known_puts
 from tsd.stats import StatsRegistry
 from tsd.storage_setup import rollup_setup
@@ -244,7 +245,7 @@ async def import_source(
     started = time.monotonic()
     first_lineno = 1  # of the block's first line
     points = 0
-    refs = ingest.ref_cache(TELNET_REF_CACHE)
+    refs = ingest.ref_cache(TELNET_REF_CACHE, RefTable)
     refusals: list[Refused] = []
     session: IngestSession[None] = ingest.session(
         cache=refs, on_refused=lambda _tag, _point, refused: refusals.append(refused)

@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Generic, TypeAlias, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast, overload
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
@@ -162,6 +162,28 @@ class Refused:
         return cls(RefusalKind.STORAGE, f"Unexpected exception: {exc}")
 
 
+class SeriesCache(Protocol):
+    """What a protocol's ref cache offers (:class:`RefCache`, or telnet's compact table:
+    tsd.protocol.ref_table): RecentMap's surface."""
+
+    @property
+    def max_entries(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    def get(self, key: Any, /) -> SeriesRef | None: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int: ...
+    def entries(self) -> int: ...
+    def remember(self, key: Any, ref: SeriesRef, /) -> None: ...
+    def remember_many(self, keys: Sequence[Any], refs: Sequence[SeriesRef], /) -> None: ...
+    def recall(self, key: Any, /) -> SeriesRef | None: ...
+    def lookup(self, key: Any, /) -> SeriesRef | None: ...
+    def clear(self) -> None: ...
+
+
+_Cache = TypeVar("_Cache", bound=SeriesCache)
+
+
 class RefCache(RecentMap[Hashable, SeriesRef]):
     """A protocol's own keys of resolved series: a dict, so hot loops can ``get`` from
     it at C speed, bounded by ``max_entries`` (tsd.core.series_cache.size) with the least
@@ -225,7 +247,7 @@ class IngestService:
         self._registry = registry or StatsRegistry()
         #: refs by :func:`series_name_key` (one str per series, not a tuple of tuples)
         self._refs: RecentMap[str | tuple[str, Tags], SeriesRef] = RecentMap(max_series)
-        self._caches: dict[str, RefCache] = {}
+        self._caches: dict[str, SeriesCache] = {}
         self._drop_listeners: list[Callable[[], None]] = []
         self._registry.gauge("ingest.series_cached", self.cached_entries)
         self._registry.gauge("ingest.series_evicted", self._evictions, monotonic=True)
@@ -373,11 +395,17 @@ class IngestService:
             return [refs.lookup(name) for name in names]
         return list(map(refs.get, names))
 
-    def ref_cache(self, name: str) -> RefCache:
-        """The cache of one protocol's keys (one per name, shared by its connections)."""
+    @overload
+    def ref_cache(self, name: str) -> RefCache: ...
+    @overload
+    def ref_cache(self, name: str, make: Callable[[int], _Cache]) -> _Cache: ...
+    def ref_cache(self, name: str, make: Callable[[int], SeriesCache] = RefCache) -> SeriesCache:
+        """The cache of one protocol's keys (one per name, shared by its connections),
+        made by ``make(max_series)`` the first time (telnet's: its compact table,
+        tsd.protocol.ref_table)."""
         cache = self._caches.get(name)
         if cache is None:
-            cache = self._caches[name] = RefCache(self._max_series)
+            cache = self._caches[name] = make(self._max_series)
         return cache
 
     def drop_caches(self) -> None:
@@ -396,7 +424,7 @@ class IngestService:
     def session(
         self,
         *,
-        cache: RefCache | None = None,
+        cache: SeriesCache | None = None,
         window: int = 1,
         on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None,
         on_batch_failed: Callable[[TsdError, int], None] | None = None,
@@ -448,7 +476,7 @@ class IngestSession(Generic[T]):
     """
 
     service: IngestService
-    cache: RefCache | None = None
+    cache: SeriesCache | None = None
     window: int = 1
     on_refused: Callable[[T | None, DataPoint | None, Refused], None] | None = None
     #: (error, points of this session in the failed batch), once per failed batch

@@ -1,0 +1,181 @@
+"""tsd.protocol.ref_table: the compiled KeyTable behaves as PythonRefTable (its
+specification) step for step, both bound their entries as RecentMap does, and the telnet
+parsers find series in it as in a dict."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tsd import native
+from tsd.codec import KeyLayout, make_series_key
+from tsd.data_points import DataPoint
+from tsd.protocol.ref_table import PythonRefTable
+from tsd.protocol.telnet import take_known_puts, take_known_puts_into, take_new_plain
+from tsd.protocol.telnet_frame import ParsedPut
+
+KeyTable: Any = native.attribute("tsd.protocol._parse", "KeyTable")
+needs_c = pytest.mark.skipif(KeyTable is None, reason="the compiled helper is not built")
+
+TABLES = [PythonRefTable] + ([KeyTable] if KeyTable is not None else [])
+
+
+def state(table: Any) -> tuple[Any, ...]:
+    return (
+        list(table.items()),
+        table.old_items(),
+        len(table),
+        table.entries(),
+        table.evictions,
+    )
+
+
+# operations: (name, key number, value)
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["remember", "recall", "lookup", "get", "contains", "many", "clear"]),
+        st.integers(0, 40),
+        st.integers(1, 5),
+    ),
+    max_size=300,
+)
+
+
+def _key(n: int) -> bytes:
+    # keys of several lengths, some past the parsers' stack buffer
+    return b"m%d " % n + b"t" * (n * 17 % 600)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(max_entries=st.integers(1, 12), ops=_ops)
+def test_the_compiled_table_is_its_specification(max_entries: int, ops: list[Any]) -> None:
+    spec, table = PythonRefTable(max_entries), KeyTable(max_entries)
+    for name, n, value in ops:
+        key = _key(n)
+        got: tuple[Any, Any]
+        if name == "remember":
+            got = (spec.remember(key, value), table.remember(key, value))  # type: ignore[func-returns-value]
+        elif name == "recall":
+            got = (spec.recall(key), table.recall(key))
+        elif name == "lookup":
+            got = (spec.lookup(key), table.lookup(key))
+        elif name == "get":
+            got = (spec.get(key), table.get(key))
+        elif name == "contains":
+            got = (key in spec, key in table)
+        elif name == "many":
+            keys = [_key(n + i) for i in range(value)]
+            got = (
+                spec.remember_many(keys, [value] * value),  # type: ignore[func-returns-value]
+                table.remember_many(keys, [value] * value),
+            )
+        else:
+            got = (spec.clear(), table.clear())  # type: ignore[func-returns-value]
+        assert got[0] == got[1], (name, n)
+        assert state(spec) == state(table), (name, n)
+
+
+@needs_c
+def test_a_large_table_compacts_and_keeps_what_it_should() -> None:
+    """Many more keys than the bound (evictions, compactions of the entries and the
+    arena, index rebuilds), with some keys in use recalled as the hot loop would."""
+    spec, table = PythonRefTable(5000), KeyTable(5000)
+    for n in range(60_000):
+        key = b"card.cpu host=h%d dc=lga" % n
+        spec.remember(key, n)
+        table.remember(key, n)
+        if n % 7 == 0:
+            hot = b"card.cpu host=h%d dc=lga" % (n // 3)
+            assert spec.lookup(hot) == table.lookup(hot)
+    assert state(spec) == state(table)
+    assert table.entries() == 5000
+    # about 30 bytes of key, 24 of entry and 4-8 of index per entry, arena slack aside
+    assert table.nbytes() < 5000 * 200
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_bounded_and_least_recently_used_first(make: Any) -> None:
+    refs = make(10)
+    for n in range(10):
+        refs.remember(b"%d" % n, n)  # 0-4 old, 5-9 young
+    refs.remember(b"10", 10)  # 0 goes; 5-9 join old behind 1-4
+    assert refs.lookup(b"0") is None
+    assert refs.recall(b"2") == 2  # used again
+    for n in range(11, 16):
+        refs.remember(b"%d" % n, n)
+    assert [n for n in range(10) if refs.lookup(b"%d" % n) is not None] == [2, 7, 8, 9]
+    assert refs.entries() <= 10
+    assert refs.evictions == 6
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_refuses_what_it_cannot_hold(make: Any) -> None:
+    with pytest.raises(ValueError, match="max_entries must be at least 1, not 0"):
+        make(0)
+    refs = make(3)
+    with pytest.raises(TypeError):
+        refs.remember("text", 1)
+    with pytest.raises(TypeError):
+        refs.remember(b"k", None)
+    assert refs.get("text") is None
+    assert "text" not in refs
+    assert refs.recall("text") is None
+
+
+@needs_c
+def test_values_are_released() -> None:
+    """Evicted, replaced and cleared values lose the table's reference."""
+    table = KeyTable(4)
+    value = object()
+    before = sys.getrefcount(value)
+    for n in range(20):
+        table.remember(b"%d" % n, value)
+    assert sys.getrefcount(value) == before + 4
+    table.remember(b"19", object())
+    assert sys.getrefcount(value) == before + 3
+    table.clear()
+    gc.collect()
+    assert sys.getrefcount(value) == before
+    assert table.entries() == 0
+    assert table.max_entries == 4
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_the_parsers_find_series_in_it(make: Any) -> None:
+    refs = make(100)
+    refs.remember(b"sys.cpu host=a", "A")
+    long_tags = b"host=" + b"b" * 700  # past the compiled lookup's stack buffer
+    refs.remember(b"sys.cpu " + long_tags, "B")
+    lines: list[bytes | None] = [
+        b"put sys.cpu 1700000000 1 host=a",
+        b"put sys.cpu 1700000001 2.5 " + long_tags,
+        b"put sys.cpu 1700000002 3 host=c",
+    ]
+    out: list[Any] = []
+    assert take_known_puts(lines, 0, refs, out, 10) == 2
+    assert out == [("A", 1700000000, 1), ("B", 1700000001, 2.5)]
+    items: list[Any] = []
+    assert take_new_plain(lines, 0, 10, refs, 8, DataPoint, ParsedPut, items) == 0
+    assert take_new_plain(lines, 2, 10, refs, 8, DataPoint, ParsedPut, items) in (2, 3)
+
+
+@needs_c
+def test_encoded_lines_of_known_series_are_the_same_as_with_a_dict() -> None:
+    layout = KeyLayout()
+    key_a = make_series_key(layout, b"\0\0\1", [(b"\0\0\1", b"\0\0\2")])
+    table, plain = KeyTable(10), {b"sys.cpu host=a": key_a}
+    table.remember(b"sys.cpu host=a", key_a)
+    lines: list[bytes | None] = [b"put sys.cpu 1700000000 %d host=a" % n for n in range(5)]
+    rows_t: dict[bytes, dict[bytes, bytes]] = {}
+    rows_d: dict[bytes, dict[bytes, bytes]] = {}
+    assert take_known_puts_into(lines, 0, table, rows_t, 10) == take_known_puts_into(
+        lines, 0, plain, rows_d, 10
+    )
+    assert rows_t == rows_d
+    assert rows_t
