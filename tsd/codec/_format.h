@@ -29,15 +29,26 @@ static PyObject *row_key_name;
 /* SeriesKey (tsd.codec.rowkey) keeps the row key of the last hour asked in two slots,
  * _last_base and _last_key. Their offsets are learnt from the first series' type, so a
  * row of the same hour is read from the slots without a Python call (a frame costs about
- * as much as typing the line). Another hour's key is built here from the _prefix, _tsuid
- * and metric_uid slots as SeriesKey.row_key builds it (prefix, the hour's 4 bytes, the
+ * as much as typing the line). Another hour's key is built here from the _tsuid and
+ * metric_uid slots (and _salted_prefix, a salted key's) as SeriesKey.row_key builds it
+ * (prefix, the hour's 4 bytes, the
  * tag suffix: the TSUID past its metric UID), and
  * kept in the two slots as row_key keeps it (a new series' first point: no Python call
  * either); the hour's int is shared by the series that ask for it, as row_key shares it
- * (here among the last SHARED_BASES hours asked). Any other object calls row_key. */
-static PyTypeObject *cached_type;
-static Py_ssize_t last_base_at = -1, last_key_at = -1, prefix_at = -1, tsuid_at = -1,
-                  metric_at = -1;
+ * (here among the last SHARED_BASES hours asked). Any other object calls row_key. The
+ * offsets are learnt per type: SeriesKey and its salted subclass (key_type). */
+/* The slot offsets of a series key type (SeriesKey and its salted subclass: two types). */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t last_base_at, last_key_at, tsuid_at, metric_at;
+    /* _salted_prefix's offset; NO_PREFIX_SLOT when the prefix is the metric UID (an
+     * unsalted key), UNKNOWN_PREFIX when the type has a salt this file cannot find */
+    Py_ssize_t prefix_at;
+} KeyType;
+#define NO_PREFIX_SLOT (-1)
+#define UNKNOWN_PREFIX (-2)
+#define KEY_TYPES 2
+static KeyType key_types[KEY_TYPES];
 #define SHARED_BASES 8
 static PyObject *shared_bases[SHARED_BASES];
 static int next_shared;
@@ -89,16 +100,19 @@ static PyObject *shared_base(long long base)
     return made;
 }
 
-/* SeriesKey.row_key(base) of a series of cached_type whose _last_base is another hour:
- * _prefix + the hour's 4 bytes (big-endian, its low 32 bits) + _tsuid past its
+/* SeriesKey.row_key(base) of a series of a known key type whose _last_base is another hour:
+ * the prefix (_salted_prefix, or metric_uid when unsalted) + the hour's 4 bytes
+ * (big-endian, its low 32 bits) + _tsuid past its
  * metric_uid (the tag suffix), kept in
  * _last_key and _last_base; a new reference (NULL with an exception set). A slot not
  * holding bytes (never so in a SeriesKey) leaves it to row_key. */
-static PyObject *built_row(PyObject *series, long long base)
+static PyObject *built_row(const KeyType *known, PyObject *series, long long base)
 {
-    PyObject *prefix = *(PyObject **)((char *)series + prefix_at);
-    PyObject *tsuid = *(PyObject **)((char *)series + tsuid_at);
-    PyObject *metric = *(PyObject **)((char *)series + metric_at);
+    char *at_series = (char *)series;
+    PyObject *metric = *(PyObject **)(at_series + known->metric_at);
+    PyObject *prefix = known->prefix_at >= 0 ? *(PyObject **)(at_series + known->prefix_at)
+                                             : metric;
+    PyObject *tsuid = *(PyObject **)(at_series + known->tsuid_at);
     if (prefix == NULL || tsuid == NULL || metric == NULL || !PyBytes_CheckExact(prefix) ||
         !PyBytes_CheckExact(tsuid) || !PyBytes_CheckExact(metric) ||
         PyBytes_GET_SIZE(metric) > PyBytes_GET_SIZE(tsuid)) {
@@ -122,31 +136,49 @@ static PyObject *built_row(PyObject *series, long long base)
     at[np + 2] = (char)(hour >> 8);
     at[np + 3] = (char)hour;
     memcpy(at + np + 4, PyBytes_AS_STRING(tsuid) + nm, (size_t)ns);
-    Py_XSETREF(*(PyObject **)((char *)series + last_base_at), shared);
-    Py_XSETREF(*(PyObject **)((char *)series + last_key_at), Py_NewRef(key));
+    Py_XSETREF(*(PyObject **)(at_series + known->last_base_at), shared);
+    Py_XSETREF(*(PyObject **)(at_series + known->last_key_at), Py_NewRef(key));
     return key;
+}
+
+/* The slots of type, learnt on first sight (the first KEY_TYPES types with _last_base
+ * and _last_key slots); NULL for any other. */
+static const KeyType *key_type(PyTypeObject *type)
+{
+    for (int i = 0; i < KEY_TYPES; i++) {
+        if (key_types[i].type == type)
+            return &key_types[i];
+        if (key_types[i].type != NULL)
+            continue;
+        Py_ssize_t base_at = member_offset(type, "_last_base");
+        Py_ssize_t key_at = member_offset(type, "_last_key");
+        if (base_at < 0 || key_at < 0)
+            return NULL;
+        KeyType *known = &key_types[i];
+        known->last_base_at = base_at;
+        known->last_key_at = key_at;
+        known->tsuid_at = member_offset(type, "_tsuid");
+        known->metric_at = member_offset(type, "metric_uid");
+        /* a salted key keeps its prefix (salt + metric UID) in _salted_prefix; an
+         * unsalted one (no _salt slot) starts with its metric UID */
+        known->prefix_at = member_offset(type, "_salted_prefix");
+        if (known->prefix_at < 0)
+            known->prefix_at = member_offset(type, "_salt") >= 0 ? UNKNOWN_PREFIX
+                                                                  : NO_PREFIX_SLOT;
+        Py_INCREF(type);
+        known->type = type;
+        return known;
+    }
+    return NULL;
 }
 
 /* series.row_key(base), a new reference; NULL with an exception set. */
 static PyObject *series_row(PyObject *series, long long base)
 {
-    PyTypeObject *type = Py_TYPE(series);
-    if (cached_type == NULL) {
-        Py_ssize_t base_at = member_offset(type, "_last_base");
-        Py_ssize_t key_at = member_offset(type, "_last_key");
-        if (base_at >= 0 && key_at >= 0) {
-            cached_type = type;
-            Py_INCREF(type);
-            last_base_at = base_at;
-            last_key_at = key_at;
-            prefix_at = member_offset(type, "_prefix");
-            tsuid_at = member_offset(type, "_tsuid");
-            metric_at = member_offset(type, "metric_uid");
-        }
-    }
-    if (type == cached_type) {
-        PyObject *last = *(PyObject **)((char *)series + last_base_at);
-        PyObject *key = *(PyObject **)((char *)series + last_key_at);
+    const KeyType *known = key_type(Py_TYPE(series));
+    if (known != NULL) {
+        PyObject *last = *(PyObject **)((char *)series + known->last_base_at);
+        PyObject *key = *(PyObject **)((char *)series + known->last_key_at);
         if (last != NULL && key != NULL && PyLong_CheckExact(last)) {
             int overflow = 0;
             long long at = PyLong_AsLongLongAndOverflow(last, &overflow);
@@ -156,8 +188,8 @@ static PyObject *series_row(PyObject *series, long long base)
             }
             PyErr_Clear();
         }
-        if (prefix_at >= 0 && tsuid_at >= 0 && metric_at >= 0)
-            return built_row(series, base);
+        if (known->tsuid_at >= 0 && known->metric_at >= 0 && known->prefix_at != UNKNOWN_PREFIX)
+            return built_row(known, series, base);
     }
     return called_row(series, base);
 }
