@@ -393,6 +393,7 @@ def test_usual_keys_of_any_metric_are_built_as_python_builds_them(metric: str) -
     assert P.known_usual_points([other], known) is None
 
 
+@needs_c
 def test_take_new_plain_from_a_negative_start_stops_where_python_does() -> None:
     """The run ends at min(len(lines), start + limit), taken before start is clamped."""
     lines: list[bytes | None] = [b"put m 1 2 k=v", b"put m 1 2 k=w", b"put m 1 2 k=x"]
