@@ -25,6 +25,13 @@ One tsd (``tsdb tsd``, embedded store) takes both of its scenarios; VictoriaMetr
   that sync point. VictoriaMetrics: the reply to the last request.
 * CPU: utime + stime of the server process and its children (/proc) over the round.
 
+``--floor`` adds, for each request size, what the protobuf runtime alone costs: the
+round's bodies decoded in this process (:func:`~tsd.protocol.prom_wire.decode_write_columns`:
+snappy, the views' parses and columns, nothing stored), samples per CPU-second, and the
+bound it puts on the ratio: remote write / telnet per CPU-second could not exceed
+decoding's rate / telnet's even if everything else a request costs (HTTP, the ref cache,
+the log, the head) were free.
+
 ``--baseline REF`` starts a second tsd from git revision REF's tree (bench/ingest.py's
 ``export``: its C helpers built) and adds its remote write at each size, for this tree's
 figure against that commit's in the same rounds.
@@ -33,7 +40,7 @@ Rounds alternate (tsd remote write at each size, tsd telnet, VictoriaMetrics at 
 size, the baseline's remote write at each size), each round starting one further
 (bench/ingest.py's ``rotated``); each figure is the median over rounds.
 
-Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R]
+Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R] [--floor]
 [--connections C] [--per-request K[,K...]] [--no-vm] [--baseline REF]``.
 """
 
@@ -69,7 +76,7 @@ from bench.ingest import (
     tree_cpu_seconds,
 )
 from tsd.protocol.prom_labels import LabelMapper, MappedSeries
-from tsd.protocol.prom_wire import TimeSeries, WriteRequest
+from tsd.protocol.prom_wire import TimeSeries, WriteRequest, decode_write_columns
 
 #: the first sample's time (ms): an hour back, in the open hours of the head
 BASE_MS = (int(time.time()) - 3600) * 1000
@@ -257,6 +264,20 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
     return found
 
 
+def decode_rate(points: int, series: int, size: int, repeats: int = 5) -> float:
+    """Samples per CPU-second of :func:`decode_write_columns` alone over ``points`` samples
+    in ``size``-sample bodies (the median of ``repeats``), in this process."""
+    bodies = write_bodies(samples(points, 0, series), series_labels(series), size)
+    limit = 1 << 30
+    rates = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for body in bodies:
+            decode_write_columns(body, limit)
+        rates.append(points / (time.process_time() - start))
+    return statistics.median(rates)
+
+
 async def check_counts(
     session: aiohttp.ClientSession, tsd: Tsd, vm: Server | None, args: argparse.Namespace, sent: int
 ) -> None:
@@ -288,6 +309,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mode", default="shared", help="pinned or shared (bench/ingest.py)")
     parser.add_argument("--no-vm", action="store_true")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure the protobuf runtime's decoding alone and the bound it sets",
+    )
     parser.add_argument(
         "--baseline",
         default="",
@@ -321,6 +347,14 @@ def main() -> None:
         old = f"{BEFORE_RW} {size}"
         if old in cpu:
             print(f"    this tree / {args.baseline} per CPU-second: {cpu[rw] / cpu[old]:.2f}")
+        if args.floor:
+            rate = decode_rate(args.points, args.series, size)
+            print(
+                f"    decoding alone (snappy + protobuf runtime): {rate:,.0f} samples per"
+                f" CPU-second, {1e9 / rate:,.0f} ns a sample; telnet's whole path"
+                f" {1e9 / cpu['tsd telnet']:,.0f} ns a point; so remote write / telnet"
+                f" <= {rate / cpu['tsd telnet']:.2f} with everything else free"
+            )
 
 
 if __name__ == "__main__":
