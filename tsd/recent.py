@@ -135,8 +135,8 @@ class RecentMap(dict[_K, _V]):
         super().clear()
 
     def _evict(self) -> None:
-        """Drop the first entry of old (the map holds at most half the bound, so old
-        holds some, but with a bound of 1)."""
+        """Drop the first entry of old (the map holds at most young_bound, so old holds
+        some, but with a bound under 8, where the map turns first)."""
         if not self._old:
             self._turn()
         old, order = self._old, self._order
