@@ -859,7 +859,7 @@ def _zeros(size: int, dtype: type[np.generic]) -> npt.NDArray[Any]:
     nbytes = size * np.dtype(dtype).itemsize
     if nbytes < _MAPPED_BYTES:
         return np.zeros(size, dtype)
-    pages = mmap.mmap(-1, nbytes)
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)  # not shared: not shmem
     if hasattr(mmap, "MADV_HUGEPAGE"):  # as numpy does for its large arrays
         pages.madvise(mmap.MADV_HUGEPAGE)
     return np.frombuffer(pages, dtype, size)
