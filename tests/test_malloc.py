@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tsd.malloc import keep_freed_memory
+from tsd.malloc import FreedMemory, keep_freed_memory
 
 
 def test_zero_leaves_the_defaults() -> None:
@@ -21,3 +21,52 @@ def test_glibc_takes_every_setting() -> None:
     code = "from tsd.malloc import keep_freed_memory; print(keep_freed_memory(1 << 30))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True", out.stderr
+
+
+HOLES = """
+import sys
+from pathlib import Path
+from tsd.malloc import FreedMemory, keep_freed_memory
+
+def rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError
+
+assert keep_freed_memory(1 << 30)  # as the daemon: the top kept, nothing mmapped
+freed = FreedMemory(1 << 30)
+assert freed.available
+blocks = [bytearray(16384) for _ in range(12800)]  # 200 MiB from the heap, touched
+above = [bytearray(16384) for _ in range(16)]  # live memory above them: not the top
+before = rss()
+del blocks
+held = rss()
+assert freed.below_top() >= 190 << 20, freed.below_top()
+assert freed.due(64 << 20)
+assert freed.release()
+after = rss()
+assert not freed.due(64 << 20)  # given back: not due again
+print(before >> 20, held >> 20, after >> 20)
+assert held - after >= 180 << 20, (held, after)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim only")
+def test_free_chunks_below_the_top_are_given_back() -> None:
+    """Freed memory with live memory above it stays resident whatever the trim threshold;
+    a release gives its pages back and is not due again until more is freed."""
+    out = subprocess.run([sys.executable, "-c", HOLES], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    before, held, after = map(int, out.stdout.split())
+    assert held >= before - 10  # freeing alone gave nothing back
+
+
+def test_elsewhere_nothing_to_do() -> None:
+    freed = FreedMemory(0)
+    if not freed.available:
+        assert freed.below_top() == 0
+        assert not freed.due(0)
+        assert not freed.release()
+    else:
+        assert freed.below_top() >= 0

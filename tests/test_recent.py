@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tsd.recent import RecentMap
+from tsd.recent import RecentMap, young_bound
 
 
 def test_never_holds_more_than_its_bound_and_counts_what_it_evicts() -> None:
@@ -48,8 +48,8 @@ def test_entries_in_use_survive_a_stream_of_new_ones() -> None:
 def test_least_recently_used_go_first() -> None:
     refs: RecentMap[int, int] = RecentMap(10)
     for n in range(10):
-        refs.remember(n, n)  # 0-4 old, 5-9 young
-    refs.remember(10, 10)  # 0 goes; 5-9 join old behind 1-4
+        refs.remember(n, n)  # 0-8 old (the young generation held 9: young_bound), 9 young
+    refs.remember(10, 10)  # 0 goes
     assert refs.lookup(0) is None
     assert refs.recall(2) == 2  # used again
     for n in range(11, 16):
@@ -114,3 +114,37 @@ def test_remember_many_is_remember_of_each(burst: int) -> None:
         assert dict(at_once) == dict(one_by_one)
         assert at_once.evictions == one_by_one.evictions
         assert all(at_once.lookup(k) == one_by_one.lookup(k) for k in range(start + burst))
+
+
+@pytest.mark.parametrize("in_use", [700, 701])
+def test_series_in_use_up_to_seven_eighths_of_the_bound_are_hits(in_use: int) -> None:
+    """A point per series per interval (bench/cardinality's cycle): with every series in
+    the young generation no point after the first interval takes the slow path; at half
+    the bound (the rule before issue 26) 4 M series of a 5 M bound took it every point."""
+    bound = 800
+    assert young_bound(bound) == 700
+    refs: RecentMap[int, int] = RecentMap(bound)
+    slow_paths = 0
+    for interval in range(5):
+        for key in range(in_use):
+            if refs.get(key) is None:
+                if interval:
+                    slow_paths += 1
+                if refs.recall(key) is None:
+                    refs.remember(key, key)
+    # one more than the young generation holds: a turn an interval, and a slow path for
+    # most points
+    if in_use <= 700:
+        assert slow_paths == 0
+    else:
+        assert slow_paths > in_use * 4 // 2, slow_paths
+    assert refs.evictions == 0
+
+
+def test_more_in_use_than_the_young_generation_take_the_slow_path_once_per_turn() -> None:
+    refs: RecentMap[int, int] = RecentMap(100)
+    for key in range(95):  # more than young_bound(100) = 88: a turn every 88 insertions
+        refs.remember(key, key)
+    recalls = sum(refs.get(key) is None and refs.recall(key) == key for key in range(95))
+    assert 0 < recalls <= 95
+    assert refs.evictions == 0

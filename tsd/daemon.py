@@ -20,6 +20,7 @@ import contextlib
 import functools
 import signal
 import socket
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from tsd.codec.rowkey import KeyLayout
 from tsd.config import Config, load_config
 from tsd.errors import ConfigError
 from tsd.log import DAEMON, configure_logging, get_logger
-from tsd.malloc import keep_freed_memory
+from tsd.malloc import FreedMemory, keep_freed_memory
 from tsd.meta.service import MetaService
 from tsd.protocol.histogram_put import HistogramCodecs, parse_histogram_config
 from tsd.protocol.names import NameRules
@@ -80,6 +81,10 @@ TELNET_DRAIN_TIMEOUT_S = 15.0
 HTTP_SHUTDOWN_TIMEOUT_S = 15.0
 #: A stop still running after this long logs every task's stack (``daemon.task`` lines).
 STOP_WATCHDOG_S = TELNET_DRAIN_TIMEOUT_S + HTTP_SHUTDOWN_TIMEOUT_S + 15.0
+#: how often the heap's freed chunks are looked at, and how many new bytes of them are
+#: given back (tsd/malloc.py's FreedMemory: about a millisecond a look)
+FREED_CHECK_S = 5.0
+FREED_RELEASE_BYTES = 32 << 20
 
 
 def computed_rollups(config: Config, effective: RollupConfig | None) -> ComputedRollups | None:
@@ -143,6 +148,7 @@ class Daemon:
         self._workers: WorkerPool | None = None
         self._control: ControlServer | None = None
         self._query_engine: Any = None
+        self._freed_task: asyncio.Task[None] | None = None
         self._stopped = False
 
     # -- start --------------------------------------------------------------------------------
@@ -241,6 +247,9 @@ class Daemon:
             await self._workers.start()
             self._listener.handoff = self._workers.adopt
         await self._listener.start(network.bind, network.port, bound=bound)
+        freed = FreedMemory(config.query.keep_freed_bytes)
+        if freed.available:
+            self._freed_task = asyncio.get_running_loop().create_task(release_freed(freed))
         self._register_stats(uids)
         self._report_native_helpers()
         log.info(
@@ -457,6 +466,10 @@ class Daemon:
         log.info("daemon.stopped")
 
     async def _stop_in_order(self) -> None:
+        if self._freed_task is not None:
+            self._freed_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._freed_task
         if self._control is not None:
             await self._control.close()  # a tool asking now waits for the stop's end
         if self._query_engine is not None:
@@ -499,6 +512,25 @@ class Daemon:
                     loop.remove_signal_handler(signum)
             await self.stop()
         return 0
+
+
+async def release_freed(freed: FreedMemory) -> None:
+    """Every FREED_CHECK_S, give the heap's free chunks below its top back to the system
+    when FREED_RELEASE_BYTES more lie there than after the last release (tsd/malloc.py:
+    a burst of new series and an hour's close leave the old tables of what grew there,
+    about 140 bytes a series at a million series, issue 26)."""
+    while True:
+        await asyncio.sleep(FREED_CHECK_S)
+        if not freed.due(FREED_RELEASE_BYTES):
+            continue
+        below = freed.below_top()
+        began = time.perf_counter()
+        await asyncio.to_thread(freed.release)
+        log.info(
+            "malloc.released",
+            free_below_top_bytes=below,
+            seconds=round(time.perf_counter() - began, 3),
+        )
 
 
 def log_task_stacks() -> None:

@@ -19,7 +19,7 @@ import ctypes.util
 
 from tsd.log import get_logger
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["FreedMemory", "keep_freed_memory"]
 
 log = get_logger(__name__)
 
@@ -52,3 +52,81 @@ def keep_freed_memory(limit_bytes: int) -> bool:
     if not all(taken):
         log.warning("malloc.settings_refused", limit_bytes=limit, taken=taken)
     return all(taken)
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+), every field a ``size_t``."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+class FreedMemory:
+    """Free chunks of the heap below its top, and giving their pages back (glibc 2.33+;
+    elsewhere :attr:`available` is False and both calls do nothing)."""
+
+    def __init__(self, keep_top_bytes: int) -> None:
+        #: what a release leaves at the heap's top (``tsd.query.keep_freed_bytes``)
+        self.keep_top_bytes = max(0, min(keep_top_bytes, 2**31 - 1))
+        self._info = None
+        self._trim = None
+        name = ctypes.util.find_library("c")
+        if name is None:
+            return
+        try:
+            libc = ctypes.CDLL(name)  # a CDLL call lets go of the GIL
+            info, trim = libc.mallinfo2, libc.malloc_trim
+        except (OSError, AttributeError):  # not glibc, or older than 2.33
+            return
+        info.restype = _MallInfo2
+        info.argtypes = []
+        trim.restype = ctypes.c_int
+        trim.argtypes = [ctypes.c_size_t]
+        self._info, self._trim = info, trim
+        #: :meth:`below_top` after the last release (or its lowest since): a free chunk
+        #: keeps counting once its pages are given back, so what is new is the growth
+        self._baseline = self.below_top()
+
+    @property
+    def available(self) -> bool:
+        return self._info is not None
+
+    def below_top(self) -> int:
+        """Bytes in free chunks other than the top one (``fordblks - keepcost``): resident
+        unless released (pages a release gave back and nothing touched since count too)."""
+        if self._info is None:
+            return 0
+        info = self._info()
+        return int(info.fordblks) - int(info.keepcost)
+
+    def due(self, new_bytes: int) -> bool:
+        """True when at least ``new_bytes`` more lie in free chunks below the top than
+        after the last release (chunks reused since lower the mark)."""
+        if self._info is None:
+            return False
+        now = self.below_top()
+        self._baseline = min(self._baseline, now)
+        return now - self._baseline >= new_bytes
+
+    def release(self) -> bool:
+        """Give back the pages of every free chunk below the top, and the top beyond
+        :attr:`keep_top_bytes` (``malloc_trim``; holds the allocator's lock while it walks
+        the free chunks: call it off the event loop). True when memory was given back."""
+        if self._trim is None:
+            return False
+        released = bool(self._trim(self.keep_top_bytes))
+        self._baseline = self.below_top()
+        return released

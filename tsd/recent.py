@@ -14,19 +14,23 @@ recency is tracked as a second chance (CLOCK's reference bit, kept as membership
   lookup that misses the map (the slow path of a point, before its series is resolved
   again) calls :meth:`RecentMap.recall`, which moves the entry back into the map: once
   per series per generation, never per point;
-* the map holds at most half of ``max_entries``: full, it joins old whole (after the
-  entries already there) and starts again empty. Young and old together hold at most
-  ``max_entries``: a new entry past that evicts the first of old, the one least recently
-  inserted or recalled.
+* the map holds at most :func:`young_bound` (all but an eighth of ``max_entries``):
+  full, it joins old whole (after the entries already there) and starts again empty.
+  Young and old together hold at most ``max_entries``: a new entry past that evicts the
+  first of old, the one least recently inserted or recalled.
 
 Costs: a hit, nothing beyond ``dict.get``; an insertion or a recall O(1) amortised (a
-generation's turn moves at most ``max_entries`` keys, once per ``max_entries // 2``
-insertions and recalls). An entry is evicted only once at least ``max_entries // 2``
-others were inserted or recalled after its last use (as the UID caches', tsd/uid/cache.py,
-but old is eaten from its oldest end rather than dropped whole); with about as many
-series in use as that, or more, the least recently used go first, and each comes back
-by its slow path (the UID caches, not storage: no new UID). Series in use beyond half the
-bound cost a recall each per generation, not a point each.
+generation's turn moves at most ``max_entries`` keys, once per :func:`young_bound`
+insertions and recalls). An entry is evicted only once at least ``max_entries // 8``
+others were inserted after its last use (as the UID caches', tsd/uid/cache.py, but old
+is eaten from its oldest end rather than dropped whole); with more series in use than
+the young generation holds, the least recently used go first, and each comes back by its
+slow path (the UID caches, not storage: no new UID): a recall each per generation, not a
+point each. Why seven eighths and not half (issue 26): series in use are the young
+generation's, and every one beyond it costs its slow path once per turn; in a cycle (a
+point per series per interval) that is every point of every interval. At half, the
+default bound of 5,000,000 served 2.5 M series without that; 4 M series at 10 s took
+35 s an interval, most of it in the slow path.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 _MISSING = object()
+
+
+def young_bound(max_entries: int) -> int:
+    """The most entries the young generation holds: all but an eighth of the bound, so
+    that series in use up to seven eighths of ``tsd.core.series_cache.size`` are hits,
+    while an entry is still evicted only after an eighth of the bound of others came in
+    (at least 1; tsd/protocol/_keytable.h's kt_append has the same rule)."""
+    return max(1, max_entries - max_entries // 8)
 
 
 class RecentMap(dict[_K, _V]):
@@ -78,7 +90,7 @@ class RecentMap(dict[_K, _V]):
         """:meth:`remember` of each pair (``keys[i]`` -> ``values[i]``): in one dict update
         when old holds nothing and they fit the young generation (a burst of new series),
         else one by one."""
-        if not self._old and len(self) + len(keys) < max(1, self.max_entries // 2):
+        if not self._old and len(self) + len(keys) < young_bound(self.max_entries):
             self.update(zip(keys, values, strict=True))
             return
         for key, value in zip(keys, values, strict=True):
@@ -108,8 +120,8 @@ class RecentMap(dict[_K, _V]):
         self._at = 0
 
     def _add(self, key: _K, value: _V) -> None:
-        """A key new to the map; the map joins old first when it holds half the bound."""
-        if len(self) >= max(1, self.max_entries // 2):
+        """A key new to the map; the map joins old first when it holds its young_bound."""
+        if len(self) >= young_bound(self.max_entries):
             self._turn()
         self[key] = value
 
@@ -123,8 +135,8 @@ class RecentMap(dict[_K, _V]):
         super().clear()
 
     def _evict(self) -> None:
-        """Drop the first entry of old (the map holds at most half the bound, so old
-        holds some, but with a bound of 1)."""
+        """Drop the first entry of old (the map holds at most young_bound, so old holds
+        some, but with a bound under 8, where the map turns first)."""
         if not self._old:
             self._turn()
         old, order = self._old, self._order

@@ -111,6 +111,17 @@ def test_keys_must_be_bytes() -> None:
         index.get("a str")
     with pytest.raises(ValueError, match="as many slots as keys"):
         index.add_many([b"a"], [])
+    # a key that is not bytes in a later block (they go 16 at a time, the next one's
+    # probes asked for ahead): the keys before it are in, as a dict update leaves them
+    keys: list[bytes | str] = [b"k%d" % n for n in range(40)]
+    keys[37] = "a str"
+    index = C(keys)
+    with pytest.raises(TypeError, match="bytes"):
+        index.add_many(keys, range(40))
+    assert len(index) == 37
+    assert index.get_many(keys[:37]) == list(range(37))
+    with pytest.raises(TypeError, match="bytes"):
+        index.get_many(keys)
 
 
 def test_the_head_takes_the_compiled_index_where_it_is_built() -> None:

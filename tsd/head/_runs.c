@@ -496,25 +496,32 @@ done:
 
 /* -- the head's index: row key -> slot ------------------------------------------------------ */
 
-/* SlotIndex(keys): the head's row key -> slot map as an open-addressing table of int32
- *   slots (4 bytes an entry, and a byte of the key's hash beside it: the table kept between
- *   3/8 and 3/4 full, about 10 bytes a row) where a dict took an entry (about 40 bytes) and
- *   an int object (32) per row. The keys are not copied: ``keys`` is the head's list of
- *   slot -> row key (None: a free slot), and a probe whose hash byte matches compares the
- *   key asked for with ``keys[slot]`` (its cached hash, then its bytes). The hash byte spares
- *   a probe past another key the read of that key (a cache miss each: a new row's lookup
- *   and insertion probed past several at 3/4 full, a tenth of a burst of new series).
- *   The caller sets ``keys[slot]`` before add_many and removes a key before it clears its
- *   slot. tsd.head.index.DictSlotIndex is the specification (a dict) and the fallback;
- *   tests/head/test_slot_index.py checks both answer alike. */
+/* SlotIndex(keys): the head's row key -> slot map as an open-addressing table of
+ *   entries of 8 bytes: an int32 slot and the low 32 bits of its key's hash (the table kept
+ *   between 3/8 and 3/4 full, about 16 bytes a row) where a dict took an entry (about 40
+ *   bytes) and an int object (32) per row. The keys are not copied: ``keys`` is the head's
+ *   list of slot -> row key (None: a free slot), and a probe whose hash bits match compares
+ *   the key asked for with ``keys[slot]`` (its cached hash, then its bytes). The hash bits
+ *   spare a probe past another key the read of that key, and a rebuild the read of every
+ *   key: where an entry goes in a table of up to 2^32 entries is in its own bits. Without
+ *   them (a byte of the hash, 5 bytes an entry) a rebuild read each held key at random
+ *   (its list item, then the key): at issue 26's 4 M series the table grows at an hour's
+ *   close, when the head adds a row per series, and that rebuild of 6 M keys held the
+ *   close's interval for 0.6 s. The caller sets ``keys[slot]`` before add_many and removes
+ *   a key before it clears its slot. tsd.head.index.DictSlotIndex is the specification (a
+ *   dict) and the fallback; tests/head/test_slot_index.py checks both answer alike. */
 #define SLOT_EMPTY (-1)
 #define SLOT_REMOVED (-2)
 
 typedef struct {
+    int32_t slot;  /* SLOT_EMPTY, SLOT_REMOVED or the row's slot */
+    uint32_t hash; /* the low 32 bits of its key's hash */
+} SlotEntry;
+
+typedef struct {
     PyObject_HEAD
     PyObject *keys;  /* list: slot -> bytes or None */
-    int32_t *table;
-    uint8_t *tags;   /* per entry, the top byte of its key's hash */
+    SlotEntry *table;
     size_t mask;     /* capacity - 1, a power of two */
     Py_ssize_t used; /* keys held */
     Py_ssize_t filled; /* keys held and removed marks */
@@ -535,39 +542,41 @@ static int same_key(SlotIndex *self, int32_t slot, PyObject *key, Py_hash_t hash
     return memcmp(PyBytes_AS_STRING(stored), PyBytes_AS_STRING(key), (size_t)n) == 0;
 }
 
-/* the byte of a key's hash kept beside its slot: the top one (the low ones pick the entry) */
-static inline uint8_t hash_tag(Py_hash_t hash)
-{
-    return (uint8_t)((size_t)hash >> (sizeof(size_t) * 8 - 8));
-}
-
 /* the table position holding ``key``, or -1 */
 static Py_ssize_t slot_find(SlotIndex *self, PyObject *key, Py_hash_t hash)
 {
     size_t i = (size_t)hash & self->mask;
-    uint8_t tag = hash_tag(hash);
+    uint32_t bits = (uint32_t)(size_t)hash;
     for (;;) {
-        int32_t s = self->table[i];
-        if (s == SLOT_EMPTY)
+        SlotEntry e = self->table[i];
+        if (e.slot == SLOT_EMPTY)
             return -1;
-        if (s >= 0 && self->tags[i] == tag && same_key(self, s, key, hash))
+        if (e.slot >= 0 && e.hash == bits && same_key(self, e.slot, key, hash))
             return (Py_ssize_t)i;
         i = (i + 1) & self->mask;
     }
 }
 
-/* ``slot`` at the first free position of ``hash``'s probe (the key is not held) */
-static void slot_place(SlotIndex *self, Py_hash_t hash, int32_t slot)
+/* ``slot`` at the first free position of the probe of a key whose hash's low bits are
+ * ``bits`` (the key is not held) */
+static void slot_place(SlotIndex *self, uint32_t bits, int32_t slot)
 {
-    size_t i = (size_t)hash & self->mask;
-    while (self->table[i] >= 0)
+    size_t i = (size_t)bits & self->mask;
+    while (self->table[i].slot >= 0)
         i = (i + 1) & self->mask;
-    if (self->table[i] == SLOT_EMPTY)
+    if (self->table[i].slot == SLOT_EMPTY)
         self->filled++;
-    self->table[i] = slot;
-    self->tags[i] = hash_tag(hash);
+    self->table[i].slot = slot;
+    self->table[i].hash = bits;
     self->used++;
 }
+
+/* Adding and looking up go SLOT_BLOCK keys at a time, the table entries where the next
+ * block's probes start asked for (prefetched) while one is worked on, so that their cache
+ * misses overlap rather than follow one another; a rebuild asks for where the entries a
+ * block ahead go. At an hour's close the head adds a row for every series (4 M at issue
+ * 26's load). */
+#define SLOT_BLOCK 16
 
 /* a table for ``need`` keys at most half full, holding the keys held (removed marks gone) */
 static int slot_rebuild(SlotIndex *self, Py_ssize_t need)
@@ -575,42 +584,30 @@ static int slot_rebuild(SlotIndex *self, Py_ssize_t need)
     size_t capacity = 8;
     while (capacity < (size_t)need * 2)
         capacity <<= 1;
-    int32_t *table = PyMem_Malloc(capacity * sizeof(int32_t));
-    uint8_t *tags = PyMem_Malloc(capacity);
-    if (table == NULL || tags == NULL) {
-        PyMem_Free(table);
-        PyMem_Free(tags);
+    if (capacity > ((size_t)1 << 32)) {
+        PyErr_SetString(PyExc_OverflowError, "SlotIndex: more than 2^31 keys");
+        return -1;
+    }
+    SlotEntry *table = PyMem_Malloc(capacity * sizeof(SlotEntry));
+    if (table == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    memset(table, 0xFF, capacity * sizeof(int32_t)); /* every entry SLOT_EMPTY */
-    int32_t *old = self->table;
-    uint8_t *old_tags = self->tags;
+    memset(table, 0xFF, capacity * sizeof(SlotEntry)); /* every entry SLOT_EMPTY */
+    SlotEntry *old = self->table;
     size_t old_size = old == NULL ? 0 : self->mask + 1;
     self->table = table;
-    self->tags = tags;
     self->mask = capacity - 1;
     self->used = self->filled = 0;
     for (size_t i = 0; i < old_size; i++) {
-        int32_t s = old[i];
-        if (s < 0)
-            continue;
-        PyObject *key = s < PyList_GET_SIZE(self->keys) ? PyList_GET_ITEM(self->keys, s) : NULL;
-        Py_hash_t hash = key == NULL ? -1 : PyObject_Hash(key);
-        if (hash == -1) {
-            PyMem_Free(table);
-            PyMem_Free(tags);
-            self->table = old;
-            self->tags = old_tags;
-            self->mask = old_size - 1;
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "SlotIndex: a slot held has no key");
-            return -1;
-        }
-        slot_place(self, hash, s);
+        if (i % SLOT_BLOCK == 0)
+            for (size_t j = i + SLOT_BLOCK; j < i + 2 * SLOT_BLOCK && j < old_size; j++)
+                if (old[j].slot >= 0)
+                    __builtin_prefetch(&table[(size_t)old[j].hash & self->mask], 1);
+        if (old[i].slot >= 0)
+            slot_place(self, old[i].hash, old[i].slot);
     }
     PyMem_Free(old);
-    PyMem_Free(old_tags);
     return 0;
 }
 
@@ -626,16 +623,13 @@ static int slot_index_init(SlotIndex *self, PyObject *args, PyObject *kwds)
     Py_INCREF(keys);
     Py_XSETREF(self->keys, keys);
     PyMem_Free(self->table);
-    PyMem_Free(self->tags);
     self->table = NULL;
-    self->tags = NULL;
     return slot_rebuild(self, 0);
 }
 
 static void slot_index_dealloc(SlotIndex *self)
 {
     PyMem_Free(self->table);
-    PyMem_Free(self->tags);
     Py_XDECREF(self->keys);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -649,6 +643,19 @@ static Py_hash_t key_hash(PyObject *key)
     return PyObject_Hash(key);
 }
 
+/* At the start of the block of keys at ``i``: the next block's hashes (bytes cache
+ * theirs) and the table entries where their probes start asked for (the first block's
+ * too when i is 0). Stops at a key that is not bytes: its lookup says so. */
+static void prefetch_probes(SlotIndex *self, PyObject **items, Py_ssize_t n, Py_ssize_t i)
+{
+    Py_ssize_t end = n - i < 2 * SLOT_BLOCK ? n : i + 2 * SLOT_BLOCK;
+    for (Py_ssize_t j = i == 0 ? 0 : i + SLOT_BLOCK; j < end; j++) {
+        if (!PyBytes_CheckExact(items[j]))
+            break;
+        __builtin_prefetch(&self->table[(size_t)PyObject_Hash(items[j]) & self->mask]);
+    }
+}
+
 static PyObject *slot_get(SlotIndex *self, PyObject *key)
 {
     Py_hash_t hash = key_hash(key);
@@ -657,7 +664,7 @@ static PyObject *slot_get(SlotIndex *self, PyObject *key)
     Py_ssize_t at = slot_find(self, key, hash);
     if (at < 0)
         Py_RETURN_NONE;
-    return PyLong_FromLong(self->table[at]);
+    return PyLong_FromLong(self->table[at].slot);
 }
 
 static PyObject *slot_get_many(SlotIndex *self, PyObject *arg)
@@ -671,11 +678,13 @@ static PyObject *slot_get_many(SlotIndex *self, PyObject *arg)
     if (out == NULL)
         goto error;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i % SLOT_BLOCK == 0)
+            prefetch_probes(self, items, n, i);
         Py_hash_t hash = key_hash(items[i]);
         if (hash == -1)
             goto error;
         Py_ssize_t at = slot_find(self, items[i], hash);
-        PyObject *slot = at < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(self->table[at]);
+        PyObject *slot = at < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(self->table[at].slot);
         if (slot == NULL)
             goto error;
         PyList_SET_ITEM(out, i, slot);
@@ -708,8 +717,11 @@ static PyObject *slot_add_many(SlotIndex *self, PyObject *args)
     }
     if ((size_t)(self->filled + n) * 4 > (self->mask + 1) * 3 && slot_rebuild(self, self->used + n) < 0)
         goto error;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PySequence_Fast_GET_ITEM(keys, i);
+        if (i % SLOT_BLOCK == 0)
+            prefetch_probes(self, items, n, i);
+        PyObject *key = items[i];
         long slot = PyLong_AsLong(PySequence_Fast_GET_ITEM(slots, i));
         if (slot == -1 && PyErr_Occurred())
             goto error;
@@ -722,9 +734,9 @@ static PyObject *slot_add_many(SlotIndex *self, PyObject *args)
             goto error;
         Py_ssize_t at = slot_find(self, key, hash);
         if (at >= 0)
-            self->table[at] = (int32_t)slot; /* held: moved to this slot, as a dict update */
+            self->table[at].slot = (int32_t)slot; /* held: moved to this slot, as a dict update */
         else
-            slot_place(self, hash, (int32_t)slot);
+            slot_place(self, (uint32_t)(size_t)hash, (int32_t)slot);
     }
     Py_DECREF(keys);
     Py_DECREF(slots);
@@ -743,7 +755,7 @@ static PyObject *slot_remove(SlotIndex *self, PyObject *key)
     Py_ssize_t at = slot_find(self, key, hash);
     if (at < 0)
         Py_RETURN_FALSE;
-    self->table[at] = SLOT_REMOVED;
+    self->table[at].slot = SLOT_REMOVED;
     self->used--;
     if (self->used * 8 < self->filled && self->mask > 7 && slot_rebuild(self, self->used) < 0)
         return NULL;

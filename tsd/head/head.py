@@ -41,6 +41,7 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
 
 from __future__ import annotations
 
+import mmap
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -843,6 +844,27 @@ class Head:
         return fixed + data + (data >> DATA_SLACK_SHIFT)
 
 
+#: columns from this size on are pages mapped of their own (see _zeros)
+_MAPPED_BYTES = 1 << 20
+
+
+def _zeros(size: int, dtype: type[np.generic]) -> npt.NDArray[Any]:
+    """A column of zeros whose pages are resident only once written. np.zeros asks the C
+    library's calloc, which clears a block reused from the heap by writing every byte of
+    it (the daemon gives freed heap pages back, tsd/malloc.py, and calloc cannot know
+    they are zero): the room a grown column keeps for later rows was resident from the
+    start, about 60 bytes a slot of it, and at an hour's close the head's slots grow by
+    half of up to twice a row per series (issue 26). Anonymous pages are zero until
+    written; unmapped when the column goes."""
+    nbytes = size * np.dtype(dtype).itemsize
+    if nbytes < _MAPPED_BYTES:
+        return np.zeros(size, dtype)
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)  # not shared: not shmem
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # as numpy does for its large arrays
+        pages.madvise(mmap.MADV_HUGEPAGE)
+    return np.frombuffer(pages, dtype, size)
+
+
 class _Columns:
     """The numbers of every slot, a numpy array each (grown by half when full: the
     room not yet used is not touched, so it takes no memory)."""
@@ -862,23 +884,23 @@ class _Columns:
     )
 
     def __init__(self, size: int) -> None:
-        self.q_len = np.zeros(size, np.int32)
-        self.v_len = np.zeros(size, np.int32)
-        self.count = np.zeros(size, np.int32)
-        self.ms_count = np.zeros(size, np.int32)
+        self.q_len = _zeros(size, np.int32)
+        self.v_len = _zeros(size, np.int32)
+        self.count = _zeros(size, np.int32)
+        self.ms_count = _zeros(size, np.int32)
         #: every point strictly after the one before (see the module docstring)
-        self.clean = np.zeros(size, np.bool_)
+        self.clean = _zeros(size, np.bool_)
         #: the last point's offset in its hour (ms), while the row is clean
-        self.last_offset = np.zeros(size, np.int32)
+        self.last_offset = _zeros(size, np.int32)
         #: wall clock (s) of the last point
-        self.written_at = np.zeros(size, np.float64)
+        self.written_at = _zeros(size, np.float64)
         #: the oldest and newest writer batch whose points the row holds
-        self.first_batch = np.zeros(size, np.int64)
-        self.last_batch = np.zeros(size, np.int64)
+        self.first_batch = _zeros(size, np.int64)
+        self.last_batch = _zeros(size, np.int64)
         #: the row's group (-1: a free slot)
         self.group = np.full(size, -1, np.int32)
         #: the slot's version (the module docstring): stamped when its points change
-        self.version = np.zeros(size, np.int64)
+        self.version = _zeros(size, np.int64)
 
     def __len__(self) -> int:
         return len(self.q_len)

@@ -1,11 +1,13 @@
 """The head's row key -> slot map: its specification and fallback, and the compiled one.
 
 The compiled ``SlotIndex`` (``tsd/head/_runs.c``) keeps a row's slot as an int32 in an
-open-addressing table and compares keys with the head's own list of slot -> row key
-(the keys are not copied): about 8 bytes a row, where a dict took an entry and an int
-object per row (about 75 bytes; bench/head_memory.py). :class:`DictSlotIndex` is the
-specification (a dict) and the fallback when the helper is not built
-(tests/head/test_slot_index.py checks both answer alike).
+open-addressing table, with the low 32 bits of its key's hash beside it, and compares keys
+with the head's own list of slot -> row key (the keys are not copied): about 16 bytes a
+row, where a dict took an entry and an int object per row (about 75 bytes;
+bench/head_memory.py). The hash bits let the table grow without reading every key it
+holds (issue 26: it grows at an hour's close, when the head adds a row per series).
+:class:`DictSlotIndex` is the specification (a dict) and the fallback when the helper is
+not built (tests/head/test_slot_index.py checks both answer alike).
 
 The contract both keep: ``keys`` is the head's list, slot -> row key or None; a key's
 slot is set in it before :meth:`~DictSlotIndex.add_many` and a key is removed before its

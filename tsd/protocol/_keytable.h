@@ -289,11 +289,11 @@ static void kt_evict(KeyTable *t)
 }
 
 /* Append an entry to the young generation (room reserved: kt_reserve), turning first
- * when young holds half the bound. Steals value. */
+ * when young holds all but an eighth of the bound (tsd.recent.young_bound). Steals value. */
 static void kt_append(KeyTable *t, uint64_t off, uint32_t len, uint32_t hash, PyObject *value)
 {
-    Py_ssize_t half = t->max_entries / 2;
-    if ((Py_ssize_t)t->young >= (half > 1 ? half : 1))
+    Py_ssize_t young_max = t->max_entries - t->max_entries / 8;
+    if ((Py_ssize_t)t->young >= (young_max > 1 ? young_max : 1))
         kt_turn(t);
     KTEntry *e = &t->entries[t->n];
     e->off = off;

@@ -25,13 +25,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import tsd.native as native
+from tsd.recent import young_bound
 
 __all__ = ["PythonRefTable", "RefTable"]
 
 
 class PythonRefTable(dict[bytes, Any]):
     """bytes key -> ref: the young generation (this dict) and the old one, oldest first,
-    at most ``max_entries`` together; young holds at most half of them."""
+    at most ``max_entries`` together; young holds at most ``young_bound`` of them."""
 
     __slots__ = ("_old", "evictions", "max_entries")
 
@@ -90,7 +91,7 @@ class PythonRefTable(dict[bytes, Any]):
         return list(self._old.items())
 
     def _add(self, key: bytes, value: Any) -> None:
-        if len(self) >= max(1, self.max_entries // 2):
+        if len(self) >= young_bound(self.max_entries):
             self._old.update(self)  # the turn: young joins old, after it
             super().clear()
         self[key] = value
