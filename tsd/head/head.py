@@ -51,10 +51,12 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+import tsd.head.pack as row_pack
 import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
 from tsd.head.index import new_slot_index
+from tsd.head.pack import full_rows, pack_rows
 from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
@@ -288,6 +290,8 @@ class Head:
         self.releases = 0
         #: the last version stamped on a slot (see the module docstring)
         self._version = 0
+        #: a row's raw tail is packed once it holds this many points (tsd/head/pack.py)
+        self._block_points = row_pack.BLOCK_POINTS
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -300,9 +304,8 @@ class Head:
         s = self._slot_of.get(key)
         if s is None:
             return None
-        buf = self._buf[s]
+        buf = self._plain(s)
         group = self._groups[int(self._cols.group[s])]
-        assert buf is not None
         assert group is not None
         c = self._cols
         q_len = int(c.q_len[s])
@@ -358,7 +361,9 @@ class Head:
         """Points for rows the head holds: appended to each row's bytes (qualifiers
         before the values, values at the end), numbers updated by column."""
         c = self._cols
-        append_rows(self._buf, slots.tolist(), c.q_len[slots].tolist(), part.runs)
+        # a row's bytes: its packed part, then its tail's qualifiers, then its tail's values
+        at = c.packed[slots] + c.q_len[slots] - c.packed_q[slots]
+        append_rows(self._buf, slots.tolist(), at.tolist(), part.runs)
         counts, q_sizes, checked = part.counts, part.q_sizes, part.checked
         c.q_len[slots] += q_sizes.astype(np.int32)
         c.v_len[slots] += part.v_sizes.astype(np.int32)
@@ -373,6 +378,39 @@ class Head:
         c.last_batch[slots] = batch
         self._version += 1
         c.version[slots] = self._version
+        due = slots[c.count[slots] - c.packed_count[slots] >= self._block_points]
+        if len(due):
+            self._pack(due)
+
+    def _pack(self, slots: npt.NDArray[np.int64]) -> None:
+        """The rows' raw tails packed into their packed parts (tsd/head/pack.py): the
+        same points, so the rows keep their versions."""
+        c = self._cols
+        lengths = np.array(
+            pack_rows(
+                self._buf,
+                slots.tolist(),
+                c.packed[slots].tolist(),
+                (c.q_len[slots] - c.packed_q[slots]).tolist(),
+            ),
+            np.int64,
+        )
+        done = lengths >= 0
+        slots = slots[done]
+        c.packed[slots] = lengths[done]
+        c.packed_count[slots] = c.count[slots]
+        c.packed_q[slots] = c.q_len[slots]
+
+    def _plain(self, s: int) -> bytes:
+        """Slot ``s``'s row as plain bytes: its qualifiers, then its values."""
+        buf = self._buf[s]
+        assert buf is not None
+        c = self._cols
+        p = c.packed.item(s)
+        if not p:
+            return buf
+        lengths = (np.array([p], np.int64), c.q_len[s : s + 1].astype(np.int64))
+        return full_rows([buf], *lengths, c.v_len[s : s + 1].astype(np.int64))[0]
 
     def _add_new(
         self, part: _Part, batch: int, now: float, keys: list[bytes] | None = None
@@ -412,6 +450,11 @@ class Head:
         c.written_at[slots] = now
         c.first_batch[slots] = batch
         c.last_batch[slots] = batch
+        c.packed[slots] = 0
+        c.packed_count[slots] = 0
+        c.packed_q[slots] = 0
+        if int(counts.max()) >= self._block_points:  # a backfill: many points a row
+            self._pack(slots[counts >= self._block_points])
         # groups: a batch's new rows mostly share a metric and an hour
         heads, index = prefix_groups(keys, self._prefix_end + TIMESTAMP_BYTES)
         if len(heads) == 1:
@@ -622,6 +665,7 @@ class Head:
             c.clean[slots].copy(),
             slots,
             c.version[slots],
+            c.packed[slots].astype(np.int64),
         )
 
     def _slots_in(self, spec: ScanSpec) -> Iterator[tuple[int | None, npt.NDArray[np.int64]]]:
@@ -731,8 +775,7 @@ class Head:
         count = c.count.item(s)
         if not count:
             return None
-        buf = self._buf[s]
-        assert buf is not None
+        buf = self._plain(s)
         q_len = c.q_len.item(s)
         qualifiers, values = buf[:q_len], buf[q_len:]
         ms_count = c.ms_count.item(s)
@@ -762,10 +805,10 @@ class Head:
         self._data -= taken.qualifier_bytes + taken.value_bytes
         self.points -= taken.count
         if count:
-            buf = self._buf[s]
-            assert buf is not None
+            buf = self._plain(s)
             q_len = c.q_len.item(s)
             self._buf[s] = buf[taken.qualifier_bytes : q_len] + buf[q_len + taken.value_bytes :]
+            c.packed[s] = c.packed_count[s] = c.packed_q[s] = 0
             c.q_len[s] = q_len - taken.qualifier_bytes
             c.v_len[s] -= taken.value_bytes
             c.count[s] = count
@@ -855,6 +898,9 @@ class _Columns:
         "last_batch",
         "last_offset",
         "ms_count",
+        "packed",
+        "packed_count",
+        "packed_q",
         "q_len",
         "v_len",
         "version",
@@ -879,6 +925,11 @@ class _Columns:
         self.group = np.full(size, -1, np.int32)
         #: the slot's version (the module docstring): stamped when its points change
         self.version = np.zeros(size, np.int64)
+        #: the row's packed part (tsd/head/pack.py): its bytes at the front of the row's
+        #: bytes (0: none), its points and its qualifiers' bytes unpacked
+        self.packed = np.zeros(size, np.int32)
+        self.packed_count = np.zeros(size, np.int32)
+        self.packed_q = np.zeros(size, np.int32)
 
     def __len__(self) -> int:
         return len(self.q_len)
@@ -992,9 +1043,12 @@ class HeadSnapshot:
         clean: npt.NDArray[np.bool_],
         slots: npt.NDArray[np.int64],
         versions: npt.NDArray[np.int64],
+        packed: npt.NDArray[np.int64] | None = None,
     ) -> None:
         self._keys = keys
         self._bufs = bufs
+        #: per row, its packed part's bytes at the front of its bytes (None: none has one)
+        self._packed = packed if packed is not None and packed.any() else None
         self._q_lens = q_lens
         self._v_lens = v_lens
         self._counts = counts
@@ -1015,6 +1069,9 @@ class HeadSnapshot:
 
     def _copy(self, i: int) -> _Copy:
         buf, q_len = self._bufs[i], int(self._q_lens[i])
+        if self._packed is not None and self._packed[i]:
+            at = slice(i, i + 1)
+            buf = full_rows([buf], self._packed[at], self._q_lens[at], self._v_lens[at])[0]
         return (
             buf[:q_len],
             buf[q_len:],
@@ -1120,6 +1177,8 @@ class HeadSnapshot:
             keys = _picked_at(self._keys, at)
             bufs = _picked_at(self._bufs, at)
             rows = at  # type: ignore[assignment]
+        if self._packed is not None and keys:
+            bufs = full_rows(bufs, self._packed[rows], q_lens[rows], v_lens[rows])
         qualifiers, values = _join_parts(bufs, q_lens[rows], v_lens[rows]) if keys else (b"", b"")
         return HeadRuns(
             keys,
