@@ -378,9 +378,15 @@ class Head:
         c.last_batch[slots] = batch
         self._version += 1
         c.version[slots] = self._version
-        due = slots[c.count[slots] - c.packed_count[slots] >= self._block_points]
-        if len(due):
-            self._pack(due)
+        # A tail is packed every half block of points, at a point count set by the slot
+        # (a million series sending together pack a sixteenth of their rows an interval,
+        # not all of them every sixteenth), and at a block at the latest.
+        count, block = c.count[slots], self._block_points
+        tail = count - c.packed_count[slots]
+        half = max(1, block // 2)
+        due = (tail >= block) | ((tail >= half) & ((count + slots) % half == 0))
+        if due.any():
+            self._pack(slots[due])
 
     def _pack(self, slots: npt.NDArray[np.int64]) -> None:
         """The rows' raw tails packed into their packed parts (tsd/head/pack.py): the

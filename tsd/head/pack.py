@@ -55,8 +55,10 @@ __all__ = [
     "unpack",
 ]
 
-#: points of a row's raw tail packed at once: an hour at 10 s is 11 blocks and a tail of
-#: at most 31 points (a block costs a few bytes: bench/head_memory.py)
+#: the most points a row's raw tail holds: the head packs it every half of this, at a
+#: point count set by the row's slot (tsd/head/head.py ``Head._add_held``), and at this
+#: many at the latest. An hour at 10 s is then 22 blocks and a tail of at most 15 points
+#: (a block of a regular series costs a few bytes: bench/head_memory.py)
 BLOCK_POINTS = 32
 
 #: per row, a length (int64: the compiled helper reads the array's buffer)
