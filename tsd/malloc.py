@@ -19,7 +19,7 @@ import ctypes.util
 
 from tsd.log import get_logger
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["keep_freed_memory", "release_freed_memory"]
 
 log = get_logger(__name__)
 
@@ -34,13 +34,9 @@ def keep_freed_memory(limit_bytes: int) -> bool:
     arenas made later); True when every setting was taken."""
     if limit_bytes <= 0:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)  # not glibc (musl has no mallopt)
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     limit = min(limit_bytes, 2**31 - 1)
@@ -52,3 +48,29 @@ def keep_freed_memory(limit_bytes: int) -> bool:
     if not all(taken):
         log.warning("malloc.settings_refused", limit_bytes=limit, taken=taken)
     return all(taken)
+
+
+def release_freed_memory() -> bool:
+    """Give the free pages of the C library's heap back to the system (glibc's
+    ``malloc_trim``), whatever ``tsd.query.keep_freed_bytes`` keeps: once after an hour's
+    rows were written out (tsd/write/head_flush.py), when the head freed most of what it
+    held and its next rows are a fraction of that size (packed: tsd/head/pack.py). True
+    when memory was released; False too where there is no glibc."""
+    libc = _libc()
+    if libc is None:
+        return False
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    return bool(trim(0))
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None

@@ -184,7 +184,10 @@ def test_a_batch_with_rows_repeated_adds_what_its_runs_add_one_by_one(
         key = _key(1, 0, series)
         return (key, len(cells), b"".join(q for q, _ in cells), b"".join(v for _, v in cells))
 
-    joined, one_by_one = Head(LAYOUT), Head(LAYOUT)
+    # unpacked: when a row's tail is packed depends on the batches (its bytes with it)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(row_pack, "BLOCK_POINTS", 1 << 30)
+        joined, one_by_one = Head(LAYOUT), Head(LAYOUT)
     for batch, group in enumerate((before, runs)):
         batch_runs = [run_of(series, seconds) for series, seconds in group]
         added = joined.add_runs(batch_runs, batch, float(batch))

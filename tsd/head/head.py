@@ -282,7 +282,8 @@ class Head:
         #: groups of a closed hour with no idle row when last looked at: the oldest last
         #: write of their rows then (see :meth:`closed`)
         self._busy_since: dict[int, float] = {}
-        #: bytes of points held (qualifiers and values), and of the rows' keys
+        #: bytes of the rows' points held (their bytes: packed parts and raw tails), and of
+        #: the rows' keys
         self._data = 0
         self._key_data = 0
         self.points = 0
@@ -392,6 +393,7 @@ class Head:
         """The rows' raw tails packed into their packed parts (tsd/head/pack.py): the
         same points, so the rows keep their versions."""
         c = self._cols
+        before = sum(map(len, cast(list[bytes], _picked_at(self._buf, slots))))
         lengths = np.array(
             pack_rows(
                 self._buf,
@@ -402,6 +404,10 @@ class Head:
             np.int64,
         )
         done = lengths >= 0
+        # a row left unpacked (its tail not whole points) kept its bytes
+        self._data += int(lengths[done].sum()) - before
+        if not done.all():
+            self._data += sum(map(len, cast(list[bytes], _picked_at(self._buf, slots[~done]))))
         slots = slots[done]
         c.packed[slots] = lengths[done]
         c.packed_count[slots] = c.count[slots]
@@ -755,7 +761,8 @@ class Head:
         for _, number in sorted(self._group_of.items(), key=_hour_of_group):
             members = self._members(number)
             members = members[np.argsort(c.written_at[members], kind="stable")]
-            data = (c.q_len[members] + c.v_len[members]).astype(np.int64)
+            held = cast(list[bytes], _picked_at(self._buf, members))
+            data = np.fromiter(map(len, held), np.int64, len(held))
             listed = [key_of[s] or b"" for s in members.tolist()]
             key_sizes = np.fromiter(map(len, listed), np.int64, len(listed))
             sizes = ROW_OVERHEAD_BYTES + key_sizes + data + (data >> DATA_SLACK_SHIFT)
@@ -808,12 +815,17 @@ class Head:
         # the row changes, or leaves its slot to another row: a new version either way
         self._version += 1
         c.version[s] = self._version
-        self._data -= taken.qualifier_bytes + taken.value_bytes
+        held = self._buf[s]
+        assert held is not None
+        self._data -= len(held)
         self.points -= taken.count
         if count:
             buf = self._plain(s)
             q_len = c.q_len.item(s)
-            self._buf[s] = buf[taken.qualifier_bytes : q_len] + buf[q_len + taken.value_bytes :]
+            self._buf[s] = left = (
+                buf[taken.qualifier_bytes : q_len] + buf[q_len + taken.value_bytes :]
+            )
+            self._data += len(left)
             c.packed[s] = c.packed_count[s] = c.packed_q[s] = 0
             c.q_len[s] = q_len - taken.qualifier_bytes
             c.v_len[s] -= taken.value_bytes
@@ -886,7 +898,8 @@ class Head:
     @property
     def bytes(self) -> int:
         """The memory the rows take, as measured (bench/head_memory.py): a fixed cost per
-        row, and the points' bytes with their buffers' room to grow."""
+        row, and the rows' bytes (packed parts and raw tails: tsd/head/pack.py) with the
+        allocator's rounding."""
         data = self._data
         fixed = len(self._slot_of) * ROW_OVERHEAD_BYTES + self._key_data
         return fixed + data + (data >> DATA_SLACK_SHIFT)
