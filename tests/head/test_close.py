@@ -74,6 +74,21 @@ async def test_write_outs_run_one_at_a_time(tmp_path: Path) -> None:
         await storage.close()
 
 
+def _closing_sink(storage: EmbeddedStorage, cfg: StorageConfig, now: list[float]) -> HeadSink:
+    """A head on ``storage`` whose clock is ``now[0]``: a grace of 60 s, 40 closed rows
+    written a flush."""
+    flusher = build_head_sink(storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0)
+    return HeadSink(
+        flusher._flusher,
+        StatsRegistry(),
+        max_bytes=cfg.head_max_bytes,
+        grace_s=60,
+        wal=None,
+        wall_clock=lambda: now[0],
+        closed_per_flush=40,
+    )
+
+
 async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None:
     """Closed rows go out at most closed_per_flush per flush (an hour of many series
     closing at once does not hold the writer): every one of them, over several flushes."""
@@ -82,18 +97,7 @@ async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None
     try:
         await ensure_tables(storage, cfg)
         now = [BASE + 7200.0]  # hour 0 ended long ago
-        flusher = build_head_sink(
-            storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0
-        )._flusher
-        sink = HeadSink(
-            flusher,
-            StatsRegistry(),
-            max_bytes=cfg.head_max_bytes,
-            grace_s=60,
-            wal=None,
-            wall_clock=lambda: now[0],
-            closed_per_flush=40,
-        )
+        sink = _closing_sink(storage, cfg, now)
         rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(100)}
         _, runs = HeadSink.encode(rows)
         sink._add(runs)
@@ -119,18 +123,7 @@ async def test_the_heap_is_given_back_once_a_big_close_is_written(
     try:
         await ensure_tables(storage, cfg)
         now = [BASE + 7200.0]
-        flusher = build_head_sink(
-            storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0
-        )._flusher
-        sink = HeadSink(
-            flusher,
-            StatsRegistry(),
-            max_bytes=cfg.head_max_bytes,
-            grace_s=60,
-            wal=None,
-            wall_clock=lambda: now[0],
-            closed_per_flush=40,
-        )
+        sink = _closing_sink(storage, cfg, now)
         rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(130)}
         _, runs = HeadSink.encode(rows)
         sink._add(runs)
