@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import tsd.native as native
 from tsd.head.pack import (
     BLOCK_POINTS,
+    full_row,
     full_rows,
     pack,
     pack_rows,
@@ -148,6 +149,9 @@ def test_rows_packed_and_read_back_as_plain_bytes(
     arrays = [np.array(x, np.int64) for x in (packed_lens, q_lens, v_lens)]
     plain = python_full_rows([b or b"" for b in bufs], *arrays)
     assert full_rows([b or b"" for b in bufs], *arrays) == plain
+    assert [
+        full_row(b or b"", *n) for b, *n in zip(bufs, packed_lens, q_lens, v_lens, strict=True)
+    ] == plain
     py_bufs, c_bufs = list(bufs), list(bufs)
     slots = list(range(len(bufs)))
     py_lens = python_pack_rows(py_bufs, slots, packed_lens, tail_qs)

@@ -506,6 +506,10 @@ typedef struct {
     uint64_t v, dv;
 } PackState;
 
+/* the most qualifier or value bytes unpack decodes (malformed bytes could claim runs of
+ * 2**60 points: given up on past this) */
+#define MAX_UNPACKED ((Py_ssize_t)1 << 30)
+
 static size_t put_varint(unsigned char *to, uint64_t x)
 {
     size_t n = 0;
@@ -692,8 +696,9 @@ static PyObject *pack_points(const unsigned char *packed, Py_ssize_t p_len,
     return out;
 }
 
-/* python_unpack into q_out / v_out (NULL: only counted), at most q_cap / v_cap bytes; the
- * lengths in *q_n and *v_n. 1, or 0 when the packed part is not well formed. */
+/* python_unpack into q_out / v_out (NULL: only counted), at most q_cap / v_cap bytes (0
+ * past them); the lengths in *q_n and *v_n. 1, or 0 when the packed part is not well
+ * formed. */
 static int unpack_points(const unsigned char *p, Py_ssize_t len, unsigned char *q_out,
                          Py_ssize_t q_cap, Py_ssize_t *q_n, unsigned char *v_out,
                          Py_ssize_t v_cap, Py_ssize_t *v_n)
@@ -735,9 +740,9 @@ static int unpack_points(const unsigned char *p, Py_ssize_t len, unsigned char *
             }
             if (va != (Py_ssize_t)vl || points != n)
                 return 0;
+            if (qn + (Py_ssize_t)ql > q_cap || vn + (Py_ssize_t)vl > v_cap)
+                return 0;
             if (q_out != NULL) {
-                if (qn + (Py_ssize_t)ql > q_cap || vn + (Py_ssize_t)vl > v_cap)
-                    return 0;
                 memcpy(q_out + qn, rq, (size_t)ql);
                 memcpy(v_out + vn, rv, (size_t)vl);
             }
@@ -768,9 +773,9 @@ static int unpack_points(const unsigned char *p, Py_ssize_t len, unsigned char *
                 st.dv = mode == 0 ? st.dv + x : x;
                 st.v += st.dv;
                 int v_len = (int)((uint64_t)st.q & 7) + 1;
+                if (qn + width > q_cap || vn + v_len > v_cap)
+                    return 0;
                 if (q_out != NULL) {
-                    if (qn + width > q_cap || vn + v_len > v_cap)
-                        return 0;
                     for (int i = 0; i < width; i++)
                         q_out[qn + i] = (unsigned char)((uint64_t)st.q >> (8 * (width - 1 - i)));
                     for (int i = 0; i < v_len; i++)
@@ -809,7 +814,7 @@ static PyObject *unpack(PyObject *self, PyObject *arg)
         return NULL;
     Py_ssize_t qn, vn;
     PyObject *qs = NULL, *vs = NULL, *out = NULL;
-    if (!unpack_points(pb.buf, pb.len, NULL, 0, &qn, NULL, 0, &vn)) {
+    if (!unpack_points(pb.buf, pb.len, NULL, MAX_UNPACKED, &qn, NULL, MAX_UNPACKED, &vn)) {
         out = Py_NewRef(Py_None);
         goto done;
     }
@@ -899,6 +904,42 @@ done:
     return out;
 }
 
+/* one row's plain bytes (a new reference), Py_None (a new reference: the row does not add
+ * up) or NULL (error): python_full_rows of one row with a packed part of p > 0 bytes */
+static PyObject *plain_row(PyObject *buf, int64_t p, int64_t q_len, int64_t v_len)
+{
+    Py_ssize_t size = PyBytes_GET_SIZE(buf);
+    if (p < 0 || p > size || q_len < 0 || v_len < 0)
+        return Py_NewRef(Py_None);
+    PyObject *row = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(q_len + v_len));
+    if (row == NULL)
+        return NULL;
+    unsigned char *to = (unsigned char *)PyBytes_AS_STRING(row);
+    const unsigned char *from = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t qn, vn, tail_q, tail_v;
+    if (!unpack_points(from, (Py_ssize_t)p, to, (Py_ssize_t)q_len, &qn, to + q_len,
+                       (Py_ssize_t)v_len, &vn)
+        || (tail_q = (Py_ssize_t)q_len - qn) + (tail_v = (Py_ssize_t)v_len - vn) != size - p) {
+        Py_DECREF(row);
+        return Py_NewRef(Py_None);
+    }
+    memcpy(to + qn, from + p, (size_t)tail_q);
+    memcpy(to + q_len + vn, from + p + tail_q, (size_t)tail_v);
+    return row;
+}
+
+/* full_row(buf, packed, q_len, v_len) -> bytes, or None: full_rows of one row, no arrays */
+static PyObject *full_row(PyObject *self, PyObject *args)
+{
+    PyObject *buf;
+    long long p, q_len, v_len;
+    if (!PyArg_ParseTuple(args, "SLLL:full_row", &buf, &p, &q_len, &v_len))
+        return NULL;
+    if (p == 0)
+        return Py_NewRef(buf);
+    return plain_row(buf, p, q_len, v_len);
+}
+
 /* full_rows(bufs, packed, q_lens, v_lens) -> list of bytes, or None: python_full_rows over
  * int64 buffers of the lengths (numpy arrays). None when an argument is not as described
  * or a row does not add up: the caller then asks the Python version, which says so. */
@@ -925,25 +966,14 @@ static PyObject *full_rows(PyObject *self, PyObject *args)
             PyList_SET_ITEM(out, i, Py_NewRef(buf));
             continue;
         }
-        Py_ssize_t size = PyBytes_GET_SIZE(buf);
-        if (pl[i] < 0 || pl[i] > size || ql[i] < 0 || vl[i] < 0)
-            goto none;
-        PyObject *row = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(ql[i] + vl[i]));
+        PyObject *row = plain_row(buf, pl[i], ql[i], vl[i]);
         if (row == NULL) {
             Py_CLEAR(out);
             goto done;
         }
         PyList_SET_ITEM(out, i, row);
-        unsigned char *to = (unsigned char *)PyBytes_AS_STRING(row);
-        const unsigned char *from = (const unsigned char *)PyBytes_AS_STRING(buf);
-        Py_ssize_t qn, vn, p = (Py_ssize_t)pl[i], q_len = (Py_ssize_t)ql[i];
-        if (!unpack_points(from, p, to, q_len, &qn, to + q_len, (Py_ssize_t)vl[i], &vn))
+        if (row == Py_None)
             goto none;
-        Py_ssize_t tail_q = q_len - qn, tail_v = (Py_ssize_t)vl[i] - vn;
-        if (size - p != tail_q + tail_v)
-            goto none;
-        memcpy(to + qn, from + p, (size_t)tail_q);
-        memcpy(to + q_len + vn, from + p + tail_q, (size_t)tail_v);
     }
     goto done;
 none:
@@ -1274,6 +1304,7 @@ static PyMethodDef methods[] = {
     {"unpack", unpack, METH_O, "A packed part's (qualifiers, values), or None."},
     {"pack_rows", pack_rows, METH_VARARGS,
      "Rows' raw tails packed: each row's new packed length (-1: left), or None."},
+    {"full_row", full_row, METH_VARARGS, "One row's plain bytes (full_rows of one), or None."},
     {"full_rows", full_rows, METH_VARARGS,
      "Rows' plain bytes (packed parts decoded, tails after), or None."},
     {NULL, NULL, 0, NULL},

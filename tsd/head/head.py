@@ -7,7 +7,11 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
   size, when points are added: :func:`append_rows`), in the order they
   arrived: the body of an OpenTSDB compacted cell, built as the writer's batches come
   (:meth:`Head.add_runs`, straight from the write-ahead log record's runs of bytes, so a
-  batch costs a Python step per row and none per point).
+  batch costs a Python step per row and none per point). Every 16-32 points a row's
+  points so far are packed (tsd/head/pack.py: a lossless codec of the cells, about half
+  a byte a point for a steady series against 3-4) at the front of its bytes, and points
+  are appended after them: readers get the plain bytes back (:meth:`Head._plain`,
+  :func:`tsd.head.pack.full_rows`), byte for byte.
 * Rows are slots: the row key's slot in an index (int32 entries of an open-addressing
   table that compares keys with the list of slot -> key: tsd/head/index.py), and per
   slot its numbers (point count, lengths, clean-ness, last offset, last write, batches)
@@ -56,7 +60,7 @@ import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
 from tsd.head.index import new_slot_index
-from tsd.head.pack import full_rows, pack_rows
+from tsd.head.pack import full_row, full_rows, pack_rows
 from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
@@ -421,8 +425,7 @@ class Head:
         p = c.packed.item(s)
         if not p:
             return buf
-        lengths = (np.array([p], np.int64), c.q_len[s : s + 1].astype(np.int64))
-        return full_rows([buf], *lengths, c.v_len[s : s + 1].astype(np.int64))[0]
+        return full_row(buf, p, c.q_len.item(s), c.v_len.item(s))
 
     def _add_new(
         self, part: _Part, batch: int, now: float, keys: list[bytes] | None = None
@@ -1089,8 +1092,7 @@ class HeadSnapshot:
     def _copy(self, i: int) -> _Copy:
         buf, q_len = self._bufs[i], int(self._q_lens[i])
         if self._packed is not None and self._packed[i]:
-            at = slice(i, i + 1)
-            buf = full_rows([buf], self._packed[at], self._q_lens[at], self._v_lens[at])[0]
+            buf = full_row(buf, int(self._packed[i]), q_len, int(self._v_lens[i]))
         return (
             buf[:q_len],
             buf[q_len:],

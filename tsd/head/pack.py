@@ -45,6 +45,7 @@ import tsd.native as native
 
 __all__ = [
     "BLOCK_POINTS",
+    "full_row",
     "full_rows",
     "pack",
     "pack_rows",
@@ -71,6 +72,7 @@ _c_pack: Any = native.attribute("tsd.head._runs", "pack")
 _c_unpack: Any = native.attribute("tsd.head._runs", "unpack")
 _c_pack_rows: Any = native.attribute("tsd.head._runs", "pack_rows")
 _c_full_rows: Any = native.attribute("tsd.head._runs", "full_rows")
+_c_full_row: Any = native.attribute("tsd.head._runs", "full_row")
 
 
 def _zz(n: int) -> int:
@@ -272,6 +274,17 @@ def python_pack_rows(
 def full_rows(bufs: list[bytes], packed: Lengths, q_lens: Lengths, v_lens: Lengths) -> list[bytes]:
     """:func:`python_full_rows`, by the compiled helper where it is built."""
     return cast(list[bytes], _either(_c_full_rows, python_full_rows, bufs, packed, q_lens, v_lens))
+
+
+def full_row(buf: bytes, packed: int, q_len: int, v_len: int) -> bytes:
+    """One row's plain bytes (:func:`python_full_rows` of one row), by the compiled helper
+    where it is built (no arrays: a write-out takes a row at a time)."""
+    if _c_full_row is not None:
+        found = _c_full_row(buf, packed, q_len, v_len)
+        if found is not None:
+            return cast(bytes, found)
+    lengths = (np.array([n], np.int64) for n in (packed, q_len, v_len))
+    return python_full_rows([buf], *lengths)[0]
 
 
 def _either(compiled: Any, spec: Any, *args: Any) -> Any:
