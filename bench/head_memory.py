@@ -77,7 +77,7 @@ def _values(kind: str, rows: int, points: int) -> Callable[[int, int, int], tupl
     else:
         doubles = 50.0 + np.cumsum(rng.normal(0, 0.5, size=(points, rows)), axis=0)
         v8 = doubles.astype(">f8").tobytes()
-        q8 = [encode_point(BASE + 10 * i, 0.5)[1] for i in range(points)]
+        q8 = [encode_point(BASE + 10 * i, 0.1)[1] for i in range(points)]  # 8-byte doubles
         return lambda i, start, stop: (q8[i], v8[8 * (i * rows + start) : 8 * (i * rows + stop)])
     v1 = ints.astype(np.uint8).tobytes()
     q1 = [encode_point(BASE + 10 * i, 1)[1] for i in range(points)]

@@ -465,9 +465,7 @@ class Head:
         c.written_at[slots] = now
         c.first_batch[slots] = batch
         c.last_batch[slots] = batch
-        c.packed[slots] = 0
-        c.packed_count[slots] = 0
-        c.packed_q[slots] = 0
+        # (a slot's packed numbers are 0: a slot leaves with them cleared, see release)
         if int(counts.max()) >= self._block_points:  # a backfill: many points a row
             self._pack(slots[counts >= self._block_points])
         # groups: a batch's new rows mostly share a metric and an hour
@@ -838,8 +836,10 @@ class Head:
             c.first_batch[s] = taken.last_batch + 1
             c.clean[s] = False
             return
-        # every point left: the slot's numbers are set again when it is reused
+        # every point left: the slot's numbers are set again when it is reused, but for
+        # its packed part's: a new row in the slot starts from them (_add_new sets none)
         c.count[s] = 0
+        c.packed[s] = c.packed_count[s] = c.packed_q[s] = 0
         self._slot_of.remove(taken.key)
         self._key_data -= len(taken.key)
         self._key[s] = None
