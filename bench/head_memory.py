@@ -2,9 +2,13 @@
 
 ``--rows`` rows (one series over one hour each) receive ``--points`` points each, one
 point per row per batch (the shape of live data at one point per interval: every writer
-batch carries one point of each of many rows), values integers 0..199 (1 or 2 value
-bytes: 2 qualifier bytes + about 1.4 value bytes a point). Measured in a fresh process
-per case:
+batch carries one point of each of many rows). ``--values``: ``counter`` (the default:
+integers 0..199 counting up, the same in every row: 1 or 2 value bytes, 2 qualifier bytes
++ about 1.4 value bytes a point), ``constant`` (one integer per row for ever, as
+bench/cardinality.py sends), ``walk`` (each row its own random walk of integers, steps of
+-3..3: a gauge) or ``float`` (each row its own random walk of doubles: 8 value bytes).
+Rows' points are packed as they come (tsd/head/pack.py), so the shape of the values
+decides their bytes. Measured in a fresh process per case:
 
 * ``traced``: the bytes Python allocated (tracemalloc, numpy's buffers included) for the
   rows, per row (the last batch's runs are freed before the measure);
@@ -22,8 +26,8 @@ trees alternating, each in its own process): new rows, a point for a row held (b
 5,000 rows), a snapshot of an hour of ROWS rows of 30 points (what a query copies), and
 the write-out's take and release of every row.
 
-Run: ``python -m bench.head_memory [--rows N] [--points P,...] [--baseline REF]
-[--rounds R] [--speed ROWS]``.
+Run: ``python -m bench.head_memory [--rows N] [--points P,...] [--values V,...]
+[--baseline REF] [--rounds R] [--speed ROWS]``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.ingest import export
@@ -50,27 +55,68 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def measure(rows: int, points: int, traced: bool) -> dict[str, float]:
+VALUES = ("counter", "constant", "walk", "float")
+
+
+def _values(kind: str, rows: int, points: int) -> Callable[[int, int, int], tuple[bytes, bytes]]:
+    """Per point i, the rows start..stop's cells (qualifier, value): one qualifier and
+    value for every row (``counter``), or a value per row (the others, made up front)."""
+    import numpy as np
+
+    from tsd.codec import encode_point
+
+    if kind == "counter":
+        cells = [encode_point(BASE + 10 * i, i % 200)[1:] for i in range(points)]
+        return lambda i, start, stop: cells[i]
+    rng = np.random.default_rng(26)
+    if kind == "constant":
+        ints = np.repeat((np.arange(rows) % 97)[None, :], points, axis=0)
+    elif kind == "walk":
+        steps = rng.integers(-3, 4, size=(points, rows))
+        ints = np.clip(100 + np.cumsum(steps, axis=0), 0, 255)
+    else:
+        doubles = 50.0 + np.cumsum(rng.normal(0, 0.5, size=(points, rows)), axis=0)
+        v8 = doubles.astype(">f8").tobytes()
+        q8 = [encode_point(BASE + 10 * i, 0.1)[1] for i in range(points)]  # 8-byte doubles
+        return lambda i, start, stop: (q8[i], v8[8 * (i * rows + start) : 8 * (i * rows + stop)])
+    v1 = ints.astype(np.uint8).tobytes()
+    q1 = [encode_point(BASE + 10 * i, 1)[1] for i in range(points)]
+    return lambda i, start, stop: (q1[i], v1[i * rows + start : i * rows + stop])
+
+
+def measure(rows: int, points: int, traced: bool, kind: str = "counter") -> dict[str, float]:
     """Fill a head (the ``tsd`` importable from sys.path) and measure it: the bytes
     traced, or (``traced`` False: tracemalloc's own tables would count) the RSS grown."""
-    from tsd.codec import KeyLayout, encode_point
+    from tsd.codec import KeyLayout
     from tsd.config import StorageConfig
     from tsd.head import Head
 
     layout = KeyLayout.from_storage_config(StorageConfig())
     prefix = b"\x00\x00\x01" + BASE.to_bytes(4, "big") + b"\x00\x00\x01"
-    cells = [encode_point(BASE + 10 * i, i % 200)[1:] for i in range(points)]
+    cells = _values(kind, rows, points)
     rss0 = _rss()
     if traced:
         tracemalloc.start()
     head = Head(layout)
     batch = 0
     for i in range(points):
-        q, v = cells[i]
         for start in range(0, rows, BATCH_ROWS):
             # each batch's keys are new objects, as decoded from a log record
             stop = min(rows, start + BATCH_ROWS)
-            runs = [(prefix + s.to_bytes(3, "big"), 1, q, v) for s in range(start, stop)]
+            q, v = cells(i, start, stop)
+            if kind == "counter":
+                runs = [(prefix + s.to_bytes(3, "big"), 1, q, v) for s in range(start, stop)]
+            else:  # a value per row: v holds them end to end, of one width
+                width = len(v) // (stop - start)
+                runs = [
+                    (
+                        prefix + s.to_bytes(3, "big"),
+                        1,
+                        q,
+                        v[(s - start) * width : (s - start + 1) * width],
+                    )
+                    for s in range(start, stop)
+                ]
             head.add_runs(runs, batch, float(i))
             batch += 1
             del runs
@@ -124,7 +170,9 @@ def speed(rows: int) -> dict[str, float]:
     }
 
 
-def _child(path: Path, rows: int, points: int, traced: int) -> dict[str, float]:
+def _child(
+    path: Path, rows: int, points: int, traced: int, kind: str = "counter"
+) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(path)}
     out = subprocess.run(
         [
@@ -134,6 +182,8 @@ def _child(path: Path, rows: int, points: int, traced: int) -> dict[str, float]:
             str(rows),
             str(points),
             str(int(traced)),
+            "--values",
+            kind,
         ],
         check=True,
         capture_output=True,
@@ -148,6 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--points", default="2,360")
+    parser.add_argument("--values", default="counter", help="one or more of " + ",".join(VALUES))
     parser.add_argument("--baseline", default="")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
@@ -160,7 +211,7 @@ def main() -> None:
         if traced < 0:
             print(json.dumps(speed(rows)))
         else:
-            print(json.dumps(measure(rows, points, bool(traced))))
+            print(json.dumps(measure(rows, points, bool(traced), args.values)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"after": ROOT}
@@ -169,20 +220,21 @@ def main() -> None:
         if args.speed:
             _speeds(trees, args)
             return
-        for points in [int(p) for p in args.points.split(",")]:
-            print(f"{args.rows:,} rows x {points} points, bytes per row:", flush=True)
-            for r in range(args.rounds):
-                order = list(trees.items())
-                if r % 2:
-                    order.reverse()
-                for name, path in order:
-                    traced = _child(path, args.rows, points, True)
-                    rss = _child(path, args.rows, points, False)
-                    print(
-                        f"  {name:<7} traced {traced['used']:8.1f}  rss {rss['used']:8.1f}  "
-                        f"counted {traced['counted']:8.1f}  (rows {int(traced['rows']):,})",
-                        flush=True,
-                    )
+        for kind in args.values.split(","):
+            for points in [int(p) for p in args.points.split(",")]:
+                print(f"{args.rows:,} rows x {points} points ({kind}), bytes per row:", flush=True)
+                for r in range(args.rounds):
+                    order = list(trees.items())
+                    if r % 2:
+                        order.reverse()
+                    for name, path in order:
+                        traced = _child(path, args.rows, points, True, kind)
+                        rss = _child(path, args.rows, points, False, kind)
+                        print(
+                            f"  {name:<7} traced {traced['used']:8.1f}  rss {rss['used']:8.1f}  "
+                            f"counted {traced['counted']:8.1f}  (rows {int(traced['rows']):,})",
+                            flush=True,
+                        )
 
 
 def _speeds(trees: dict[str, Path], args: argparse.Namespace) -> None:

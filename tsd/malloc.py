@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from typing import Any
 
 from tsd.log import get_logger
 
-__all__ = ["FreedMemory", "keep_freed_memory"]
+__all__ = ["FreedMemory", "keep_freed_memory", "release_freed_memory"]
 
 log = get_logger(__name__)
 
@@ -34,13 +35,9 @@ def keep_freed_memory(limit_bytes: int) -> bool:
     arenas made later); True when every setting was taken."""
     if limit_bytes <= 0:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)  # not glibc (musl has no mallopt)
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     limit = min(limit_bytes, 2**31 - 1)
@@ -83,18 +80,12 @@ class FreedMemory:
         self.keep_top_bytes = max(0, min(keep_top_bytes, 2**31 - 1))
         self._info = None
         self._trim = None
-        name = ctypes.util.find_library("c")
-        if name is None:
-            return
-        try:
-            libc = ctypes.CDLL(name)  # a CDLL call lets go of the GIL
-            info, trim = libc.mallinfo2, libc.malloc_trim
-        except (OSError, AttributeError):  # not glibc, or older than 2.33
+        info = getattr(_libc(), "mallinfo2", None)  # not glibc, or older than 2.33
+        trim = _malloc_trim()
+        if info is None or trim is None:
             return
         info.restype = _MallInfo2
         info.argtypes = []
-        trim.restype = ctypes.c_int
-        trim.argtypes = [ctypes.c_size_t]
         self._info, self._trim = info, trim
         #: :meth:`below_top` after the last release (or its lowest since): a free chunk
         #: keeps counting once its pages are given back, so what is new is the growth
@@ -130,3 +121,32 @@ class FreedMemory:
         released = bool(self._trim(self.keep_top_bytes))
         self._baseline = self.below_top()
         return released
+
+
+def release_freed_memory() -> bool:
+    """Give the free pages of the C library's heap back to the system (glibc's
+    ``malloc_trim``), whatever ``tsd.query.keep_freed_bytes`` keeps: once after an hour's
+    rows were written out (tsd/write/head_flush.py), when the head freed most of what it
+    held and its next rows are a fraction of that size (packed: tsd/head/pack.py). True
+    when memory was released; False too where there is no glibc."""
+    trim = _malloc_trim()
+    return trim is not None and bool(trim(0))
+
+
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim(pad)`` (a CDLL call lets go of the GIL), or None."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim.restype = ctypes.c_int
+        trim.argtypes = [ctypes.c_size_t]
+    return trim
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None

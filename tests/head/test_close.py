@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+import structlog
+
 from tsd.codec import compact_row, encode_point
 from tsd.codec.const import FAMILY
 from tsd.config import StorageConfig
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage_setup import ensure_tables
+from tsd.write import head_flush
 from tsd.write.head_flush import HeadSink, build_head_sink
 
 BASE = 1356998400
@@ -70,6 +74,21 @@ async def test_write_outs_run_one_at_a_time(tmp_path: Path) -> None:
         await storage.close()
 
 
+def _closing_sink(storage: EmbeddedStorage, cfg: StorageConfig, now: list[float]) -> HeadSink:
+    """A head on ``storage`` whose clock is ``now[0]``: a grace of 60 s, 40 closed rows
+    written a flush."""
+    flusher = build_head_sink(storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0)
+    return HeadSink(
+        flusher._flusher,
+        StatsRegistry(),
+        max_bytes=cfg.head_max_bytes,
+        grace_s=60,
+        wal=None,
+        wall_clock=lambda: now[0],
+        closed_per_flush=40,
+    )
+
+
 async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None:
     """Closed rows go out at most closed_per_flush per flush (an hour of many series
     closing at once does not hold the writer): every one of them, over several flushes."""
@@ -78,18 +97,7 @@ async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None
     try:
         await ensure_tables(storage, cfg)
         now = [BASE + 7200.0]  # hour 0 ended long ago
-        flusher = build_head_sink(
-            storage, cfg, StatsRegistry(), wal=None, wall_clock=lambda: 0.0
-        )._flusher
-        sink = HeadSink(
-            flusher,
-            StatsRegistry(),
-            max_bytes=cfg.head_max_bytes,
-            grace_s=60,
-            wal=None,
-            wall_clock=lambda: now[0],
-            closed_per_flush=40,
-        )
+        sink = _closing_sink(storage, cfg, now)
         rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(100)}
         _, runs = HeadSink.encode(rows)
         sink._add(runs)
@@ -99,5 +107,38 @@ async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None
         assert len(sink.head) == 0
         found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
         assert len(found) == 100
+    finally:
+        await storage.close()
+
+
+async def test_the_heap_is_given_back_once_a_big_close_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the closed rows of a write-out of at least TRIM_AFTER_CLOSED_ROWS rows are all
+    written, the heap's free pages go back to the system, once (tsd.malloc); a trickle of
+    rows closing afterwards does not ask again until as many more have closed."""
+    monkeypatch.setattr(head_flush, "TRIM_AFTER_CLOSED_ROWS", 100)
+    cfg = StorageConfig(data_dir=str(tmp_path))
+    storage = EmbeddedStorage(tmp_path)
+    try:
+        await ensure_tables(storage, cfg)
+        now = [BASE + 7200.0]
+        sink = _closing_sink(storage, cfg, now)
+        rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(130)}
+        _, runs = HeadSink.encode(rows)
+        sink._add(runs)
+        now[0] += 61
+        with structlog.testing.capture_logs() as logs:
+            written = [await sink.flush_due() for _ in range(5)]
+            late = {
+                _key(series, 1): dict([encode_point(BASE + 3600, 1)[1:]]) for series in range(3)
+            }
+            sink._add(HeadSink.encode(late)[1])
+            now[0] += 3600 + 61
+            written.append(await sink.flush_due())
+        assert written == [40, 40, 40, 10, 0, 3]
+        released = [e for e in logs if e["event"] == "head.memory_released"]
+        assert [e["closed_rows"] for e in released] == [130]
+        assert isinstance(released[0]["released"], bool)
     finally:
         await storage.close()

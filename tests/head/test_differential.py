@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tsd.head.pack as row_pack
 from tests.query.tsdb_harness import QueryHarness, embedded_harness
 from tsd.codec import KeyLayout, compact_row, encode_point, make_series_key
 from tsd.errors import CodecError, TsdError
@@ -124,18 +125,28 @@ async def _answer(harness: QueryHarness) -> Any:
 
 @pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @pytest.mark.parametrize("fix_duplicates", [False, True], ids=["strict", "fix_duplicates"])
+@pytest.mark.parametrize("block_points", [0, 1, 3], ids=["default", "pack1", "pack3"])
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(writes=st.lists(_points(), min_size=1, max_size=3))
 def test_head_and_storage_answer_as_after_compaction(
-    tmp_path: Path, fix_duplicates: bool, writes: list[list[Point]]
+    tmp_path: Path, fix_duplicates: bool, block_points: int, writes: list[list[Point]]
 ) -> None:
-    asyncio.run(_write_query_write_out(tmp_path / uuid.uuid4().hex, fix_duplicates, writes))
+    """``block_points``: rows' points packed every that many points (tsd/head/pack.py),
+    each point its own writer batch (0: the default, each write one batch)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if block_points:
+            patch.setattr(row_pack, "BLOCK_POINTS", block_points)
+        asyncio.run(
+            _write_query_write_out(
+                tmp_path / uuid.uuid4().hex, fix_duplicates, writes, one_by_one=bool(block_points)
+            )
+        )
 
 
 async def _write_query_write_out(
-    directory: Path, fix_duplicates: bool, writes: list[list[Point]]
+    directory: Path, fix_duplicates: bool, writes: list[list[Point]], one_by_one: bool = False
 ) -> None:
     async with embedded_harness(
         directory, storage_options={"fix_duplicates": fix_duplicates}
@@ -143,7 +154,8 @@ async def _write_query_write_out(
         assert harness.head is not None
         model = _Model(fix_duplicates)
         for points in writes:
-            await harness.load(points)
+            for batch in [[p] for p in points] if one_by_one else [points]:
+                await harness.load(batch)
             await model.add(harness, points)
             assert len(harness.head.head), "the points wait in the head"
             before = await _answer(harness)

@@ -5,13 +5,18 @@ arrival order, its point count, and the groups a scan of an hour reads. Rows lea
 come back in the same hour (a slot freed and reused by its own group), so a group's list
 of slots must not give a row twice or a row gone. A slot's version changes with every
 change of its row's points and when the row leaves: a (slot, version) pair names one
-row's points, never two states."""
+row's points, never two states. Rows whose points are packed (tsd/head/pack.py, here every
+one or two points) hold and hand readers exactly what the same rows unpacked do."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsd.head.pack as row_pack
 from tsd.codec import KeyLayout, encode_point
 from tsd.config import StorageConfig
 from tsd.head import Head
@@ -39,10 +44,33 @@ OPS = st.lists(
 )
 
 
+def _read(head: Head) -> Any:
+    """Everything a reader gets of every row, by key: the snapshot's runs (clean rows of
+    seconds points: 2-byte qualifiers) and cells."""
+    runs, block = head.snapshot([ScanSpec()]).remaining()
+    rows: dict[bytes, Any] = {}
+    q_at = v_at = 0
+    assert runs.value_lengths is not None
+    for key, n, v_len in zip(
+        runs.keys, runs.counts.tolist(), runs.value_lengths.tolist(), strict=True
+    ):
+        rows[key] = (runs.qualifiers[q_at : q_at + 2 * n], runs.values[v_at : v_at + v_len])
+        q_at += 2 * n
+        v_at += v_len
+    for row in block:
+        rows[row.key] = row.cells
+    return rows
+
+
 @settings(max_examples=150, deadline=None)
 @given(ops=OPS)
-def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignore[type-arg]
-    head = Head(LAYOUT)
+@pytest.mark.parametrize("block_points", [0, 1, 2], ids=["default", "pack1", "pack2"])
+def test_slots_hold_what_the_rows_hold(ops: list[tuple], block_points: int) -> None:  # type: ignore[type-arg]
+    with pytest.MonkeyPatch.context() as patch:
+        if block_points:
+            patch.setattr(row_pack, "BLOCK_POINTS", block_points)
+        head = Head(LAYOUT)
+    plain = Head(LAYOUT)  # never packs at these sizes
     model: dict[bytes, tuple[bytes, bytes, int]] = {}
     batch = 0
     #: (slot, version) -> the row's key and points seen there: one state only, ever (a
@@ -60,6 +88,7 @@ def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignor
             model[key] = (q + qualifier, v + value, n + 1)
         _, runs = HeadSink.encode(rows)
         head.add_runs(runs, batch, float(batch))
+        plain.add_runs(runs, batch, float(batch))
         batch += 1
 
     for op in ops:
@@ -68,6 +97,8 @@ def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignor
         elif op[0] == "take":
             key = _key(*op[1])
             taken = head.take(key)
+            plain_taken = plain.take(key)
+            assert taken == plain_taken
             if taken is None:
                 assert key not in model
                 continue
@@ -75,6 +106,8 @@ def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignor
             for second in range(op[2]):  # points arriving while the row is written out
                 add([key], 3000 + second)
             head.release(taken)
+            assert plain_taken is not None
+            plain.release(plain_taken)
             q, v, n = model[key]
             left = (q[taken.qualifier_bytes :], v[taken.value_bytes :], n - taken.count)
             if left[2]:
@@ -84,9 +117,11 @@ def test_slots_hold_what_the_rows_hold(ops: list[tuple]) -> None:  # type: ignor
         else:
             key = _key(*op[1])
             head.discard([key])
+            plain.discard([key])
             model.pop(key, None)
         assert len(head) == len(model)
         assert head.points == sum(n for _, _, n in model.values())
+        assert _read(head) == _read(plain)
         for key, (q, v, n) in model.items():
             row = head.get(key)
             assert row is not None
@@ -149,7 +184,10 @@ def test_a_batch_with_rows_repeated_adds_what_its_runs_add_one_by_one(
         key = _key(1, 0, series)
         return (key, len(cells), b"".join(q for q, _ in cells), b"".join(v for _, v in cells))
 
-    joined, one_by_one = Head(LAYOUT), Head(LAYOUT)
+    # unpacked: when a row's tail is packed depends on the batches (its bytes with it)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(row_pack, "BLOCK_POINTS", 1 << 30)
+        joined, one_by_one = Head(LAYOUT), Head(LAYOUT)
     for batch, group in enumerate((before, runs)):
         batch_runs = [run_of(series, seconds) for series, seconds in group]
         added = joined.add_runs(batch_runs, batch, float(batch))

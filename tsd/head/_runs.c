@@ -1,7 +1,8 @@
 /* A batch's runs as the head checks and joins them, and a snapshot's rows parted, in C:
  * tsd.head.head.python_run_columns, python_join_repeated_rows and python_join_parts (the
  * specifications and the fallbacks when this is not built; tests/head/test_run_bounds.py
- * and tests/head/test_join_parts.py check both agree). */
+ * and tests/head/test_join_parts.py check both agree), and a row's sealed points packed
+ * (tsd.head.pack's specification; tests/head/test_pack.py). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -494,6 +495,497 @@ done:
     return out;
 }
 
+/* -- a row's sealed points, packed ----------------------------------------------------------- */
+
+/* tsd.head.pack (the specification: python_pack, python_unpack, python_pack_rows,
+ * python_full_rows; the format is described there). Integers are LEB128 varints, signed
+ * ones zigzag-coded; values are held as uint64 (differences modulo 2**64). */
+
+typedef struct {
+    int64_t q, dq;
+    uint64_t v, dv;
+} PackState;
+
+/* the most qualifier or value bytes unpack decodes (malformed bytes could claim runs of
+ * 2**60 points: given up on past this) */
+#define MAX_UNPACKED ((Py_ssize_t)1 << 30)
+
+static size_t put_varint(unsigned char *to, uint64_t x)
+{
+    size_t n = 0;
+    while (x >= 0x80) {
+        to[n++] = (unsigned char)(x | 0x80);
+        x >>= 7;
+    }
+    to[n++] = (unsigned char)x;
+    return n;
+}
+
+/* 1 and the varint at *at (moved past it), or 0 when the bytes end first */
+static int get_varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *at, uint64_t *x)
+{
+    uint64_t r = 0;
+    for (int shift = 0; *at < end && shift < 64; shift += 7) {
+        unsigned char b = p[(*at)++];
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *x = r;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t zz(int64_t n) { return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63); }
+static int64_t unzz(uint64_t z) { return (int64_t)(z >> 1) ^ -(int64_t)(z & 1); }
+
+/* one point of the cells' bytes at (*q_at, *v_at), moved past it: 1, or 0 when it is not
+ * a whole point */
+static int next_point(const unsigned char *q, Py_ssize_t q_end, Py_ssize_t *q_at,
+                      const unsigned char *v, Py_ssize_t v_end, Py_ssize_t *v_at, int *wide,
+                      int64_t *qual, uint64_t *value)
+{
+    Py_ssize_t a = *q_at;
+    int w = (q[a] & 0xF0) == 0xF0;
+    int width = w ? 4 : 2;
+    if (a + width > q_end)
+        return 0;
+    uint64_t x = 0;
+    for (int i = 0; i < width; i++)
+        x = x << 8 | q[a + i];
+    int v_len = (int)(x & 7) + 1;
+    if (*v_at + v_len > v_end)
+        return 0;
+    uint64_t y = 0;
+    for (int i = 0; i < v_len; i++)
+        y = y << 8 | v[*v_at + i];
+    *wide = w;
+    *qual = (int64_t)x;
+    *value = y;
+    *q_at = a + width;
+    *v_at += v_len;
+    return 1;
+}
+
+/* the state at the front of a packed part (zeros when it is empty) and where its blocks
+ * start; 0 when it is cut short */
+static int read_state(const unsigned char *p, Py_ssize_t len, PackState *st, Py_ssize_t *at)
+{
+    memset(st, 0, sizeof(*st));
+    *at = 0;
+    if (len == 0)
+        return 1;
+    uint64_t z[4];
+    for (int i = 0; i < 4; i++)
+        if (!get_varint(p, len, at, &z[i]))
+            return 0;
+    st->q = unzz(z[0]);
+    st->dq = unzz(z[1]);
+    st->v = (uint64_t)unzz(z[2]);
+    st->dv = (uint64_t)unzz(z[3]);
+    return 1;
+}
+
+typedef struct {
+    int wide;
+    int64_t ddq;
+    int64_t x[2]; /* mode 0: ddV, mode 1: dV (as signed) */
+} PackToken;
+
+/* python_pack: a new bytes object, None (the points are not whole), or NULL (error) */
+static PyObject *pack_points(const unsigned char *packed, Py_ssize_t p_len,
+                             const unsigned char *q, Py_ssize_t q_len, const unsigned char *v,
+                             Py_ssize_t v_len)
+{
+    PackState st;
+    Py_ssize_t blocks_at;
+    if (!read_state(packed, p_len, &st, &blocks_at))
+        Py_RETURN_NONE;
+    /* at most one point per 2 qualifier bytes */
+    Py_ssize_t cap = q_len / 2 + 1;
+    PackToken *tokens = PyMem_Malloc((size_t)cap * sizeof(PackToken));
+    if (tokens == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t n = 0, q_at = 0, v_at = 0;
+    while (q_at < q_len) {
+        int wide;
+        int64_t qual;
+        uint64_t value;
+        if (!next_point(q, q_len, &q_at, v, v_len, &v_at, &wide, &qual, &value)) {
+            PyMem_Free(tokens);
+            Py_RETURN_NONE;
+        }
+        int64_t dq = qual - st.q;
+        uint64_t dv = value - st.v;
+        tokens[n].wide = wide;
+        tokens[n].ddq = dq - st.dq;
+        tokens[n].x[0] = (int64_t)(dv - st.dv);
+        tokens[n].x[1] = (int64_t)dv;
+        n++;
+        st.q = qual;
+        st.dq = dq;
+        st.v = value;
+        st.dv = dv;
+    }
+    if (v_at != v_len) {
+        PyMem_Free(tokens);
+        Py_RETURN_NONE;
+    }
+    /* the raw block's size, then each mode's, the smallest kept (ties: mode 0, then 1) */
+    unsigned char scratch[10];
+    size_t raw = put_varint(scratch, (uint64_t)n << 2 | 2) + put_varint(scratch, (uint64_t)q_len)
+                 + put_varint(scratch, (uint64_t)v_len) + (size_t)q_len + (size_t)v_len;
+    size_t best_size = raw;
+    int best = 2;
+    for (int mode = 1; mode >= 0; mode--) {
+        size_t size = put_varint(scratch, (uint64_t)n << 2 | (uint64_t)mode);
+        for (Py_ssize_t i = 0; i < n;) {
+            Py_ssize_t j = i + 1;
+            while (j < n && tokens[j].wide == tokens[i].wide && tokens[j].ddq == tokens[i].ddq
+                   && tokens[j].x[mode] == tokens[i].x[mode])
+                j++;
+            size += put_varint(scratch, (uint64_t)(j - i) << 2 | (uint64_t)tokens[i].wide << 1
+                                            | (uint64_t)(tokens[i].ddq != 0));
+            if (tokens[i].ddq)
+                size += put_varint(scratch, zz(tokens[i].ddq));
+            size += put_varint(scratch, zz(tokens[i].x[mode]));
+            i = j;
+        }
+        if (size <= best_size) {
+            best_size = size;
+            best = mode;
+        }
+    }
+    unsigned char head[40];
+    size_t head_len = put_varint(head, zz(st.q));
+    head_len += put_varint(head + head_len, zz(st.dq));
+    head_len += put_varint(head + head_len, zz((int64_t)st.v));
+    head_len += put_varint(head + head_len, zz((int64_t)st.dv));
+    Py_ssize_t kept = p_len - blocks_at;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(head_len + best_size) + kept);
+    if (out == NULL) {
+        PyMem_Free(tokens);
+        return NULL;
+    }
+    unsigned char *to = (unsigned char *)PyBytes_AS_STRING(out);
+    memcpy(to, head, head_len);
+    to += head_len;
+    memcpy(to, packed + blocks_at, (size_t)kept);
+    to += kept;
+    to += put_varint(to, (uint64_t)n << 2 | (uint64_t)best);
+    if (best == 2) {
+        to += put_varint(to, (uint64_t)q_len);
+        to += put_varint(to, (uint64_t)v_len);
+        memcpy(to, q, (size_t)q_len);
+        memcpy(to + q_len, v, (size_t)v_len);
+    } else {
+        for (Py_ssize_t i = 0; i < n;) {
+            Py_ssize_t j = i + 1;
+            while (j < n && tokens[j].wide == tokens[i].wide && tokens[j].ddq == tokens[i].ddq
+                   && tokens[j].x[best] == tokens[i].x[best])
+                j++;
+            to += put_varint(to, (uint64_t)(j - i) << 2 | (uint64_t)tokens[i].wide << 1
+                                     | (uint64_t)(tokens[i].ddq != 0));
+            if (tokens[i].ddq)
+                to += put_varint(to, zz(tokens[i].ddq));
+            to += put_varint(to, zz(tokens[i].x[best]));
+            i = j;
+        }
+    }
+    PyMem_Free(tokens);
+    return out;
+}
+
+/* python_unpack into q_out / v_out (NULL: only counted), at most q_cap / v_cap bytes (0
+ * past them); the lengths in *q_n and *v_n. 1, or 0 when the packed part is not well
+ * formed. */
+static int unpack_points(const unsigned char *p, Py_ssize_t len, unsigned char *q_out,
+                         Py_ssize_t q_cap, Py_ssize_t *q_n, unsigned char *v_out,
+                         Py_ssize_t v_cap, Py_ssize_t *v_n)
+{
+    PackState st;
+    Py_ssize_t at;
+    if (!read_state(p, len, &st, &at))
+        return 0;
+    memset(&st, 0, sizeof(st));
+    Py_ssize_t qn = 0, vn = 0;
+    while (at < len) {
+        uint64_t head;
+        if (!get_varint(p, len, &at, &head))
+            return 0;
+        uint64_t n = head >> 2;
+        int mode = (int)(head & 3);
+        if (mode == 3)
+            return 0;
+        if (mode == 2) {
+            uint64_t ql, vl;
+            if (!get_varint(p, len, &at, &ql) || !get_varint(p, len, &at, &vl)
+                || ql > (uint64_t)(len - at) || vl > (uint64_t)(len - at) - ql)
+                return 0;
+            const unsigned char *rq = p + at, *rv = p + at + ql;
+            Py_ssize_t qa = 0, va = 0;
+            uint64_t points = 0;
+            while (qa < (Py_ssize_t)ql) {
+                int wide;
+                int64_t qual;
+                uint64_t value;
+                if (!next_point(rq, (Py_ssize_t)ql, &qa, rv, (Py_ssize_t)vl, &va, &wide, &qual,
+                                &value))
+                    return 0;
+                st.dq = qual - st.q;
+                st.q = qual;
+                st.dv = value - st.v;
+                st.v = value;
+                points++;
+            }
+            if (va != (Py_ssize_t)vl || points != n)
+                return 0;
+            if (qn + (Py_ssize_t)ql > q_cap || vn + (Py_ssize_t)vl > v_cap)
+                return 0;
+            if (q_out != NULL) {
+                memcpy(q_out + qn, rq, (size_t)ql);
+                memcpy(v_out + vn, rv, (size_t)vl);
+            }
+            qn += (Py_ssize_t)ql;
+            vn += (Py_ssize_t)vl;
+            at += (Py_ssize_t)(ql + vl);
+            continue;
+        }
+        uint64_t left = n;
+        while (left > 0) {
+            uint64_t run, z, ddq = 0;
+            if (!get_varint(p, len, &at, &run))
+                return 0;
+            uint64_t count = run >> 2;
+            int wide = (int)(run >> 1 & 1);
+            if ((run & 1) && !get_varint(p, len, &at, &ddq))
+                return 0;
+            if (!get_varint(p, len, &at, &z))
+                return 0;
+            if (count == 0 || count > left)
+                return 0;
+            int64_t dd = (run & 1) ? unzz(ddq) : 0;
+            uint64_t x = (uint64_t)unzz(z);
+            int width = wide ? 4 : 2;
+            for (uint64_t k = 0; k < count; k++) {
+                st.dq = (int64_t)((uint64_t)st.dq + (uint64_t)dd);
+                st.q = (int64_t)((uint64_t)st.q + (uint64_t)st.dq);
+                st.dv = mode == 0 ? st.dv + x : x;
+                st.v += st.dv;
+                int v_len = (int)((uint64_t)st.q & 7) + 1;
+                if (qn + width > q_cap || vn + v_len > v_cap)
+                    return 0;
+                if (q_out != NULL) {
+                    for (int i = 0; i < width; i++)
+                        q_out[qn + i] = (unsigned char)((uint64_t)st.q >> (8 * (width - 1 - i)));
+                    for (int i = 0; i < v_len; i++)
+                        v_out[vn + i] = (unsigned char)(st.v >> (8 * (v_len - 1 - i)));
+                }
+                qn += width;
+                vn += v_len;
+            }
+            left -= count;
+        }
+    }
+    *q_n = qn;
+    *v_n = vn;
+    return 1;
+}
+
+/* pack(packed, qualifiers, values) -> bytes or None: python_pack */
+static PyObject *pack(PyObject *self, PyObject *args)
+{
+    Py_buffer pb, qb, vb;
+    if (!PyArg_ParseTuple(args, "y*y*y*:pack", &pb, &qb, &vb))
+        return NULL;
+    PyObject *out = pack_points(pb.buf, pb.len, qb.buf, qb.len, vb.buf, vb.len);
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&qb);
+    PyBuffer_Release(&vb);
+    return out;
+}
+
+/* unpack(packed) -> (qualifiers, values), or None when it is not well formed (the Python
+ * version then says why): python_unpack */
+static PyObject *unpack(PyObject *self, PyObject *arg)
+{
+    Py_buffer pb;
+    if (PyObject_GetBuffer(arg, &pb, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t qn, vn;
+    PyObject *qs = NULL, *vs = NULL, *out = NULL;
+    if (!unpack_points(pb.buf, pb.len, NULL, MAX_UNPACKED, &qn, NULL, MAX_UNPACKED, &vn)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    qs = PyBytes_FromStringAndSize(NULL, qn);
+    vs = PyBytes_FromStringAndSize(NULL, vn);
+    if (qs == NULL || vs == NULL)
+        goto done;
+    if (!unpack_points(pb.buf, pb.len, (unsigned char *)PyBytes_AS_STRING(qs), qn, &qn,
+                       (unsigned char *)PyBytes_AS_STRING(vs), vn, &vn)) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyTuple_Pack(2, qs, vs);
+done:
+    Py_XDECREF(qs);
+    Py_XDECREF(vs);
+    PyBuffer_Release(&pb);
+    return out;
+}
+
+/* pack_rows(bufs, slots, packed, tail_q) -> [new packed length or -1], or None (nothing
+ * changed: an argument is not as described): python_pack_rows */
+static PyObject *pack_rows(PyObject *self, PyObject *args)
+{
+    PyObject *bufs, *slots_arg, *packed_arg, *tail_arg;
+    if (!PyArg_ParseTuple(args, "O!OOO:pack_rows", &PyList_Type, &bufs, &slots_arg, &packed_arg,
+                          &tail_arg))
+        return NULL;
+    PyObject *slots = NULL, *packed = NULL, *tail = NULL, *out = NULL;
+    if ((slots = PySequence_Fast(slots_arg, "slots must be a sequence")) == NULL
+        || (packed = PySequence_Fast(packed_arg, "packed must be a sequence")) == NULL
+        || (tail = PySequence_Fast(tail_arg, "tail_q must be a sequence")) == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(slots), rows = PyList_GET_SIZE(bufs);
+    if (PySequence_Fast_GET_SIZE(packed) != n || PySequence_Fast_GET_SIZE(tail) != n)
+        goto none;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(slots, i));
+        Py_ssize_t p = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(packed, i));
+        Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(tail, i));
+        if ((s == -1 || p == -1 || t == -1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto none;
+        }
+        if (s < 0 || s >= rows || p < 0 || t < 0)
+            goto none;
+        PyObject *buf = PyList_GET_ITEM(bufs, s);
+        if (!PyBytes_CheckExact(buf) || p + t > PyBytes_GET_SIZE(buf))
+            goto none;
+    }
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(slots, i));
+        Py_ssize_t p = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(packed, i));
+        Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(tail, i));
+        PyObject *buf = PyList_GET_ITEM(bufs, s);
+        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(buf);
+        Py_ssize_t size = PyBytes_GET_SIZE(buf);
+        PyObject *done = pack_points(b, p, b + p, t, b + p + t, size - p - t);
+        if (done == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_ssize_t length = -1;
+        if (done == Py_None)
+            Py_DECREF(done);
+        else {
+            length = PyBytes_GET_SIZE(done);
+            PyList_SetItem(bufs, s, done); /* steals done, drops the old bytes */
+        }
+        PyObject *number = PyLong_FromSsize_t(length);
+        if (number == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, number);
+    }
+    goto done;
+none:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(slots);
+    Py_XDECREF(packed);
+    Py_XDECREF(tail);
+    return out;
+}
+
+/* one row's plain bytes (a new reference), Py_None (a new reference: the row does not add
+ * up) or NULL (error): python_full_rows of one row with a packed part of p > 0 bytes */
+static PyObject *plain_row(PyObject *buf, int64_t p, int64_t q_len, int64_t v_len)
+{
+    Py_ssize_t size = PyBytes_GET_SIZE(buf);
+    if (p < 0 || p > size || q_len < 0 || v_len < 0)
+        return Py_NewRef(Py_None);
+    PyObject *row = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(q_len + v_len));
+    if (row == NULL)
+        return NULL;
+    unsigned char *to = (unsigned char *)PyBytes_AS_STRING(row);
+    const unsigned char *from = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t qn, vn, tail_q, tail_v;
+    if (!unpack_points(from, (Py_ssize_t)p, to, (Py_ssize_t)q_len, &qn, to + q_len,
+                       (Py_ssize_t)v_len, &vn)
+        || (tail_q = (Py_ssize_t)q_len - qn) + (tail_v = (Py_ssize_t)v_len - vn) != size - p) {
+        Py_DECREF(row);
+        return Py_NewRef(Py_None);
+    }
+    memcpy(to + qn, from + p, (size_t)tail_q);
+    memcpy(to + q_len + vn, from + p + tail_q, (size_t)tail_v);
+    return row;
+}
+
+/* full_row(buf, packed, q_len, v_len) -> bytes, or None: full_rows of one row, no arrays */
+static PyObject *full_row(PyObject *self, PyObject *args)
+{
+    PyObject *buf;
+    long long p, q_len, v_len;
+    if (!PyArg_ParseTuple(args, "SLLL:full_row", &buf, &p, &q_len, &v_len))
+        return NULL;
+    if (p == 0)
+        return Py_NewRef(buf);
+    return plain_row(buf, p, q_len, v_len);
+}
+
+/* full_rows(bufs, packed, q_lens, v_lens) -> list of bytes, or None: python_full_rows over
+ * int64 buffers of the lengths (numpy arrays). None when an argument is not as described
+ * or a row does not add up: the caller then asks the Python version, which says so. */
+static PyObject *full_rows(PyObject *self, PyObject *args)
+{
+    PyObject *bufs;
+    Py_buffer pb, qb, vb;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*:full_rows", &PyList_Type, &bufs, &pb, &qb, &vb))
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(bufs);
+    Py_ssize_t want = n * (Py_ssize_t)sizeof(int64_t);
+    if (pb.len != want || qb.len != want || vb.len != want)
+        goto none;
+    const int64_t *pl = pb.buf, *ql = qb.buf, *vl = vb.buf;
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *buf = PyList_GET_ITEM(bufs, i);
+        if (!PyBytes_CheckExact(buf))
+            goto none;
+        if (pl[i] == 0) {
+            PyList_SET_ITEM(out, i, Py_NewRef(buf));
+            continue;
+        }
+        PyObject *row = plain_row(buf, pl[i], ql[i], vl[i]);
+        if (row == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, row);
+        if (row == Py_None)
+            goto none;
+    }
+    goto done;
+none:
+    Py_XDECREF(out);
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&qb);
+    PyBuffer_Release(&vb);
+    return out;
+}
+
 /* -- the head's index: row key -> slot ------------------------------------------------------ */
 
 /* SlotIndex(keys): the head's row key -> slot map as an open-addressing table of
@@ -820,6 +1312,13 @@ static PyMethodDef methods[] = {
      "Rows (qualifiers then values) parted: (all qualifiers, all values), or None."},
     {"picked", picked, METH_VARARGS,
      "[items[i] for i in at] (at: int64 indices), or None when one is out of range."},
+    {"pack", pack, METH_VARARGS, "A packed part with points added (tsd.head.pack), or None."},
+    {"unpack", unpack, METH_O, "A packed part's (qualifiers, values), or None."},
+    {"pack_rows", pack_rows, METH_VARARGS,
+     "Rows' raw tails packed: each row's new packed length (-1: left), or None."},
+    {"full_row", full_row, METH_VARARGS, "One row's plain bytes (full_rows of one), or None."},
+    {"full_rows", full_rows, METH_VARARGS,
+     "Rows' plain bytes (packed parts decoded, tails after), or None."},
     {NULL, NULL, 0, NULL},
 };
 

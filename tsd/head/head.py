@@ -7,7 +7,11 @@ Theory of operation (architecture §1.2a; docs/write-path.md says when a row lea
   size, when points are added: :func:`append_rows`), in the order they
   arrived: the body of an OpenTSDB compacted cell, built as the writer's batches come
   (:meth:`Head.add_runs`, straight from the write-ahead log record's runs of bytes, so a
-  batch costs a Python step per row and none per point).
+  batch costs a Python step per row and none per point). Every 16-32 points a row's
+  points so far are packed (tsd/head/pack.py: a lossless codec of the cells, about half
+  a byte a point for a steady series against 3-4) at the front of its bytes, and points
+  are appended after them: readers get the plain bytes back (:meth:`Head._plain`,
+  :func:`tsd.head.pack.full_rows`), byte for byte.
 * Rows are slots: the row key's slot in an index (int32 entries of an open-addressing
   table that compares keys with the list of slot -> key: tsd/head/index.py), and per
   slot its numbers (point count, lengths, clean-ness, last offset, last write, batches)
@@ -52,10 +56,12 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+import tsd.head.pack as row_pack
 import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
 from tsd.head.index import new_slot_index
+from tsd.head.pack import full_row, full_rows, pack_rows
 from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
 
 __all__ = ["Head", "HeadRow", "HeadRuns", "HeadSnapshot", "Taken"]
@@ -281,7 +287,8 @@ class Head:
         #: groups of a closed hour with no idle row when last looked at: the oldest last
         #: write of their rows then (see :meth:`closed`)
         self._busy_since: dict[int, float] = {}
-        #: bytes of points held (qualifiers and values), and of the rows' keys
+        #: bytes of the rows' points held (their bytes: packed parts and raw tails), and of
+        #: the rows' keys
         self._data = 0
         self._key_data = 0
         self.points = 0
@@ -289,6 +296,8 @@ class Head:
         self.releases = 0
         #: the last version stamped on a slot (see the module docstring)
         self._version = 0
+        #: a row's raw tail is packed once it holds this many points (tsd/head/pack.py)
+        self._block_points = row_pack.BLOCK_POINTS
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -301,9 +310,8 @@ class Head:
         s = self._slot_of.get(key)
         if s is None:
             return None
-        buf = self._buf[s]
+        buf = self._plain(s)
         group = self._groups[int(self._cols.group[s])]
-        assert buf is not None
         assert group is not None
         c = self._cols
         q_len = int(c.q_len[s])
@@ -359,7 +367,9 @@ class Head:
         """Points for rows the head holds: appended to each row's bytes (qualifiers
         before the values, values at the end), numbers updated by column."""
         c = self._cols
-        append_rows(self._buf, slots.tolist(), c.q_len[slots].tolist(), part.runs)
+        # a row's bytes: its packed part, then its tail's qualifiers, then its tail's values
+        at = c.packed[slots] + c.q_len[slots] - c.packed_q[slots]
+        append_rows(self._buf, slots.tolist(), at.tolist(), part.runs)
         counts, q_sizes, checked = part.counts, part.q_sizes, part.checked
         c.q_len[slots] += q_sizes.astype(np.int32)
         c.v_len[slots] += part.v_sizes.astype(np.int32)
@@ -374,6 +384,49 @@ class Head:
         c.last_batch[slots] = batch
         self._version += 1
         c.version[slots] = self._version
+        # A tail is packed every half block of points, at a point count set by the slot
+        # (a million series sending together pack a sixteenth of their rows an interval,
+        # not all of them every sixteenth), and at a block at the latest.
+        count, block = c.count[slots], self._block_points
+        tail = count - c.packed_count[slots]
+        half = max(1, block // 2)
+        due = (tail >= block) | ((tail >= half) & ((count + slots) % half == 0))
+        if due.any():
+            self._pack(slots[due])
+
+    def _pack(self, slots: npt.NDArray[np.int64]) -> None:
+        """The rows' raw tails packed into their packed parts (tsd/head/pack.py): the
+        same points, so the rows keep their versions."""
+        c = self._cols
+        before = sum(map(len, cast(list[bytes], _picked_at(self._buf, slots))))
+        lengths = np.array(
+            pack_rows(
+                self._buf,
+                slots.tolist(),
+                c.packed[slots].tolist(),
+                (c.q_len[slots] - c.packed_q[slots]).tolist(),
+            ),
+            np.int64,
+        )
+        done = lengths >= 0
+        # a row left unpacked (its tail not whole points) kept its bytes
+        self._data += int(lengths[done].sum()) - before
+        if not done.all():
+            self._data += sum(map(len, cast(list[bytes], _picked_at(self._buf, slots[~done]))))
+        slots = slots[done]
+        c.packed[slots] = lengths[done]
+        c.packed_count[slots] = c.count[slots]
+        c.packed_q[slots] = c.q_len[slots]
+
+    def _plain(self, s: int) -> bytes:
+        """Slot ``s``'s row as plain bytes: its qualifiers, then its values."""
+        buf = self._buf[s]
+        assert buf is not None
+        c = self._cols
+        p = c.packed.item(s)
+        if not p:
+            return buf
+        return full_row(buf, p, c.q_len.item(s), c.v_len.item(s))
 
     def _add_new(
         self, part: _Part, batch: int, now: float, keys: list[bytes] | None = None
@@ -413,6 +466,9 @@ class Head:
         c.written_at[slots] = now
         c.first_batch[slots] = batch
         c.last_batch[slots] = batch
+        # (a slot's packed numbers are 0: a slot leaves with them cleared, see release)
+        if int(counts.max()) >= self._block_points:  # a backfill: many points a row
+            self._pack(slots[counts >= self._block_points])
         # groups: a batch's new rows mostly share a metric and an hour
         heads, index = prefix_groups(keys, self._prefix_end + TIMESTAMP_BYTES)
         if len(heads) == 1:
@@ -623,6 +679,7 @@ class Head:
             c.clean[slots].copy(),
             slots,
             c.version[slots],
+            c.packed[slots].astype(np.int64),
         )
 
     def _slots_in(self, spec: ScanSpec) -> Iterator[tuple[int | None, npt.NDArray[np.int64]]]:
@@ -706,7 +763,8 @@ class Head:
         for _, number in sorted(self._group_of.items(), key=_hour_of_group):
             members = self._members(number)
             members = members[np.argsort(c.written_at[members], kind="stable")]
-            data = (c.q_len[members] + c.v_len[members]).astype(np.int64)
+            held = cast(list[bytes], _picked_at(self._buf, members))
+            data = np.fromiter(map(len, held), np.int64, len(held))
             listed = [key_of[s] or b"" for s in members.tolist()]
             key_sizes = np.fromiter(map(len, listed), np.int64, len(listed))
             sizes = ROW_OVERHEAD_BYTES + key_sizes + data + (data >> DATA_SLACK_SHIFT)
@@ -732,8 +790,7 @@ class Head:
         count = c.count.item(s)
         if not count:
             return None
-        buf = self._buf[s]
-        assert buf is not None
+        buf = self._plain(s)
         q_len = c.q_len.item(s)
         qualifiers, values = buf[:q_len], buf[q_len:]
         ms_count = c.ms_count.item(s)
@@ -760,13 +817,18 @@ class Head:
         # the row changes, or leaves its slot to another row: a new version either way
         self._version += 1
         c.version[s] = self._version
-        self._data -= taken.qualifier_bytes + taken.value_bytes
+        held = self._buf[s]
+        assert held is not None
+        self._data -= len(held)
         self.points -= taken.count
         if count:
-            buf = self._buf[s]
-            assert buf is not None
+            buf = self._plain(s)
             q_len = c.q_len.item(s)
-            self._buf[s] = buf[taken.qualifier_bytes : q_len] + buf[q_len + taken.value_bytes :]
+            self._buf[s] = left = (
+                buf[taken.qualifier_bytes : q_len] + buf[q_len + taken.value_bytes :]
+            )
+            self._data += len(left)
+            c.packed[s] = c.packed_count[s] = c.packed_q[s] = 0
             c.q_len[s] = q_len - taken.qualifier_bytes
             c.v_len[s] -= taken.value_bytes
             c.count[s] = count
@@ -775,8 +837,10 @@ class Head:
             c.first_batch[s] = taken.last_batch + 1
             c.clean[s] = False
             return
-        # every point left: the slot's numbers are set again when it is reused
+        # every point left: the slot's numbers are set again when it is reused, but for
+        # its packed part's: a new row in the slot starts from them (_add_new sets none)
         c.count[s] = 0
+        c.packed[s] = c.packed_count[s] = c.packed_q[s] = 0
         self._slot_of.remove(taken.key)
         self._key_data -= len(taken.key)
         self._key[s] = None
@@ -838,7 +902,8 @@ class Head:
     @property
     def bytes(self) -> int:
         """The memory the rows take, as measured (bench/head_memory.py): a fixed cost per
-        row, and the points' bytes with their buffers' room to grow."""
+        row, and the rows' bytes (packed parts and raw tails: tsd/head/pack.py) with the
+        allocator's rounding."""
         data = self._data
         fixed = len(self._slot_of) * ROW_OVERHEAD_BYTES + self._key_data
         return fixed + data + (data >> DATA_SLACK_SHIFT)
@@ -877,6 +942,9 @@ class _Columns:
         "last_batch",
         "last_offset",
         "ms_count",
+        "packed",
+        "packed_count",
+        "packed_q",
         "q_len",
         "v_len",
         "version",
@@ -901,6 +969,11 @@ class _Columns:
         self.group = np.full(size, -1, np.int32)
         #: the slot's version (the module docstring): stamped when its points change
         self.version = _zeros(size, np.int64)
+        #: the row's packed part (tsd/head/pack.py): its bytes at the front of the row's
+        #: bytes (0: none), its points and its qualifiers' bytes unpacked
+        self.packed = _zeros(size, np.int32)
+        self.packed_count = _zeros(size, np.int32)
+        self.packed_q = _zeros(size, np.int32)
 
     def __len__(self) -> int:
         return len(self.q_len)
@@ -1014,9 +1087,12 @@ class HeadSnapshot:
         clean: npt.NDArray[np.bool_],
         slots: npt.NDArray[np.int64],
         versions: npt.NDArray[np.int64],
+        packed: npt.NDArray[np.int64] | None = None,
     ) -> None:
         self._keys = keys
         self._bufs = bufs
+        #: per row, its packed part's bytes at the front of its bytes (None: none has one)
+        self._packed = packed if packed is not None and packed.any() else None
         self._q_lens = q_lens
         self._v_lens = v_lens
         self._counts = counts
@@ -1037,6 +1113,8 @@ class HeadSnapshot:
 
     def _copy(self, i: int) -> _Copy:
         buf, q_len = self._bufs[i], int(self._q_lens[i])
+        if self._packed is not None and self._packed[i]:
+            buf = full_row(buf, int(self._packed[i]), q_len, int(self._v_lens[i]))
         return (
             buf[:q_len],
             buf[q_len:],
@@ -1142,6 +1220,8 @@ class HeadSnapshot:
             keys = _picked_at(self._keys, at)
             bufs = _picked_at(self._bufs, at)
             rows = at  # type: ignore[assignment]
+        if self._packed is not None and keys:
+            bufs = full_rows(bufs, self._packed[rows], q_lens[rows], v_lens[rows])
         qualifiers, values = _join_parts(bufs, q_lens[rows], v_lens[rows]) if keys else (b"", b"")
         return HeadRuns(
             keys,
