@@ -28,10 +28,8 @@ from tsd.codec.rowkey import (
     python_series_keys,
     python_tag_suffix,
 )
-from tsd.data_points import DataPoint
 from tsd.errors import CodecError
 from tsd.protocol.telnet import put_line_key, python_take_known_puts, python_take_new_plain
-from tsd.protocol.telnet_frame import ParsedPut
 
 pytestmark = pytest.mark.slow  # many generated inputs
 
@@ -93,19 +91,22 @@ def test_take_new_plain_as_python(
     lines_or_none: list[bytes | None] = [*lines]
     if lines and data.draw(st.booleans()):
         lines_or_none[data.draw(st.integers(0, len(lines) - 1))] = None  # a line too long
-    c_out: list[ParsedPut] = []
-    py_out: list[ParsedPut] = []
+    c_out: list[list[Any]] = [[], [], [], [], []]
+    py_out: list[list[Any]] = [[], [], [], [], []]
     args = (lines_or_none, start, limit, known, max_tags)
-    c_stop = P.take_new_plain(*args, DataPoint, ParsedPut, c_out)
-    py_stop = python_take_new_plain(*args, DataPoint, ParsedPut, py_out)
+    c_stop = P.take_new_plain(*args, *c_out)
+    py_stop = python_take_new_plain(*args, *py_out)
     assert c_stop == py_stop
-    assert [type(item) for item in c_out] == [ParsedPut] * len(py_out)
-    assert list(map(_item_bits, c_out)) == list(map(_item_bits, py_out))
+    assert _columns_bits(c_out) == _columns_bits(py_out)
+    assert len({len(column) for column in c_out}) == 1  # one entry a line in each column
 
 
-def _item_bits(item: ParsedPut) -> tuple[Any, ...]:
-    point = item.point
-    return (item.key, type(point), point.metric, point.tags, _bits((None, *point[1:3])))
+def _columns_bits(columns: list[list[Any]]) -> list[Any]:
+    """The columns (keys, metrics, tags, timestamps, values), values bit for bit with
+    their types."""
+    keys, metrics, tags, timestamps, values = columns
+    typed = [_bits((None, stamp, value)) for stamp, value in zip(timestamps, values, strict=True)]
+    return [keys, metrics, tags, list(map(type, timestamps)), typed]
 
 
 DECIMALS = st.builds(
@@ -399,8 +400,8 @@ def test_take_new_plain_from_a_negative_start_stops_where_python_does() -> None:
     lines: list[bytes | None] = [b"put m 1 2 k=v", b"put m 1 2 k=w", b"put m 1 2 k=x"]
     for start in (-3, -1, 0, 1, 3, 5):
         for limit in (-1, 0, 1, 2, 5):
-            c_out: list[ParsedPut] = []
-            py_out: list[ParsedPut] = []
+            c_out: list[list[Any]] = [[], [], [], [], []]
+            py_out: list[list[Any]] = [[], [], [], [], []]
             args: tuple[list[bytes | None], int, int, dict[bytes, str], int] = (
                 lines,
                 start,
@@ -408,6 +409,6 @@ def test_take_new_plain_from_a_negative_start_stops_where_python_does() -> None:
                 {},
                 1,
             )
-            c_stop = P.take_new_plain(*args, DataPoint, ParsedPut, c_out)
-            py_stop = python_take_new_plain(*args, DataPoint, ParsedPut, py_out)
-            assert (c_stop, len(c_out)) == (py_stop, len(py_out))
+            c_stop = P.take_new_plain(*args, *c_out)
+            py_stop = python_take_new_plain(*args, *py_out)
+            assert (c_stop, c_out) == (py_stop, py_out)

@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 
 from tsd import native
 from tsd.codec import KeyLayout, make_series_key
-from tsd.data_points import DataPoint
 from tsd.protocol.ref_table import PythonRefTable
 from tsd.protocol.telnet import take_known_puts, take_known_puts_into, take_new_plain
-from tsd.protocol.telnet_frame import ParsedPut
 
 KeyTable: Any = native.attribute("tsd.protocol._parse", "KeyTable")
 needs_c = pytest.mark.skipif(KeyTable is None, reason="the compiled helper is not built")
@@ -160,9 +158,9 @@ def test_the_parsers_find_series_in_it(make: Any) -> None:
     out: list[Any] = []
     assert take_known_puts(lines, 0, refs, out, 10) == 2
     assert out == [("A", 1700000000, 1), ("B", 1700000001, 2.5)]
-    items: list[Any] = []
-    assert take_new_plain(lines, 0, 10, refs, 8, DataPoint, ParsedPut, items) == 0
-    assert take_new_plain(lines, 2, 10, refs, 8, DataPoint, ParsedPut, items) in (2, 3)
+    columns: list[list[Any]] = [[], [], [], [], []]
+    assert take_new_plain(lines, 0, 10, refs, 8, *columns) == 0
+    assert take_new_plain(lines, 2, 10, refs, 8, *columns) in (2, 3)
 
 
 @needs_c

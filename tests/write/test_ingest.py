@@ -329,6 +329,12 @@ def test_series_name_key_answers_as_its_python_version(
         assert series_name_key(metric, tags) == "\0".join([metric, *map("\0".join, tags)])
 
 
+def put_run(session: IngestSession[int], points: list[DataPoint], keys: list[bytes]) -> int:
+    """:meth:`IngestSession.put_run` of ``points`` (as columns)."""
+    metrics, stamps, values, tags = map(list, zip(*points, strict=True))
+    return session.put_run(metrics, tags, stamps, values, keys)
+
+
 async def test_put_run_takes_a_run_as_put_one_by_one(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:
@@ -342,9 +348,9 @@ async def test_put_run_takes_a_run_as_put_one_by_one(
     count = MAX_MISS_BATCH + 100
     points = [point(T0, n, f"h{n}") for n in range(count)]
     keys = [f"key-{n}".encode() for n in range(count)]
-    assert session.put_run(points, keys) == MAX_MISS_BATCH  # put would answer BUSY next
+    assert put_run(session, points, keys) == MAX_MISS_BATCH  # put would answer BUSY next
     await session.wait_lookup()
-    assert session.put_run(points[MAX_MISS_BATCH:], keys[MAX_MISS_BATCH:]) == 100
+    assert put_run(session, points[MAX_MISS_BATCH:], keys[MAX_MISS_BATCH:]) == 100
     await session.settle()
     assert [refs[key] for key in keys] == [
         ingest.cached("sys.cpu", host(f"h{n}")) or await ingest.resolve("sys.cpu", host(f"h{n}"))
@@ -353,7 +359,7 @@ async def test_put_run_takes_a_run_as_put_one_by_one(
     again = [point(T0 + 1, 1, "h0"), point(T0 + 1, 2, "new")]
     ingest.drop_caches()
     await ingest.resolve("sys.cpu", host("h0"))  # resolved by name: the run goes one by one
-    assert session.put_run(again, [b"key-0", b"key-new"]) == 2
+    assert put_run(session, again, [b"key-0", b"key-new"]) == 2
     assert b"key-0" in refs  # buffered at once, its key remembered
     await session.settle()
     await ingest.writer.flush()

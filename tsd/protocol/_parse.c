@@ -465,10 +465,11 @@ static PyObject *interned_ascii(const char *s, Py_ssize_t n)
  *   timestamp and value (type_numbers). None for anything else, errors included: the
  *   caller then runs the full parser, whose answer and reply stay OpenTSDB's. point_type
  *   is tsd.data_points.DataPoint (a tuple of metric, timestamp, value, sorted tag pairs). */
-/* The point and alias of a plain put line (see parse_plain_put): 1 with both set (new
+/* The fields of a plain put line (see parse_plain_put): 1 with fields[0..3] (metric,
+ * timestamp, value, sorted tag pairs: DataPoint's order) and the alias set (new
  * references), 0 when the line is not plain, -1 on an error. */
-static int plain_put(PyObject *line, Py_ssize_t max_tags, PyTypeObject *point_type,
-                     PyObject **point_out, PyObject **alias_out)
+static int plain_fields(PyObject *line, Py_ssize_t max_tags, PyObject *fields[4],
+                        PyObject **alias_out)
 {
     if (max_tags > MAX_PLAIN_TAGS)
         max_tags = MAX_PLAIN_TAGS;
@@ -537,31 +538,40 @@ static int plain_put(PyObject *line, Py_ssize_t max_tags, PyTypeObject *point_ty
         }
         PyTuple_SET_ITEM(pairs, i, pair);
     }
-    PyObject *point = point_type->tp_alloc(point_type, 4);
-    if (point == NULL) {
-        Py_DECREF(pairs);
+    fields[3] = pairs;
+    fields[0] = interned_ascii(word[0], size[0]);
+    fields[1] = fields[0] == NULL ? NULL : PyLong_FromLongLong(put.timestamp);
+    fields[2] = fields[1] == NULL ? NULL : value_object(&put);
+    PyObject *alias = fields[2] == NULL ? NULL
+                                        : series_words(word[0], size[0], word[3], n - (word[3] - s));
+    if (alias == NULL) {
+        for (int i = 0; i < 4; i++)
+            Py_CLEAR(fields[i]);
         return -1;
     }
-    PyTuple_SET_ITEM(point, 3, pairs);
-    PyObject *field = interned_ascii(word[0], size[0]);
-    if (field == NULL)
-        goto error;
-    PyTuple_SET_ITEM(point, 0, field);
-    if ((field = PyLong_FromLongLong(put.timestamp)) == NULL)
-        goto error;
-    PyTuple_SET_ITEM(point, 1, field);
-    if ((field = value_object(&put)) == NULL)
-        goto error;
-    PyTuple_SET_ITEM(point, 2, field);
-    PyObject *alias = series_words(word[0], size[0], word[3], n - (word[3] - s));
-    if (alias == NULL)
-        goto error;
-    *point_out = point;
     *alias_out = alias;
     return 1;
-error:
-    Py_DECREF(point);
-    return -1;
+}
+
+/* The point (a point_type of the fields) and alias of a plain put line: as plain_fields. */
+static int plain_put(PyObject *line, Py_ssize_t max_tags, PyTypeObject *point_type,
+                     PyObject **point_out, PyObject **alias_out)
+{
+    PyObject *fields[4] = {NULL, NULL, NULL, NULL};
+    int parsed = plain_fields(line, max_tags, fields, alias_out);
+    if (parsed <= 0)
+        return parsed;
+    PyObject *point = point_type->tp_alloc(point_type, 4);
+    if (point == NULL) {
+        for (int i = 0; i < 4; i++)
+            Py_DECREF(fields[i]);
+        Py_DECREF(*alias_out);
+        return -1;
+    }
+    for (int i = 0; i < 4; i++)
+        PyTuple_SET_ITEM(point, i, fields[i]);
+    *point_out = point;
+    return 1;
 }
 
 /* point_type (or item_type) is a tuple subclass laid out as a tuple (a NamedTuple) */
@@ -590,54 +600,60 @@ static PyObject *parse_plain_put(PyObject *self, PyObject *const *args, Py_ssize
     return answer;
 }
 
-/* take_new_plain(lines, start, limit, known, max_tags, point_type, item_type, out) -> index
+/* take_new_plain(lines, start, limit, known, max_tags, keys, metrics, tags, timestamps,
+ *                values) -> index
  *   Consecutive plain put lines of series not in known (a burst of new series), each
- *   parsed as parse_plain_put parses it and appended to out as item_type(alias, point)
- *   (tsd.protocol.telnet_frame.ParsedPut), from lines[start], at most limit of them; it
- *   stops at the first line that is not a plain put (None, empty, a command, any other
- *   form) or whose series is known (its alias a key of known): the index of that line.
- *   tsd.protocol.telnet.python_take_new_plain is the specification. */
+ *   parsed as parse_plain_put parses it, as columns: its alias appended to keys and its
+ *   point's fields to metrics, tags, timestamps and values (no object per line beyond
+ *   the fields: tsd.protocol.telnet_frame.NewPuts), from lines[start], at most limit of
+ *   them; it stops at the first line that is not a plain put (None, empty, a command,
+ *   any other form) or whose series is known (its alias a key of known): the index of
+ *   that line. tsd.protocol.telnet.python_take_new_plain is the specification. */
 static PyObject *take_new_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 || !PyList_CheckExact(args[0]) || !(PyDict_Check(args[3]) || kt_check(args[3])) ||
-        !tuple_like(args[5]) || !tuple_like(args[6]) || !PyList_CheckExact(args[7])) {
+    int lists = nargs == 10;
+    for (Py_ssize_t i = 5; lists && i < 10; i++)
+        lists = PyList_CheckExact(args[i]);
+    if (!lists || !PyList_CheckExact(args[0]) || !(PyDict_Check(args[3]) || kt_check(args[3]))) {
         PyErr_SetString(PyExc_TypeError, "take_new_plain(lines, start, limit, known, max_tags,"
-                                         " point_type, item_type, out)");
+                                         " keys, metrics, tags, timestamps, values)");
         return NULL;
     }
     Py_ssize_t index = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]),
                max_tags = PyLong_AsSsize_t(args[4]);
     if (PyErr_Occurred())
         return NULL;
-    PyObject *lines = args[0], *known = args[3], *out = args[7];
-    PyTypeObject *point_type = (PyTypeObject *)args[5], *item_type = (PyTypeObject *)args[6];
+    PyObject *lines = args[0], *known = args[3];
+    /* the columns in DataPoint's order (metric, timestamp, value, tags), the keys after */
+    PyObject *columns[5] = {args[6], args[8], args[9], args[7], args[5]};
     Py_ssize_t end = PyList_GET_SIZE(lines), room = limit > 0 ? limit : 0;
     if (index < end - room) /* the spec's min(len(lines), start + limit), before the clamp */
         end = index + room;
     if (index < 0)
         index = 0;
     for (; index < end; index++) {
-        PyObject *point, *alias;
-        int parsed = plain_put(PyList_GET_ITEM(lines, index), max_tags, point_type, &point, &alias);
+        PyObject *fields[5] = {NULL, NULL, NULL, NULL, NULL};
+        int parsed = plain_fields(PyList_GET_ITEM(lines, index), max_tags, fields, &fields[4]);
         if (parsed < 0)
             return NULL;
         if (parsed == 0)
             break;
-        int seen = kt_check(known) ? kt_contains((KeyTable *)known, alias)
-                                   : PyDict_Contains(known, alias);
-        PyObject *item = seen ? NULL : item_type->tp_alloc(item_type, 2);
-        if (item == NULL) {
-            Py_DECREF(point);
-            Py_DECREF(alias);
-            if (seen == 1 && !PyErr_Occurred())
-                break; /* a known series: the known path takes it */
-            return NULL;
+        int seen = kt_check(known) ? kt_contains((KeyTable *)known, fields[4])
+                                   : PyDict_Contains(known, fields[4]);
+        int failed = seen != 0;
+        for (int i = 0; i < 5; i++) {
+            if (!failed && PyList_Append(columns[i], fields[i]) < 0) {
+                failed = 1;
+                seen = -1;
+                for (int j = 0; j < i; j++) /* the line's fields appended so far go again */
+                    PyList_SetSlice(columns[j], PyList_GET_SIZE(columns[j]) - 1,
+                                    PyList_GET_SIZE(columns[j]), NULL);
+            }
+            Py_DECREF(fields[i]);
         }
-        PyTuple_SET_ITEM(item, 0, alias);
-        PyTuple_SET_ITEM(item, 1, point);
-        int appended = PyList_Append(out, item);
-        Py_DECREF(item);
-        if (appended < 0)
+        if (seen == 1)
+            break; /* a known series: the known path takes it */
+        if (seen < 0)
             return NULL;
     }
     return PyLong_FromSsize_t(index);
@@ -957,7 +973,7 @@ static PyMethodDef methods[] = {
     {"take_known_into", (PyCFunction)(void (*)(void))take_known_into, METH_FASTCALL,
      "take_known_puts and encode_into in one pass: (index, points, cells added)."},
     {"take_new_plain", (PyCFunction)(void (*)(void))take_new_plain, METH_FASTCALL,
-     "Consecutive plain put lines of new series, parsed into items (a burst)."},
+     "Consecutive plain put lines of new series, parsed into columns (a burst)."},
     {"parse_plain_put", (PyCFunction)(void (*)(void))parse_plain_put, METH_FASTCALL,
      "A put line in its plain form parsed as parse_put parses it, or None."},
     {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,

@@ -50,7 +50,7 @@ from tsd import __version__
 from tsd.codec import SeriesKey
 from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
 from tsd.codec.value import encode_value, parse_value
-from tsd.data_points import MAX_MS_TIMESTAMP, DataPoint
+from tsd.data_points import MAX_MS_TIMESTAMP, DataPoint, Tags
 from tsd.errors import BadRequestError, IllegalValueError, NumberFormatError, PutLineError
 from tsd.java_text import format_java_bytes
 from tsd.protocol.names import (
@@ -452,27 +452,26 @@ def parse_plain_put(
     )
 
 
-_Item = TypeVar("_Item")
-
-
 def python_take_new_plain(
     lines: list[bytes | None],
     start: int,
     limit: int,
     known: Mapping[Any, Any],
     max_tags: int,
-    point_type: type[DataPoint],
-    item_type: Callable[[bytes, DataPoint], _Item],
-    out: list[_Item],
+    keys: list[bytes],
+    metrics: list[str],
+    tags: list[Tags],
+    timestamps: list[int],
+    values: list[int | float],
 ) -> int:
     """Consecutive plain put lines of series not in ``known`` (a burst of new series),
-    from ``lines[start]``, at most ``limit``: each parsed by :func:`parse_plain_put` (a
-    ``point_type``, DataPoint's fields) and appended to ``out`` as ``item_type(key,
-    point)`` (its :func:`put_line_key` and its point); the index of the first line it
-    stops at (not a plain put, or of a known series). The specification of the compiled
-    ``take_new_plain`` (``tsd/protocol/_parse.c``: a dict ``known``, a list of lines),
-    which takes the run in one call; without it :func:`parse_plain_put` parses nothing,
-    so neither does this."""
+    from ``lines[start]``, at most ``limit``: each parsed by :func:`parse_plain_put` and
+    appended as columns, its :func:`put_line_key` to ``keys`` and its point's fields to
+    ``metrics``, ``tags``, ``timestamps`` and ``values`` (no object per line); the index
+    of the first line it stops at (not a plain put, or of a known series). The
+    specification of the compiled ``take_new_plain`` (``tsd/protocol/_parse.c``: a dict
+    ``known``, a list of lines), which takes the run in one call; without it
+    :func:`parse_plain_put` parses nothing, so neither does this."""
     rules = NameRules(max_tags=max_tags)
     end = min(len(lines), start + max(limit, 0))
     index = max(start, 0)
@@ -482,7 +481,11 @@ def python_take_new_plain(
         if plain is None or plain[1] in known:
             break
         point, key = plain
-        out.append(item_type(key, point if point_type is DataPoint else point_type(*point)))
+        keys.append(key)
+        metrics.append(point.metric)
+        tags.append(point.tags)
+        timestamps.append(point.timestamp)
+        values.append(point.value)
         index += 1
     return index
 

@@ -12,6 +12,8 @@ items over its channel as they are):
   pure module does not know);
 * :class:`KnownPuts`: puts of series known by key only (``keys``: a worker remembers the
   keys of every put it parsed, the daemon resolves them), as columns;
+* :class:`NewPuts`: a run of plain put lines of series not known here (a burst of new
+  series), parsed into columns in one call (no object per line);
 * :class:`ParsedPut`: a put parsed in full, with its key;
 * :class:`CommandLine`: any other line (the daemon parses and runs its commands);
 * :class:`EmptyLines`: a run of empty lines (each an unknown command ``""``);
@@ -28,7 +30,7 @@ from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from tsd.codec import SeriesKey
-from tsd.data_points import DataPoint
+from tsd.data_points import DataPoint, Tags
 from tsd.errors import BadRequestError, PutLineError
 from tsd.protocol.names import NameRules
 from tsd.protocol.ref_table import RefTable
@@ -54,6 +56,7 @@ __all__ = [
     "EmptyLines",
     "KnownPuts",
     "LineError",
+    "NewPuts",
     "ParsedPut",
     "TelnetFramer",
     "items_from_wire",
@@ -86,6 +89,22 @@ class KnownPuts(NamedTuple):
     keys: tuple[bytes, ...]
     timestamps: tuple[int, ...]
     values: tuple[int | float, ...]
+
+
+class NewPuts(NamedTuple):
+    """Plain put lines of series not known by ref, in a row (a burst of new series), as
+    columns (:func:`~tsd.protocol.telnet.take_new_plain`): line ``i``'s
+    :func:`put_line_key` and its point's fields."""
+
+    keys: list[bytes]
+    metrics: list[str]
+    tags: list[Tags]
+    timestamps: list[int]
+    values: list[int | float]
+
+    def point(self, at: int) -> DataPoint:
+        """Line ``at``'s point."""
+        return DataPoint(self.metrics[at], self.timestamps[at], self.values[at], self.tags[at])
 
 
 class ParsedPut(NamedTuple):
@@ -272,17 +291,10 @@ class TelnetFramer(Generic[Part]):
                     # after the points encoded before it (a later point of a cell wins)
                     self.take_part(items)
                     at = index
-                    index = take_new_plain(
-                        lines,
-                        index,
-                        count - index,
-                        refs,
-                        rules.max_tags,
-                        DataPoint,
-                        ParsedPut,
-                        items,
-                    )
+                    new = NewPuts([], [], [], [], [])
+                    index = take_new_plain(lines, index, count - index, refs, rules.max_tags, *new)
                     if index > at:
+                        items.append(new)
                         continue
             line = lines[index]
             index += 1
@@ -331,7 +343,7 @@ class TelnetFramer(Generic[Part]):
 # Pickle builds a NamedTuple through a Python call per item (some microseconds): a flood of
 # lines would hold the daemon's loop for seconds. Plain tuples, tagged by kind, cost a tenth.
 
-_KNOWN, _PARSED, _EMPTY, _ERROR, _COMMAND, _PART = range(6)
+_KNOWN, _PARSED, _EMPTY, _ERROR, _COMMAND, _PART, _NEW = range(7)
 
 
 def items_to_wire(items: list[Any]) -> list[tuple[Any, ...]]:
@@ -345,6 +357,8 @@ def items_to_wire(items: list[Any]) -> list[tuple[Any, ...]]:
             append((_PARSED, item.key, tuple(item.point)))
         elif kind is KnownPuts:
             append((_KNOWN, *item))
+        elif kind is NewPuts:
+            append((_NEW, *item))
         elif kind is CommandLine:
             append((_COMMAND, item.line))
         elif kind is EmptyLines:
@@ -358,9 +372,9 @@ def items_to_wire(items: list[Any]) -> list[tuple[Any, ...]]:
 
 def items_from_wire(
     wire: list[tuple[Any, ...]], part: Callable[..., Part]
-) -> list[KnownPuts | ParsedPut | CommandLine | EmptyLines | LineError | Part]:
+) -> list[KnownPuts | NewPuts | ParsedPut | CommandLine | EmptyLines | LineError | Part]:
     """The items :func:`items_to_wire` was given (``part``: the parts' type)."""
-    items: list[KnownPuts | ParsedPut | CommandLine | EmptyLines | LineError | Part] = []
+    items: list[KnownPuts | NewPuts | ParsedPut | CommandLine | EmptyLines | LineError | Part] = []
     append = items.append
     for entry in wire:
         kind = entry[0]
@@ -368,6 +382,8 @@ def items_from_wire(
             append(ParsedPut(entry[1], DataPoint(*entry[2])))
         elif kind == _KNOWN:
             append(KnownPuts(entry[1], entry[2], entry[3]))
+        elif kind == _NEW:
+            append(NewPuts(*entry[1:]))
         elif kind == _COMMAND:
             append(CommandLine(entry[1]))
         elif kind == _EMPTY:

@@ -75,6 +75,7 @@ from tsd.protocol.telnet_frame import (
     EmptyLines,
     KnownPuts,
     LineError,
+    NewPuts,
     ParsedPut,
     TelnetFramer,
 )
@@ -406,6 +407,8 @@ class TelnetProtocol(TrackedProtocol):
                 blocked = self._known_puts(item)
             elif kind is EmptyLines:
                 blocked = self._empty_lines(item.lines)
+            elif kind is NewPuts:
+                blocked = self._new_puts(item)
             elif kind is ParsedPut:
                 blocked = self._parsed_puts()
             else:
@@ -437,7 +440,8 @@ class TelnetProtocol(TrackedProtocol):
         others = list(map(is_not, map(type, run), repeat(ParsedPut)))
         if True in others:  # the run ends at the first item of another kind
             del run[others.index(True) :]
-        taken = self._session.put_run(list(map(_point, run)), list(map(_key, run)))
+        metrics, stamps, values, tags = zip(*map(_point, run), strict=True)
+        taken = self._session.put_run(metrics, tags, stamps, values, list(map(_key, run)))
         used = min(taken + 1, len(run))  # a put that found no lookup slot is taken out too
         if used == len(items):
             items.clear()
@@ -449,6 +453,41 @@ class TelnetProtocol(TrackedProtocol):
         if taken < len(run):
             item = run[taken]
             return _SlowPut(item.point, item.key)
+        return _YIELD if self._budget <= 0 else None
+
+    def _new_puts(self, item: NewPuts) -> _SlowPut | _Yield | None:
+        """A burst of new series' lines (columns from the framer), from ``_at``: as
+        :meth:`_parsed_puts` takes a run of parsed puts, at most the budget left in one
+        :meth:`IngestSession.put_run`, without an object per point."""
+        flow = self._flow
+        if flow is not None and flow.writing_paused:
+            return None  # the caller's loop answers for it
+        budget = self._budget
+        start = self._at
+        count = len(item.keys)
+        stop = min(count, start + max(budget, 1))
+        if start == 0 and stop == count:
+            taken = self._session.put_run(*item[1:], item.keys)
+        else:
+            taken = self._session.put_run(
+                item.metrics[start:stop],
+                item.tags[start:stop],
+                item.timestamps[start:stop],
+                item.values[start:stop],
+                item.keys[start:stop],
+            )
+        used = min(taken + 1, stop - start)  # a put that found no lookup slot is taken out too
+        at = start + used
+        if at >= count:
+            self._items.popleft()
+            self._at = 0
+        else:
+            self._at = at
+        self._stats.received.value += used
+        self._budget = budget - used
+        if start + taken < stop:
+            busy = start + taken
+            return _SlowPut(item.point(busy), item.keys[busy])
         return _YIELD if self._budget <= 0 else None
 
     def _known_puts(self, item: KnownPuts) -> _SlowPut | None:

@@ -106,15 +106,22 @@ NameKey: TypeAlias = "str | tuple[str, Tags]"
 
 @dataclass(slots=True)
 class _Misses(Generic[T]):
-    """Points of series not resolved yet, one loop turn's (a batch), as columns (no tuple
-    per point: a burst's batch is thousands): the points, the caller's tags, their alias
-    keys, and their series' name keys (computed once, by :meth:`IngestSession.put`'s
+    """Points of series not resolved yet, one loop turn's (a batch), as columns (no object
+    per point: a burst's batch is thousands): the points' fields, the caller's tags, their
+    alias keys, and their series' name keys (computed once, by :meth:`IngestSession.put`'s
     lookup)."""
 
-    points: list[DataPoint] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    tags_list: list[Tags] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    values: list[int | float] = field(default_factory=list)
     tags: list[T | None] = field(default_factory=list)
     aliases: list[tuple[Hashable, ...]] = field(default_factory=list)
     names: list[NameKey] = field(default_factory=list)
+
+    def point(self, at: int) -> DataPoint:
+        """Miss ``at``'s point (made for a refusal's report only)."""
+        return DataPoint(self.metrics[at], self.timestamps[at], self.values[at], self.tags_list[at])
 
 
 #: ``on_new_series(refs)``: the row-key templates of series that just got their refs
@@ -612,54 +619,71 @@ class IngestSession(Generic[T]):
             self._add_one(ref, point, tag)
             return Put.BUFFERED
         batch = self._collecting
-        if batch is None or len(batch.points) >= MAX_MISS_BATCH:
+        if batch is None or len(batch.names) >= MAX_MISS_BATCH:
             pending = self._pending
             if len(pending) >= self.window:
                 return Put.BUSY
-            batch = self._collecting = _Misses()
-            task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        batch.points.append(point)
+            batch = self._new_batch()
+        batch.metrics.append(point.metric)
+        batch.tags_list.append(point.tags)
+        batch.timestamps.append(point.timestamp)
+        batch.values.append(point.value)
         batch.tags.append(tag)
         batch.aliases.append(aliases if type(aliases) is tuple else tuple(aliases))
         batch.names.append(name)
         return Put.QUEUED
 
-    def put_run(self, points: Sequence[DataPoint], keys: Sequence[Hashable]) -> int:
-        """:meth:`put` of each point with its one protocol key (``put(points[i], None,
-        (keys[i],))``), in order, until one would answer :attr:`Put.BUSY`: how many were
-        taken. A run none of whose series is resolved (a burst of new series' lines) joins
-        the miss batches a slice at a time, without a Python step per point; any other
-        run goes point by point."""
-        names = list(map(series_name_key, map(_metric, points), map(_tags, points)))
+    def put_run(
+        self,
+        metrics: Sequence[str],
+        tags_list: Sequence[Tags],
+        timestamps: Sequence[int],
+        values: Sequence[int | float],
+        keys: Sequence[Hashable],
+    ) -> int:
+        """:meth:`put` of each point given as columns (point ``i``: ``metrics[i]``,
+        ``timestamps[i]``, ``values[i]``, ``tags_list[i]``) with its one protocol key
+        (``put(point, None, (keys[i],))``), in order, until one would answer
+        :attr:`Put.BUSY`: how many were taken. A run none of whose series is resolved (a
+        burst of new series' lines: telnet's :class:`~tsd.protocol.telnet_frame.NewPuts`)
+        joins the miss batches as columns, a slice at a time, without an object or a
+        Python step per point; any other run goes point by point."""
+        names = list(map(series_name_key, metrics, tags_list))
         cache = self.cache
         if (cache is not None and cache.entries() > len(cache)) or any(
             self.service.cached_names(names)
         ):  # a key to recall from the cache's old generation, or a series resolved
             put = self.put
-            for taken, (point, key) in enumerate(zip(points, keys, strict=True)):
-                if put(point, None, (key,)) is Put.BUSY:
+            for taken, point in enumerate(map(DataPoint, metrics, timestamps, values, tags_list)):
+                if put(point, None, (keys[taken],)) is Put.BUSY:
                     return taken
-            return len(points)
-        taken, count = 0, len(points)
+            return len(names)
+        taken, count = 0, len(names)
         pending = self._pending
         while taken < count:
             batch = self._collecting
-            if batch is None or len(batch.points) >= MAX_MISS_BATCH:
+            if batch is None or len(batch.names) >= MAX_MISS_BATCH:
                 if len(pending) >= self.window:
                     break
-                batch = self._collecting = _Misses()
-                task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            end = min(count, taken + MAX_MISS_BATCH - len(batch.points))
-            batch.points += points[taken:end]
+                batch = self._new_batch()
+            end = min(count, taken + MAX_MISS_BATCH - len(batch.names))
+            batch.metrics += metrics[taken:end]
+            batch.tags_list += tags_list[taken:end]
+            batch.timestamps += timestamps[taken:end]
+            batch.values += values[taken:end]
             batch.tags += repeat(None, end - taken)
             batch.aliases += zip(keys[taken:end])  # a 1-tuple per point
             batch.names += names[taken:end]
             taken = end
         return taken
+
+    def _new_batch(self) -> _Misses[T]:
+        """A new batch of misses, collecting this loop turn's, and its task."""
+        batch = self._collecting = _Misses()
+        task = asyncio.get_running_loop().create_task(self._resolve_batch(batch))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return batch
 
     async def put_cell(self, point: CellPoint) -> None:
         """Store one point as a cell of its own, straight to storage (a rollup, a
@@ -747,24 +771,24 @@ class IngestSession(Generic[T]):
         # The task starts on the loop's next turn: the batch took that turn's misses.
         if self._collecting is batch:
             self._collecting = None
-        points = batch.points
+        count = len(batch.names)
         try:
             # Series whose every miss here has a protocol key are kept under those keys
             # only (telnet's lines, /api/put's elements): one map entry per series.
             refs = await self.service.resolve_columns(
-                list(map(_metric, points)),
-                list(map(_tags, points)),
+                batch.metrics,
+                batch.tags_list,
                 batch.names,
                 remember=self.cache is None or not all(batch.aliases),
             )
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
-                log.exception("ingest.resolve_crashed", points=len(points))
+                log.exception("ingest.resolve_crashed", points=count)
             refused = Refused.of(exc)
-            for point, tag in zip(points, batch.tags, strict=True):
-                self._refuse(tag, point, refused)
+            for at, tag in enumerate(batch.tags):
+                self._refuse(tag, batch.point(at), refused)
             return
-        if len(points) <= self.room() and all([type(ref) is SeriesKey for ref in refs]):
+        if count <= self.room() and all([type(ref) is SeriesKey for ref in refs]):
             self._append_resolved(batch, cast(list[SeriesRef], refs))
             return
         # Runs of resolved points go to the writer in one call each, as much as it has
@@ -772,10 +796,10 @@ class IngestSession(Generic[T]):
         run: list[RefPoint] = []
         run_tags: list[T | None] = []
         room = self.room()
-        for point, tag, aliases, ref in zip(points, batch.tags, batch.aliases, refs, strict=True):
+        for at, (tag, aliases, ref) in enumerate(zip(batch.tags, batch.aliases, refs, strict=True)):
             if isinstance(ref, TsdError):
                 self._append_run(run, run_tags)
-                self._refuse(tag, point, Refused.of(ref))
+                self._refuse(tag, batch.point(at), Refused.of(ref))
                 continue
             if aliases:
                 self._remember(aliases, ref)
@@ -783,7 +807,7 @@ class IngestSession(Generic[T]):
                 self._append_run(run, run_tags)
                 await self.wait_room()
                 room = max(1, self.room())
-            run.append((ref, point.timestamp, point.value))
+            run.append((ref, batch.timestamps[at], batch.values[at]))
             run_tags.append(tag)
             room -= 1
         self._append_run(run, run_tags)
@@ -808,8 +832,7 @@ class IngestSession(Generic[T]):
                     for alias in keys:
                         remember(alias, ref)
             # (ref, timestamp, value) per point, zipped at C speed
-            points = batch.points
-            run = list(zip(refs, map(_timestamp, points), map(_value, points), strict=True))
+            run = list(zip(refs, batch.timestamps, batch.values, strict=True))
             tags = batch.tags
             kept = None if tags.count(None) == len(tags) else cast(list[T], tags)
             self._append_buffered(run, kept)
