@@ -237,14 +237,17 @@ async def test_the_queue_and_the_written_series_are_bounded_by_the_series_cache(
         assert await meta_row(env, tsuid) == {b"tsd_series": NOW_S.to_bytes(8, "big")}
 
 
+@pytest.mark.parametrize("cache_size", [8, 1000], ids=["old_generation", "young_only"])
 @pytest.mark.parametrize("realtime_uid", [False, True], ids=["index", "realtime_uid"])
 async def test_a_burst_is_queued_as_its_series_one_by_one(
-    make_env: MakeEnv, realtime_uid: bool
+    make_env: MakeEnv, realtime_uid: bool, cache_size: int
 ) -> None:
     """on_new_series_many (the ingest service's hook, a burst in one pass) queues what
     on_new_series of each series would: each series once, none already queued or
     remembered as written (in the map's young generation or recalled from its old one),
-    the same entries (tag pairs only with realtime UIDMeta); the same rows written."""
+    the same entries (tag pairs only with realtime UIDMeta); the same rows written. With
+    no old generation, a burst none of whose series is known takes the bulk check, one
+    with some takes the filter."""
     from tsd.codec import make_series_key
 
     def burst(env: Any, numbers: range | list[int]) -> list[Any]:
@@ -257,7 +260,7 @@ async def test_a_burst_is_queued_as_its_series_one_by_one(
             for n in numbers
         ]
 
-    settings = {"series_cache_size": 8, "meta_enable_realtime_uid": realtime_uid}
+    settings = {"series_cache_size": cache_size, "meta_enable_realtime_uid": realtime_uid}
     bulk = await make_env(start_tracker=False, **settings)
     single = await make_env(start_tracker=False, **settings)
     for env in (bulk, single):  # the names, for the UIDMeta
@@ -265,8 +268,14 @@ async def test_a_burst_is_queued_as_its_series_one_by_one(
         assert await env.uids.tagk.get_or_create_id("host") == b"\x00\x00\x01"
         await env.uids.tagv.get_or_create_ids([f"v{n}" for n in range(11)])
     # written: 0-5 (with a bound of 8, the young generation holds 4: two joined the old)
-    # queued: 6-7; then a burst over all of them, repeats and new ones
-    rounds: list[list[int]] = [list(range(6)), [6, 7], [0, 3, 5, 6, 7, 8, 8, 9, 1, 10]]
+    # then a burst of written ones only (none queued); queued: 6-7; then a burst over all
+    # of them, repeats and new ones
+    rounds: list[list[int]] = [
+        list(range(6)),
+        [2, 4],
+        [6, 7],
+        [0, 3, 5, 6, 7, 8, 8, 9, 1, 10],
+    ]
     for number, numbers in enumerate(rounds):
         refs = burst(bulk, numbers)
         bulk.meta.tracker.on_new_series_many(refs)
@@ -283,6 +292,6 @@ async def test_a_burst_is_queued_as_its_series_one_by_one(
     assert list(bulk.meta.tracker._pending) == [ref.tsuid for ref in burst(bulk, [6, 7, 8, 9, 10])]
     await bulk.meta.tracker.flush()
     await single.meta.tracker.flush()
-    assert bulk.meta.tracker.remembered() == single.meta.tracker.remembered() <= 8
+    assert bulk.meta.tracker.remembered() == single.meta.tracker.remembered() <= cache_size
     for ref in burst(bulk, range(11)):
         assert await meta_row(bulk, ref.tsuid) == await meta_row(single, ref.tsuid) != {}

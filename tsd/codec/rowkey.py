@@ -21,8 +21,9 @@ Theory of operation (behaviour doc §4.1, §4.2, §3.6 and §4.7; OpenTSDB 2.4.1
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple, Protocol
 
 import tsd.native as native
@@ -59,6 +60,7 @@ __all__ = [
     "scan_start_time_s",
     "series_keys",
     "series_name_key",
+    "series_tsuids",
 ]
 
 TagPairs = Sequence[tuple[bytes, bytes]]
@@ -299,6 +301,15 @@ class SeriesKey:
 
     def __hash__(self) -> int:
         return hash((self.salt, self.tsuid))
+
+
+_TSUID_SLOT = attrgetter("_tsuid")
+
+
+def series_tsuids(refs: Iterable[SeriesKey]) -> list[bytes]:
+    """The :attr:`SeriesKey.tsuid` of each of ``refs``, read from its slot at C speed (a
+    burst of new series' refs is thousands: the property is a Python call each)."""
+    return list(map(_TSUID_SLOT, refs))
 
 
 class _SaltedSeriesKey(SeriesKey):

@@ -35,6 +35,7 @@ from operator import attrgetter
 
 from tsd.codec import KeyLayout, SeriesKey, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
+from tsd.codec.rowkey import series_tsuids
 from tsd.codec.tsuid import split_tsuid
 from tsd.config import CoreConfig
 from tsd.errors import CodecError, TsdError
@@ -66,7 +67,6 @@ LINGER_S = 0.1
 RETRY_PAUSE_S = 1.0
 
 _Pairs = tuple[tuple[bytes, bytes], ...]
-_TSUID = attrgetter("tsuid")
 _METRIC_UID = attrgetter("metric_uid")
 _new = tuple.__new__
 
@@ -157,11 +157,19 @@ class MetaTracker:
         at 100,000/s."""
         pending, written, writing = self._pending, self._written, self._writing
         was_empty = not pending
-        tsuids = list(map(_TSUID, refs))
+        tsuids = series_tsuids(refs)
         get = written.get
         # a miss of the young generation is recalled from the old one only when it holds any
         recall = written.recall if written.entries() > len(written) else None
-        if recall is None:
+        keep: list[int] | None = None
+        if (
+            recall is None
+            and pending.keys().isdisjoint(tsuids)
+            and writing.keys().isdisjoint(tsuids)
+            and not any(map(get, tsuids))
+        ):  # none queued, being written or written (a burst): all kept, at C speed
+            pass
+        elif recall is None:
             keep = [
                 at
                 for at, tsuid in enumerate(tsuids)
@@ -176,7 +184,7 @@ class MetaTracker:
                 and get(tsuid) is None
                 and recall(tsuid) is None
             ]
-        if len(keep) < len(tsuids):
+        if keep is not None and len(keep) < len(tsuids):
             refs = [refs[at] for at in keep]
             tsuids = [tsuids[at] for at in keep]
         if self._core.meta_enable_realtime_uid:
