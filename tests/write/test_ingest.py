@@ -171,6 +171,41 @@ async def test_known_points_are_taken_without_suspending_misses_are_not(
     assert [p.value for p in await stored_points(storage, tables, ingest.uids)] == [1, 2, 3, 3.5]
 
 
+async def test_a_batch_of_misses_keeps_each_points_aliases_however_many(
+    make_writer: MakeWriter, storage: Storage, tables: StorageConfig
+) -> None:
+    """Misses of one loop turn join one batch whatever their aliases: one key each (kept
+    as a column), then none, then two, then a run of one key each: every key is
+    remembered for its own series, a series without a key is kept by name, and every
+    point is stored."""
+    ingest = make_writer()
+    refs = ingest.ref_cache("proto")
+    session: IngestSession[int] = ingest.session(cache=refs, window=1)
+    assert session.put(point(T0, 1, "a"), 0, ["key-a"]) is Put.QUEUED
+    assert session.put(point(T0, 2, "b"), 1) is Put.QUEUED
+    assert session.put(point(T0, 3, "c"), 2, ["key-c1", "key-c2"]) is Put.QUEUED
+    assert put_run(session, [point(T0, 4, "d"), point(T0, 5, "e")], [b"key-d", b"key-e"]) == 2
+    await session.settle()
+    expected = {
+        "key-a": "a",
+        "key-c1": "c",
+        "key-c2": "c",
+        b"key-d": "d",
+        b"key-e": "e",
+    }
+    for key, name in expected.items():
+        assert refs[key] == await ingest.resolve("sys.cpu", host(name))
+    assert ingest.cached("sys.cpu", host("b")) is not None  # no key: kept by name
+    await ingest.writer.flush()
+    assert sorted(p.value for p in await stored_points(storage, tables, ingest.uids)) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
+
+
 async def test_misses_get_their_uids_in_arrival_order_with_a_window_of_one(
     make_writer: MakeWriter,
 ) -> None:

@@ -31,7 +31,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from itertools import islice, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from tsd.codec import KeyLayout, SeriesKey, tsuid_from_parts
 from tsd.codec.const import TSMETA_COUNTER_QUALIFIER, TSMETA_FAMILY
@@ -68,6 +68,7 @@ RETRY_PAUSE_S = 1.0
 
 _Pairs = tuple[tuple[bytes, bytes], ...]
 _METRIC_UID = attrgetter("metric_uid")
+_FIRST = itemgetter(0)
 _new = tuple.__new__
 
 
@@ -289,7 +290,7 @@ class MetaTracker:
     async def _write_batch(self, batch: list[tuple[bytes, tuple[bytes, _Pairs, int]]]) -> None:
         core = self._core
         now_s = int(self._wall_clock())
-        tsuids = [tsuid for tsuid, _ in batch]
+        tsuids = list(map(_FIRST, batch))
         if not core.meta_enable_tsuid_tracking:
             stamp = now_s.to_bytes(8, "big", signed=True)
             cell = zip(tsuids, repeat(TSMETA_FAMILY), repeat(INDEX_QUALIFIER), repeat(stamp))

@@ -53,7 +53,7 @@ import gc
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast, overload
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
@@ -116,8 +116,41 @@ class _Misses(Generic[T]):
     timestamps: list[int] = field(default_factory=list)
     values: list[int | float] = field(default_factory=list)
     tags: list[T | None] = field(default_factory=list)
-    aliases: list[tuple[Hashable, ...]] = field(default_factory=list)
+    #: each point's one protocol key while every point has exactly one (telnet's line
+    #: key: no tuple per point), else None and ...
+    keys: list[Hashable] | None = field(default_factory=list)
+    #: ... each point's aliases
+    aliases: list[tuple[Hashable, ...]] | None = None
     names: list[NameKey] = field(default_factory=list)
+
+    def add_aliases(self, aliases: tuple[Hashable, ...]) -> None:
+        """The next point's aliases."""
+        keys = self.keys
+        if keys is not None:
+            if len(aliases) == 1:
+                keys.append(aliases[0])
+                return
+            self.aliases, self.keys = list(zip(keys)), None
+        assert self.aliases is not None
+        self.aliases.append(aliases)
+
+    def add_keys(self, keys: Sequence[Hashable]) -> None:
+        """The next points' aliases: one key each."""
+        if self.keys is not None:
+            self.keys += keys
+        else:
+            assert self.aliases is not None
+            self.aliases += zip(keys)  # a 1-tuple per point
+
+    def every_aliased(self) -> bool:
+        """Whether every point has an alias."""
+        return self.keys is not None or all(cast(list[tuple[Hashable, ...]], self.aliases))
+
+    def alias_tuples(self) -> list[tuple[Hashable, ...]]:
+        """Each point's aliases."""
+        if self.keys is not None:
+            return list(zip(self.keys))
+        return cast(list[tuple[Hashable, ...]], self.aliases)
 
     def point(self, at: int) -> DataPoint:
         """Miss ``at``'s point (made for a refusal's report only)."""
@@ -400,6 +433,8 @@ class IngestService:
         refs = self._refs
         if refs.entries() > len(refs):
             return [refs.lookup(name) for name in names]
+        if not refs:  # none kept by name (telnet keeps its series by line key only)
+            return [None] * len(names)
         return list(map(refs.get, names))
 
     @overload
@@ -629,7 +664,7 @@ class IngestSession(Generic[T]):
         batch.timestamps.append(point.timestamp)
         batch.values.append(point.value)
         batch.tags.append(tag)
-        batch.aliases.append(aliases if type(aliases) is tuple else tuple(aliases))
+        batch.add_aliases(aliases if type(aliases) is tuple else tuple(aliases))
         batch.names.append(name)
         return Put.QUEUED
 
@@ -672,7 +707,7 @@ class IngestSession(Generic[T]):
             batch.timestamps += timestamps[taken:end]
             batch.values += values[taken:end]
             batch.tags += repeat(None, end - taken)
-            batch.aliases += zip(keys[taken:end])  # a 1-tuple per point
+            batch.add_keys(keys[taken:end])
             batch.names += names[taken:end]
             taken = end
         return taken
@@ -779,7 +814,7 @@ class IngestSession(Generic[T]):
                 batch.metrics,
                 batch.tags_list,
                 batch.names,
-                remember=self.cache is None or not all(batch.aliases),
+                remember=self.cache is None or not batch.every_aliased(),
             )
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
@@ -796,7 +831,8 @@ class IngestSession(Generic[T]):
         run: list[RefPoint] = []
         run_tags: list[T | None] = []
         room = self.room()
-        for at, (tag, aliases, ref) in enumerate(zip(batch.tags, batch.aliases, refs, strict=True)):
+        every = zip(batch.tags, batch.alias_tuples(), refs, strict=True)
+        for at, (tag, aliases, ref) in enumerate(every):
             if isinstance(ref, TsdError):
                 self._append_run(run, run_tags)
                 self._refuse(tag, batch.point(at), Refused.of(ref))
@@ -822,13 +858,12 @@ class IngestSession(Generic[T]):
         gc.disable()
         try:
             cache = self.cache
-            aliases = batch.aliases
-            if cache is not None and set(map(len, aliases)) == {1}:
+            if cache is not None and batch.keys is not None:
                 # one key a point (telnet's line key): the burst's refs in one call
-                cache.remember_many(list(map(itemgetter(0), aliases)), refs)
+                cache.remember_many(batch.keys, refs)
             elif cache is not None:
                 remember = cache.remember
-                for keys, ref in zip(aliases, refs, strict=True):
+                for keys, ref in zip(batch.alias_tuples(), refs, strict=True):
                     for alias in keys:
                         remember(alias, ref)
             # (ref, timestamp, value) per point, zipped at C speed
