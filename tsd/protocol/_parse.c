@@ -458,6 +458,42 @@ static PyObject *interned_ascii(const char *s, Py_ssize_t n)
     return text;
 }
 
+/* A tag's (key, value) pair: the last pair made of the same text in its slot (hashed by
+ * the tag's text) is shared rather than made again. Collectors repeat most tags line after
+ * line (a data centre, an environment: one tag of a new series' line is new, not all):
+ * no tuple and no value str for those, and the UID lookups of a burst meet one str object
+ * whose hash is known. A pair is immutable, so sharing one is invisible to its users. */
+#define PAIR_SLOTS 1024
+static PyObject *pair_slots[PAIR_SLOTS];
+
+static int same_ascii(PyObject *text, const char *s, Py_ssize_t n)
+{
+    return PyUnicode_GET_LENGTH(text) == n && memcmp(PyUnicode_1BYTE_DATA(text), s, (size_t)n) == 0;
+}
+
+static PyObject *tag_pair(const Tag *tag)
+{
+    uint32_t h = 2166136261u; /* FNV-1a over key, '=', value */
+    for (Py_ssize_t i = 0; i < tag->key_n; i++)
+        h = (h ^ (unsigned char)tag->key[i]) * 16777619u;
+    h = (h ^ (unsigned char)'=') * 16777619u;
+    for (Py_ssize_t i = 0; i < tag->value_n; i++)
+        h = (h ^ (unsigned char)tag->value[i]) * 16777619u;
+    PyObject **slot = &pair_slots[h % PAIR_SLOTS];
+    PyObject *known = *slot;
+    if (known != NULL && same_ascii(PyTuple_GET_ITEM(known, 1), tag->value, tag->value_n) &&
+        same_ascii(PyTuple_GET_ITEM(known, 0), tag->key, tag->key_n))
+        return Py_NewRef(known);
+    PyObject *key = interned_ascii(tag->key, tag->key_n);
+    PyObject *value = key == NULL ? NULL : PyUnicode_DecodeASCII(tag->value, tag->value_n, NULL);
+    PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    if (pair != NULL)
+        Py_XSETREF(*slot, Py_NewRef(pair));
+    return pair;
+}
+
 /* parse_plain_put(line, max_tags, point_type) -> (point, (metric word, tag text)) or None
  *   tsd.protocol.telnet.parse_put's answer for a put line in its plain form, the form
  *   collectors send: single spaces, a metric and 1 to max_tags tags "k=v" of
@@ -526,12 +562,7 @@ static int plain_fields(PyObject *line, Py_ssize_t max_tags, PyObject *fields[4]
     if (pairs == NULL)
         return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *key = interned_ascii(tags[i].key, tags[i].key_n);
-        PyObject *value = key == NULL ? NULL
-                                      : PyUnicode_DecodeASCII(tags[i].value, tags[i].value_n, NULL);
-        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
-        Py_XDECREF(key);
-        Py_XDECREF(value);
+        PyObject *pair = tag_pair(&tags[i]);
         if (pair == NULL) {
             Py_DECREF(pairs);
             return -1;
