@@ -21,8 +21,8 @@ ADAPTERS = ("server", "tools", "protocol")
 WAYS_IN = {"put", "put_run", "append_run", "append_part", "put_cell"}
 #: the session's flow control, settle and sync: calls that take no point
 FLOW = {"room", "is_full", "wait_room", "wait_lookup", "has_pending", "settle", "stored"}
-#: a method taking one of these takes points
-POINT_PARAMETERS = {"point", "points", "part", "cell", "value", "run"}
+#: a method taking one of these takes points (``timestamps``: points as columns)
+POINT_PARAMETERS = {"point", "points", "part", "cell", "value", "run", "timestamps"}
 
 
 def point_taking_methods() -> set[str]:
