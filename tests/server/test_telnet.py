@@ -322,7 +322,8 @@ async def test_a_burst_of_new_series_with_other_lines_among_them(tsd: Daemon) ->
     """A burst of new series is queued for lookup in one loop (past one lookup batch of
     4,096 here); the lines among them that loop does not take (a series known under its
     names but spelled anew, a bad line, a collectd-style double space, the same new series
-    twice) each get the line-by-line answer, in order, and no point is lost or doubled."""
+    twice) each get the line-by-line answer, in order, and no point is lost or doubled; a
+    later point of a cell in the same run of new series wins."""
     client = await TelnetClient.connect(tsd.port)
     await client.send(b"put burst.m 1356998400 0 host=known dc=a\n")
     assert await client.sync() == []
@@ -331,20 +332,22 @@ async def test_a_burst_of_new_series_with_other_lines_among_them(tsd: Daemon) ->
     lines[2000] = f"put burst.m {T} notanumber host=bad dc=a\n"
     lines[3000] = f"put burst.m {T} 3000 host=h3000  dc=a\n"  # not the plain form
     lines[4000] = f"put burst.m {T + 1} 4000 host=h3999 dc=a\n"  # h3999's second point
+    lines[5000] = f"put burst.m {T} 5000 host=h4999 dc=a\n"  # h4999's cell again: it wins
     await client.send("".join(lines).encode())
     replies = await client.sync()
     assert replies == [b'put: invalid value: For input string: "notanumber"']
-    hosts = {n: f"h{n}" for n in range(6000)} | {1000: "known", 4000: "h3999"}
+    hosts = {n: f"h{n}" for n in range(6000)} | {1000: "known", 4000: "h3999", 5000: "h4999"}
     expected = [sp("burst.m", 1356998400_000, 0, host="known", dc="a")] + [
         sp("burst.m", (T + (n == 4000)) * 1000, n, host=hosts[n], dc="a")
         for n in range(6000)
-        if n != 2000
+        if n not in (2000, 4999)
     ]
 
     def order(point: StoredPoint) -> tuple[object, ...]:
         return (point.tags, point.timestamp_ms)
 
     assert sorted(await stored(tsd), key=order) == sorted(expected, key=order)
-    # every new name assigned once: known, h0..h5999 but h1000, h2000 and h4000, and "a"
-    assert tsd.uids.tagv.stats.assignments == 1 + 1 + 6000 - 3
+    # every new name assigned once: known, h0..h5999 but h1000, h2000, h4000 and h5000,
+    # and "a"
+    assert tsd.uids.tagv.stats.assignments == 1 + 1 + 6000 - 4
     await client.close()

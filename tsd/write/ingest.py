@@ -823,7 +823,7 @@ class IngestSession(Generic[T]):
             for at, tag in enumerate(batch.tags):
                 self._refuse(tag, batch.point(at), refused)
             return
-        if count <= self.room() and all([type(ref) is SeriesKey for ref in refs]):
+        if count <= self.room() and set(map(type, refs)) == {SeriesKey}:
             self._append_resolved(batch, cast(list[SeriesRef], refs))
             return
         # Runs of resolved points go to the writer in one call each, as much as it has
