@@ -225,6 +225,10 @@ static PyObject *one_series_key(PyObject *metric, PyObject *tags, PyObject *metr
     for (int i = 0; i < KEY_SLOTS; i++)
         *(PyObject **)((char *)key + key_slot[i]) = Py_NewRef(slots[i]);
     Py_DECREF(tsuid);
+    /* Its slots only ever hold bytes and ints (the row-key cache included): it can be in no
+     * reference cycle, so the cyclic collector need not walk it. A burst of new series
+     * makes one per series, and each young collection walked them all (millions live). */
+    PyObject_GC_UnTrack(key);
     return key;
 }
 
