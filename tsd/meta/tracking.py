@@ -196,9 +196,14 @@ class MetaTracker:
                     pairs = split_tsuid(layout, tsuid)[1]
                 pending[tsuid] = (ref.metric_uid, pairs, 0)
         else:
-            # (metric UID, no pairs, no attempt yet) per series, as zip's tuples
-            entries = zip(map(_METRIC_UID, refs), repeat(()), repeat(0))
-            pending.update(zip(tsuids, entries, strict=True))
+            # (metric UID, no pairs, no attempt yet) per series, as zip's tuples; one
+            # shared entry when the burst is of one metric (its usual case)
+            metric_uids = list(map(_METRIC_UID, refs))
+            if metric_uids and metric_uids.count(metric_uids[0]) == len(metric_uids):
+                pending.update(zip(tsuids, repeat((metric_uids[0], (), 0))))
+            else:
+                entries = zip(metric_uids, repeat(()), repeat(0))
+                pending.update(zip(tsuids, entries, strict=True))
         if was_empty and pending:  # else the task is awake already
             self._wake.set()
         if len(pending) >= written.max_entries:

@@ -101,6 +101,9 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
     Py_XDECREF(n);
     buf->size += 2 * count + q_total + v_total;
     if (run == NULL) return -1;
+    /* bytes and an int: the cyclic collector would untrack it at its first pass; untracked
+     * now, a burst's runs (a row each for new series) are not walked once first */
+    PyObject_GC_UnTrack(run);
     int failed = PyList_Append(runs, run);
     Py_DECREF(run);
     return failed ? -1 : 1;
