@@ -408,6 +408,19 @@ def test_usual_keys_of_any_metric_are_built_as_python_builds_them(metric: str) -
 
 
 @needs_c
+def test_take_new_plain_tags_are_left_to_reference_counting() -> None:
+    """A line's tag tuple and its pairs hold str only: made untracked, as the cyclic
+    collector's first pass would leave them; a repeated tag's pair is shared."""
+    lines: list[bytes | None] = [b"put m 1 2 host=a dc=lga", b"put m 1 2 host=b dc=lga"]
+    columns: list[list[Any]] = [[], [], [], [], []]
+    assert P.take_new_plain(lines, 0, 2, {}, 8, *columns) == 2
+    first, second = columns[2]
+    assert first == (("dc", "lga"), ("host", "a"))
+    assert not any(map(gc.is_tracked, [first, second, *first, *second]))
+    assert first[0] is second[0]
+
+
+@needs_c
 def test_take_new_plain_from_a_negative_start_stops_where_python_does() -> None:
     """The run ends at min(len(lines), start + limit), taken before start is clamped."""
     lines: list[bytes | None] = [b"put m 1 2 k=v", b"put m 1 2 k=w", b"put m 1 2 k=x"]

@@ -489,8 +489,10 @@ static PyObject *tag_pair(const Tag *tag)
     PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
     Py_XDECREF(key);
     Py_XDECREF(value);
-    if (pair != NULL)
+    if (pair != NULL) {
+        PyObject_GC_UnTrack(pair); /* two str: the collector would untrack it at its first pass */
         Py_XSETREF(*slot, Py_NewRef(pair));
+    }
     return pair;
 }
 
@@ -569,6 +571,7 @@ static int plain_fields(PyObject *line, Py_ssize_t max_tags, PyObject *fields[4]
         }
         PyTuple_SET_ITEM(pairs, i, pair);
     }
+    PyObject_GC_UnTrack(pairs); /* untracked pairs: as the collector's first pass would */
     fields[3] = pairs;
     fields[0] = interned_ascii(word[0], size[0]);
     fields[1] = fields[0] == NULL ? NULL : PyLong_FromLongLong(put.timestamp);
