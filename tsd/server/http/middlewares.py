@@ -1,7 +1,7 @@
 """The HTTP middlewares, outermost first (``make_app`` installs them in this order).
 
-* :func:`response_middleware`: ``?jsonp=fn`` wraps every JSON body as ``fn(...)``, errors
-  included, as OpenTSDB's ``HttpJsonSerializer`` does (the only place jsonp is applied:
+* the response layer (:func:`finish_response`): ``?jsonp=fn`` wraps every JSON body as
+  ``fn(...)``, errors included, as OpenTSDB's ``HttpJsonSerializer`` does (the only place jsonp is applied:
   handlers and renderers never wrap); a response with a body is compressed, gzip if the
   client's ``Accept-Encoding`` takes it, else deflate, as Netty's ``HttpContentCompressor``
   does in OpenTSDB's pipeline (behaviour doc §0). Responses a handler has already started
@@ -18,11 +18,19 @@
   headers go on error replies too.
 * :func:`error_middleware`: every error becomes OpenTSDB's JSON error body
   (:mod:`tsd.server.http.errors` renders it); unexpected ones are a 500 and a log event.
+
+``make_app`` installs them as one aiohttp middleware (:func:`layered`): a request that is
+neither a CORS preflight nor from a browser (no Origin, Referer, Sec-Fetch-Site or
+Accept-Language: collectors, Grafana's server-side proxy, curl) on a TSD without
+authentication has nothing for the CORS layer and the guards to do but the ``nosniff``
+header, so it goes straight to the error layer: one coroutine instead of four or five on
+every small query (issue 27). Any other request passes every layer in the order above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import traceback
 import uuid
 import zlib
@@ -36,17 +44,19 @@ from isal import isal_zlib
 
 from tsd.errors import ConfigError, TsdError
 from tsd.log import HTTP, get_logger
+from tsd.server.http.auth import auth_middleware
 from tsd.server.http.body_limit import check_declared_length, too_large_response
 from tsd.server.http.context import CORS_DOMAINS, IS_API, SERVICES
 from tsd.server.http.errors import JSON_CONTENT_TYPE, UNEXPECTED, error_response
+from tsd.server.http.guard import from_browser, nosniff, origin_guard
 
 __all__ = [
-    "MIDDLEWARES",
     "accepted_coding",
     "cors_middleware",
     "error_middleware",
+    "layered",
+    "finish_response",
     "parse_cors_domains",
-    "response_middleware",
 ]
 
 log = get_logger(HTTP)
@@ -59,11 +69,11 @@ COMPRESS_LEVEL = 1
 _WBITS = {ContentCoding.gzip: 16 + zlib.MAX_WBITS, ContentCoding.deflate: zlib.MAX_WBITS}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def response_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    response = await handler(request)
+async def finish_response(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """The response layer: jsonp and compression of a handler's response."""
     if not isinstance(response, web.Response) or response.prepared:
         return response
     body = response.body
@@ -200,5 +210,26 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
-#: Outermost first.
-MIDDLEWARES = (response_middleware, cors_middleware, error_middleware)
+def layered(authenticated: bool) -> Middleware:
+    """The response, CORS, origin guard, authentication (when ``authenticated``) and error
+    middlewares as one (see the module docstring)."""
+    guards: tuple[Middleware, ...] = (
+        (origin_guard, auth_middleware) if authenticated else (origin_guard,)
+    )
+
+    def chain(handler: Handler) -> Handler:
+        """Every layer below the response one, for ``handler``."""
+        wrapped: Handler = functools.partial(error_middleware, handler=handler)
+        for guard in reversed(guards):
+            wrapped = functools.partial(guard, handler=wrapped)
+        return functools.partial(cors_middleware, handler=wrapped)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if authenticated or request.method == "OPTIONS" or from_browser(request):
+            response = await chain(handler)(request)
+        else:  # nothing for CORS and the guards to do but the nosniff header
+            response = nosniff(await error_middleware(request, handler))
+        return await finish_response(request, response)
+
+    return middleware
