@@ -1,19 +1,19 @@
 """The HTTP middlewares, outermost first (``make_app`` installs them in this order).
 
 * the response layer (:func:`finish_response`): ``?jsonp=fn`` wraps every JSON body as
-  ``fn(...)``, errors included, as OpenTSDB's ``HttpJsonSerializer`` does (the only place jsonp is applied:
-  handlers and renderers never wrap); a response with a body is compressed, gzip if the
-  client's ``Accept-Encoding`` takes it, else deflate, as Netty's ``HttpContentCompressor``
-  does in OpenTSDB's pipeline (behaviour doc §0). Responses a handler has already started
-  streaming, or encoded itself (remote read's snappy), are left as they are. The deflate
-  stream is Intel's ISA-L (``isal``, the same gzip and zlib formats as zlib writes, a
-  faster encoder; also aiohttp's backend: :func:`use_fast_zlib`), at level
-  ``COMPRESS_LEVEL`` (1), not Netty's 6: a day of one series at 10 s (172 KB of JSON)
-  takes 0.23 ms and 47 KB, against zlib's 1.07 ms and 52 KB at level 1 and 9.1 ms at 6
-  (the same bytes once decoded; the level is not part of OpenTSDB's answer). A body up
-  to ``INLINE_COMPRESS_BYTES`` is compressed here, on the event loop: waking a worker
-  thread on a busy machine costs more (0.3-8 ms measured under load) than compressing
-  256 KiB (about 0.35 ms); a bigger body in one worker thread.
+  ``fn(...)``, errors included, as OpenTSDB's ``HttpJsonSerializer`` does (the only place
+  jsonp is applied: handlers and renderers never wrap); a response with a body is
+  compressed, gzip if the client's ``Accept-Encoding`` takes it, else deflate, as Netty's
+  ``HttpContentCompressor`` does in OpenTSDB's pipeline (behaviour doc §0). Responses a
+  handler has already started streaming, or encoded itself (remote read's snappy), are left
+  as they are. The deflate stream is Intel's ISA-L (``isal``, the same gzip and zlib
+  formats as zlib writes, a faster encoder; also aiohttp's backend: :func:`use_fast_zlib`),
+  at level ``COMPRESS_LEVEL`` (1), not Netty's 6: a day of one series at 10 s (172 KB of
+  JSON) takes 0.23 ms and 47 KB, against zlib's 1.07 ms and 52 KB at level 1 and 9.1 ms at
+  6 (the same bytes once decoded; the level is not part of OpenTSDB's answer). A body up to
+  ``INLINE_COMPRESS_BYTES`` is compressed here, on the event loop: waking a worker thread
+  on a busy machine costs more (0.3-8 ms measured under load) than compressing 256 KiB
+  (about 0.35 ms); a bigger body in one worker thread.
 * :func:`cors_middleware`: RpcHandler.applyCorsConfig; outside the error middleware so its
   headers go on error replies too.
 * :func:`error_middleware`: every error becomes OpenTSDB's JSON error body
@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestPayloadError
 from aiohttp.web_response import ContentCoding
 from isal import isal_zlib
@@ -69,7 +70,7 @@ COMPRESS_LEVEL = 1
 _WBITS = {ContentCoding.gzip: 16 + zlib.MAX_WBITS, ContentCoding.deflate: zlib.MAX_WBITS}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+Layer = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 async def finish_response(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
@@ -213,16 +214,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 def layered(authenticated: bool) -> Middleware:
     """The response, CORS, origin guard, authentication (when ``authenticated``) and error
     middlewares as one (see the module docstring)."""
-    guards: tuple[Middleware, ...] = (
+    guards: tuple[Layer, ...] = (
         (origin_guard, auth_middleware) if authenticated else (origin_guard,)
     )
 
     def chain(handler: Handler) -> Handler:
         """Every layer below the response one, for ``handler``."""
-        wrapped: Handler = functools.partial(error_middleware, handler=handler)
+        wrapped: Handler = functools.partial(_layer, error_middleware, handler)
         for guard in reversed(guards):
-            wrapped = functools.partial(guard, handler=wrapped)
-        return functools.partial(cors_middleware, handler=wrapped)
+            wrapped = functools.partial(_layer, guard, wrapped)
+        return functools.partial(_layer, cors_middleware, wrapped)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -233,3 +234,7 @@ def layered(authenticated: bool) -> Middleware:
         return await finish_response(request, response)
 
     return middleware
+
+
+def _layer(layer: Layer, handler: Handler, request: web.Request) -> Awaitable[web.StreamResponse]:
+    return layer(request, handler)
