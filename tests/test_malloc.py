@@ -74,11 +74,11 @@ def test_elsewhere_nothing_to_do() -> None:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim only")
 def test_freed_memory_kept_for_queries_is_given_back_on_request() -> None:
-    """With freed memory kept (1 GiB), 200 MB of rows freed stay resident until
-    release_freed_memory, which gives back most of it."""
+    """With freed memory kept (1 GiB), 200 MB of rows freed stay resident until a release
+    keeping nothing at the top gives back most of it."""
     code = """
 import os
-from tsd.malloc import keep_freed_memory, release_freed_memory
+from tsd.malloc import FreedMemory, keep_freed_memory
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -88,7 +88,7 @@ keep_freed_memory(1 << 30)
 rows = [b"x" * 1000 + i.to_bytes(4, "big") for i in range(200_000)]
 del rows
 before = rss()
-released = release_freed_memory()
+released = FreedMemory(0).release()
 print(released, before - rss())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

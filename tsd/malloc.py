@@ -20,7 +20,7 @@ from typing import Any
 
 from tsd.log import get_logger
 
-__all__ = ["FreedMemory", "keep_freed_memory", "release_freed_memory"]
+__all__ = ["FreedMemory", "keep_freed_memory"]
 
 log = get_logger(__name__)
 
@@ -121,16 +121,6 @@ class FreedMemory:
         released = bool(self._trim(self.keep_top_bytes))
         self._baseline = self.below_top()
         return released
-
-
-def release_freed_memory() -> bool:
-    """Give the free pages of the C library's heap back to the system (glibc's
-    ``malloc_trim``), whatever ``tsd.query.keep_freed_bytes`` keeps: once after an hour's
-    rows were written out (tsd/write/head_flush.py), when the head freed most of what it
-    held and its next rows are a fraction of that size (packed: tsd/head/pack.py). True
-    when memory was released; False too where there is no glibc."""
-    trim = _malloc_trim()
-    return trim is not None and bool(trim(0))
 
 
 def _malloc_trim() -> Any:

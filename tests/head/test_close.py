@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-import structlog
-
 from tsd.codec import compact_row, encode_point
 from tsd.codec.const import FAMILY
 from tsd.config import StorageConfig
 from tsd.stats import StatsRegistry
 from tsd.storage.embedded import EmbeddedStorage
 from tsd.storage_setup import ensure_tables
-from tsd.write import head_flush
 from tsd.write.head_flush import HeadSink, build_head_sink
 
 BASE = 1356998400
@@ -107,38 +103,5 @@ async def test_closed_rows_are_written_a_flush_at_a_time(tmp_path: Path) -> None
         assert len(sink.head) == 0
         found = await storage.get_many(cfg.data_table, sorted(rows), (FAMILY,))
         assert len(found) == 100
-    finally:
-        await storage.close()
-
-
-async def test_the_heap_is_given_back_once_a_big_close_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once the closed rows of a write-out of at least TRIM_AFTER_CLOSED_ROWS rows are all
-    written, the heap's free pages go back to the system, once (tsd.malloc); a trickle of
-    rows closing afterwards does not ask again until as many more have closed."""
-    monkeypatch.setattr(head_flush, "TRIM_AFTER_CLOSED_ROWS", 100)
-    cfg = StorageConfig(data_dir=str(tmp_path))
-    storage = EmbeddedStorage(tmp_path)
-    try:
-        await ensure_tables(storage, cfg)
-        now = [BASE + 7200.0]
-        sink = _closing_sink(storage, cfg, now)
-        rows = {_key(series, 0): dict([encode_point(BASE, series)[1:]]) for series in range(130)}
-        _, runs = HeadSink.encode(rows)
-        sink._add(runs)
-        now[0] += 61
-        with structlog.testing.capture_logs() as logs:
-            written = [await sink.flush_due() for _ in range(5)]
-            late = {
-                _key(series, 1): dict([encode_point(BASE + 3600, 1)[1:]]) for series in range(3)
-            }
-            sink._add(HeadSink.encode(late)[1])
-            now[0] += 3600 + 61
-            written.append(await sink.flush_due())
-        assert written == [40, 40, 40, 10, 0, 3]
-        released = [e for e in logs if e["event"] == "head.memory_released"]
-        assert [e["closed_rows"] for e in released] == [130]
-        assert isinstance(released[0]["released"], bool)
     finally:
         await storage.close()

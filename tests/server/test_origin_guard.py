@@ -144,6 +144,29 @@ async def test_foreign_reads_still_answer(tsd: Daemon) -> None:
         assert reply.headers["X-Content-Type-Options"] == "nosniff"
 
 
+async def test_clients_that_are_not_browsers_get_every_layers_reply(tsd: Daemon) -> None:
+    """A request with none of a browser's headers skips the CORS and guard layers
+    (middlewares.layered): its replies, errors included, still carry nosniff, OpenTSDB's
+    JSON error body and content type, and a preflight still gets the CORS layer's 405."""
+    base = f"http://127.0.0.1:{tsd.port}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(base + "/api/version") as reply:
+            assert reply.status == 200
+            assert reply.headers["X-Content-Type-Options"] == "nosniff"
+            assert reply.headers["Content-Type"] == "application/json; charset=UTF-8"
+        async with http.get(base + "/api/nosuch") as reply:
+            assert reply.status == 404
+            assert reply.headers["X-Content-Type-Options"] == "nosniff"
+            assert (await reply.json())["error"]["message"] == "Endpoint not found"
+        async with http.get(base + "/api/query?start=1h-ago&m=sum:no.such.m") as reply:
+            assert reply.status == 400
+            assert reply.headers["X-Content-Type-Options"] == "nosniff"
+            assert "no.such.m" in (await reply.json())["error"]["message"]
+        async with http.options(base + "/api/version") as reply:
+            assert reply.status == 405
+            assert (await reply.json())["error"]["message"] == "Method not allowed"
+
+
 async def test_star_cors_opens_reads_not_state_changes(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(**{"tsd.http.request.cors_domains": "*"})
     async with (

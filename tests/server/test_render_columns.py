@@ -65,7 +65,8 @@ def test_columns_render_as_their_series_one_by_one(
     if option:
         params[option] = ["true"]
     query = parse_query_params(params)
-    columns = _columns(0, query, int(rng.integers(1, 30)), n_tags, rng, ints)
+    # up to 40 members: a few (tag texts one by one) and more (by distinct value)
+    columns = _columns(0, query, int(rng.integers(1, 80)), n_tags, rng, ints)
     other = SeriesResult(
         query.queries[1],
         "m.y",

@@ -575,7 +575,7 @@ class Head:
                     slots = slots[np.array(keep, np.int64)] if keep else slots[:0]
                 parts.append(slots)
         if not parts:
-            return self._snapshot_of(np.zeros(0, np.int64))
+            return HeadSnapshot.empty()
         found = np.concatenate(parts)
         if len(parts) > 1 and (None in numbers or len(set(numbers)) < len(numbers)):
             _, first = np.unique(found, return_index=True)
@@ -665,6 +665,8 @@ class Head:
     def _snapshot_of(self, slots: npt.NDArray[np.int64]) -> HeadSnapshot:
         c = self._cols
         slots = slots[c.count[slots] > 0]
+        if not len(slots):  # none (rows written out): no copy of every column
+            return HeadSnapshot.empty()
         key_of, buf_of = self._key, self._buf
         # the slots of live rows: their bytes and keys are set. The bytes are kept as the
         # rows' own objects (never changed: points added make a new one) and parted
@@ -1066,6 +1068,13 @@ class HeadRuns:
     value_lengths: npt.NDArray[np.int64] | None = None
 
 
+#: the arrays of an empty snapshot, shared (read-only: a snapshot writes only to its rows)
+_NO_I: npt.NDArray[np.int64] = np.zeros(0, np.int64)
+_NO_B: npt.NDArray[np.bool_] = np.zeros(0, np.bool_)
+_NO_I.setflags(write=False)
+_NO_B.setflags(write=False)
+
+
 class HeadSnapshot:
     """The head's rows for one read, copied at once: per row its key, its bytes (the row's
     own ``bytes`` object, which the head never changes: points added make a new one), its
@@ -1102,6 +1111,11 @@ class HeadSnapshot:
         self.versions = versions
         self._left = np.ones(len(keys), np.bool_)  # not merged into a stored row
         self._index: dict[bytes, int] | None = None
+
+    @classmethod
+    def empty(cls) -> HeadSnapshot:
+        """A snapshot of no row (a read of rows all written out: no array to copy)."""
+        return cls([], [], _NO_I, _NO_I, _NO_I, _NO_I, _NO_B, _NO_I, _NO_I)
 
     def __len__(self) -> int:
         return int(np.count_nonzero(self._left))

@@ -251,20 +251,20 @@ class QueryEngine:
         self.stats.started += 1
         reads: list[ReadStats] = []
         try:
-            async with self._timeout(control):
-                global_notes: list[dict[str, Any]] = []
-                if query.global_annotations and not query.no_annotations:
-                    global_notes = await self._global_annotations(query)
-                # A few sub-queries at a time: a thousand of them scanning at once would
-                # each hold a batch of rows waiting for a compute slot, uncounted.
-                gate = asyncio.Semaphore(self.compute_slots + 1)
-
-                async def gated(sub: SubQuery) -> Sequence[SeriesResult]:
-                    async with gate:
+            # asyncio.timeout itself, not _timeout: one context manager less per query
+            try:
+                async with asyncio.timeout(self._timeout_s()):
+                    global_notes: list[dict[str, Any]] = []
+                    if query.global_annotations and not query.no_annotations:
+                        global_notes = await self._global_annotations(query)
+                    per_sub: list[Sequence[SeriesResult]]
+                    if len(query.queries) == 1:  # a dashboard's usual query: no gate
                         control.check()
-                        return await self._run_sub(query, sub, control, reads)
-
-                per_sub = await _all_or_none([gated(sub) for sub in query.queries])
+                        per_sub = [await self._run_sub(query, query.queries[0], control, reads)]
+                    else:
+                        per_sub = await self._gated(query, control, reads)
+            except TimeoutError:
+                raise self._timed_out(control) from None
         except asyncio.CancelledError:
             if control.reason and task.uncancel() == 0:
                 # cancel_all, not the client: answer instead of vanishing.
@@ -300,6 +300,32 @@ class QueryEngine:
             }
         return QueryResult(query, series, global_notes, summary)
 
+    async def _gated(
+        self, query: TSQuery, control: QueryControl, reads: list[ReadStats]
+    ) -> list[Sequence[SeriesResult]]:
+        """Every sub-query, a few at a time: a thousand of them scanning at once would each
+        hold a batch of rows waiting for a compute slot, uncounted."""
+        gate = asyncio.Semaphore(self.compute_slots + 1)
+
+        async def gated(sub: SubQuery) -> Sequence[SeriesResult]:
+            async with gate:
+                control.check()
+                return await self._run_sub(query, sub, control, reads)
+
+        return await _all_or_none([gated(sub) for sub in query.queries])
+
+    def _timeout_s(self) -> float | None:
+        timeout_ms = self._cfg.timeout_ms
+        return timeout_ms / 1000 if timeout_ms > 0 else None
+
+    def _timed_out(self, control: QueryControl | None) -> BadRequestError:
+        """``tsd.query.timeout`` reached: the worker threads stop at their next chunk."""
+        if control is not None:
+            control.cancel("timeout")
+        return BadRequestError(
+            f"Query timed out after {self._cfg.timeout_ms} ms (tsd.query.timeout)", status=408
+        )
+
     async def compute(
         self, fn: Callable[..., T], *args: Any, work: int | None = None, **kwargs: Any
     ) -> T:
@@ -310,16 +336,11 @@ class QueryEngine:
 
     @contextlib.asynccontextmanager
     async def _timeout(self, control: QueryControl | None = None) -> Any:
-        timeout_ms = self._cfg.timeout_ms
         try:
-            async with asyncio.timeout(timeout_ms / 1000 if timeout_ms > 0 else None):
+            async with asyncio.timeout(self._timeout_s()):
                 yield
         except TimeoutError:
-            if control is not None:
-                control.cancel("timeout")  # worker threads stop at their next chunk
-            raise BadRequestError(
-                f"Query timed out after {timeout_ms} ms (tsd.query.timeout)", status=408
-            ) from None
+            raise self._timed_out(control) from None
 
     async def _run_sub(
         self,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +29,7 @@ from tsd.codec.const import FAMILY, MAX_TIMESPAN, TIMESTAMP_BYTES
 from tsd.codec.rollup import rollup_slot
 from tsd.errors import BadRequestError
 from tsd.head import Head, HeadRuns, HeadSnapshot
-from tsd.query.compute import ComputeSlots
+from tsd.query.compute import ComputeSlots, work_clock
 from tsd.query.decode import RowPoints, base_times_s, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
 from tsd.query.head_buckets import BucketMemo, HeadHours, without_hours
@@ -367,10 +366,11 @@ class _OneRead:
 
     def _histograms(self, block: Block, source: ReadSource) -> tuple[list[bytes], RowPoints, float]:
         assert isinstance(block, CellBlock)
-        started = time.thread_time()
+        clock = work_clock()
+        started = clock()
         histograms = None if source.is_rollup else source.histograms
         points = decode_histogram_rows(block, self.layout, histograms)
-        return block.keys, points, time.thread_time() - started
+        return block.keys, points, clock() - started
 
     async def _rollups(
         self, block: Block, source: ReadSource, work: int
@@ -476,9 +476,10 @@ def _compacted_runs(runs: HeadRuns) -> list[tuple[bytes, bytes, bytes]]:
 def _timed_rollup_decode(
     block: CellBlock, layout: KeyLayout, source: ReadSource
 ) -> tuple[list[bytes], RowPoints, float]:
-    started = time.thread_time()
+    clock = work_clock()
+    started = clock()
     keys, points = decode_rollup_rows(block, layout, source)
-    return keys, points, time.thread_time() - started
+    return keys, points, clock() - started
 
 
 def _decode_head(runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None) -> RowPoints:
@@ -490,10 +491,11 @@ def _timed_decode(
     block: Block, layout: KeyLayout, fix_duplicates: bool, buckets: RowBuckets | None
 ) -> tuple[RowPoints, float]:
     """decode_block (decode_buckets with ``buckets``) and the CPU time it took (in the
-    worker thread that runs it)."""
-    started = time.thread_time()
+    thread that runs it: :func:`work_clock`)."""
+    clock = work_clock()
+    started = clock()
     if buckets is None:
         points = decode_block(block, layout, fix_duplicates=fix_duplicates)
     else:
         points = decode_buckets(block, layout, buckets, fix_duplicates=fix_duplicates)
-    return points, time.thread_time() - started
+    return points, clock() - started

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
@@ -37,7 +36,6 @@ from tsd.errors import CodecError, StorageError, StorageRefused
 from tsd.head import Head, Taken
 from tsd.head.head import ROW_OVERHEAD_BYTES
 from tsd.log import WRITER, get_logger
-from tsd.malloc import release_freed_memory
 from tsd.stats import StatsRegistry
 from tsd.storage.base import Cell, CellBlock, Delete, Mutation, Put, Row, Storage
 from tsd.tasks import cancel_and_wait
@@ -178,14 +176,6 @@ class HeadFlusher:
 CLOSED_ROWS_PER_FLUSH = 5_000
 
 
-#: Closed rows written out after which, once no closed row is left, the heap's free pages
-#: are given back (:func:`tsd.malloc.release_freed_memory`): an hour of many series
-#: frees its rows at once, and the next hour's rows, packed (tsd/head/pack.py), take a
-#: fraction of that: the C library would keep the rest resident for queries
-#: (``tsd.query.keep_freed_bytes``). Measured: docs/write-path.md, "A head row's points,
-#: packed".
-TRIM_AFTER_CLOSED_ROWS = 100_000
-
 #: The most one cell's bytes cost the head (a 4-byte millisecond qualifier and an 8-byte
 #: value, with their room to grow).
 CELL_BYTES = 14
@@ -241,7 +231,6 @@ class HeadSink:
         # the same points and release them twice.
         self._writing_out = asyncio.Lock()
         #: closed rows written since the heap's free pages were last given back
-        self._closed_since_trim = 0
         registry.gauge("head.bytes", lambda: head.bytes)
         registry.gauge("head.rows", lambda: len(head))
         registry.gauge("head.points", lambda: head.points)
@@ -384,7 +373,7 @@ class HeadSink:
 
     async def _flush_due(self, incoming: int) -> int:
         head = self.head
-        keys = closed = head.closed(self._clock(), self._grace_s, self._closed_per_flush)
+        keys = head.closed(self._clock(), self._grace_s, self._closed_per_flush)
         held = head.bytes + incoming
         if held > self._max_bytes:
             keys = sorted({*keys, *head.oldest(held - self._max_bytes * 3 // 4)})
@@ -399,25 +388,7 @@ class HeadSink:
         self._refusal = None
         if keys and self._wal is not None:
             self._wal.cut()  # the records of the rows just written can go with their segment
-        self._closed_since_trim += len(closed)
-        if (
-            len(closed) < self._closed_per_flush
-            and self._closed_since_trim >= TRIM_AFTER_CLOSED_ROWS
-        ):
-            self._trim()
         return len(keys)
-
-    def _trim(self) -> None:
-        """The hour's write-out is done: the heap's free pages go back to the system."""
-        rows, self._closed_since_trim = self._closed_since_trim, 0
-        started = time.perf_counter()
-        released = release_freed_memory()
-        log.info(
-            "head.memory_released",
-            closed_rows=rows,
-            released=released,
-            ms=round((time.perf_counter() - started) * 1000, 1),
-        )
 
     async def close(self, budget_s: float) -> None:
         """Stop the task, write every row. With a log, within ``budget_s``: what is left

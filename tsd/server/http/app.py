@@ -21,11 +21,11 @@ from aiohttp import web
 
 from tsd.config import Config
 from tsd.errors import BadRequestError
-from tsd.server.http.auth import CREDENTIALS, auth_middleware
+from tsd.server.http.auth import CREDENTIALS
 from tsd.server.http.body_limit import LINGERING_TIME_S, expect_handler
 from tsd.server.http.context import CORS_DOMAINS, IS_API, ROUTES, SERVICES, Services
-from tsd.server.http.guard import ALLOWED_HOSTS, origin_guard, parse_allowed_hosts
-from tsd.server.http.middlewares import MIDDLEWARES, parse_cors_domains, use_fast_zlib
+from tsd.server.http.guard import ALLOWED_HOSTS, parse_allowed_hosts
+from tsd.server.http.middlewares import layered, parse_cors_domains, use_fast_zlib
 from tsd.server.http.routing import Handler, Route, parse_api_path
 
 __all__ = ["ROUTE_MODULES", "enabled_routes", "make_app"]
@@ -84,12 +84,12 @@ def make_app(services: Services) -> web.Application:
     """The application serving every HTTP route of tsd."""
     use_fast_zlib()
     credentials = services.credentials
-    guards = [origin_guard] if credentials is None else [origin_guard, auth_middleware]
     app = web.Application(
         client_max_size=services.config.http.max_body_bytes,
         # CORS outside: its headers go on error replies too. The guards sit just outside
-        # the error middleware (the last one), so their refusals keep CORS headers.
-        middlewares=[*MIDDLEWARES[:-1], *guards, MIDDLEWARES[-1]],
+        # the error middleware (the last one), so their refusals keep CORS headers. One
+        # aiohttp middleware runs them all (middlewares.layered).
+        middlewares=[layered(authenticated=credentials is not None)],
         handler_args={
             "max_field_size": 65536,
             "max_line_size": 65536,

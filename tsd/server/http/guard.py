@@ -59,7 +59,7 @@ ALLOWED_HOSTS_KEY = "tsd.http.allowed_hosts"
 
 @web.middleware
 async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if _from_browser(request) and not request.app[ALLOWED_HOSTS].allows(request.host):
+    if from_browser(request) and not request.app[ALLOWED_HOSTS].allows(request.host):
         log.warning(
             "http.foreign_host_refused",
             host=request.host,
@@ -94,7 +94,13 @@ async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResp
             response = await handler(request)
     else:
         response = await handler(request)
-    if not response.prepared:  # a streamed reply sent its headers already
+    return nosniff(response)
+
+
+def nosniff(response: web.StreamResponse) -> web.StreamResponse:
+    """``X-Content-Type-Options: nosniff`` on ``response`` (unless a streamed reply sent
+    its headers already)."""
+    if not response.prepared:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
     return response
 
@@ -139,7 +145,8 @@ def _origin_of(url: str) -> str:
 BROWSER_HEADERS = ("Origin", "Sec-Fetch-Site", "Referer", "Accept-Language")
 
 
-def _from_browser(request: web.Request) -> bool:
+def from_browser(request: web.Request) -> bool:
+    """Whether a browser sent ``request`` (:data:`BROWSER_HEADERS`)."""
     headers = request.headers
     return any(name in headers for name in BROWSER_HEADERS)
 

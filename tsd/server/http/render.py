@@ -87,6 +87,11 @@ def _render_piece(series: Sequence[SeriesResult], result: QueryResult, arrays: b
     return orjson.dumps(objects)[1:-1]
 
 
+#: up to this many series, :func:`_columns_json` writes each tag text (a dashboard's
+#: filter of a few series: two numpy calls per tag cost more than the texts)
+_FEW_SERIES = 16
+
+
 def _columns_json(columns: SeriesColumns, result: QueryResult, arrays: bool) -> bytes | None:
     """The objects of :class:`SeriesColumns` (each one series' points, no annotations),
     written as :func:`_series_object` and orjson write them, without an object per
@@ -127,6 +132,9 @@ def _columns_json(columns: SeriesColumns, result: QueryResult, arrays: bool) -> 
     tag_texts = []
     for name, (values, inverse) in by_column.items():  # in name order
         key = orjson.dumps(name) + b":"
+        if n <= _FEW_SERIES:  # a few series: each text written, no distinct values found
+            tag_texts.append([key + orjson.dumps(values[v]) for v in inverse[members].tolist()])
+            continue
         used, picked = np.unique(inverse[members], return_inverse=True)
         texts_of = np.array([key + orjson.dumps(values[v]) for v in used.tolist()], dtype=object)
         tag_texts.append(texts_of[picked.reshape(-1)].tolist())

@@ -1,12 +1,12 @@
 """Writing a large /api/query answer piece by piece, with the connection's backpressure.
 
-``response_middleware`` compresses and jsonp-wraps whole bodies; a large answer would then
-be held as one blob, again compressed, again in the transport's buffer. Here it is rendered
-``PIECE_SERIES`` series at a time in the engine's worker threads, each piece compressed as
-it goes (gzip or deflate as the client takes them, the middleware's choice) and written with
-``await response.write``, which waits while the client is not reading. ``?jsonp=`` is
-applied here for these answers (the middleware leaves a started response alone), the same
-way: the last callback given.
+The response middleware (``finish_response``) compresses and jsonp-wraps whole bodies; a
+large answer would then be held as one blob, again compressed, again in the transport's
+buffer. Here it is rendered ``PIECE_SERIES`` series at a time in the engine's worker
+threads, each piece compressed as it goes (gzip or deflate as the client takes them, the
+middleware's choice) and written with ``await response.write``, which waits while the
+client is not reading. ``?jsonp=`` is applied here for these answers (the middleware
+leaves a started response alone), the same way: the last callback given.
 """
 
 from __future__ import annotations
