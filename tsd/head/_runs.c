@@ -506,6 +506,11 @@ typedef struct {
     uint64_t v, dv;
 } PackState;
 
+/* a delta block is kept only at most this share of the raw block's size (tsd.head.pack's
+ * PACKED_SHARE) */
+#define PACKED_SHARE_NUM 3
+#define PACKED_SHARE_DEN 4
+
 /* the most qualifier or value bytes unpack decodes (malformed bytes could claim runs of
  * 2**60 points: given up on past this) */
 #define MAX_UNPACKED ((Py_ssize_t)1 << 30)
@@ -631,12 +636,13 @@ static PyObject *pack_points(const unsigned char *packed, Py_ssize_t p_len,
         PyMem_Free(tokens);
         Py_RETURN_NONE;
     }
-    /* the raw block's size, then each mode's, the smallest kept (ties: mode 0, then 1) */
+    /* each mode's size, the smaller kept (ties: mode 0), unless the raw block is not
+     * PACKED_SHARE bigger */
     unsigned char scratch[10];
     size_t raw = put_varint(scratch, (uint64_t)n << 2 | 2) + put_varint(scratch, (uint64_t)q_len)
                  + put_varint(scratch, (uint64_t)v_len) + (size_t)q_len + (size_t)v_len;
-    size_t best_size = raw;
-    int best = 2;
+    size_t best_size = (size_t)-1;
+    int best = 1;
     for (int mode = 1; mode >= 0; mode--) {
         size_t size = put_varint(scratch, (uint64_t)n << 2 | (uint64_t)mode);
         for (Py_ssize_t i = 0; i < n;) {
@@ -655,6 +661,10 @@ static PyObject *pack_points(const unsigned char *packed, Py_ssize_t p_len,
             best_size = size;
             best = mode;
         }
+    }
+    if (best_size * PACKED_SHARE_DEN > raw * PACKED_SHARE_NUM) { /* too little saved: raw */
+        best_size = raw;
+        best = 2;
     }
     unsigned char head[40];
     size_t head_len = put_varint(head, zz(st.q));
@@ -723,23 +733,42 @@ static int unpack_points(const unsigned char *p, Py_ssize_t len, unsigned char *
                 || ql > (uint64_t)(len - at) || vl > (uint64_t)(len - at) - ql)
                 return 0;
             const unsigned char *rq = p + at, *rv = p + at + ql;
-            Py_ssize_t qa = 0, va = 0;
+            /* the points' bounds walked by their qualifiers alone; the state after the
+             * block needs only its last two points' numbers (a read's hot loop) */
+            Py_ssize_t qa = 0, va = 0, at_q[2] = {-1, -1}, at_v[2] = {0, 0};
             uint64_t points = 0;
             while (qa < (Py_ssize_t)ql) {
+                int width = (rq[qa] & 0xF0) == 0xF0 ? 4 : 2;
+                if (qa + width > (Py_ssize_t)ql)
+                    return 0;
+                Py_ssize_t v_len = (rq[qa + width - 1] & 7) + 1;
+                if (va + v_len > (Py_ssize_t)vl)
+                    return 0;
+                at_q[0] = at_q[1];
+                at_v[0] = at_v[1];
+                at_q[1] = qa;
+                at_v[1] = va;
+                qa += width;
+                va += v_len;
+                points++;
+            }
+            if (va != (Py_ssize_t)vl || points != n)
+                return 0;
+            for (int k = 0; k < 2; k++) {
+                if (at_q[k] < 0)
+                    continue;
                 int wide;
                 int64_t qual;
                 uint64_t value;
-                if (!next_point(rq, (Py_ssize_t)ql, &qa, rv, (Py_ssize_t)vl, &va, &wide, &qual,
+                Py_ssize_t qk = at_q[k], vk = at_v[k];
+                if (!next_point(rq, (Py_ssize_t)ql, &qk, rv, (Py_ssize_t)vl, &vk, &wide, &qual,
                                 &value))
                     return 0;
                 st.dq = qual - st.q;
                 st.q = qual;
                 st.dv = value - st.v;
                 st.v = value;
-                points++;
             }
-            if (va != (Py_ssize_t)vl || points != n)
-                return 0;
             if (qn + (Py_ssize_t)ql > q_cap || vn + (Py_ssize_t)vl > v_cap)
                 return 0;
             if (q_out != NULL) {

@@ -26,8 +26,8 @@ The packed part (every integer an unsigned LEB128 varint, signed ones zigzag-cod
     zz(ddV) (mode 0) or zz(dV) (mode 1): ``count`` points of those differences; a point's
     qualifier is Q (4 bytes when ``wide``, else 2), its value the low ``(Q & 7) + 1``
     bytes of V, as the qualifier's flags say;
-  - mode 2 (raw: whatever is smaller wins): the qualifiers' and the values' lengths,
-    then those bytes.
+  - mode 2 (raw: unless a mode by differences takes at most :data:`PACKED_SHARE` of
+    its bytes): the qualifiers' and the values' lengths, then those bytes.
 
 :func:`python_pack` and :func:`python_unpack` are the specification and the fallback of
 the compiled ``pack`` and ``unpack`` (tsd/head/_runs.c); tests/head/test_pack.py checks
@@ -61,6 +61,12 @@ __all__ = [
 #: many at the latest. An hour at 10 s is then 22 blocks and a tail of at most 15 points
 #: (a block of a regular series costs a few bytes: bench/head_memory.py)
 BLOCK_POINTS = 32
+
+#: a block is stored by differences only when that takes at most this share (3/4) of its
+#: raw bytes: a reader copies a raw block (tsd/head/_runs.c walks only its qualifiers)
+#: where it decodes a varint or two a point of the others, about 19 ns a point for a
+#: random walk of doubles (whose differences save about a sixth: not worth that)
+PACKED_SHARE = (3, 4)
 
 #: per row, a length (int64: the compiled helper reads the array's buffer)
 Lengths = npt.NDArray[np.int64]
@@ -157,12 +163,13 @@ def python_pack(packed: bytes, qualifiers: bytes, values: bytes) -> bytes | None
         tokens[1].append((wide, ddq, _signed(dv_new)))
         q, dq, v, dv = q_new, dq_new, v_new, dv_new
     n = len(points)
-    best = bytearray()
-    _varint(best, n << 2 | 2)
-    _varint(best, len(qualifiers))
-    _varint(best, len(values))
-    best += qualifiers
-    best += values
+    raw = bytearray()
+    _varint(raw, n << 2 | 2)
+    _varint(raw, len(qualifiers))
+    _varint(raw, len(values))
+    raw += qualifiers
+    raw += values
+    best: bytearray | None = None
     for mode in (1, 0):
         block = bytearray()
         _varint(block, n << 2 | mode)
@@ -179,8 +186,11 @@ def python_pack(packed: bytes, qualifiers: bytes, values: bytes) -> bytes | None
                 _varint(block, _zz(ddq))
             _varint(block, _zz(x))
             i = j
-        if len(block) <= len(best):
+        if best is None or len(block) <= len(best):
             best = block
+    assert best is not None
+    if len(best) * PACKED_SHARE[1] > len(raw) * PACKED_SHARE[0]:
+        best = raw
     out = bytearray()
     for number in (q, dq, _signed(v), _signed(dv)):
         _varint(out, _zz(number))
