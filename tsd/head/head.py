@@ -1052,20 +1052,104 @@ _Copy = tuple[bytes, bytes, int, int, bool]
 
 
 @dataclass(frozen=True, slots=True)
+class RowBytes:
+    """Rows' own bytes, as the head holds them: per row a packed part of ``packed[i]``
+    bytes, then its raw tail (tsd/head/pack.py); ``q_lens[i]`` and ``v_lens[i]``: its
+    plain qualifiers' and values' bytes. Immutable: the head makes a new ``bytes`` when a
+    row changes, so a reader may walk them from any thread."""
+
+    bufs: list[bytes]
+    packed: npt.NDArray[np.int64]
+    q_lens: npt.NDArray[np.int64]
+    v_lens: npt.NDArray[np.int64]
+
+    def part(self, rows: slice) -> RowBytes:
+        """The rows ``rows`` (a slice)."""
+        return RowBytes(self.bufs[rows], self.packed[rows], self.q_lens[rows], self.v_lens[rows])
+
+
 class HeadRuns:
     """Clean rows of seconds points, end to end: per row its key and point count, all
     qualifiers joined (2 bytes each) and all values joined (lengths from the flags). The
     query layer decodes them straight to arrays (:mod:`tsd.query.head_rows`). From a
     snapshot, also each row's slot and version (the module docstring: together they name
-    the row's points exactly) and its value bytes."""
+    the row's points exactly) and its value bytes, and the rows' own bytes (:attr:`rows`):
+    the joined qualifiers and values are then made from them only when first asked for
+    (a fresh query reads the rows' bytes as they are, tsd/query/head_rows.py)."""
 
-    keys: list[bytes]
-    counts: npt.NDArray[np.int64]
-    qualifiers: bytes
-    values: bytes
-    slots: npt.NDArray[np.int64] | None = None
-    versions: npt.NDArray[np.int64] | None = None
-    value_lengths: npt.NDArray[np.int64] | None = None
+    __slots__ = ("_parts", "counts", "keys", "rows", "slots", "value_lengths", "versions")
+
+    def __init__(
+        self,
+        keys: list[bytes],
+        counts: npt.NDArray[np.int64],
+        qualifiers: bytes | None = None,
+        values: bytes | None = None,
+        slots: npt.NDArray[np.int64] | None = None,
+        versions: npt.NDArray[np.int64] | None = None,
+        value_lengths: npt.NDArray[np.int64] | None = None,
+        rows: RowBytes | None = None,
+    ) -> None:
+        if (qualifiers is None or values is None) and rows is None:
+            raise ValueError("HeadRuns needs the joined qualifiers and values or the rows")
+        self.keys = keys
+        self.counts = counts
+        self.slots = slots
+        self.versions = versions
+        self.value_lengths = value_lengths
+        self.rows = rows
+        self._parts = None if qualifiers is None or values is None else (qualifiers, values)
+
+    @property
+    def qualifiers(self) -> bytes:
+        """Every row's qualifiers, joined."""
+        return self._joined()[0]
+
+    @property
+    def values(self) -> bytes:
+        """Every row's values, joined."""
+        return self._joined()[1]
+
+    @property
+    def points(self) -> int:
+        """The rows' points (2 qualifier bytes each)."""
+        if self.rows is not None:
+            return int(self.rows.q_lens.sum()) // 2
+        return len(self.qualifiers) // 2
+
+    @property
+    def plain_bytes(self) -> int:
+        """The rows' qualifier and value bytes, plain (not packed)."""
+        if self.rows is not None:
+            return int(self.rows.q_lens.sum() + self.rows.v_lens.sum())
+        return len(self.qualifiers) + len(self.values)
+
+    def _joined(self) -> tuple[bytes, bytes]:
+        """The rows' bytes parted into qualifiers and values (packed parts decoded, then
+        one compiled pass, :func:`_join_parts`), once."""
+        if self._parts is None:
+            rows = self.rows
+            assert rows is not None
+            if not self.keys:
+                self._parts = (b"", b"")
+            else:
+                bufs = rows.bufs
+                if rows.packed.any():
+                    bufs = full_rows(bufs, rows.packed, rows.q_lens, rows.v_lens)
+                self._parts = _join_parts(bufs, rows.q_lens, rows.v_lens)
+        return self._parts
+
+    def part(self, rows: slice) -> HeadRuns:
+        """The rows ``rows`` (a slice) as runs of their own (made from :attr:`rows`)."""
+        assert self.rows is not None
+        return HeadRuns(
+            self.keys[rows],
+            self.counts[rows],
+            slots=None if self.slots is None else self.slots[rows],
+            versions=None if self.versions is None else self.versions[rows],
+            value_lengths=None if self.value_lengths is None else self.value_lengths[rows],
+            rows=self.rows.part(rows),
+        )
 
 
 #: the arrays of an empty snapshot, shared (read-only: a snapshot writes only to its rows)
@@ -1224,8 +1308,9 @@ class HeadSnapshot:
         )
 
     def _runs(self, take: npt.NDArray[np.bool_]) -> HeadRuns:
-        """The rows ``take`` as runs: their bytes parted into qualifiers and values (one
-        compiled pass, :func:`_join_parts`), the rows' own list when every row is taken."""
+        """The rows ``take`` as runs of their own bytes (:class:`RowBytes`: parted into
+        qualifiers and values only if asked for), the rows' own list when every row is
+        taken."""
         q_lens, v_lens = self._q_lens, self._v_lens
         if take.all():
             keys, bufs, rows = list(self._keys), self._bufs, slice(None)
@@ -1234,17 +1319,14 @@ class HeadSnapshot:
             keys = _picked_at(self._keys, at)
             bufs = _picked_at(self._bufs, at)
             rows = at  # type: ignore[assignment]
-        if self._packed is not None and keys:
-            bufs = full_rows(bufs, self._packed[rows], q_lens[rows], v_lens[rows])
-        qualifiers, values = _join_parts(bufs, q_lens[rows], v_lens[rows]) if keys else (b"", b"")
+        packed = self._packed[rows] if self._packed is not None else np.zeros(len(keys), np.int64)
         return HeadRuns(
             keys,
             self._counts[rows],
-            qualifiers,
-            values,
-            self.slots[rows],
-            self.versions[rows],
-            v_lens[rows],
+            slots=self.slots[rows],
+            versions=self.versions[rows],
+            value_lengths=v_lens[rows],
+            rows=RowBytes(bufs, packed, q_lens[rows], v_lens[rows]),
         )
 
 
