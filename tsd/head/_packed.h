@@ -54,8 +54,9 @@ static inline int read_state(const unsigned char *p, Py_ssize_t len, PackState *
     return 1;
 }
 
-/* The points of a packed part one at a time (python_unpack's walk, nothing copied):
- * packed_open, then packed_next until it answers 0 (the end) or -1 (not well formed). */
+/* The points of a packed part (python_unpack's walk, nothing copied): packed_open, then
+ * packed_next until it answers 0 (the end) or -1 (not well formed); a block by
+ * differences a point at a time, a raw block handed over whole. */
 typedef struct {
     const unsigned char *p;
     Py_ssize_t len, at;
@@ -67,7 +68,7 @@ typedef struct {
     uint64_t x;        /* the run's ddV (mode 0) or dV (mode 1) */
     int wide;          /* the run's qualifiers are 4 bytes */
     const unsigned char *rq, *rv; /* a raw block's qualifiers and values */
-    Py_ssize_t ql, vl, qa, va;    /* their lengths and where the next point starts */
+    Py_ssize_t ql, vl;            /* their lengths */
 } PackedCursor;
 
 /* 1, or 0 when the packed part's state at its front is cut short */
@@ -84,55 +85,53 @@ static inline int packed_open(PackedCursor *c, const unsigned char *p, Py_ssize_
     return 1;
 }
 
+/* Whether the cursor stands at the start of a raw block (packed_next answered 2): its
+ * qualifiers and values, for a caller that walks them itself and then calls
+ * packed_skip_raw. 1 with them set, 0 when not at a raw block's start. */
+static inline int packed_raw_block(PackedCursor *c, const unsigned char **q, Py_ssize_t *q_len,
+                                   const unsigned char **v, Py_ssize_t *v_len, uint64_t *n)
+{
+    if (c->mode != 2)
+        return 0;
+    *q = c->rq;
+    *q_len = c->ql;
+    *v = c->rv;
+    *v_len = c->vl;
+    *n = c->left;
+    return 1;
+}
+
+/* Past the raw block packed_raw_block handed over, whose `n` points (checked by the
+ * caller, as packed_next checks them) ended with the qualifiers and values `q1`, `v1`
+ * after `q0`, `v0` (the state before the block's when it held one point). */
+static inline void packed_skip_raw(PackedCursor *c, int one, int64_t q0, uint64_t v0,
+                                   int64_t q1, uint64_t v1)
+{
+    PackState *st = &c->st;
+    if (one) {
+        q0 = st->q;
+        v0 = st->v;
+    }
+    st->dq = q1 - q0;
+    st->q = q1;
+    st->dv = v1 - v0;
+    st->v = v1;
+    c->mode = -1;
+    c->left = 0;
+}
+
 /* The next point: its qualifier (2 or 4 bytes as an integer: a 4-byte one is
  * >= 0xF0000000), its value (the low (qualifier & 7) + 1 bytes, big-endian, as an
  * unsigned integer) and its qualifier's width in *wide; 1, 0 at the end, -1 when the
- * bytes are not well formed. */
+ * bytes are not well formed, 2 (no point handed on) at the start of a raw block, which
+ * the caller walks itself (packed_raw_block, then packed_skip_raw: a raw block's points
+ * are plain cells, read faster by a loop of their own than a point at a time here). */
 static inline __attribute__((always_inline)) int
 packed_next(PackedCursor *c, uint64_t *qual, uint64_t *value, int *wide)
 {
     for (;;) {
-        if (c->mode == 2 && c->qa < c->ql) {
-            if (c->left == 0)
-                return -1;
-            c->left--;
-            const unsigned char *q = c->rq + c->qa;
-            int w = (q[0] & 0xF0) == 0xF0;
-            Py_ssize_t width = w ? 4 : 2;
-            if (c->qa + width > c->ql)
-                return -1;
-            uint64_t x = w ? (uint64_t)q[0] << 24 | (uint64_t)q[1] << 16 | (uint64_t)q[2] << 8
-                                 | q[3]
-                           : (uint64_t)q[0] << 8 | q[1];
-            Py_ssize_t v_len = (Py_ssize_t)(x & 7) + 1;
-            if (c->va + v_len > c->vl)
-                return -1;
-            const unsigned char *v = c->rv + c->va;
-            uint64_t y;
-            if (c->vl - c->va >= 8) {
-                memcpy(&y, v, 8);
-                y = __builtin_bswap64(y) >> (64 - 8 * v_len);
-            } else {
-                y = 0;
-                for (Py_ssize_t i = 0; i < v_len; i++)
-                    y = y << 8 | v[i];
-            }
-            c->qa += width;
-            c->va += v_len;
-            c->st.dq = (int64_t)x - c->st.q;
-            c->st.q = (int64_t)x;
-            c->st.dv = y - c->st.v;
-            c->st.v = y;
-            *qual = x;
-            *value = y;
-            *wide = w;
-            return 1;
-        }
-        if (c->mode == 2) { /* the raw block's end: whole points, as many as it says */
-            if (c->va != c->vl || c->left != 0)
-                return -1;
-            c->mode = -1;
-        }
+        if (c->mode == 2) /* a raw block not walked past (packed_skip_raw) */
+            return -1;
         if (c->run_left > 0) {
             c->run_left--;
             c->left--;
@@ -183,9 +182,10 @@ packed_next(PackedCursor *c, uint64_t *qual, uint64_t *value, int *wide)
             c->rv = c->rq + ql;
             c->ql = (Py_ssize_t)ql;
             c->vl = (Py_ssize_t)vl;
-            c->qa = c->va = 0;
             c->at += (Py_ssize_t)(ql + vl);
-            /* the points counted as they come: the block must hold `left` of them */
+            if (ql > 0 || vl > 0 || c->left > 0)
+                return 2;
+            c->mode = -1; /* an empty raw block */
             continue;
         }
     }

@@ -401,7 +401,9 @@ class _OneRead:
             )
         head = self.head
         if head is not None and len(head):
-            runs, rest = head.remaining()
+            # (rows whose points came out of order read as runs where they can be: not
+            # in a rollup read's memo, which remembers clean rows only)
+            runs, rest = head.remaining(resort=True)
             if len(rest):
                 await self.decode(rest)
             if runs.keys:
