@@ -5,6 +5,7 @@ parsers find series in it as in a dict."""
 from __future__ import annotations
 
 import gc
+import random
 import sys
 from typing import Any
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from tsd import native
 from tsd.codec import KeyLayout, make_series_key
+from tsd.codec.qualifier import encode_points_into
 from tsd.protocol.ref_table import PythonRefTable
 from tsd.protocol.telnet import take_known_puts, take_known_puts_into, take_new_plain
 
@@ -177,3 +179,56 @@ def test_encoded_lines_of_known_series_are_the_same_as_with_a_dict() -> None:
     )
     assert rows_t == rows_d
     assert rows_t
+
+
+#: a line's kind: mostly a put the parsers take, now and then one they do not
+KINDS = [0] * 98 + [1, 2]
+
+
+def _series_line(n: int, stamp: int, kind: int) -> bytes:
+    """A put line of series ``n``, or (by ``kind``) one the parsers do not take."""
+    tags = b"host=h%d" % n + (b" x=" + b"y" * 600 if n % 7 == 3 else b"")  # some too long
+    if kind == 1:
+        return b"putt m %d 1 " % stamp + tags
+    if kind == 2:
+        return b"put m %d 1.5x " % stamp + tags
+    return b"put m %d %d " % (stamp, n) + tags
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 150),
+    st.integers(1, 150),
+    st.sampled_from([0, 12, 46, 46, 46]),
+    st.sampled_from([60, 1000]),
+)
+def test_lines_looked_up_ahead_are_taken_as_one_by_one(
+    seed: int, count: int, limit: int, known: int, bound: int
+) -> None:
+    """take_known_puts_into asks for a run's table probes ahead of its lines (a hint):
+    the same lines taken and the same cells as the lookups one line at a time
+    (take_known_puts, then encoded), with series in the old generation, unknown, with
+    keys past the stack buffer and lines not taken among them (long runs of known lines:
+    lines drawn from a seed)."""
+    layout = KeyLayout()
+    table = KeyTable(bound)  # 60: the first of many series move to the old generation
+    for n in range(known):
+        key = b"m host=h%d" % n + (b" x=" + b"y" * 600 if n % 7 == 3 else b"")
+        uid = (n + 1).to_bytes(3, "big")
+        table.remember(key, make_series_key(layout, b"\0\0\1", [(b"\0\0\1", uid)]))
+    rng = random.Random(seed)
+    lines: list[bytes | None] = [
+        _series_line(rng.randrange(46), 1_700_000_000 + rng.randrange(3 * 3600), rng.choice(KINDS))
+        for _ in range(count)
+    ]
+    for start in (0, len(lines) // 3):
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        taken, added = take_known_puts_into(lines, start, table, rows, limit)
+        points: list[Any] = []
+        stop = take_known_puts(lines, start, table, points, limit)
+        assert taken == stop - start == len(points)
+        expected: dict[bytes, dict[bytes, bytes]] = {}
+        assert added == encode_points_into(expected, points)
+        assert rows == expected
