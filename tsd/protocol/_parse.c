@@ -247,7 +247,7 @@ typedef struct {
     PyObject *lines;
     Py_ssize_t start, end;
     int64_t *hashes; /* per line from start: its key's hash, or -1 (not a put line) */
-    Py_ssize_t staged; /* lines hashed so far (from start) */
+    Py_ssize_t staged; /* lines hashed up to (from start; the first block never is) */
 } Ahead;
 
 static void ahead_init(Ahead *a, PyObject *known, PyObject *lines, Py_ssize_t start,
@@ -258,13 +258,10 @@ static void ahead_init(Ahead *a, PyObject *known, PyObject *lines, Py_ssize_t st
     a->lines = lines;
     a->start = start;
     a->end = end;
-    a->staged = 0;
-    if (!kt_check(known) || end - start < 2 * AHEAD_BLOCK || ((KeyTable *)known)->young == 0)
+    a->staged = AHEAD_BLOCK;
+    if (!kt_check(known) || end - start < 3 * AHEAD_BLOCK || ((KeyTable *)known)->young == 0)
         return;
-    a->hashes = PyMem_Malloc((size_t)(end - start) * sizeof(int64_t));
-    if (a->hashes == NULL)
-        return; /* no lookahead: every lookup hashes its own line */
-    a->table = (KeyTable *)known;
+    a->table = (KeyTable *)known; /* the hashes' room is taken when a run gets that far */
 }
 
 static void ahead_free(Ahead *a)
@@ -325,7 +322,17 @@ static int64_t ahead_at(Ahead *a, Py_ssize_t i)
     if (a->table == NULL || a->table->icap == 0)
         return -1;
     Py_ssize_t at = i - a->start;
+    if (at < AHEAD_BLOCK)
+        return -1; /* a run's first block goes without: a short run (known lines between
+                      new ones) hashes nothing ahead in vain */
     if (at % AHEAD_BLOCK == 0) {
+        if (a->hashes == NULL) {
+            a->hashes = PyMem_Malloc((size_t)(a->end - a->start) * sizeof(int64_t));
+            if (a->hashes == NULL) {
+                a->table = NULL; /* no lookahead: every lookup hashes its own line */
+                return -1;
+            }
+        }
         Py_ssize_t lead = i + 3 * AHEAD_BLOCK < a->end ? i + 3 * AHEAD_BLOCK : a->end;
         Py_ssize_t hashed = a->start + a->staged;
         if (hashed < lead) {
