@@ -241,6 +241,8 @@ static Py_ssize_t put_key(const char *s, Py_ssize_t n, const Py_ssize_t cut[4], 
  * a table changed meanwhile (a Python encoder called for a line) costs a miss, never a
  * wrong answer. The hashes are kept for the lookups (no line is hashed twice). */
 #define AHEAD_BLOCK 8
+/* A table this small stays in the caches: looking ahead would only add its passes. */
+#define AHEAD_MIN_ENTRIES ((size_t)1 << 16)
 
 typedef struct {
     KeyTable *table;
@@ -259,7 +261,8 @@ static void ahead_init(Ahead *a, PyObject *known, PyObject *lines, Py_ssize_t st
     a->start = start;
     a->end = end;
     a->staged = AHEAD_BLOCK;
-    if (!kt_check(known) || end - start < 3 * AHEAD_BLOCK || ((KeyTable *)known)->young == 0)
+    if (!kt_check(known) || end - start < 3 * AHEAD_BLOCK ||
+        ((KeyTable *)known)->young < AHEAD_MIN_ENTRIES)
         return;
     a->table = (KeyTable *)known; /* the hashes' room is taken when a run gets that far */
 }
