@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -680,9 +681,10 @@ class UniqueId:
         if not self._filling and len(self._running) <= 1:  # every entry is this batch's
             creating.clear()
         else:
-            for name in batch.names:
-                if creating.get(name) is batch:
-                    del creating[name]
+            # A name joins one batch, and stays this batch's until here (_claim shares a
+            # pending batch, _claim_new takes names none of which is pending): its entries
+            # go at C speed, with no check per name.
+            deque(map(creating.pop, batch.names, repeat(None)), maxlen=0)
         if not batch.done.done():
             batch.done.set_result(results)
 
