@@ -70,6 +70,7 @@ from tsd.errors import (
 from tsd.storage.base import (
     Block,
     CellBlock,
+    CellColumn,
     CheckAndPut,
     FamilySpec,
     Mutation,
@@ -406,6 +407,27 @@ class EmbeddedStorage(Storage):
 
         return await self._write(
             functools.partial(cells.check_and_put_many, table=info, checks=frozen), len(frozen)
+        )
+
+    async def put_if_absent_column(self, table: str, column: CellColumn) -> list[bool]:
+        """One write transaction, the cells' keys made from the rows (cells.py)."""
+        info = await self._table(table)
+        column = column._replace(rows=tuple(column.rows), values=tuple(column.values))
+        column.check_distinct()  # (the caller may reuse its lists meanwhile: copied)
+        if not column.rows:
+            return []
+        return await self._write(
+            functools.partial(cells.put_if_absent_column, table=info, column=column),
+            len(column.rows),
+        )
+
+    async def put_column(self, table: str, column: CellColumn) -> None:
+        info = await self._table(table)
+        if not column.rows:
+            return
+        column = column._replace(rows=tuple(column.rows), values=tuple(column.values))
+        await self._write(
+            functools.partial(cells.put_column, table=info, column=column), len(column.rows)
         )
 
     async def append(
