@@ -125,6 +125,7 @@ MISSING_TABLE_CALLS = [
     pytest.param(
         lambda s, t: s.put_column(t, CellColumn("f", b"q", [b"r"], [b"v"])), id="put_column"
     ),
+    pytest.param(lambda s, t: s.get_column(t, "f", b"q", [b"r"]), id="get_column"),
 ]
 
 
@@ -536,6 +537,30 @@ async def test_check_and_put_many_keeps_order_across_a_large_batch(storage, tabl
     assert answers == [i % 3 != 0 for i in range(len(rows))]
     stored = {row.key: row.value("f", b"id") for row in await scan_all(storage, table)}
     assert stored == {row: b"old" if i % 3 == 0 else row for i, row in enumerate(rows)}
+
+
+async def test_get_column_answers_each_row_its_cell_or_none(storage, table) -> None:
+    """One column read over many rows (a batch of names' forward UID rows): a row's
+    value, b"" for an empty cell, None for a row without that cell or without cells."""
+    await storage.put(
+        table,
+        [
+            Put(b"a", "f", b"id", b"1"),
+            Put(b"b\x00c", "f", b"id", b"2"),
+            Put(b"empty", "f", b"id", b""),
+            Put(b"other", "f", b"name", b"x"),
+        ],
+    )
+    rows = [b"a", b"missing", b"b\x00c", b"empty", b"other", b"a"]
+    assert await storage.get_column(table, "f", b"id", rows) == [
+        b"1",
+        None,
+        b"2",
+        b"",
+        None,
+        b"1",
+    ]
+    assert await storage.get_column(table, "f", b"id", []) == []
 
 
 async def put_if_absent(

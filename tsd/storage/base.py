@@ -671,6 +671,19 @@ class Storage(ABC):
             for check in checks
         ]
 
+    async def get_column(
+        self, table: str, family: str, qualifier: bytes, rows: Sequence[bytes]
+    ) -> list[bytes | None]:
+        """Per row of ``rows``, the value of its cell ``family:qualifier``, or None when it
+        has none: one read (a batch of names' forward UID rows). This default reads the
+        rows; a backend may read the cells straight (the embedded store: one getmulti of
+        keys made from the rows)."""
+        found = {
+            row.key: row.value(family, qualifier)
+            for row in await self.get_many(table, rows, (family,))
+        }
+        return list(map(found.get, rows))
+
     async def put_if_absent_column(self, table: str, column: CellColumn) -> list[bool]:
         """:meth:`check_and_put_many` of one column: for each of its rows (distinct), put
         its value into the row's cell if that cell is absent (or empty, HBase's rule);

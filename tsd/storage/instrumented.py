@@ -174,6 +174,14 @@ class InstrumentedStorage(Storage):
         )
         return result
 
+    async def get_column(
+        self, table: str, family: str, qualifier: bytes, rows: Sequence[bytes]
+    ) -> list[bytes | None]:
+        result: list[bytes | None] = await self._timed(
+            "get_many", self.inner.get_column(table, family, qualifier, rows)
+        )
+        return result
+
     async def put_if_absent_column(self, table: str, column: CellColumn) -> list[bool]:
         self.checks.value += len(column.rows)
         result: list[bool] = await self._timed(

@@ -586,16 +586,16 @@ class UniqueId:
             names = [name for name in names if len(name) <= limit]
         # ASCII names are stored as spelled (the common case: no Python step per name)
         raws = list(map(str.encode if "".join(names).isascii() else encode_name, names))
-        rows = await self.storage.get_many(self.table, list(dict.fromkeys(raws)), (ID_FAMILY,))
+        distinct = list(dict.fromkeys(raws))
+        uids = await self.storage.get_column(self.table, ID_FAMILY, self._qualifier, distinct)
+        found: dict[str, bytes] = {}
+        if uids.count(None) == len(uids):  # none assigned yet (a burst of new names)
+            return found
         by_raw: dict[bytes, bytes] = {}
-        for row in rows:
-            uid = row.value(ID_FAMILY, self._qualifier)
+        for raw, uid in zip(distinct, uids, strict=True):
             if uid is not None:
                 self._check_width(uid)
-                by_raw[row.key] = uid
-        found: dict[str, bytes] = {}
-        if not by_raw:  # none assigned yet (a burst of new names)
-            return found
+                by_raw[raw] = uid
         for name, raw in zip(names, raws, strict=True):
             uid = by_raw.get(raw)
             if uid is not None:

@@ -449,6 +449,13 @@ class EmbeddedStorage(Storage):
         wanted = _check_families(info, families)
         return await self._read(cells.read_rows, info, tuple(rows), wanted)
 
+    async def get_column(
+        self, table: str, family: str, qualifier: bytes, rows: Sequence[bytes]
+    ) -> list[bytes | None]:
+        info = await self._table(table)
+        _check_families(info, (family,))
+        return await self._read(cells.read_column, info, family, qualifier, tuple(rows))
+
     async def get_blocks(
         self,
         table: str,
