@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple, overload
@@ -485,6 +485,15 @@ class CellColumn(NamedTuple):
             raise StorageError("check_and_put_many: two checks on one cell")
 
 
+def column_values(
+    found: Iterable[Row], family: str, qualifier: bytes, rows: Sequence[bytes]
+) -> list[bytes | None]:
+    """:meth:`Storage.get_column`'s answer from the rows read (``found``, those with cells):
+    per row of ``rows``, the value of its cell ``family:qualifier`` or None."""
+    values = {row.key: row.value(family, qualifier) for row in found}
+    return list(map(values.get, rows))
+
+
 #: builds a NamedTuple (Put, CheckAndPut) from a tuple of its fields without the Python
 #: frame of its generated ``__new__``
 _new = tuple.__new__
@@ -678,11 +687,7 @@ class Storage(ABC):
         has none: one read (a batch of names' forward UID rows). This default reads the
         rows; a backend may read the cells straight (the embedded store: one getmulti of
         keys made from the rows)."""
-        found = {
-            row.key: row.value(family, qualifier)
-            for row in await self.get_many(table, rows, (family,))
-        }
-        return list(map(found.get, rows))
+        return column_values(await self.get_many(table, rows, (family,)), family, qualifier, rows)
 
     async def put_if_absent_column(self, table: str, column: CellColumn) -> list[bool]:
         """:meth:`check_and_put_many` of one column: for each of its rows (distinct), put

@@ -26,6 +26,7 @@ from tsd.storage.base import (
     Put,
     Row,
     RowFilter,
+    column_values,
 )
 from tsd.storage.embedded import packed
 from tsd.storage.embedded.keys import (
@@ -628,10 +629,7 @@ def read_column(
     them absent in a burst of new names: no Python step per row); else :func:`read_rows`."""
     keys = column_keys(table, family, qualifier, rows)
     if keys is None:
-        found = {
-            row.key: row.value(family, qualifier) for row in read_rows(txn, table, rows, (family,))
-        }
-        return list(map(found.get, rows))
+        return column_values(read_rows(txn, table, rows, (family,)), family, qualifier, rows)
     values = dict(txn.cursor(db=table.db).getmulti(keys))
     return list(map(values.get, keys))
 
