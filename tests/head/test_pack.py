@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
@@ -115,6 +115,7 @@ def test_bytes_that_are_not_whole_points_are_not_packed(q: bytes, v: bytes) -> N
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=60))
+@example(data=b"\x00\x00\x00\x00lm\x01\x00")  # a qualifier past its two bytes
 def test_the_helper_refuses_malformed_packed_bytes_and_never_misreads(data: bytes) -> None:
     found = C.unpack(data)
     if found is not None:

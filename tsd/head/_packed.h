@@ -138,6 +138,8 @@ packed_next(PackedCursor *c, uint64_t *qual, uint64_t *value, int *wide)
             PackState *st = &c->st;
             st->dq = (int64_t)((uint64_t)st->dq + (uint64_t)c->dd);
             st->q = (int64_t)((uint64_t)st->q + (uint64_t)st->dq);
+            if ((uint64_t)st->q >> (c->wide ? 32 : 16)) /* out of its width (python_unpack) */
+                return -1;
             st->dv = c->mode == 0 ? st->dv + c->x : c->x;
             st->v += st->dv;
             int v_len = (int)((uint64_t)st->q & 7) + 1;

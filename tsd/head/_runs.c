@@ -761,6 +761,8 @@ static int unpack_points(const unsigned char *p, Py_ssize_t len, unsigned char *
             for (uint64_t k = 0; k < count; k++) {
                 st.dq = (int64_t)((uint64_t)st.dq + (uint64_t)dd);
                 st.q = (int64_t)((uint64_t)st.q + (uint64_t)st.dq);
+                if ((uint64_t)st.q >> (8 * width)) /* out of its width (python_unpack) */
+                    return 0;
                 st.dv = mode == 0 ? st.dv + x : x;
                 st.v += st.dv;
                 int v_len = (int)((uint64_t)st.q & 7) + 1;

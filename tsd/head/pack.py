@@ -233,6 +233,8 @@ def python_unpack(packed: bytes) -> tuple[bytes, bytes]:
             for _ in range(count):
                 dq += ddq
                 q += dq
+                if not 0 <= q < 1 << (32 if wide else 16):
+                    raise ValueError("a qualifier of the packed part is out of its width")
                 dv = (dv + x) & _MASK64 if mode == 0 else x
                 v = (v + dv) & _MASK64
                 qs += q.to_bytes(4 if wide else 2, "big")
