@@ -196,6 +196,8 @@ class _GroupMatches:
 
 #: regexps whose matches a group keeps (the oldest dropped beyond)
 _GROUP_REGEXPS = 8
+#: a row filter's rows up to this many are collected as Python ints (:class:`_GroupPairs`)
+_FEW_HITS = 64
 
 
 @dataclass(slots=True)
@@ -227,10 +229,16 @@ class _GroupPairs:
             wanted = np.array(sorted({int.from_bytes(s, "big") for s in entry}), np.uint64)
             lo = np.searchsorted(ordered, wanted, "left").tolist()
             hi = np.searchsorted(ordered, wanted, "right").tolist()
-            hits = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi, strict=True)]))
+            if sum(hi) - sum(lo) <= _FEW_HITS:  # a dashboard's few series: no numpy set-up
+                few: set[int] = set()
+                for a, b in zip(lo, hi, strict=True):
+                    few.update(rows[a:b].tolist())
+                hits = np.array(sorted(few), np.int64)
+            else:
+                hits = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi, strict=True)]))
             found = hits if found is None else np.intersect1d(found, hits, assume_unique=True)
         assert found is not None
-        return found.astype(np.int64)
+        return found.astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True, slots=True)
