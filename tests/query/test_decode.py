@@ -501,9 +501,12 @@ def test_a_few_rows_make_the_spans_the_general_path_makes(
             made.append(Row(key, tuple(Cell("t", q, v) for q, v in cells)))
     if seed % 3 == 0 and made:  # one row again in another part: overlapping points
         made.append(made[0])
-    rng.shuffle(made)
-    cuts = sorted(rng.sample(range(len(made) + 1), 2))
-    pieces = [p for p in (made[: cuts[0]], made[cuts[0] : cuts[1]], made[cuts[1] :]) if p]
+    if seed % 6 == 2:  # one part, its rows in order (a day of one series)
+        pieces = [sorted(made, key=lambda r: (series_key(LAYOUT, r.key), r.key))]
+    else:
+        rng.shuffle(made)
+        cuts = sorted(rng.sample(range(len(made) + 1), 2))
+        pieces = [p for p in (made[: cuts[0]], made[cuts[0] : cuts[1]], made[cuts[1] :]) if p]
     parts = [([r.key for r in p], decode_rows(CellBlock.from_rows(p), LAYOUT)) for p in pieces]
     if seed % 4 == 1:  # as rows reduced to buckets: each row's points held
         parts = [

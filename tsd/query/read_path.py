@@ -315,11 +315,13 @@ async def read_rows(
     request: ReadRequest,
     consume: Consumer,
     stats: ReadStats,
+    probe: bool = False,
 ) -> None:
     """Read the plan's rows along ``path``, handing each block to ``consume`` (which may
-    run while the next block is read); nothing where storage tells that it holds no row
-    of the plan's scans (:meth:`Storage.holds_rows`: rows all still in the head)."""
-    if await _none_stored(storage, table, plan):
+    run while the next block is read). With ``probe`` (the head holds rows of the plan),
+    nothing where storage tells that it holds no row of the plan's scans
+    (:meth:`Storage.holds_rows`: rows all still in the head)."""
+    if probe and await _none_stored(storage, table, plan):
         return
     if path == MULTI_GET:
         keys = multi_get_keys(layout, plan, request.exact_series or ())

@@ -172,6 +172,9 @@ def _few_rows_spans(
             last_ts = int(points[part].timestamps[start + count - 1])
             counts[-1] += count
     cuts = [(points[part], start, start + count) for _, _, part, _, start, count in rows]
+    if len(points) == 1 and all(r[3] == i for i, r in enumerate(rows)):  # in order already
+        # (a day of one series): the rows end to end are one slice
+        cuts = [(points[0], rows[0][4], rows[-1][4] + rows[-1][5])]
     ts = np.concatenate([p.timestamps[a:b] for p, a, b in cuts]).astype(np.int64, copy=False)
     values = np.concatenate([p.values[a:b] for p, a, b in cuts]).astype(np.float64, copy=False)
     offsets = np.zeros(len(unique) + 1, dtype=np.int64)
