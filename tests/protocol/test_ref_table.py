@@ -4,7 +4,9 @@ parsers find series in it as in a dict."""
 
 from __future__ import annotations
 
+import functools
 import gc
+import random
 import sys
 from typing import Any
 
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from tsd import native
 from tsd.codec import KeyLayout, make_series_key
+from tsd.codec.qualifier import encode_points_into
 from tsd.protocol.ref_table import PythonRefTable
 from tsd.protocol.telnet import take_known_puts, take_known_puts_into, take_new_plain
 
@@ -177,3 +180,80 @@ def test_encoded_lines_of_known_series_are_the_same_as_with_a_dict() -> None:
     )
     assert rows_t == rows_d
     assert rows_t
+
+
+#: a line's kind: mostly a put the parsers take, now and then one they do not
+KINDS = [0] * 98 + [1, 2]
+
+
+def _series_line(n: int, stamp: int, kind: int) -> bytes:
+    """A put line of series ``n``, or (by ``kind``) one the parsers do not take."""
+    tags = b"host=h%d" % n + (b" x=" + b"y" * 600 if n % 7 == 3 else b"")  # some too long
+    if kind == 1:
+        return b"putt m %d 1 " % stamp + tags
+    if kind == 2:
+        return b"put m %d 1.5x " % stamp + tags
+    return b"put m %d %d " % (stamp, n) + tags
+
+
+def _known_key(n: int) -> bytes:
+    return b"m host=h%d" % n + (b" x=" + b"y" * 600 if n % 7 == 3 else b"")
+
+
+@functools.cache
+def _big_table(with_old: bool) -> Any:
+    """A table past the size the compiled lookahead starts at (AHEAD_MIN_ENTRIES, 65,536
+    young entries): series 0-45 young; ``with_old``: series 0-22 in the old generation."""
+    layout = KeyLayout()
+    table = KeyTable(140_000)  # young generation: up to 70,000 entries, then a turn
+
+    def remember(numbers: range) -> None:
+        uids = [(n + 1).to_bytes(3, "big") for n in numbers]
+        refs = [make_series_key(layout, b"\0\0\1", [(b"\0\0\1", uid)]) for uid in uids]
+        table.remember_many([_known_key(n) for n in numbers], refs)
+
+    def fill(count: int, mark: bytes) -> None:
+        table.remember_many([b"f%s %d" % (mark, i) for i in range(count)], [1] * count)
+
+    if with_old:
+        remember(range(23))
+        fill(70_000 - 23, b"a")  # the turn: everything so far is old
+        remember(range(23, 46))
+        fill(66_000, b"b")
+    else:
+        remember(range(46))
+        fill(66_000, b"b")
+    return table
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 150),
+    st.integers(1, 150),
+    st.booleans(),
+)
+def test_lines_looked_up_ahead_are_taken_as_one_by_one(
+    seed: int, count: int, limit: int, with_old: bool
+) -> None:
+    """take_known_puts_into asks for a run's table probes ahead of its lines (a hint):
+    the same lines taken and the same cells as the lookups one line at a time
+    (take_known_puts, then encoded), with series in the old generation, unknown, with
+    keys past the stack buffer and lines not taken among them (long runs of known lines:
+    lines drawn from a seed)."""
+    table = _big_table(with_old)
+    rng = random.Random(seed)
+    lines: list[bytes | None] = [
+        _series_line(rng.randrange(48), 1_700_000_000 + rng.randrange(3 * 3600), rng.choice(KINDS))
+        for _ in range(count)
+    ]
+    for start in (0, len(lines) // 3):
+        rows: dict[bytes, dict[bytes, bytes]] = {}
+        taken, added = take_known_puts_into(lines, start, table, rows, limit)
+        points: list[Any] = []
+        stop = take_known_puts(lines, start, table, points, limit)
+        assert taken == stop - start == len(points)
+        expected: dict[bytes, dict[bytes, bytes]] = {}
+        assert added == encode_points_into(expected, points)
+        assert rows == expected

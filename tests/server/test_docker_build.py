@@ -245,8 +245,10 @@ def copy_into(source: Path, target: Path, context: bool) -> None:
 # -- the build ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def image() -> Iterator[tuple[Image, Stage]]:
+    """Built once a run: the HBase test of this module runs with the other HBase tests,
+    near the end of the suite (a module fixture was built twice, about 26 s each)."""
     base = Path(tempfile.mkdtemp(prefix="tsd-image-"))
     base.chmod(0o755)  # the unprivileged user runs the image's Python from here
     try:

@@ -14,6 +14,7 @@ from tsd.storage.base import (
     Block,
     Cell,
     CellBlock,
+    CellColumn,
     CheckAndPut,
     Delete,
     FamilySpec,
@@ -117,6 +118,14 @@ MISSING_TABLE_CALLS = [
         ),
         id="check_and_put_many",
     ),
+    pytest.param(
+        lambda s, t: s.put_if_absent_column(t, CellColumn("f", b"q", [b"r"], [b"v"])),
+        id="put_if_absent_column",
+    ),
+    pytest.param(
+        lambda s, t: s.put_column(t, CellColumn("f", b"q", [b"r"], [b"v"])), id="put_column"
+    ),
+    pytest.param(lambda s, t: s.get_column(t, "f", b"q", [b"r"]), id="get_column"),
 ]
 
 
@@ -545,6 +554,84 @@ async def test_check_and_put_many_keeps_order_across_a_large_batch(storage, tabl
     assert answers == [i % 3 != 0 for i in range(len(rows))]
     stored = {row.key: row.value("f", b"id") for row in await scan_all(storage, table)}
     assert stored == {row: b"old" if i % 3 == 0 else row for i, row in enumerate(rows)}
+
+
+async def test_get_column_answers_each_row_its_cell_or_none(storage, table) -> None:
+    """One column read over many rows (a batch of names' forward UID rows): a row's
+    value, b"" for an empty cell, None for a row without that cell or without cells."""
+    await storage.put(
+        table,
+        [
+            Put(b"a", "f", b"id", b"1"),
+            Put(b"b\x00c", "f", b"id", b"2"),
+            Put(b"empty", "f", b"id", b""),
+            Put(b"other", "f", b"name", b"x"),
+        ],
+    )
+    rows = [b"a", b"missing", b"b\x00c", b"empty", b"other", b"a"]
+    assert await storage.get_column(table, "f", b"id", rows) == [
+        b"1",
+        None,
+        b"2",
+        b"",
+        None,
+        b"1",
+    ]
+    assert await storage.get_column(table, "f", b"id", []) == []
+    # a row too long for a key of its own (the embedded store's buckets: its general read)
+    long_row = b"L" * 506  # its cell's key past 511 bytes, its row's prefix not
+    await storage.put(table, [Put(long_row, "f", b"id", b"3")])
+    assert await storage.get_column(table, "f", b"id", [long_row, b"a"]) == [b"3", b"1"]
+
+
+async def put_if_absent(
+    storage: Storage, table: str, rows: list[bytes], values: list[bytes]
+) -> list[bool]:
+    return await storage.put_if_absent_column(table, CellColumn("f", b"id", rows, values))
+
+
+async def test_put_if_absent_column_answers_each_row_as_its_check(storage, table) -> None:
+    """The column form of check_and_put_many (a batch of new UIDs' forward mappings): a
+    row whose cell exists keeps it, an empty cell counts as absent, the others are put."""
+    await storage.put(table, [Put(b"taken", "f", b"id", b"old"), Put(b"empty", "f", b"id", b"")])
+    rows = [b"new-a", b"taken", b"empty", b"new\x00b"]
+    answers = await put_if_absent(storage, table, rows, [b"a", b"x", b"e", b"b"])
+    assert answers == [True, False, True, True]
+    found = await storage.get_many(table, rows)
+    assert {row.key: row.value("f", b"id") for row in found} == {
+        b"new-a": b"a",
+        b"taken": b"old",
+        b"empty": b"e",
+        b"new\x00b": b"b",
+    }
+    # every cell absent (the embedded store's one getmulti and putmulti): all put
+    fresh = [b"fresh%03d" % i for i in range(300)]
+    assert await put_if_absent(storage, table, fresh, fresh) == [True] * 300
+    assert await put_if_absent(storage, table, fresh[:2], [b"1", b"2"]) == [
+        False,
+        False,
+    ]
+    assert {row.key: row.value("f", b"id") for row in await storage.get_many(table, fresh)} == {
+        row: row for row in fresh
+    }
+    assert await put_if_absent(storage, table, [], []) == []
+
+
+async def test_put_if_absent_column_refuses_a_row_twice(storage, table) -> None:
+    with pytest.raises(StorageError, match="two checks on one cell"):
+        await put_if_absent(storage, table, [b"r", b"r"], [b"1", b"2"])
+    assert await storage.get(table, b"r") is None
+
+
+async def test_put_column_puts_each_row_its_value(storage, table) -> None:
+    """The column form of put (a batch of new UIDs' reverse mappings): a cell that exists
+    is overwritten, as a put does."""
+    await storage.put(table, [Put(b"\x00\x00\x02", "f", b"name", b"old")])
+    rows = [b"\x00\x00\x01", b"\x00\x00\x02", b"\x00\x00\x03"]
+    await storage.put_column(table, CellColumn("f", b"name", rows, [b"a", b"b", b"c"]))
+    found = await storage.get_many(table, rows)
+    assert [row.value("f", b"name") for row in found] == [b"a", b"b", b"c"]
+    await storage.put_column(table, CellColumn("f", b"name", [], []))
 
 
 async def test_check_and_put_many_refuses_two_checks_on_one_cell(storage, table) -> None:

@@ -56,13 +56,33 @@ static PyTypeObject KeyTableType;
 
 /* -- memory: mapped regions (heap elsewhere) -------------------------------------------- */
 
+/* A region this large is asked to be backed by huge pages (where the kernel's transparent
+ * huge pages are on "madvise"): a lookup in a table of a million keys touches three
+ * random places (index slot, entry, key bytes), and with 4 KiB pages each is a TLB miss
+ * as well as a cache miss. Below it, the unused tail of a small table stays unmapped. */
+#define KT_HUGE_BYTES ((size_t)4 << 20)
+
+static void kt_huge(void *p, size_t size)
+{
+#if defined(KT_MMAP) && defined(MADV_HUGEPAGE)
+    if (p != NULL && size >= KT_HUGE_BYTES)
+        (void)madvise(p, size, MADV_HUGEPAGE); /* advice: refused or absent is harmless */
+#else
+    (void)p;
+    (void)size;
+#endif
+}
+
 static void *kt_region(size_t size)
 {
     if (size == 0)
         return NULL;
 #ifdef KT_MMAP
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+    kt_huge(p, size);
+    return p;
 #else
     return calloc(1, size);
 #endif
@@ -86,7 +106,10 @@ static void *kt_regrow(void *p, size_t old, size_t size)
         return kt_region(size);
 #ifdef KT_MMAP
     void *q = mremap(p, old, size, MREMAP_MAYMOVE);
-    return q == MAP_FAILED ? NULL : q;
+    if (q == MAP_FAILED)
+        return NULL;
+    kt_huge(q, size);
+    return q;
 #else
     void *q = realloc(p, size);
     if (q != NULL && size > old)
@@ -346,14 +369,21 @@ static int kt_remember(KeyTable *t, const char *key, Py_ssize_t len, PyObject *v
 }
 
 /* The young value of key, borrowed (NULL: none): the parsers' lookup. */
-static PyObject *kt_get_young(KeyTable *t, const char *key, Py_ssize_t len)
+/* The young value of key, whose kt_hash is hash (a caller that hashed it ahead). */
+static PyObject *kt_get_young_hashed(KeyTable *t, const char *key, Py_ssize_t len,
+                                     uint32_t hash)
 {
     if (t->young == 0)
         return NULL;
-    Py_ssize_t at = kt_find(t, key, len, kt_hash(key, len), NULL);
+    Py_ssize_t at = kt_find(t, key, len, hash, NULL);
     if (at < 0 || (size_t)at < t->young_start)
         return NULL;
     return t->entries[at].value;
+}
+
+static PyObject *kt_get_young(KeyTable *t, const char *key, Py_ssize_t len)
+{
+    return t->young == 0 ? NULL : kt_get_young_hashed(t, key, len, kt_hash(key, len));
 }
 
 /* -- the Python type -------------------------------------------------------------------- */

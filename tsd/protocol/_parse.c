@@ -203,9 +203,157 @@ static PyObject *series_words(const char *metric, Py_ssize_t metric_n, const cha
     return key;
 }
 
+/* The four cuts of a put line, line.split(b" ", 4) (command, metric, timestamp, value,
+ * tags); 0 when it is not a put line of that shape. */
+static int put_cuts(const char *s, Py_ssize_t n, Py_ssize_t cut[4])
+{
+    Py_ssize_t found = 0;
+    for (Py_ssize_t i = 0; i < n && found < 4; i++)
+        if (s[i] == ' ')
+            cut[found++] = i;
+    return found == 4 && cut[0] == 3 && memcmp(s, "put", 3) == 0;
+}
+
+/* The series key of a put line (its metric, a space, its tags: put_line_key) written to
+ * out (room for cap bytes); its length, or -1 when it does not fit. */
+static Py_ssize_t put_key(const char *s, Py_ssize_t n, const Py_ssize_t cut[4], char *out,
+                          Py_ssize_t cap)
+{
+    Py_ssize_t metric_n = cut[1] - cut[0] - 1, tags_n = n - cut[3] - 1;
+    Py_ssize_t key_n = metric_n + 1 + tags_n;
+    if (key_n > cap)
+        return -1;
+    memcpy(out, s + cut[0] + 1, (size_t)metric_n);
+    out[metric_n] = ' ';
+    memcpy(out + metric_n + 1, s + cut[3] + 1, (size_t)tags_n);
+    return key_n;
+}
+
+#define KEY_ON_STACK 512
+
+/* -- the key table's probes asked for ahead ------------------------------------------------
+ * A lookup in a table of a million series is three dependent cache misses (its index
+ * slot, its entry, its key bytes), each a few hundred nanoseconds on a loaded machine:
+ * most of a known point's cost. Over a run of lines the misses of later lines are started
+ * while earlier ones are worked on, in three stages a block of AHEAD_BLOCK lines apart:
+ * a line's key hashed and its index slot prefetched; then its entry; then its key bytes
+ * and its value. Only hints: every lookup still reads the table as it is (kt_find), so
+ * a table changed meanwhile (a Python encoder called for a line) costs a miss, never a
+ * wrong answer. The hashes are kept for the lookups (no line is hashed twice). */
+#define AHEAD_BLOCK 8
+/* A table this small stays in the caches: looking ahead would only add its passes. */
+#define AHEAD_MIN_ENTRIES ((size_t)1 << 16)
+
+typedef struct {
+    KeyTable *table;
+    PyObject *lines;
+    Py_ssize_t start, end;
+    int64_t *hashes; /* per line from start: its key's hash, or -1 (not a put line) */
+    Py_ssize_t staged; /* lines hashed up to (from start; the first block never is) */
+} Ahead;
+
+static void ahead_init(Ahead *a, PyObject *known, PyObject *lines, Py_ssize_t start,
+                      Py_ssize_t end)
+{
+    a->table = NULL;
+    a->hashes = NULL;
+    a->lines = lines;
+    a->start = start;
+    a->end = end;
+    a->staged = AHEAD_BLOCK;
+    if (!kt_check(known) || end - start < 3 * AHEAD_BLOCK ||
+        ((KeyTable *)known)->young < AHEAD_MIN_ENTRIES)
+        return;
+    a->table = (KeyTable *)known; /* the hashes' room is taken when a run gets that far */
+}
+
+static void ahead_free(Ahead *a)
+{
+    PyMem_Free(a->hashes);
+    a->hashes = NULL;
+}
+
+/* Stage 1 for lines [from, to): hashed, index slots prefetched. */
+static void ahead_hash(Ahead *a, Py_ssize_t from, Py_ssize_t to)
+{
+    KeyTable *t = a->table;
+    char buf[KEY_ON_STACK];
+    for (Py_ssize_t i = from; i < to; i++) {
+        int64_t hash = -1;
+        PyObject *line = PyList_GET_ITEM(a->lines, i);
+        Py_ssize_t cut[4];
+        if (PyBytes_CheckExact(line) &&
+            put_cuts(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), cut)) {
+            Py_ssize_t key_n = put_key(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), cut,
+                                       buf, KEY_ON_STACK);
+            if (key_n >= 0) {
+                uint32_t h = kt_hash(buf, key_n);
+                hash = h;
+                __builtin_prefetch(&t->index[h & (t->icap - 1)]);
+            }
+        }
+        a->hashes[i - a->start] = hash;
+    }
+}
+
+/* Stage 2 (entry) or 3 (key bytes and value) for lines [from, to). */
+static void ahead_follow(Ahead *a, Py_ssize_t from, Py_ssize_t to, int stage)
+{
+    KeyTable *t = a->table;
+    size_t mask = t->icap - 1;
+    for (Py_ssize_t i = from; i < to; i++) {
+        int64_t hash = a->hashes[i - a->start];
+        if (hash < 0)
+            continue;
+        uint32_t s = t->index[(uint32_t)hash & mask];
+        if (s == 0 || s == KT_TOMB || s - 1 >= t->n)
+            continue;
+        KTEntry *e = &t->entries[s - 1];
+        if (stage == 2) {
+            __builtin_prefetch(e);
+        } else {
+            __builtin_prefetch(t->arena + e->off);
+            if (e->value != NULL)
+                __builtin_prefetch(e->value);
+        }
+    }
+}
+
+/* Line i's key hash (-1: none known), the stages moved on when i starts a block. */
+static int64_t ahead_at(Ahead *a, Py_ssize_t i)
+{
+    if (a->table == NULL || a->table->icap == 0)
+        return -1;
+    Py_ssize_t at = i - a->start;
+    if (at < AHEAD_BLOCK)
+        return -1; /* a run's first block goes without: a short run (known lines between
+                      new ones) hashes nothing ahead in vain */
+    if (at % AHEAD_BLOCK == 0) {
+        if (a->hashes == NULL) {
+            a->hashes = PyMem_Malloc((size_t)(a->end - a->start) * sizeof(int64_t));
+            if (a->hashes == NULL) {
+                a->table = NULL; /* no lookahead: every lookup hashes its own line */
+                return -1;
+            }
+        }
+        Py_ssize_t lead = i + 3 * AHEAD_BLOCK < a->end ? i + 3 * AHEAD_BLOCK : a->end;
+        Py_ssize_t hashed = a->start + a->staged;
+        if (hashed < lead) {
+            ahead_hash(a, hashed, lead);
+            a->staged = lead - a->start;
+        }
+        Py_ssize_t mid = i + AHEAD_BLOCK, far = i + 2 * AHEAD_BLOCK;
+        if (mid < a->end)
+            ahead_follow(a, mid, far < a->end ? far : a->end, 2);
+        ahead_follow(a, i, mid < a->end ? mid : a->end, 3);
+    }
+    return a->hashes[at];
+}
+
 /* Line ``index`` of tsd.protocol.telnet.python_take_known_puts: 1 when it is taken, 0 when
- * it is not, -1 on an error. */
-static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *put)
+ * it is not, -1 on an error. ``hash``: the line key's hash when known (Ahead), else -1. */
+static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *put,
+                      int64_t hash)
 {
     PyObject *line = PyList_GET_ITEM(lines, index);
     PyObject **series = &put->series;
@@ -213,13 +361,8 @@ static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *p
         return 0;
     const char *s = PyBytes_AS_STRING(line);
     Py_ssize_t n = PyBytes_GET_SIZE(line);
-    /* line.split(b" ", 4): command, metric, timestamp, value, tags */
     Py_ssize_t cut[4];
-    Py_ssize_t found = 0;
-    for (Py_ssize_t i = 0; i < n && found < 4; i++)
-        if (s[i] == ' ')
-            cut[found++] = i;
-    if (found < 4 || cut[0] != 3 || memcmp(s, "put", 3) != 0)
+    if (!put_cuts(s, n, cut))
         return 0;
     const char *metric = s + cut[0] + 1, *text = s + cut[1] + 1, *value_text = s + cut[2] + 1;
     Py_ssize_t metric_n = cut[1] - cut[0] - 1, text_n = cut[2] - cut[1] - 1;
@@ -227,17 +370,19 @@ static int parse_line(PyObject *lines, Py_ssize_t index, PyObject *known, Put *p
     const char *tags = s + cut[3] + 1;
     Py_ssize_t tags_n = n - cut[3] - 1;
     if (kt_check(known)) { /* the key's bytes on the stack: no object per line */
-        char buf[512];
+        char buf[KEY_ON_STACK];
         Py_ssize_t key_n = metric_n + 1 + tags_n;
         char *k = key_n <= (Py_ssize_t)sizeof(buf) ? buf : PyMem_Malloc((size_t)key_n);
         if (k == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        memcpy(k, metric, (size_t)metric_n);
-        k[metric_n] = ' ';
-        memcpy(k + metric_n + 1, tags, (size_t)tags_n);
-        *series = kt_get_young((KeyTable *)known, k, key_n);
+        put_key(s, n, cut, k, key_n);
+        KeyTable *t = (KeyTable *)known;
+        *series = t->young == 0 ? NULL
+                                : kt_get_young_hashed(t, k, key_n,
+                                                      hash >= 0 ? (uint32_t)hash
+                                                                : kt_hash(k, key_n));
         if (k != buf)
             PyMem_Free(k);
         if (*series == NULL)
@@ -288,7 +433,7 @@ static PyObject *take_known_puts(PyObject *self, PyObject *const *args, Py_ssize
         return NULL;
     for (; index < end; index++) {
         Put put;
-        int ok = parse_line(args[0], index, args[2], &put);
+        int ok = parse_line(args[0], index, args[2], &put, -1);
         if (ok <= 0) {
             if (ok < 0)
                 return NULL;
@@ -334,9 +479,11 @@ static PyObject *take_known_into(PyObject *self, PyObject *const *args, Py_ssize
     long long added = 0;
     PyObject *last_series = NULL, *last_row = NULL;
     long long last_base = -1;
+    Ahead ahead;
+    ahead_init(&ahead, args[2], args[0], index, end);
     for (; index < end; index++) {
         Put put;
-        int ok = parse_line(args[0], index, args[2], &put);
+        int ok = parse_line(args[0], index, args[2], &put, ahead_at(&ahead, index));
         if (ok <= 0) {
             if (ok < 0)
                 goto error;
@@ -391,9 +538,11 @@ static PyObject *take_known_into(PyObject *self, PyObject *const *args, Py_ssize
         added += one;
     }
     Py_XDECREF(last_row);
+    ahead_free(&ahead);
     return Py_BuildValue("(nnL)", index, index - start, added);
 error:
     Py_XDECREF(last_row);
+    ahead_free(&ahead);
     return NULL;
 }
 

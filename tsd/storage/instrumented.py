@@ -17,6 +17,7 @@ from tsd.stats import Counter, Histogram, StatsRegistry
 from tsd.storage.base import (
     Block,
     CellBlock,
+    CellColumn,
     CheckAndPut,
     Delete,
     FamilySpec,
@@ -175,6 +176,24 @@ class InstrumentedStorage(Storage):
             "check_and_put", self.inner.check_and_put_many(table, checks)
         )
         return result
+
+    async def get_column(
+        self, table: str, family: str, qualifier: bytes, rows: Sequence[bytes]
+    ) -> list[bytes | None]:
+        result: list[bytes | None] = await self._timed(
+            "get_many", self.inner.get_column(table, family, qualifier, rows)
+        )
+        return result
+
+    async def put_if_absent_column(self, table: str, column: CellColumn) -> list[bool]:
+        self.checks.value += len(column.rows)
+        result: list[bool] = await self._timed(
+            "check_and_put", self.inner.put_if_absent_column(table, column)
+        )
+        return result
+
+    async def put_column(self, table: str, column: CellColumn) -> None:
+        await self._timed("put", self.inner.put_column(table, column))
 
     async def _timed_scan(self, items: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
         op = self._ops["scan"]

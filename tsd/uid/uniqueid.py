@@ -16,27 +16,29 @@ to one table side by side; refusing them instead would turn points OpenTSDB acce
 errors. The reverse mapping (and so every query answer) shows the stored ``??`` name, as in
 OpenTSDB. Stored bytes always decode, since every byte is an ISO-8859-1 character.
 
-Assignment follows OpenTSDB's rules (``UniqueIdAllocator``: the same counter, reverse mapping
-before forward mapping, the forward check-and-put settling races), in batches: names that
-miss the cache are read from their forward rows, all at once; the N still missing take N IDs
-from a block reserved by one increment of the counter row by N (a block as big as the burst
-needs, at most ``tsd.core.uid.block_size``; an ID that does not fit in ``width`` bytes is
-refused). No other writer (another TSD, OpenTSDB, ``tsdb uid assign``) can be handed an ID of
-that block, since all take IDs from the same counter; so the reverse mappings are plain puts,
-all in one :meth:`~tsd.storage.base.Storage.mutate`, and only the forward mappings are
-check-and-puts (each must be absent), in one :meth:`~tsd.storage.base.Storage.
-check_and_put_many`. On HBase a new name costs one checkAndPut, not two. Losing a forward
-check-and-put means another writer assigned the name first: its UID is read back and used,
-and the reverse mapping of the ID reserved here is deleted (OpenTSDB leaves it, and both fsck
-tools report it; only this writer ever held that ID, so removing it is safe); the ID stays a
-gap in the counter, as do the IDs of a block a process stopped before using. A process killed
-between the reverse puts and the forward check-and-puts leaves the reverse mappings of the
-names in flight without forward mappings; ``tsdb uid fsck fix`` removes them. A storage error
-of the forward check-and-puts removes, once the forward rows are read back, the reverse
-mappings none of them points at (best effort: what the store cannot take then stays for fsck).
-The trade-off: a counter row set back below IDs in use (a damaged table) would
-let the reverse puts overwrite existing mappings, where OpenTSDB's check-and-put refuses and
-logs; ``tsdb uid fsck`` finds such a table.
+Assignment follows OpenTSDB's rules (``UniqueIdAllocator``: the same counter, reverse
+mapping before forward mapping, the forward check-and-put settling races), in batches: names
+that miss the cache are read from their forward rows, all at once; the N still missing take
+N IDs from a block reserved by one increment of the counter row by N (a block as big as the
+burst needs, at most ``tsd.core.uid.block_size``; an ID that does not fit in ``width`` bytes
+is refused). No other writer (another TSD, OpenTSDB, ``tsdb uid assign``) can be handed an
+ID of that block, since all take IDs from the same counter; so the reverse mappings are
+plain puts, all in one :meth:`~tsd.storage.base.Storage.put_column`, and only the forward
+mappings are check-and-puts (each must be absent), in one :meth:`~tsd.storage.base.Storage.
+put_if_absent_column` (both take the batch as columns: no object per name where the store
+makes its keys from the rows, as the embedded one does). On HBase a new name costs one
+checkAndPut, not two. Losing a forward check-and-put means another writer assigned the name
+first: its UID is read back and used, and the reverse mapping of the ID reserved here is
+deleted (OpenTSDB leaves it, and both fsck tools report it; only this writer ever held that
+ID, so removing it is safe); the ID stays a gap in the counter, as do the IDs of a block a
+process stopped before using. A process killed between the reverse puts and the forward
+check-and-puts leaves the reverse mappings of the names in flight without forward mappings;
+``tsdb uid fsck fix`` removes them. A storage error of the forward check-and-puts removes,
+once the forward rows are read back, the reverse mappings none of them points at (best
+effort: what the store cannot take then stays for fsck). The trade-off: a counter row set
+back below IDs in use (a damaged table) would let the reverse puts overwrite existing
+mappings, where OpenTSDB's check-and-put refuses and logs; ``tsdb uid fsck`` finds such a
+table.
 
 With ``tsd.core.uid.random_metrics`` (OpenTSDB's random metric UIDs, which spread new series
 over the regions of the data table), metric IDs are drawn at random (never 0, at most 7 bytes
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -86,7 +89,7 @@ from tsd.errors import (
     UidAssignmentError,
 )
 from tsd.java_text import format_java_bytes
-from tsd.storage.base import CheckAndPut, Delete, Put, ScanSpec, Storage
+from tsd.storage.base import CellColumn, Delete, Put, ScanSpec, Storage
 from tsd.uid.cache import UidCache
 
 #: The qualifiers of the three kinds, as text (OpenTSDB's METRICS_QUAL, TAG_NAME_QUAL, ...).
@@ -128,9 +131,6 @@ SYSTEMIC_ERRORS = (StorageUnavailable, StorageTimeout, StorageRefused)
 
 _T = TypeVar("_T")
 
-#: builds a NamedTuple (Put, CheckAndPut) from a tuple of its fields without the Python
-#: frame of its generated ``__new__``: a batch of new names builds four per name
-_new = tuple.__new__
 #: ``int.to_bytes`` as ``map`` calls it (number, width, byte order): a block's IDs at C speed
 _to_bytes = cast(Callable[[int, int, str], bytes], int.to_bytes)
 
@@ -586,16 +586,16 @@ class UniqueId:
             names = [name for name in names if len(name) <= limit]
         # ASCII names are stored as spelled (the common case: no Python step per name)
         raws = list(map(str.encode if "".join(names).isascii() else encode_name, names))
-        rows = await self.storage.get_many(self.table, list(dict.fromkeys(raws)), (ID_FAMILY,))
+        distinct = list(dict.fromkeys(raws))
+        uids = await self.storage.get_column(self.table, ID_FAMILY, self._qualifier, distinct)
+        found: dict[str, bytes] = {}
+        if uids.count(None) == len(uids):  # none assigned yet (a burst of new names)
+            return found
         by_raw: dict[bytes, bytes] = {}
-        for row in rows:
-            uid = row.value(ID_FAMILY, self._qualifier)
+        for raw, uid in zip(distinct, uids, strict=True):
             if uid is not None:
                 self._check_width(uid)
-                by_raw[row.key] = uid
-        found: dict[str, bytes] = {}
-        if not by_raw:  # none assigned yet (a burst of new names)
-            return found
+                by_raw[raw] = uid
         for name, raw in zip(names, raws, strict=True):
             uid = by_raw.get(raw)
             if uid is not None:
@@ -680,9 +680,10 @@ class UniqueId:
         if not self._filling and len(self._running) <= 1:  # every entry is this batch's
             creating.clear()
         else:
-            for name in batch.names:
-                if creating.get(name) is batch:
-                    del creating[name]
+            # A name joins one batch, and stays this batch's until here (_claim shares a
+            # pending batch, _claim_new takes names none of which is pending): its entries
+            # go at C speed, with no check per name.
+            deque(map(creating.pop, batch.names, repeat(None)), maxlen=0)
         if not batch.done.done():
             batch.done.set_result(results)
 
@@ -788,17 +789,14 @@ class UniqueId:
             # The IDs are this writer's alone (its increments reserved them): the reverse
             # mappings are plain puts, written (durably) before any forward mapping points
             # at them.
-            await self.storage.put(
-                self.table,
-                list(
-                    map(_new, repeat(Put), zip(uids, repeat(NAME_FAMILY), repeat(qualifier), raws))
-                ),
+            await self.storage.put_column(
+                self.table, CellColumn(NAME_FAMILY, qualifier, uids, raws)
             )
         if not raws:
             return results
         try:
-            forward = await self.storage.check_and_put_many(
-                self.table, _absent_checks(raws, ID_FAMILY, qualifier, uids)
+            forward = await self.storage.put_if_absent_column(
+                self.table, CellColumn(ID_FAMILY, qualifier, raws, uids)
             )
         except StorageError:
             await self._remove_unclaimed(raws, uids)
@@ -865,10 +863,10 @@ class UniqueId:
                     again.append(i)
                 else:
                     picked[uid] = i
-            checks = _absent_checks(
-                list(picked), NAME_FAMILY, self._qualifier, [raws[i] for i in picked.values()]
+            column = CellColumn(
+                NAME_FAMILY, self._qualifier, list(picked), [raws[i] for i in picked.values()]
             )
-            applied = await self.storage.check_and_put_many(self.table, checks)
+            applied = await self.storage.put_if_absent_column(self.table, column)
             todo = again
             for (uid, i), free in zip(picked.items(), applied, strict=True):
                 if free:
@@ -926,17 +924,6 @@ class UniqueId:
             self._has_aliases = False
         else:
             self.cache.discard_name(name)
-
-
-def _absent_checks(
-    rows: list[bytes], family: str, qualifier: bytes, values: list[bytes]
-) -> list[CheckAndPut]:
-    """A check-and-put per row that puts its value into the (absent) cell ``family:
-    qualifier``, built at C speed (map and zip: no Python step per check, thousands a
-    batch)."""
-    puts = map(_new, repeat(Put), zip(rows, repeat(family), repeat(qualifier), values))
-    checks = zip(repeat(family), repeat(qualifier), repeat(None), puts)
-    return list(map(_new, repeat(CheckAndPut), checks))
 
 
 def _names_of(spellings: dict[bytes, list[str]] | None, raw: bytes, name: str) -> list[str]:

@@ -18,6 +18,7 @@ import lmdb
 from tsd.errors import StorageError
 from tsd.storage.base import (
     Cell,
+    CellColumn,
     CheckAndPut,
     Delete,
     FamilySpec,
@@ -25,6 +26,7 @@ from tsd.storage.base import (
     Put,
     Row,
     RowFilter,
+    column_values,
 )
 from tsd.storage.embedded import packed
 from tsd.storage.embedded.keys import (
@@ -393,11 +395,10 @@ def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]
     goes through :func:`check_and_put` (an empty stored cell counts as absent, as in
     HBase), as do packed, bucketed and other checks, each in its place in the order."""
     fresh = _absent_cell_keys(table, checks)
-    if fresh is not None:  # a batch of new UIDs' mappings: keys made at C speed
-        cursor = txn.cursor(db=table.db)
-        if not any(True for _ in cursor.getmulti(fresh)):
-            cursor.putmulti(list(zip(fresh, map(_value, map(_put, checks)), strict=True)))
-            return [True] * len(checks)
+    if fresh is not None and _put_all_absent(
+        txn, table, fresh, list(map(_value, map(_put, checks)))
+    ):
+        return [True] * len(checks)  # a batch of new UIDs' mappings: keys made at C speed
     keys: list[bytes | None] = []
     values: list[bytes] = []
     family_at: str | None = None
@@ -434,6 +435,55 @@ def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]
     return results
 
 
+def put_if_absent_column(txn: Txn, table: TableInfo, column: CellColumn) -> list[bool]:
+    """:meth:`Storage.put_if_absent_column` (distinct rows, checked by the caller): when
+    every cell is stored a key of its own and none exists, one ``getmulti`` and one
+    ``putmulti`` of keys made from the rows at C speed (a batch of new UIDs: no object per
+    check); otherwise :func:`check_and_put_many` of the checks, each in its place."""
+    keys = column_keys(table, column.family, column.qualifier, column.rows)
+    if keys is not None and _put_all_absent(txn, table, keys, column.values):
+        return [True] * len(keys)
+    return check_and_put_many(txn, table, column.absent_checks())
+
+
+def put_column(txn: Txn, table: TableInfo, column: CellColumn) -> None:
+    """:meth:`Storage.put_column`: one ``putmulti`` of keys made from the rows at C speed
+    when every cell is stored a key of its own; otherwise :func:`apply_mutations`."""
+    keys = column_keys(table, column.family, column.qualifier, column.rows)
+    if keys is None:
+        apply_mutations(txn, table, column.puts())
+    elif keys:
+        txn.cursor(db=table.db).putmulti(list(zip(keys, column.values, strict=True)))
+
+
+def column_keys(
+    table: TableInfo, family: str, qualifier: bytes, rows: Sequence[bytes]
+) -> list[bytes] | None:
+    """The keys of the cells ``family:qualifier`` of ``rows``, made at C speed, when each
+    is stored a key of its own (not in a packed entry), no row is empty and every key fits
+    (keys.cell_key's rule); else None: the general path, which raises what it must."""
+    table.check_family(family)
+    if table.packs(family, qualifier) or b"" in rows:
+        return None
+    if not rows:
+        return []
+    tail = ROW_END + family.encode("ascii") + FAMILY_END + qualifier
+    escaped = map(bytes.replace, rows, repeat(b"\x00"), repeat(b"\x00\xff"))
+    keys = list(map(add, escaped, repeat(tail)))
+    return keys if max(map(len, keys)) < KEY_LIMIT else None
+
+
+def _put_all_absent(txn: Txn, table: TableInfo, keys: list[bytes], values: Sequence[bytes]) -> bool:
+    """Put every value under its key if none of the keys exists (one ``getmulti``, one
+    ``putmulti``: LMDB has one writer, nothing comes between); False, nothing done, when
+    one does."""
+    cursor = txn.cursor(db=table.db)
+    if any(True for _ in cursor.getmulti(keys)):
+        return False
+    cursor.putmulti(list(zip(keys, values, strict=True)))
+    return True
+
+
 def _absent_cell_keys(table: TableInfo, checks: Sequence[CheckAndPut]) -> list[bytes] | None:
     """The keys of ``checks`` when every one checks that a cell of one family and
     qualifier (stored a cell a key) is absent, each key fitting; else None."""
@@ -447,16 +497,7 @@ def _absent_cell_keys(table: TableInfo, checks: Sequence[CheckAndPut]) -> list[b
         or set(map(_qualifier, checks)) != {qualifier}
     ):
         return None
-    table.check_family(family)
-    if table.packs(family, qualifier):
-        return None
-    rows = list(map(_row, map(_put, checks)))
-    if b"" in rows:
-        return None
-    tail = ROW_END + family.encode("ascii") + FAMILY_END + qualifier
-    escaped = map(bytes.replace, rows, repeat(b"\x00"), repeat(b"\x00\xff"))
-    keys = list(map(add, escaped, repeat(tail)))
-    return keys if max(map(len, keys)) < KEY_LIMIT else None
+    return column_keys(table, family, qualifier, list(map(_row, map(_put, checks))))
 
 
 _expected = attrgetter("expected")
@@ -578,6 +619,19 @@ def read_rows(
             found.append(Row(row, tuple(cells)))
     _unpack_deferred(found, deferred)
     return found
+
+
+def read_column(
+    txn: Txn, table: TableInfo, family: str, qualifier: bytes, rows: Sequence[bytes]
+) -> list[bytes | None]:
+    """:meth:`Storage.get_column`: one ``getmulti`` of keys made from the rows at C speed
+    when each cell is stored a key of its own (a batch of names' forward UID rows, most of
+    them absent in a burst of new names: no Python step per row); else :func:`read_rows`."""
+    keys = column_keys(table, family, qualifier, rows)
+    if keys is None:
+        return column_values(read_rows(txn, table, rows, (family,)), family, qualifier, rows)
+    values = dict(txn.cursor(db=table.db).getmulti(keys))
+    return list(map(values.get, keys))
 
 
 def _unpack_deferred(rows: list[Row], deferred: Deferred) -> None:

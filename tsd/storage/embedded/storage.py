@@ -70,6 +70,7 @@ from tsd.errors import (
 from tsd.storage.base import (
     Block,
     CellBlock,
+    CellColumn,
     CheckAndPut,
     FamilySpec,
     Mutation,
@@ -408,6 +409,27 @@ class EmbeddedStorage(Storage):
             functools.partial(cells.check_and_put_many, table=info, checks=frozen), len(frozen)
         )
 
+    async def put_if_absent_column(self, table: str, column: CellColumn) -> list[bool]:
+        """One write transaction, the cells' keys made from the rows (cells.py)."""
+        info = await self._table(table)
+        column = column._replace(rows=tuple(column.rows), values=tuple(column.values))
+        column.check_distinct()  # (the caller may reuse its lists meanwhile: copied)
+        if not column.rows:
+            return []
+        return await self._write(
+            functools.partial(cells.put_if_absent_column, table=info, column=column),
+            len(column.rows),
+        )
+
+    async def put_column(self, table: str, column: CellColumn) -> None:
+        info = await self._table(table)
+        if not column.rows:
+            return
+        column = column._replace(rows=tuple(column.rows), values=tuple(column.values))
+        await self._write(
+            functools.partial(cells.put_column, table=info, column=column), len(column.rows)
+        )
+
     async def append(
         self, table: str, row: bytes, family: str, qualifier: bytes, value: bytes
     ) -> None:
@@ -426,6 +448,13 @@ class EmbeddedStorage(Storage):
         info = await self._table(table)
         wanted = _check_families(info, families)
         return await self._read(cells.read_rows, info, tuple(rows), wanted)
+
+    async def get_column(
+        self, table: str, family: str, qualifier: bytes, rows: Sequence[bytes]
+    ) -> list[bytes | None]:
+        info = await self._table(table)
+        _check_families(info, (family,))
+        return await self._read(cells.read_column, info, family, qualifier, tuple(rows))
 
     async def get_blocks(
         self,
