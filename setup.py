@@ -68,12 +68,15 @@ setup(
         Extension(
             "tsd.head._runs",
             ["tsd/head/_runs.c"],
+            depends=["tsd/head/_packed.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),
         Extension(
             "tsd.query._decode",
             ["tsd/query/_decode.c"],
+            include_dirs=["tsd/head"],  # _packed.h: the head rows' packed part it reads
+            depends=["tsd/head/_packed.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_packed.h" /* PackState, get_varint, unzz, read_state */
+
 /* -- a batch's runs as the head checks them ---------------------------------------------- */
 
 /* A run's qualifiers (bytes, ``count`` cells) checked: 1 when they are all 2-byte or all
@@ -501,11 +503,6 @@ done:
  * python_full_rows; the format is described there). Integers are LEB128 varints, signed
  * ones zigzag-coded; values are held as uint64 (differences modulo 2**64). */
 
-typedef struct {
-    int64_t q, dq;
-    uint64_t v, dv;
-} PackState;
-
 /* a delta block is kept only at most this share of the raw block's size (tsd.head.pack's
  * PACKED_SHARE) */
 #define PACKED_SHARE_NUM 3
@@ -526,23 +523,7 @@ static size_t put_varint(unsigned char *to, uint64_t x)
     return n;
 }
 
-/* 1 and the varint at *at (moved past it), or 0 when the bytes end first */
-static int get_varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *at, uint64_t *x)
-{
-    uint64_t r = 0;
-    for (int shift = 0; *at < end && shift < 64; shift += 7) {
-        unsigned char b = p[(*at)++];
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *x = r;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static uint64_t zz(int64_t n) { return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63); }
-static int64_t unzz(uint64_t z) { return (int64_t)(z >> 1) ^ -(int64_t)(z & 1); }
 
 /* one point of the cells' bytes at (*q_at, *v_at), moved past it: 1, or 0 when it is not
  * a whole point */
@@ -569,25 +550,6 @@ static int next_point(const unsigned char *q, Py_ssize_t q_end, Py_ssize_t *q_at
     *value = y;
     *q_at = a + width;
     *v_at += v_len;
-    return 1;
-}
-
-/* the state at the front of a packed part (zeros when it is empty) and where its blocks
- * start; 0 when it is cut short */
-static int read_state(const unsigned char *p, Py_ssize_t len, PackState *st, Py_ssize_t *at)
-{
-    memset(st, 0, sizeof(*st));
-    *at = 0;
-    if (len == 0)
-        return 1;
-    uint64_t z[4];
-    for (int i = 0; i < 4; i++)
-        if (!get_varint(p, len, at, &z[i]))
-            return 0;
-    st->q = unzz(z[0]);
-    st->dq = unzz(z[1]);
-    st->v = (uint64_t)unzz(z[2]);
-    st->dv = (uint64_t)unzz(z[3]);
     return 1;
 }
 

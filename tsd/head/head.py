@@ -143,6 +143,38 @@ def _split(qualifiers: bytes, values: bytes) -> dict[bytes, bytes]:
     return cells
 
 
+def sorted_seconds(qualifiers: bytes, values: bytes) -> tuple[bytes, bytes, int] | None:
+    """The points of a row of 2-byte (seconds) qualifiers that came out of order, as the
+    single cells storage would hold read them (``sorted(_split(...).items())``: in
+    qualifier order, the last point of a qualifier winning), as a clean row's bytes:
+    (qualifiers, values, points) when their times strictly increase; None otherwise (two
+    points of one second with other flags: read as cells, as OpenTSDB reads them). A
+    query then reads it with the clean rows (a burst of new series can put a row's first
+    points after later ones; reading each of those rows point by point in Python was a
+    visible part of a fresh query)."""
+    units = np.frombuffer(qualifiers, ">u2") if len(qualifiers) % 2 == 0 else None
+    if units is None or not len(units) or int(units.max()) >= 0xF000:
+        return None
+    lengths = (units & 0x7).astype(np.int64) + 1
+    ends = np.cumsum(lengths)
+    if int(ends[-1]) != len(values):
+        return None
+    order = np.argsort(units, kind="stable")
+    ordered = units[order]
+    last = np.ones(len(order), np.bool_)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    keep = order[last]
+    kept = units[keep]
+    seconds = kept >> 4
+    if not (seconds[1:] > seconds[:-1]).all():
+        return None
+    widths = lengths[keep]
+    firsts = np.cumsum(widths) - widths
+    at = np.repeat(ends[keep] - widths - firsts, widths) + np.arange(int(widths.sum()))
+    picked = np.frombuffer(values, np.uint8)[at].tobytes()
+    return kept.astype(">u2").tobytes(), picked, len(keep)
+
+
 @dataclass(frozen=True, slots=True)
 class Taken:
     """Points of one row handed to storage: its cells, and how much of the row they are."""
@@ -1081,20 +1113,104 @@ _Copy = tuple[bytes, bytes, int, int, bool]
 
 
 @dataclass(frozen=True, slots=True)
+class RowBytes:
+    """Rows' own bytes, as the head holds them: per row a packed part of ``packed[i]``
+    bytes, then its raw tail (tsd/head/pack.py); ``q_lens[i]`` and ``v_lens[i]``: its
+    plain qualifiers' and values' bytes. Immutable: the head makes a new ``bytes`` when a
+    row changes, so a reader may walk them from any thread."""
+
+    bufs: list[bytes]
+    packed: npt.NDArray[np.int64]
+    q_lens: npt.NDArray[np.int64]
+    v_lens: npt.NDArray[np.int64]
+
+    def part(self, rows: slice) -> RowBytes:
+        """The rows ``rows`` (a slice)."""
+        return RowBytes(self.bufs[rows], self.packed[rows], self.q_lens[rows], self.v_lens[rows])
+
+
 class HeadRuns:
     """Clean rows of seconds points, end to end: per row its key and point count, all
     qualifiers joined (2 bytes each) and all values joined (lengths from the flags). The
     query layer decodes them straight to arrays (:mod:`tsd.query.head_rows`). From a
     snapshot, also each row's slot and version (the module docstring: together they name
-    the row's points exactly) and its value bytes."""
+    the row's points exactly) and its value bytes, and the rows' own bytes (:attr:`rows`):
+    the joined qualifiers and values are then made from them only when first asked for
+    (a fresh query reads the rows' bytes as they are, tsd/query/head_rows.py)."""
 
-    keys: list[bytes]
-    counts: npt.NDArray[np.int64]
-    qualifiers: bytes
-    values: bytes
-    slots: npt.NDArray[np.int64] | None = None
-    versions: npt.NDArray[np.int64] | None = None
-    value_lengths: npt.NDArray[np.int64] | None = None
+    __slots__ = ("_parts", "counts", "keys", "rows", "slots", "value_lengths", "versions")
+
+    def __init__(
+        self,
+        keys: list[bytes],
+        counts: npt.NDArray[np.int64],
+        qualifiers: bytes | None = None,
+        values: bytes | None = None,
+        slots: npt.NDArray[np.int64] | None = None,
+        versions: npt.NDArray[np.int64] | None = None,
+        value_lengths: npt.NDArray[np.int64] | None = None,
+        rows: RowBytes | None = None,
+    ) -> None:
+        if (qualifiers is None or values is None) and rows is None:
+            raise ValueError("HeadRuns needs the joined qualifiers and values or the rows")
+        self.keys = keys
+        self.counts = counts
+        self.slots = slots
+        self.versions = versions
+        self.value_lengths = value_lengths
+        self.rows = rows
+        self._parts = None if qualifiers is None or values is None else (qualifiers, values)
+
+    @property
+    def qualifiers(self) -> bytes:
+        """Every row's qualifiers, joined."""
+        return self._joined()[0]
+
+    @property
+    def values(self) -> bytes:
+        """Every row's values, joined."""
+        return self._joined()[1]
+
+    @property
+    def points(self) -> int:
+        """The rows' points (2 qualifier bytes each)."""
+        if self.rows is not None:
+            return int(self.rows.q_lens.sum()) // 2
+        return len(self.qualifiers) // 2
+
+    @property
+    def plain_bytes(self) -> int:
+        """The rows' qualifier and value bytes, plain (not packed)."""
+        if self.rows is not None:
+            return int(self.rows.q_lens.sum() + self.rows.v_lens.sum())
+        return len(self.qualifiers) + len(self.values)
+
+    def _joined(self) -> tuple[bytes, bytes]:
+        """The rows' bytes parted into qualifiers and values (packed parts decoded, then
+        one compiled pass, :func:`_join_parts`), once."""
+        if self._parts is None:
+            rows = self.rows
+            assert rows is not None
+            if not self.keys:
+                self._parts = (b"", b"")
+            else:
+                bufs = rows.bufs
+                if rows.packed.any():
+                    bufs = full_rows(bufs, rows.packed, rows.q_lens, rows.v_lens)
+                self._parts = _join_parts(bufs, rows.q_lens, rows.v_lens)
+        return self._parts
+
+    def part(self, rows: slice) -> HeadRuns:
+        """The rows ``rows`` (a slice) as runs of their own (made from :attr:`rows`)."""
+        assert self.rows is not None
+        return HeadRuns(
+            self.keys[rows],
+            self.counts[rows],
+            slots=None if self.slots is None else self.slots[rows],
+            versions=None if self.versions is None else self.versions[rows],
+            value_lengths=None if self.value_lengths is None else self.value_lengths[rows],
+            rows=self.rows.part(rows),
+        )
 
 
 #: the arrays of an empty snapshot, shared (read-only: a snapshot writes only to its rows)
@@ -1226,14 +1342,26 @@ class HeadSnapshot:
             merged.append(Row(stored.key, kept + extra))
         return CellBlock.from_rows(merged, block.wire_bytes)
 
-    def remaining(self) -> tuple[HeadRuns, CellBlock]:
+    def remaining(self, resort: bool = False) -> tuple[HeadRuns, CellBlock]:
         """The rows no stored row was merged with (and not set aside): clean rows of
-        seconds points as :class:`HeadRuns`, the others as one block of cells. Once only."""
+        seconds points as :class:`HeadRuns`, the others as one block of cells. Once only.
+        ``resort``: rows of seconds points that came out of order are runs too where
+        their cells, in order, are (:func:`sorted_seconds`)."""
         fast = self.plain_rows()
         left = self._left
         self._left = np.zeros(len(left), np.bool_)
-        runs = self._runs(fast)
         slow = np.flatnonzero(left & ~fast).tolist()
+        resorted: list[tuple[int, tuple[bytes, bytes, int]]] = []
+        for i in slow if resort else ():
+            if not self._ms_counts[i]:
+                row = self._copy(i)
+                found = sorted_seconds(row[0], row[1])
+                if found is not None:
+                    resorted.append((i, found))
+        runs = self._runs(fast, resorted)
+        if resorted:
+            taken = {i for i, _ in resorted}
+            slow = [i for i in slow if i not in taken]
         if not slow:
             return runs, CellBlock.empty()
         slow.sort(key=self._keys.__getitem__)
@@ -1252,9 +1380,14 @@ class HeadSnapshot:
             b"".join(v for _, v in flat),
         )
 
-    def _runs(self, take: npt.NDArray[np.bool_]) -> HeadRuns:
-        """The rows ``take`` as runs: their bytes parted into qualifiers and values (one
-        compiled pass, :func:`_join_parts`), the rows' own list when every row is taken."""
+    def _runs(
+        self,
+        take: npt.NDArray[np.bool_],
+        resorted: Sequence[tuple[int, tuple[bytes, bytes, int]]] = (),
+    ) -> HeadRuns:
+        """The rows ``take`` as runs of their own bytes (:class:`RowBytes`: parted into
+        qualifiers and values only if asked for), the rows' own list when every row is
+        taken; then the rows ``resorted`` (index, :func:`sorted_seconds` of its points)."""
         q_lens, v_lens = self._q_lens, self._v_lens
         if take.all():
             keys, bufs, rows = list(self._keys), self._bufs, slice(None)
@@ -1263,17 +1396,33 @@ class HeadSnapshot:
             keys = _picked_at(self._keys, at)
             bufs = _picked_at(self._bufs, at)
             rows = at  # type: ignore[assignment]
-        if self._packed is not None and keys:
-            bufs = full_rows(bufs, self._packed[rows], q_lens[rows], v_lens[rows])
-        qualifiers, values = _join_parts(bufs, q_lens[rows], v_lens[rows]) if keys else (b"", b"")
+        packed = self._packed[rows] if self._packed is not None else np.zeros(len(keys), np.int64)
+        numbers = [self._counts[rows], self.slots[rows], self.versions[rows], packed]
+        lengths = [q_lens[rows], v_lens[rows]]
+        if resorted:
+            more = np.array([i for i, _ in resorted], np.int64)
+            keys = [*keys, *(self._keys[i] for i, _ in resorted)]
+            bufs = [*bufs, *(q + v for _, (q, v, _) in resorted)]
+            added = [
+                np.array([n for _, (_, _, n) in resorted], np.int64),
+                self.slots[more],
+                self.versions[more],
+                np.zeros(len(more), np.int64),
+            ]
+            numbers = [np.concatenate(pair) for pair in zip(numbers, added, strict=True)]
+            added_lengths = [
+                np.array([len(q) for _, (q, _, _) in resorted], np.int64),
+                np.array([len(v) for _, (_, v, _) in resorted], np.int64),
+            ]
+            lengths = [np.concatenate(pair) for pair in zip(lengths, added_lengths, strict=True)]
+        counts, slots, versions, packed = numbers
         return HeadRuns(
             keys,
-            self._counts[rows],
-            qualifiers,
-            values,
-            self.slots[rows],
-            self.versions[rows],
-            v_lens[rows],
+            counts,
+            slots=slots,
+            versions=versions,
+            value_lengths=lengths[1],
+            rows=RowBytes(bufs, packed, lengths[0], lengths[1]),
         )
 
 

@@ -32,6 +32,14 @@
  * anything else (the numpy path decodes it). runs_buckets(the same four, interval_ms,
  * seek_ms, function) reduces those rows to decode_buckets' tuple instead.
  *
+ * head_points(bufs, packed, q_lens, v_lens, counts, base_ms) and head_buckets(the same six,
+ * interval_ms, seek_ms, function) answer as decode_runs and runs_buckets over the same
+ * rows' plain bytes, read from each row's own bytes (a list of bytes: a packed part of
+ * packed[r] bytes, tsd/head/_packed.h, then its raw tail; q_lens, v_lens: the plain
+ * qualifier and value bytes): a fresh query's 8.64 M points are not copied into plain
+ * rows and then joined first (tsd/query/head_rows.py; tests/query/test_head_rows.py
+ * checks both ways agree). None for what those refuse and for rows that do not add up.
+ *
  * point_buckets(offsets_ms, doubles, counts, base_ms, interval_ms, seek_ms, function): the
  * same reduction of points already decoded (the embedded store's PointBlock: each point's
  * ms offset from its row's base time and its double, rows of counts[r] points), refused
@@ -48,6 +56,8 @@
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+
+#include "_packed.h" /* tsd/head: a head row's packed part, read */
 
 static int valid_length(int is_float, Py_ssize_t len) {
     if (is_float) return len == 4 || len == 8;
@@ -450,6 +460,119 @@ WALKER walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink)
     return at == a->npoints ? 0 : 1;
 }
 
+/* -- head_points / head_buckets: the head's rows, read from their own bytes ----------- */
+
+typedef struct {
+    const unsigned char **data;
+    const Py_ssize_t *size;
+    const int64_t *packed, *qlen, *vlen, *counts, *base;
+    Py_ssize_t nrows;
+} heads_t;
+
+/* A head point as walk_runs takes it (a 2-byte seconds qualifier `unit`, its value the
+ * low bytes of `raw`), handed on; 0 to go on, else what to return. */
+#define HEAD_POINT(unit, raw)                                                              \
+    do {                                                                                   \
+        if ((unit) >= 0xF000) return 1;                                                    \
+        long off_ = (long)((unit) >> 4);                                                   \
+        int is_float_ = ((unit) & 0x8) != 0;                                               \
+        Py_ssize_t width_ = (Py_ssize_t)((unit) & 0x7) + 1;                                \
+        if (!valid_length(is_float_, width_) || off_ <= last) return 1;                    \
+        double d_;                                                                         \
+        int64_t i_;                                                                        \
+        raw_value((raw), width_, is_float_, &d_, &i_);                                     \
+        int64_t off_ms_ = (int64_t)off_ * 1000;                                            \
+        int rc_ = on_pt(sink, r, base + off_ms_, off_ms_, d_, i_, is_float_);              \
+        if (rc_) return rc_;                                                               \
+        vn += width_;                                                                      \
+        seen++;                                                                            \
+        last = off_;                                                                       \
+    } while (0)
+
+/* read_value of a value already read as an unsigned integer of its `len` bytes */
+static inline void raw_value(uint64_t raw, Py_ssize_t len, int is_float, double *d,
+                             int64_t *i) {
+    int shift = 64 - 8 * (int)len;
+    int64_t v = (int64_t)(raw << shift) >> shift;
+    uint32_t u = (uint32_t)raw;
+    float f;
+    double d8;
+    memcpy(&f, &u, 4);
+    memcpy(&d8, &raw, 8);
+    double df = len == 8 ? d8 : (double)f;
+    *i = is_float ? 0 : v;
+    *d = is_float ? df : (double)v;
+}
+
+/* A run of plain points (2-byte seconds qualifiers, then values as long as their flags
+ * say): each handed on (HEAD_POINT), the first and last two (qualifier, value) noted for
+ * a raw block's state; 0 to go on, else what to return. */
+#define PLAIN_POINTS(qb, q_len, vb, v_len)                                                  \
+    do {                                                                                   \
+        Py_ssize_t va_ = 0;                                                                \
+        for (Py_ssize_t qa_ = 0; qa_ < (q_len); qa_ += 2) {                                \
+            unsigned unit = ((unsigned)(qb)[qa_] << 8) | (qb)[qa_ + 1];                     \
+            Py_ssize_t width = (Py_ssize_t)(unit & 0x7) + 1;                               \
+            if (va_ + width > (v_len)) return 1;                                           \
+            uint64_t w = load_be64((vb) + va_, (v_len) - va_) >> (64 - 8 * width);         \
+            va_ += width;                                                                  \
+            q_prev = q_last;                                                               \
+            v_prev = v_last;                                                               \
+            q_last = unit;                                                                 \
+            v_last = w;                                                                    \
+            HEAD_POINT(unit, w);                                                           \
+        }                                                                                  \
+        if (va_ != (v_len)) return 1;                                                      \
+    } while (0)
+
+/* Walks each row's points from its bytes: its packed part (tsd/head/_packed.h; a raw
+ * block's points walked here, as plain points, not one at a time through the cursor),
+ * then its raw tail (the qualifiers, then the values); refuses what walk_runs refuses of
+ * the same rows' plain bytes, and a row whose bytes do not add up to its lengths and
+ * count. */
+WALKER walk_heads(const void *cells, point_fn on_pt, row_fn on_row, void *sink) {
+    const heads_t *c = cells;
+    for (Py_ssize_t r = 0; r < c->nrows; r++) {
+        const unsigned char *b = c->data[r];
+        Py_ssize_t size = c->size[r], p = (Py_ssize_t)c->packed[r];
+        int64_t base = c->base[r], count = c->counts[r];
+        if (p < 0 || p > size) return 1;
+        long last = -1;
+        int64_t seen = 0;
+        Py_ssize_t vn = 0;
+        int64_t q_prev = 0, q_last = 0;
+        uint64_t v_prev = 0, v_last = 0;
+        PackedCursor cur;
+        if (!packed_open(&cur, b, p)) return 1;
+        uint64_t qual, raw;
+        int wide, more;
+        while ((more = packed_next(&cur, &qual, &raw, &wide)) > 0) {
+            const unsigned char *rq, *rv;
+            Py_ssize_t rql, rvl;
+            uint64_t n;
+            if (more == 2) {
+                if (!packed_raw_block(&cur, &rq, &rql, &rv, &rvl, &n) || rql % 2) return 1;
+                int64_t before = seen;
+                PLAIN_POINTS(rq, rql, rv, rvl);
+                if ((uint64_t)(seen - before) != n) return 1;
+                packed_skip_raw(&cur, n == 1, q_prev, v_prev, q_last, v_last);
+                continue;
+            }
+            if (wide) return 1;
+            HEAD_POINT((unsigned)qual, raw);
+        }
+        if (more < 0) return 1;
+        Py_ssize_t tail_q = (Py_ssize_t)c->qlen[r] - 2 * (Py_ssize_t)seen;
+        Py_ssize_t tail_v = (Py_ssize_t)c->vlen[r] - vn;
+        if (tail_q < 0 || tail_q % 2 || tail_v < 0 || p + tail_q + tail_v != size) return 1;
+        PLAIN_POINTS(b + p, tail_q, b + p + tail_q, tail_v);
+        if (seen != count) return 1;
+        int rc = on_row(sink, r);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 /* Each walker compiled with each sink inlined. The sink's state is copied into a local for
  * the walk and back: a local no pointer reaches can live in registers, where the state
  * behind `sink` had to be stored and reloaded around every write to the output arrays. */
@@ -471,9 +594,11 @@ WALKER walk_arrays(const void *cells, point_fn on_pt, row_fn on_row, void *sink)
 WALKERS(walk_cells, cells_t)
 WALKERS(walk_runs, void)
 WALKERS(walk_arrays, void)
+WALKERS(walk_heads, void)
 #define cells_walker walk_cells_er
 #define runs_walker walk_runs_er
 #define arrays_walker walk_arrays_er
+#define heads_walker walk_heads_er
 
 /* -- the entry points --------------------------------------------------------------- */
 
@@ -528,6 +653,59 @@ static PyObject *runs_entry(PyObject *args, int bucketed) {
     return result;
 }
 
+/* head_points and (`bucketed`) head_buckets: the head's rows from their own bytes. */
+static PyObject *heads_entry(PyObject *args, int bucketed) {
+    PyObject *bufs, *rows = NULL, *result = NULL;
+    Py_buffer b[5];
+    long long interval = 0, seek = 0;
+    int function = 0, parsed;
+    const unsigned char **data = NULL;
+    Py_ssize_t *size = NULL;
+    if (bucketed)
+        parsed = PyArg_ParseTuple(args, "Oy*y*y*y*y*LLi", &bufs, &b[0], &b[1], &b[2], &b[3],
+                                  &b[4], &interval, &seek, &function);
+    else
+        parsed = PyArg_ParseTuple(args, "Oy*y*y*y*y*", &bufs, &b[0], &b[1], &b[2], &b[3], &b[4]);
+    if (!parsed) return NULL;
+    /* a tuple of its own: the rows' bytes stay alive, whatever happens to `bufs`, while the
+     * walk runs without the GIL */
+    rows = PySequence_Tuple(bufs);
+    if (rows == NULL) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(rows), want = n * 8, cap = 0;
+    int ok = 1;
+    for (int k = 0; k < 5; k++) ok &= b[k].len == want;
+    if (ok && n > 0) {
+        data = PyMem_Malloc((size_t)n * sizeof(*data));
+        size = PyMem_Malloc((size_t)n * sizeof(*size));
+        if (data == NULL || size == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        const int64_t *counts = b[3].buf;
+        /* a row's buckets: at most one a point, and at most the hour's (one more where a
+         * base time is not on the hour): the output arrays no bigger than the answer of a
+         * regular series (8.64 M points to 1.44 M buckets: allocations the allocator
+         * reuses from one query to the next, not fresh pages every time) */
+        int64_t per_row = bucketed && interval > 0 ? 3600000 / interval + 1 : INT64_MAX;
+        for (Py_ssize_t r = 0; r < n && ok; r++) {
+            PyObject *row = PyTuple_GET_ITEM(rows, r);
+            ok = PyBytes_CheckExact(row) && counts[r] >= 0;
+            if (!ok) break;
+            data[r] = (const unsigned char *)PyBytes_AS_STRING(row);
+            size[r] = PyBytes_GET_SIZE(row);
+            cap += (Py_ssize_t)(counts[r] < per_row ? counts[r] : per_row);
+        }
+    }
+    heads_t c = {data, size, b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, n};
+    result = walk_entry(&heads_walker, &c, ok, cap, n, bucketed, interval, seek, function);
+done:
+    PyMem_Free(data);
+    PyMem_Free(size);
+    Py_XDECREF(rows);
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyObject *point_buckets(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer b[4];
@@ -562,6 +740,16 @@ static PyObject *decode_runs(PyObject *self, PyObject *args) {
 static PyObject *runs_buckets(PyObject *self, PyObject *args) {
     (void)self;
     return runs_entry(args, 1);
+}
+
+static PyObject *head_points(PyObject *self, PyObject *args) {
+    (void)self;
+    return heads_entry(args, 0);
+}
+
+static PyObject *head_buckets(PyObject *self, PyObject *args) {
+    (void)self;
+    return heads_entry(args, 1);
 }
 
 /* rollup_cells(qualifiers, values, qlen, vlen, counts, base_ms, step_ms, agg_id, count_id):
@@ -725,6 +913,10 @@ static PyMethodDef methods[] = {
      "or None"},
     {"runs_buckets", runs_buckets, METH_VARARGS,
      "The head's clean seconds rows -> decode_buckets' tuple, or None"},
+    {"head_points", head_points, METH_VARARGS,
+     "The head's clean seconds rows, from their own bytes -> decode_runs' tuple, or None"},
+    {"head_buckets", head_buckets, METH_VARARGS,
+     "The head's clean seconds rows, from their own bytes -> decode_buckets' tuple, or None"},
     {"point_buckets", point_buckets, METH_VARARGS,
      "Decoded points (ms offsets, doubles, counts per row, base ms) -> decode_buckets' tuple, "
      "or None"},

@@ -3,19 +3,24 @@
 Everything numeric of a query runs in worker threads, at most ``compute_slots`` at once,
 so one big query neither blocks the event loop (ingest keeps flowing) nor takes every
 core; small work (``INLINE_WORK``) stays on the event loop, where a thread hop would cost
-more than the work.
+more than the work. Within a slot, one big read's compiled kernels (they run without the
+GIL) may be spread over the machine's cores (:func:`spread`): a fresh ``sum:1m-avg`` over
+1,000 series reads 8.64 M points of the head, where VictoriaMetrics uses every core.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["INLINE_WORK", "ComputeSlots", "work_clock"]
+__all__ = ["INLINE_WORK", "ComputeSlots", "spread", "spread_parts", "work_clock"]
 
 T = TypeVar("T")
 
@@ -77,3 +82,62 @@ class ComputeSlots:
                 raise
             finally:
                 self.busy -= 1
+
+
+#: the machine's cores: :func:`spread`'s helper threads are one less
+_CORES = os.cpu_count() or 1
+#: a part of :func:`spread` at least this many points: below, a hand-over costs more
+#: than the part's work (a compiled pass is a few ns a point)
+SPREAD_POINTS = 250_000
+#: parts per core at most: a core another process holds finishes fewer of them
+SPREAD_SHARE = 3
+
+_helpers: ThreadPoolExecutor | None = None
+_helpers_lock = threading.Lock()
+
+
+def spread_parts(points: int) -> int:
+    """How many parts work over ``points`` points is cut into for :func:`spread` (1: no
+    spreading, a single core or too little work)."""
+    if _CORES < 2:
+        return 1
+    return max(1, min(_CORES * SPREAD_SHARE, points // SPREAD_POINTS))
+
+
+def spread(work: Sequence[Callable[[], T]]) -> list[T]:
+    """Each of ``work`` called, their results in order: by the calling thread and up to
+    one less than the machine's cores helper threads (shared by every query), each
+    taking the next part left until none is. Worth it for compiled work that releases the
+    GIL; the first failure is raised once every part has stopped."""
+    if len(work) <= 1 or _CORES < 2:
+        return [fn() for fn in work]
+    results: list[Any] = [None] * len(work)
+    errors: list[BaseException] = []
+    taken = itertools.count()  # next() of a count is atomic under the GIL
+
+    def drain() -> None:
+        while (i := next(taken)) < len(work) and not errors:
+            try:
+                results[i] = work[i]()
+            except BaseException as exc:  # re-raised by the caller, below
+                errors.append(exc)
+
+    pool = _helper_pool()
+    helping: list[Future[None]] = [
+        pool.submit(drain) for _ in range(min(_CORES - 1, len(work) - 1))
+    ]
+    drain()
+    for f in helping:
+        if not f.cancel():  # started: it may be on a part yet (not started: none left)
+            f.result()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _helper_pool() -> ThreadPoolExecutor:
+    global _helpers
+    with _helpers_lock:
+        if _helpers is None:
+            _helpers = ThreadPoolExecutor(max(1, _CORES - 1), thread_name_prefix="tsd-spread")
+        return _helpers

@@ -9,9 +9,18 @@ would compute for the same rows as compacted cells (tests/head checks the answer
 the C helper is built (:mod:`tsd.query._decode`, ``decode_runs``) it walks the runs once
 instead: at 8.64 M points the numpy path's dozen passes over per-point arrays were most of
 a fresh query (tests/query/test_head_rows.py checks both against each other).
+
+Runs from a snapshot carry the rows' own bytes (:class:`tsd.head.head.RowBytes`: packed
+parts, then raw tails): the C helper then reads those as they are (``head_points``,
+``head_buckets``), so a fresh query's points are neither unpacked into plain rows nor
+joined first (the joined qualifiers and values, above, are the specification and the
+fallback), and :func:`decode_head_parts` cuts a big read into parts that run on every
+core (:func:`tsd.query.compute.spread`: the C walks without the GIL).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +28,7 @@ import numpy.typing as npt
 from tsd.codec import KeyLayout
 from tsd.head import HeadRuns
 from tsd.query import decode
+from tsd.query.compute import spread, spread_parts
 from tsd.query.decode import (
     RowPoints,
     _values,
@@ -30,7 +40,24 @@ from tsd.query.decode import (
 )
 from tsd.query.downsample import RowBuckets
 
-__all__ = ["decode_head_runs"]
+__all__ = ["decode_head_parts", "decode_head_runs"]
+
+
+def decode_head_parts(
+    runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None = None
+) -> list[tuple[list[bytes], RowPoints]]:
+    """:func:`decode_head_runs` of ``runs`` as (keys, points) parts of about equal points,
+    decoded at once on the machine's cores (:func:`tsd.query.compute.spread_parts`: one
+    part unless the read is big, or the runs carry no rows' bytes)."""
+    n = spread_parts(runs.points) if runs.rows is not None and len(runs.keys) > 1 else 1
+    if n <= 1:
+        return [(runs.keys, decode_head_runs(runs, layout, buckets))]
+    ends = np.cumsum(runs.counts)
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) // n, side="right")
+    bounds = np.unique(np.concatenate([[0], cuts, [len(runs.keys)]])).tolist()
+    parts = [runs.part(slice(a, b)) for a, b in zip(bounds, bounds[1:], strict=False)]
+    found = spread([functools.partial(decode_head_runs, p, layout, buckets) for p in parts])
+    return [(p.keys, points) for p, points in zip(parts, found, strict=True)]
 
 
 def decode_head_runs(
@@ -42,6 +69,18 @@ def decode_head_runs(
     base_ms = bases * 1000
     stored = _stored_bytes(runs, key_lengths)
     compiled = decode._C
+    rows = runs.rows
+    if compiled is not None and runs.keys and rows is not None:
+        numbers = (rows.packed, rows.q_lens, rows.v_lens, runs.counts, base_ms)
+        own = (rows.bufs, *(np.ascontiguousarray(a, dtype=np.int64) for a in numbers))
+        if buckets is not None:
+            reduced = compiled.head_buckets(*own, *bucket_args(buckets))
+            if reduced is not None:
+                return compiled_buckets(reduced, stored)
+        else:
+            found = compiled.head_points(*own)
+            if found is not None:
+                return compiled_points(found, stored)
     if compiled is not None and runs.keys:
         arrays = (
             runs.qualifiers,
@@ -74,4 +113,4 @@ def _stored_bytes(runs: HeadRuns, key_lengths: npt.NDArray[np.int64]) -> int:
     """What the rows would take as single cells (each point with its key): the query
     limits' count."""
     key_bytes = int(np.dot(key_lengths, runs.counts))
-    return key_bytes + len(runs.qualifiers) + len(runs.values)
+    return key_bytes + runs.plain_bytes

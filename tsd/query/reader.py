@@ -33,7 +33,7 @@ from tsd.query.compute import ComputeSlots, work_clock
 from tsd.query.decode import RowPoints, base_times_s, decode_block, decode_buckets
 from tsd.query.downsample import RowBuckets
 from tsd.query.head_buckets import BucketMemo, HeadHours, without_hours
-from tsd.query.head_rows import decode_head_runs
+from tsd.query.head_rows import decode_head_parts, decode_head_runs
 from tsd.query.histogram import decode_histogram_rows
 from tsd.query.limits import BYTES_PER_POINT, QueryControl
 from tsd.query.plan import ScanPlan
@@ -223,7 +223,7 @@ class RowReader:
                 parts.append((block.keys, points))
         if runs.keys:
             points = await self._compute.sized(
-                len(runs.values) // 4, _decode_head, runs, self._layout, buckets
+                runs.points, _decode_head, runs, self._layout, buckets
             )
             self._memo.remember(runs, buckets, points)
             parts.append((runs.keys, points))
@@ -404,18 +404,22 @@ class _OneRead:
             )
         head = self.head
         if head is not None and len(head):
-            runs, rest = head.remaining()
+            # (rows whose points came out of order read as runs where they can be: not
+            # in a rollup read's memo, which remembers clean rows only)
+            runs, rest = head.remaining(resort=True)
             if len(rest):
                 await self.decode(rest)
             if runs.keys:
-                # work in points (2 qualifier bytes each), as the other steps count it: a
-                # day of one series (8,640 points, 69 KB of values) is decoded in one
-                # compiled pass on the loop, not after a worker-thread hop
-                points = await self.compute.sized(
-                    len(runs.qualifiers) // 2, _decode_head, runs, self.layout, self.buckets
+                # work in points, as the other steps count it: a day of one series (8,640
+                # points, 69 KB of values) is decoded in one compiled pass on the loop, not
+                # after a worker-thread hop; a big read in parts on every core
+                # (decode_head_parts)
+                parts = await self.compute.sized(
+                    runs.points, decode_head_parts, runs, self.layout, self.buckets
                 )
-                self.tally.add(points, len(runs.keys))
-                self.parts.append((runs.keys, points))
+                for keys, points in parts:
+                    self.tally.add(points, len(keys))
+                    self.parts.append((keys, points))
 
 
 def _with_pins(scans: Sequence[ScanSpec], request: ReadRequest) -> list[ScanSpec]:
