@@ -67,6 +67,58 @@ def test_a_filter_with_pinned_pairs_finds_the_rows_its_regexp_finds() -> None:
     assert sorted(both) == sorted(alone) == sorted(key(h, d) for h in (2, 7) for d in (1, 2, 65793))
 
 
+def test_pinned_pairs_find_few_rows_and_many_rows_alike() -> None:
+    # _GroupPairs.rows_having collects up to _FEW_HITS rows as Python ints and more with
+    # numpy: both answer the regexp's rows, one tag's values or two tags' together.
+    import itertools
+    import re
+
+    from tsd.head.head import _FEW_HITS
+    from tsd.storage.base import RowFilter
+
+    head = Head(KeyLayout.from_storage_config(StorageConfig()))
+    host_k, dc_k = b"\x00\x00\x01", b"\x00\x00\x02"
+
+    def key(host: int, dc: int) -> bytes:
+        tags = host_k + host.to_bytes(3, "big") + dc_k + dc.to_bytes(3, "big")
+        return (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big") + tags
+
+    hosts = range(1, 2 * _FEW_HITS + 10)
+    keys = [key(h, d) for h, d in itertools.product(hosts, (1, 2, 3))]
+    _, runs = HeadSink.encode({k: dict([encode_point(HOUR, 1)[1:]]) for k in keys})
+    head.add_runs(runs, 0, 0.0)
+    start, stop = (1).to_bytes(3, "big") + HOUR.to_bytes(4, "big"), (2).to_bytes(3, "big")
+
+    def pairs(tagk: bytes, values: list[int]) -> tuple[bytes, ...]:
+        return tuple(tagk + v.to_bytes(3, "big") for v in values)
+
+    def alt(values: list[int]) -> bytes:
+        return b"(?:" + b"|".join(re.escape(v.to_bytes(3, "big")) for v in values) + b")"
+
+    cases = [
+        ([5, 9, 77], None),  # a dashboard's few hosts: few rows
+        (list(hosts), [1]),  # every host of one dc: more than _FEW_HITS rows
+        ([3, 4], [2, 3]),  # two tags, few
+        (list(range(1, _FEW_HITS + 2)), [1, 3]),  # two tags, many
+    ]
+    for host_values, dc_values in cases:
+        regex = b"(?s)^.{7}" + host_k + alt(host_values)
+        contains = [pairs(host_k, host_values)]
+        if dc_values is not None:
+            regex += dc_k + alt(dc_values)
+            contains.append(pairs(dc_k, dc_values))
+        else:
+            regex += b".*"
+        alone = head.snapshot([ScanSpec(start, stop, row_filter=RowFilter(regex))]).keys()
+        pinned = RowFilter(regex, tuple(contains))
+        both = head.snapshot([ScanSpec(start, stop, row_filter=pinned)]).keys()
+        expected = [
+            key(h, d) for h, d in itertools.product(hosts, (1, 2, 3))
+            if h in host_values and (dc_values is None or d in dc_values)
+        ]  # fmt: skip
+        assert both == alone == expected, (host_values[:3], dc_values)
+
+
 def test_a_pinned_filter_keeps_finding_its_rows_as_rows_join_and_leave_the_group() -> None:
     # The group's tag pairs are kept between reads (Head._group_pairs): rows joining the
     # hour afterwards, rows leaving it (the list tidied), a key of another length (more

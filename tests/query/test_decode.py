@@ -473,3 +473,53 @@ def test_rows_already_in_order_are_taken_as_they_are(
     assert (fast.batch.is_int is not None) == ints
     assert not np.shares_memory(fast.batch.timestamps, points.timestamps)
     assert not np.shares_memory(fast.batch.values, points.values)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_few_rows_make_the_spans_the_general_path_makes(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # spans._few_rows_spans (up to FEW_ROWS rows, row by row in Python) against the
+    # general path: rows in any order over several parts, hours missing, integers and
+    # doubles, a row of one key in two parts (overlapping: left to the general path) and
+    # rows reduced to their buckets (row_points).
+    import dataclasses
+
+    from tsd.query import spans as spans_module
+
+    rng = random.Random(seed)
+    tagvs = [bytes((0, rng.choice((0, 1)), v)) for v in rng.sample(range(1, 255), 4)]
+    made = []
+    for tagv in tagvs:
+        for hour in range(4):
+            if rng.random() < 0.3:
+                continue
+            base_s = BASE + 3600 * hour
+            key = encode_row_key(LAYOUT, METRIC, base_s, [(b"\x00\x00\x01", tagv)])
+            offsets = sorted(rng.sample(range(3600), rng.randint(1, 5)))
+            cells = [_point(base_s, 1000 * s, rng.choice([1, 2.5, -7, 2**40])) for s in offsets]
+            made.append(Row(key, tuple(Cell("t", q, v) for q, v in cells)))
+    if seed % 3 == 0 and made:  # one row again in another part: overlapping points
+        made.append(made[0])
+    if seed % 6 == 2:  # one part, its rows in order (a day of one series)
+        pieces = [sorted(made, key=lambda r: (series_key(LAYOUT, r.key), r.key))]
+    else:
+        rng.shuffle(made)
+        cuts = sorted(rng.sample(range(len(made) + 1), 2))
+        pieces = [p for p in (made[: cuts[0]], made[cuts[0] : cuts[1]], made[cuts[1] :]) if p]
+    parts = [([r.key for r in p], decode_rows(CellBlock.from_rows(p), LAYOUT)) for p in pieces]
+    if seed % 4 == 1:  # as rows reduced to buckets: each row's points held
+        parts = [
+            (keys, dataclasses.replace(p, row_points=np.diff(p.row_offsets) * 3))
+            for keys, p in parts
+        ]
+    few = assemble_spans(parts, LAYOUT)
+    monkeypatch.setattr(spans_module, "FEW_ROWS", 0)
+    general = assemble_spans(parts, LAYOUT)
+    _same_spans(few, general)
+    assert few.annotations == general.annotations
+    if general.series_points is None:
+        assert few.series_points is None
+    else:
+        assert few.series_points is not None
+        assert few.series_points.tolist() == general.series_points.tolist()

@@ -347,6 +347,23 @@ async def test_scan_bounds(storage: Storage, table: str, start: bytes, stop: byt
     assert await scan_keys(storage, table, small) == expected
 
 
+@pytest.mark.parametrize(("start", "stop"), BOUNDS)
+async def test_holds_rows_is_false_only_where_no_row_is(
+    storage: Storage, table: str, start: bytes, stop: bytes
+) -> None:
+    # Storage.holds_rows: a read skips its scans where it answers False (rows all in the
+    # head), so False must mean that no row is there; the embedded store answers exactly.
+    from tsd.storage.embedded import EmbeddedStorage
+
+    await put_rows(storage, table, BINARY_ROWS)
+    expected = [r for r in BINARY_ROWS if start <= r and (not stop or r < stop)]
+    holds = await storage.holds_rows(table, start, stop)
+    assert holds or not expected
+    if isinstance(storage, EmbeddedStorage):
+        assert holds == bool(expected)
+        assert not await storage.holds_rows(table, b"\xff\xff\xff\xff", b"")
+
+
 async def test_scan_selects_families(storage: Storage, table: str) -> None:
     await storage.put(
         table,

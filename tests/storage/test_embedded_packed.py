@@ -263,6 +263,23 @@ async def test_scan_batches_split_rows_with_packed_entries(store: EmbeddedStorag
     assert [r.key for r in many] == rows[::-1]
 
 
+async def test_holds_rows_sees_packed_rows_and_plain_rows(store: EmbeddedStorage) -> None:
+    # A row's compacted cells live in the packed database, its other cells in the plain
+    # one: holds_rows seeks both (a read that skipped a packed row would lose it).
+    packed_row, plain_row = b"\x00\x00\x01b", b"\x00\x00\x01d"
+    await store.put("d", [Put(packed_row, "t", *compacted([(BASE, 1), (BASE + 10, 2)]))])
+    await store.put("d", [Put(plain_row, "u", b"\x00\x01", b"x")])
+    for start, stop, held in [
+        (b"\x00\x00\x01a", b"\x00\x00\x01c", True),  # the packed row only
+        (b"\x00\x00\x01c", b"\x00\x00\x01e", True),  # the plain row only
+        (b"\x00\x00\x01b", b"\x00\x00\x01b", False),  # empty range
+        (b"\x00\x00\x01b\x00", b"\x00\x00\x01d", False),  # between them
+        (b"\x00\x00\x01d\x00", b"", False),  # past both
+        (b"\x00\x00\x01", b"\x00\x00\x02", True),
+    ]:
+        assert await store.holds_rows("d", start, stop) is held, (start, stop)
+
+
 async def test_a_format_1_store_is_converted_when_opened(tmp_path: Path) -> None:
     """Format 1 kept compacted cells under their own (bucket) keys: a writer moves them."""
     from tsd.storage.embedded import cells, keys

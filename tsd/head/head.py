@@ -228,6 +228,8 @@ class _GroupMatches:
 
 #: regexps whose matches a group keeps (the oldest dropped beyond)
 _GROUP_REGEXPS = 8
+#: a row filter's rows up to this many are collected as Python ints (:class:`_GroupPairs`)
+_FEW_HITS = 64
 
 
 @dataclass(slots=True)
@@ -243,6 +245,29 @@ class _GroupPairs:
     #: the pairs sorted, and each one's row
     ordered: npt.NDArray[np.uint64] | None = None
     rows: npt.NDArray[np.int64] | None = None
+    #: per row filter, the listed slots it keeps (:meth:`slots_kept`)
+    kept: dict[RowFilter, npt.NDArray[np.int64]] | None = None
+
+    def slots_kept(
+        self, row_filter: RowFilter, slots: npt.NDArray[np.int64], key_of: list[bytes | None]
+    ) -> npt.NDArray[np.int64]:
+        """The listed ``slots`` (this object's, in order) whose keys ``row_filter`` matches,
+        remembered per row filter while the group's rows stay as they are (a new object
+        once rows join or the list is tidied): a dashboard asks the same filter of the
+        same hours at every refresh, a lookup then instead of the pairs' bisection and a
+        regexp per row. Read-only: shared by the reads that ask."""
+        memo = self.kept
+        if memo is None:
+            memo = self.kept = {}
+        found = memo.get(row_filter)
+        if found is None:
+            picked = slots[self.rows_having(row_filter.contains)].tolist()
+            found = np.array([s for s in picked if row_filter.matches(key_of[s])], np.int64)
+            found.flags.writeable = False
+            if len(memo) >= _GROUP_REGEXPS:
+                memo.pop(next(iter(memo)))
+            memo[row_filter] = found
+        return found
 
     def rows_having(self, contains: tuple[tuple[bytes, ...], ...]) -> npt.NDArray[np.int64]:
         """The rows (in order) holding, for every entry of ``contains``, one of its pairs."""
@@ -259,10 +284,16 @@ class _GroupPairs:
             wanted = np.array(sorted({int.from_bytes(s, "big") for s in entry}), np.uint64)
             lo = np.searchsorted(ordered, wanted, "left").tolist()
             hi = np.searchsorted(ordered, wanted, "right").tolist()
-            hits = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi, strict=True)]))
+            if sum(hi) - sum(lo) <= _FEW_HITS:  # a dashboard's few series: no numpy set-up
+                few: set[int] = set()
+                for a, b in zip(lo, hi, strict=True):
+                    few.update(rows[a:b].tolist())
+                hits = np.array(sorted(few), np.int64)
+            else:
+                hits = np.unique(np.concatenate([rows[a:b] for a, b in zip(lo, hi, strict=True)]))
             found = hits if found is None else np.intersect1d(found, hits, assume_unique=True)
         assert found is not None
-        return found.astype(np.int64)
+        return found.astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,17 +623,15 @@ class Head:
                     if row_filter.contains and number is not None:
                         pairs = self._group_pairs(number, row_filter.contains)
                     if pairs is not None:  # the group's pairs, kept: no step per row
-                        slots = slots[pairs.rows_having(row_filter.contains)]
-                        keys = [key_of[s] for s in slots.tolist()]
-                        picked: Iterable[int] = range(len(keys))
-                    elif number is not None:  # the group's matches, kept
+                        parts.append(pairs.slots_kept(row_filter, slots, key_of))
+                        continue
+                    if number is not None:  # the group's matches, kept
                         parts.append(slots[self._group_matches(number, row_filter)])
                         continue
-                    else:
-                        keys = [key_of[s] for s in slots.tolist()]
-                        picked = range(len(keys))
-                        if row_filter.contains:
-                            picked = self._carrying(keys, row_filter.contains)
+                    keys = [key_of[s] for s in slots.tolist()]
+                    picked: Iterable[int] = range(len(keys))
+                    if row_filter.contains:
+                        picked = self._carrying(keys, row_filter.contains)
                     keep = [i for i in picked if row_filter.matches(keys[i])]
                     slots = slots[np.array(keep, np.int64)] if keep else slots[:0]
                 parts.append(slots)

@@ -259,7 +259,11 @@ class SeriesFilter:
                 return none
             values, inverse = column
             hits = np.zeros(len(values), dtype=np.bool_)
-            wanted = np.unique(inverse[out]).tolist()
+            kept = inverse[out]
+            # a few series' values as Python ints: np.unique's set-up costs more there
+            wanted = (
+                sorted(set(kept.tolist())) if len(kept) <= FEW_SERIES else np.unique(kept).tolist()
+            )
             for lo in range(0, len(wanted), CHECK_EVERY):
                 if control is not None:
                     control.check()
@@ -275,3 +279,6 @@ class SeriesFilter:
 
 #: Series a filter looks at between two checks of the query's cancel flag.
 CHECK_EVERY = 4096
+#: Up to this many series, :meth:`SeriesFilter.mask_columns` finds their distinct values
+#: without numpy
+FEW_SERIES = 64

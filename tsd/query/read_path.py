@@ -315,9 +315,14 @@ async def read_rows(
     request: ReadRequest,
     consume: Consumer,
     stats: ReadStats,
+    probe: bool = False,
 ) -> None:
     """Read the plan's rows along ``path``, handing each block to ``consume`` (which may
-    run while the next block is read)."""
+    run while the next block is read). With ``probe`` (the head holds rows of the plan),
+    nothing where storage tells that it holds no row of the plan's scans
+    (:meth:`Storage.holds_rows`: rows all still in the head)."""
+    if probe and await _none_stored(storage, table, plan):
+        return
     if path == MULTI_GET:
         keys = multi_get_keys(layout, plan, request.exact_series or ())
         await _get_all(storage, table, keys, plan, consume, stats)
@@ -394,6 +399,14 @@ async def _read_ranges(
             await _get_all(storage, table, keys, plan, consume, stats)
 
     await all_or_none([read_together(), *(read(r) for r in ranges)])
+
+
+async def _none_stored(storage: Storage, table: str, plan: ScanPlan) -> bool:
+    """True when storage holds no row in any of the plan's scans' key ranges."""
+    for spec in plan.scans:
+        if await storage.holds_rows(table, spec.start, spec.stop):
+            return False
+    return True
 
 
 def _key_pass(spec: ScanSpec, request: ReadRequest) -> ScanSpec:

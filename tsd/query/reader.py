@@ -163,7 +163,10 @@ class RowReader:
             tally,
             stats,
         )
-        await read_rows(self._storage, table, self._layout, plan, path, request, one.decode, stats)
+        held = head is not None and len(head) > 0  # else storage is read in any case
+        await read_rows(
+            self._storage, table, self._layout, plan, path, request, one.decode, stats, held
+        )
         await one.finish()
         return one.parts + from_head
 

@@ -621,6 +621,12 @@ class Storage(ABC):
                 stats.key_rows += len(batch)
             yield batch
 
+    async def holds_rows(self, table: str, start: bytes, stop: bytes) -> bool:
+        """Whether rows in ``[start, stop)`` (an empty stop: to the end) may be stored:
+        False only where the backend tells cheaply that there are none (the embedded
+        store: a seek), so that a read of rows all still in the head skips its scans."""
+        return True
+
     async def last_key(self, table: str, start: bytes, stop: bytes) -> bytes | None:
         """The greatest row key in ``[start, stop)``, when the backend can tell it cheaply
         (HBase: a reversed scan of one row); None: no row, or not known cheaply. Used to cut

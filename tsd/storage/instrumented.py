@@ -159,6 +159,9 @@ class InstrumentedStorage(Storage):
         )
         return result
 
+    async def holds_rows(self, table: str, start: bytes, stop: bytes) -> bool:
+        return await self.inner.holds_rows(table, start, stop)
+
     async def last_key(self, table: str, start: bytes, stop: bytes) -> bytes | None:
         result: bytes | None = await self._timed("scan", self.inner.last_key(table, start, stop))
         return result

@@ -491,6 +491,14 @@ class EmbeddedStorage(Storage):
     def reads_ranges_at_once(self) -> bool:
         return True
 
+    async def holds_rows(self, table: str, start: bytes, stop: bytes) -> bool:
+        """One seek per database of the table, on the event loop (as a small read's first
+        hop): a fresh query's rows all in the head skip the read path's dozen steps."""
+        info = await self._table(table)
+        self._check_open()
+        stop_key = row_start(stop) if stop else None
+        return self._in_read_txn(_holds_rows, info, row_start(start), stop_key)
+
     async def scan_ranges(
         self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
     ) -> AsyncGenerator[Block, None]:
@@ -609,6 +617,17 @@ def _several(
     while len(batches) < count and position.next_key is not None:
         batches.append(read(txn, info, position, *args))
     return batches
+
+
+def _holds_rows(txn: Txn, info: TableInfo, seek: bytes, stop: bytes | None) -> bool:
+    """Whether an entry of the plain or the packed database lies in ``[seek, stop)``."""
+    for db in (info.db, info.packed):
+        if db is None:
+            continue
+        cursor = txn.cursor(db=db)
+        if cursor.set_range(seek) and (stop is None or cursor.key() < stop):
+            return True
+    return False
 
 
 def _cursor(spec: ScanSpec) -> ScanCursor | None:
