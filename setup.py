@@ -54,14 +54,23 @@ setup(
         Extension(
             "tsd.protocol._parse",
             ["tsd/protocol/_parse.c"],
-            include_dirs=["tsd/codec"],  # _format.h: the cell format it encodes into
-            depends=["tsd/codec/_format.h", "tsd/protocol/_keytable.h"],
+            # _format.h: the cell format it encodes into; _region.h: its table's arrays
+            include_dirs=["tsd/codec", "tsd"],
+            depends=["tsd/codec/_format.h", "tsd/protocol/_keytable.h", "tsd/_region.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),
         Extension(
             "tsd.wal._record",
             ["tsd/wal/_record.c"],
+            extra_compile_args=["-O2"],
+            optional=OPTIONAL,
+        ),
+        Extension(
+            "tsd.uid._table",
+            ["tsd/uid/_table.c"],
+            include_dirs=["tsd"],  # _region.h: the table's arrays
+            depends=["tsd/_region.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

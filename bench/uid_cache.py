@@ -2,7 +2,9 @@
 throughput from the cache against lookups that go to the embedded store.
 
 Memory: N names of 20 characters with 3-byte UIDs go into a ``UidCache`` (tracemalloc counts
-the cache's dicts and the name/UID objects it keeps alive). Baselines in the same run: the raw
+the cache's dicts and the name/UID objects it keeps alive; the compiled tables' arrays are
+mapped pages, counted by ``UidCache.mapped_bytes``), over its compiled tables and over
+dicts. Baselines in the same run: the raw
 payload (20 + 3 bytes), two plain dicts (the floor for a dict-based design) and an
 ``OrderedDict`` LRU per direction (the obvious alternative).
 
@@ -56,12 +58,13 @@ def measure_bytes(
     gc.collect()
     held, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    mapped = kept.mapped_bytes() if isinstance(kept, UidCache) else 0
     del kept
-    return (held - before) / count, (peak - before) / count
+    return (held + mapped - before) / count, (peak + mapped - before) / count
 
 
-def build_uid_cache(names: list[str], uids: list[bytes]) -> UidCache:
-    cache = UidCache(max(len(names), 5_000_000))
+def build_uid_cache(names: list[str], uids: list[bytes], compiled: bool = True) -> UidCache:
+    cache = UidCache(max(len(names), 5_000_000), compiled=compiled)
     put = cache.put
     for name, uid in zip(names, uids, strict=True):
         put(name, uid)
@@ -104,6 +107,7 @@ def report_memory(count: int) -> None:
     print(f"  {'raw payload (baseline)':<28} {payload:>7.1f} B/entry   1.00x")
     for label, build in (
         ("UidCache", build_uid_cache),
+        ("UidCache over dicts", lambda names, uids: build_uid_cache(names, uids, False)),
         ("UidCache at its bound", build_full_uid_cache),
         ("two plain dicts", build_plain_dicts),
         ("two OrderedDicts", build_ordered_dicts),

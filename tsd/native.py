@@ -49,6 +49,7 @@ HELPERS: Final = (
     "tsd.codec._encode",
     "tsd.protocol._parse",
     "tsd.wal._record",
+    "tsd.uid._table",
     "tsd.head._runs",
     "tsd.query._decode",
     "tsd.server.http._render",

@@ -22,10 +22,8 @@
 
 #include <stdint.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#define KT_MMAP 1
-#endif
+
+#include "_region.h"
 
 typedef struct {
     uint64_t off;
@@ -54,74 +52,7 @@ typedef struct {
 
 static PyTypeObject KeyTableType;
 
-/* -- memory: mapped regions (heap elsewhere) -------------------------------------------- */
-
-/* A region this large is asked to be backed by huge pages (where the kernel's transparent
- * huge pages are on "madvise"): a lookup in a table of a million keys touches three
- * random places (index slot, entry, key bytes), and with 4 KiB pages each is a TLB miss
- * as well as a cache miss. Below it, the unused tail of a small table stays unmapped. */
-#define KT_HUGE_BYTES ((size_t)4 << 20)
-
-static void kt_huge(void *p, size_t size)
-{
-#if defined(KT_MMAP) && defined(MADV_HUGEPAGE)
-    if (p != NULL && size >= KT_HUGE_BYTES)
-        (void)madvise(p, size, MADV_HUGEPAGE); /* advice: refused or absent is harmless */
-#else
-    (void)p;
-    (void)size;
-#endif
-}
-
-static void *kt_region(size_t size)
-{
-    if (size == 0)
-        return NULL;
-#ifdef KT_MMAP
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    kt_huge(p, size);
-    return p;
-#else
-    return calloc(1, size);
-#endif
-}
-
-static void kt_unmap(void *p, size_t size)
-{
-    if (p == NULL)
-        return;
-#ifdef KT_MMAP
-    munmap(p, size);
-#else
-    (void)size;
-    free(p);
-#endif
-}
-
-static void *kt_regrow(void *p, size_t old, size_t size)
-{
-    if (p == NULL)
-        return kt_region(size);
-#ifdef KT_MMAP
-    void *q = mremap(p, old, size, MREMAP_MAYMOVE);
-    if (q == MAP_FAILED)
-        return NULL;
-    kt_huge(q, size);
-    return q;
-#else
-    void *q = realloc(p, size);
-    if (q != NULL && size > old)
-        memset((char *)q + old, 0, size - old);
-    return q;
-#endif
-}
-
-static size_t kt_page_round(size_t n)
-{
-    return (n + 4095) & ~(size_t)4095;
-}
+/* memory: mapped regions (tsd/_region.h) */
 
 /* -- hashing and the index --------------------------------------------------------------- */
 
@@ -184,8 +115,8 @@ static int kt_rebuild(KeyTable *t, size_t want)
     t->head = 0;
     t->young_start = young_start;
     if (t->arena_used > 2 * t->live_bytes + 65536) {
-        size_t cap = kt_page_round(t->live_bytes + t->live_bytes / 4 + 4096);
-        char *arena = kt_region(cap);
+        size_t cap = region_page_round(t->live_bytes + t->live_bytes / 4 + 4096);
+        char *arena = region_new(cap);
         if (arena == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -197,7 +128,7 @@ static int kt_rebuild(KeyTable *t, size_t want)
             e->off = at;
             at += e->len;
         }
-        kt_unmap(t->arena, t->arena_cap);
+        region_free(t->arena, t->arena_cap);
         t->arena = arena;
         t->arena_cap = cap;
         t->arena_used = (size_t)at;
@@ -206,12 +137,12 @@ static int kt_rebuild(KeyTable *t, size_t want)
     while (icap * 5 < (want + 1) * 10) /* at most half full after */
         icap <<= 1;
     if (icap != t->icap) {
-        uint32_t *index = kt_region(icap * sizeof(uint32_t));
+        uint32_t *index = region_new(icap * sizeof(uint32_t));
         if (index == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        kt_unmap(t->index, t->icap * sizeof(uint32_t));
+        region_free(t->index, t->icap * sizeof(uint32_t));
         t->index = index;
         t->icap = icap;
     } else {
@@ -236,7 +167,7 @@ static int kt_reserve(KeyTable *t)
         if (dead > 0 && dead * 4 >= t->n) /* a quarter dead: compact rather than grow */
             return kt_rebuild(t, live + 1 > t->icap / 2 ? live + 1 : live);
         size_t cap = t->cap ? t->cap * 2 : 1024;
-        KTEntry *entries = kt_regrow(t->entries, t->cap * sizeof(KTEntry), cap * sizeof(KTEntry));
+        KTEntry *entries = region_regrow(t->entries, t->cap * sizeof(KTEntry), cap * sizeof(KTEntry));
         if (entries == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -259,7 +190,7 @@ static int kt_arena_add(KeyTable *t, const char *key, Py_ssize_t len, uint64_t *
         size_t cap = t->arena_cap ? t->arena_cap : 65536;
         while (t->arena_used + (size_t)len > cap)
             cap *= 2;
-        char *arena = kt_regrow(t->arena, t->arena_cap, cap);
+        char *arena = region_regrow(t->arena, t->arena_cap, cap);
         if (arena == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -401,9 +332,9 @@ static void kt_release(KeyTable *t)
 {
     for (size_t i = t->head; i < t->n; i++)
         Py_CLEAR(t->entries[i].value);
-    kt_unmap(t->entries, t->cap * sizeof(KTEntry));
-    kt_unmap(t->arena, t->arena_cap);
-    kt_unmap(t->index, t->icap * sizeof(uint32_t));
+    region_free(t->entries, t->cap * sizeof(KTEntry));
+    region_free(t->arena, t->arena_cap);
+    region_free(t->index, t->icap * sizeof(uint32_t));
     t->entries = NULL;
     t->arena = NULL;
     t->index = NULL;

@@ -19,17 +19,29 @@ goal is at most 250 bytes per 20-character name for both directions together
 The two directions are bounded and evicted independently (as OpenTSDB's
 ``tsd.uid.lru.name.size`` and ``tsd.uid.lru.id.size`` caches are), so either
 may miss while the other still hits.
+
+Where the compiled helper ``tsd.uid._table`` is built, each generation of each direction
+is its ``UidTable`` instead of a dict: the same logic below runs over either (a dict is
+the table's specification and fallback, ``tests/uid/test_uid_table.py``), and a table
+keeps a mapping as a 24-byte entry, the name's bytes and an index slot, no Python object:
+about 80 bytes a name for the two directions instead of about 185, which at a tag value
+per series is a third of a kilobyte per series less at millions of series.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from itertools import compress, repeat
 from operator import is_, is_not
 from typing import TypeVar, cast
 
+from tsd import native
+
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+
+#: the compiled generation table, or None (dicts)
+_UidTable = native.attribute("tsd.uid._table", "UidTable")
 
 #: The smallest budget: one generation of one entry.
 MIN_MAX_ENTRIES = 1
@@ -45,19 +57,24 @@ class UidCache:
         "_ids_old",
         "_names",
         "_names_old",
+        "_new_ids",
+        "_new_names",
         "evictions",
     )
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, *, compiled: bool = True) -> None:
+        """``compiled``: each generation a compiled ``UidTable`` where the helper is built
+        (False: dicts, the specification, whatever is built)."""
         if max_entries < MIN_MAX_ENTRIES:
             raise ValueError(f"max_entries must be at least {MIN_MAX_ENTRIES}, not {max_entries}")
         self.max_entries = max_entries
         # With a budget of 1 there is room for one generation only (old stays empty).
         self._generation_max = max(1, max_entries // 2)
-        self._ids: dict[str, bytes] = {}  # forward, young generation
-        self._ids_old: dict[str, bytes] = {}
-        self._names: dict[bytes, str] = {}  # reverse, young generation
-        self._names_old: dict[bytes, str] = {}
+        self._new_ids, self._new_names = _table_factories(compiled)
+        self._ids = self._new_ids()  # forward, young generation
+        self._ids_old = self._new_ids()
+        self._names = self._new_names()  # reverse, young generation
+        self._names_old = self._new_names()
         #: entries dropped to stay within the budget, both directions
         self.evictions = 0
 
@@ -166,10 +183,10 @@ class UidCache:
 
     def clear(self) -> None:
         """Drop everything (``/api/dropcaches``). Eviction counts are kept."""
-        self._ids = {}
-        self._ids_old = {}
-        self._names = {}
-        self._names_old = {}
+        self._ids = self._new_ids()
+        self._ids_old = self._new_ids()
+        self._names = self._new_names()
+        self._names_old = self._new_names()
 
     # -- size accounting ----------------------------------------------------------------------
 
@@ -187,23 +204,53 @@ class UidCache:
         """Entries in both directions, as OpenTSDB's ``uid.cache-size`` counts them."""
         return self.id_entries + self.name_entries
 
+    def mapped_bytes(self) -> int:
+        """The bytes of the compiled tables' arrays (mapped pages, not the Python heap:
+        tracemalloc does not see them); 0 over dicts."""
+        tables = (self._ids, self._ids_old, self._names, self._names_old)
+        return sum(table.nbytes() for table in tables if not isinstance(table, dict))
+
     # -- internals ----------------------------------------------------------------------------
 
     def _store_id(self, name: str, uid: bytes) -> None:
         if name not in self._ids and len(self._ids) >= self._generation_max:
-            self._ids, self._ids_old = self._rotated(self._ids, self._ids_old)
+            self._ids, self._ids_old = self._rotated(self._ids, self._ids_old, self._new_ids)
         self._ids[name] = uid
 
     def _store_name(self, uid: bytes, name: str) -> None:
         if uid not in self._names and len(self._names) >= self._generation_max:
-            self._names, self._names_old = self._rotated(self._names, self._names_old)
+            self._names, self._names_old = self._rotated(
+                self._names, self._names_old, self._new_names
+            )
         self._names[uid] = name
 
-    def _rotated(self, young: dict[_K, _V], old: dict[_K, _V]) -> tuple[dict[_K, _V], dict[_K, _V]]:
+    def _rotated(
+        self,
+        young: MutableMapping[_K, _V],
+        old: MutableMapping[_K, _V],
+        new: Callable[[], MutableMapping[_K, _V]],
+    ) -> tuple[MutableMapping[_K, _V], MutableMapping[_K, _V]]:
         """(new young, new old) once ``young`` is full: the old generation is dropped and
         the young one takes its place (dropped too when the budget is one entry)."""
         self.evictions += len(old)
         if self.max_entries > 1:
-            return {}, young
+            return new(), young
         self.evictions += len(young)
-        return {}, {}
+        return new(), new()
+
+
+def _table_factories(
+    compiled: bool,
+) -> tuple[Callable[[], MutableMapping[str, bytes]], Callable[[], MutableMapping[bytes, str]]]:
+    """The constructors of a forward and a reverse generation: compiled tables, or dicts."""
+    if compiled and _UidTable is not None:
+        table = _UidTable
+        return (lambda: cast(MutableMapping[str, bytes], table())), (
+            lambda: cast(MutableMapping[bytes, str], table(reverse=True))
+        )
+    return dict, dict
+
+
+def compiled_tables() -> bool:
+    """Whether a cache's generations are compiled tables (the helper is built and shown)."""
+    return _UidTable is not None
