@@ -5,12 +5,14 @@ store's packed-row decoder (tsd/storage/embedded/_points.c) and encoder
 the ingest path's, each beside the Python it accelerates: the cell encoder
 (tsd/codec/_encode.c, the format shared in tsd/codec/_format.h), the put parsers
 (tsd/protocol/_parse.c), the log's framing of a batch (tsd/wal/_record.c) and the head's
-run bounds (tsd/head/_runs.c); everything else is in pyproject.toml. ``optional``:
+run bounds (tsd/head/_runs.c); and the UID caches' generation table (tsd/uid/_table.c,
+sharing tsd/_hashindex.h and tsd/_region.h with the put parsers' ref table); everything
+else is in pyproject.toml. ``optional``:
 without a C compiler tsd installs anyway and uses their pure-Python fallbacks
 (tsd/storage/hbase/rows.py, tsd/storage/embedded/packed.py's cells and numpy encoder,
 tsd/query/decode.py's numpy path, tsd/server/http/render.py's loop,
 tsd/codec/qualifier.py's, tsd/protocol/telnet.py's, put_json.py's, tsd/wal/record.py's and
-tsd/head/head.py's loops), only slower (the daemon logs a warning naming each missing
+tsd/head/head.py's loops, dicts for tsd/uid/cache.py's generations), only slower (the daemon logs a warning naming each missing
 helper; tsd/native.py).
 ``TSD_REQUIRE_NATIVE=1`` makes them required: a helper that does not build fails the
 build (CI and the Docker image's build stage set it). tsd/native.py's HELPERS lists the
@@ -56,7 +58,12 @@ setup(
             ["tsd/protocol/_parse.c"],
             # _format.h: the cell format it encodes into; _region.h: its table's arrays
             include_dirs=["tsd/codec", "tsd"],
-            depends=["tsd/codec/_format.h", "tsd/protocol/_keytable.h", "tsd/_region.h"],
+            depends=[
+                "tsd/codec/_format.h",
+                "tsd/protocol/_keytable.h",
+                "tsd/_hashindex.h",
+                "tsd/_region.h",
+            ],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),
@@ -69,8 +76,8 @@ setup(
         Extension(
             "tsd.uid._table",
             ["tsd/uid/_table.c"],
-            include_dirs=["tsd"],  # _region.h: the table's arrays
-            depends=["tsd/_region.h"],
+            include_dirs=["tsd"],  # _hashindex.h, _region.h: the index and arrays it shares
+            depends=["tsd/_hashindex.h", "tsd/_region.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tsd import native
+import tsd.native as native
 from tsd.uid.cache import UidCache, compiled_tables
 
 _table = native.load("tsd.uid._table")

@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_region.h"
+#include "_hashindex.h"
 
 typedef struct {
     uint64_t off;
@@ -41,13 +41,12 @@ typedef struct {
     size_t head;         /* no live entry before */
     size_t young_start;  /* entries from here on are young */
     size_t young, old;   /* live entries of each generation */
-    char *arena;
-    size_t arena_used, arena_cap, live_bytes;
-    uint32_t *index; /* 0: empty, KT_TOMB: deleted, else entry index + 1 */
-    size_t icap, ifill;
+    ByteArena arena;   /* the keys' bytes */
+    size_t live_bytes; /* of live entries' keys */
+    HashIndex index;
 } KeyTable;
 
-#define KT_TOMB UINT32_MAX
+#define KT_TOMB HI_TOMB
 #define KT_MAX_ENTRIES ((size_t)UINT32_MAX - 2)
 
 static PyTypeObject KeyTableType;
@@ -67,34 +66,22 @@ static uint32_t kt_hash(const char *key, Py_ssize_t len)
 static Py_ssize_t kt_find(KeyTable *t, const char *key, Py_ssize_t len, uint32_t hash,
                           size_t *slot_out)
 {
-    if (t->icap == 0)
+    if (t->index.cap == 0)
         return -1;
-    size_t mask = t->icap - 1, i = hash & mask;
-    for (;;) {
-        uint32_t s = t->index[i];
+    for (size_t i = hi_first(&t->index, hash);; i = hi_next(&t->index, i)) {
+        uint32_t s = t->index.slots[i];
         if (s == 0)
             return -1;
-        if (s != KT_TOMB) {
-            KTEntry *e = &t->entries[s - 1];
-            if (e->hash == hash && e->len == (uint32_t)len &&
-                memcmp(t->arena + e->off, key, (size_t)len) == 0) {
-                if (slot_out != NULL)
-                    *slot_out = i;
-                return (Py_ssize_t)(s - 1);
-            }
+        if (s == KT_TOMB)
+            continue;
+        KTEntry *e = &t->entries[s - 1];
+        if (e->hash == hash && e->len == (uint32_t)len &&
+            memcmp(t->arena.bytes + e->off, key, (size_t)len) == 0) {
+            if (slot_out != NULL)
+                *slot_out = i;
+            return (Py_ssize_t)(s - 1);
         }
-        i = (i + 1) & mask;
     }
-}
-
-static void kt_index_put(KeyTable *t, uint32_t hash, size_t entry)
-{
-    size_t mask = t->icap - 1, i = hash & mask;
-    while (t->index[i] != 0 && t->index[i] != KT_TOMB)
-        i = (i + 1) & mask;
-    if (t->index[i] == 0)
-        t->ifill++;
-    t->index[i] = (uint32_t)(entry + 1);
 }
 
 /* Drop dead entries (and, when they waste half of it, their key bytes), then index the
@@ -114,43 +101,18 @@ static int kt_rebuild(KeyTable *t, size_t want)
     t->n = w;
     t->head = 0;
     t->young_start = young_start;
-    if (t->arena_used > 2 * t->live_bytes + 65536) {
-        size_t cap = region_page_round(t->live_bytes + t->live_bytes / 4 + 4096);
-        char *arena = region_new(cap);
-        if (arena == NULL) {
-            PyErr_NoMemory();
+    if (arena_wasteful(&t->arena, t->live_bytes)) {
+        ByteArena fresh;
+        if (arena_fresh(&fresh, t->live_bytes) < 0)
             return -1;
-        }
-        uint64_t at = 0;
-        for (size_t i = 0; i < w; i++) {
-            KTEntry *e = &t->entries[i];
-            memcpy(arena + at, t->arena + e->off, e->len);
-            e->off = at;
-            at += e->len;
-        }
-        region_free(t->arena, t->arena_cap);
-        t->arena = arena;
-        t->arena_cap = cap;
-        t->arena_used = (size_t)at;
+        for (size_t i = 0; i < w; i++)
+            t->entries[i].off = arena_take(&fresh, &t->arena, t->entries[i].off, t->entries[i].len);
+        arena_swap(&t->arena, &fresh);
     }
-    size_t icap = 16;
-    while (icap * 5 < (want + 1) * 10) /* at most half full after */
-        icap <<= 1;
-    if (icap != t->icap) {
-        uint32_t *index = region_new(icap * sizeof(uint32_t));
-        if (index == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        region_free(t->index, t->icap * sizeof(uint32_t));
-        t->index = index;
-        t->icap = icap;
-    } else {
-        memset(t->index, 0, icap * sizeof(uint32_t));
-    }
-    t->ifill = 0;
+    if (hi_renew(&t->index, want) < 0)
+        return -1;
     for (size_t i = 0; i < w; i++)
-        kt_index_put(t, t->entries[i].hash, i);
+        hi_put(&t->index, t->entries[i].hash, i);
     return 0;
 }
 
@@ -165,17 +127,11 @@ static int kt_reserve(KeyTable *t)
     if (t->n == t->cap) {
         size_t dead = t->n - live;
         if (dead > 0 && dead * 4 >= t->n) /* a quarter dead: compact rather than grow */
-            return kt_rebuild(t, live + 1 > t->icap / 2 ? live + 1 : live);
-        size_t cap = t->cap ? t->cap * 2 : 1024;
-        KTEntry *entries = region_regrow(t->entries, t->cap * sizeof(KTEntry), cap * sizeof(KTEntry));
-        if (entries == NULL) {
-            PyErr_NoMemory();
+            return kt_rebuild(t, live + 1 > t->index.cap / 2 ? live + 1 : live);
+        if (entries_grow((void **)&t->entries, &t->cap, sizeof(KTEntry), 1024) < 0)
             return -1;
-        }
-        t->entries = entries;
-        t->cap = cap;
     }
-    if ((t->ifill + 1) * 10 > t->icap * 7)
+    if (hi_full(&t->index))
         return kt_rebuild(t, live + 1);
     return 0;
 }
@@ -186,22 +142,7 @@ static int kt_arena_add(KeyTable *t, const char *key, Py_ssize_t len, uint64_t *
         PyErr_SetString(PyExc_OverflowError, "KeyTable: key too long");
         return -1;
     }
-    if (t->arena_used + (size_t)len > t->arena_cap) {
-        size_t cap = t->arena_cap ? t->arena_cap : 65536;
-        while (t->arena_used + (size_t)len > cap)
-            cap *= 2;
-        char *arena = region_regrow(t->arena, t->arena_cap, cap);
-        if (arena == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->arena = arena;
-        t->arena_cap = cap;
-    }
-    memcpy(t->arena + t->arena_used, key, (size_t)len);
-    *off = t->arena_used;
-    t->arena_used += (size_t)len;
-    return 0;
+    return arena_add(&t->arena, key, (size_t)len, 65536, SIZE_MAX, off);
 }
 
 /* -- the generations (tsd.protocol.ref_table.PythonRefTable, step for step) ------------- */
@@ -216,7 +157,7 @@ static void kt_turn(KeyTable *t)
 static void kt_kill(KeyTable *t, size_t entry, size_t slot)
 {
     KTEntry *e = &t->entries[entry];
-    t->index[slot] = KT_TOMB;
+    t->index.slots[slot] = KT_TOMB;
     Py_CLEAR(e->value);
     t->live_bytes -= e->len;
     if (entry < t->young_start)
@@ -236,7 +177,7 @@ static void kt_evict(KeyTable *t)
         i++;
     KTEntry *e = &t->entries[i];
     size_t slot = 0;
-    kt_find(t, t->arena + e->off, e->len, e->hash, &slot);
+    kt_find(t, t->arena.bytes + e->off, e->len, e->hash, &slot);
     kt_kill(t, i, slot);
     t->head = i + 1;
     t->evictions++;
@@ -255,7 +196,7 @@ static void kt_append(KeyTable *t, uint64_t off, uint32_t len, uint32_t hash, Py
     e->hash = hash;
     e->value = value;
     t->live_bytes += len;
-    kt_index_put(t, hash, t->n);
+    hi_put(&t->index, hash, t->n);
     t->n++;
     t->young++;
 }
@@ -333,14 +274,11 @@ static void kt_release(KeyTable *t)
     for (size_t i = t->head; i < t->n; i++)
         Py_CLEAR(t->entries[i].value);
     region_free(t->entries, t->cap * sizeof(KTEntry));
-    region_free(t->arena, t->arena_cap);
-    region_free(t->index, t->icap * sizeof(uint32_t));
+    arena_release(&t->arena);
+    hi_release(&t->index);
     t->entries = NULL;
-    t->arena = NULL;
-    t->index = NULL;
     t->n = t->cap = t->head = t->young_start = t->young = t->old = 0;
-    t->arena_used = t->arena_cap = t->live_bytes = 0;
-    t->icap = t->ifill = 0;
+    t->live_bytes = 0;
 }
 
 static int kt_init(KeyTable *t, PyObject *args, PyObject *kwargs)
@@ -511,7 +449,7 @@ static PyObject *kt_items_of(KeyTable *t, int young)
         KTEntry *e = &t->entries[i];
         if (e->value == NULL)
             continue;
-        PyObject *pair = Py_BuildValue("(y#O)", t->arena + e->off, (Py_ssize_t)e->len, e->value);
+        PyObject *pair = Py_BuildValue("(y#O)", t->arena.bytes + e->off, (Py_ssize_t)e->len, e->value);
         if (pair == NULL || PyList_Append(out, pair) < 0) {
             Py_XDECREF(pair);
             Py_DECREF(out);
@@ -535,7 +473,7 @@ static PyObject *kt_old_items(KeyTable *t, PyObject *unused)
 static PyObject *kt_nbytes(KeyTable *t, PyObject *unused)
 {
     /* the bytes the table has touched at most: used entries, arena, index */
-    return PyLong_FromSize_t(t->n * sizeof(KTEntry) + t->arena_used + t->icap * sizeof(uint32_t));
+    return PyLong_FromSize_t(t->n * sizeof(KTEntry) + t->arena.used + t->index.cap * sizeof(uint32_t));
 }
 
 static PyObject *kt_get_evictions(KeyTable *t, void *closure)

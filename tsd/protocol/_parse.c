@@ -289,7 +289,7 @@ static void ahead_hash(Ahead *a, Py_ssize_t from, Py_ssize_t to)
             if (key_n >= 0) {
                 uint32_t h = kt_hash(buf, key_n);
                 hash = h;
-                __builtin_prefetch(&t->index[h & (t->icap - 1)]);
+                __builtin_prefetch(&t->index.slots[hi_first(&t->index, h)]);
             }
         }
         a->hashes[i - a->start] = hash;
@@ -300,19 +300,18 @@ static void ahead_hash(Ahead *a, Py_ssize_t from, Py_ssize_t to)
 static void ahead_follow(Ahead *a, Py_ssize_t from, Py_ssize_t to, int stage)
 {
     KeyTable *t = a->table;
-    size_t mask = t->icap - 1;
     for (Py_ssize_t i = from; i < to; i++) {
         int64_t hash = a->hashes[i - a->start];
         if (hash < 0)
             continue;
-        uint32_t s = t->index[(uint32_t)hash & mask];
+        uint32_t s = t->index.slots[hi_first(&t->index, (uint32_t)hash)];
         if (s == 0 || s == KT_TOMB || s - 1 >= t->n)
             continue;
         KTEntry *e = &t->entries[s - 1];
         if (stage == 2) {
             __builtin_prefetch(e);
         } else {
-            __builtin_prefetch(t->arena + e->off);
+            __builtin_prefetch(t->arena.bytes + e->off);
             if (e->value != NULL)
                 __builtin_prefetch(e->value);
         }
@@ -322,7 +321,7 @@ static void ahead_follow(Ahead *a, Py_ssize_t from, Py_ssize_t to, int stage)
 /* Line i's key hash (-1: none known), the stages moved on when i starts a block. */
 static int64_t ahead_at(Ahead *a, Py_ssize_t i)
 {
-    if (a->table == NULL || a->table->icap == 0)
+    if (a->table == NULL || a->table->index.cap == 0)
         return -1;
     Py_ssize_t at = i - a->start;
     if (at < AHEAD_BLOCK)

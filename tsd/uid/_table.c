@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_region.h"
+#include "_hashindex.h"
 
 typedef struct {
     uint64_t where; /* the name's arena offset (low 48 bits) | UID length << 48 (0: dead) */
@@ -38,7 +38,7 @@ typedef struct {
 #define UT_OFF_MASK (((uint64_t)1 << UT_OFF_BITS) - 1)
 #define UT_OFF(e) ((e)->where & UT_OFF_MASK)
 #define UT_UID_LEN(e) ((unsigned)((e)->where >> UT_OFF_BITS))
-#define UT_TOMB UINT32_MAX
+#define UT_TOMB HI_TOMB
 #define UT_MAX_ENTRIES ((size_t)UINT32_MAX - 2)
 
 typedef struct {
@@ -46,10 +46,9 @@ typedef struct {
     int reverse; /* keys are UIDs, values names; else names -> UIDs */
     UTEntry *entries;
     size_t n, cap, live; /* entries appended (dead included), room for, live */
-    char *arena;
-    size_t arena_used, arena_cap, live_bytes;
-    uint32_t *index; /* 0: empty, UT_TOMB: deleted, else entry index + 1 */
-    size_t icap, ifill;
+    ByteArena arena;   /* the names' bytes */
+    size_t live_bytes; /* of live entries' names */
+    HashIndex index;
 } UidTable;
 
 static PyTypeObject UidTableType;
@@ -120,7 +119,7 @@ static PyObject *ut_uid_object(const UTEntry *e)
 
 static PyObject *ut_name_object(const UidTable *t, const UTEntry *e)
 {
-    return PyUnicode_DecodeUTF8(t->arena + UT_OFF(e), (Py_ssize_t)e->len, "surrogatepass");
+    return PyUnicode_DecodeUTF8(t->arena.bytes + UT_OFF(e), (Py_ssize_t)e->len, "surrogatepass");
 }
 
 /* A looked-up key: the name's bytes and hash (forward) or the UID (reverse). */
@@ -167,17 +166,16 @@ static int ut_matches(const UidTable *t, const UTEntry *e, const UTKey *k)
         return 0;
     if (t->reverse)
         return e->uid == k->uid && UT_UID_LEN(e) == k->uid_len;
-    return e->len == (uint32_t)k->n && memcmp(t->arena + UT_OFF(e), k->s, (size_t)k->n) == 0;
+    return e->len == (uint32_t)k->n && memcmp(t->arena.bytes + UT_OFF(e), k->s, (size_t)k->n) == 0;
 }
 
 /* The entry holding k (-1: none), and its index slot. */
 static Py_ssize_t ut_find(const UidTable *t, const UTKey *k, size_t *slot_out)
 {
-    if (t->icap == 0)
+    if (t->index.cap == 0)
         return -1;
-    size_t mask = t->icap - 1, i = k->hash & mask;
-    for (;;) {
-        uint32_t s = t->index[i];
+    for (size_t i = hi_first(&t->index, k->hash);; i = hi_next(&t->index, i)) {
+        uint32_t s = t->index.slots[i];
         if (s == 0)
             return -1;
         if (s != UT_TOMB && ut_matches(t, &t->entries[s - 1], k)) {
@@ -185,18 +183,7 @@ static Py_ssize_t ut_find(const UidTable *t, const UTKey *k, size_t *slot_out)
                 *slot_out = i;
             return (Py_ssize_t)(s - 1);
         }
-        i = (i + 1) & mask;
     }
-}
-
-static void ut_index_put(UidTable *t, uint32_t hash, size_t entry)
-{
-    size_t mask = t->icap - 1, i = hash & mask;
-    while (t->index[i] != 0 && t->index[i] != UT_TOMB)
-        i = (i + 1) & mask;
-    if (t->index[i] == 0)
-        t->ifill++;
-    t->index[i] = (uint32_t)(entry + 1);
 }
 
 /* Drop dead entries (in order) and, when they waste half of it, their names' bytes; then
@@ -208,43 +195,21 @@ static int ut_rebuild(UidTable *t, size_t want)
         if (UT_UID_LEN(&t->entries[r]) != 0)
             t->entries[w++] = t->entries[r];
     t->n = w;
-    if (t->arena_used > 2 * t->live_bytes + 65536) {
-        size_t cap = region_page_round(t->live_bytes + t->live_bytes / 4 + 4096);
-        char *arena = region_new(cap);
-        if (arena == NULL) {
-            PyErr_NoMemory();
+    if (arena_wasteful(&t->arena, t->live_bytes)) {
+        ByteArena fresh;
+        if (arena_fresh(&fresh, t->live_bytes) < 0)
             return -1;
-        }
-        uint64_t at = 0;
         for (size_t i = 0; i < w; i++) {
             UTEntry *e = &t->entries[i];
-            memcpy(arena + at, t->arena + UT_OFF(e), e->len);
+            uint64_t at = arena_take(&fresh, &t->arena, UT_OFF(e), e->len);
             e->where = at | ((uint64_t)UT_UID_LEN(e) << UT_OFF_BITS);
-            at += e->len;
         }
-        region_free(t->arena, t->arena_cap);
-        t->arena = arena;
-        t->arena_cap = cap;
-        t->arena_used = (size_t)at;
+        arena_swap(&t->arena, &fresh);
     }
-    size_t icap = 16;
-    while (icap * 5 < (want + 1) * 10) /* at most half full after */
-        icap <<= 1;
-    if (icap != t->icap) {
-        uint32_t *index = region_new(icap * sizeof(uint32_t));
-        if (index == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        region_free(t->index, t->icap * sizeof(uint32_t));
-        t->index = index;
-        t->icap = icap;
-    } else {
-        memset(t->index, 0, icap * sizeof(uint32_t));
-    }
-    t->ifill = 0;
+    if (hi_renew(&t->index, want) < 0)
+        return -1;
     for (size_t i = 0; i < w; i++)
-        ut_index_put(t, t->entries[i].hash, i);
+        hi_put(&t->index, t->entries[i].hash, i);
     return 0;
 }
 
@@ -258,18 +223,12 @@ static int ut_reserve(UidTable *t)
     if (t->n == t->cap) {
         size_t dead = t->n - t->live;
         if (dead > 0 && dead * 4 >= t->n) /* a quarter dead: compact rather than grow */
-            return ut_rebuild(t, t->live + 1 > t->icap / 2 ? t->live + 1 : t->live);
-        size_t cap = t->cap ? t->cap * 2 : 170; /* a page of entries */
-        UTEntry *entries =
-            region_regrow(t->entries, t->cap * sizeof(UTEntry), cap * sizeof(UTEntry));
-        if (entries == NULL) {
-            PyErr_NoMemory();
+            return ut_rebuild(t, t->live + 1 > t->index.cap / 2 ? t->live + 1 : t->live);
+        /* the first time, a page of entries */
+        if (entries_grow((void **)&t->entries, &t->cap, sizeof(UTEntry), 170) < 0)
             return -1;
-        }
-        t->entries = entries;
-        t->cap = cap;
     }
-    if ((t->ifill + 1) * 10 > t->icap * 7)
+    if (hi_full(&t->index))
         return ut_rebuild(t, t->live + 1);
     return 0;
 }
@@ -281,33 +240,13 @@ static int ut_arena_add(UidTable *t, const char *s, Py_ssize_t n, uint64_t *off)
         PyErr_SetString(PyExc_ValueError, "UidTable: name too long");
         return -1;
     }
-    if (t->arena_used + (size_t)n > t->arena_cap) {
-        size_t cap = t->arena_cap ? t->arena_cap : 4096;
-        while (t->arena_used + (size_t)n > cap)
-            cap *= 2;
-        if (cap > UT_OFF_MASK) {
-            PyErr_SetString(PyExc_OverflowError, "UidTable: too many name bytes");
-            return -1;
-        }
-        char *arena = region_regrow(t->arena, t->arena_cap, cap);
-        if (arena == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        t->arena = arena;
-        t->arena_cap = cap;
-    }
-    if (n > 0)
-        memcpy(t->arena + t->arena_used, s, (size_t)n);
-    *off = t->arena_used;
-    t->arena_used += (size_t)n;
-    return 0;
+    return arena_add(&t->arena, s, (size_t)n, 4096, UT_OFF_MASK, off);
 }
 
 static void ut_kill(UidTable *t, size_t entry, size_t slot)
 {
     UTEntry *e = &t->entries[entry];
-    t->index[slot] = UT_TOMB;
+    t->index.slots[slot] = UT_TOMB;
     t->live_bytes -= e->len;
     e->where &= UT_OFF_MASK; /* UID length 0: dead */
     t->live--;
@@ -370,7 +309,7 @@ static int ut_set(UidTable *t, PyObject *key, PyObject *value)
     e->len = (uint32_t)n;
     e->hash = k.hash;
     e->uid = uid;
-    ut_index_put(t, k.hash, t->n);
+    hi_put(&t->index, k.hash, t->n);
     t->n++;
     t->live++;
     t->live_bytes += (size_t)n;
@@ -403,14 +342,10 @@ static PyObject *ut_lookup(UidTable *t, PyObject *key, int pop)
 static void ut_release(UidTable *t)
 {
     region_free(t->entries, t->cap * sizeof(UTEntry));
-    region_free(t->arena, t->arena_cap);
-    region_free(t->index, t->icap * sizeof(uint32_t));
+    arena_release(&t->arena);
+    hi_release(&t->index);
     t->entries = NULL;
-    t->arena = NULL;
-    t->index = NULL;
-    t->n = t->cap = t->live = 0;
-    t->arena_used = t->arena_cap = t->live_bytes = 0;
-    t->icap = t->ifill = 0;
+    t->n = t->cap = t->live = t->live_bytes = 0;
 }
 
 /* -- the Python type ---------------------------------------------------------------------- */
@@ -571,8 +506,8 @@ static PyObject *ut_items(UidTable *t, PyObject *unused)
 static PyObject *ut_nbytes(UidTable *t, PyObject *unused)
 {
     (void)unused;
-    return PyLong_FromSize_t(t->n * sizeof(UTEntry) + t->arena_used +
-                             t->icap * sizeof(uint32_t));
+    return PyLong_FromSize_t(t->n * sizeof(UTEntry) + t->arena.used +
+                             t->index.cap * sizeof(uint32_t));
 }
 
 static PyObject *ut_get_reverse(UidTable *t, void *closure)

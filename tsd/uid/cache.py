@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from itertools import compress, repeat
 from operator import is_, is_not
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
-from tsd import native
+import tsd.native as native
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -207,7 +207,7 @@ class UidCache:
     def mapped_bytes(self) -> int:
         """The bytes of the compiled tables' arrays (mapped pages, not the Python heap:
         tracemalloc does not see them); 0 over dicts."""
-        tables = (self._ids, self._ids_old, self._names, self._names_old)
+        tables: tuple[Any, ...] = (self._ids, self._ids_old, self._names, self._names_old)
         return sum(table.nbytes() for table in tables if not isinstance(table, dict))
 
     # -- internals ----------------------------------------------------------------------------
