@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import add, attrgetter
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -30,12 +29,12 @@ from tsd.storage.base import (
 )
 from tsd.storage.embedded import packed
 from tsd.storage.embedded.keys import (
-    FAMILY_END,
     KEY_LIMIT,
     PACKED_FAMILY,
-    ROW_END,
     cell_key,
     cell_prefix,
+    cell_prefixes,
+    cell_tail,
     decode_bucket,
     encode_bucket,
     is_bucket,
@@ -219,7 +218,7 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
     run: list[tuple[bytes, bytes]] = []
     last_row: bytes | None = None
     last_family: str | None = None
-    family_tail = b""  # ROW_END + family + FAMILY_END of last_family (keys.cell_prefix)
+    family_tail = b""  # keys.cell_tail(last_family)
     prefix = b""
     room = 0
     # consecutive changes of one row's cells in a family packed whole: one rewrite
@@ -250,7 +249,7 @@ def apply_mutations(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) -
                     raise StorageError("row key must not be empty")
                 if family != last_family:
                     table.check_family(family)
-                    family_tail = ROW_END + family.encode("ascii") + FAMILY_END
+                    family_tail = cell_tail(family)
                     last_family = family
                 prefix = row.replace(b"\x00", b"\x00\xff") + family_tail  # cell_prefix
                 if len(prefix) > KEY_LIMIT:
@@ -288,11 +287,7 @@ def _put_plain_run(txn: Txn, table: TableInfo, mutations: Sequence[Mutation]) ->
     if b"" in rows:
         return False  # the loop raises, in order
     table.check_family(family)
-    tail = ROW_END + family.encode("ascii") + FAMILY_END
-    prefixes = map(
-        add, map(bytes.replace, rows, repeat(b"\x00"), repeat(b"\x00\xff")), repeat(tail)
-    )
-    keys = list(map(add, prefixes, map(_qualifier, mutations)))
+    keys = list(map(add, cell_prefixes(rows, family), map(_qualifier, mutations)))
     if max(map(len, keys)) >= KEY_LIMIT:
         return False  # a key too long: the loop raises or stores it apart
     txn.cursor(db=table.db).putmulti(list(zip(keys, map(_value, mutations), strict=True)))
@@ -410,7 +405,7 @@ def check_and_put_many(txn: Txn, table: TableInfo, checks: Sequence[CheckAndPut]
             family_at, qualifier_at = family, qualifier
             tail = None
             if not table.packs(family, qualifier):
-                tail = ROW_END + family.encode("ascii") + FAMILY_END + qualifier
+                tail = cell_tail(family, qualifier)
         row = put.row
         key = None
         if expected is None and row and tail is not None:
@@ -467,9 +462,7 @@ def column_keys(
         return None
     if not rows:
         return []
-    tail = ROW_END + family.encode("ascii") + FAMILY_END + qualifier
-    escaped = map(bytes.replace, rows, repeat(b"\x00"), repeat(b"\x00\xff"))
-    keys = list(map(add, escaped, repeat(tail)))
+    keys = list(cell_prefixes(rows, family, qualifier))
     return keys if max(map(len, keys)) < KEY_LIMIT else None
 
 

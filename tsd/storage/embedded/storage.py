@@ -87,7 +87,7 @@ from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.blocks import PackedRun, rows_block, scan_block
 from tsd.storage.embedded.cells import ScanCursor, TableInfo, Txn
 from tsd.storage.embedded.commit_thread import WriterThread
-from tsd.storage.embedded.keys import FAMILY_END, KEY_LIMIT, PACKED_FAMILY, ROW_END, row_start
+from tsd.storage.embedded.keys import KEY_LIMIT, PACKED_FAMILY, cell_tail, row_start
 from tsd.storage.embedded.maintenance import LOCK_FILE, BadEntry
 
 T = TypeVar("T")
@@ -197,7 +197,7 @@ class EmbeddedStorage(Storage):
     def max_row_length(self, family: str) -> int:
         # A cell key is the row, its end, the family and its end (keys.py), at most
         # LMDB's KEY_LIMIT: 506 bytes for the UID table's forward rows (family "id").
-        return KEY_LIMIT - len(ROW_END) - len(family.encode("ascii")) - len(FAMILY_END)
+        return KEY_LIMIT - len(cell_tail(family))
 
     # -- opening ------------------------------------------------------------------------------
 
