@@ -189,3 +189,19 @@ def test_a_cache_over_tables_behaves_as_one_over_dicts(
             spec.name_entries,
             spec.evictions,
         )
+
+
+def test_a_uid_renamed_over_and_over_keeps_its_table_bounded() -> None:
+    """A reverse entry's new name is appended and the old one's bytes are dead: the arena
+    is repacked once they outweigh the live ones (and the same name again adds nothing)."""
+    table = _table.UidTable(reverse=True)
+    table[b"\x00\x00\x01"] = "kept"
+    for i in range(200_000):
+        table[b"\x00\x00\x02"] = f"name-{i % 7}-" + "x" * 40
+        table[b"\x00\x00\x03"] = "same"
+    assert table.nbytes() < 1 << 20
+    assert table.items() == [
+        (b"\x00\x00\x01", "kept"),
+        (b"\x00\x00\x02", f"name-{199_999 % 7}-" + "x" * 40),
+        (b"\x00\x00\x03", "same"),
+    ]

@@ -285,13 +285,22 @@ static int ut_set(UidTable *t, PyObject *key, PyObject *value)
     Py_ssize_t found = ut_find(t, &k, NULL);
     if (found >= 0) {
         UTEntry *e = &t->entries[found];
-        if (t->reverse) { /* a new name for the UID */
+        if (t->reverse) { /* a new name for the UID (the same one: nothing to do) */
+            if (e->len == (uint32_t)n && memcmp(t->arena.bytes + UT_OFF(e), s, (size_t)n) == 0) {
+                ok = 0;
+                goto done;
+            }
             uint64_t off;
             if (ut_arena_add(t, s, n, &off) < 0)
                 goto done;
+            e = &t->entries[found];
             t->live_bytes += (size_t)n - e->len;
             e->where = off | ((uint64_t)uid_len << UT_OFF_BITS);
             e->len = (uint32_t)n;
+            /* the old name's bytes are dead: repack once they outweigh the live ones, or a
+             * UID renamed over and over would grow the arena without bound */
+            if (arena_wasteful(&t->arena, t->live_bytes) && ut_rebuild(t, t->live) < 0)
+                goto done;
         } else { /* a new UID for the name */
             e->uid = uid;
             e->where = UT_OFF(e) | ((uint64_t)uid_len << UT_OFF_BITS);
