@@ -2,9 +2,10 @@
 the cells path: unpacked cell bytes decoded by tsd.query.decode, and the scalar reference
 (codec.decode_cells). Differential over random compacted cells: integers of every width
 (canonical, wider, narrower than their value), 4- and 8-byte floats (short decimals and
-arbitrary doubles), seconds and millisecond qualifiers, irregular offsets, with and without
-the meta byte, and cells that path must leave to the cells (duplicates, unsorted offsets,
-unreadable flags, no meta byte)."""
+arbitrary doubles), seconds and millisecond qualifiers, irregular offsets, cells of a few
+points and random walks of several hundred, with and without the meta byte, and cells
+that path must leave to the cells (duplicates, unsorted offsets, unreadable flags, no meta
+byte)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import random
 import struct
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,7 +49,10 @@ def _canonical_width(value: int) -> int:
 def compacted_cells(draw: st.DrawFn) -> tuple[tuple[bytes, bytes], bool]:
     """A compacted cell (qualifier, value) and whether points.decode must take it."""
     ms = draw(st.booleans())
-    n = draw(st.integers(2, 40))
+    # a quarter of the cells hold hundreds of points, a random walk (what a collector
+    # sends): the integer and decimal columns the C reads 256 points at a time (_points.c)
+    big = draw(st.integers(0, 3)) == 0
+    n = draw(st.integers(250, 600) if big else st.integers(2, 40))
     top = (1 << 22) if ms else 0xF00
     if draw(st.booleans()):
         step = draw(st.integers(1, top // n))
@@ -55,33 +60,47 @@ def compacted_cells(draw: st.DrawFn) -> tuple[tuple[bytes, bytes], bool]:
         offsets = [first + i * step for i in range(n)]
     else:
         offsets = sorted(draw(st.sets(st.integers(0, top - 1), min_size=n, max_size=n)))
-    kind = draw(st.sampled_from(["int", "decimal", "double", "mixed"]))
+    kind = "walk" if big else draw(st.sampled_from(["int", "decimal", "double", "mixed", "walk"]))
     widths = draw(st.sampled_from(["canonical", "one", "any"]))
     one_width = draw(st.sampled_from([1, 2, 4, 8]))
     places = draw(st.integers(0, 6))
+    rng = draw(st.randoms(use_true_random=False))
+    walk = [rng.randrange(-(10**9), 10**9)]
+    spread = rng.choice([1, 100, 10**6])
+    for _ in range(n - 1):
+        walk.append(walk[-1] + rng.randrange(-spread, spread + 1))
+
+    def pick(choices: list[Any]) -> Any:
+        # a walk's choices from its generator: hundreds of draws would slow hypothesis down
+        return rng.choice(choices) if kind == "walk" else draw(st.sampled_from(choices))
+
     flags: list[int] = []
     values: list[bytes] = []
-    for _ in range(n):
+    for i in range(n):
         point = kind if kind != "mixed" else draw(st.sampled_from(["int", "decimal", "double"]))
+        if point == "walk" and places == 0:
+            point = "int"
         if point == "int":
-            span = INT_RANGES[draw(st.sampled_from([1, 2, 4, 8]))]
-            value = draw(st.integers(-span - 1, span))
+            span = INT_RANGES[pick([1, 2, 4, 8])]
+            value = walk[i] if kind == "walk" else draw(st.integers(-span - 1, span))
             width = _canonical_width(value)
             if widths == "one":
                 width = one_width
             elif widths == "any":
-                width = draw(st.sampled_from([1, 2, 4, 8]))
+                width = pick([1, 2, 4, 8])
             flags.append(INT_FLAGS[width])
             values.append((value & ((1 << 8 * width) - 1)).to_bytes(width, "big"))
         else:
-            if point == "decimal":
+            if point == "walk":
+                number = round(walk[i] / 10**places, places)
+            elif point == "decimal":
                 number = round(draw(st.floats(-1e6, 1e6)), places)
             else:
                 number = draw(st.floats(allow_nan=False, allow_infinity=False))
             single = (
                 abs(number) < 3e38 and struct.unpack(">f", struct.pack(">f", number))[0] == number
             )
-            four = single if widths == "canonical" else draw(st.booleans())
+            four = single if widths == "canonical" else pick([False, True])
             with_f4 = four and abs(number) < 3.4e38
             flags.append(0xB if with_f4 else 0xF)
             values.append(struct.pack(">f" if with_f4 else ">d", number))

@@ -246,6 +246,113 @@ static int start_ints(Out *o, Py_ssize_t done) {
     return 0;
 }
 
+/* The offsets (ms from the row's base) of a fast cell's points into `offs`: first + step * i
+ * + the running sum of the packed steps (wrapping as numpy); 0 unless they strictly increase
+ * and fit the qualifiers. A regular series (no packed steps) is checked once, not per point. */
+static int read_offsets(const Cell *c, const unsigned char *steps, Py_ssize_t steps_len,
+                        int64_t *offs) {
+    Py_ssize_t n = c->n;
+    int ms = c->mode & M_MS;
+    int64_t limit = ms ? (INT64_C(1) << 22) : 0xF00; /* offsets that fit the qualifier */
+    int64_t scale = ms ? 1 : 1000;
+    if (!c->tbits) {
+        /* n < 2**16 and |step| < 2**31: no wrap; increasing iff step > 0 */
+        int64_t first = c->first, step = c->step;
+        if (step <= 0 || first + step * (int64_t)(n - 1) >= limit) return 0;
+        for (Py_ssize_t i = 0; i < n; i++) offs[i] = (first + step * (int64_t)i) * scale;
+        return 1;
+    }
+    uint64_t off = c->first;
+    int64_t last = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i) off += (uint64_t)(int64_t)c->step + bits_at(steps, steps_len, i - 1, c->tbits);
+        int64_t so = (int64_t)off;
+        if (so <= last || so >= limit) return 0;
+        last = so;
+        offs[i] = so * scale;
+    }
+    return 1;
+}
+
+/* Points decoded a chunk at a time on the fast path: the integers of a chunk first, then
+ * its values (a loop of independent steps the compiler vectorizes). */
+#define CHUNK 256
+
+/* bits_at for columns of at most 56 bits (a value never spans a ninth byte); `mask` is
+ * the low `bits` bits. */
+static inline uint64_t bits_narrow(const unsigned char *col, Py_ssize_t avail, Py_ssize_t i,
+                                   unsigned bits, uint64_t mask) {
+    uint64_t pos = (uint64_t)i * bits, byte = pos >> 3;
+    return (load_le64(col + byte, avail - (Py_ssize_t)byte) >> (pos & 7)) & mask;
+}
+
+/* decode_cell's values for an integer or decimal column with no flags column (one flags
+ * byte, or the canonical flags of each value) of at most 56 bits: the general loop's
+ * answers without its per-point branches (a day of points at 10 s is 8.6 M of them per
+ * 1,000 series). 1 done, 0 not taken, -1 error. */
+static int decode_values_fast(const Cell *c, const unsigned char *vals, Py_ssize_t vbytes,
+                              Out *o, Py_ssize_t at, Py_ssize_t *value_bytes) {
+    Py_ssize_t n = c->n, used = 0;
+    unsigned vmode = VMODE(c->mode), bits = c->vbits;
+    int one = (c->mode & M_ONE_FLAGS) != 0, delta = !(c->mode & M_FOR);
+    unsigned w = 0;
+    if (one) {
+        w = width_of(c->flag);
+        /* decimals under float flags, integers under integer flags */
+        if (!w || (vmode == V_DEC) != ((c->flag & 0x8) != 0)) return 0;
+    }
+    if (vmode == V_INT && !o->iv && start_ints(o, at) < 0) return -1;
+    uint64_t mask = bits ? (bits == 64 ? ~UINT64_C(0) : (UINT64_C(1) << bits) - 1) : 0;
+    uint64_t base = (uint64_t)c->base, acc = base, low = (uint64_t)c->low;
+    double scale = POW10[vmode == V_DEC ? c->k : 0];
+    int64_t x[CHUNK];
+    for (Py_ssize_t s = 0; s < n; s += CHUNK) {
+        Py_ssize_t m = n - s < CHUNK ? n - s : CHUNK;
+        if (delta) {
+            for (Py_ssize_t j = 0; j < m; j++) {
+                Py_ssize_t i = s + j;
+                if (i) acc += bits_narrow(vals, vbytes, i - 1, bits, mask) + low;
+                x[j] = (int64_t)acc;
+            }
+        } else {
+            for (Py_ssize_t j = 0; j < m; j++)
+                x[j] = (int64_t)(bits_narrow(vals, vbytes, s + j, bits, mask) + base);
+        }
+        double *dv = o->dv + at + s;
+        if (vmode == V_DEC) {
+            for (Py_ssize_t j = 0; j < m; j++) dv[j] = (double)x[j] / scale;
+            if (one) {
+                if (w == 4)
+                    for (Py_ssize_t j = 0; j < m; j++) dv[j] = (double)(float)dv[j];
+                used += m * (Py_ssize_t)w;
+            } else {
+                Py_ssize_t wide = 0; /* canonical: 4 bytes when a float holds it exactly */
+                for (Py_ssize_t j = 0; j < m; j++) wide += (double)(float)dv[j] != dv[j];
+                used += 4 * m + 4 * wide;
+            }
+            if (o->iv) {
+                memset(o->iv + at + s, 0, (size_t)m * 8);
+                memset(o->isi + at + s, 0, (size_t)m);
+            }
+        } else {
+            int64_t *iv = o->iv + at + s;
+            if (one) {
+                for (Py_ssize_t j = 0; j < m; j++) iv[j] = narrowed(x[j], w);
+                used += m * (Py_ssize_t)w;
+            } else {
+                for (Py_ssize_t j = 0; j < m; j++) {
+                    iv[j] = x[j];
+                    used += width_of(int_flags(x[j]));
+                }
+            }
+            for (Py_ssize_t j = 0; j < m; j++) dv[j] = (double)iv[j];
+            memset(o->isi + at + s, 1, (size_t)m);
+        }
+    }
+    *value_bytes = used;
+    return 1;
+}
+
 /* The points of one cell (payload `p` of `have` bytes, decompressed) at `at` of `o`:
  * 1 done, 0 not taken, -1 error. *vlen gets the cell's value bytes (with its meta byte). */
 static int decode_cell(const Cell *c, const unsigned char *p, Py_ssize_t have, Out *o,
@@ -254,25 +361,21 @@ static int decode_cell(const Cell *c, const unsigned char *p, Py_ssize_t have, O
     if (payload_size(c, p, have, &vbytes) != have) return 0;
     const unsigned char *steps = p;
     Py_ssize_t steps_len = bit_bytes(n - 1, c->tbits);
+    if (!read_offsets(c, steps, steps_len, o->off + at)) return 0;
     int column = !(c->mode & (M_ONE_FLAGS | M_CANON));
     const unsigned char *flags = p + steps_len;
     const unsigned char *vals = flags + (column ? n : 0);
     unsigned vmode = VMODE(c->mode);
-    int ms = c->mode & M_MS;
-    int64_t limit = ms ? (INT64_C(1) << 22) : 0xF00; /* offsets that fit the qualifier */
-    /* offsets: first + step * i + the running sum of the packed steps (wrapping as numpy) */
-    uint64_t off = c->first;
-    int64_t last = -1;
-    uint64_t acc = (uint64_t)c->base; /* the running integer of a delta column */
     Py_ssize_t value_bytes = 0, raw_at = 0;
-    int64_t *offs = o->off + at;
+    if (!column && vmode != V_RAW && c->vbits <= 56) {
+        int taken = decode_values_fast(c, vals, vbytes, o, at, &value_bytes);
+        if (taken <= 0) return taken;
+        *vlen = value_bytes + 1;
+        return 1;
+    }
+    uint64_t acc = (uint64_t)c->base; /* the running integer of a delta column */
     double *dv = o->dv + at;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i) off += (uint64_t)(int64_t)c->step + bits_at(steps, steps_len, i - 1, c->tbits);
-        int64_t so = (int64_t)off;
-        if (so <= last || so >= limit) return 0;
-        last = so;
-        offs[i] = ms ? so : so * 1000;
         int64_t x = 0;
         if (vmode != V_RAW) {
             if (c->mode & M_FOR) {
