@@ -115,6 +115,36 @@ async def test_tsuid_queries_use_a_multi_get(harness: QueryHarness) -> None:
     assert answer[0]["dps"] == found[0]["dps"]
 
 
+async def test_a_scan_is_cut_in_as_many_reads_as_its_storage_takes_at_once(
+    harness: QueryHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Storage.parallel_reads`` slices: the hours of ``m`` in one scan, or in up to three
+    (salted: a scan per bucket either way); the answer the same. The embedded store's
+    scans only: HBase's slices are cut again at row keys its regions hold."""
+    storage = harness.storage
+    if not storage.reads_ranges_at_once():
+        pytest.skip("HBase cuts its slices again by keys (_key_ranges)")
+    read = storage.scan_blocks
+    scans: list[ScanSpec] = []
+
+    def counted(table: str, spec: ScanSpec, stats: Any = None) -> Any:
+        scans.append(spec)
+        return read(table, spec, stats)
+
+    monkeypatch.setattr(storage, "scan_blocks", counted)
+    answers = []
+    for parallel in (1, 3):
+        monkeypatch.setattr(storage, "parallel_reads", lambda n=parallel: n)
+        scans.clear()
+        answers.append(_without_stats(await _ask(harness, "m=sum:m{host=*}")))
+        if harness.config.storage.salt_width:
+            assert len(scans) == harness.config.storage.salt_buckets
+        else:  # up to that many: slices of whole hours, as even as they come
+            assert len(scans) == 1 if parallel == 1 else 1 < len(scans) <= parallel
+    assert answers[0]
+    assert answers[0] == answers[1]
+
+
 def test_time_slices_cover_the_range_in_whole_hours() -> None:
     spec = ScanSpec(b"\x01" + T0.to_bytes(4, "big"), b"\x01" + (T0 + 5 * 3600).to_bytes(4, "big"))
     slices = time_slices(spec, T0, T0 + 5 * 3600, 4)

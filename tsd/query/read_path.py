@@ -44,8 +44,9 @@ row with its tracking off), so a series OpenTSDB wrote after the index was built
 missed; nothing in the tables tells whether that happened. See docs/hbase.md.
 
 Parallelism: a scan is cut in time slices (whole hours) per salt bucket, up to
-``PARALLEL_READS`` reads in flight per sub-query; key-only matches are fetched in
-``getRows`` calls of ``GET_CHUNK`` rows, also concurrently. The HBase backend bounds the
+:meth:`Storage.parallel_reads` reads in flight per sub-query (HBase 4, the embedded store
+one per core); key-only matches are fetched in ``getRows`` calls of ``GET_CHUNK`` rows,
+also concurrently. The HBase backend bounds the
 bulk reads of all queries together below its pool size (``read_slots``), so a big query
 leaves connections to the writers.
 """
@@ -89,8 +90,6 @@ SCAN = "scan"
 MULTI_GET = "multi-get"
 KEY_ONLY = "key-only"
 RANGES = "ranges"
-#: reads in flight per sub-query (scans of time slices, getRows calls)
-PARALLEL_READS = 4
 #: row keys per getRows call of the key-only and multi-get paths
 GET_CHUNK = 1000
 #: rows per round trip of a key-only pass
@@ -330,7 +329,7 @@ async def read_rows(
     if path == RANGES:
         await _read_ranges(storage, table, plan, request, consume, stats)
         return
-    specs = _sliced(plan)
+    specs = _sliced(plan, storage.parallel_reads())
     if path == KEY_ONLY:
         specs = [_key_pass(spec, request) for spec in specs]
         found: list[list[bytes]] = [[] for _ in specs]
@@ -343,8 +342,9 @@ async def read_rows(
         await all_or_none([keys_of(i) for i in range(len(specs))])
         await _get_all(storage, table, [k for ks in found for k in ks], plan, consume, stats)
         return
-    if len(specs) < PARALLEL_READS:
-        per_slice = -(-PARALLEL_READS // len(specs))
+    parallel = storage.parallel_reads()
+    if len(specs) < parallel:
+        per_slice = -(-parallel // len(specs))
         cut = await all_or_none([_key_ranges(storage, table, s, per_slice) for s in specs])
         specs = [s for pieces in cut for s in pieces]
     await all_or_none([_scan_one(storage, table, spec, consume, stats) for spec in specs])
@@ -359,15 +359,16 @@ async def _read_ranges(
     stats: ReadStats,
 ) -> None:
     """The ranges path: decided ranges scanned with their cells, the others by a key-only
-    pass and a ``getRows`` of their matching keys, up to ``PARALLEL_READS`` at once; where
-    storage reads many ranges per call (:meth:`Storage.reads_ranges_at_once`: the embedded
-    store), the decided ranges in one :meth:`Storage.scan_ranges` instead (a day of one
-    series is 25 small ranges: a reader-thread hop each cost more than their rows)."""
+    pass and a ``getRows`` of their matching keys, up to :meth:`Storage.parallel_reads` at
+    once; where storage reads many ranges per call (:meth:`Storage.reads_ranges_at_once`:
+    the embedded store), the decided ranges in one :meth:`Storage.scan_ranges` instead (a
+    day of one series is 25 small ranges: a reader-thread hop each cost more than their
+    rows)."""
     ranges = narrowed_ranges(plan, request)
     if ranges is None:  # forced (tests) where the planner would not take it
         ranges = [KeyRange(s.start, s.stop, False) for s in plan.scans]
     template = plan.scans[0]
-    slots = asyncio.Semaphore(PARALLEL_READS)
+    slots = asyncio.Semaphore(storage.parallel_reads())
     together: list[ScanSpec] = []
     if storage.reads_ranges_at_once():  # the embedded store: all decided ranges in one read
         families, row_filter = template.families, template.row_filter
@@ -458,8 +459,8 @@ def split_keys(first: bytes, last: bytes, pieces: int) -> list[bytes]:
     return keys
 
 
-def _sliced(plan: ScanPlan) -> list[ScanSpec]:
-    per_bucket = max(1, PARALLEL_READS // max(1, len(plan.scans)))
+def _sliced(plan: ScanPlan, parallel: int) -> list[ScanSpec]:
+    per_bucket = max(1, parallel // max(1, len(plan.scans)))
     return [
         s for spec in plan.scans for s in time_slices(spec, plan.start_s, plan.end_s, per_bucket)
     ]
@@ -475,7 +476,7 @@ async def _get_all(
 ) -> None:
     families = plan.scans[0].families if plan.scans else ()
     chunks = [keys[i : i + GET_CHUNK] for i in range(0, len(keys), GET_CHUNK)]
-    slots = asyncio.Semaphore(PARALLEL_READS)
+    slots = asyncio.Semaphore(storage.parallel_reads())
 
     async def get(chunk: Sequence[bytes]) -> None:
         async with slots:

@@ -572,6 +572,11 @@ class Storage(ABC):
                 stats.add(block, 0.0)
             yield block
 
+    def parallel_reads(self) -> int:
+        """Reads of one sub-query worth having in flight at once (the query path cuts a
+        scan in that many time slices): HBase's round trips overlap, so 4 by default."""
+        return 4
+
     def reads_ranges_at_once(self) -> bool:
         """Whether :meth:`scan_ranges` reads many key ranges per call to the store (the
         embedded store: one reader-thread hop), so the query path hands it all of a

@@ -139,6 +139,9 @@ class InstrumentedStorage(Storage):
     ) -> AsyncGenerator[list[bytes], None]:
         return self._timed_scan(self.inner.scan_keys(table, spec, stats))
 
+    def parallel_reads(self) -> int:
+        return self.inner.parallel_reads()
+
     def reads_ranges_at_once(self) -> bool:
         return self.inner.reads_ranges_at_once()
 
