@@ -22,8 +22,7 @@ from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP
 from tsd.protocol.prom_samples import (
     MARK_TIMESTAMP,
     MARK_VALUE,
-    MARK_VALUE_BITS,
-    python_align_samples,
+    align_samples,
     python_take_known_samples,
     take_known_samples,
 )
@@ -182,33 +181,54 @@ column_values = st.lists(st.one_of(st.just(MARK_VALUE), values), max_size=30)
 column_timestamps = st.lists(st.one_of(st.just(MARK_TIMESTAMP), timestamps), max_size=30)
 
 
-@needs_c
+def _reference_align(column: list[Any], count: int, is_mark: Any, missing: Any) -> Any:
+    """Per mark, the last item behind it: the marks' rule one item at a time."""
+    out: list[Any] = []
+    for item in column:
+        if is_mark(item):
+            out.append(missing)
+        elif not out:
+            return None
+        else:
+            out[-1] = item
+    return out if len(out) == count else None
+
+
+def _is_mark_value(value: float) -> bool:
+    return struct.pack("<d", value) == struct.pack("<d", MARK_VALUE)
+
+
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(column_values, column_timestamps, st.integers(0, 12))
-def test_align_samples_as_python(values_: list[float], timestamps_: list[int], count: int) -> None:
-    c_answer = P.align_samples(values_, timestamps_, count, MARK_VALUE_BITS, MARK_TIMESTAMP)
-    py_answer = python_align_samples(values_, timestamps_, count)
-    if py_answer is None:
-        assert c_answer is None
+def test_align_samples_reads_the_marks_item_by_item(
+    values_: list[float], timestamps_: list[int], count: int
+) -> None:
+    answer = align_samples(values_, timestamps_, count)
+    want_values = _reference_align(values_, count, _is_mark_value, 0.0)
+    want_timestamps = _reference_align(timestamps_, count, MARK_TIMESTAMP.__eq__, 0)
+    if want_values is None or want_timestamps is None:
+        assert answer is None
     else:
-        assert c_answer is not None
-        assert [struct.pack("<d", v) for v in c_answer[0]] == [
-            struct.pack("<d", v) for v in py_answer[0]
+        assert answer is not None
+        assert [struct.pack("<d", v) for v in answer[0]] == [
+            struct.pack("<d", v) for v in want_values
         ]
-        assert c_answer[1] == py_answer[1]
+        assert answer[1] == want_timestamps
+        assert all(type(v) is float for v in answer[0])
+        assert all(type(t) is int for t in answer[1])
 
 
 def test_align_samples_reads_each_sample_behind_its_mark() -> None:
     m, t = MARK_VALUE, MARK_TIMESTAMP
     # three samples: (1.5, 10), value left out (0.0), value and timestamp sent twice
-    assert python_align_samples([m, 1.5, m, m, 2.0, 3.0], [t, 10, t, 11, t, 12, 13], 3) == (
+    assert align_samples([m, 1.5, m, m, 2.0, 3.0], [t, 10, t, 11, t, 12, 13], 3) == (
         [1.5, 0.0, 3.0],
         [10, 11, 13],
     )
-    assert python_align_samples([m, 1.5], [t, 10], 2) is None  # fewer marks
-    assert python_align_samples([1.5, m], [t, 10], 1) is None  # not led by a mark
-    assert python_align_samples([m, m], [t, 10], 1) is None  # a sample's value is a mark's
+    assert align_samples([m, 1.5], [t, 10], 2) is None  # fewer marks
+    assert align_samples([1.5, m], [t, 10], 1) is None  # not led by a mark
+    assert align_samples([m, m], [t, 10], 1) is None  # a sample's value is a mark's
 
 
 def _field(number: int, wire: int, payload: bytes) -> bytes:

@@ -25,10 +25,9 @@
  *
  * take_known_samples(keys, values, timestamps, known, out, low, high, qualifiers, int1,
  *   encode_point) -> (points taken, cells added, others): Prometheus remote write's
- *   samples of known series, encoded into a rows dict or listed; align_samples(values,
- *   timestamps, count, mark_bits, mark_timestamp) -> (values, timestamps) or None: its
- *   sample columns read back from their marks (tsd.protocol.prom_samples is the
- *   specification; tests/protocol/test_prom_samples.py checks both agree).
+ *   samples of known series, encoded into a rows dict or listed
+ *   (tsd.protocol.prom_samples.python_take_known_samples is the specification;
+ *   tests/protocol/test_prom_samples.py checks both agree).
  */
 #include "_format.h"
 #include "_keytable.h"
@@ -968,109 +967,6 @@ fail:
     return NULL;
 }
 
-/* One column of align_samples: per mark, the last item behind it, or ``missing`` (a new
- * reference in *out, or NULL when the column does not align, no exception set). */
-static int align_column(PyObject *column, Py_ssize_t count, int is_value,
-                        unsigned long long mark_bits, long long mark_ts, PyObject *missing,
-                        PyObject **out)
-{
-    *out = NULL;
-    PyObject *seq = PySequence_Fast(column, "a column must be a sequence");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *aligned = PyList_New(count);
-    if (aligned == NULL) {
-        Py_DECREF(seq);
-        return -1;
-    }
-    Py_ssize_t at = -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = items[i];
-        int mark;
-        if (is_value) {
-            if (!PyFloat_CheckExact(item))
-                goto misaligned;
-            double v = PyFloat_AS_DOUBLE(item);
-            unsigned long long bits;
-            memcpy(&bits, &v, sizeof bits);
-            mark = bits == mark_bits;
-        } else {
-            if (!PyLong_CheckExact(item))
-                goto misaligned;
-            int overflow = 0;
-            long long ts = PyLong_AsLongLongAndOverflow(item, &overflow);
-            if (ts == -1 && PyErr_Occurred())
-                PyErr_Clear();
-            mark = !overflow && ts == mark_ts;
-        }
-        if (mark) {
-            if (++at >= count)
-                goto misaligned;
-            Py_INCREF(missing);
-            PyList_SET_ITEM(aligned, at, missing);
-        } else if (at < 0) {
-            goto misaligned;
-        } else {
-            Py_INCREF(item);
-            Py_SETREF(PyList_GET_ITEM(aligned, at), item);
-        }
-    }
-    Py_DECREF(seq);
-    if (at + 1 != count) {
-        Py_DECREF(aligned); /* its unset items are NULL: list_dealloc skips them */
-        return 0;
-    }
-    *out = aligned;
-    return 0;
-misaligned:
-    Py_DECREF(seq);
-    Py_DECREF(aligned);
-    return 0;
-}
-
-/* align_samples(values, timestamps, count, mark_bits, mark_timestamp)
- *   -> (values, timestamps) or None: remote write's sample columns read back from their
- *   marks (tsd.protocol.prom_samples.python_align_samples is the specification). */
-static PyObject *align_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "align_samples: bad arguments");
-        return NULL;
-    }
-    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
-    unsigned long long mark_bits = PyLong_AsUnsignedLongLong(args[3]);
-    long long mark_ts = PyLong_AsLongLong(args[4]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (count < 0) {
-        PyErr_SetString(PyExc_ValueError, "align_samples: a negative count");
-        return NULL;
-    }
-    PyObject *zero_value = PyFloat_FromDouble(0.0);
-    PyObject *zero_ts = PyLong_FromLong(0);
-    PyObject *values = NULL, *timestamps = NULL, *done = NULL;
-    if (zero_value == NULL || zero_ts == NULL)
-        goto out;
-    if (align_column(args[0], count, 1, mark_bits, mark_ts, zero_value, &values) < 0)
-        goto out;
-    if (values != NULL &&
-        align_column(args[1], count, 0, mark_bits, mark_ts, zero_ts, &timestamps) < 0)
-        goto out;
-    if (values == NULL || timestamps == NULL) {
-        done = Py_NewRef(Py_None);
-        goto out;
-    }
-    done = PyTuple_Pack(2, values, timestamps);
-out:
-    Py_XDECREF(zero_value);
-    Py_XDECREF(zero_ts);
-    Py_XDECREF(values);
-    Py_XDECREF(timestamps);
-    return done;
-}
-
 /* take_known_samples(keys, values, timestamps, known, out, low, high, qualifiers, int1,
  *   encode_point) -> (points taken, cells added, others): remote write's one sample per
  *   series (tsd.protocol.prom_samples.python_take_known_samples is the specification).
@@ -1162,8 +1058,6 @@ static PyMethodDef methods[] = {
      "(series, timestamp, value) of decoded usual points of known series, or None."},
     {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
      "Remote write samples of known series, encoded or listed: (taken, cells, others)."},
-    {"align_samples", (PyCFunction)(void (*)(void))align_samples, METH_FASTCALL,
-     "Remote write's sample columns read back from their marks, or None."},
     {NULL, NULL, 0, NULL},
 };
 

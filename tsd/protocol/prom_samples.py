@@ -3,7 +3,7 @@
 Prometheus sends each sample as its own series with all its labels; a request's series
 are read as keys and two columns of samples, values and timestamps
 (:func:`~tsd.protocol.prom_wire.decode_write_columns`, its columns aligned by
-:func:`align_samples`), and
+:func:`align_samples` over arrays), and
 the series the ingest service has resolved before are found by key. Their storable
 samples (a finite value, a millisecond timestamp OpenTSDB reads as one) are taken in one
 pass: encoded into a writer batch's cells as
@@ -11,10 +11,9 @@ pass: encoded into a writer batch's cells as
 ``(series, timestamp, value)`` points; every other sample is left to the caller by index
 (a new series, a value or timestamp that is not stored).
 
-:func:`python_take_known_samples` and :func:`python_align_samples` are the specifications
-and the fallbacks; the compiled helpers (``take_known_samples`` and ``align_samples`` in
-``tsd/protocol/_parse.c``) do the same, without a Python step per sample
-(tests/protocol/test_prom_samples.py checks both agree).
+:func:`python_take_known_samples` is the specification and the fallback; the compiled
+helper (``take_known_samples`` in ``tsd/protocol/_parse.c``) does the same, without a
+Python step per sample (tests/protocol/test_prom_samples.py checks both agree).
 """
 
 from __future__ import annotations
@@ -23,11 +22,12 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
+import numpy as np
+
 import tsd.native as native
 from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
 
 _c_take_known_samples: Any = native.attribute("tsd.protocol._parse", "take_known_samples")
-_c_align_samples: Any = native.attribute("tsd.protocol._parse", "align_samples")
 
 #: The mark remote write's wire reading puts before each sample (tsd.protocol.prom_wire):
 #: a value that is a quiet NaN of a payload of tsd's own (its bits, as an unsigned int),
@@ -41,11 +41,7 @@ MARK_VALUE: Final[float] = struct.unpack("<d", _MARK_VALUE_BITS)[0]
 Out = dict[bytes, dict[bytes, bytes]] | list[tuple[Any, int, float]]
 
 
-def _is_mark_value(value: float) -> bool:
-    return value != value and struct.pack("<d", value) == _MARK_VALUE_BITS
-
-
-def python_align_samples(
+def align_samples(
     values: Sequence[float], timestamps: Sequence[int], count: int
 ) -> tuple[list[float], list[int]] | None:
     """The values and timestamps of ``count`` samples read as columns behind marks (see
@@ -53,28 +49,38 @@ def python_align_samples(
     sample's own fields of that column, none or more. A sample's value is the last one
     behind its mark (protobuf's rule for a field met twice), 0.0 when there is none (what
     proto3 leaves out); its timestamp likewise, 0 when there is none. None when either
-    column does not start with a mark or holds other than ``count`` marks."""
-    aligned_values = _align(values, count, _is_mark_value, 0.0)
+    column does not start with a mark or holds other than ``count`` marks.
+
+    The columns are read as arrays: numpy takes a protobuf runtime's repeated field in one
+    call (about 12 ns a sample for both columns), where reading its items one by one, even
+    from C, cost 130 ns a sample (an object per item)."""
+    value_column = np.array(values, dtype=np.float64)
+    aligned_values = _align(
+        value_column, value_column.view(np.uint64) == MARK_VALUE_BITS, count, 0.0
+    )
     if aligned_values is None:
         return None
-    aligned_timestamps = _align(timestamps, count, MARK_TIMESTAMP.__eq__, 0)
+    timestamp_column = np.array(timestamps, dtype=np.int64)
+    aligned_timestamps = _align(timestamp_column, timestamp_column == MARK_TIMESTAMP, count, 0)
     if aligned_timestamps is None:
         return None
     return aligned_values, aligned_timestamps
 
 
-def _align(
-    column: Sequence[Any], count: int, is_mark: Callable[[Any], bool], missing: Any
-) -> list[Any] | None:
-    out: list[Any] = []
-    for item in column:
-        if is_mark(item):
-            out.append(missing)
-        elif not out:
-            return None
-        else:
-            out[-1] = item
-    return out if len(out) == count else None
+def _align(column: np.ndarray, is_mark: np.ndarray, count: int, missing: float) -> list[Any] | None:
+    """Per mark of ``column``, the last item before the next mark (``missing`` when the
+    next item is a mark or there is none); None unless ``count`` marks lead the column."""
+    if len(column) == 2 * count and is_mark[::2].all() and not is_mark[1::2].any():
+        return cast(list[Any], column[1::2].tolist())  # one field each: what Prometheus sends
+    marks = np.flatnonzero(is_mark)
+    if len(marks) != count or (count and marks[0] != 0):
+        return None
+    if not count:
+        return [] if not len(column) else None
+    last = np.empty(count, np.int64)  # each sample's last item: before the next mark
+    last[:-1] = marks[1:] - 1
+    last[-1] = len(column) - 1
+    return cast(list[Any], np.where(last == marks, missing, column[last]).tolist())
 
 
 def python_take_known_samples(
@@ -121,21 +127,8 @@ def _compiled_take(*args: Any) -> tuple[int, int, list[int]]:
     return cast(tuple[int, int, list[int]], _c_take_known_samples(*args, *ENCODER_TABLES))
 
 
-def _compiled_align(
-    values: Sequence[float], timestamps: Sequence[int], count: int
-) -> tuple[list[float], list[int]] | None:
-    return cast(
-        "tuple[list[float], list[int]] | None",
-        _c_align_samples(values, timestamps, count, MARK_VALUE_BITS, MARK_TIMESTAMP),
-    )
-
-
 #: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys`` a
 #: list, ``known`` a dict: a TypeError otherwise)
 take_known_samples: Final[Callable[..., tuple[int, int, list[int]]]] = (
     python_take_known_samples if _c_take_known_samples is None else _compiled_take
 )
-#: :func:`python_align_samples`, by the compiled helper when it is built
-align_samples: Final[
-    Callable[[Sequence[float], Sequence[int], int], tuple[list[float], list[int]] | None]
-] = python_align_samples if _c_align_samples is None else _compiled_align
