@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -16,6 +17,7 @@ from tsd.codec import compact_row, encode_point
 from tsd.errors import StorageError
 from tsd.storage.base import Delete, FamilySpec, Put, ScanSpec
 from tsd.storage.embedded import EmbeddedStorage, packed
+from tsd.storage.embedded import storage as storage_module
 from tsd.storage.embedded.keys import is_packed, packed_key
 
 BASE = 1356998400
@@ -466,3 +468,40 @@ def test_the_c_encoder_at_the_integer_edges() -> None:
     assert [packed.pack([c]) for c in cells] == [numpy_pack([c]) for c in cells]
     inside = [values for values, _ in edge_cells() if max(map(abs, values)) < 2**61]
     assert sum(fields is not None for fields in found) == len(inside)
+
+
+async def test_a_read_hop_takes_blocks_until_they_hold_enough_values(
+    store: EmbeddedStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scan_blocks reads up to BLOCKS_PER_READ blocks per reader-thread hop, fewer once
+    they hold HOP_VALUES values (the query decodes a block while the next is read); the
+    blocks are the same either way."""
+    rows = [
+        b"\x00\x00\x01" + struct.pack(">I", BASE + 3600 * hour) + b"\x00\x00\x01\x00\x00\x01"
+        for hour in range(8)
+    ]
+    await store.put(
+        "d",
+        [
+            Put(row, "t", *compacted([(BASE + 1, hour), (BASE + 2, 2)]))
+            for hour, row in enumerate(rows)
+        ],
+    )
+    hops = 0
+    read = store._read
+
+    async def counted(*args: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await read(*args)
+
+    monkeypatch.setattr(store, "_read", counted)
+    seen = []
+    for hop_values, want_hops in ((1000, 2), (2, 8)):
+        monkeypatch.setattr(storage_module, "HOP_VALUES", hop_values)
+        hops = 0
+        blocks = [b async for b in store.scan_blocks("d", ScanSpec(families=("t",), batch_rows=1))]
+        assert hops == want_hops
+        seen.append([(list(b.keys), list(b.values)) for b in blocks])
+    assert seen[0] == seen[1]
+    assert [k for keys, _ in seen[0] for k in keys] == rows
