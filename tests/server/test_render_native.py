@@ -70,6 +70,19 @@ def test_a_day_of_doubles_reads_back(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_helper
+@needs_helper
+def test_every_width_of_timestamp_is_written_as_python_writes_it() -> None:
+    """Each power of ten and the number below it, their negatives, and int64's ends: the
+    writer's digit count and its pairs of digits."""
+    stamps = [0, -(2**63), 2**63 - 1]
+    for k in range(1, 19):
+        stamps += [10**k - 1, 10**k, -(10**k) + 1, -(10**k)]
+    ts = np.array(stamps, dtype=np.int64)
+    texts = b",".join(b"%d" % i for i in range(len(stamps)))
+    for arrays in (False, True):
+        assert _C.dps_json(ts, texts, arrays) == dps_json_python(ts, texts, arrays)
+
+
 def test_values_not_one_per_timestamp_are_left_to_the_python_path() -> None:
     ts = np.array([1, 2, 3], dtype=np.int64)
     assert _C.dps_json(ts, b"1.0,2.0", False) is None
