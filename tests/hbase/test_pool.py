@@ -156,6 +156,7 @@ async def test_unreachable_gateway_raises_storage_unavailable() -> None:
     await storage.close()
 
 
+@pytest.mark.slow  # waits out a real deadline
 async def test_call_past_its_deadline_raises_storage_timeout_and_drops_the_connection() -> None:
     async with silent_server() as port:
         cfg = StorageConfig(thrift_host="127.0.0.1", thrift_port=port, thrift_timeout_ms=100)

@@ -13,11 +13,14 @@ import json
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.hbase.opentsdb import fresh_tables, read_uid_table, started_tsd
 from tests.hbase_harness import HBaseServer
 from tsd.storage.hbase import HBaseStorage
 from tsd.storage_setup import hbase_settings
+
+pytestmark = pytest.mark.hbase  # a real HBase: slow, after the fast tests (tests/hbase_harness.py)
 
 CAP = 500
 SERIES = 3000

@@ -65,6 +65,7 @@ def cells(draw: st.DrawFn) -> tuple[bytes, bytes]:
 PARTS = st.lists(cells(), min_size=1, max_size=5)
 
 
+@pytest.mark.slow  # a property run of hundreds of examples: the full suite's
 @settings(max_examples=300, deadline=None)
 @given(parts=PARTS)
 def test_packed_parts_give_back_the_points_exactly(parts: list[tuple[bytes, bytes]]) -> None:
@@ -77,6 +78,7 @@ def test_packed_parts_give_back_the_points_exactly(parts: list[tuple[bytes, byte
     assert unpack(packed) == python_unpack(packed)
 
 
+@pytest.mark.slow  # a property run of hundreds of examples: the full suite's
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(parts=PARTS)
@@ -140,6 +142,7 @@ def head_rows(draw: st.DrawFn) -> tuple[list[bytes | None], list[int], list[int]
     return bufs, packed_lens, tail_qs
 
 
+@pytest.mark.slow  # a property run of hundreds of examples: the full suite's
 @settings(max_examples=200, deadline=None)
 @given(rows=head_rows())
 def test_rows_packed_and_read_back_as_plain_bytes(

@@ -7,6 +7,7 @@ byte matrix); keys of several lengths are left to the spec."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def _spec(
     return [members for _, members in group_series(found)]
 
 
+@pytest.mark.slow  # a property run of hundreds of examples: the full suite's
 @settings(max_examples=400, deadline=None)
 @given(case=_series())
 def test_the_byte_matrix_groups_as_keying_each_series(

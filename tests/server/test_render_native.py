@@ -93,6 +93,7 @@ def test_values_not_one_per_timestamp_are_left_to_the_python_path() -> None:
         dps_json_python(ts, b"1.0,2.0", False)
 
 
+@pytest.mark.slow  # a property run of hundreds of examples: the full suite's
 @needs_helper
 @settings(max_examples=200, deadline=None)
 @given(
