@@ -292,18 +292,19 @@ static inline void divide_chunk(double *dv, const int64_t *x, Py_ssize_t m, doub
     for (; j < m; j++) dv[j] = (double)x[j] / scale;
 }
 
-/* bits_at for columns of at most 56 bits (a value never spans a ninth byte); `mask` is
- * the low `bits` bits. */
-static inline uint64_t bits_narrow(const unsigned char *col, Py_ssize_t avail, Py_ssize_t i,
+/* bits_at, without its checks for a column of at most 56 bits (a value never spans a
+ * ninth byte: the usual column); `mask` is the low `bits` bits. */
+static inline uint64_t column_bits(const unsigned char *col, Py_ssize_t avail, Py_ssize_t i,
                                    unsigned bits, uint64_t mask) {
+    if (bits > 56) return bits_at(col, avail, i, bits);
     uint64_t pos = (uint64_t)i * bits, byte = pos >> 3;
     return (load_le64(col + byte, avail - (Py_ssize_t)byte) >> (pos & 7)) & mask;
 }
 
 /* decode_cell's values for an integer or decimal column with no flags column (one flags
- * byte, or the canonical flags of each value) of at most 56 bits: the general loop's
- * answers without its per-point branches (a day of points at 10 s is 8.6 M of them per
- * 1,000 series). 1 done, 0 not taken, -1 error. */
+ * byte, or the canonical flags of each value: the one place those are read), without a
+ * per-point branch on the cell's mode (a day of points at 10 s is 8.6 M of them per 1,000
+ * series). 1 done, 0 not taken, -1 error. */
 static int decode_values_fast(const Cell *c, const unsigned char *vals, Py_ssize_t vbytes,
                               Out *o, Py_ssize_t at, Py_ssize_t *value_bytes) {
     Py_ssize_t n = c->n, used = 0;
@@ -325,12 +326,12 @@ static int decode_values_fast(const Cell *c, const unsigned char *vals, Py_ssize
         if (delta) {
             for (Py_ssize_t j = 0; j < m; j++) {
                 Py_ssize_t i = s + j;
-                if (i) acc += bits_narrow(vals, vbytes, i - 1, bits, mask) + low;
+                if (i) acc += column_bits(vals, vbytes, i - 1, bits, mask) + low;
                 x[j] = (int64_t)acc;
             }
         } else {
             for (Py_ssize_t j = 0; j < m; j++)
-                x[j] = (int64_t)(bits_narrow(vals, vbytes, s + j, bits, mask) + base);
+                x[j] = (int64_t)(column_bits(vals, vbytes, s + j, bits, mask) + base);
         }
         double *dv = o->dv + at + s;
         if (vmode == V_DEC) {
@@ -381,7 +382,7 @@ static int decode_cell(const Cell *c, const unsigned char *p, Py_ssize_t have, O
     const unsigned char *vals = flags + (column ? n : 0);
     unsigned vmode = VMODE(c->mode);
     Py_ssize_t value_bytes = 0, raw_at = 0;
-    if (!column && vmode != V_RAW && c->vbits <= 56) {
+    if (!column && vmode != V_RAW) {
         int taken = decode_values_fast(c, vals, vbytes, o, at, &value_bytes);
         if (taken <= 0) return taken;
         *vlen = value_bytes + 1;
@@ -402,13 +403,9 @@ static int decode_cell(const Cell *c, const unsigned char *p, Py_ssize_t have, O
         unsigned f;
         double d = 0;
         if (vmode == V_DEC) d = (double)x / POW10[c->k];
-        if (c->mode & M_ONE_FLAGS) {
-            f = c->flag;
-        } else if (c->mode & M_CANON) {
-            f = vmode == V_INT ? int_flags(x) : ((double)(float)d == d ? 0xB : 0xF);
-        } else {
-            f = flags[i];
-        }
+        /* a flags column, or raw values under one flags byte (read_head refuses raw values
+         * under canonical flags) */
+        f = (c->mode & M_ONE_FLAGS) ? c->flag : flags[i];
         unsigned w = f > 0xF ? 0 : width_of(f);
         if (!w) return 0;
         int is_int;
