@@ -329,7 +329,8 @@ async def read_rows(
     if path == RANGES:
         await _read_ranges(storage, table, plan, request, consume, stats)
         return
-    specs = _sliced(plan, storage.parallel_reads())
+    parallel = storage.parallel_reads()
+    specs = _sliced(plan, parallel)
     if path == KEY_ONLY:
         specs = [_key_pass(spec, request) for spec in specs]
         found: list[list[bytes]] = [[] for _ in specs]
@@ -342,7 +343,6 @@ async def read_rows(
         await all_or_none([keys_of(i) for i in range(len(specs))])
         await _get_all(storage, table, [k for ks in found for k in ks], plan, consume, stats)
         return
-    parallel = storage.parallel_reads()
     if len(specs) < parallel:
         per_slice = -(-parallel // len(specs))
         cut = await all_or_none([_key_ranges(storage, table, s, per_slice) for s in specs])
