@@ -118,12 +118,11 @@ async def test_tsuid_queries_use_a_multi_get(harness: QueryHarness) -> None:
 async def test_a_scan_is_cut_in_as_many_reads_as_its_storage_takes_at_once(
     harness: QueryHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``Storage.parallel_reads`` slices: the hours of ``m`` in one scan, or in up to three
-    (salted: a scan per bucket either way); the answer the same. The embedded store's
-    scans only: HBase's slices are cut again at row keys its regions hold."""
+    """``Storage.parallel_reads`` slices: the hours of ``m`` in one scan, or in several
+    (salted: a scan per bucket either way); the answer the same. Unsalted, the slices are
+    whole hours, each cut again at row keys where storage tells its last key cheaply
+    (HBase: ``_key_ranges``): the scans partition the one scan's range exactly."""
     storage = harness.storage
-    if not storage.reads_ranges_at_once():
-        pytest.skip("HBase cuts its slices again by keys (_key_ranges)")
     read = storage.scan_blocks
     scans: list[ScanSpec] = []
 
@@ -133,14 +132,21 @@ async def test_a_scan_is_cut_in_as_many_reads_as_its_storage_takes_at_once(
 
     monkeypatch.setattr(storage, "scan_blocks", counted)
     answers = []
+    whole: list[ScanSpec] = []
     for parallel in (1, 3):
         monkeypatch.setattr(storage, "parallel_reads", lambda n=parallel: n)
         scans.clear()
         answers.append(_without_stats(await _ask(harness, "m=sum:m{host=*}")))
         if harness.config.storage.salt_width:
             assert len(scans) == harness.config.storage.salt_buckets
-        else:  # up to that many: slices of whole hours, as even as they come
-            assert len(scans) == 1 if parallel == 1 else 1 < len(scans) <= parallel
+        elif parallel == 1:
+            assert len(scans) == 1
+            whole = list(scans)
+        else:  # hour slices (at most `parallel`), each cut in at most that many by keys
+            ordered = sorted(scans, key=lambda spec: spec.start)
+            assert 1 < len(ordered) <= parallel * parallel
+            assert all(a.stop == b.start for a, b in zip(ordered, ordered[1:], strict=False))
+            assert (ordered[0].start, ordered[-1].stop) == (whole[0].start, whole[0].stop)
     assert answers[0]
     assert answers[0] == answers[1]
 
