@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, cast
 
+from tsd.cores import usable_cores
 from tsd.data_points import Tags
 from tsd.log import TELNET, get_logger
 from tsd.protocol.ref_table import RefTable
@@ -44,7 +45,7 @@ WORKER_STOP_TIMEOUT_S = 5.0
 def worker_count(setting: int) -> int:
     """Worker processes for ``tsd.network.worker_threads`` (0: one per core but the
     owner's)."""
-    total = setting if setting > 0 else (len(os.sched_getaffinity(0)) or 1)
+    total = setting if setting > 0 else usable_cores()
     return max(0, total - 1)
 
 

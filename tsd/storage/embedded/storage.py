@@ -60,6 +60,7 @@ from typing import IO, Any, TypeVar, cast
 
 import lmdb
 
+from tsd.cores import usable_cores
 from tsd.errors import (
     StorageError,
     StorageFull,
@@ -162,13 +163,6 @@ def _lmdb_errors() -> Iterator[None]:
         raise map_lmdb_error(exc) from exc
 
 
-def _cores() -> int:
-    """The cores this process may run on (its affinity, which containers narrow)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 class EmbeddedStorage(Storage):
     """An LMDB store in directory ``path`` (created if missing unless ``read_only``).
 
@@ -204,7 +198,7 @@ class EmbeddedStorage(Storage):
             raise
         self._readers = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="tsd-lmdb-read")
         #: reads of a sub-query at once: one per core (:meth:`parallel_reads`)
-        self._parallel_reads = max(1, min(READER_THREADS, _cores()))
+        self._parallel_reads = max(1, min(READER_THREADS, usable_cores()))
         self._writer = None if read_only else WriterThread(self._env, map_lmdb_error)
 
     def max_row_length(self, family: str) -> int:
