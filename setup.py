@@ -70,6 +70,8 @@ setup(
         Extension(
             "tsd.wal._record",
             ["tsd/wal/_record.c"],
+            include_dirs=["tsd/codec"],  # _format.h: a point's cell, for encode_points_part
+            depends=["tsd/codec/_format.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,
         ),

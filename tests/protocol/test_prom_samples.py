@@ -1,9 +1,7 @@
 """Remote write's hot loop (tsd/protocol/prom_samples.py): the compiled helper
 (``take_known_samples`` in tsd/protocol/_parse.c) answers as its Python specification on
 generated requests (known and unknown keys, values finite or not, timestamps in and out of
-range, samples as the protobuf runtime hands them out), into a batch's cells and into a
-list; and the compiled merge of a request's cells into a batch (tsd/codec/_encode.c
-``merge_rows``) as python_merge_rows."""
+range, samples as the protobuf runtime hands them out), as a list of points."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
-from tsd.codec.qualifier import ENCODER_TABLES, merge_rows, python_merge_rows
 from tsd.codec.rowkey import KeyLayout, make_series_key
 from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP
 from tsd.protocol.prom_samples import (
@@ -29,10 +26,7 @@ from tsd.protocol.prom_samples import (
 from tsd.protocol.prom_wire import WriteRequest, decode_key, decode_write_columns, snappy_compress
 
 P: Any = native.load("tsd.protocol._parse")
-C: Any = native.load("tsd.codec._encode")
-needs_c = pytest.mark.skipif(
-    P is None or C is None, reason="tsd/protocol/_parse.c or tsd/codec/_encode.c is not built"
-)
+needs_c = pytest.mark.skipif(P is None, reason="tsd/protocol/_parse.c is not built")
 
 LOW, HIGH = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP
 SERIES = [
@@ -91,30 +85,20 @@ def test_take_known_samples_as_python(
 ) -> None:
     keys, values_, timestamps_ = _columns(samples)
     known = {key: SERIES[_number(key) % 6] for key in keys if _number(key) in known_numbers}
-    c_rows: dict[bytes, dict[bytes, bytes]] = {}
-    py_rows: dict[bytes, dict[bytes, bytes]] = {}
     columns = (keys, values_, timestamps_, known)
-    c_answer = P.take_known_samples(*columns, c_rows, LOW, HIGH, *_tables())
-    py_answer = python_take_known_samples(*columns, py_rows, LOW, HIGH)
-    assert c_answer == py_answer
-    assert _bits(c_rows) == _bits(py_rows)
     c_list: list[tuple[Any, int, float]] = []
     py_list: list[tuple[Any, int, float]] = []
-    c_taken = P.take_known_samples(*columns, c_list, LOW, HIGH, *_tables())
+    c_taken = P.take_known_samples(*columns, c_list, LOW, HIGH)
     py_taken = python_take_known_samples(*columns, py_list, LOW, HIGH)
     assert c_taken == py_taken
     assert _point_bits(c_list) == _point_bits(py_list)
-    assert c_taken[0] + len(c_taken[2]) == len(samples)
+    assert c_taken[0] + len(c_taken[1]) == len(samples)
 
 
 def _number(key: bytes) -> int:
     """The series number of a key (its one label, ``series N``)."""
     (label,), _ = decode_key(key)
     return int(label.split(b" ")[1])
-
-
-def _tables() -> tuple[Any, ...]:
-    return ENCODER_TABLES
 
 
 def test_what_is_not_taken_is_left_by_index() -> None:
@@ -132,46 +116,12 @@ def test_what_is_not_taken_is_left_by_index() -> None:
     ]
     keys, values_, timestamps_ = _columns(samples)
     known = {key: SERIES[_number(key)] for key in keys if _number(key) in (0, 2)}
-    rows: dict[bytes, dict[bytes, bytes]] = {}
     columns = (keys, values_, timestamps_, known)
-    taken, cells, others = take_known_samples(*columns, rows, LOW, HIGH)
-    assert (taken, cells, others) == (2, 2, [1, 2, 3, 4, 5])
     points: list[tuple[Any, int, float]] = []
-    assert take_known_samples(*columns, points, LOW, HIGH) == (2, 0, others)
+    assert take_known_samples(*columns, points, LOW, HIGH) == (2, [1, 2, 3, 4, 5])
     assert points == [(SERIES[0], good, 1.5), (SERIES[2], good + 2, 0.0)]
     with pytest.raises(ValueError, match="as many samples as keys"):
         take_known_samples(keys, values_[:-1], timestamps_, known, points, LOW, HIGH)
-
-
-@needs_c
-@pytest.mark.slow
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.dictionaries(
-            st.binary(min_size=1, max_size=3),
-            st.dictionaries(st.binary(min_size=2, max_size=2), st.binary(max_size=2), max_size=3),
-            max_size=4,
-        ),
-        max_size=5,
-    )
-)
-def test_merge_rows_as_python(requests: list[dict[bytes, dict[bytes, bytes]]]) -> None:
-    c_into: dict[bytes, dict[bytes, bytes]] = {}
-    py_into: dict[bytes, dict[bytes, bytes]] = {}
-    for rows in requests:
-        c_added = C.merge_rows(c_into, {r: dict(c) for r, c in rows.items()})
-        py_added = python_merge_rows(py_into, {r: dict(c) for r, c in rows.items()})
-        assert c_added == py_added
-    assert c_into == py_into
-
-
-def test_merge_rows_later_cells_win() -> None:
-    into = {b"r": {b"q1": b"a"}}
-    later = {b"r": {b"q1": b"b", b"q2": b"c"}, b"s": {b"q": b"d"}}
-    assert merge_rows(into, later) == 2
-    assert into == {b"r": {b"q1": b"b", b"q2": b"c"}, b"s": {b"q": b"d"}}
-    assert into[b"s"] is later[b"s"]  # taken over, not copied
 
 
 # --- a request's sample columns, read back from their marks -----------------------------

@@ -1,6 +1,7 @@
-"""The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs and
-encode_cells_payload) against the Python loop it replaces: the same log payload and head
-runs, the same error."""
+"""The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs)
+against the Python loop it replaces: the same log payload and head
+runs, the same error; and of points a row each (encode_points_part, remote write's
+request) against python_encode_points_part."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsd.native as native
+from tsd.codec import KeyLayout, SeriesKey, make_series_key
+from tsd.codec.qualifier import encode_points_into
 from tsd.wal.record import (
+    decode_cells,
     decode_row_runs,
-    encode_payload,
     encode_payload_and_runs,
+    encode_points_part,
     python_encode_payload_and_runs,
+    python_encode_points_part,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -36,7 +41,6 @@ def test_a_batch_frames_as_the_python_loop_does(rows: dict[bytes, dict[bytes, by
     payload, runs = encode_payload_and_runs(rows)
     assert (payload, runs) == python_encode_payload_and_runs(rows.items())
     assert decode_row_runs(payload) == runs
-    assert encode_payload(rows) == payload  # the payload alone (C encode_cells_payload)
 
 
 def test_a_row_beyond_the_record_format_takes_the_python_path_and_its_error() -> None:
@@ -46,8 +50,6 @@ def test_a_row_beyond_the_record_format_takes_the_python_path_and_its_error() ->
     with pytest.raises(struct.error) as python_error:
         python_encode_payload_and_runs(rows.items())
     assert str(c_error.value) == str(python_error.value)
-    with pytest.raises(struct.error, match="format requires"):
-        encode_payload(rows)
 
 
 def test_runs_are_left_to_reference_counting() -> None:
@@ -57,3 +59,67 @@ def test_runs_are_left_to_reference_counting() -> None:
     _, runs = encode_payload_and_runs(rows)
     assert len(runs) == 2
     assert not any(map(gc.is_tracked, runs))
+
+
+SERIES = [
+    make_series_key(KeyLayout(), b"\x00\x00\x01", [(b"\x00\x00\x01", bytes((0, 0, i)))])
+    for i in range(4)
+]
+#: (series, timestamp, value) as the ingest paths type them: seconds and milliseconds,
+#: integers of every width, floats of both widths (and what only encode_point handles)
+POINTS = st.lists(
+    st.tuples(
+        st.sampled_from(SERIES),
+        st.one_of(
+            st.integers(1_356_998_400, 1_356_998_400 + 7_200),
+            st.integers(1_700_000_000_000, 1_700_000_000_000 + 7_200_000),
+        ),
+        st.one_of(
+            st.integers(-(2**63), 2**63 - 1),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.sampled_from([0, 1, -1, 127, 128, 2**31, 0.5, 1.1, 0.0]),
+        ),
+    ),
+    max_size=30,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(POINTS)
+def test_points_a_row_each_frame_as_the_python_loop_does(
+    points: list[tuple[SeriesKey, int, int | float]],
+) -> None:
+    """The part of a remote write request: the specification's payload and runs byte for
+    byte, a row of one cell per point in order, holding the cells the rows' encoder makes
+    (a later point of a cell winning when the rows are read back in order)."""
+    payload, runs = encode_points_part(points)
+    assert (payload, runs) == python_encode_points_part(points)
+    assert decode_row_runs(payload) == runs
+    assert [count for _, count, _, _ in runs] == [1] * len(points)
+    rows: dict[bytes, dict[bytes, bytes]] = {}
+    encode_points_into(rows, points)
+    replayed: dict[bytes, dict[bytes, bytes]] = {}
+    for row, cells in decode_cells(payload):
+        replayed.setdefault(row, {}).update(cells)
+    assert replayed == rows
+    assert not any(map(gc.is_tracked, runs))
+
+
+def test_a_point_twice_comes_twice_the_later_last() -> None:
+    ms = 1_700_000_000_123
+    points: list[tuple[SeriesKey, int, int | float]] = [
+        (SERIES[0], ms, 1.5),
+        (SERIES[1], ms, 2),
+        (SERIES[0], ms, 2.5),
+    ]
+    payload, runs = encode_points_part(points)
+    row = SERIES[0].row_key(row_base(ms))
+    assert [run[0] for run in runs] == [row, SERIES[1].row_key(row_base(ms)), row]
+    assert runs[0][2] == runs[2][2]  # the same cell: the later one comes later
+    assert runs[0][3] != runs[2][3]
+    assert decode_row_runs(payload) == runs
+
+
+def row_base(ms: int) -> int:
+    return ms // 1000 // 3600 * 3600

@@ -6,7 +6,7 @@ import pytest
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
-from tsd.wal.record import EncodedPart, decode_row_runs, seal_part
+from tsd.wal.record import EncodedPart, RowRun, decode_row_runs, seal_part
 from tsd.write.batch import Batch, BatchPolicy
 
 
@@ -132,9 +132,9 @@ def test_parts_keep_the_order_of_arrival_in_the_record_and_when_folded() -> None
 
 
 def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() -> None:
-    """Points the log already holds (remote write's) merge per row across requests, stay
-    out of the batch's own record, and come to the head in arrival order among the
-    others: folding every run lets the point sent last win, as adding all here would."""
+    """Points the log already holds (remote write's parts) stay out of the batch's own
+    record and come to the head in arrival order among the others: folding every run lets
+    the point sent last win, as adding all here would."""
     layout = KeyLayout()
     a = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x02")])
     b = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x03")])
@@ -145,25 +145,25 @@ def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() ->
     own: Points = [(a, t0, 5), (b, t0 + 2, 6)]
     logged_3: Points = [(a, t0 + 2, 7), (b, t0 + 2, 8)]  # after own's (b, t0 + 2)
 
-    def encoded(points: Points) -> dict[bytes, dict[bytes, bytes]]:
+    def runs_of(points: Points) -> list[RowRun]:
         rows: dict[bytes, dict[bytes, bytes]] = {}
         encode_points_into(rows, points)
-        return rows
+        return seal_part(rows, len(points)).runs
 
     batch = make_batch(max_cells=100)
-    batch.add_logged(encoded(logged_1), 11)
-    batch.add_logged(encoded(logged_2), 12)
-    # two requests, one run per row: the head takes a row's points of both at once
-    assert len(batch.payload_and_runs()[1]) == 2
+    batch.add_logged(runs_of(logged_1), 2, 11)
+    batch.add_logged(runs_of(logged_2), 2, 12)
     batch.add_points(own)
-    batch.add_logged(encoded(logged_3), 13)
+    batch.add_logged(runs_of(logged_3), 2, 13)
     assert batch.logged == [11, 12, 13]
     assert batch.logged_cells == 6
     assert len(batch) == 8
     payload, runs = batch.payload_and_runs()
     own_only = make_batch(max_cells=100)
     own_only.add_points(own)
-    assert payload == own_only.payload_and_runs()[0]  # logged cells are not logged twice
+    own_payload, own_runs = own_only.payload_and_runs()
+    assert payload == own_payload  # logged cells are not logged twice
+    assert runs == runs_of(logged_1) + runs_of(logged_2) + own_runs + runs_of(logged_3)
     folded = make_batch(max_cells=100)
     for row, count, qualifiers, values in runs:
         folded.add_part(EncodedPart(b"", [(row, count, qualifiers, values)], count))

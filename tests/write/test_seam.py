@@ -83,7 +83,7 @@ def test_protocols_hand_points_to_write_only_through_the_ways_in() -> None:
     "planted",
     [
         "writer.add_points(points)",
-        "services.ingest.writer.add_rows_logged(rows, taken, cells)",
+        "services.ingest.writer.add_part_logged(part, cells)",
         "rollups.store(point)",
         "writer.add_to(series, 1, 2.0)",
     ],

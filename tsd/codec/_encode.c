@@ -9,9 +9,6 @@
  *   offset << 4 | flags; int1: the 256 one-byte values; encode_point: the Python encoder,
  *   called for what is not the common case (ms timestamps, 8-byte integers, errors).
  *
- * merge_rows(into, rows) -> cells added
- *   rows' cells merged into into (both dicts of that form), a later cell winning.
- *
  * tag_suffix(pairs, tagk_width, tagv_width) -> bytes or None
  *   (tagk, tagv) UID pairs joined in tag key order, as tsd.codec.rowkey.make_series_key
  *   joins them; None for anything it would check further (widths, a repeated tag key).
@@ -328,54 +325,9 @@ static PyObject *series_name_key(PyObject *self, PyObject *const *args, Py_ssize
     return key;
 }
 
-/* merge_rows(into, rows) -> cells added: rows' cells into into (both dicts row key -> dict
- * qualifier -> value), a row into does not hold taken over as it is, a later cell
- * replacing an earlier one (tsd.codec.qualifier.python_merge_rows is the specification). */
-static PyObject *merge_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "merge_rows(into, rows) takes two dicts");
-        return NULL;
-    }
-    PyObject *into = args[0], *row, *cells;
-    Py_ssize_t pos = 0;
-    long long added = 0;
-    while (PyDict_Next(args[1], &pos, &row, &cells)) {
-        if (!PyDict_Check(cells)) {
-            PyErr_SetString(PyExc_TypeError, "merge_rows: a row's cells are a dict");
-            return NULL;
-        }
-        PyObject *have = PyDict_GetItemWithError(into, row);
-        if (have == NULL) {
-            if (PyErr_Occurred() || PyDict_SetItem(into, row, cells) < 0)
-                return NULL;
-            added += PyDict_GET_SIZE(cells);
-            continue;
-        }
-        if (!PyDict_Check(have)) {
-            PyErr_SetString(PyExc_TypeError, "merge_rows: a row's cells are a dict");
-            return NULL;
-        }
-        Py_ssize_t before = PyDict_GET_SIZE(have);
-        if (PyDict_GET_SIZE(cells) == 1) { /* the usual request: a cell a row */
-            Py_ssize_t at = 0;
-            PyObject *qualifier, *value;
-            PyDict_Next(cells, &at, &qualifier, &value);
-            if (PyDict_SetItem(have, qualifier, value) < 0)
-                return NULL;
-        } else if (PyDict_Update(have, cells) < 0) {
-            return NULL;
-        }
-        added += PyDict_GET_SIZE(have) - before;
-    }
-    return PyLong_FromLongLong(added);
-}
-
 static PyMethodDef methods[] = {
     {"encode_into", (PyCFunction)(void (*)(void))encode_into, METH_FASTCALL,
      "Encode (series, timestamp, value) points into a batch's rows; the cells added."},
-    {"merge_rows", (PyCFunction)(void (*)(void))merge_rows, METH_FASTCALL,
-     "Cells of rows merged into a batch's rows (later cells win); the cells added."},
     {"tag_suffix", (PyCFunction)(void (*)(void))tag_suffix, METH_FASTCALL,
      "Tag pairs' bytes sorted by tag key, or None (tsd.codec.rowkey.make_series_key)."},
     {"series_name_key", (PyCFunction)(void (*)(void))series_name_key, METH_FASTCALL,

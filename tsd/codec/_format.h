@@ -1,9 +1,11 @@
 /* The cell format every compiled ingest helper shares: OpenTSDB's value flags and
  * qualifier widths (tsd/codec/const.py, tsd/codec/qualifier.py and tsd/codec/value.py are
- * the specification), and the encoding of one point into a rows dict (row key -> qualifier
- * -> value) as tsd.codec.qualifier.python_encode_points_into encodes it. Included by
- * tsd/codec/_encode.c (encode_into) and tsd/protocol/_parse.c (take_known_into: typing and
- * encoding in one pass); each module that includes it calls format_init() once. */
+ * the specification), and the encoding of one point into its cell (encode_cell) and into
+ * a rows dict (row key -> qualifier -> value: encode_one) as
+ * tsd.codec.qualifier.python_encode_points_into encodes it. Included by
+ * tsd/codec/_encode.c (encode_into), tsd/protocol/_parse.c (take_known_into: typing and
+ * encoding in one pass) and tsd/wal/_record.c (encode_points_part: a row per point); each
+ * module that includes it calls format_init() once. */
 #ifndef TSD_FORMAT_H
 #define TSD_FORMAT_H
 
@@ -282,9 +284,11 @@ static int put_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject
     return PyDict_GET_SIZE(cells) > before ? 1 : 0;
 }
 
-/* One point into rows; cells added (0 or 1), or -1 with an exception set. */
-static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyObject *value,
-                      PyObject *qualifiers, PyObject *int1, PyObject *encode_point)
+/* One point's cell: its row key, qualifier and value bytes, new references in *row_out,
+ * *qualifier_out and *bytes_out; 0, or -1 with an exception set. */
+static int encode_cell(PyObject *series, PyObject *timestamp, PyObject *value,
+                       PyObject *qualifiers, PyObject *int1, PyObject *encode_point,
+                       PyObject **row_out, PyObject **qualifier_out, PyObject **bytes_out)
 {
     PyObject *qualifier = NULL, *bytes = NULL, *base_obj = NULL;
     long long base = -1;
@@ -349,16 +353,31 @@ static int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp, PyO
     }
     if (row == NULL)
         goto error;
-    int added = put_cell(rows, row, qualifier, bytes);
-    Py_DECREF(row);
-    Py_DECREF(qualifier);
-    Py_DECREF(bytes);
-    return added;
+    *row_out = row;
+    *qualifier_out = qualifier;
+    *bytes_out = bytes;
+    return 0;
 error:
     Py_XDECREF(qualifier);
     Py_XDECREF(bytes);
     Py_XDECREF(base_obj);
     return -1;
+}
+
+/* One point into rows; cells added (0 or 1), or -1 with an exception set. */
+static inline int encode_one(PyObject *rows, PyObject *series, PyObject *timestamp,
+                             PyObject *value, PyObject *qualifiers, PyObject *int1,
+                             PyObject *encode_point)
+{
+    PyObject *row, *qualifier, *bytes;
+    if (encode_cell(series, timestamp, value, qualifiers, int1, encode_point, &row, &qualifier,
+                    &bytes) < 0)
+        return -1;
+    int added = put_cell(rows, row, qualifier, bytes);
+    Py_DECREF(row);
+    Py_DECREF(qualifier);
+    Py_DECREF(bytes);
+    return added;
 }
 
 /* The names this header looks up; 0, or -1 with an exception set. */

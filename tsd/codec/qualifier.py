@@ -77,7 +77,6 @@ _INT1_BYTES: Final = tuple(bytes((b,)) for b in range(256))
 
 # the compiled helper (setup.py); the Python loop below is its fallback and spec
 _c_encode_into: Any = native.attribute("tsd.codec._encode", "encode_into")
-_c_merge_rows: Any = native.attribute("tsd.codec._encode", "merge_rows")
 #: Every 2-byte seconds qualifier, indexed by ``offset_s << 4 | flags`` (57,600 entries,
 #: about 2.5 MB: a tuple index is several times cheaper than packing on the hot path).
 _SECONDS_QUALIFIERS: Final = tuple(map(_H.pack, range((MAX_SECONDS_OFFSET + 1) << FLAG_BITS)))
@@ -203,33 +202,6 @@ def encode_points_into(
             int, _c_encode_into(rows, points, _SECONDS_QUALIFIERS, _INT1_BYTES, encode_point)
         )
     return python_encode_points_into(rows, points)
-
-
-def merge_rows(into: dict[bytes, dict[bytes, bytes]], rows: dict[bytes, dict[bytes, bytes]]) -> int:
-    """:func:`python_merge_rows`, by the compiled helper (``tsd/codec/_encode.c``) when it
-    is built."""
-    if _c_merge_rows is not None:
-        return cast(int, _c_merge_rows(into, rows))
-    return python_merge_rows(into, rows)
-
-
-def python_merge_rows(
-    into: dict[bytes, dict[bytes, bytes]], rows: dict[bytes, dict[bytes, bytes]]
-) -> int:
-    """Merge ``rows`` (row key -> qualifier -> value, as :func:`encode_points_into` makes
-    them) into ``into``: a row ``into`` does not hold is taken over (not copied), a cell
-    of ``rows`` replaces the same cell of ``into`` (it came later). The cells added."""
-    added = 0
-    for row, cells in rows.items():
-        have = into.get(row)
-        if have is None:
-            into[row] = cells
-            added += len(cells)
-        else:
-            before = len(have)
-            have.update(cells)
-            added += len(have) - before
-    return added
 
 
 def python_encode_points_into(

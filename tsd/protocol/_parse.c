@@ -23,9 +23,9 @@
  *   point's series is not in known (the loop in put_json.python_known_usual_points is the
  *   specification).
  *
- * take_known_samples(keys, values, timestamps, known, out, low, high, qualifiers, int1,
- *   encode_point) -> (points taken, cells added, others): Prometheus remote write's
- *   samples of known series, encoded into a rows dict or listed
+ * take_known_samples(keys, values, timestamps, known, out, low, high)
+ *   -> (points taken, others): Prometheus remote write's samples of known series listed
+ *   as (series, timestamp, value) points
  *   (tsd.protocol.prom_samples.python_take_known_samples is the specification;
  *   tests/protocol/test_prom_samples.py checks both agree).
  */
@@ -967,29 +967,45 @@ fail:
     return NULL;
 }
 
-/* take_known_samples(keys, values, timestamps, known, out, low, high, qualifiers, int1,
- *   encode_point) -> (points taken, cells added, others): remote write's one sample per
- *   series (tsd.protocol.prom_samples.python_take_known_samples is the specification).
- *   keys: a list of bytes; values, timestamps: lists of as many; known: dict key ->
- *   series; out: a rows dict the points are encoded into (cells added counted), or a
- *   list (series, timestamp, value) tuples are appended to; others: the indices not
+/* Whether sample i of a remote write request is taken (1, *series its series, borrowed)
+ * or not (0: an unknown key, a value not a finite float, a timestamp not an int with low
+ * < timestamp <= high); -1 with an exception set. */
+static int taken_sample(PyObject *keys, PyObject *values, PyObject *timestamps,
+                        PyObject *known, long long low, long long high, Py_ssize_t i,
+                        PyObject **series)
+{
+    *series = PyDict_GetItemWithError(known, PyList_GET_ITEM(keys, i));
+    if (*series == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *value = PyList_GET_ITEM(values, i), *timestamp = PyList_GET_ITEM(timestamps, i);
+    if (!PyFloat_CheckExact(value) || !isfinite(PyFloat_AS_DOUBLE(value)) ||
+        !PyLong_CheckExact(timestamp))
+        return 0;
+    int overflow = 0;
+    long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+    if (ts == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !overflow && low < ts && ts <= high;
+}
+
+/* take_known_samples(keys, values, timestamps, known, out, low, high) -> (points taken,
+ *   others): remote write's one sample per series
+ *   (tsd.protocol.prom_samples.python_take_known_samples is the specification). keys: a
+ *   list of bytes; values, timestamps: lists of as many; known: dict key -> series; out:
+ *   a list (series, timestamp, value) tuples are appended to; others: the indices not
  *   taken (an unknown key, a value not a finite float, a timestamp not an int with low <
  *   timestamp <= high), in order. */
 static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
-        !PyList_CheckExact(args[2]) || !PyDict_Check(args[3]) ||
-        !(PyDict_CheckExact(args[4]) || PyList_CheckExact(args[4])) ||
-        !PyTuple_CheckExact(args[7]) || !PyTuple_CheckExact(args[8]) ||
-        PyTuple_GET_SIZE(args[8]) != 256 ||
-        PyTuple_GET_SIZE(args[7]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyList_CheckExact(args[2]) || !PyDict_Check(args[3]) || !PyList_CheckExact(args[4])) {
         PyErr_SetString(PyExc_TypeError, "take_known_samples: bad arguments");
         return NULL;
     }
     PyObject *keys = args[0], *values = args[1], *timestamps = args[2], *known = args[3];
     PyObject *out = args[4];
-    PyObject *qualifiers = args[7], *int1 = args[8], *encode_point = args[9];
-    int into_rows = PyDict_CheckExact(out);
     long long low = PyLong_AsLongLong(args[5]), high = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred())
         return NULL;
@@ -1002,32 +1018,18 @@ static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ss
     if (others == NULL)
         return NULL;
     Py_ssize_t taken = 0;
-    long long added = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *series = PyDict_GetItemWithError(known, PyList_GET_ITEM(keys, i));
-        if (series == NULL && PyErr_Occurred())
+        PyObject *series = NULL;
+        int take = taken_sample(keys, values, timestamps, known, low, high, i, &series);
+        if (take < 0)
             goto error;
-        int take = 0;
-        PyObject *value = PyList_GET_ITEM(values, i);
-        PyObject *timestamp = PyList_GET_ITEM(timestamps, i);
-        if (series != NULL && PyFloat_CheckExact(value) &&
-            isfinite(PyFloat_AS_DOUBLE(value)) && PyLong_CheckExact(timestamp)) {
-            int overflow = 0;
-            long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-            if (ts == -1 && PyErr_Occurred())
-                PyErr_Clear();
-            else
-                take = !overflow && low < ts && ts <= high;
-        }
-        int failed = 0;
-        if (take && into_rows) {
-            int one = encode_one(out, series, timestamp, value, qualifiers, int1, encode_point);
-            failed = one < 0;
-            added += one > 0 ? one : 0;
-        } else if (take) {
-            PyObject *point = PyTuple_Pack(3, series, timestamp, value);
+        int failed;
+        if (take) {
+            PyObject *point = PyTuple_Pack(3, series, PyList_GET_ITEM(timestamps, i),
+                                           PyList_GET_ITEM(values, i));
             failed = point == NULL || PyList_Append(out, point) < 0;
             Py_XDECREF(point);
+            taken++;
         } else {
             PyObject *index = PyLong_FromSsize_t(i);
             failed = index == NULL || PyList_Append(others, index) < 0;
@@ -1035,9 +1037,8 @@ static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ss
         }
         if (failed)
             goto error;
-        taken += take;
     }
-    PyObject *done = Py_BuildValue("(nLO)", taken, added, others);
+    PyObject *done = Py_BuildValue("(nO)", taken, others);
     Py_DECREF(others);
     return done;
 error:
@@ -1057,7 +1058,7 @@ static PyMethodDef methods[] = {
     {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,
      "(series, timestamp, value) of decoded usual points of known series, or None."},
     {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
-     "Remote write samples of known series, encoded or listed: (taken, cells, others)."},
+     "Remote write samples of known series, listed: (taken, others)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,10 +6,8 @@ are read as keys and two columns of samples, values and timestamps
 :func:`align_samples` over arrays), and
 the series the ingest service has resolved before are found by key. Their storable
 samples (a finite value, a millisecond timestamp OpenTSDB reads as one) are taken in one
-pass: encoded into a writer batch's cells as
-:func:`~tsd.codec.qualifier.encode_points_into` encodes them, or listed as
-``(series, timestamp, value)`` points; every other sample is left to the caller by index
-(a new series, a value or timestamp that is not stored).
+pass, listed as ``(series, timestamp, value)`` points; every other sample is left to
+the caller by index (a new series, a value or timestamp that is not stored).
 
 :func:`python_take_known_samples` is the specification and the fallback; the compiled
 helper (``take_known_samples`` in ``tsd/protocol/_parse.c``) does the same, without a
@@ -25,7 +23,6 @@ from typing import Any, Final, cast
 import numpy as np
 
 import tsd.native as native
-from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
 
 _c_take_known_samples: Any = native.attribute("tsd.protocol._parse", "take_known_samples")
 
@@ -37,8 +34,8 @@ MARK_TIMESTAMP: Final = -(2**63)
 _MARK_VALUE_BITS: Final = struct.pack("<Q", MARK_VALUE_BITS)
 MARK_VALUE: Final[float] = struct.unpack("<d", _MARK_VALUE_BITS)[0]
 
-#: where taken points go: a writer batch's cells (row key -> qualifier -> value), or a list
-Out = dict[bytes, dict[bytes, bytes]] | list[tuple[Any, int, float]]
+#: a taken point: (series, timestamp in ms, value)
+Point = tuple[Any, int, float]
 
 
 def align_samples(
@@ -88,20 +85,18 @@ def python_take_known_samples(
     values: Sequence[float],
     timestamps: Sequence[int],
     known: Mapping[Any, Any],
-    out: Out,
+    out: list[Point],
     low: int,
     high: int,
-) -> tuple[int, int, list[int]]:
+) -> tuple[int, list[int]]:
     """Take sample ``i`` (``values[i]`` at ``timestamps[i]``) of series ``keys[i]`` when
     ``known`` has that key, its value is a finite float and its timestamp an int with
-    ``low < timestamp <= high``: encoded into ``out`` when it is a dict (later points of a
-    cell replacing earlier ones), else appended to it as ``(known[key], timestamp,
-    value)``. Returns (points taken, cells added to a dict ``out``, the indices of the
-    samples not taken, in order). ValueError when there are not as many values and
-    timestamps as keys."""
+    ``low < timestamp <= high``: appended to ``out`` as ``(known[key], timestamp,
+    value)``. Returns (points taken, the indices of the samples not taken, in order).
+    ValueError when there are not as many values and timestamps as keys."""
     if len(values) != len(keys) or len(timestamps) != len(keys):
         raise ValueError("take_known_samples: as many samples as keys")
-    points: list[tuple[Any, int, float]] = out if isinstance(out, list) else []
+    points = out
     before = len(points)
     others: list[int] = []
     get = known.get
@@ -117,18 +112,11 @@ def python_take_known_samples(
             points.append((series, timestamp, value))
         else:
             others.append(index)
-    taken = len(points) - before
-    if isinstance(out, dict):
-        return taken, encode_points_into(out, points), others
-    return taken, 0, others
+    return len(points) - before, others
 
 
-def _compiled_take(*args: Any) -> tuple[int, int, list[int]]:
-    return cast(tuple[int, int, list[int]], _c_take_known_samples(*args, *ENCODER_TABLES))
-
-
-#: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys`` a
-#: list, ``known`` a dict: a TypeError otherwise)
-take_known_samples: Final[Callable[..., tuple[int, int, list[int]]]] = (
-    python_take_known_samples if _c_take_known_samples is None else _compiled_take
+#: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys``,
+#: ``values``, ``timestamps`` and ``out`` lists, ``known`` a dict: a TypeError otherwise)
+take_known_samples: Final[Callable[..., tuple[int, list[int]]]] = (
+    python_take_known_samples if _c_take_known_samples is None else _c_take_known_samples
 )

@@ -8,13 +8,13 @@
  *   joined), as tsd.wal.record.python_encode_payload_and_runs gives them; None when a row
  *   does not fit that format's fields (the Python path then raises its error).
  *
- * encode_cells_payload(rows) -> payload or None
- *   the same payload alone (a record whose rows the head takes otherwise).
+ * encode_points_part(points, qualifiers, int1, encode_point) -> (payload, runs)
+ *   points: a list of (series, timestamp, value), each encoded as
+ *   tsd.codec.qualifier.encode_points_into encodes it (tsd/codec/_format.h) into a row of
+ *   one cell of its own, in order: the CELLS payload and the runs
+ *   (tsd.wal.record.python_encode_points_part is the specification).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <string.h>
-#include <stdint.h>
+#include "_format.h" /* the cell of a point: encode_cell */
 
 /* -- a writer batch's rows framed for the log and the head --------------------------- */
 
@@ -49,6 +49,14 @@ static void append(Buffer *buf, const char *data, Py_ssize_t size) {
     buf->size += size;
 }
 
+/* A row's head in the payload: its key's length (2 bytes) and cell count (4), big-endian. */
+static void row_head(Buffer *buf, Py_ssize_t row_len, Py_ssize_t count) {
+    unsigned char head[6];
+    frame_be(head, (uint64_t)row_len, 2);
+    frame_be(head + 2, (uint64_t)count, 4);
+    append(buf, (const char *)head, 6);
+}
+
 /* 1 on success, 0 when the row does not fit the format (no error set), -1 on error. */
 static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cells) {
     Py_ssize_t row_len = PyBytes_GET_SIZE(row), count = PyDict_GET_SIZE(cells);
@@ -62,10 +70,7 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
         v_total += PyBytes_GET_SIZE(v);
     }
     if (reserve(buf, 6 + row_len + 2 * count + q_total + v_total) < 0) return -1;
-    unsigned char head[6];
-    frame_be(head, (uint64_t)row_len, 2);
-    frame_be(head + 2, (uint64_t)count, 4);
-    append(buf, (const char *)head, 6);
+    row_head(buf, row_len, count);
     append(buf, PyBytes_AS_STRING(row), row_len);
     char *q_lens = buf->data + buf->size, *v_lens = q_lens + count;
     char *q_at = v_lens + count, *v_at = q_at + q_total;
@@ -80,10 +85,6 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
         q_at += ql;
         v_at += vl;
         i++;
-    }
-    if (runs == NULL) { /* the payload only */
-        buf->size += 2 * count + q_total + v_total;
-        return 1;
     }
     PyObject *run = NULL, *n = PyLong_FromSsize_t(count);
     if (n != NULL && count == 1) {
@@ -109,15 +110,15 @@ static int encode_row(Buffer *buf, PyObject *runs, PyObject *row, PyObject *cell
     return failed ? -1 : 1;
 }
 
-/* The payload, and the runs when with_runs; None when a row does not fit the format. */
-static PyObject *encode_rows(PyObject *rows, int with_runs) {
+/* The payload and the runs; None when a row does not fit the format. */
+static PyObject *encode_rows(PyObject *rows) {
     if (!PyDict_CheckExact(rows)) {
         PyErr_SetString(PyExc_TypeError, "rows must be a dict row -> {qualifier: value}");
         return NULL;
     }
     Buffer buf = {NULL, 0, 0};
-    PyObject *runs = with_runs ? PyList_New(0) : NULL;
-    if (with_runs && runs == NULL) return NULL;
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL) return NULL;
     Py_ssize_t pos = 0;
     PyObject *row, *cells;
     while (PyDict_Next(rows, &pos, &row, &cells)) {
@@ -133,9 +134,9 @@ static PyObject *encode_rows(PyObject *rows, int with_runs) {
     }
     PyObject *payload = PyBytes_FromStringAndSize(buf.data ? buf.data : "", buf.size);
     PyMem_Free(buf.data);
-    if (payload == NULL || !with_runs) {
-        Py_XDECREF(runs);
-        return payload;
+    if (payload == NULL) {
+        Py_DECREF(runs);
+        return NULL;
     }
     PyObject *answer = PyTuple_Pack(2, payload, runs);
     Py_DECREF(payload);
@@ -144,18 +145,74 @@ static PyObject *encode_rows(PyObject *rows, int with_runs) {
 }
 
 static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
-    return encode_rows(rows, 1);
+    return encode_rows(rows);
 }
 
-static PyObject *encode_cells_payload(PyObject *self, PyObject *rows) {
-    return encode_rows(rows, 0);
+/* encode_points_part(points, qualifiers, int1, encode_point) -> (payload, runs). */
+static PyObject *encode_points_part(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]) ||
+        !PyTuple_CheckExact(args[2]) || PyTuple_GET_SIZE(args[2]) != 256 ||
+        PyTuple_GET_SIZE(args[1]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+        PyErr_SetString(PyExc_TypeError, "encode_points_part: bad arguments");
+        return NULL;
+    }
+    PyObject *points = args[0], *qualifiers = args[1], *int1 = args[2], *encode_point = args[3];
+    Buffer buf = {NULL, 0, 0};
+    PyObject *runs = PyList_New(0), *one = PyLong_FromLong(1);
+    if (runs == NULL || one == NULL) goto error;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(points); i++) {
+        PyObject *point = PyList_GET_ITEM(points, i);
+        if (!PyTuple_Check(point) || PyTuple_GET_SIZE(point) != 3) {
+            PyErr_SetString(PyExc_TypeError, "encode_points_part: a point is a 3-tuple");
+            goto error;
+        }
+        PyObject *row, *qualifier, *value;
+        if (encode_cell(PyTuple_GET_ITEM(point, 0), PyTuple_GET_ITEM(point, 1),
+                        PyTuple_GET_ITEM(point, 2), qualifiers, int1, encode_point, &row,
+                        &qualifier, &value) < 0)
+            goto error;
+        Py_ssize_t row_n = PyBytes_GET_SIZE(row), q_n = PyBytes_GET_SIZE(qualifier);
+        Py_ssize_t v_n = PyBytes_GET_SIZE(value);
+        PyObject *run = NULL;
+        if (row_n > 0xFFFF || q_n > 0xFF || v_n > 0xFF)
+            PyErr_SetString(PyExc_ValueError, "encode_points_part: a cell beyond the format");
+        else if (reserve(&buf, 8 + row_n + q_n + v_n) == 0)
+            run = PyTuple_Pack(4, row, one, qualifier, value);
+        if (run != NULL) {
+            unsigned char lens[2] = {(unsigned char)q_n, (unsigned char)v_n};
+            row_head(&buf, row_n, 1);
+            append(&buf, PyBytes_AS_STRING(row), row_n);
+            append(&buf, (const char *)lens, 2);
+            append(&buf, PyBytes_AS_STRING(qualifier), q_n);
+            append(&buf, PyBytes_AS_STRING(value), v_n);
+            PyObject_GC_UnTrack(run); /* bytes and an int: as encode_row's */
+        }
+        Py_DECREF(row);
+        Py_DECREF(qualifier);
+        Py_DECREF(value);
+        if (run == NULL) goto error;
+        int failed = PyList_Append(runs, run);
+        Py_DECREF(run);
+        if (failed) goto error;
+    }
+    PyObject *payload = PyBytes_FromStringAndSize(buf.data ? buf.data : "", buf.size);
+    PyMem_Free(buf.data);
+    buf.data = NULL;
+    if (payload == NULL) goto error;
+    Py_DECREF(one);
+    return Py_BuildValue("(NN)", payload, runs);
+error:
+    PyMem_Free(buf.data);
+    Py_XDECREF(runs);
+    Py_XDECREF(one);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
-    {"encode_cells_payload", encode_cells_payload, METH_O,
-     "{row: {qualifier: value}} -> cells payload, or None"},
+    {"encode_points_part", (PyCFunction)(void (*)(void))encode_points_part, METH_FASTCALL,
+     "[(series, timestamp, value)] -> (cells payload, runs), a row of one cell a point"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -163,5 +220,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record", NULL, -1, 
 
 PyMODINIT_FUNC PyInit__record(void)
 {
+    if (format_init() < 0)
+        return NULL;
     return PyModule_Create(&module);
 }

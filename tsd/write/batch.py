@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from tsd.codec import SeriesKey
 from tsd.codec.compaction import split_cell
-from tsd.codec.qualifier import encode_points_into, merge_rows
+from tsd.codec.qualifier import encode_points_into
 from tsd.wal.record import EncodedPart, RowRun, encode_payload_and_runs
 
 #: Cells in one storage write. Large enough that a flush costs little per cell, small
@@ -62,11 +62,8 @@ class Batch:
     #: parts encoded elsewhere (a log record's payload and its runs), in arrival order;
     #: ``rows`` holds what arrived after the last of them
     parts: list[tuple[bytes, list[RowRun]]] = field(default_factory=list)
-    #: cells the write-ahead log already holds (:meth:`add_logged`), merged per row as
-    #: they arrive (so that the head takes a row's points of many requests as one run),
-    #: the records holding them and their count: the batch's own record leaves them out.
-    #: They arrived before what :attr:`rows` holds (see :meth:`add_logged`).
-    logged_rows: dict[bytes, dict[bytes, bytes]] = field(default_factory=dict)
+    #: the records holding the parts the write-ahead log already holds (:meth:`add_logged`:
+    #: parts without a payload), and their cells: the batch's own record leaves them out
     logged: list[int] = field(default_factory=list)
     logged_cells: int = 0
 
@@ -101,26 +98,18 @@ class Batch:
         self.parts.append((part.payload, part.runs))
         self.cells += part.points
 
-    def add_logged(self, rows: dict[bytes, dict[bytes, bytes]], seq: int) -> None:
-        """Buffer cells the write-ahead log already holds as record ``seq`` (``rows``: row
-        key -> qualifier -> value, as :func:`~tsd.codec.qualifier.encode_points_into`
-        makes them; taken over, not copied), merged into :attr:`logged_rows` (a later
-        cell wins). Those always arrived before what :attr:`rows` holds: when
-        :attr:`rows` is not empty, both become parts first (in that order), so that the
-        order of arrival stays the order the head reads them in."""
-        if self.rows:
-            self._close_open_rows()
-        added = merge_rows(self.logged_rows, rows)
-        self.cells += added
-        self.logged_cells += added
+    def add_logged(self, runs: list[RowRun], cells: int, seq: int) -> None:
+        """Buffer ``cells`` cells the write-ahead log already holds as record ``seq``, as
+        runs (a part without a payload: the batch's own record leaves them out), after
+        what the batch holds so far."""
+        self._close_open_rows()
+        self.parts.append((b"", runs))
+        self.cells += cells
+        self.logged_cells += cells
         self.logged.append(seq)
 
     def _close_open_rows(self) -> None:
-        """:attr:`logged_rows` then :attr:`rows` become parts (the former without a
-        payload: the log holds them already)."""
-        if self.logged_rows:
-            self.parts.append((b"", encode_payload_and_runs(self.logged_rows)[1]))
-            self.logged_rows = {}
+        """:attr:`rows` become a part (so that the order of arrival stays the parts')."""
         if self.rows:
             self.parts.append(encode_payload_and_runs(self.rows.items()))
             self.rows = {}
@@ -129,8 +118,6 @@ class Batch:
         """The batch as one log record's payload, and its rows as runs (in arrival order;
         a row may come more than once, a later run after an earlier one)."""
         payload, runs = encode_payload_and_runs(self.rows)
-        if self.logged_rows:  # before the rows (see add_logged); no payload: logged
-            runs = encode_payload_and_runs(self.logged_rows)[1] + runs
         if not self.parts:
             return payload, runs
         all_runs: list[RowRun] = []
@@ -143,8 +130,6 @@ class Batch:
         """Turn the parts back into :attr:`rows` (cells), in order: for a store written
         cell by cell (HBase, the embedded store without the head). :attr:`cells` stays
         as counted (the writer's accounting of the batch)."""
-        if self.logged_rows:
-            self._close_open_rows()
         if not self.parts:
             return
         later, self.rows = self.rows, {}

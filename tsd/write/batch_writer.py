@@ -59,7 +59,6 @@ from tsd.wal.record import (
     Columns,
     EncodedPart,
     Row,
-    encode_payload,
     frame,
     frame_cells,
     iter_records,
@@ -263,26 +262,23 @@ class Writer:
 
     @property
     def logs_points(self) -> bool:
-        """Whether :meth:`add_rows_logged` is available: the embedded store's head
+        """Whether :meth:`add_part_logged` is available: the embedded store's head
         behind a write-ahead log."""
         return self._head is not None and self._wal is not None
 
-    async def add_rows_logged(
-        self, rows: dict[bytes, dict[bytes, bytes]], points: int, cells: int
-    ) -> None:
+    async def add_part_logged(self, part: EncodedPart, cells: int) -> None:
         """Buffer points of known series once the write-ahead log holds them, written and
-        fsynced (:attr:`logs_points` only): they become a log record of their own
-        (committed with the other appenders' records: group commit), then join the
-        current batch as a part already logged, which the head takes with the batch (its
-        own record leaves them out). So a caller may acknowledge them as durable without
-        waiting for a batch of its own (remote write: a batch per request would cost a
-        pass over the head per request). Readers see them once the batch is written
-        (within ``tsd.storage.flush_interval``; :meth:`show_logged` waits for it).
+        fsynced (:attr:`logs_points` only): ``part``'s payload becomes a log record of its
+        own (committed with the other appenders' records: group commit), then its runs
+        join the current batch as a part already logged, which the head takes with the
+        batch (its own record leaves them out). So a caller may acknowledge them as
+        durable without waiting for a batch of its own (remote write: a batch per request
+        would cost a pass over the head per request). Readers see them once the batch is
+        written (within ``tsd.storage.flush_interval``; :meth:`show_logged` waits for it).
 
-        ``rows`` holds the ``points`` points of known series as
-        :func:`~tsd.codec.qualifier.encode_points_into` encodes them (``cells`` cells; the
-        caller encodes them where it types them, remote write in one pass) and is taken
-        over, not copied.
+        ``part`` holds points of known series in ``cells`` cells, encoded where the
+        caller types them (remote write: a row per point,
+        :func:`~tsd.protocol.prom_samples.take_known_samples_part`).
 
         Raises StorageError, with nothing buffered, when the log fails or the writer
         takes no points (shutting down, the head over its bound and storage refusing).
@@ -296,17 +292,17 @@ class Writer:
             raise sink.refusal
         # Not compressed: zstd was the largest part of logging a request's record in a
         # profile of the daemon (cProfile); the segments go once the head is written.
-        seq = await wal.append(frame(CELLS, encode_payload(rows)), cells)
+        seq = await wal.append(frame(CELLS, part.payload), cells)
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
         was_empty = batch.cells == 0
-        batch.add_logged(rows, seq)
-        self._added.value += points
+        batch.add_logged(part.runs, cells, seq)
+        self._added.value += part.points
         self._added_to_batch(was_empty)
 
     async def show_logged(self) -> None:
-        """Return once the head holds every point :meth:`add_rows_logged` took so far
+        """Return once the head holds every point :meth:`add_part_logged` took so far
         (a reader that must see them: remote read); at once when there are none."""
         if self._batch.logged or self._in_flight:
             await self.flush()

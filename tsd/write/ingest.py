@@ -72,7 +72,7 @@ from tsd.log import WRITER, get_logger
 from tsd.recent import RecentMap
 from tsd.stats import Counter, StatsRegistry
 from tsd.uid.service import UidService
-from tsd.wal.record import EncodedPart
+from tsd.wal.record import EncodedPart, seal_part
 from tsd.write.batch_writer import Ack, Writer
 from tsd.write.cell_store import CellPoint, CellStore
 
@@ -234,14 +234,17 @@ class RefCache(RecentMap[Hashable, SeriesRef]):
 
 
 @dataclass(frozen=True, slots=True)
-class LoggedRows:
-    """Points of known series encoded ahead as rows (row key -> qualifier -> value, as
-    :func:`~tsd.codec.qualifier.encode_points_into` makes them; taken over, not copied),
-    for a durable session to log as a record of their own (remote write: a request's)."""
+class LoggedPart:
+    """Points of known series encoded ahead as a part of a log record (its payload and
+    the same rows as runs) in ``cells`` cells, for a durable session to log as a record
+    of their own (remote write: a request's)."""
 
-    rows: dict[bytes, dict[bytes, bytes]]
-    points: int
+    part: EncodedPart
     cells: int
+
+    @property
+    def points(self) -> int:
+        return self.part.points
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,7 +532,7 @@ class IngestSession(Generic[T]):
     #: set when storage refused points up front (HBase's spool full), and how many
     refusal: StorageRefused | None = None
     refused_writes: int = 0
-    #: :meth:`append_run`'s points (and :meth:`append_part`'s :class:`LoggedRows`) are
+    #: :meth:`append_run`'s points (and :meth:`append_part`'s :class:`LoggedPart`) are
     #: stored once the write-ahead log holds them
     #: (written and fsynced) where the writer logs points (the embedded head), and join
     #: the next batch as logged: :meth:`stored` then waits for no batch (remote write,
@@ -589,7 +592,7 @@ class IngestSession(Generic[T]):
         if self.logs_rows:
             rows: dict[bytes, dict[bytes, bytes]] = {}
             cells = encode_points_into(rows, points)
-            self._append_logged(LoggedRows(rows, len(points), cells), tags)
+            self._append_logged(LoggedPart(seal_part(rows, len(points)), cells), tags)
         else:
             self._append_buffered(points, tags)
 
@@ -605,15 +608,16 @@ class IngestSession(Generic[T]):
             self.counters[0].value += len(points)
         self._note_ack(ack, tags, len(points))
 
-    def append_part(self, part: EncodedPart | LoggedRows, tags: Sequence[T] | None = None) -> None:
+    def append_part(self, part: EncodedPart | LoggedPart, tags: Sequence[T] | None = None) -> None:
         """Buffer points encoded ahead, without suspending: a telnet connection's part (a
         log record's payload and its rows as runs: :meth:`Writer.add_part`), or, in a
-        :attr:`durable` session whose writer logs points, a request's rows (logged first
-        as a record of their own: :meth:`settle` waits for it). Refusals are reported for
-        each point, with its tag (``tags``: one per point, or None)."""
-        if isinstance(part, LoggedRows):
+        :attr:`durable` session whose writer logs points, a request's
+        :class:`LoggedPart` (logged first as a record of its own: :meth:`settle` waits
+        for it). Refusals are reported for each point, with its tag (``tags``: one per
+        point, or None)."""
+        if isinstance(part, LoggedPart):
             if not self.logs_rows:
-                raise ValueError("rows are appended by a durable session whose writer logs")
+                raise ValueError("a logged part goes to a durable session whose writer logs")
             self._append_logged(part, tags)
             return
         points = part.points
@@ -772,34 +776,34 @@ class IngestSession(Generic[T]):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _append_logged(self, rows: LoggedRows, tags: Sequence[T] | None) -> None:
+    def _append_logged(self, logged: LoggedPart, tags: Sequence[T] | None) -> None:
         """Points of a durable session: their log record is written in a task of its own
-        (:meth:`Writer.add_rows_logged`), whose outcome is their ack."""
+        (:meth:`Writer.add_part_logged`), whose outcome is their ack."""
         loop = asyncio.get_running_loop()
         ack: Ack = loop.create_future()
         tracked = self.track_acks and tags is not None
         if tracked:
             assert tags is not None
             self._tracked.append(_Tracked(ack, list(tags)))
-        task = loop.create_task(self._log_rows(rows, tags, ack, tracked))
+        task = loop.create_task(self._log_part(logged, tags, ack, tracked))
         self._logging.add(task)
         task.add_done_callback(self._logging.discard)
 
-    async def _log_rows(
-        self, rows: LoggedRows, tags: Sequence[T] | None, ack: Ack, tracked: bool
+    async def _log_part(
+        self, logged: LoggedPart, tags: Sequence[T] | None, ack: Ack, tracked: bool
     ) -> None:
         try:
-            await self.service.writer.add_rows_logged(rows.rows, rows.points, rows.cells)
+            await self.service.writer.add_part_logged(logged.part, logged.cells)
         except Exception as exc:
             if not isinstance(exc, TsdError):  # a bug: refuse the points, never lose them
-                log.exception("ingest.log_append_crashed", points=rows.points)
+                log.exception("ingest.log_append_crashed", points=logged.points)
             ack.set_exception(exc)
             ack.exception()  # seen: the session reports it
             if not tracked:
-                self._refuse_run(tags, rows.points, Refused.of(exc))
+                self._refuse_run(tags, logged.points, Refused.of(exc))
             return
         if self.counters is not None:
-            self.counters[0].value += rows.points
+            self.counters[0].value += logged.points
         ack.set_result(None)
 
     async def _resolve_batch(self, batch: _Misses[T]) -> None:

@@ -23,8 +23,10 @@ A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_column
 series are remembered by their key (labels re-encoded) in the ingest service's
 ``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
 or lookup of its names. The samples of those are taken in one pass
-(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled), on the embedded store
-encoded straight into the request's cells, which become its log record.
+(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled) as points by ref; on
+the embedded store those are encoded in one compiled pass as a part of a log record, a
+row per sample (:func:`~tsd.wal.record.encode_points_part`: its payload is the request's
+log record, its runs what the head takes).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from tsd.codec.qualifier import encode_points_into
 from tsd.data_points import MAX_MS_TIMESTAMP, MAX_SECONDS_TIMESTAMP, DataPoint
 from tsd.errors import StorageRefused
 from tsd.log import HTTP, get_logger
@@ -61,9 +62,10 @@ from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import StatsRegistry
+from tsd.wal.record import EncodedPart, encode_points_part
 from tsd.write.ingest import (
     IngestSession,
-    LoggedRows,
+    LoggedPart,
     RefCache,
     RefPoint,
     RefusalKind,
@@ -124,14 +126,13 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     rules = services.rules
     refs = services.ingest.ref_cache(PROM_REFS)
     mapper = LabelMapper(rules.special_chars, rules.max_tags)
-    encode = services.ingest.writer.logs_points
-    take = _Take(refs, mapper, encode)
+    take = _Take(refs, mapper)
     if (
         columns.values is None
         or columns.timestamps is None
         or not await take.one_sample_each(columns.keys, columns.values, columns.timestamps)
     ):
-        take = _Take(refs, mapper, encode)  # not one sample per series: each one's samples
+        take = _Take(refs, mapper)  # not one sample per series: each one's samples
         await take.any_series(columns.keys, write_request_of(columns).timeseries)
     outcome = take.outcome
     stored = await _ingest(services, take)
@@ -155,12 +156,12 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
 async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
     """The one place remote write calls the ingest service.
 
-    A durable session: points of known series, on the embedded store encoded as the
-    request's rows (:attr:`_Take.rows`) and appended as one part once the write-ahead log
-    holds them (:class:`~tsd.write.ingest.LoggedRows`: written and fsynced, then buffered
-    for the head with the next batch), so a request costs one log record rather than a
-    batch of its own; elsewhere (HBase, :attr:`_Take.known`) appended by ref and waited
-    for until storage holds them, as ``/api/put?sync``. Points of new series are resolved
+    A durable session: points of known series (:attr:`_Take.known`), on the embedded
+    store encoded as a part of a log record (a row per point) and appended once the
+    write-ahead log holds it (:class:`~tsd.write.ingest.LoggedPart`: written and synced,
+    then buffered for the head with the next batch), so a request costs one log record
+    rather than a batch of its own; elsewhere (HBase) appended by ref and waited for until
+    storage holds them, as ``/api/put?sync``. Points of new series are resolved
     in the session's window (each remembered under its key) and waited for likewise."""
     outcome = take.outcome
     session: IngestSession[int] = services.ingest.session(
@@ -170,12 +171,14 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
         protocol=PROTOCOL,
         durable=True,
     )
-    if take.rows is not None:
-        if take.taken:
+    known = take.known
+    if services.ingest.writer.logs_points:
+        if known:
             await session.wait_room()
-            session.append_part(LoggedRows(take.rows, take.taken, take.cells), range(take.taken))
+            part = EncodedPart(*encode_points_part(known), len(known))
+            session.append_part(LoggedPart(part, len(known)), range(len(known)))
     else:
-        await append_in_room(session, take.known, range(len(take.known)))
+        await append_in_room(session, known, range(len(known)))
     for tag, (point, key) in enumerate(take.new, start=1):
         await put_waiting(session, point, -tag, (key,))
     await session.settle()
@@ -188,36 +191,25 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
 @dataclass(slots=True)
 class _Take:
     """One request's samples sorted for :func:`_ingest`: points of series known by their
-    key (:attr:`taken` of them: encoded into :attr:`rows` when the writer logs points
-    itself, else listed in :attr:`known` by ref), points of series to resolve
+    key, by ref (:attr:`known`), points of series to resolve
     (:attr:`new`, with their key), and what is not stored (:attr:`outcome`)."""
 
     refs: RefCache
     mapper: LabelMapper
-    #: encode known series' points into :attr:`rows` (the embedded store's log takes them)
-    encode: bool
     known: list[RefPoint] = field(default_factory=list)
-    rows: dict[bytes, dict[bytes, bytes]] | None = None
-    taken: int = 0
-    cells: int = 0
     new: list[tuple[DataPoint, bytes]] = field(default_factory=list)
     outcome: _Outcome = field(default_factory=_Outcome)
     #: the mapping of each new key met in this request (a series may come many times)
     mapped: dict[bytes, MappedSeries | tuple[str, str] | None] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.encode:
-            self.rows = {}
-
     async def one_sample_each(
         self, keys: list[bytes], values: list[float], timestamps: list[int]
     ) -> bool:
         """As many samples as series, one each (what Prometheus sends): the samples of
-        known series in one pass (:func:`~tsd.protocol.prom_samples.take_known_samples`),
-        the others one by one. False, with the request half taken, when a series has no
-        sample after all (some other has more): a key seen before has samples, the key
-        of a new one tells."""
-        out: Any = self.rows if self.rows is not None else self.known
+        known series in one compiled pass
+        (:func:`~tsd.protocol.prom_samples.take_known_samples`), the others one by one.
+        False, with the request half taken, when a series has no sample after all (some
+        other has more): a key seen before has samples, the key of a new one tells."""
         low, high = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP  # is_storable_timestamp's
         get = self.refs.get
         for start in range(0, len(keys), YIELD_EVERY):
@@ -226,11 +218,9 @@ class _Take:
             part_keys = keys[start : start + YIELD_EVERY]
             part_values = values[start : start + YIELD_EVERY]
             part_timestamps = timestamps[start : start + YIELD_EVERY]
-            taken, cells, others = take_known_samples(
-                part_keys, part_values, part_timestamps, self.refs, out, low, high
+            _, others = take_known_samples(
+                part_keys, part_values, part_timestamps, self.refs, self.known, low, high
             )
-            self.taken += taken
-            self.cells += cells
             for index in others:
                 key = part_keys[index]
                 ref = get(key)
@@ -276,11 +266,7 @@ class _Take:
 
     def add_known(self, ref: SeriesRef, timestamp: int, value: float) -> None:
         """One point of a known series off the hot loop, where that loop puts its own."""
-        self.taken += 1
-        if self.rows is None:
-            self.known.append((ref, timestamp, value))
-        else:
-            self.cells += encode_points_into(self.rows, ((ref, timestamp, value),))
+        self.known.append((ref, timestamp, value))
 
     def mapping(self, key: bytes) -> MappedSeries | tuple[str, str] | None:
         """The OpenTSDB series of a key not seen before, or (reason, message) when it
