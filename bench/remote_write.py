@@ -40,8 +40,16 @@ Rounds alternate (tsd remote write at each size, tsd telnet, VictoriaMetrics at 
 size, the baseline's remote write at each size), each round starting one further
 (bench/ingest.py's ``rotated``); each figure is the median over rounds.
 
+``--steady SECONDS`` (with ``--baseline REF``) measures this tree against REF alone, in
+steady state: a fresh daemon of each side in turn (``--rounds`` pairs, the first side
+alternating) is warmed with every series, then takes the first ``--per-request`` size's
+requests (the same bodies, cycled) on ``--connections`` connections for SECONDS, and its
+CPU (/proc) over that time is divided by the samples acknowledged. The fixed-count rounds
+above are a second or two of daemon CPU each, and their spread between rounds is often
+wider than a change of a tenth; this keeps each side busy for as long as asked.
+
 Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R] [--floor]
-[--connections C] [--per-request K[,K...]] [--no-vm] [--baseline REF]``.
+[--connections C] [--per-request K[,K...]] [--no-vm] [--baseline REF] [--steady SECONDS]``.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import contextlib
 import functools
 import os
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -264,6 +273,61 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
     return found
 
 
+async def post_until(
+    session: aiohttp.ClientSession, url: str, bodies: list[bytes], stop_at: float
+) -> int:
+    """Post ``bodies`` in a cycle, one at a time, until ``stop_at``; how many were taken."""
+    posted = 0
+    while time.perf_counter() < stop_at:
+        await post_all(session, url, [bodies[posted % len(bodies)]], [])
+        posted += 1
+    return posted
+
+
+async def steady(args: argparse.Namespace, mode: Mode) -> dict[str, list[float]]:
+    """Per side (this tree, ``--baseline``), the daemon's CPU nanoseconds a sample in each
+    of ``--rounds`` steady runs of ``--steady`` seconds (see the module's docstring)."""
+    os.sched_setaffinity(0, mode.generator_cpus)
+    labels = series_labels(args.series)
+    size, conns = args.per_request[0], args.connections
+    bodies = write_bodies(samples(args.points, args.series, args.series), labels, size)
+    warm = write_bodies(samples(args.series, 0, args.series), labels, size)
+    found: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"tsd": None, BEFORE_RW: export(args.baseline, Path(tmp) / "baseline")}
+        for number in range(args.rounds):
+            for name in rotated(list(trees), number):
+                data = Path(tempfile.mkdtemp(dir=tmp))
+                server = await start_tsd(data / "data", mode, source=trees[name])
+                try:
+                    async with aiohttp.ClientSession(
+                        connector=aiohttp.TCPConnector(limit=conns)
+                    ) as session:
+                        url = f"http://127.0.0.1:{server.port}/api/v1/write"
+                        await post_all(session, url, warm, [])
+                        stop_at = time.perf_counter() + args.steady
+                        cpu_start = tree_cpu_seconds(server.process.pid)
+                        counts = await asyncio.gather(
+                            *(
+                                post_until(session, url, bodies[n::conns], stop_at)
+                                for n in range(conns)
+                            )
+                        )
+                        cpu = tree_cpu_seconds(server.process.pid) - cpu_start
+                finally:
+                    await server.stop()
+                    shutil.rmtree(data, ignore_errors=True)
+                sent = sum(counts) * size
+                found.setdefault(name, []).append(cpu / sent * 1e9)
+                print(
+                    f"  pair {number + 1} {name}: {sent:,} samples,"
+                    f" {cpu / sent * 1e9:,.0f} ns of daemon CPU a sample",
+                    flush=True,
+                )
+                settle_disk()
+    return found
+
+
 def decode_rate(points: int, series: int, size: int, repeats: int = 5) -> float:
     """Samples per CPU-second of :func:`decode_write_columns` alone over ``points`` samples
     in ``size``-sample bodies (the median of ``repeats``), in this process."""
@@ -320,8 +384,26 @@ def main() -> None:
         help="a git revision whose tsd (its tree, C helpers built) takes the same remote write"
         " rounds beside this tree's",
     )
+    parser.add_argument(
+        "--steady",
+        type=float,
+        default=0.0,
+        help="seconds: this tree against --baseline alone, each side's daemon busy that long",
+    )
     args = parser.parse_args()
     mode = modes()[args.mode]
+    if args.steady:
+        if not args.baseline:
+            parser.error("--steady compares with --baseline REF")
+        size = args.per_request[0]
+        print(f"mode {mode.name}: {mode.describe()}; {size:,} samples a request, steady")
+        runs = asyncio.run(steady(args, mode))
+        ours, theirs = statistics.median(runs["tsd"]), statistics.median(runs[BEFORE_RW])
+        print(
+            f"  median ns of daemon CPU a sample: this tree {ours:,.0f}, {args.baseline}"
+            f" {theirs:,.0f}; this tree / {args.baseline} {ours / theirs:.2f}"
+        )
+        return
     print(f"mode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
     sizes = ", ".join(f"{size:,}" for size in args.per_request)
     print(f"{args.points:,} samples a round, {args.series:,} series, {sizes} samples a request")
