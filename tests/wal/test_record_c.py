@@ -1,7 +1,7 @@
 """The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs)
-against the Python loop it replaces: the same log payload and head
-runs, the same error; and of points a row each (encode_points_part, remote write's
-request) against python_encode_points_part."""
+against the Python loop it replaces: the same log payload and head runs, the same error;
+and of points a row each (encode_points_part, remote write's request) against
+python_encode_points_part."""
 
 from __future__ import annotations
 
