@@ -37,9 +37,7 @@ static PyObject *encode_into(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *rows = args[0], *qualifiers = args[2], *int1 = args[3], *encode_point = args[4];
-    if (!PyDict_CheckExact(rows) || !PyTuple_CheckExact(qualifiers) || !PyTuple_CheckExact(int1) ||
-        PyTuple_GET_SIZE(int1) != 256 ||
-        PyTuple_GET_SIZE(qualifiers) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+    if (!PyDict_CheckExact(rows) || !encoder_tables_ok(qualifiers, int1)) {
         PyErr_SetString(PyExc_TypeError, "encode_into: bad arguments");
         return NULL;
     }

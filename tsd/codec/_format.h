@@ -284,6 +284,16 @@ static int put_cell(PyObject *rows, PyObject *row, PyObject *qualifier, PyObject
     return PyDict_GET_SIZE(cells) > before ? 1 : 0;
 }
 
+/* Whether qualifiers and int1 are the encoder's tables (tsd.codec.qualifier.ENCODER_TABLES:
+ * every seconds qualifier by offset << FLAG_BITS | flags, the 256 one-byte values), the
+ * sizes encode_cell indexes them by without a check. */
+static inline int encoder_tables_ok(PyObject *qualifiers, PyObject *int1)
+{
+    return PyTuple_CheckExact(qualifiers) && PyTuple_CheckExact(int1) &&
+           PyTuple_GET_SIZE(int1) == 256 &&
+           PyTuple_GET_SIZE(qualifiers) >= ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1;
+}
+
 /* One point's cell: its row key, qualifier and value bytes, new references in *row_out,
  * *qualifier_out and *bytes_out; 0, or -1 with an exception set. */
 static int encode_cell(PyObject *series, PyObject *timestamp, PyObject *value,

@@ -463,9 +463,7 @@ static PyObject *take_known_puts(PyObject *self, PyObject *const *args, Py_ssize
  *   without a Python object per point beyond its cell. */
 static PyObject *take_known_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 || !PyDict_CheckExact(args[3]) || !PyTuple_CheckExact(args[5]) ||
-        !PyTuple_CheckExact(args[6]) || PyTuple_GET_SIZE(args[6]) != 256 ||
-        PyTuple_GET_SIZE(args[5]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+    if (nargs != 8 || !PyDict_CheckExact(args[3]) || !encoder_tables_ok(args[5], args[6])) {
         PyErr_SetString(PyExc_TypeError, "take_known_into: bad arguments");
         return NULL;
     }

@@ -96,8 +96,7 @@ def python_take_known_samples(
     ValueError when there are not as many values and timestamps as keys."""
     if len(values) != len(keys) or len(timestamps) != len(keys):
         raise ValueError("take_known_samples: as many samples as keys")
-    points = out
-    before = len(points)
+    before = len(out)
     others: list[int] = []
     get = known.get
     for index, (key, value, timestamp) in enumerate(zip(keys, values, timestamps, strict=True)):
@@ -109,10 +108,10 @@ def python_take_known_samples(
             and type(timestamp) is int
             and low < timestamp <= high
         ):
-            points.append((series, timestamp, value))
+            out.append((series, timestamp, value))
         else:
             others.append(index)
-    return len(points) - before, others
+    return len(out) - before, others
 
 
 #: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys``,

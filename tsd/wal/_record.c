@@ -150,9 +150,7 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
 
 /* encode_points_part(points, qualifiers, int1, encode_point) -> (payload, runs). */
 static PyObject *encode_points_part(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[1]) ||
-        !PyTuple_CheckExact(args[2]) || PyTuple_GET_SIZE(args[2]) != 256 ||
-        PyTuple_GET_SIZE(args[1]) < ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1) {
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !encoder_tables_ok(args[1], args[2])) {
         PyErr_SetString(PyExc_TypeError, "encode_points_part: bad arguments");
         return NULL;
     }
