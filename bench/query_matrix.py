@@ -47,6 +47,14 @@ threads: 10 ms ticks, so the mean over the rounds, not a median of ticks) and th
 With ``--baseline REV`` tsd from git revision REV (bench.ingest.export) is loaded and asked
 too, in the same rounds: the ratio before and after a change, one run.
 
+Each round also asks each server a trivial request (``floor``: tsd's ``/api/version``,
+VictoriaMetrics' ``/api/v1/status/buildinfo``), reported on a line of its own after the
+shapes and left out of the goal. The shapes are asked one after another, each server after
+the other's answer, so every request meets caches another process has just used: on this
+project's VM a small query then costs about twice its CPU time back to back (bench.query_ab
+measures both spacings), and the floor line shows how much of a small shape's time (raw,
+filter: a few ms) any request pays there, the bench's own Python client included.
+
 Only the metrics the asked shapes read are loaded (``--shapes groupby`` loads
 ``bench.wide`` alone).
 
@@ -105,6 +113,11 @@ BURST = (
     "raw", "raw2", "sum-1m", "sum-1h", "rate", "groupby", "filter", "filter2", "filter3",
     "panel30d",
 )  # fmt: skip
+#: the line after the shapes: a trivial request of each server in every round (tsd's
+#: ``/api/version``, VictoriaMetrics' ``/api/v1/status/buildinfo``), asked like a shape and
+#: reported beside them, not one of them (no goal): the least any answer above costs over
+#: HTTP, caches as cold as the shapes' (see the module's docstring)
+FLOOR = "floor"
 #: the dataset each shape reads: only those of the asked shapes are loaded
 SHAPE_DATA = {
     "raw": "cpu", "raw2": "cpu", "sum-1m": "cpu", "sum-1h": "cpu", "rate": "ctr",
@@ -364,6 +377,21 @@ class Side:
     def parse(self, shape: Shape, body: bytes) -> Answer:
         return vm_answer(body, shape.shift) if self.is_vm else tsd_answer(body)
 
+    def floor_url(self) -> str:
+        """A trivial request of this server (``FLOOR``)."""
+        base = f"http://127.0.0.1:{self.server.http_port}"
+        return f"{base}/api/v1/status/buildinfo" if self.is_vm else f"{base}/api/version"
+
+    async def timed_floor(self, session: aiohttp.ClientSession, record: bool = True) -> None:
+        pid = self.server.process.pid
+        c0, w0 = cpu_seconds(pid), time.perf_counter()
+        async with session.get(self.floor_url()) as reply:
+            body = await reply.read()
+            if reply.status != 200:
+                raise RuntimeError(f"{self.name} {FLOOR}: {reply.status} {body[:300]!r}")
+        if record:
+            self.record(FLOOR, time.perf_counter() - w0, cpu_seconds(pid) - c0)
+
     async def ask(self, session: aiohttp.ClientSession, shape: Shape) -> bytes:
         url, params = self.request(shape)
         async with session.get(url, params=params) as reply:
@@ -413,6 +441,7 @@ async def run_rounds(
     async with sessions(max(1, len(burst))) as clients:
         session = clients[0]
         for side in sides:
+            await side.timed_floor(session, record=False)
             for shape in todo:
                 check(side.name, shape, side.parse(shape, await side.ask(session, shape)))
             if burst:
@@ -425,6 +454,8 @@ async def run_rounds(
             for shape in todo:
                 for side in order:
                     await side.timed(session, shape)
+            for side in order:
+                await side.timed_floor(session)
             for side in order if burst else ():
                 await side.burst(clients, burst)
 
@@ -551,7 +582,8 @@ async def phase(
         await run_rounds(sides, todo, burst, args.rounds)
         after = await head_rows(tsd)
         print(f"\n{label}: tsd.head.rows {rows:,} before the rounds, {after:,} after")
-        ratios = report(label, sides, names)
+        ratios = report(label, sides, [*names, FLOOR])
+        ratios.pop(FLOOR, None)  # not a shape: what each answer above costs at least
         if ratios:
             worst = max(ratios.values())
             goal = "ok" if worst <= GOAL_RATIO else "NOT MET"
