@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import tsd.query.engine as engine_module
+import tsd.query.reader as reader_module
 from tests.query.tsdb_harness import QueryHarness, query_harness
 from tsd.config import StorageConfig
 from tsd.query.plan import ScanPlan
@@ -27,6 +28,7 @@ from tsd.query.read_path import (
     time_slices,
 )
 from tsd.storage.base import ScanSpec, Storage
+from tsd.storage.embedded import EmbeddedStorage
 
 T0 = 1356998400  # an hour boundary
 HOSTS = [f"h{i}" for i in range(6)]
@@ -105,6 +107,60 @@ async def test_every_path_gives_the_scans_answer(
         assert _without_stats(answer) == _without_stats(chosen), path
 
 
+DOWNSAMPLED = [
+    "m=sum:10m-avg:m{cpu=*}",
+    "m=sum:30m-sum:m{host=h1}",
+    "m=none:20m-count:m{host=h1|h3,cpu=2}",
+    "m=avg:1h-sum:m",
+]
+
+
+@pytest.mark.parametrize("query", DOWNSAMPLED)
+async def test_rows_reduced_where_storage_reads_them_answer_as_when_reduced_after(
+    harness: QueryHarness, query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A downsampled raw read hands storage the reduction to buckets (reader.py's
+    ``_bucket_work``): the embedded store does it in its reader threads, HBase leaves it to
+    the reader. Whichever does it, on every path, the answer is the one of a read that
+    reduces every block after reading it."""
+    prepared: list[bool] = []
+    decode = reader_module._OneRead.decode
+
+    async def noted(self: Any, block: Any) -> None:
+        prepared.append(block.prepared is not None)
+        await decode(self, block)
+
+    monkeypatch.setattr(reader_module._OneRead, "decode", noted)
+    chosen = await _ask(harness, query)
+    assert isinstance(chosen, list), chosen
+    assert chosen
+    assert prepared
+    # (the blocks of a getRows, of the ranges a key-only pass found, come without)
+    assert any(prepared) == isinstance(harness.storage, EmbeddedStorage)
+    for path in (SCAN, KEY_ONLY, RANGES):
+        monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=path: p)
+        assert _without_stats(await _ask(harness, query)) == _without_stats(chosen), path
+    monkeypatch.setattr(reader_module, "_bucket_work", lambda block, **kwargs: None)
+    for path in (SCAN, RANGES):
+        monkeypatch.setattr(engine_module, "choose_path", lambda plan, request, p=path: p)
+        assert _without_stats(await _ask(harness, query)) == _without_stats(chosen), path
+
+
+async def test_a_stored_row_the_head_holds_points_of_is_reduced_with_them(
+    harness: QueryHarness,
+) -> None:
+    """A block storage reduced while the head holds points of one of its rows is reduced
+    again with the head's points merged in: the new point is in its bucket's answer."""
+    query = "m=sum:10m-sum:m{host=h1,cpu=2}"
+    before = await _ask(harness, query)
+    await harness.load([("m", {"host": "h1", "cpu": "2"}, T0 + 1200 + 33, 1000)])
+    after = await _ask(harness, query)
+    assert after[0]["dps"][str(T0 + 1200)] == before[0]["dps"][str(T0 + 1200)] + 1000
+    assert {k: v for k, v in after[0]["dps"].items() if k != str(T0 + 1200)} == {
+        k: v for k, v in before[0]["dps"].items() if k != str(T0 + 1200)
+    }
+
+
 async def test_tsuid_queries_use_a_multi_get(harness: QueryHarness) -> None:
     found = await _ask(harness, "m=none:explicit_tags:m{host=h2,cpu=1}&show_tsuids=true")
     tsuid = found[0]["tsuids"][0]
@@ -126,9 +182,9 @@ async def test_a_scan_is_cut_in_as_many_reads_as_its_storage_takes_at_once(
     read = storage.scan_blocks
     scans: list[ScanSpec] = []
 
-    def counted(table: str, spec: ScanSpec, stats: Any = None) -> Any:
+    def counted(table: str, spec: ScanSpec, stats: Any = None, work: Any = None) -> Any:
         scans.append(spec)
-        return read(table, spec, stats)
+        return read(table, spec, stats, work)
 
     monkeypatch.setattr(storage, "scan_blocks", counted)
     answers = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 import pytest
@@ -12,6 +14,7 @@ from tests.storage.conftest import MakeTable
 from tsd.errors import StorageError, StorageUnavailable, TableNotFound
 from tsd.storage.base import (
     Block,
+    BlockWork,
     Cell,
     CellBlock,
     CellColumn,
@@ -25,6 +28,7 @@ from tsd.storage.base import (
     ScanSpec,
     Storage,
 )
+from tsd.storage.embedded import EmbeddedStorage
 
 
 async def scan_all(storage: Storage, table: str, spec: ScanSpec | None = None) -> list[Row]:
@@ -852,6 +856,49 @@ async def test_scan_ranges_hold_the_rows_of_each_range_scanned_in_turn(
         assert all(len(block) for block in blocks)
         assert [row for block in blocks for row in _cells(block)] == want
         assert len(want) > len(cuts)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_bulk_reads_hand_over_the_work_done_where_the_store_read_each_block(
+    storage: Storage, make_table: MakeTable, seed: int
+) -> None:
+    # BlockWork: the same blocks as without it, each holding the work's result for it or,
+    # in a store that leaves the work to the reader (HBase), None. The embedded store does
+    # it in the reader thread that read the block: off the event loop past its first hop.
+    table = await make_table("data", ("t",))
+    await storage.put(table, _random_data_rows(seed))
+    loop_thread = threading.get_ident()
+    threads: set[int] = set()
+
+    def work(block: Block) -> tuple[int, bytes, int]:
+        threads.add(threading.get_ident())
+        return len(block), block.keys[-1], block.cell_count
+
+    keys = sorted(set(await scan_keys(storage, table)))
+    cuts = keys[:: max(1, len(keys) // 6)]
+    ranges = [ScanSpec(start=a, stop=a + b"\xff", batch_rows=2) for a in cuts]
+
+    def whole(w: BlockWork | None) -> AsyncGenerator[Block, None]:
+        return storage.scan_blocks(table, ScanSpec(batch_rows=3), work=w)
+
+    def ranged(w: BlockWork | None) -> AsyncGenerator[Block, None]:
+        return storage.scan_ranges(table, ranges, work=w)
+
+    for read in (whole, ranged):
+        async with aclosing(read(None)) as found:
+            plain = [block async for block in found]
+        async with aclosing(read(work)) as found:
+            done = [block async for block in found]
+        assert [list(_cells(b)) for b in done] == [list(_cells(b)) for b in plain]
+        assert all(b.prepared is None for b in plain)
+        if isinstance(storage, EmbeddedStorage):
+            assert [b.prepared for b in done] == [(len(b), b.keys[-1], b.cell_count) for b in done]
+        else:
+            assert all(b.prepared is None for b in done)
+    if isinstance(storage, EmbeddedStorage):
+        assert threads - {loop_thread}
+    else:
+        assert not threads
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

@@ -66,7 +66,7 @@ from tsd.codec.rowkey import salt_bucket, salt_bytes
 from tsd.query.compute import INLINE_WORK
 from tsd.query.plan import ScanPlan, TagCondition
 from tsd.query.tasks import all_or_none
-from tsd.storage.base import Block, ReadStats, RowFilter, ScanSpec, Storage
+from tsd.storage.base import Block, BlockWork, ReadStats, RowFilter, ScanSpec, Storage
 
 __all__ = [
     "KEY_ONLY",
@@ -315,11 +315,14 @@ async def read_rows(
     consume: Consumer,
     stats: ReadStats,
     probe: bool = False,
+    work: BlockWork | None = None,
 ) -> None:
     """Read the plan's rows along ``path``, handing each block to ``consume`` (which may
     run while the next block is read). With ``probe`` (the head holds rows of the plan),
     nothing where storage tells that it holds no row of the plan's scans
-    (:meth:`Storage.holds_rows`: rows all still in the head)."""
+    (:meth:`Storage.holds_rows`: rows all still in the head). ``work``: done on each
+    scanned block where storage reads it, if it does (:data:`BlockWork`); the blocks of a
+    ``getRows`` come without."""
     if probe and await _none_stored(storage, table, plan):
         return
     if path == MULTI_GET:
@@ -327,7 +330,7 @@ async def read_rows(
         await _get_all(storage, table, keys, plan, consume, stats)
         return
     if path == RANGES:
-        await _read_ranges(storage, table, plan, request, consume, stats)
+        await _read_ranges(storage, table, plan, request, consume, stats, work)
         return
     parallel = storage.parallel_reads()
     specs = _sliced(plan, parallel)
@@ -347,7 +350,7 @@ async def read_rows(
         per_slice = -(-parallel // len(specs))
         cut = await all_or_none([_key_ranges(storage, table, s, per_slice) for s in specs])
         specs = [s for pieces in cut for s in pieces]
-    await all_or_none([_scan_one(storage, table, spec, consume, stats) for spec in specs])
+    await all_or_none([_scan_one(storage, table, spec, consume, stats, work) for spec in specs])
 
 
 async def _read_ranges(
@@ -357,6 +360,7 @@ async def _read_ranges(
     request: ReadRequest,
     consume: Consumer,
     stats: ReadStats,
+    work: BlockWork | None = None,
 ) -> None:
     """The ranges path: decided ranges scanned with their cells, the others by a key-only
     pass and a ``getRows`` of their matching keys, up to :meth:`Storage.parallel_reads` at
@@ -382,13 +386,13 @@ async def _read_ranges(
 
     async def read_together() -> None:
         if together:
-            await _consumed(storage.scan_ranges(table, together, stats), consume)
+            await _consumed(storage.scan_ranges(table, together, stats, work), consume)
 
     async def read(r: KeyRange) -> None:
         spec = dataclasses.replace(template, start=r.start, stop=r.stop)
         if r.decided:
             async with slots:
-                await _scan_one(storage, table, spec, consume, stats)
+                await _scan_one(storage, table, spec, consume, stats, work)
             return
         keys: list[bytes] = []
         async with slots:
@@ -488,16 +492,22 @@ async def _get_all(
 
 
 async def _scan_one(
-    storage: Storage, table: str, spec: ScanSpec, consume: Consumer, stats: ReadStats
+    storage: Storage,
+    table: str,
+    spec: ScanSpec,
+    consume: Consumer,
+    stats: ReadStats,
+    work: BlockWork | None = None,
 ) -> None:
     """One scan: each block is consumed while the next is read."""
-    await _consumed(storage.scan_blocks(table, spec, stats), consume)
+    await _consumed(storage.scan_blocks(table, spec, stats, work), consume)
 
 
 async def _consumed(read: AsyncGenerator[Block, None], consume: Consumer) -> None:
     """Every block of ``read``, each consumed while the next is read; a small block
-    (``INLINE_WORK`` values or bytes: its decoding stays on the event loop anyway) is
-    consumed at once, without a task of its own and the loop's turn to start it."""
+    (``INLINE_WORK`` values or bytes: its decoding stays on the event loop anyway) or one
+    whose work storage did (``prepared``) is consumed at once, without a task of its own
+    and the loop's turn to start it."""
     pending: asyncio.Future[None] | None = None
     try:
         async with contextlib.aclosing(read) as blocks:
@@ -505,8 +515,8 @@ async def _consumed(read: AsyncGenerator[Block, None], consume: Consumer) -> Non
                 if pending is not None:
                     await pending
                     pending = None
-                if len(block.values) <= INLINE_WORK:
-                    await consume(block)
+                if len(block.values) <= INLINE_WORK or block.prepared is not None:
+                    await consume(block)  # (a prepared block's work is done)
                     continue
                 pending = asyncio.ensure_future(consume(block))
         if pending is not None:

@@ -10,7 +10,12 @@ A sub-query's read (engine.py runs it) goes through :class:`RowReader`:
 3. storage's rows come along the read path (read_path.py), block by block; each block is
    merged with the head's rows of the same keys, decoded in a worker thread while the next
    is read (data points, rollup cells or histogram cells: decode.py, rollup.py,
-   histogram.py) and counted against ``tsd.query.limits.*`` (:class:`ScanTally`);
+   histogram.py) and counted against ``tsd.query.limits.*`` (:class:`ScanTally`). A raw
+   read reduced to buckets as decoded hands that reduction to storage as its
+   :data:`~tsd.storage.base.BlockWork` (:func:`_bucket_work`): the embedded store does
+   it in the reader thread that read the block, so a big scan's time slices are read and
+   reduced side by side on every core without a hop to a compute thread per block; a
+   block the head has points of is reduced again here, merged;
 4. what only the head holds is decoded last: rollup rows only the head's rows fill so far,
    then the head's own rows.
 """
@@ -19,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -164,8 +171,23 @@ class RowReader:
             stats,
         )
         held = head is not None and len(head) > 0  # else storage is read in any case
+        work = None
+        if buckets is not None and rollup is None and (source is None or source.histograms is None):
+            # raw rows to their buckets where storage reads them (its reader threads)
+            work = functools.partial(
+                _bucket_work, layout=self._layout, fix=self._fix_duplicates, buckets=buckets
+            )
         await read_rows(
-            self._storage, table, self._layout, plan, path, request, one.decode, stats, held
+            self._storage,
+            table,
+            self._layout,
+            plan,
+            path,
+            request,
+            one.decode,
+            stats,
+            held,
+            work,
         )
         await one.finish()
         return one.parts + from_head
@@ -327,13 +349,20 @@ class _OneRead:
     parts: list[Part] = field(default_factory=list)
 
     async def decode(self, block: Block) -> None:
-        """One block of rows: merged with the head's, decoded, counted."""
+        """One block of rows: merged with the head's, decoded, counted. A block storage
+        reduced to its buckets already (:func:`_bucket_work`) is taken as it is, unless
+        the head had points of its rows (then it is decoded again, merged)."""
+        stored = block
         block = self._merged(block)
         # decoded points need only their times: a pass over every point (a fraction of
         # a cell block's work per point, but not per row: rows hold hundreds of points)
         work = len(block.values) // 4 if isinstance(block, CellBlock) else len(block.values)
         source = self.source
-        if source is not None and source.histograms is not None:
+        done = cast("tuple[RowPoints, float] | None", stored.prepared)
+        if done is not None and block is stored:
+            keys = block.keys
+            points, spent = done
+        elif source is not None and source.histograms is not None:
             keys, points, spent = self._histograms(block, source)
         elif source is not None and source.is_rollup:
             keys, points, spent = await self._rollups(block, source, work)
@@ -492,6 +521,19 @@ def _timed_rollup_decode(
 def _decode_head(runs: HeadRuns, layout: KeyLayout, buckets: RowBuckets | None) -> RowPoints:
     """The head's rows decoded (each reduced to its buckets with ``buckets``)."""
     return decode_head_runs(runs, layout, buckets)
+
+
+def _bucket_work(
+    block: Block, *, layout: KeyLayout, fix: bool, buckets: RowBuckets
+) -> tuple[RowPoints, float] | None:
+    """A raw read's :data:`~tsd.storage.base.BlockWork`: the block reduced to its buckets
+    (:func:`_timed_decode`) in the storage's reader thread. None when that fails
+    (RowsOutOfHour, a cell that does not decode): :meth:`_OneRead.decode` then decodes
+    the block itself and meets the error where a read without the work meets it."""
+    try:
+        return _timed_decode(block, layout, fix, buckets)
+    except Exception:  # noqa: BLE001 - decided again, and raised, on the event loop
+        return None
 
 
 def _timed_decode(

@@ -14,6 +14,7 @@ exceptions to :mod:`tsd.errors` (``StorageError`` and its subclasses,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
@@ -91,6 +92,8 @@ class CellBlock(Sequence[Row]):
     values: bytes
     #: bytes received from storage for these rows (0 when unknown)
     wire_bytes: int = 0
+    #: what the read's :data:`BlockWork` made of the block where it was read (None: not done)
+    prepared: object = None
 
     @property
     def cell_count(self) -> int:
@@ -259,6 +262,8 @@ class PointBlock:
     stored_bytes: int
     build_cells: Callable[[], CellBlock]
     wire_bytes: int = 0
+    #: what the read's :data:`BlockWork` made of the block where it was read (None: not done)
+    prepared: object = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -320,6 +325,20 @@ def joined_blocks(blocks: Sequence[Block]) -> list[Block]:
 
 #: what a bulk read yields
 Block = CellBlock | PointBlock
+
+#: Work on each block of a bulk read that the store may do where it reads the block (the
+#: embedded store: in its reader thread, the read transaction still open), its result
+#: handed over in the block's ``prepared``. A store that does not (HBase: its replies are
+#: read on the event loop) hands blocks over with ``prepared`` None and the reader does
+#: the work itself, so a work answers None for a block it cannot do rather than raise.
+BlockWork = Callable[[Block], object]
+
+
+def prepared(block: Block, work: BlockWork | None) -> Block:
+    """``block`` with ``work``'s result (the block itself without a work)."""
+    if work is None:
+        return block
+    return dataclasses.replace(block, prepared=work(block))
 
 
 @dataclass(slots=True)
@@ -551,11 +570,16 @@ class Storage(ABC):
     # -- bulk reads (the query path): cells end to end (CellBlock) -------------------------
 
     async def scan_blocks(
-        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+        self,
+        table: str,
+        spec: ScanSpec,
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
         """The rows of :meth:`scan`, ``spec.batch_rows`` at a time, as CellBlocks (row
-        filter applied), or as PointBlocks where the store decodes its rows itself.
-        Backends that read replies in bulk override it."""
+        filter applied), or as PointBlocks where the store decodes its rows itself; each
+        with ``work`` done where the store does it (:data:`BlockWork`: not here). Backends
+        that read replies in bulk override it."""
         batch: list[Row] = []
         async with contextlib.aclosing(self.scan(table, spec)) as rows:
             async for row in rows:
@@ -585,12 +609,18 @@ class Storage(ABC):
         return False
 
     async def scan_ranges(
-        self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
+        self,
+        table: str,
+        specs: Sequence[ScanSpec],
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
         """The rows of the scans ``specs`` (disjoint key ranges in key order), in order, as
-        :meth:`scan_blocks` gives them; a block may hold rows of several ranges."""
+        :meth:`scan_blocks` gives them (``work`` as there); a block may hold rows of
+        several ranges."""
         for spec in specs:
-            async with contextlib.aclosing(self.scan_blocks(table, spec, stats)) as blocks:
+            scan = self.scan_blocks(table, spec, stats, work)
+            async with contextlib.aclosing(scan) as blocks:
                 async for block in blocks:
                     yield block
 

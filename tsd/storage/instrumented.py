@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from tsd.stats import Counter, Histogram, StatsRegistry
 from tsd.storage.base import (
     Block,
+    BlockWork,
     CellBlock,
     CellColumn,
     CheckAndPut,
@@ -130,9 +131,13 @@ class InstrumentedStorage(Storage):
     # reader, key-only scans or read slots (docs/hbase.md). Counted as scans and get_many.
 
     def scan_blocks(
-        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+        self,
+        table: str,
+        spec: ScanSpec,
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
-        return self._timed_scan(self.inner.scan_blocks(table, spec, stats))
+        return self._timed_scan(self.inner.scan_blocks(table, spec, stats, work))
 
     def scan_keys(
         self, table: str, spec: ScanSpec, stats: ReadStats | None = None
@@ -146,9 +151,13 @@ class InstrumentedStorage(Storage):
         return self.inner.reads_ranges_at_once()
 
     def scan_ranges(
-        self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
+        self,
+        table: str,
+        specs: Sequence[ScanSpec],
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
-        return self._timed_scan(self.inner.scan_ranges(table, specs, stats))
+        return self._timed_scan(self.inner.scan_ranges(table, specs, stats, work))
 
     async def get_blocks(
         self,

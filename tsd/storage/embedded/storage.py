@@ -70,6 +70,7 @@ from tsd.errors import (
 )
 from tsd.storage.base import (
     Block,
+    BlockWork,
     CellBlock,
     CellColumn,
     CheckAndPut,
@@ -83,6 +84,7 @@ from tsd.storage.base import (
     Storage,
     check_distinct_cells,
     joined_blocks,
+    prepared,
 )
 from tsd.storage.embedded import cells, maintenance
 from tsd.storage.embedded.blocks import PackedRun, rows_block, scan_block
@@ -484,11 +486,17 @@ class EmbeddedStorage(Storage):
                     yield row
 
     async def scan_blocks(
-        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+        self,
+        table: str,
+        spec: ScanSpec,
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
         """:meth:`scan`'s rows, a batch at a time, read straight into CellBlocks, or for
-        packed rows into PointBlocks (blocks.py: no Row or Cell objects on the query path)."""
-        batches = self._batches(scan_block, table, spec, BLOCKS_PER_READ)
+        packed rows into PointBlocks (blocks.py: no Row or Cell objects on the query path);
+        ``work`` done on each in the reader thread that read it (both cores then decode a
+        query's time slices side by side, with no hop of their own)."""
+        batches = self._batches(scan_block, table, spec, BLOCKS_PER_READ, work)
         async with contextlib.aclosing(batches) as blocks:
             async for block in blocks:
                 if stats is not None:
@@ -514,12 +522,17 @@ class EmbeddedStorage(Storage):
         return self._in_read_txn(_holds_rows, info, row_start(start), stop_key)
 
     async def scan_ranges(
-        self, table: str, specs: Sequence[ScanSpec], stats: ReadStats | None = None
+        self,
+        table: str,
+        specs: Sequence[ScanSpec],
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
         """Every range read in turn within one read transaction per hop, up to a hop's
         rows (``BLOCKS_PER_READ`` batches of the first spec's ``batch_rows``): a filter of
         a few series over a day reads two dozen small ranges in one hop, not one each. The
-        first hop, of at most ``INLINE_ROWS`` rows, reads on the event loop itself."""
+        first hop, of at most ``INLINE_ROWS`` rows, reads on the event loop itself.
+        ``work`` as :meth:`scan_blocks` does it, in the hop that read the block."""
         info = await self._table(table)
         todo: collections.deque[tuple[ScanCursor, frozenset[str], RowFilter | None, int]]
         todo = collections.deque()
@@ -532,7 +545,7 @@ class EmbeddedStorage(Storage):
         budget = BLOCKS_PER_READ * todo[0][3]
         self._check_open()
         # the first hop on the event loop, a few rows (see INLINE_ROWS), the rest in hops
-        blocks = self._in_read_txn(_ranges_hop, info, todo, INLINE_ROWS, INLINE_ROWS)
+        blocks = self._in_read_txn(_ranges_hop, info, todo, INLINE_ROWS, work, INLINE_ROWS)
         while True:
             for block in blocks:
                 if stats is not None:
@@ -540,13 +553,19 @@ class EmbeddedStorage(Storage):
                 yield block
             if not todo:
                 return
-            blocks = await self._read(_ranges_hop, info, todo, budget)
+            blocks = await self._read(_ranges_hop, info, todo, budget, work)
 
     async def _batches(
-        self, read: Callable[..., B], table: str, spec: ScanSpec, per_read: int = 1
+        self,
+        read: Callable[..., B],
+        table: str,
+        spec: ScanSpec,
+        per_read: int = 1,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[B, None]:
         """The non-empty batches of ``read`` (scan_batch or scan_block) over ``spec``,
-        ``per_read`` batches per read transaction (one reader-thread hop)."""
+        ``per_read`` batches per read transaction (one reader-thread hop), ``work`` done on
+        each (blocks only) in that hop."""
         info = await self._table(table)
         wanted = _check_families(info, spec.families)
         position = _cursor(spec)
@@ -555,7 +574,7 @@ class EmbeddedStorage(Storage):
         batch_rows = max(1, spec.batch_rows)
         while position.next_key is not None:
             batches = await self._read(
-                _several, read, per_read, info, position, wanted, spec.row_filter, batch_rows
+                _several, read, per_read, work, info, position, wanted, spec.row_filter, batch_rows
             )
             for batch in batches:
                 if len(batch):
@@ -621,13 +640,14 @@ def _several(
     txn: Txn,
     read: Callable[..., B],
     count: int,
+    work: BlockWork | None,
     info: TableInfo,
     position: ScanCursor,
     *args: Any,
 ) -> list[B]:
     """Up to ``count`` batches of ``read`` in one transaction, while the scan has rows
     left and they hold fewer than ``HOP_VALUES`` values (``args``: the families, row filter
-    and batch size ``read`` takes)."""
+    and batch size ``read`` takes); ``work`` done on each (only blocks get one)."""
     batches = [read(txn, info, position, *args)]
     held = 0
     while len(batches) < count and position.next_key is not None:
@@ -635,6 +655,8 @@ def _several(
         if held >= HOP_VALUES:
             break
         batches.append(read(txn, info, position, *args))
+    if work is not None:
+        return [cast(B, prepared(cast(Block, b), work)) if len(b) else b for b in batches]
     return batches
 
 
@@ -671,12 +693,14 @@ def _ranges_hop(
     info: TableInfo,
     todo: collections.deque[tuple[ScanCursor, frozenset[str], RowFilter | None, int]],
     budget: int,
+    work: BlockWork | None,
     most_rows: int | None = None,
 ) -> list[Block]:
     """:meth:`EmbeddedStorage.scan_ranges`' reads of one hop: ranges from the front of
     ``todo`` (each popped once read to its end) until ``budget`` rows are read or
     ``BLOCKS_PER_READ`` batches ended before their range did (as :func:`_several`), the
-    blocks of one kind joined; each batch at most ``most_rows`` rows when given."""
+    blocks of one kind joined, ``work`` done on each; each batch at most ``most_rows`` rows
+    when given."""
     blocks: list[Block] = []
     run = PackedRun(txn, info)  # packed-only batches, in a row, decoded together
     rows = cut = 0
@@ -700,7 +724,7 @@ def _ranges_hop(
             cut += 1
     if run.rows:
         blocks.append(run.block())
-    return joined_blocks(blocks)
+    return [prepared(block, work) for block in joined_blocks(blocks)]
 
 
 def _check_families(info: TableInfo, families: Sequence[str]) -> frozenset[str]:

@@ -53,6 +53,7 @@ from tsd.errors import StorageError, StorageUnavailable, TableNotFound
 from tsd.log import STORAGE, get_logger
 from tsd.storage.base import (
     Block,
+    BlockWork,
     CellBlock,
     CheckAndPut,
     FamilySpec,
@@ -503,10 +504,15 @@ class HBaseStorage(Storage):
             self._close_later(table, scanner)
 
     async def scan_blocks(
-        self, table: str, spec: ScanSpec, stats: ReadStats | None = None
+        self,
+        table: str,
+        spec: ScanSpec,
+        stats: ReadStats | None = None,
+        work: BlockWork | None = None,
     ) -> AsyncGenerator[Block, None]:
         """``scannerGetList`` replies read straight into CellBlocks (tsd/storage/hbase/rows.py),
-        the row filter applied to each block's keys."""
+        the row filter applied to each block's keys. ``work`` is left to the reader: the
+        replies are read on the event loop, where it would only delay the next read."""
         if self._scan_batch_cells:  # rows may come in pieces: joined by scan()
             async with contextlib.aclosing(super().scan_blocks(table, spec, stats)) as blocks:
                 async for block in blocks:
