@@ -40,13 +40,17 @@ Rounds alternate (tsd remote write at each size, tsd telnet, VictoriaMetrics at 
 size, the baseline's remote write at each size), each round starting one further
 (bench/ingest.py's ``rotated``); each figure is the median over rounds.
 
-``--steady SECONDS`` (with ``--baseline REF``) measures this tree against REF alone, in
-steady state: a fresh daemon of each side in turn (``--rounds`` pairs, the first side
-alternating) is warmed with every series, then takes the first ``--per-request`` size's
-requests (the same bodies, cycled) on ``--connections`` connections for SECONDS, and its
-CPU (/proc) over that time is divided by the samples acknowledged. The fixed-count rounds
-above are a second or two of daemon CPU each, and their spread between rounds is often
-wider than a change of a tenth; this keeps each side busy for as long as asked.
+``--steady SECONDS`` measures in steady state, without VictoriaMetrics: this tree's remote
+write, this tree's telnet on the same points and, with ``--baseline REF``, REF's remote
+write. A fresh daemon of each side in turn (``--rounds`` times, the first side rotating)
+is warmed with every series, then takes, on ``--connections`` connections for SECONDS,
+the first ``--per-request`` size's requests (the same bodies, cycled) or the same points'
+telnet lines (each connection's share, pass after pass, then ``version``). Its CPU (/proc)
+from the start to the last reply is divided by the samples acknowledged (the lines sent,
+all taken once ``version`` answers). The fixed-count rounds above are a second or two of
+daemon CPU each, and their spread between rounds is often wider than a change of a tenth;
+this keeps each side busy for as long as asked. It prints remote write / telnet per
+CPU-second (issue 30's ratio) from the two steady medians.
 
 Run: ``python -m bench.remote_write [--points N] [--series S] [--rounds R] [--floor]
 [--connections C] [--per-request K[,K...]] [--no-vm] [--baseline REF] [--steady SECONDS]``.
@@ -94,6 +98,7 @@ METRIC = "node_cpu_seconds_total"
 RW = "tsd remote write"
 VM_RW = "VM remote write"
 BEFORE_RW = "baseline remote write"
+TELNET = "tsd telnet"
 _VM_RW_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="promremotewrite"\} (\d+)', re.M)
 
 
@@ -221,7 +226,7 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                 if before is not None:
                     before_url = f"http://127.0.0.1:{before.port}/api/v1/write"
                     await post_all(session, before_url, write_bodies(warm, labels, first), [])
-                scenarios = [f"{RW} {size}" for size in args.per_request] + ["tsd telnet"]
+                scenarios = [f"{RW} {size}" for size in args.per_request] + [TELNET]
                 if vm is not None:
                     scenarios += [f"{VM_RW} {size}" for size in args.per_request]
                 if before is not None:
@@ -230,7 +235,7 @@ async def measure(args: argparse.Namespace, mode: Mode) -> dict[str, list[tuple[
                     for name in rotated(scenarios, number):
                         points = samples(args.points, offset, args.series)
                         offset += args.points
-                        if name == "tsd telnet":
+                        if name == TELNET:
                             per = chunks_per_connection(telnet_lines(points, labels), conns)
                             rate = await timed(
                                 tsd,
@@ -284,17 +289,39 @@ async def post_until(
     return posted
 
 
+async def telnet_until(server: Tsd, chunks: list[bytes], lines: int, stop_at: float) -> int:
+    """A connection's ``chunks`` (``lines`` lines in all) sent pass after pass until
+    ``stop_at``, then ``version``: the lines sent, all taken once it answers."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    sent = 0
+    while time.perf_counter() < stop_at:
+        for chunk in chunks:
+            writer.write(chunk)
+            await writer.drain()
+        sent += lines
+    await server.end_telnet(reader, writer)
+    return sent
+
+
 async def steady(args: argparse.Namespace, mode: Mode) -> dict[str, list[float]]:
-    """Per side (this tree, ``--baseline``), the daemon's CPU nanoseconds a sample in each
-    of ``--rounds`` steady runs of ``--steady`` seconds (see the module's docstring)."""
+    """Per side (this tree's remote write, this tree's telnet on the same points, and
+    ``--baseline``'s remote write when given), the daemon's CPU nanoseconds a sample in
+    each of ``--rounds`` steady runs of ``--steady`` seconds (see the module's docstring)."""
     os.sched_setaffinity(0, mode.generator_cpus)
     labels = series_labels(args.series)
     size, conns = args.per_request[0], args.connections
-    bodies = write_bodies(samples(args.points, args.series, args.series), labels, size)
-    warm = write_bodies(samples(args.series, 0, args.series), labels, size)
+    points = samples(args.points, args.series, args.series)
+    bodies = write_bodies(points, labels, size)
+    warm_points = samples(args.series, 0, args.series)
+    warm = write_bodies(warm_points, labels, size)
+    lines = telnet_lines(points, labels)
+    per_connection = chunks_per_connection(lines, conns)
+    lines_of = [len(lines[n::conns]) for n in range(conns)]
     found: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"tsd": None, BEFORE_RW: export(args.baseline, Path(tmp) / "baseline")}
+        trees: dict[str, Path | None] = {RW: None, TELNET: None}
+        if args.baseline:
+            trees[BEFORE_RW] = export(args.baseline, Path(tmp) / "baseline")
         for number in range(args.rounds):
             for name in rotated(list(trees), number):
                 data = Path(tempfile.mkdtemp(dir=tmp))
@@ -304,23 +331,37 @@ async def steady(args: argparse.Namespace, mode: Mode) -> dict[str, list[float]]
                         connector=aiohttp.TCPConnector(limit=conns)
                     ) as session:
                         url = f"http://127.0.0.1:{server.port}/api/v1/write"
-                        await post_all(session, url, warm, [])
+                        if name == TELNET:
+                            warm_lines = telnet_lines(warm_points, labels)
+                            await send_telnet(server, chunks_per_connection(warm_lines, 1)[0], [])
+                        else:
+                            await post_all(session, url, warm, [])
                         stop_at = time.perf_counter() + args.steady
                         cpu_start = tree_cpu_seconds(server.process.pid)
-                        counts = await asyncio.gather(
-                            *(
-                                post_until(session, url, bodies[n::conns], stop_at)
-                                for n in range(conns)
+                        if name == TELNET:
+                            sent = sum(
+                                await asyncio.gather(
+                                    *(
+                                        telnet_until(server, chunks, lines_of[n], stop_at)
+                                        for n, chunks in enumerate(per_connection)
+                                    )
+                                )
                             )
-                        )
+                        else:
+                            posted = await asyncio.gather(
+                                *(
+                                    post_until(session, url, bodies[n::conns], stop_at)
+                                    for n in range(conns)
+                                )
+                            )
+                            sent = sum(posted) * size
                         cpu = tree_cpu_seconds(server.process.pid) - cpu_start
                 finally:
                     await server.stop()
                     shutil.rmtree(data, ignore_errors=True)
-                sent = sum(counts) * size
                 found.setdefault(name, []).append(cpu / sent * 1e9)
                 print(
-                    f"  pair {number + 1} {name}: {sent:,} samples,"
+                    f"  round {number + 1} {name}: {sent:,} samples,"
                     f" {cpu / sent * 1e9:,.0f} ns of daemon CPU a sample",
                     flush=True,
                 )
@@ -388,21 +429,28 @@ def main() -> None:
         "--steady",
         type=float,
         default=0.0,
-        help="seconds: this tree against --baseline alone, each side's daemon busy that long",
+        help="seconds: steady remote write against telnet (and --baseline's remote write),"
+        " each side's daemon busy that long",
     )
     args = parser.parse_args()
     mode = modes()[args.mode]
     if args.steady:
-        if not args.baseline:
-            parser.error("--steady compares with --baseline REF")
         size = args.per_request[0]
         print(f"mode {mode.name}: {mode.describe()}; {size:,} samples a request, steady")
         runs = asyncio.run(steady(args, mode))
-        ours, theirs = statistics.median(runs["tsd"]), statistics.median(runs[BEFORE_RW])
+        ours, telnet = statistics.median(runs[RW]), statistics.median(runs[TELNET])
+        ratio = telnet / ours
+        verdict = "met" if ratio >= 0.5 else "not met"
         print(
-            f"  median ns of daemon CPU a sample: this tree {ours:,.0f}, {args.baseline}"
-            f" {theirs:,.0f}; this tree / {args.baseline} {ours / theirs:.2f}"
+            f"  median ns of daemon CPU a sample: remote write {ours:,.0f}, telnet {telnet:,.0f};"
+            f" remote write / telnet per CPU-second {ratio:.2f} (goal >= 0.5: {verdict})"
         )
+        if args.baseline:
+            theirs = statistics.median(runs[BEFORE_RW])
+            print(
+                f"  {args.baseline}'s remote write {theirs:,.0f}; this tree / {args.baseline}"
+                f" {ours / theirs:.2f}"
+            )
         return
     print(f"mode {mode.name}: {mode.describe()}; VM GOMAXPROCS={mode.vm_procs}")
     sizes = ", ".join(f"{size:,}" for size in args.per_request)
@@ -416,7 +464,7 @@ def main() -> None:
     for number, size in enumerate(args.per_request):
         rw = f"{RW} {size}"
         headline = " (Prometheus' default: the headline)" if number == 0 else ""
-        ratio = cpu[rw] / cpu["tsd telnet"]
+        ratio = cpu[rw] / cpu[TELNET]
         verdict = "met" if ratio >= 0.5 else "not met"
         print(f"  {size:,} samples a request{headline}:")
         print(f"    remote write / telnet per CPU-second: {ratio:.2f} (goal >= 0.5: {verdict})")
@@ -434,8 +482,8 @@ def main() -> None:
             print(
                 f"    decoding alone (snappy + protobuf runtime): {rate:,.0f} samples per"
                 f" CPU-second, {1e9 / rate:,.0f} ns a sample; telnet's whole path"
-                f" {1e9 / cpu['tsd telnet']:,.0f} ns a point; so remote write / telnet"
-                f" <= {rate / cpu['tsd telnet']:.2f} with everything else free"
+                f" {1e9 / cpu[TELNET]:,.0f} ns a point; so remote write / telnet"
+                f" <= {rate / cpu[TELNET]:.2f} with everything else free"
             )
 
 
