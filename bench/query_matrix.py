@@ -382,33 +382,33 @@ class Side:
         base = f"http://127.0.0.1:{self.server.http_port}"
         return f"{base}/api/v1/status/buildinfo" if self.is_vm else f"{base}/api/version"
 
-    async def timed_floor(self, session: aiohttp.ClientSession, record: bool = True) -> None:
-        pid = self.server.process.pid
-        c0, w0 = cpu_seconds(pid), time.perf_counter()
-        async with session.get(self.floor_url()) as reply:
-            body = await reply.read()
-            if reply.status != 200:
-                raise RuntimeError(f"{self.name} {FLOOR}: {reply.status} {body[:300]!r}")
-        if record:
-            self.record(FLOOR, time.perf_counter() - w0, cpu_seconds(pid) - c0)
-
-    async def ask(self, session: aiohttp.ClientSession, shape: Shape) -> bytes:
-        url, params = self.request(shape)
+    async def get(
+        self, session: aiohttp.ClientSession, url: str, params: dict[str, str], what: str
+    ) -> bytes:
+        """The body of a 200 answer to ``url``; RuntimeError naming ``what`` otherwise."""
         async with session.get(url, params=params) as reply:
             body = await reply.read()
             if reply.status != 200:
-                raise RuntimeError(f"{self.name} {shape.name}: {reply.status} {body[:300]!r}")
+                raise RuntimeError(f"{self.name} {what}: {reply.status} {body[:300]!r}")
             return body
+
+    async def ask(self, session: aiohttp.ClientSession, shape: Shape) -> bytes:
+        url, params = self.request(shape)
+        return await self.get(session, url, params, shape.name)
+
+    async def ask_floor(self, session: aiohttp.ClientSession) -> bytes:
+        return await self.get(session, self.floor_url(), {}, FLOOR)
 
     def record(self, name: str, wall: float, cpu: float) -> None:
         self.walls.setdefault(name, []).append(wall)
         self.cpus.setdefault(name, []).append(cpu)
 
-    async def timed(self, session: aiohttp.ClientSession, shape: Shape) -> None:
+    async def timed(self, name: str, asked: Awaitable[bytes]) -> None:
+        """``asked``'s wall time and the server's CPU meanwhile, recorded as ``name``."""
         pid = self.server.process.pid
         c0, w0 = cpu_seconds(pid), time.perf_counter()
-        await self.ask(session, shape)
-        self.record(shape.name, time.perf_counter() - w0, cpu_seconds(pid) - c0)
+        await asked
+        self.record(name, time.perf_counter() - w0, cpu_seconds(pid) - c0)
 
     async def burst(self, sessions: list[aiohttp.ClientSession], todo: list[Shape]) -> list[bytes]:
         """Every shape of ``todo`` at once, one connection each; timed as one."""
@@ -441,7 +441,7 @@ async def run_rounds(
     async with sessions(max(1, len(burst))) as clients:
         session = clients[0]
         for side in sides:
-            await side.timed_floor(session, record=False)
+            await side.ask_floor(session)
             for shape in todo:
                 check(side.name, shape, side.parse(shape, await side.ask(session, shape)))
             if burst:
@@ -453,9 +453,9 @@ async def run_rounds(
             order = sides[r % len(sides) :] + sides[: r % len(sides)]
             for shape in todo:
                 for side in order:
-                    await side.timed(session, shape)
+                    await side.timed(shape.name, side.ask(session, shape))
             for side in order:
-                await side.timed_floor(session)
+                await side.timed(FLOOR, side.ask_floor(session))
             for side in order if burst else ():
                 await side.burst(clients, burst)
 

@@ -314,6 +314,7 @@ async def steady(args: argparse.Namespace, mode: Mode) -> dict[str, list[float]]
     bodies = write_bodies(points, labels, size)
     warm_points = samples(args.series, 0, args.series)
     warm = write_bodies(warm_points, labels, size)
+    warm_lines = chunks_per_connection(telnet_lines(warm_points, labels), 1)[0]
     lines = telnet_lines(points, labels)
     per_connection = chunks_per_connection(lines, conns)
     lines_of = [len(lines[n::conns]) for n in range(conns)]
@@ -332,8 +333,7 @@ async def steady(args: argparse.Namespace, mode: Mode) -> dict[str, list[float]]
                     ) as session:
                         url = f"http://127.0.0.1:{server.port}/api/v1/write"
                         if name == TELNET:
-                            warm_lines = telnet_lines(warm_points, labels)
-                            await send_telnet(server, chunks_per_connection(warm_lines, 1)[0], [])
+                            await send_telnet(server, warm_lines, [])
                         else:
                             await post_all(session, url, warm, [])
                         stop_at = time.perf_counter() + args.steady
