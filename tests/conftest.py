@@ -9,6 +9,8 @@ names from ``table_prefix`` / ``storage_config``, never hard-coded.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -20,6 +22,13 @@ from tests.hbase_harness import hbase_store
 from tsd.config import StorageConfig
 from tsd.storage.base import Storage
 from tsd.storage.embedded import EmbeddedStorage
+
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (this machine's
+# shell sets it): without them pytest rewrites the asserts of every test module again in
+# each run and each xdist worker (6-8 s a process), and every daemon or tool a test starts
+# compiles tsd's modules again. The fast loop took 65-67 s with it set, 55 s without.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 #: the real HBase, started once per run by scripts/hbase (tests/hbase_harness.py); the
 #: session's guard that keeps every test off a user's data (tests/isolation.py)
