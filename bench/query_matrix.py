@@ -53,14 +53,19 @@ shapes and left out of the goal. The shapes are asked one after another, each se
 the other's answer, so every request meets caches another process has just used: on this
 project's VM a small query then costs about twice its CPU time back to back (bench.query_ab
 measures both spacings), and the floor line shows how much of a small shape's time (raw,
-filter: a few ms) any request pays there, the bench's own Python client included.
+filter: a few ms) any request pays there, the bench's own Python client included. What a
+small shape meets also depends on the shape asked before it: with ``--shapes
+raw,sum-1m,filter,rate`` (the filter after ``sum-1m``) VictoriaMetrics' filter p50 was
+1.0-1.1 ms and tsd's 2.1-2.2 ms, where in whole-matrix runs (the filter after ``rate``)
+VictoriaMetrics' took 1.3 to 4.4 ms and tsd's 2.0 to 2.8 ms.
 
 Only the metrics the asked shapes read are loaded (``--shapes groupby`` loads
 ``bench.wide`` alone).
 
 Run: ``python -m bench.query_matrix [--series N] [--hours H] [--step S] [--wide N]
 [--wide-hours H] [--panel-series N] [--panel-days D] [--rounds N] [--shapes a,b]
-[--baseline REV]``; ``--scale F`` multiplies every series count (a quick run: 0.1).
+[--baseline REV] [--walls]``; ``--scale F`` multiplies every series count (a quick run:
+0.1); ``--walls`` prints every timed wall in round order before each phase's report.
 ``TSD_BENCH_PORTS=LOW-HIGH`` keeps every server's ports in that range (bench.ingest).
 """
 
@@ -460,6 +465,16 @@ async def run_rounds(
                 await side.burst(clients, burst)
 
 
+def print_walls(sides: list[Side], names: list[str]) -> None:
+    """Every timed wall (ms) per shape and side, in round order (``--walls``): round r
+    asks the side ``r % sides`` first, so an order effect shows as every other value."""
+    for name in names:
+        for side in sides:
+            if name in side.walls:
+                walls = " ".join(f"{wall * 1000:.1f}" for wall in side.walls[name])
+                print(f"    {name:<9} {side.name}: {walls}")
+
+
 def report(phase: str, sides: list[Side], names: list[str]) -> dict[str, float]:
     """One line per shape: each side's p50 wall and CPU ms, tsd / VictoriaMetrics."""
     vm = next((s for s in sides if s.is_vm), None)
@@ -582,6 +597,8 @@ async def phase(
         await run_rounds(sides, todo, burst, args.rounds)
         after = await head_rows(tsd)
         print(f"\n{label}: tsd.head.rows {rows:,} before the rounds, {after:,} after")
+        if args.walls:
+            print_walls(sides, [*names, FLOOR])
         ratios = report(label, sides, [*names, FLOOR])
         ratios.pop(FLOOR, None)  # not a shape: what each answer above costs at least
         if ratios:
@@ -620,6 +637,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=4, help="telnet connections to load")
     parser.add_argument("--no-vm", action="store_true", help="skip VictoriaMetrics")
     parser.add_argument("--baseline", help="git revision: its tsd joins the rounds")
+    parser.add_argument("--walls", action="store_true", help="print every round's walls")
     args = parser.parse_args(argv)
     if 3600 % args.step or 60 % args.step:
         parser.error("--step: a divisor of 60")
