@@ -12,7 +12,14 @@ from tsd.codec import KeyLayout, encode_row_key
 from tsd.codec.const import TIMESTAMP_BYTES
 from tsd.protocol.m_syntax import make_filter
 from tsd.query.filters import SeriesFilter
-from tsd.query.results import column_facts, series_facts, series_tag_uids, tag_columns
+from tsd.query.group import group_tags
+from tsd.query.results import (
+    column_facts,
+    column_group_tags,
+    series_facts,
+    series_tag_uids,
+    tag_columns,
+)
 from tsd.query.series import SeriesBatch
 from tsd.query.spans import Spans
 
@@ -95,6 +102,29 @@ def test_columns_give_the_per_series_facts_and_filters(
     assert got.columns is not None
     keep = SeriesFilter(fs, explicit).mask_columns(got.columns, len(got.tags))
     np.testing.assert_array_equal(keep, SeriesFilter(fs, explicit).mask(want.tags))
+
+
+@settings(max_examples=150, deadline=None)
+@given(tag_sets, st.data())
+def test_a_groups_tags_by_column_are_group_tags(
+    sets: list[dict[bytes, int]], data: st.DataObject
+) -> None:
+    """column_group_tags (a group's tags and aggregateTags from the columns) answers
+    group_tags' (its spec) for any members: the same tags, the same order."""
+    uniq = {tuple(sorted(t.items())): t for t in sets}
+    tags = [{k: v.to_bytes(3, "big") for k, v in t.items()} for t in uniq.values()]
+    keys = sorted(series_key(t) for t in tags)
+    columns = tag_columns(LAYOUT, keys)
+    assert columns is not None
+    facts = column_facts(LAYOUT, spans_of(keys, [1] * len(keys)), columns, *_names())
+    assert facts.columns is not None
+    members = sorted(
+        data.draw(st.sets(st.integers(0, len(keys) - 1), min_size=2)) if len(keys) > 1 else [0]
+    )
+    got = column_group_tags(facts.columns, members)
+    want = group_tags([facts.tags[i] for i in members])
+    assert got == want
+    assert list(got[0].items()) == list(want[0].items())
 
 
 def test_keys_of_other_shapes_have_no_columns() -> None:

@@ -94,9 +94,11 @@ from tsd.query.read_path import (
 )
 from tsd.query.reader import Part, RowReader, ScanTally
 from tsd.query.results import (
+    LazyRows,
     SeriesFacts,
     aggregate_groups,
     column_facts,
+    column_group_tags,
     group_annotations,
     in_range,
     parse_note,
@@ -725,6 +727,8 @@ class QueryEngine:
         kept = np.flatnonzero(keep)
         if sub.aggregator == "none":
             return keep, [[i] for i in kept.tolist()]
+        if not plan.group_by:  # one group of every series kept (group_key's b"" for each)
+            return keep, [kept.tolist()] if len(kept) else []
         layout = self._layout
         if plan.group_by:
             start = layout.salt_width + layout.metric_width
@@ -855,6 +859,8 @@ def _build_results(
         aggregate_tags: list[str] = []
         if len(with_data) == 1:  # its tags (in name order already), none aggregated
             tags = dict(facts.tags[with_data[0]])
+        elif facts.columns is not None:  # by column: no dict per series (1,000 summed)
+            tags, aggregate_tags = column_group_tags(facts.columns, with_data)
         else:
             tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
         stats = None
@@ -867,13 +873,19 @@ def _build_results(
                 tags=tags,
                 aggregate_tags=aggregate_tags,
                 dps=dps,
-                tsuids=[facts.tsuids[i] for i in with_data],
+                tsuids=LazyRows(len(with_data), _picked(facts.tsuids, with_data)),
                 annotations=notes,
                 stats=stats,
                 filter_tagks=found.filter_tagks,
             )
         )
     return out
+
+
+def _picked(rows: Sequence[T], picked: list[int]) -> Callable[[int], T]:
+    """``rows[picked[r]]`` as a function of ``r`` (a group's TSUIDs built when asked:
+    only showTSUIDs writes them)."""
+    return lambda r: rows[picked[r]]
 
 
 def _read_window(query: TSQuery, sub: SubQuery, source: ReadSource) -> tuple[SubQuery, int, int]:

@@ -40,7 +40,7 @@ class SeriesResult:
     tags: dict[str, str]
     aggregate_tags: list[str]
     dps: AggregatedSeries
-    tsuids: list[str] = field(default_factory=list)
+    tsuids: Sequence[str] = field(default_factory=list)
     annotations: list[dict[str, Any]] | None = None
     stats: dict[str, Any] | None = None
     #: tag key UIDs of the sub-query's filters (showQuery's ``filterTagKs``)

@@ -25,9 +25,11 @@ from tsd.query_spec import SubQuery, TSQuery
 from tsd.storage.base import Row
 
 __all__ = [
+    "LazyRows",
     "SeriesFacts",
     "TagColumns",
     "column_facts",
+    "column_group_tags",
     "tag_columns",
     "aggregate_groups",
     "group_annotations",
@@ -208,6 +210,25 @@ def column_facts(
         has_points,
         by_name,
     )
+
+
+def column_group_tags(
+    columns: dict[str, tuple[list[str], Int64Array]], members: Sequence[int]
+) -> tuple[dict[str, str], list[str]]:
+    """:func:`~tsd.query.group.group_tags` of the series ``members`` whose tags are
+    :attr:`SeriesFacts.columns` (every series has every key there): a tag whose value is
+    the same in every member is the group's, the others are aggregated; one comparison
+    per tag key, not a dict per series (a sum over 1,000 series)."""
+    picked = np.asarray(members, dtype=np.int64)
+    tags: dict[str, str] = {}
+    aggregated: list[str] = []
+    for name, (values, inverse) in columns.items():
+        chosen = inverse[picked]
+        if len(chosen) and bool((chosen == chosen[0]).all()):
+            tags[name] = values[int(chosen[0])]
+        elif len(chosen):
+            aggregated.append(name)
+    return dict(sorted(tags.items())), sorted(aggregated)
 
 
 def series_tag_uids(layout: KeyLayout, keys: Sequence[bytes]) -> list[dict[bytes, bytes]]:
