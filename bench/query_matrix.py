@@ -59,6 +59,12 @@ raw,sum-1m,filter,rate`` (the filter after ``sum-1m``) VictoriaMetrics' filter p
 1.0-1.1 ms and tsd's 2.1-2.2 ms, where in whole-matrix runs (the filter after ``rate``)
 VictoriaMetrics' took 1.3 to 4.4 ms and tsd's 2.0 to 2.8 ms.
 
+Under each shape's line, its *paired* figure: the median of every round's own tsd /
+VictoriaMetrics ratio, and in how many rounds tsd was the faster. A round asks both
+servers within milliseconds, so its ratio leaves out this machine's speed, which moves by
+a quarter from one stretch of seconds to the next and with it both medians; the goal
+stays the ratio of the medians.
+
 Only the metrics the asked shapes read are loaded (``--shapes groupby`` loads
 ``bench.wide`` alone).
 
@@ -500,7 +506,24 @@ def report(phase: str, sides: list[Side], names: list[str]) -> dict[str, float]:
                 if side is sides[0]:
                     ratios[name] = ratio
         print(line, flush=True)
+        if vm is not None and name in vm.walls and name in sides[0].walls:
+            per_round, faster = paired(sides[0].walls[name], vm.walls[name])
+            rounds = len(vm.walls[name])
+            print(
+                f"    {'':<9}  paired: {per_round:.2f}x (median of the rounds' own ratios),"
+                f" tsd faster in {faster} of {rounds} rounds",
+                flush=True,
+            )
     return ratios
+
+
+def paired(tsd_walls: list[float], vm_walls: list[float]) -> tuple[float, int]:
+    """(the median of each round's tsd / VictoriaMetrics wall, the rounds tsd was
+    faster in). A round asks both within milliseconds of each other, so its own ratio
+    leaves out the machine's slower and faster stretches, which move both sides' medians
+    (bench/query_matrix's docstring); the goal stays the ratio of the medians."""
+    ratios = [t / v for t, v in zip(tsd_walls, vm_walls, strict=True)]
+    return statistics.median(ratios), sum(t < v for t, v in zip(tsd_walls, vm_walls, strict=True))
 
 
 # -- the run ----------------------------------------------------------------------------------
