@@ -717,8 +717,9 @@ class QueryEngine:
         series_keys: Sequence[bytes],
     ) -> tuple[BoolArray, list[list[int]]]:
         """The series passing the filters, and their groups in OpenTSDB's group order
-        (a group-by's keys from the series keys' bytes at once where they allow,
-        :func:`group_key_bytes`; else one key per series)."""
+        (without a group-by, one group of them all; a group-by's keys from the series
+        keys' bytes at once where they allow, :func:`group_key_bytes`; else one key per
+        series)."""
         series_filter = SeriesFilter(sub.filters, sub.explicit_tags, control)
         if facts.columns is not None:
             keep = series_filter.mask_columns(facts.columns, len(facts.tags))
@@ -730,13 +731,12 @@ class QueryEngine:
         if not plan.group_by:  # one group of every series kept (group_key's b"" for each)
             return keep, [kept.tolist()] if len(kept) else []
         layout = self._layout
-        if plan.group_by:
-            start = layout.salt_width + layout.metric_width
-            groups = group_key_bytes(
-                series_keys, start, layout.tagk_width, layout.tagv_width, plan.group_by, kept
-            )
-            if groups is not None:
-                return keep, groups
+        start = layout.salt_width + layout.metric_width
+        groups = group_key_bytes(
+            series_keys, start, layout.tagk_width, layout.tagv_width, plan.group_by, kept
+        )
+        if groups is not None:
+            return keep, groups
         keys: list[bytes | None] = [None] * len(facts.tags)
         for i in kept.tolist():
             keys[i] = group_key(layout, facts.tag_uids[i], plan.group_by)
