@@ -123,6 +123,10 @@ T = TypeVar("T")
 DELETE_BATCH_ROWS = 1024
 #: Series aggregated per worker-thread call (between two cancel checks and slot turns).
 AGGREGATE_CHUNK_SERIES = 8192
+#: A group's tags are found by column (results.column_group_tags) from this many series
+#: with data: below, a dict per series costs less than numpy's calls (2 series: 2.5 against
+#: 4.9 us; 16: 12.5 against 5.2; 1,000: 730 against 24).
+COLUMN_GROUP_MIN = 8
 #: Cached names looked up on the event loop at once (a dict lookup each) before it is
 #: given back.
 NAMES_CHUNK = 4096
@@ -859,8 +863,8 @@ def _build_results(
         aggregate_tags: list[str] = []
         if len(with_data) == 1:  # its tags (in name order already), none aggregated
             tags = dict(facts.tags[with_data[0]])
-        elif facts.columns is not None:  # by column: no dict per series (1,000 summed)
-            tags, aggregate_tags = column_group_tags(facts.columns, with_data)
+        elif facts.columns is not None and len(with_data) >= COLUMN_GROUP_MIN:
+            tags, aggregate_tags = column_group_tags(facts.columns, with_data)  # 1,000 summed
         else:
             tags, aggregate_tags = group_tags([facts.tags[i] for i in with_data])
         stats = None
