@@ -519,11 +519,9 @@ def report(phase: str, sides: list[Side], names: list[str]) -> dict[str, float]:
 
 def paired(tsd_walls: list[float], vm_walls: list[float]) -> tuple[float, int]:
     """(the median of each round's tsd / VictoriaMetrics wall, the rounds tsd was
-    faster in). A round asks both within milliseconds of each other, so its own ratio
-    leaves out the machine's slower and faster stretches, which move both sides' medians
-    (bench/query_matrix's docstring); the goal stays the ratio of the medians."""
-    ratios = [t / v for t, v in zip(tsd_walls, vm_walls, strict=True)]
-    return statistics.median(ratios), sum(t < v for t, v in zip(tsd_walls, vm_walls, strict=True))
+    faster in): the module docstring's paired figure."""
+    rounds = list(zip(tsd_walls, vm_walls, strict=True))
+    return statistics.median(t / v for t, v in rounds), sum(t < v for t, v in rounds)
 
 
 # -- the run ----------------------------------------------------------------------------------
