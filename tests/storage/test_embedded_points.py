@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 import struct
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ from tsd.codec import KeyLayout, compact_row, decode_cells, encode_point, encode
 from tsd.errors import StorageError
 from tsd.query.decode import RowPoints, decode_block, decode_rows
 from tsd.storage.base import Cell, CellBlock, FamilySpec, PointBlock, Put, Row, ScanSpec
-from tsd.storage.embedded import EmbeddedStorage, packed, points
+from tsd.storage.embedded import EmbeddedStorage, blocks, packed, points
+from tsd.storage.embedded import storage as storage_module
 from tsd.storage.embedded.keys import escape_row
 
 pytestmark = pytest.mark.skipif(
@@ -390,3 +393,82 @@ def test_packed_rows_unescape_the_row_and_refuse_other_entries() -> None:
     assert points.packed_rows([(key, b"")], _SUFFIX) is None  # an empty value
     assert points.packed_rows([(key + b"x", b"v")], _SUFFIX) is None  # not the family's tail
     assert points.packed_rows([(escape_row(row), b"v")], _SUFFIX) is None  # no row end
+
+
+def test_the_event_loops_first_hop_is_below_the_take_lock() -> None:
+    """scan_ranges' first hop runs on the event loop: its takes must never wait for a
+    reader thread's big take (blocks._TAKING)."""
+    assert storage_module.INLINE_ROWS < blocks.TAKE_ALONE_FROM
+
+
+async def test_a_small_read_does_not_wait_for_a_big_take(store: EmbeddedStorage) -> None:
+    """While a reader thread holds the take lock (a big scan taking its entries), a read of
+    a few rows on the event loop goes on: the lock is only for takes of
+    TAKE_ALONE_FROM entries or more."""
+    puts = []
+    for r in range(3):
+        for hour in range(3):
+            cell = compact_row(
+                [encode_point(BASE + 3600 * hour + 10 * i, i)[1:] for i in range(30)]
+            )
+            assert cell is not None
+            puts.append(Put(_key(r, hour), "t", *cell))
+    await store.put("d", puts)
+    # a row each (a filter's series, hour by hour)
+    specs = [
+        ScanSpec(start=_key(r, h), stop=_key(r, h) + b"\0") for r in range(3) for h in range(3)
+    ]
+    held, release = threading.Event(), threading.Event()
+
+    def big_take() -> None:
+        with blocks._TAKING:
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=big_take)
+    holder.start()
+    try:
+        assert held.wait(5)
+        t0 = time.perf_counter()
+        found = [b async for b in store.scan_ranges("d", specs)]
+        waited = time.perf_counter() - t0
+    finally:
+        release.set()
+        holder.join()
+    assert sum(len(b) for b in found) == 9
+    assert waited < 2.0  # not the 5 s the holder keeps the lock
+
+
+async def test_big_takes_take_turns(
+    store: EmbeddedStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of TAKE_ALONE_FROM rows or more is taken under the lock (while a reader
+    holds it, another reader's big take waits), and reads the same rows."""
+    monkeypatch.setattr(blocks, "TAKE_ALONE_FROM", 4)
+    puts = []
+    for r in range(12):
+        cell = compact_row([encode_point(BASE + 10 * i, i * 0.5)[1:] for i in range(20)])
+        assert cell is not None
+        puts.append(Put(_key(r, 0), "t", *cell))
+    await store.put("d", puts)
+    spec = ScanSpec(batch_rows=8)
+    unlocked = [b async for b in store.scan_blocks("d", spec)]
+    assert sum(len(b) for b in unlocked) == 12
+    taken = threading.Event()
+    real = blocks._TAKING
+
+    class Spy:
+        def __enter__(self) -> None:
+            real.acquire()
+            taken.set()
+
+        def __exit__(self, *exc: object) -> None:
+            real.release()
+
+    monkeypatch.setattr(blocks, "_TAKING", Spy())
+    locked = [b async for b in store.scan_blocks("d", spec)]
+    assert taken.is_set()
+    for got, want in zip(locked, unlocked, strict=True):
+        assert isinstance(got, PointBlock)
+        assert isinstance(want, PointBlock)
+        _same(decode_block(got, LAYOUT), decode_block(want, LAYOUT))

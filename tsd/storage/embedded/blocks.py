@@ -160,10 +160,13 @@ class PackedRun:
 #: 14-17 ms of wall and 19-21 ms of CPU for the 24,000 entries one thread takes in 9); held
 #: by one, the other thread meanwhile decodes its batch, which runs without the GIL. A
 #: written-out day of 1,000 series summed at 1m: 51.5 ms p50 against 57.8 (77 against 83 ms
-#: of CPU), bench.query_matrix --baseline in the same rounds. Smaller takes (a filter's
-#: few rows, the first hop on the event loop) never wait for it.
+#: of CPU), bench.query_matrix --baseline in the same rounds.
 _TAKING = threading.Lock()
-TAKE_ALONE_FROM = 64
+#: Smaller takes never wait for :data:`_TAKING`: a filter's few rows, and the first hop of
+#: ``scan_ranges``, which runs on the event loop (``storage.INLINE_ROWS`` rows at most,
+#: fewer than this: tests/storage/test_embedded_points.py checks it), where a wait would
+#: stall every other client.
+TAKE_ALONE_FROM = 256
 
 #: entries taken from the cursor by the first call of :func:`_entries`; each next call takes
 #: four times more (a small scan reads little past its stop, a big one makes few calls): a
