@@ -442,8 +442,8 @@ async def test_a_small_read_does_not_wait_for_a_big_take(store: EmbeddedStorage)
 async def test_big_takes_take_turns(
     store: EmbeddedStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch of TAKE_ALONE_FROM rows or more is taken under the lock (while a reader
-    holds it, another reader's big take waits), and reads the same rows."""
+    """A batch of TAKE_ALONE_FROM rows or more is taken under the lock, and reads the
+    same points as without it."""
     monkeypatch.setattr(blocks, "TAKE_ALONE_FROM", 4)
     puts = []
     for r in range(12):
