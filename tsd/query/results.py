@@ -219,14 +219,16 @@ def column_group_tags(
     :attr:`SeriesFacts.columns` (every series has every key there): a tag whose value is
     the same in every member is the group's, the others are aggregated; one comparison
     per tag key, not a dict per series (a sum over 1,000 series)."""
+    if not members:
+        return {}, []
     picked = np.asarray(members, dtype=np.int64)
     tags: dict[str, str] = {}
     aggregated: list[str] = []
     for name, (values, inverse) in columns.items():
         chosen = inverse[picked]
-        if len(chosen) and bool((chosen == chosen[0]).all()):
+        if bool((chosen == chosen[0]).all()):
             tags[name] = values[int(chosen[0])]
-        elif len(chosen):
+        else:
             aggregated.append(name)
     return dict(sorted(tags.items())), sorted(aggregated)
 

@@ -19,6 +19,7 @@ through ``scan_batch``, which decides as a scan does.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import threading
 from collections.abc import Collection
@@ -112,11 +113,8 @@ class PackedRun:
         stop = position.stop_key
         if self._packed is None:
             self._packed = self._txn.cursor(db=table.packed)
-        if take < TAKE_ALONE_FROM:
+        with _TAKING if take >= TAKE_ALONE_FROM else contextlib.nullcontext():
             found = _entries(self._packed, seek, stop, take + 1)
-        else:
-            with _TAKING:
-                found = _entries(self._packed, seek, stop, take + 1)
         read = points.packed_rows(found, _PACKED_FAMILY_END)
         if read is None:
             return False  # not a packed data entry: scan_batch reads (or refuses) it
