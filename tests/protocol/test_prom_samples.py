@@ -20,10 +20,17 @@ from tsd.protocol.prom_samples import (
     MARK_TIMESTAMP,
     MARK_VALUE,
     align_samples,
+    python_series_keys,
     python_take_known_samples,
     take_known_samples,
 )
-from tsd.protocol.prom_wire import WriteRequest, decode_key, decode_write_columns, snappy_compress
+from tsd.protocol.prom_wire import (
+    WriteRequest,
+    decode_key,
+    decode_write_columns,
+    series_key,
+    snappy_compress,
+)
 
 P: Any = native.load("tsd.protocol._parse")
 needs_c = pytest.mark.skipif(P is None, reason="tsd/protocol/_parse.c is not built")
@@ -57,10 +64,12 @@ def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], list[f
         series.samples.add(value=value, timestamp=timestamp)
     data = request.SerializeToString()
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
-    full = [s.samples[0] for s in WriteRequest.FromString(data).timeseries]
-    if columns.values is None or columns.timestamps is None:
+    full_series = list(WriteRequest.FromString(data).timeseries)
+    full = [s.samples[0] for s in full_series]
+    if columns.keys is None or columns.values is None or columns.timestamps is None:
         assert any(s.timestamp == MARK_TIMESTAMP or _is_mark(s.value) for s in full)
-        return columns.keys, [s.value for s in full], [s.timestamp for s in full]
+        values_, timestamps_ = [s.value for s in full], [s.timestamp for s in full]
+        return [series_key(s) for s in full_series], values_, timestamps_
     return columns.keys, columns.values, columns.timestamps
 
 
@@ -97,7 +106,7 @@ def test_take_known_samples_as_python(
 
 def _number(key: bytes) -> int:
     """The series number of a key (its one label, ``series N``)."""
-    (label,), _ = decode_key(key)
+    (label,) = decode_key(key) or []
     return int(label.split(b" ")[1])
 
 
@@ -221,8 +230,9 @@ def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
     )
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
     full = [series.samples[0] for series in WriteRequest.FromString(data).timeseries]
-    assert len(columns.keys) == len(full)
-    if columns.values is None or columns.timestamps is None:
+    if columns.keys is None or columns.values is None or columns.timestamps is None:
+        assert columns.keys is None
+        assert columns.values is None
         # some field of a sample (the last of its kind or not) holds a mark
         marks = {_field(1, 1, struct.pack("<d", MARK_VALUE)), _field(2, 0, _varint(MARK_TIMESTAMP))}
         assert any(field in marks for fields in samples for field in fields)
@@ -231,6 +241,9 @@ def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
         struct.pack("<d", s.value) for s in full
     ]
     assert columns.timestamps == [s.timestamp for s in full]
+    assert [decode_key(key) for key in columns.keys] == [
+        [f"l{i}".encode()] for i in range(len(samples))
+    ]
 
 
 def test_a_mark_in_a_field_read_over_is_still_found() -> None:
@@ -241,6 +254,110 @@ def test_a_mark_in_a_field_read_over_is_still_found() -> None:
     data = _field(1, 2, _field(1, 2, b"l") + _field(2, 2, sample))
     data += _field(1, 2, _field(1, 2, b"m") + _field(2, 2, _field(2, 0, _varint(5))))
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
+    assert columns.keys is None
     assert columns.values is None
     assert columns.timestamps is None
-    assert len(columns.keys) == 2
+
+
+# --- a request's series keys: each series without its sample's field --------------------
+
+#: a sample's bytes: a value and a timestamp as Prometheus writes them
+sample_payloads = st.tuples(values, timestamps).map(
+    lambda vt: _field(1, 1, struct.pack("<d", vt[0])) + _field(2, 0, _varint(vt[1]))
+)
+#: a label's bytes: a name and a value, or bytes that look like a sample's field (what a
+#: sender could put in a label to make a series seem to end with a sample)
+label_payloads = st.one_of(
+    st.binary(max_size=6).map(lambda b: _field(1, 2, b"n") + _field(2, 2, b)),
+    sample_payloads.map(lambda p: _field(2, 2, p)),
+    sample_payloads.map(lambda p: _field(1, 2, b"n") + _field(2, 2, _field(2, 2, p))),
+)
+#: a series: its labels' fields and its samples' fields (mostly one; none or two), in any
+#: order when ``shuffled`` (now and then)
+series_shapes = st.tuples(
+    st.lists(label_payloads, max_size=3),
+    st.one_of(
+        st.lists(sample_payloads, min_size=1, max_size=1),
+        st.lists(sample_payloads, min_size=1, max_size=1),
+        st.lists(sample_payloads, max_size=2),
+    ),
+    st.sampled_from([False, False, False, True]),
+)
+
+
+def _series_bytes(labels: list[bytes], samples: list[bytes], shuffled: bool) -> bytes:
+    fields = [_field(1, 2, label) for label in labels] + [_field(2, 2, s) for s in samples]
+    if shuffled:
+        fields.reverse()
+    return b"".join(fields)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(series_shapes, max_size=6))
+def test_keys_are_taken_only_for_a_sample_per_series(
+    shapes: list[tuple[list[bytes], list[bytes], bool]],
+) -> None:
+    """Whatever the series hold (no sample, two, labels made to look like samples, fields
+    out of order): when the columns have keys and every key is one (decode_key), each
+    series has exactly one sample, its key decodes to its labels and its sample is the
+    one in the columns."""
+    data = b"".join(_field(1, 2, _series_bytes(*shape)) for shape in shapes)
+    columns = decode_write_columns(snappy_compress(data), 1 << 20)
+    if columns.keys is None:
+        return
+    labels = [decode_key(key) for key in columns.keys]
+    if any(one is None for one in labels):
+        return  # the handler reads the request the slow way
+    full = list(WriteRequest.FromString(data).timeseries)
+    assert all(len(series.samples) == 1 for series in full)
+    assert labels == [list(series.labels) for series in full]
+    assert columns.values is not None
+    assert columns.timestamps is not None
+    assert [struct.pack("<d", v) for v in columns.values] == [
+        struct.pack("<d", series.samples[0].value) for series in full
+    ]
+    assert columns.timestamps == [series.samples[0].timestamp for series in full]
+
+
+def test_a_label_that_ends_like_a_sample_is_not_taken_for_one() -> None:
+    """A series without samples whose last label ends with the bytes of the next series'
+    first sample (which has two): its key cuts a label short and is not a key; the second
+    series' key holds a sample and is not one either."""
+    first = _field(1, 1, struct.pack("<d", 1.5)) + _field(2, 0, _varint(1_700_000_000_000))
+    second = _field(1, 1, struct.pack("<d", 2.5)) + _field(2, 0, _varint(1_700_000_000_001))
+    label = _field(1, 2, b"n") + _field(2, 2, b"v" + _field(2, 2, first))
+    data = _field(1, 2, _field(1, 2, label))
+    data += _field(
+        1, 2, _field(1, 2, _field(1, 2, b"m")) + _field(2, 2, first) + _field(2, 2, second)
+    )
+    columns = decode_write_columns(snappy_compress(data), 1 << 20)
+    assert columns.keys is not None  # the bytes line up ...
+    assert [decode_key(key) for key in columns.keys] == [None, None]  # ... the keys do not
+
+
+#: lists of bytes for series_keys: series, payloads and fields, made to agree or not
+key_inputs = st.lists(st.tuples(st.binary(max_size=8), st.binary(max_size=5)), max_size=8)
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(key_inputs, st.integers(0, 3), st.binary(max_size=2))
+def test_series_keys_as_python(pairs: list[tuple[bytes, bytes]], tweak: int, extra: bytes) -> None:
+    """The compiled series_keys answers as python_series_keys, on series that end with
+    their field and on series, payloads or fields that do not agree."""
+    payloads = [payload for _, payload in pairs]
+    fields_list = [bytes((0x12, len(p))) + p for p in payloads]
+    series = [prefix + field for (prefix, _), field in zip(pairs, fields_list, strict=True)]
+    fields = b"".join(fields_list)
+    if tweak == 1:
+        fields += extra  # the sum differs (unless extra is empty)
+    elif tweak == 2 and series:
+        series[-1] = series[-1][:-1] + extra[:1]  # the last series ends otherwise
+    elif tweak == 3:
+        payloads = payloads[:-1]  # fewer payloads
+    want = python_series_keys(series, payloads, fields)
+    assert P.series_keys(series, payloads, fields) == want
+    if tweak == 0:
+        assert want == [prefix for prefix, _ in pairs]
+    with pytest.raises(TypeError):
+        P.series_keys(series, payloads, bytearray(fields))

@@ -188,6 +188,29 @@ async def test_as_many_samples_as_series_but_not_one_each(make_tsd: MakeTsd, htt
     }
 
 
+async def test_a_label_made_to_end_like_a_sample_does_not_take_one(make_tsd: MakeTsd, http) -> None:
+    """A series without samples whose last label value ends with the bytes of the next
+    series' first sample (that series has two): the bytes line up as a sample per series,
+    yet the first key is not whole fields (tsd.protocol.prom_wire.decode_key), so the
+    request is read whole and each sample lands in its own series."""
+    crafted = T0 + 3_332_162  # a sample of it (value 0.0 left out) is valid UTF-8
+    alone = TimeSeries()
+    alone.samples.add(timestamp=crafted)
+    field = alone.SerializeToString()  # the sample's field, as the runtime writes it
+    bait = {"__name__": "m", "job": "bait" + field.decode()}
+    two = {"__name__": "m", "job": "two"}
+    known = {"__name__": "m", "job": "known"}
+    daemon = await make_tsd()
+    assert await write(http, daemon, write_body([(known, [(T0, 1.0)])])) == 204
+    body = write_body([(known, [(T0 + 1, 2.0)]), (bait, []), (two, [(crafted, 0.0), (T0, 3.0)])])
+    assert await write(http, daemon, body) == 204
+    found = await remote_read(http, daemon, [(EQ, "__name__", "m")], end=crafted + 1)
+    assert found == {
+        tuple(sorted(known.items())): [(T0, 1.0), (T0 + 1, 2.0)],
+        tuple(sorted(two.items())): [(T0, 3.0), (crafted, 0.0)],
+    }
+
+
 async def test_a_label_that_is_not_utf8_is_refused_alone(make_tsd: MakeTsd, http) -> None:
     """A label value that is not UTF-8 (a protobuf ``string`` must be) refuses its series
     only, whether it has a sample or none beside a series with two."""

@@ -28,6 +28,10 @@
  *   as (series, timestamp, value) points
  *   (tsd.protocol.prom_samples.python_take_known_samples is the specification;
  *   tests/protocol/test_prom_samples.py checks both agree).
+ *
+ * series_keys(series, payloads, fields) -> keys or None: remote write's series keys, each
+ *   series' bytes without its sample's field at their end
+ *   (tsd.protocol.prom_samples.python_series_keys is the specification; the same tests).
  */
 #include "_format.h"
 #include "_keytable.h"
@@ -1044,6 +1048,58 @@ error:
     return NULL;
 }
 
+/* tsd.protocol.prom_samples.SAMPLE_FIELD_HEADER */
+#define SAMPLE_FIELD_HEADER 2
+
+/* series_keys(series, payloads, fields) -> keys or None
+ *   (tsd.protocol.prom_samples.python_series_keys is the specification). series, payloads:
+ *   lists of bytes; fields: bytes. */
+static PyObject *series_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "series_keys: bad arguments");
+        return NULL;
+    }
+    PyObject *series = args[0], *payloads = args[1], *fields = args[2];
+    Py_ssize_t count = PyList_GET_SIZE(series);
+    if (PyList_GET_SIZE(payloads) != count)
+        Py_RETURN_NONE;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *payload = PyList_GET_ITEM(payloads, i);
+        PyObject *one = PyList_GET_ITEM(series, i);
+        if (!PyBytes_CheckExact(payload) || !PyBytes_CheckExact(one)) {
+            PyErr_SetString(PyExc_TypeError, "series_keys: bytes expected");
+            return NULL;
+        }
+        total += PyBytes_GET_SIZE(payload) + SAMPLE_FIELD_HEADER;
+    }
+    if (total != PyBytes_GET_SIZE(fields))
+        Py_RETURN_NONE;
+    PyObject *keys = PyList_New(count);
+    if (keys == NULL)
+        return NULL;
+    const char *field = PyBytes_AS_STRING(fields);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *one = PyList_GET_ITEM(series, i);
+        Py_ssize_t size = PyBytes_GET_SIZE(one);
+        Py_ssize_t need = PyBytes_GET_SIZE(PyList_GET_ITEM(payloads, i)) + SAMPLE_FIELD_HEADER;
+        if (size < need || memcmp(PyBytes_AS_STRING(one) + size - need, field, (size_t)need)) {
+            Py_DECREF(keys);
+            Py_RETURN_NONE;
+        }
+        PyObject *key = PyBytes_FromStringAndSize(PyBytes_AS_STRING(one), size - need);
+        if (key == NULL) {
+            Py_DECREF(keys);
+            return NULL;
+        }
+        PyList_SET_ITEM(keys, i, key);
+        field += need;
+    }
+    return keys;
+}
+
 static PyMethodDef methods[] = {
     {"take_known_puts", (PyCFunction)(void (*)(void))take_known_puts, METH_FASTCALL,
      "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
@@ -1057,6 +1113,8 @@ static PyMethodDef methods[] = {
      "(series, timestamp, value) of decoded usual points of known series, or None."},
     {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
      "Remote write samples of known series, listed: (taken, others)."},
+    {"series_keys", (PyCFunction)(void (*)(void))series_keys, METH_FASTCALL,
+     "Remote write series keys: each series without its sample's field, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,12 @@ import numpy as np
 import tsd.native as native
 
 _c_take_known_samples: Any = native.attribute("tsd.protocol._parse", "take_known_samples")
+_c_series_keys: Any = native.attribute("tsd.protocol._parse", "series_keys")
+
+#: The bytes a sample's field adds to its payload when the protobuf runtime writes it: its
+#: tag (field 2) and its length, one byte each for a payload under 128 bytes (a Sample's
+#: value and timestamp take at most 20).
+SAMPLE_FIELD_HEADER: Final = 2
 
 #: The mark remote write's wire reading puts before each sample (tsd.protocol.prom_wire):
 #: a value that is a quiet NaN of a payload of tsd's own (its bits, as an unsigned int),
@@ -78,6 +84,47 @@ def _align(column: np.ndarray, is_mark: np.ndarray, count: int, missing: float) 
     last[:-1] = marks[1:] - 1
     last[-1] = len(column) - 1
     return cast(list[Any], np.where(last == marks, missing, column[last]).tolist())
+
+
+def python_series_keys(
+    series: Sequence[bytes], payloads: Sequence[bytes], fields: bytes
+) -> list[bytes] | None:
+    """Each series' key: its bytes without the field of its sample at their end.
+
+    ``series`` are a request's series, each as its bytes; ``payloads`` its samples' bytes
+    in order, and ``fields`` the same samples as the protobuf runtime writes them as fields
+    of a message, one after the other (:mod:`tsd.protocol.prom_wire`). When each payload is
+    under 128 bytes, its field is :data:`SAMPLE_FIELD_HEADER` bytes longer (the sum over
+    the request checks it: no field is shorter). Series ``i``'s key is then its bytes
+    but their last ``len(payloads[i]) + SAMPLE_FIELD_HEADER``, which must be the ``i``-th
+    field of ``fields``. None when the counts or the sum differ or a series does not end
+    with its field: the request is read the slow way.
+
+    A key is a series' own bytes, not decoded: which makes it a series without samples
+    only when it ends where a field of the series ends; the caller checks that, once, when
+    it meets a key for the first time (:func:`~tsd.protocol.prom_wire.decode_key`). Then
+    every series is its key and one sample, so the ``i``-th sample is series ``i``'s."""
+    if len(series) != len(payloads):
+        return None
+    if sum(map(len, payloads)) + SAMPLE_FIELD_HEADER * len(payloads) != len(fields):
+        return None
+    keys: list[bytes] = []
+    start = 0
+    for one, payload in zip(series, payloads, strict=True):
+        end = start + len(payload) + SAMPLE_FIELD_HEADER
+        field = fields[start:end]
+        if len(one) < len(field) or not one.endswith(field):
+            return None
+        keys.append(one[: len(one) - len(field)])
+        start = end
+    return keys
+
+
+#: :func:`python_series_keys`, by the compiled helper when it is built (lists of bytes and
+#: a bytes: a TypeError otherwise)
+series_keys: Final[Callable[[list[bytes], list[bytes], bytes], list[bytes] | None]] = (
+    python_series_keys if _c_series_keys is None else _c_series_keys
+)
 
 
 def python_take_known_samples(

@@ -19,19 +19,24 @@ they are decoded into names (:func:`decode_label`) only for a series not seen be
 
 Reading a message field from Python costs an object per access (about a microsecond per
 series for its labels and its sample), so :func:`decode_write_columns` reads a request
-through *views*: other declarations of the same wire bytes, each parsed, trimmed and
-re-encoded by the protobuf runtime itself, that hand back whole columns at once:
+through *views*: other declarations of the same wire bytes, each parsed (and written) by
+the protobuf runtime itself, that hand back whole columns at once:
 
-* the key of every series, each as one ``bytes``: a view declaring only the labels and
-  whether there is a sample (``samples`` as a *singular* empty message: set when the
-  series has one or more), its other fields dropped with ``DiscardUnknownFields``, the
-  result re-encoded and read as ``repeated bytes``. A key is thus a message of its own:
-  equal keys are the same labels in the same order, both with samples or both without;
-* the samples of every series as two columns, values and timestamps, with no object per
-  sample but the numbers themselves: a view whose ``timeseries`` is a *singular* message,
-  which protobuf's merge rule turns into one message holding every series' samples, in
-  order (repeated fields of a message met twice are concatenated), each sample left
-  encoded (``repeated bytes``). Those are joined with a *mark* between them (a Sample of
+* every series as its bytes (a view declaring ``timeseries`` as ``repeated bytes``);
+* the samples of every series, in order, each left encoded: a view whose ``timeseries`` is
+  a *singular* message, which protobuf's merge rule turns into one message holding every
+  series' samples (repeated fields of a message met twice are concatenated);
+* the key of every series: its bytes without the field of its sample at their end. The
+  runtime writes the samples back as fields of a message of their own, one after the
+  other; when series ``i`` ends with the ``i``-th of them, its key is what comes before
+  (:func:`~tsd.protocol.prom_samples.series_keys`, compiled: a comparison of bytes, no
+  step per label). A key is thus the series' labels as the sender encoded them (and any
+  other field it sent, exemplars, left as they are): equal keys are the same labels. A
+  key met for the first time is parsed (:func:`decode_key`): it must be whole fields and
+  hold no sample, so that every series is its key and one sample and the ``i``-th sample
+  is series ``i``'s;
+* the samples' values and timestamps as two columns, with no object per sample but the
+  numbers themselves: the samples joined with a *mark* between them (a Sample of
   :data:`~tsd.protocol.prom_samples.MARK_VALUE` and
   :data:`~tsd.protocol.prom_samples.MARK_TIMESTAMP`, encoded by the runtime) and parsed once
   more as a message of two repeated fields, ``value`` and ``timestamp``: every sample's
@@ -40,10 +45,11 @@ re-encoded by the protobuf runtime itself, that hand back whole columns at once:
   and a field sent twice is there twice (the last one counts, as protobuf reads it), so
   :func:`~tsd.protocol.prom_samples.align_samples` reads each sample's pair back from
   the marks. A sample whose own value or timestamp is a mark's (a NaN of that payload,
-  a timestamp of -2**63: neither is stored) makes the marks miscount, and the request is
-  read the slow way. As many samples as series is one each (what Prometheus sends)
-  unless a series has none, which its key tells (:func:`decode_key`): the caller checks
-  the keys it has not seen before.
+  a timestamp of -2**63: neither is stored) makes the marks miscount.
+
+A request that is not a sample per series (a series with none or several, native
+histograms, exemplars sent apart) or whose marks miscount has no columns: it is read
+whole (:func:`write_request_of`), each series keyed by :func:`series_key`.
 
 Nothing here reads a wire byte itself: every byte is parsed and written by the runtime.
 """
@@ -51,14 +57,14 @@ Nothing here reads a wire byte itself: every byte is parsed and written by the r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from tsd.errors import BadRequestError
-from tsd.protocol.prom_samples import MARK_TIMESTAMP, MARK_VALUE, align_samples
+from tsd.protocol.prom_samples import MARK_TIMESTAMP, MARK_VALUE, align_samples, series_keys
 
 __all__ = [
     "SAMPLES",
@@ -74,6 +80,7 @@ __all__ = [
     "decode_read_request",
     "decode_write_columns",
     "decode_write_request",
+    "series_key",
     "encode_read_response",
     "write_request_of",
     "snappy_compress",
@@ -136,13 +143,6 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
             ),
             _message("WriteRequest", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "WriteSeries")),
             # Views of a WriteRequest's bytes (see the module's docstring).
-            _message("Empty"),
-            _message(
-                "SeriesKey",
-                ("labels", 1, _REPEATED, _F.TYPE_BYTES, ""),
-                ("samples", 2, _OPTIONAL, _F.TYPE_MESSAGE, "Empty"),
-            ),
-            _message("KeysView", ("timeseries", 1, _REPEATED, _F.TYPE_MESSAGE, "SeriesKey")),
             _message("EncodedSeries", ("timeseries", 1, _REPEATED, _F.TYPE_BYTES, "")),
             _message("EncodedSamples", ("samples", 2, _REPEATED, _F.TYPE_BYTES, "")),
             _message(
@@ -186,8 +186,8 @@ def _classes() -> dict[str, Any]:
         "WriteRequest",
         "ReadRequest",
         "ReadResponse",
-        "SeriesKey",
-        "KeysView",
+        "WriteSeries",
+        "EncodedSamples",
         "EncodedSeries",
         "SamplesView",
         "SampleColumns",
@@ -206,8 +206,8 @@ TimeSeries: Final[Any] = _CLASSES["TimeSeries"]
 WriteRequest: Final[Any] = _CLASSES["WriteRequest"]
 ReadRequest: Final[Any] = _CLASSES["ReadRequest"]
 ReadResponse: Final[Any] = _CLASSES["ReadResponse"]
-_SeriesKey: Final[Any] = _CLASSES["SeriesKey"]
-_KeysView: Final[Any] = _CLASSES["KeysView"]
+_WriteSeries: Final[Any] = _CLASSES["WriteSeries"]
+_EncodedSamples: Final[Any] = _CLASSES["EncodedSamples"]
 _EncodedSeries: Final[Any] = _CLASSES["EncodedSeries"]
 _SamplesView: Final[Any] = _CLASSES["SamplesView"]
 _SampleColumns: Final[Any] = _CLASSES["SampleColumns"]
@@ -261,12 +261,10 @@ def decode_write_request(body: bytes, max_bytes: int) -> Any:
 class WriteColumns:
     """A WriteRequest read as columns (:func:`decode_write_columns`)."""
 
-    #: per series, in order, its key: its labels and whether it has samples, re-encoded
-    #: (:func:`decode_key` reads one back)
-    keys: list[bytes]
-    #: when the request holds as many samples as series: the samples' values and
-    #: timestamps, in series order, one per series unless a series has none (its key says
-    #: so); None otherwise, or when a sample holds a mark's value or timestamp
+    #: when the request holds a sample per series, and no sample a mark's value or
+    #: timestamp: per series, in order, its key (:func:`decode_key` reads one) and its
+    #: sample's value and timestamp; None otherwise
+    keys: list[bytes] | None
     values: list[float] | None
     timestamps: list[int] | None
     #: the request's bytes (uncompressed), for :func:`write_request_of`'s full message
@@ -276,24 +274,27 @@ class WriteColumns:
 def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     """A remote write body -> its series as columns (see the module's docstring); raises
     BadRequestError as :func:`decode_write_request` does. Parses and encodings by the
-    runtime, no step per series or sample but the columns' alignment (compiled)."""
+    runtime, no step per series or sample but the keys' comparisons and the columns'
+    alignment (compiled)."""
     data = snappy_decompress(body, max_bytes)
     try:
-        view = _KeysView.FromString(data)
-        view.DiscardUnknownFields()
-        keys = list(_EncodedSeries.FromString(view.SerializeToString()).timeseries)
-        encoded = _SamplesView.FromString(data).timeseries.samples
+        series = list(_EncodedSeries.FromString(data).timeseries)
+        payloads = list(_SamplesView.FromString(data).timeseries.samples)
     except DecodeError as exc:
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
-    if len(encoded) != len(keys):
-        return WriteColumns(keys, None, None, data)
+    none = WriteColumns(None, None, None, data)
+    if len(payloads) != len(series):
+        return none
+    keys = series_keys(series, payloads, _EncodedSamples(samples=payloads).SerializeToString())
+    if keys is None:
+        return none
     try:
-        columns = _SampleColumns.FromString(_MARK + _MARK.join(encoded) if keys else b"")
+        columns = _SampleColumns.FromString(_MARK + _MARK.join(payloads) if keys else b"")
     except DecodeError as exc:  # a sample's own bytes are not a Sample
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
     aligned = align_samples(columns.value, columns.timestamp, len(keys))
     if aligned is None:
-        return WriteColumns(keys, None, None, data)
+        return none
     return WriteColumns(keys, aligned[0], aligned[1], data)
 
 
@@ -314,11 +315,26 @@ def decode_label(raw: bytes) -> tuple[str, str]:
     return label.name, label.value
 
 
-def decode_key(key: bytes) -> tuple[list[bytes], bool]:
-    """A series' key (:attr:`WriteColumns.keys`) -> its labels, each still encoded
-    (:func:`decode_label` reads one), and whether it has samples."""
-    series = _SeriesKey.FromString(key)
-    return list(series.labels), series.HasField("samples")
+def decode_key(key: bytes) -> list[bytes] | None:
+    """A series' key -> its labels, each still encoded (:func:`decode_label` reads one);
+    None when the key is not whole fields of a series without samples (then a request's
+    keys did not part each series from its sample: see the module's docstring)."""
+    try:
+        series = _WriteSeries.FromString(key)
+    except DecodeError:
+        return None
+    if len(series.samples):
+        return None
+    return list(series.labels)
+
+
+def series_key(series: Any) -> bytes:
+    """The key of a series of :func:`write_request_of`'s message: the series without its
+    samples, written by the runtime (the same bytes as :func:`decode_write_columns`' key
+    of the series when the sender wrote its fields in order, as protobuf does).
+    Clears the series' samples: read them first."""
+    series.ClearField("samples")
+    return cast(bytes, series.SerializeToString())
 
 
 def encode_read_response(

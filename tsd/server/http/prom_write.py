@@ -20,7 +20,7 @@ Prometheus drops a whole batch on a 4xx and retries it on a 5xx, so:
 * a body that is not a snappy block of a WriteRequest is a 400 (retrying cannot help).
 
 A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
-series are remembered by their key (labels re-encoded) in the ingest service's
+series are remembered by their key (their labels' bytes) in the ingest service's
 ``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
 or lookup of its names. The samples of those are taken in one pass
 (:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled) as points by ref; on
@@ -55,6 +55,7 @@ from tsd.protocol.prom_wire import (
     decode_key,
     decode_label,
     decode_write_columns,
+    series_key,
     write_request_of,
 )
 from tsd.server.http.appends import append_in_room, put_waiting
@@ -128,12 +129,13 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     mapper = LabelMapper(rules.special_chars, rules.max_tags)
     take = _Take(refs, mapper)
     if (
-        columns.values is None
+        columns.keys is None
+        or columns.values is None
         or columns.timestamps is None
         or not await take.one_sample_each(columns.keys, columns.values, columns.timestamps)
     ):
         take = _Take(refs, mapper)  # not one sample per series: each one's samples
-        await take.any_series(columns.keys, write_request_of(columns).timeseries)
+        await take.any_series(write_request_of(columns).timeseries)
     outcome = take.outcome
     stored = await _ingest(services, take)
     _count(services.registry, outcome)
@@ -208,8 +210,9 @@ class _Take:
         """As many samples as series, one each (what Prometheus sends): the samples of
         known series in one compiled pass
         (:func:`~tsd.protocol.prom_samples.take_known_samples`), the others one by one.
-        False, with the request half taken, when a series has no sample after all (some
-        other has more): a key seen before has samples, the key of a new one tells."""
+        False, with the request half taken, when a key met for the first time is not a
+        series without samples (:func:`~tsd.protocol.prom_wire.decode_key`): the keys did
+        not part each series from its sample."""
         low, high = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP  # is_storable_timestamp's
         get = self.refs.get
         for start in range(0, len(keys), YIELD_EVERY):
@@ -225,17 +228,19 @@ class _Take:
                 key = part_keys[index]
                 ref = get(key)
                 if ref is None and self.mapping(key) is None:
-                    return False  # no sample: the samples are not one per series
+                    return False  # not a key: the samples may not be one per series
                 self.other(key, ref, ((part_values[index], part_timestamps[index]),))
         return True
 
-    async def any_series(self, keys: list[bytes], series_list: Any) -> None:
-        """Series of any shape (exemplars or native histograms only, many samples)."""
-        for turn, (key, series) in enumerate(zip(keys, series_list, strict=True)):
+    async def any_series(self, series_list: Any) -> None:
+        """Series of any shape (exemplars or native histograms only, many samples), each
+        keyed by :func:`~tsd.protocol.prom_wire.series_key`."""
+        for turn, series in enumerate(series_list):
             if turn % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
             samples = [(sample.value, sample.timestamp) for sample in series.samples]
             if samples:
+                key = series_key(series)
                 self.other(key, self.refs.get(key), samples)
             elif series.histograms:
                 self.outcome.refuse(
@@ -252,7 +257,7 @@ class _Take:
         if ref is None:
             mapped = self.mapping(key)
             if mapped is None:
-                return  # no labels to store: only histograms or exemplars
+                return  # not a key (one_sample_each stops before; series_key's always are)
             if not isinstance(mapped, MappedSeries):
                 outcome.refuse(mapped[0], mapped[1], len(samples))
                 return
@@ -270,7 +275,8 @@ class _Take:
 
     def mapping(self, key: bytes) -> MappedSeries | tuple[str, str] | None:
         """The OpenTSDB series of a key not seen before, or (reason, message) when it
-        cannot be stored; None when its series has no sample. Once per key a request."""
+        cannot be stored; None when it is not a key (not whole fields of a series without
+        samples). Once per key a request."""
         if key in self.mapped:
             return self.mapped[key]
         mapped = self.mapped[key] = _map(key, self.mapper)
@@ -278,8 +284,8 @@ class _Take:
 
 
 def _map(key: bytes, mapper: LabelMapper) -> MappedSeries | tuple[str, str] | None:
-    raw_labels, has_samples = decode_key(key)
-    if not has_samples:
+    raw_labels = decode_key(key)
+    if raw_labels is None:
         return None
     try:
         labels = [decode_label(raw) for raw in raw_labels]
