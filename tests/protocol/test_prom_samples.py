@@ -9,6 +9,7 @@ import math
 import struct
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,7 +55,7 @@ timestamps = st.one_of(
 requests = st.lists(st.tuples(st.integers(0, 7), values, timestamps), max_size=40)
 
 
-def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], list[float], list[int]]:
+def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], np.ndarray, np.ndarray]:
     """A request of a sample per series, read as the handler reads it (its columns as the
     full message holds them when a sample holds a mark's value or timestamp)."""
     request = WriteRequest()
@@ -68,7 +69,8 @@ def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], list[f
     full = [s.samples[0] for s in full_series]
     if columns.keys is None or columns.values is None or columns.timestamps is None:
         assert any(s.timestamp == MARK_TIMESTAMP or _is_mark(s.value) for s in full)
-        values_, timestamps_ = [s.value for s in full], [s.timestamp for s in full]
+        values_ = np.array([s.value for s in full], dtype=np.float64)
+        timestamps_ = np.array([s.timestamp for s in full], dtype=np.int64)
         return [series_key(s) for s in full_series], values_, timestamps_
     return columns.keys, columns.values, columns.timestamps
 
@@ -81,10 +83,6 @@ def _bits(rows: dict[bytes, dict[bytes, bytes]]) -> dict[bytes, dict[bytes, byte
     return {row: dict(cells) for row, cells in rows.items()}
 
 
-def _point_bits(points: list[tuple[Any, int, float]]) -> list[tuple[Any, int, bytes]]:
-    return [(s, t, struct.pack(">d", v)) for s, t, v in points]
-
-
 @needs_c
 @pytest.mark.slow  # many generated inputs
 @settings(max_examples=300, deadline=None)
@@ -95,13 +93,14 @@ def test_take_known_samples_as_python(
     keys, values_, timestamps_ = _columns(samples)
     known = {key: SERIES[_number(key) % 6] for key in keys if _number(key) in known_numbers}
     columns = (keys, values_, timestamps_, known)
-    c_list: list[tuple[Any, int, float]] = []
-    py_list: list[tuple[Any, int, float]] = []
+    c_list: list[Any] = []
+    py_list: list[Any] = []
     c_taken = P.take_known_samples(*columns, c_list, LOW, HIGH)
     py_taken = python_take_known_samples(*columns, py_list, LOW, HIGH)
     assert c_taken == py_taken
-    assert _point_bits(c_list) == _point_bits(py_list)
+    assert c_list == py_list
     assert c_taken[0] + len(c_taken[1]) == len(samples)
+    assert len(c_list) == c_taken[0]
 
 
 def _number(key: bytes) -> int:
@@ -126,11 +125,22 @@ def test_what_is_not_taken_is_left_by_index() -> None:
     keys, values_, timestamps_ = _columns(samples)
     known = {key: SERIES[_number(key)] for key in keys if _number(key) in (0, 2)}
     columns = (keys, values_, timestamps_, known)
-    points: list[tuple[Any, int, float]] = []
-    assert take_known_samples(*columns, points, LOW, HIGH) == (2, [1, 2, 3, 4, 5])
-    assert points == [(SERIES[0], good, 1.5), (SERIES[2], good + 2, 0.0)]
+    series: list[Any] = []
+    assert take_known_samples(*columns, series, LOW, HIGH) == (2, [1, 2, 3, 4, 5])
+    assert series == [SERIES[0], SERIES[2]]
     with pytest.raises(ValueError, match="as many samples as keys"):
-        take_known_samples(keys, values_[:-1], timestamps_, known, points, LOW, HIGH)
+        take_known_samples(keys, values_[:-1], timestamps_, known, series, LOW, HIGH)
+
+
+@needs_c
+def test_the_compiled_take_wants_number_columns() -> None:
+    """Values and timestamps are float64 and int64 columns: a list, or an array of another
+    type, is a TypeError naming which."""
+    keys = [b"k"]
+    with pytest.raises(TypeError, match="values must be a float64 column"):
+        P.take_known_samples(keys, [1.5], np.array([5], np.int64), {}, [], LOW, HIGH)
+    with pytest.raises(TypeError, match="timestamps must be an int64 column"):
+        P.take_known_samples(keys, np.array([1.5]), np.array([5.0]), {}, [], LOW, HIGH)
 
 
 # --- a request's sample columns, read back from their marks -----------------------------
@@ -170,21 +180,21 @@ def test_align_samples_reads_the_marks_item_by_item(
         assert answer is None
     else:
         assert answer is not None
-        assert [struct.pack("<d", v) for v in answer[0]] == [
+        assert [struct.pack("<d", v) for v in answer[0].tolist()] == [
             struct.pack("<d", v) for v in want_values
         ]
-        assert answer[1] == want_timestamps
-        assert all(type(v) is float for v in answer[0])
-        assert all(type(t) is int for t in answer[1])
+        assert answer[1].tolist() == want_timestamps
+        assert answer[0].dtype == np.float64
+        assert answer[1].dtype == np.int64
 
 
 def test_align_samples_reads_each_sample_behind_its_mark() -> None:
     m, t = MARK_VALUE, MARK_TIMESTAMP
     # three samples: (1.5, 10), value left out (0.0), value and timestamp sent twice
-    assert align_samples([m, 1.5, m, m, 2.0, 3.0], [t, 10, t, 11, t, 12, 13], 3) == (
-        [1.5, 0.0, 3.0],
-        [10, 11, 13],
-    )
+    aligned = align_samples([m, 1.5, m, m, 2.0, 3.0], [t, 10, t, 11, t, 12, 13], 3)
+    assert aligned is not None
+    assert aligned[0].tolist() == [1.5, 0.0, 3.0]
+    assert aligned[1].tolist() == [10, 11, 13]
     assert align_samples([m, 1.5], [t, 10], 2) is None  # fewer marks
     assert align_samples([1.5, m], [t, 10], 1) is None  # not led by a mark
     assert align_samples([m, m], [t, 10], 1) is None  # a sample's value is a mark's
@@ -237,10 +247,10 @@ def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
         marks = {_field(1, 1, struct.pack("<d", MARK_VALUE)), _field(2, 0, _varint(MARK_TIMESTAMP))}
         assert any(field in marks for fields in samples for field in fields)
         return
-    assert [struct.pack("<d", v) for v in columns.values] == [
+    assert [struct.pack("<d", v) for v in columns.values.tolist()] == [
         struct.pack("<d", s.value) for s in full
     ]
-    assert columns.timestamps == [s.timestamp for s in full]
+    assert columns.timestamps.tolist() == [s.timestamp for s in full]
     assert [decode_key(key) for key in columns.keys] == [
         [f"l{i}".encode()] for i in range(len(samples))
     ]
@@ -313,10 +323,10 @@ def test_keys_are_taken_only_for_a_sample_per_series(
     assert labels == [list(series.labels) for series in full]
     assert columns.values is not None
     assert columns.timestamps is not None
-    assert [struct.pack("<d", v) for v in columns.values] == [
+    assert [struct.pack("<d", v) for v in columns.values.tolist()] == [
         struct.pack("<d", series.samples[0].value) for series in full
     ]
-    assert columns.timestamps == [series.samples[0].timestamp for series in full]
+    assert columns.timestamps.tolist() == [series.samples[0].timestamp for series in full]
 
 
 def test_a_label_that_ends_like_a_sample_is_not_taken_for_one() -> None:

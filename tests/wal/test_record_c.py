@@ -1,13 +1,15 @@
 """The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs)
 against the Python loop it replaces: the same log payload and head runs, the same error;
-and of points a row each (encode_points_part, remote write's request) against
-python_encode_points_part."""
+and of samples a row each (encode_samples_part, remote write's request: series, and
+timestamps and values as columns) against python_encode_samples_part."""
 
 from __future__ import annotations
 
 import gc
 import struct
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,9 +21,9 @@ from tsd.wal.record import (
     decode_cells,
     decode_row_runs,
     encode_payload_and_runs,
-    encode_points_part,
+    encode_samples_part,
     python_encode_payload_and_runs,
-    python_encode_points_part,
+    python_encode_samples_part,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -65,9 +67,10 @@ SERIES = [
     make_series_key(KeyLayout(), b"\x00\x00\x01", [(b"\x00\x00\x01", bytes((0, 0, i)))])
     for i in range(4)
 ]
-#: (series, timestamp, value) as the ingest paths type them: seconds and milliseconds,
-#: integers of every width, floats of both widths (and what only encode_point handles)
-POINTS = st.lists(
+#: (series, timestamp, value) as remote write takes them: seconds and milliseconds, floats of
+#: both widths and integral ones (and, out of range or not finite, what only encode_point
+#: handles)
+SAMPLES = st.lists(
     st.tuples(
         st.sampled_from(SERIES),
         st.one_of(
@@ -75,30 +78,37 @@ POINTS = st.lists(
             st.integers(1_700_000_000_000, 1_700_000_000_000 + 7_200_000),
         ),
         st.one_of(
-            st.integers(-(2**63), 2**63 - 1),
             st.floats(allow_nan=False, allow_infinity=False),
-            st.sampled_from([0, 1, -1, 127, 128, 2**31, 0.5, 1.1, 0.0]),
+            st.sampled_from([0.0, 1.0, -1.0, 127.0, 128.0, 2.0**31, 0.5, 1.1, -0.0]),
         ),
     ),
     max_size=30,
 )
 
 
+def _columns(samples: list[tuple[SeriesKey, int, float]]) -> tuple[list[SeriesKey], Any, Any]:
+    series = [one for one, _, _ in samples]
+    timestamps = np.array([t for _, t, _ in samples], dtype=np.int64)
+    values = np.array([v for _, _, v in samples], dtype=np.float64)
+    return series, timestamps, values
+
+
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
-@given(POINTS)
-def test_points_a_row_each_frame_as_the_python_loop_does(
-    points: list[tuple[SeriesKey, int, int | float]],
+@given(SAMPLES)
+def test_samples_a_row_each_frame_as_the_python_loop_does(
+    samples: list[tuple[SeriesKey, int, float]],
 ) -> None:
     """The part of a remote write request: the specification's payload and runs byte for
-    byte, a row of one cell per point in order, holding the cells the rows' encoder makes
-    (a later point of a cell winning when the rows are read back in order)."""
-    payload, runs = encode_points_part(points)
-    assert (payload, runs) == python_encode_points_part(points)
+    byte, a row of one cell per sample in order, holding the cells the rows' encoder makes
+    of the same points (a later point of a cell winning when the rows are read back in
+    order)."""
+    payload, runs = encode_samples_part(*_columns(samples))
+    assert (payload, runs) == python_encode_samples_part(*_columns(samples))
     assert decode_row_runs(payload) == runs
-    assert [count for _, count, _, _ in runs] == [1] * len(points)
+    assert [count for _, count, _, _ in runs] == [1] * len(samples)
     rows: dict[bytes, dict[bytes, bytes]] = {}
-    encode_points_into(rows, points)
+    encode_points_into(rows, samples)
     replayed: dict[bytes, dict[bytes, bytes]] = {}
     for row, cells in decode_cells(payload):
         replayed.setdefault(row, {}).update(cells)
@@ -106,19 +116,28 @@ def test_points_a_row_each_frame_as_the_python_loop_does(
     assert not any(map(gc.is_tracked, runs))
 
 
-def test_a_point_twice_comes_twice_the_later_last() -> None:
+def test_a_sample_twice_comes_twice_the_later_last() -> None:
     ms = 1_700_000_000_123
-    points: list[tuple[SeriesKey, int, int | float]] = [
-        (SERIES[0], ms, 1.5),
-        (SERIES[1], ms, 2),
-        (SERIES[0], ms, 2.5),
-    ]
-    payload, runs = encode_points_part(points)
+    samples = [(SERIES[0], ms, 1.5), (SERIES[1], ms, 2.0), (SERIES[0], ms, 2.5)]
+    payload, runs = encode_samples_part(*_columns(samples))
     row = SERIES[0].row_key(row_base(ms))
     assert [run[0] for run in runs] == [row, SERIES[1].row_key(row_base(ms)), row]
     assert runs[0][2] == runs[2][2]  # the same cell: the later one comes later
     assert runs[0][3] != runs[2][3]
     assert decode_row_runs(payload) == runs
+
+
+def test_samples_come_as_number_columns_of_as_many() -> None:
+    """Timestamps int64, values float64, as many of each as series: anything else is a
+    TypeError or a ValueError, from the helper as from the specification."""
+    series, timestamps, values = _columns([(SERIES[0], 1_700_000_000_123, 1.5)])
+    with pytest.raises(TypeError, match="values must be a float64 column"):
+        encode_samples_part(series, timestamps, values.astype(np.float32))
+    with pytest.raises(TypeError, match="timestamps must be an int64 column"):
+        encode_samples_part(series, timestamps.astype(np.float64), values)
+    for encode in (encode_samples_part, python_encode_samples_part):
+        with pytest.raises(ValueError, match="as many samples as series"):
+            encode(series * 2, timestamps, values)
 
 
 def row_base(ms: int) -> int:

@@ -294,35 +294,21 @@ static inline int encoder_tables_ok(PyObject *qualifiers, PyObject *int1)
            PyTuple_GET_SIZE(qualifiers) >= ((MAX_TIMESPAN - 1) << FLAG_BITS | 0xF) + 1;
 }
 
-/* One point's cell: its row key, qualifier and value bytes, new references in *row_out,
- * *qualifier_out and *bytes_out; 0, or -1 with an exception set. */
-static int encode_cell(PyObject *series, PyObject *timestamp, PyObject *value,
-                       PyObject *qualifiers, PyObject *int1, PyObject *encode_point,
-                       PyObject **row_out, PyObject **qualifier_out, PyObject **bytes_out)
+/* The cell of a point whose value encode_number took (flags, value bytes: a new reference,
+ * handed on) at ts, 0 <= ts <= MAX_MS_TIMESTAMP: its row key, qualifier and value bytes, new
+ * references in *row_out, *qualifier_out and *bytes_out; 0, or -1 with an exception set
+ * (bytes released). */
+static int number_cell(PyObject *series, long long ts, int flags, PyObject *bytes,
+                       PyObject *qualifiers, PyObject **row_out, PyObject **qualifier_out,
+                       PyObject **bytes_out)
 {
-    PyObject *qualifier = NULL, *bytes = NULL, *base_obj = NULL;
-    long long base = -1;
-    int flags = 0;
-    int fast = 0;
-    long long ts = -1;
-    if (PyLong_CheckExact(timestamp)) {
-        int overflow = 0;
-        ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-        if (overflow || (ts == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            ts = -1;
-        }
-    }
-    if (ts >= 0 && ts <= MAX_MS_TIMESTAMP) {
-        fast = encode_value(value, int1, &flags, &bytes);
-        if (fast < 0)
-            return -1;
-    }
-    if (fast && ts <= 0xFFFFFFFFLL) {
+    PyObject *qualifier;
+    long long base;
+    if (ts <= 0xFFFFFFFFLL) {
         base = ts - ts % MAX_TIMESPAN;
         qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
         Py_INCREF(qualifier);
-    } else if (fast) {
+    } else {
         /* a millisecond timestamp (Prometheus' remote write): the 4-byte qualifier of
          * encode_point, MS_FLAG | offset_ms << MS_FLAG_BITS | flags, big-endian */
         long long seconds = ts / 1000;
@@ -336,41 +322,112 @@ static int encode_cell(PyObject *series, PyObject *timestamp, PyObject *value,
             Py_DECREF(bytes);
             return -1;
         }
-    } else {
-        PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
-        if (encoded == NULL)
-            return -1;
-        if (!PyTuple_Check(encoded) || PyTuple_GET_SIZE(encoded) != 3) {
-            Py_DECREF(encoded);
-            PyErr_SetString(PyExc_TypeError, "encode_point must return a 3-tuple");
-            return -1;
-        }
-        base_obj = PyTuple_GET_ITEM(encoded, 0);
-        qualifier = PyTuple_GET_ITEM(encoded, 1);
-        bytes = PyTuple_GET_ITEM(encoded, 2);
-        Py_INCREF(base_obj);
-        Py_INCREF(qualifier);
-        Py_INCREF(bytes);
-        Py_DECREF(encoded);
     }
-    PyObject *row;
-    if (base_obj == NULL) {
-        row = series_row(series, base);
-    } else {
-        row = PyObject_CallMethodOneArg(series, row_key_name, base_obj);
-        Py_DECREF(base_obj);
-        base_obj = NULL;
+    PyObject *row = series_row(series, base);
+    if (row == NULL) {
+        Py_DECREF(qualifier);
+        Py_DECREF(bytes);
+        return -1;
     }
-    if (row == NULL)
-        goto error;
     *row_out = row;
     *qualifier_out = qualifier;
     *bytes_out = bytes;
     return 0;
-error:
-    Py_XDECREF(qualifier);
-    Py_XDECREF(bytes);
-    Py_XDECREF(base_obj);
+}
+
+/* One point's cell: its row key, qualifier and value bytes, new references in *row_out,
+ * *qualifier_out and *bytes_out; 0, or -1 with an exception set. */
+static int encode_cell(PyObject *series, PyObject *timestamp, PyObject *value,
+                       PyObject *qualifiers, PyObject *int1, PyObject *encode_point,
+                       PyObject **row_out, PyObject **qualifier_out, PyObject **bytes_out)
+{
+    PyObject *bytes = NULL;
+    int flags = 0;
+    long long ts = -1;
+    if (PyLong_CheckExact(timestamp)) {
+        int overflow = 0;
+        ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+        if (overflow || (ts == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            ts = -1;
+        }
+    }
+    if (ts >= 0 && ts <= MAX_MS_TIMESTAMP) {
+        int fast = encode_value(value, int1, &flags, &bytes);
+        if (fast < 0)
+            return -1;
+        if (fast)
+            return number_cell(series, ts, flags, bytes, qualifiers, row_out, qualifier_out,
+                               bytes_out);
+    }
+    PyObject *encoded = PyObject_CallFunctionObjArgs(encode_point, timestamp, value, NULL);
+    if (encoded == NULL)
+        return -1;
+    if (!PyTuple_Check(encoded) || PyTuple_GET_SIZE(encoded) != 3) {
+        Py_DECREF(encoded);
+        PyErr_SetString(PyExc_TypeError, "encode_point must return a 3-tuple");
+        return -1;
+    }
+    PyObject *row = PyObject_CallMethodOneArg(series, row_key_name, PyTuple_GET_ITEM(encoded, 0));
+    if (row == NULL) {
+        Py_DECREF(encoded);
+        return -1;
+    }
+    *row_out = row;
+    *qualifier_out = PyTuple_GET_ITEM(encoded, 1);
+    *bytes_out = PyTuple_GET_ITEM(encoded, 2);
+    Py_INCREF(*qualifier_out);
+    Py_INCREF(*bytes_out);
+    Py_DECREF(encoded);
+    return 0;
+}
+
+/* encode_cell of a float value and an integer timestamp given as C numbers: no Python
+ * object for either unless encode_point must be asked (a value that is not finite, a
+ * timestamp out of range). */
+static inline int encode_cell_double(PyObject *series, long long ts, double value,
+                              PyObject *qualifiers, PyObject *int1, PyObject *encode_point,
+                              PyObject **row_out, PyObject **qualifier_out, PyObject **bytes_out)
+{
+    if (ts >= 0 && ts <= MAX_MS_TIMESTAMP) {
+        PyObject *bytes = NULL;
+        int flags = 0;
+        int fast = encode_number(1, 0, value, int1, &flags, &bytes);
+        if (fast < 0)
+            return -1;
+        if (fast)
+            return number_cell(series, ts, flags, bytes, qualifiers, row_out, qualifier_out,
+                               bytes_out);
+    }
+    PyObject *timestamp = PyLong_FromLongLong(ts), *number = PyFloat_FromDouble(value);
+    int done = -1;
+    if (timestamp != NULL && number != NULL)
+        done = encode_cell(series, timestamp, number, qualifiers, int1, encode_point, row_out,
+                           qualifier_out, bytes_out);
+    Py_XDECREF(timestamp);
+    Py_XDECREF(number);
+    return done;
+}
+
+/* A column of 8-byte numbers (a C-contiguous buffer of int64, or of float64 when is_float)
+ * as a view to release; 0, or -1 with a TypeError naming it (what). */
+static inline int number_column(PyObject *column, Py_buffer *view, int is_float, const char *what)
+{
+    if (PyObject_GetBuffer(column, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
+            !PyErr_ExceptionMatches(PyExc_BufferError))
+            return -1;
+        PyErr_Clear();
+    } else {
+        const char *format = view->format ? view->format : "B";
+        if (*format == '<' || *format == '=' || *format == '@')
+            format++;
+        if (view->itemsize == 8 && format[0] != '\0' && format[1] == '\0' &&
+            (is_float ? format[0] == 'd' : (format[0] == 'q' || format[0] == 'l')))
+            return 0;
+        PyBuffer_Release(view);
+    }
+    PyErr_Format(PyExc_TypeError, "%s must be %s column", what, is_float ? "a float64" : "an int64");
     return -1;
 }
 

@@ -24,8 +24,8 @@
  *   specification).
  *
  * take_known_samples(keys, values, timestamps, known, out, low, high)
- *   -> (points taken, others): Prometheus remote write's samples of known series listed
- *   as (series, timestamp, value) points
+ *   -> (samples taken, others): Prometheus remote write's samples of known series, their
+ *   series listed (values and timestamps as float64 and int64 columns)
  *   (tsd.protocol.prom_samples.python_take_known_samples is the specification;
  *   tests/protocol/test_prom_samples.py checks both agree).
  *
@@ -969,68 +969,50 @@ fail:
     return NULL;
 }
 
-/* Whether sample i of a remote write request is taken (1, *series its series, borrowed)
- * or not (0: an unknown key, a value not a finite float, a timestamp not an int with low
- * < timestamp <= high); -1 with an exception set. */
-static int taken_sample(PyObject *keys, PyObject *values, PyObject *timestamps,
-                        PyObject *known, long long low, long long high, Py_ssize_t i,
-                        PyObject **series)
-{
-    *series = PyDict_GetItemWithError(known, PyList_GET_ITEM(keys, i));
-    if (*series == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    PyObject *value = PyList_GET_ITEM(values, i), *timestamp = PyList_GET_ITEM(timestamps, i);
-    if (!PyFloat_CheckExact(value) || !isfinite(PyFloat_AS_DOUBLE(value)) ||
-        !PyLong_CheckExact(timestamp))
-        return 0;
-    int overflow = 0;
-    long long ts = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-    if (ts == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return !overflow && low < ts && ts <= high;
-}
-
-/* take_known_samples(keys, values, timestamps, known, out, low, high) -> (points taken,
+/* take_known_samples(keys, values, timestamps, known, out, low, high) -> (samples taken,
  *   others): remote write's one sample per series
  *   (tsd.protocol.prom_samples.python_take_known_samples is the specification). keys: a
- *   list of bytes; values, timestamps: lists of as many; known: dict key -> series; out:
- *   a list (series, timestamp, value) tuples are appended to; others: the indices not
- *   taken (an unknown key, a value not a finite float, a timestamp not an int with low <
- *   timestamp <= high), in order. */
+ *   list of bytes; values, timestamps: float64 and int64 columns of as many; known: dict
+ *   key -> series; out: a list the series of each sample taken is appended to; others: the
+ *   indices not taken (an unknown key, a value that is not finite, a timestamp outside
+ *   low < timestamp <= high), in order. */
 static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
-        !PyList_CheckExact(args[2]) || !PyDict_Check(args[3]) || !PyList_CheckExact(args[4])) {
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[3]) ||
+        !PyList_CheckExact(args[4])) {
         PyErr_SetString(PyExc_TypeError, "take_known_samples: bad arguments");
         return NULL;
     }
-    PyObject *keys = args[0], *values = args[1], *timestamps = args[2], *known = args[3];
-    PyObject *out = args[4];
+    PyObject *keys = args[0], *known = args[3], *out = args[4];
     long long low = PyLong_AsLongLong(args[5]), high = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(keys);
-    if (PyList_GET_SIZE(values) != count || PyList_GET_SIZE(timestamps) != count) {
-        PyErr_SetString(PyExc_ValueError, "take_known_samples: as many samples as keys");
+    Py_buffer value_view, ts_view;
+    if (number_column(args[1], &value_view, 1, "take_known_samples: values") < 0)
+        return NULL;
+    if (number_column(args[2], &ts_view, 0, "take_known_samples: timestamps") < 0) {
+        PyBuffer_Release(&value_view);
         return NULL;
     }
-    PyObject *others = PyList_New(0);
+    PyObject *others = NULL;
+    Py_ssize_t count = PyList_GET_SIZE(keys), taken = 0;
+    if (value_view.len / 8 != count || ts_view.len / 8 != count) {
+        PyErr_SetString(PyExc_ValueError, "take_known_samples: as many samples as keys");
+        goto error;
+    }
+    others = PyList_New(0);
     if (others == NULL)
-        return NULL;
-    Py_ssize_t taken = 0;
+        goto error;
+    const double *values = (const double *)value_view.buf;
+    const long long *timestamps = (const long long *)ts_view.buf;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *series = NULL;
-        int take = taken_sample(keys, values, timestamps, known, low, high, i, &series);
-        if (take < 0)
+        PyObject *series = PyDict_GetItemWithError(known, PyList_GET_ITEM(keys, i));
+        if (series == NULL && PyErr_Occurred())
             goto error;
         int failed;
-        if (take) {
-            PyObject *point = PyTuple_Pack(3, series, PyList_GET_ITEM(timestamps, i),
-                                           PyList_GET_ITEM(values, i));
-            failed = point == NULL || PyList_Append(out, point) < 0;
-            Py_XDECREF(point);
+        if (series != NULL && isfinite(values[i]) && low < timestamps[i] &&
+            timestamps[i] <= high) {
+            failed = PyList_Append(out, series) < 0;
             taken++;
         } else {
             PyObject *index = PyLong_FromSsize_t(i);
@@ -1040,11 +1022,15 @@ static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ss
         if (failed)
             goto error;
     }
+    PyBuffer_Release(&value_view);
+    PyBuffer_Release(&ts_view);
     PyObject *done = Py_BuildValue("(nO)", taken, others);
     Py_DECREF(others);
     return done;
 error:
-    Py_DECREF(others);
+    Py_XDECREF(others);
+    PyBuffer_Release(&value_view);
+    PyBuffer_Release(&ts_view);
     return NULL;
 }
 
@@ -1112,7 +1098,7 @@ static PyMethodDef methods[] = {
     {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,
      "(series, timestamp, value) of decoded usual points of known series, or None."},
     {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
-     "Remote write samples of known series, listed: (taken, others)."},
+     "Remote write samples of known series, their series listed: (taken, others)."},
     {"series_keys", (PyCFunction)(void (*)(void))series_keys, METH_FASTCALL,
      "Remote write series keys: each series without its sample's field, or None."},
     {NULL, NULL, 0, NULL},

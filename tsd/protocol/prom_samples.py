@@ -6,8 +6,10 @@ are read as keys and two columns of samples, values and timestamps
 :func:`align_samples` over arrays), and
 the series the ingest service has resolved before are found by key. Their storable
 samples (a finite value, a millisecond timestamp OpenTSDB reads as one) are taken in one
-pass, listed as ``(series, timestamp, value)`` points; every other sample is left to
-the caller by index (a new series, a value or timestamp that is not stored).
+pass, their series listed (their values and timestamps stay in the columns, which go on
+to the request's log record: :func:`~tsd.wal.record.encode_samples_part`); every other
+sample is left to the caller by index (a new series, a value or timestamp that is not
+stored).
 
 :func:`python_take_known_samples` is the specification and the fallback; the compiled
 helper (``take_known_samples`` in ``tsd/protocol/_parse.c``) does the same, without a
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import numpy as np
 
@@ -40,23 +42,22 @@ MARK_TIMESTAMP: Final = -(2**63)
 _MARK_VALUE_BITS: Final = struct.pack("<Q", MARK_VALUE_BITS)
 MARK_VALUE: Final[float] = struct.unpack("<d", _MARK_VALUE_BITS)[0]
 
-#: a taken point: (series, timestamp in ms, value)
-Point = tuple[Any, int, float]
-
 
 def align_samples(
     values: Sequence[float], timestamps: Sequence[int], count: int
-) -> tuple[list[float], list[int]] | None:
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The values and timestamps of ``count`` samples read as columns behind marks (see
     :mod:`tsd.protocol.prom_wire`): each column holds, per sample, its mark then the
     sample's own fields of that column, none or more. A sample's value is the last one
     behind its mark (protobuf's rule for a field met twice), 0.0 when there is none (what
     proto3 leaves out); its timestamp likewise, 0 when there is none. None when either
-    column does not start with a mark or holds other than ``count`` marks.
+    column does not start with a mark or holds other than ``count`` marks. The answer is
+    two columns, float64 and int64, as :func:`take_known_samples` takes them.
 
     The columns are read as arrays: numpy takes a protobuf runtime's repeated field in one
     call (about 12 ns a sample for both columns), where reading its items one by one, even
-    from C, cost 130 ns a sample (an object per item)."""
+    from C, cost 130 ns a sample (an object per item); and they stay arrays up to the
+    request's log record, with no Python number per sample."""
     value_column = np.array(values, dtype=np.float64)
     aligned_values = _align(
         value_column, value_column.view(np.uint64) == MARK_VALUE_BITS, count, 0.0
@@ -70,20 +71,23 @@ def align_samples(
     return aligned_values, aligned_timestamps
 
 
-def _align(column: np.ndarray, is_mark: np.ndarray, count: int, missing: float) -> list[Any] | None:
+def _align(
+    column: np.ndarray, is_mark: np.ndarray, count: int, missing: float
+) -> np.ndarray | None:
     """Per mark of ``column``, the last item before the next mark (``missing`` when the
-    next item is a mark or there is none); None unless ``count`` marks lead the column."""
+    next item is a mark or there is none), as a new array of ``column``'s type; None
+    unless ``count`` marks lead the column."""
     if len(column) == 2 * count and is_mark[::2].all() and not is_mark[1::2].any():
-        return cast(list[Any], column[1::2].tolist())  # one field each: what Prometheus sends
+        return column[1::2].copy()  # one field each: what Prometheus sends
     marks = np.flatnonzero(is_mark)
     if len(marks) != count or (count and marks[0] != 0):
         return None
     if not count:
-        return [] if not len(column) else None
+        return column[:0].copy() if not len(column) else None
     last = np.empty(count, np.int64)  # each sample's last item: before the next mark
     last[:-1] = marks[1:] - 1
     last[-1] = len(column) - 1
-    return cast(list[Any], np.where(last == marks, missing, column[last]).tolist())
+    return np.where(last == marks, missing, column[last]).astype(column.dtype)
 
 
 def python_series_keys(
@@ -129,40 +133,40 @@ series_keys: Final[Callable[[list[bytes], list[bytes], bytes], list[bytes] | Non
 
 def python_take_known_samples(
     keys: list[bytes],
-    values: Sequence[float],
-    timestamps: Sequence[int],
+    values: Sequence[float] | np.ndarray,
+    timestamps: Sequence[int] | np.ndarray,
     known: Mapping[Any, Any],
-    out: list[Point],
+    out: list[Any],
     low: int,
     high: int,
 ) -> tuple[int, list[int]]:
-    """Take sample ``i`` (``values[i]`` at ``timestamps[i]``) of series ``keys[i]`` when
-    ``known`` has that key, its value is a finite float and its timestamp an int with
-    ``low < timestamp <= high``: appended to ``out`` as ``(known[key], timestamp,
-    value)``. Returns (points taken, the indices of the samples not taken, in order).
-    ValueError when there are not as many values and timestamps as keys."""
+    """Take sample ``i`` (``values[i]`` at ``timestamps[i]``, read as float64 and int64) of
+    series ``keys[i]`` when ``known`` has that key, its value is finite and its timestamp
+    ``low < timestamp <= high``: its series ``known[key]`` is appended to ``out`` (the
+    samples taken are then the ones not in others, in order). Returns (samples taken, the
+    indices of the samples not taken, in order). ValueError when there are not as many
+    values and timestamps as keys."""
     if len(values) != len(keys) or len(timestamps) != len(keys):
         raise ValueError("take_known_samples: as many samples as keys")
+    value_list = np.asarray(values, dtype=np.float64).tolist()
+    timestamp_list = np.asarray(timestamps, dtype=np.int64).tolist()
     before = len(out)
     others: list[int] = []
     get = known.get
-    for index, (key, value, timestamp) in enumerate(zip(keys, values, timestamps, strict=True)):
+    for index, (key, value, timestamp) in enumerate(
+        zip(keys, value_list, timestamp_list, strict=True)
+    ):
         series = get(key)
-        if (
-            series is not None
-            and type(value) is float
-            and value - value == 0.0
-            and type(timestamp) is int
-            and low < timestamp <= high
-        ):
-            out.append((series, timestamp, value))
+        if series is not None and value - value == 0.0 and low < timestamp <= high:
+            out.append(series)
         else:
             others.append(index)
     return len(out) - before, others
 
 
-#: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys``,
-#: ``values``, ``timestamps`` and ``out`` lists, ``known`` a dict: a TypeError otherwise)
+#: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys`` and
+#: ``out`` lists, ``values`` and ``timestamps`` float64 and int64 columns, ``known`` a
+#: dict: a TypeError otherwise)
 take_known_samples: Final[Callable[..., tuple[int, list[int]]]] = (
     python_take_known_samples if _c_take_known_samples is None else _c_take_known_samples
 )

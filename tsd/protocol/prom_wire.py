@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 import cramjam
+import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
@@ -265,8 +266,8 @@ class WriteColumns:
     #: timestamp: per series, in order, its key (:func:`decode_key` reads one) and its
     #: sample's value and timestamp; None otherwise
     keys: list[bytes] | None
-    values: list[float] | None
-    timestamps: list[int] | None
+    values: np.ndarray | None  # float64
+    timestamps: np.ndarray | None  # int64
     #: the request's bytes (uncompressed), for :func:`write_request_of`'s full message
     data: bytes
 

@@ -8,11 +8,12 @@
  *   joined), as tsd.wal.record.python_encode_payload_and_runs gives them; None when a row
  *   does not fit that format's fields (the Python path then raises its error).
  *
- * encode_points_part(points, qualifiers, int1, encode_point) -> (payload, runs)
- *   points: a list of (series, timestamp, value), each encoded as
- *   tsd.codec.qualifier.encode_points_into encodes it (tsd/codec/_format.h) into a row of
- *   one cell of its own, in order: the CELLS payload and the runs
- *   (tsd.wal.record.python_encode_points_part is the specification).
+ * encode_samples_part(series, timestamps, values, qualifiers, int1, encode_point)
+ *   -> (payload, runs): series a list, timestamps and values columns of as many (int64 and
+ *   float64 buffers); each sample (series[i], timestamps[i], values[i]) encoded as
+ *   tsd.codec.qualifier.encode_points_into encodes that point (tsd/codec/_format.h) into a
+ *   row of one cell of its own, in order: the CELLS payload and the runs
+ *   (tsd.wal.record.python_encode_samples_part is the specification).
  */
 #include "_format.h" /* the cell of a point: encode_cell */
 
@@ -148,32 +149,42 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
     return encode_rows(rows);
 }
 
-/* encode_points_part(points, qualifiers, int1, encode_point) -> (payload, runs). */
-static PyObject *encode_points_part(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_CheckExact(args[0]) || !encoder_tables_ok(args[1], args[2])) {
-        PyErr_SetString(PyExc_TypeError, "encode_points_part: bad arguments");
+/* encode_samples_part(series, timestamps, values, qualifiers, int1, encode_point)
+ *   -> (payload, runs). */
+static PyObject *encode_samples_part(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !encoder_tables_ok(args[3], args[4])) {
+        PyErr_SetString(PyExc_TypeError, "encode_samples_part: bad arguments");
         return NULL;
     }
-    PyObject *points = args[0], *qualifiers = args[1], *int1 = args[2], *encode_point = args[3];
+    PyObject *series = args[0], *qualifiers = args[3], *int1 = args[4], *encode_point = args[5];
+    Py_buffer ts_view, value_view;
+    if (number_column(args[1], &ts_view, 0, "encode_samples_part: timestamps") < 0) return NULL;
+    if (number_column(args[2], &value_view, 1, "encode_samples_part: values") < 0) {
+        PyBuffer_Release(&ts_view);
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(series);
     Buffer buf = {NULL, 0, 0};
-    PyObject *runs = PyList_New(0), *one = PyLong_FromLong(1);
+    PyObject *runs = NULL, *one = NULL;
+    if (ts_view.len / 8 != count || value_view.len / 8 != count) {
+        PyErr_SetString(PyExc_ValueError, "encode_samples_part: as many samples as series");
+        goto error;
+    }
+    runs = PyList_New(0);
+    one = PyLong_FromLong(1);
     if (runs == NULL || one == NULL) goto error;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(points); i++) {
-        PyObject *point = PyList_GET_ITEM(points, i);
-        if (!PyTuple_Check(point) || PyTuple_GET_SIZE(point) != 3) {
-            PyErr_SetString(PyExc_TypeError, "encode_points_part: a point is a 3-tuple");
-            goto error;
-        }
+    const long long *timestamps = (const long long *)ts_view.buf;
+    const double *values = (const double *)value_view.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *row, *qualifier, *value;
-        if (encode_cell(PyTuple_GET_ITEM(point, 0), PyTuple_GET_ITEM(point, 1),
-                        PyTuple_GET_ITEM(point, 2), qualifiers, int1, encode_point, &row,
-                        &qualifier, &value) < 0)
+        if (encode_cell_double(PyList_GET_ITEM(series, i), timestamps[i], values[i], qualifiers,
+                               int1, encode_point, &row, &qualifier, &value) < 0)
             goto error;
         Py_ssize_t row_n = PyBytes_GET_SIZE(row), q_n = PyBytes_GET_SIZE(qualifier);
         Py_ssize_t v_n = PyBytes_GET_SIZE(value);
         PyObject *run = NULL;
         if (row_n > 0xFFFF || q_n > 0xFF || v_n > 0xFF)
-            PyErr_SetString(PyExc_ValueError, "encode_points_part: a cell beyond the format");
+            PyErr_SetString(PyExc_ValueError, "encode_samples_part: a cell beyond the format");
         else if (reserve(&buf, 8 + row_n + q_n + v_n) == 0)
             run = PyTuple_Pack(4, row, one, qualifier, value);
         if (run != NULL) {
@@ -198,19 +209,24 @@ static PyObject *encode_points_part(PyObject *self, PyObject *const *args, Py_ss
     buf.data = NULL;
     if (payload == NULL) goto error;
     Py_DECREF(one);
+    PyBuffer_Release(&ts_view);
+    PyBuffer_Release(&value_view);
     return Py_BuildValue("(NN)", payload, runs);
 error:
     PyMem_Free(buf.data);
     Py_XDECREF(runs);
     Py_XDECREF(one);
+    PyBuffer_Release(&ts_view);
+    PyBuffer_Release(&value_view);
     return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
-    {"encode_points_part", (PyCFunction)(void (*)(void))encode_points_part, METH_FASTCALL,
-     "[(series, timestamp, value)] -> (cells payload, runs), a row of one cell a point"},
+    {"encode_samples_part", (PyCFunction)(void (*)(void))encode_samples_part, METH_FASTCALL,
+     "series, int64 timestamps, float64 values -> (cells payload, runs), a row of one cell a"
+     " sample"},
     {NULL, NULL, 0, NULL},
 };
 

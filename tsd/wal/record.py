@@ -32,6 +32,7 @@ from itertools import accumulate
 from typing import Any, Final, NamedTuple, cast
 
 import google_crc32c
+import numpy as np
 import zstandard
 
 import tsd.native as native
@@ -114,13 +115,34 @@ def encode_payload_and_runs(
     return python_encode_payload_and_runs(rows)
 
 
-def encode_points_part(
-    points: list[tuple[SeriesKey, int, int | float]],
+def encode_samples_part(
+    series: list[SeriesKey], timestamps: np.ndarray, values: np.ndarray
 ) -> tuple[bytes, list[RowRun]]:
-    """:func:`python_encode_points_part`, by the C helper ``tsd/wal/_record.c`` where it is
-    built."""
+    """:func:`python_encode_samples_part`, by the C helper ``tsd/wal/_record.c`` where it is
+    built (no Python number or point tuple per sample)."""
     if _C is not None:
-        return cast(tuple[bytes, list[RowRun]], _C.encode_points_part(points, *ENCODER_TABLES))
+        return cast(
+            tuple[bytes, list[RowRun]],
+            _C.encode_samples_part(series, timestamps, values, *ENCODER_TABLES),
+        )
+    return python_encode_samples_part(series, timestamps, values)
+
+
+def python_encode_samples_part(
+    series: list[SeriesKey], timestamps: np.ndarray, values: np.ndarray
+) -> tuple[bytes, list[RowRun]]:
+    """Samples as columns, sample ``i`` the point ``(series[i], timestamps[i], values[i])``
+    (timestamps int64, values float64, as many of each as series): the
+    :func:`python_encode_points_part` of those points. Remote write's samples of known
+    series come this way, from the request's columns to its log record."""
+    if len(timestamps) != len(series) or len(values) != len(series):
+        raise ValueError("encode_samples_part: as many samples as series")
+    points = zip(
+        series,
+        np.asarray(timestamps, dtype=np.int64).tolist(),
+        np.asarray(values, dtype=np.float64).tolist(),
+        strict=True,
+    )
     return python_encode_points_part(points)
 
 
@@ -132,10 +154,10 @@ def python_encode_points_part(
     its own, in order: their :data:`CELLS` payload and the same rows as runs (a later cell
     of a row comes later in both, and wins where they are read: replay, the head).
 
-    Remote write's request (a sample a series: a cell a row) becomes a part of a log
-    record this way without a dict of rows, which cost more than the rest of taking its
-    samples, and as much again to merge into the writer's batch (cProfile of the daemon
-    at 500 samples a request)."""
+    Remote write's request (a sample a series: a cell a row; :func:`encode_samples_part`)
+    becomes a part of a log record this way without a dict of rows, which cost more than
+    the rest of taking its samples, and as much again to merge into the writer's batch
+    (cProfile of the daemon at 500 samples a request)."""
     rows: list[tuple[bytes, dict[bytes, bytes]]] = []
     for point in points:
         cells: dict[bytes, dict[bytes, bytes]] = {}

@@ -278,7 +278,7 @@ class Writer:
 
         ``part`` holds points of known series in ``cells`` cells, encoded where the
         caller types them (remote write: a row per point,
-        :func:`~tsd.wal.record.encode_points_part`).
+        :func:`~tsd.wal.record.encode_samples_part`).
 
         Raises StorageError, with nothing buffered, when the log fails or the writer
         takes no points (shutting down, the head over its bound and storage refusing).

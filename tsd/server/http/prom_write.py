@@ -23,10 +23,11 @@ A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_column
 series are remembered by their key (their labels' bytes) in the ingest service's
 ``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
 or lookup of its names. The samples of those are taken in one pass
-(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled) as points by ref; on
-the embedded store those are encoded in one compiled pass as a part of a log record, a
-row per sample (:func:`~tsd.wal.record.encode_points_part`: its payload is the request's
-log record, its runs what the head takes).
+(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled): their series listed,
+their timestamps and values left in the request's columns (arrays, no Python number or
+point per sample); on the embedded store those are encoded in one compiled pass as a part
+of a log record, a row per sample (:func:`~tsd.wal.record.encode_samples_part`: its
+payload is the request's log record, its runs what the head takes).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
 import orjson
 from aiohttp import web
 
@@ -63,7 +65,7 @@ from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import StatsRegistry
-from tsd.wal.record import EncodedPart, encode_points_part
+from tsd.wal.record import EncodedPart, encode_samples_part
 from tsd.write.ingest import (
     IngestSession,
     LoggedPart,
@@ -158,8 +160,8 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
 async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
     """The one place remote write calls the ingest service.
 
-    A durable session: points of known series (:attr:`_Take.known`), on the embedded
-    store encoded as a part of a log record (a row per point) and appended once the
+    A durable session: points of known series (:meth:`_Take.known_columns`), on the
+    embedded store encoded as a part of a log record (a row per point) and appended once the
     write-ahead log holds it (:class:`~tsd.write.ingest.LoggedPart`: written and synced,
     then buffered for the head with the next batch), so a request costs one log record
     rather than a batch of its own; elsewhere (HBase) appended by ref and waited for until
@@ -173,13 +175,14 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
         protocol=PROTOCOL,
         durable=True,
     )
-    known = take.known
+    series, timestamps, values = take.known_columns()
     if services.ingest.writer.logs_points:
-        if known:
+        if series:
             await session.wait_room()
-            part = EncodedPart(*encode_points_part(known), len(known))
-            session.append_part(LoggedPart(part, len(known)), range(len(known)))
+            part = EncodedPart(*encode_samples_part(series, timestamps, values), len(series))
+            session.append_part(LoggedPart(part, len(series)), range(len(series)))
     else:
+        known: list[RefPoint] = list(zip(series, timestamps.tolist(), values.tolist(), strict=True))
         await append_in_room(session, known, range(len(known)))
     for tag, (point, key) in enumerate(take.new, start=1):
         await put_waiting(session, point, -tag, (key,))
@@ -193,19 +196,24 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
 @dataclass(slots=True)
 class _Take:
     """One request's samples sorted for :func:`_ingest`: points of series known by their
-    key, by ref (:attr:`known`), points of series to resolve
+    key, by ref (:meth:`known_columns`), points of series to resolve
     (:attr:`new`, with their key), and what is not stored (:attr:`outcome`)."""
 
     refs: RefCache
     mapper: LabelMapper
-    known: list[RefPoint] = field(default_factory=list)
+    #: the series of each point of a known series, in order; their timestamps and values
+    #: as columns (int64, float64): whole parts taken at once, and points one by one
+    known_series: list[SeriesRef] = field(default_factory=list)
+    known_parts: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    known_timestamps: list[int] = field(default_factory=list)
+    known_values: list[float] = field(default_factory=list)
     new: list[tuple[DataPoint, bytes]] = field(default_factory=list)
     outcome: _Outcome = field(default_factory=_Outcome)
     #: the mapping of each new key met in this request (a series may come many times)
     mapped: dict[bytes, MappedSeries | tuple[str, str] | None] = field(default_factory=dict)
 
     async def one_sample_each(
-        self, keys: list[bytes], values: list[float], timestamps: list[int]
+        self, keys: list[bytes], values: np.ndarray, timestamps: np.ndarray
     ) -> bool:
         """As many samples as series, one each (what Prometheus sends): the samples of
         known series in one compiled pass
@@ -221,15 +229,22 @@ class _Take:
             part_keys = keys[start : start + YIELD_EVERY]
             part_values = values[start : start + YIELD_EVERY]
             part_timestamps = timestamps[start : start + YIELD_EVERY]
-            _, others = take_known_samples(
-                part_keys, part_values, part_timestamps, self.refs, self.known, low, high
+            taken, others = take_known_samples(
+                part_keys, part_values, part_timestamps, self.refs, self.known_series, low, high
             )
+            if taken and others:
+                kept = np.ones(len(part_keys), dtype=np.bool_)
+                kept[others] = False
+                self.add_known_part(part_timestamps[kept], part_values[kept])
+            elif taken:
+                self.add_known_part(part_timestamps, part_values)
             for index in others:
                 key = part_keys[index]
                 ref = get(key)
                 if ref is None and self.mapping(key) is None:
                     return False  # not a key: the samples may not be one per series
-                self.other(key, ref, ((part_values[index], part_timestamps[index]),))
+                sample = (part_values[index].item(), part_timestamps[index].item())
+                self.other(key, ref, (sample,))
         return True
 
     async def any_series(self, series_list: Any) -> None:
@@ -270,8 +285,37 @@ class _Take:
                 self.add_known(ref, timestamp, value)
 
     def add_known(self, ref: SeriesRef, timestamp: int, value: float) -> None:
-        """One point of a known series off the hot loop, where that loop puts its own."""
-        self.known.append((ref, timestamp, value))
+        """One point of a known series off the hot loop, after the points before it."""
+        self.known_series.append(ref)
+        self.known_timestamps.append(timestamp)
+        self.known_values.append(value)
+
+    def add_known_part(self, timestamps: np.ndarray, values: np.ndarray) -> None:
+        """The timestamps and values of the points whose series the hot loop has just
+        listed in :attr:`known_series`, after the points before them."""
+        self._close_singles()
+        self.known_parts.append((timestamps, values))
+
+    def known_columns(self) -> tuple[list[SeriesRef], np.ndarray, np.ndarray]:
+        """The points of known series, in order: their series, timestamps (int64) and
+        values (float64)."""
+        self._close_singles()
+        if len(self.known_parts) == 1:
+            timestamps, values = self.known_parts[0]
+        elif self.known_parts:
+            timestamps = np.concatenate([part[0] for part in self.known_parts])
+            values = np.concatenate([part[1] for part in self.known_parts])
+        else:
+            timestamps, values = np.empty(0, np.int64), np.empty(0, np.float64)
+        return self.known_series, timestamps, values
+
+    def _close_singles(self) -> None:
+        """The points taken one by one so far, as a part."""
+        if self.known_timestamps:
+            timestamps = np.array(self.known_timestamps, dtype=np.int64)
+            values = np.array(self.known_values, dtype=np.float64)
+            self.known_parts.append((timestamps, values))
+            self.known_timestamps, self.known_values = [], []
 
     def mapping(self, key: bytes) -> MappedSeries | tuple[str, str] | None:
         """The OpenTSDB series of a key not seen before, or (reason, message) when it
