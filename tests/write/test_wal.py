@@ -3,6 +3,7 @@ replayed by the next start, stored segments go, a torn tail is cut and reported.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -77,6 +78,32 @@ async def test_segments_are_dropped_once_everything_in_them_is_stored(
     await ingest.writer.close()
     assert segments(tmp_path) == []
     assert len(await stored_points(storage, tables, ingest.uids)) == 600
+
+
+async def test_a_gathering_commit_shares_its_sync_with_appends_on_their_way(
+    tmp_path: Path,
+) -> None:
+    """An append that asks to gather (remote write's), while appenders come together (the
+    last commit held two records): an append made a loop turn later (a request already
+    received) shares its sync. Without gather, or after a commit of one record (a lone
+    client, who would wait for nothing), each pays its own."""
+    record = encode_cells([(b"row", {b"\x00\x07": b"\x2a"})])
+    for gather, together, syncs in ((True, 2, 1), (False, 2, 2), (True, 1, 2)):
+        registry = StatsRegistry()
+        wal = log_in(tmp_path / f"case-{gather}-{together}", registry)
+        await asyncio.gather(*(wal.append(record, 1) for _ in range(together)))
+        assert registry.counter("wal.fsyncs").value == 1
+
+        first = asyncio.ensure_future(wal.append(record, 1, gather=gather))
+        seqs = await asyncio.gather(first, _a_turn_later(wal, record))
+        assert sorted(seqs) == [together, together + 1]
+        assert registry.counter("wal.fsyncs").value == 1 + syncs
+        await wal.close()
+
+
+async def _a_turn_later(wal: WriteAheadLog, record: bytes) -> int:
+    await asyncio.sleep(0)
+    return await wal.append(record, 1)
 
 
 async def test_torn_tail_is_cut_and_the_intact_records_replayed(

@@ -269,7 +269,8 @@ class Writer:
     async def add_part_logged(self, part: EncodedPart, cells: int) -> None:
         """Buffer points of known series once the write-ahead log holds them, written and
         fsynced (:attr:`logs_points` only): ``part``'s payload becomes a log record of its
-        own (committed with the other appenders' records: group commit), then its runs
+        own (committed with the other appenders' records: group commit, the commit letting
+        the loop turn first so that parts of requests already received join it), then its runs
         join the current batch as a part already logged, which the head takes with the
         batch (its own record leaves them out). So a caller may acknowledge them as
         durable without waiting for a batch of its own (remote write: a batch per request
@@ -292,7 +293,7 @@ class Writer:
             raise sink.refusal
         # Not compressed: zstd was the largest part of logging a request's record in a
         # profile of the daemon (cProfile); the segments go once the head is written.
-        seq = await wal.append(frame(CELLS, part.payload), cells)
+        seq = await wal.append(frame(CELLS, part.payload), cells, gather=True)
         batch = self._batch
         if batch.started_at is None:
             batch.start(self._clock())
