@@ -70,7 +70,7 @@ setup(
         Extension(
             "tsd.wal._record",
             ["tsd/wal/_record.c"],
-            include_dirs=["tsd/codec"],  # _format.h: a point's cell, for encode_points_part
+            include_dirs=["tsd/codec"],  # _format.h: a point's cell, for remote write's samples
             depends=["tsd/codec/_format.h"],
             extra_compile_args=["-O2"],
             optional=OPTIONAL,

@@ -1,13 +1,13 @@
 """The compiled framing of a writer batch (tsd/wal/_record.c encode_cells_and_runs)
 against the Python loop it replaces: the same log payload and head runs, the same error;
-and of samples a row each (encode_samples_part, remote write's request: series, and
-timestamps and values as columns) against python_encode_samples_part."""
+and of remote write's samples (series, and timestamps and values as columns): a request's
+payload, a row each (encode_samples_payload), and a batch's requests as the head's runs, a
+run a row (sample_runs), against their specifications."""
 
 from __future__ import annotations
 
 import gc
 import struct
-from typing import Any
 
 import numpy as np
 import pytest
@@ -17,13 +17,18 @@ from hypothesis import strategies as st
 import tsd.native as native
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
+from tsd.head.head import python_join_repeated_rows
 from tsd.wal.record import (
+    SampleBlock,
     decode_cells,
     decode_row_runs,
     encode_payload_and_runs,
-    encode_samples_part,
+    encode_samples_payload,
     python_encode_payload_and_runs,
     python_encode_samples_part,
+    python_encode_samples_payload,
+    python_sample_runs,
+    sample_runs,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -86,25 +91,26 @@ SAMPLES = st.lists(
 )
 
 
-def _columns(samples: list[tuple[SeriesKey, int, float]]) -> tuple[list[SeriesKey], Any, Any]:
+def _columns(samples: list[tuple[SeriesKey, int, float]]) -> SampleBlock:
     series = [one for one, _, _ in samples]
     timestamps = np.array([t for _, t, _ in samples], dtype=np.int64)
     values = np.array([v for _, _, v in samples], dtype=np.float64)
-    return series, timestamps, values
+    return SampleBlock(series, timestamps, values)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the fast loop (README) leaves it to the full suite
 @settings(max_examples=300, deadline=None)
 @given(SAMPLES)
 def test_samples_a_row_each_frame_as_the_python_loop_does(
     samples: list[tuple[SeriesKey, int, float]],
 ) -> None:
-    """The part of a remote write request: the specification's payload and runs byte for
+    """The log record of a remote write request: the specification's payload byte for
     byte, a row of one cell per sample in order, holding the cells the rows' encoder makes
     of the same points (a later point of a cell winning when the rows are read back in
     order)."""
-    payload, runs = encode_samples_part(*_columns(samples))
-    assert (payload, runs) == python_encode_samples_part(*_columns(samples))
+    payload = encode_samples_payload(*_columns(samples))
+    assert payload == python_encode_samples_payload(*_columns(samples))
+    runs = python_encode_samples_part(*_columns(samples))[1]
     assert decode_row_runs(payload) == runs
     assert [count for _, count, _, _ in runs] == [1] * len(samples)
     rows: dict[bytes, dict[bytes, bytes]] = {}
@@ -113,29 +119,59 @@ def test_samples_a_row_each_frame_as_the_python_loop_does(
     for row, cells in decode_cells(payload):
         replayed.setdefault(row, {}).update(cells)
     assert replayed == rows
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SAMPLES, max_size=4))
+def test_a_batch_of_requests_becomes_a_run_a_row_as_the_head_joins_them(
+    requests: list[list[tuple[SeriesKey, int, float]]],
+) -> None:
+    """A writer batch's requests as the head takes them: the specification's runs, which
+    are the runs of their log records joined as the head joins a row that comes more than
+    once (its cells in the order they came)."""
+    blocks = [_columns(samples) for samples in requests]
+    runs = sample_runs(blocks)
+    assert runs == python_sample_runs(blocks)
+    one_by_one = [
+        run for block in blocks for run in decode_row_runs(encode_samples_payload(*block))
+    ]
+    assert runs == python_join_repeated_rows(one_by_one)
     assert not any(map(gc.is_tracked, runs))
 
 
 def test_a_sample_twice_comes_twice_the_later_last() -> None:
     ms = 1_700_000_000_123
     samples = [(SERIES[0], ms, 1.5), (SERIES[1], ms, 2.0), (SERIES[0], ms, 2.5)]
-    payload, runs = encode_samples_part(*_columns(samples))
+    block = _columns(samples)
+    runs = decode_row_runs(encode_samples_payload(*block))
     row = SERIES[0].row_key(row_base(ms))
     assert [run[0] for run in runs] == [row, SERIES[1].row_key(row_base(ms)), row]
     assert runs[0][2] == runs[2][2]  # the same cell: the later one comes later
     assert runs[0][3] != runs[2][3]
-    assert decode_row_runs(payload) == runs
+    joined = sample_runs([block])
+    assert [(run[0], run[1]) for run in joined] == [(row, 2), (SERIES[1].row_key(row_base(ms)), 1)]
+    assert joined[0][2] == runs[0][2] * 2
+    assert joined[0][3] == runs[0][3] + runs[2][3]
 
 
 def test_samples_come_as_number_columns_of_as_many() -> None:
     """Timestamps int64, values float64, as many of each as series: anything else is a
-    TypeError or a ValueError, from the helper as from the specification."""
+    TypeError or a ValueError, from the helpers as from the specification."""
     series, timestamps, values = _columns([(SERIES[0], 1_700_000_000_123, 1.5)])
-    with pytest.raises(TypeError, match="values must be a float64 column"):
-        encode_samples_part(series, timestamps, values.astype(np.float32))
-    with pytest.raises(TypeError, match="timestamps must be an int64 column"):
-        encode_samples_part(series, timestamps.astype(np.float64), values)
-    for encode in (encode_samples_part, python_encode_samples_part):
+    floats32 = SampleBlock(series, timestamps, values.astype(np.float32))
+    floats_ts = SampleBlock(series, timestamps.astype(np.float64), values)
+    for encode in (encode_samples_payload, lambda *block: sample_runs([SampleBlock(*block)])):
+        with pytest.raises(TypeError, match="values must be a float64 column"):
+            encode(*floats32)
+        with pytest.raises(TypeError, match="timestamps must be an int64 column"):
+            encode(*floats_ts)
+    for encode in (
+        encode_samples_payload,
+        python_encode_samples_payload,
+        lambda *block: sample_runs([SampleBlock(*block)]),
+        lambda *block: python_sample_runs([SampleBlock(*block)]),
+    ):
         with pytest.raises(ValueError, match="as many samples as series"):
             encode(series * 2, timestamps, values)
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import pytest
 
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
-from tsd.wal.record import EncodedPart, RowRun, decode_row_runs, seal_part
+from tsd.wal.record import (
+    EncodedPart,
+    RowRun,
+    SampleBlock,
+    decode_row_runs,
+    sample_runs,
+    seal_part,
+)
 from tsd.write.batch import Batch, BatchPolicy
 
 
@@ -131,6 +141,13 @@ def test_parts_keep_the_order_of_arrival_in_the_record_and_when_folded() -> None
     assert not batch.parts
 
 
+def _record_of(points: Sequence[tuple[SeriesKey, int, int | float]]) -> tuple[bytes, list[RowRun]]:
+    """The payload and runs of a batch of only ``points``."""
+    batch = make_batch(max_cells=100)
+    batch.add_points(points)
+    return batch.payload_and_runs()
+
+
 def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() -> None:
     """Points the log already holds (remote write's parts) stay out of the batch's own
     record and come to the head in arrival order among the others: folding every run lets
@@ -148,7 +165,9 @@ def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() ->
     def runs_of(points: Points) -> list[RowRun]:
         rows: dict[bytes, dict[bytes, bytes]] = {}
         encode_points_into(rows, points)
-        return seal_part(rows, len(points)).runs
+        runs = seal_part(rows, len(points)).runs
+        assert isinstance(runs, list)
+        return runs
 
     batch = make_batch(max_cells=100)
     batch.add_logged(runs_of(logged_1), 2, 11)
@@ -159,9 +178,7 @@ def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() ->
     assert batch.logged_cells == 6
     assert len(batch) == 8
     payload, runs = batch.payload_and_runs()
-    own_only = make_batch(max_cells=100)
-    own_only.add_points(own)
-    own_payload, own_runs = own_only.payload_and_runs()
+    own_payload, own_runs = _record_of(own)
     assert payload == own_payload  # logged cells are not logged twice
     assert runs == runs_of(logged_1) + runs_of(logged_2) + own_runs + runs_of(logged_3)
     folded = make_batch(max_cells=100)
@@ -171,5 +188,48 @@ def test_logged_points_stay_out_of_the_record_and_keep_the_order_of_arrival() ->
     everything = make_batch(max_cells=100)
     everything.add_points(logged_1 + logged_2 + own + logged_3)
     assert list(folded.sorted_cells()) == list(everything.sorted_cells())
+    batch.fold()
+    assert list(batch.sorted_cells()) == list(everything.sorted_cells())
+
+
+def test_logged_samples_come_to_the_head_as_a_run_a_row_in_the_order_of_arrival() -> None:
+    """Remote write's parts (samples the log holds, as columns): consecutive ones become
+    the head's runs at once, a run a row, in their place among the other parts; folding
+    them lets the point sent last win, as adding all here would."""
+    layout = KeyLayout()
+    a = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x02")])
+    b = make_series_key(layout, b"\x00\x00\x01", [(b"\x00\x00\x01", b"\x00\x00\x03")])
+    ms = 1_700_000_000_000
+    Points = list[tuple[SeriesKey, int, float]]
+
+    def block_of(points: Points) -> SampleBlock:
+        return SampleBlock(
+            [series for series, _, _ in points],
+            np.array([t for _, t, _ in points], dtype=np.int64),
+            np.array([v for _, _, v in points], dtype=np.float64),
+        )
+
+    logged_1: Points = [(a, ms, 1.5), (b, ms, 2.5)]
+    logged_2: Points = [(a, ms + 1000, 3.5), (b, ms + 1000, 4.5)]
+    own: Points = [(a, ms, 5.5), (b, ms + 2000, 6.5)]
+    logged_3: Points = [(a, ms + 2000, 7.5), (b, ms + 2000, 8.5)]  # after own's (b, ms + 2000)
+    batch = make_batch(max_cells=100)
+    for seq, points in ((11, logged_1), (12, logged_2)):
+        batch.add_logged(block_of(points), len(points), seq)
+    batch.add_points(own)
+    batch.add_logged(block_of(logged_3), 2, 13)
+    assert batch.logged == [11, 12, 13]
+    assert len(batch) == 8
+    payload, runs = batch.payload_and_runs()
+    own_payload, own_runs = _record_of(own)
+    assert payload == own_payload  # logged cells are not logged twice
+    first_two = sample_runs([block_of(logged_1), block_of(logged_2)])
+    assert [(row, count) for row, count, _, _ in first_two] == [
+        (a.row_key(ms // 1000 // 3600 * 3600), 2),
+        (b.row_key(ms // 1000 // 3600 * 3600), 2),
+    ]
+    assert runs == first_two + own_runs + sample_runs([block_of(logged_3)])
+    everything = make_batch(max_cells=100)
+    everything.add_points(logged_1 + logged_2 + own + logged_3)
     batch.fold()
     assert list(batch.sorted_cells()) == list(everything.sorted_cells())

@@ -4,7 +4,7 @@
  * a rows dict (row key -> qualifier -> value: encode_one) as
  * tsd.codec.qualifier.python_encode_points_into encodes it. Included by
  * tsd/codec/_encode.c (encode_into), tsd/protocol/_parse.c (take_known_into: typing and
- * encoding in one pass) and tsd/wal/_record.c (encode_points_part: a row per point); each
+ * encoding in one pass) and tsd/wal/_record.c (encode_samples_payload, sample_runs: remote write's samples); each
  * module that includes it calls format_init() once. */
 #ifndef TSD_FORMAT_H
 #define TSD_FORMAT_H
@@ -196,6 +196,37 @@ static PyObject *series_row(PyObject *series, long long base)
     return called_row(series, base);
 }
 
+/* The value bytes of a finite float as a point's value (a float32 when it holds the value
+ * exactly, else a float64, big-endian) written to buf (8 bytes): their length, the flags
+ * in *flags; 0 when it is not finite (encode_point's to refuse), -1 on an error. */
+static int double_value_bytes(double dval, int *flags, unsigned char *buf)
+{
+    if (!isfinite(dval))
+        return 0;
+    float f = (float)dval;
+    if (!isinf(f) && (double)f == dval) {
+        *flags = FLAGS_FLOAT32;
+        return PyFloat_Pack4(dval, (char *)buf, 0) < 0 ? -1 : 4;
+    }
+    *flags = FLAGS_FLOAT64;
+    return PyFloat_Pack8(dval, (char *)buf, 0) < 0 ? -1 : 8;
+}
+
+/* The 4-byte qualifier of a millisecond timestamp (Prometheus' remote write), as
+ * encode_point writes it: MS_FLAG | offset_ms << MS_FLAG_BITS | flags, big-endian, into q;
+ * the row's hour (seconds) in *base. */
+static void ms_qualifier(long long ts, int flags, unsigned char *q, long long *base)
+{
+    long long seconds = ts / 1000;
+    *base = seconds - seconds % MAX_TIMESPAN;
+    unsigned long long bits = 0xF0000000ULL | ((unsigned long long)(ts - *base * 1000) << 6) |
+                              (unsigned long long)flags;
+    q[0] = (unsigned char)(bits >> 24);
+    q[1] = (unsigned char)(bits >> 16);
+    q[2] = (unsigned char)(bits >> 8);
+    q[3] = (unsigned char)bits;
+}
+
 /* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
  * a finite float); 0 when the caller must ask encode_point, -1 on an error. */
 static int encode_number(int is_float, long long ival, double dval, PyObject *int1, int *flags,
@@ -227,20 +258,10 @@ static int encode_number(int is_float, long long ival, double dval, PyObject *in
         }
         return *bytes == NULL ? -1 : 1;
     }
-    if (!isfinite(dval))
-        return 0;
-    float f = (float)dval;
-    if (!isinf(f) && (double)f == dval) {
-        *flags = FLAGS_FLOAT32;
-        if (PyFloat_Pack4(dval, (char *)buf, 0) < 0)
-            return -1;
-        *bytes = PyBytes_FromStringAndSize((const char *)buf, 4);
-    } else {
-        *flags = FLAGS_FLOAT64;
-        if (PyFloat_Pack8(dval, (char *)buf, 0) < 0)
-            return -1;
-        *bytes = PyBytes_FromStringAndSize((const char *)buf, 8);
-    }
+    int size = double_value_bytes(dval, flags, buf);
+    if (size <= 0)
+        return size;
+    *bytes = PyBytes_FromStringAndSize((const char *)buf, size);
     return *bytes == NULL ? -1 : 1;
 }
 
@@ -309,14 +330,8 @@ static int number_cell(PyObject *series, long long ts, int flags, PyObject *byte
         qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
         Py_INCREF(qualifier);
     } else {
-        /* a millisecond timestamp (Prometheus' remote write): the 4-byte qualifier of
-         * encode_point, MS_FLAG | offset_ms << MS_FLAG_BITS | flags, big-endian */
-        long long seconds = ts / 1000;
-        base = seconds - seconds % MAX_TIMESPAN;
-        unsigned long long q = 0xF0000000ULL | ((unsigned long long)(ts - base * 1000) << 6)
-                               | (unsigned long long)flags;
-        unsigned char qbuf[4] = {(unsigned char)(q >> 24), (unsigned char)(q >> 16),
-                                 (unsigned char)(q >> 8), (unsigned char)q};
+        unsigned char qbuf[4];
+        ms_qualifier(ts, flags, qbuf, &base);
         qualifier = PyBytes_FromStringAndSize((const char *)qbuf, 4);
         if (qualifier == NULL) {
             Py_DECREF(bytes);
@@ -407,6 +422,60 @@ static inline int encode_cell_double(PyObject *series, long long ts, double valu
     Py_XDECREF(timestamp);
     Py_XDECREF(number);
     return done;
+}
+
+/* The bytes of a float sample's cell at ts (int64), not as Python objects: its row key (a
+ * new reference in *row_out: a SeriesKey keeps it), its qualifier (at most 4 bytes) into q
+ * and its value (at most 8) into v, their lengths in *q_len and *v_len; through
+ * encode_cell_double's objects when encode_point must be asked. 0, or -1 with an
+ * exception set. */
+static inline int sample_cell(PyObject *series, long long ts, double value, PyObject *qualifiers,
+                       PyObject *int1, PyObject *encode_point, PyObject **row_out,
+                       unsigned char *q, int *q_len, unsigned char *v, int *v_len)
+{
+    if (ts >= 0 && ts <= MAX_MS_TIMESTAMP) {
+        int flags = 0;
+        int size = double_value_bytes(value, &flags, v);
+        if (size < 0)
+            return -1;
+        if (size > 0) {
+            long long base;
+            if (ts <= 0xFFFFFFFFLL) {
+                base = ts - ts % MAX_TIMESPAN;
+                PyObject *known = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
+                if (!PyBytes_CheckExact(known) || PyBytes_GET_SIZE(known) > 4)
+                    goto slow;
+                *q_len = (int)PyBytes_GET_SIZE(known);
+                memcpy(q, PyBytes_AS_STRING(known), (size_t)*q_len);
+            } else {
+                ms_qualifier(ts, flags, q, &base);
+                *q_len = 4;
+            }
+            *v_len = size;
+            *row_out = series_row(series, base);
+            return *row_out == NULL ? -1 : 0;
+        }
+    }
+slow:;
+    PyObject *row, *qualifier, *bytes;
+    if (encode_cell_double(series, ts, value, qualifiers, int1, encode_point, &row, &qualifier,
+                           &bytes) < 0)
+        return -1;
+    int fits = PyBytes_CheckExact(qualifier) && PyBytes_CheckExact(bytes) &&
+               PyBytes_GET_SIZE(qualifier) <= 4 && PyBytes_GET_SIZE(bytes) <= 8;
+    if (fits) {
+        *q_len = (int)PyBytes_GET_SIZE(qualifier);
+        *v_len = (int)PyBytes_GET_SIZE(bytes);
+        memcpy(q, PyBytes_AS_STRING(qualifier), (size_t)*q_len);
+        memcpy(v, PyBytes_AS_STRING(bytes), (size_t)*v_len);
+        *row_out = row;
+    } else {
+        PyErr_SetString(PyExc_ValueError, "a sample's cell beyond the format");
+        Py_DECREF(row);
+    }
+    Py_DECREF(qualifier);
+    Py_DECREF(bytes);
+    return fits ? 0 : -1;
 }
 
 /* A column of 8-byte numbers (a C-contiguous buffer of int64, or of float64 when is_float)

@@ -7,7 +7,7 @@ are read as keys and two columns of samples, values and timestamps
 the series the ingest service has resolved before are found by key. Their storable
 samples (a finite value, a millisecond timestamp OpenTSDB reads as one) are taken in one
 pass, their series listed (their values and timestamps stay in the columns, which go on
-to the request's log record: :func:`~tsd.wal.record.encode_samples_part`); every other
+to the request's log record: :func:`~tsd.wal.record.encode_samples_payload`); every other
 sample is left to the caller by index (a new series, a value or timestamp that is not
 stored).
 

@@ -8,12 +8,17 @@
  *   joined), as tsd.wal.record.python_encode_payload_and_runs gives them; None when a row
  *   does not fit that format's fields (the Python path then raises its error).
  *
- * encode_samples_part(series, timestamps, values, qualifiers, int1, encode_point)
- *   -> (payload, runs): series a list, timestamps and values columns of as many (int64 and
- *   float64 buffers); each sample (series[i], timestamps[i], values[i]) encoded as
+ * encode_samples_payload(series, timestamps, values, qualifiers, int1, encode_point)
+ *   -> payload: series a list, timestamps and values columns of as many (int64 and float64
+ *   buffers); each sample (series[i], timestamps[i], values[i]) encoded as
  *   tsd.codec.qualifier.encode_points_into encodes that point (tsd/codec/_format.h) into a
- *   row of one cell of its own, in order: the CELLS payload and the runs
- *   (tsd.wal.record.python_encode_samples_part is the specification).
+ *   row of one cell of its own, in order: the CELLS payload
+ *   (tsd.wal.record.python_encode_samples_payload is the specification).
+ *
+ * sample_runs(blocks, qualifiers, int1, encode_point) -> runs: blocks a list of such
+ *   (series, timestamps, values) columns; their samples' cells as the head takes them, a
+ *   run a row (tsd.wal.record.python_sample_runs is the specification). No Python object
+ *   a sample: a row's qualifiers and values are written straight into its run's bytes.
  */
 #include "_format.h" /* the cell of a point: encode_cell */
 
@@ -149,84 +154,264 @@ static PyObject *encode_cells_and_runs(PyObject *self, PyObject *rows) {
     return encode_rows(rows);
 }
 
-/* encode_samples_part(series, timestamps, values, qualifiers, int1, encode_point)
- *   -> (payload, runs). */
-static PyObject *encode_samples_part(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyList_CheckExact(args[0]) || !encoder_tables_ok(args[3], args[4])) {
-        PyErr_SetString(PyExc_TypeError, "encode_samples_part: bad arguments");
+/* The columns of a block of samples: its series (a list) and views of its timestamps and
+ * values, as many of each; 0, or -1 with an exception set (no view held). */
+typedef struct {
+    PyObject *series;
+    Py_buffer timestamps, values;
+    Py_ssize_t count;
+} Block;
+
+static int open_block(PyObject *series, PyObject *timestamps, PyObject *values, Block *block,
+                      const char *what)
+{
+    if (!PyList_CheckExact(series)) {
+        PyErr_Format(PyExc_TypeError, "%s: series must be a list", what);
+        return -1;
+    }
+    if (number_column(timestamps, &block->timestamps, 0, "timestamps") < 0)
+        return -1;
+    if (number_column(values, &block->values, 1, "values") < 0) {
+        PyBuffer_Release(&block->timestamps);
+        return -1;
+    }
+    block->series = series;
+    block->count = PyList_GET_SIZE(series);
+    if (block->timestamps.len / 8 != block->count || block->values.len / 8 != block->count) {
+        PyErr_Format(PyExc_ValueError, "%s: as many samples as series", what);
+        PyBuffer_Release(&block->timestamps);
+        PyBuffer_Release(&block->values);
+        return -1;
+    }
+    return 0;
+}
+
+static void close_block(Block *block)
+{
+    PyBuffer_Release(&block->timestamps);
+    PyBuffer_Release(&block->values);
+}
+
+/* encode_samples_payload(series, timestamps, values, qualifiers, int1, encode_point)
+ *   -> payload: a row of one cell a sample, in order. */
+static PyObject *encode_samples_payload(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !encoder_tables_ok(args[3], args[4])) {
+        PyErr_SetString(PyExc_TypeError, "encode_samples_payload: bad arguments");
         return NULL;
     }
-    PyObject *series = args[0], *qualifiers = args[3], *int1 = args[4], *encode_point = args[5];
-    Py_buffer ts_view, value_view;
-    if (number_column(args[1], &ts_view, 0, "encode_samples_part: timestamps") < 0) return NULL;
-    if (number_column(args[2], &value_view, 1, "encode_samples_part: values") < 0) {
-        PyBuffer_Release(&ts_view);
+    Block block;
+    if (open_block(args[0], args[1], args[2], &block, "encode_samples_payload") < 0)
         return NULL;
-    }
-    Py_ssize_t count = PyList_GET_SIZE(series);
+    const long long *timestamps = (const long long *)block.timestamps.buf;
+    const double *values = (const double *)block.values.buf;
     Buffer buf = {NULL, 0, 0};
-    PyObject *runs = NULL, *one = NULL;
-    if (ts_view.len / 8 != count || value_view.len / 8 != count) {
-        PyErr_SetString(PyExc_ValueError, "encode_samples_part: as many samples as series");
-        goto error;
-    }
-    runs = PyList_New(0);
-    one = PyLong_FromLong(1);
-    if (runs == NULL || one == NULL) goto error;
-    const long long *timestamps = (const long long *)ts_view.buf;
-    const double *values = (const double *)value_view.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *row, *qualifier, *value;
-        if (encode_cell_double(PyList_GET_ITEM(series, i), timestamps[i], values[i], qualifiers,
-                               int1, encode_point, &row, &qualifier, &value) < 0)
+    for (Py_ssize_t i = 0; i < block.count; i++) {
+        PyObject *row;
+        unsigned char cell[14]; /* lengths, qualifier, value */
+        int q_n, v_n;
+        if (sample_cell(PyList_GET_ITEM(block.series, i), timestamps[i], values[i], args[3],
+                        args[4], args[5], &row, cell + 2, &q_n, cell + 6, &v_n) < 0)
             goto error;
-        Py_ssize_t row_n = PyBytes_GET_SIZE(row), q_n = PyBytes_GET_SIZE(qualifier);
-        Py_ssize_t v_n = PyBytes_GET_SIZE(value);
-        PyObject *run = NULL;
-        if (row_n > 0xFFFF || q_n > 0xFF || v_n > 0xFF)
-            PyErr_SetString(PyExc_ValueError, "encode_samples_part: a cell beyond the format");
-        else if (reserve(&buf, 8 + row_n + q_n + v_n) == 0)
-            run = PyTuple_Pack(4, row, one, qualifier, value);
-        if (run != NULL) {
-            unsigned char lens[2] = {(unsigned char)q_n, (unsigned char)v_n};
-            row_head(&buf, row_n, 1);
-            append(&buf, PyBytes_AS_STRING(row), row_n);
-            append(&buf, (const char *)lens, 2);
-            append(&buf, PyBytes_AS_STRING(qualifier), q_n);
-            append(&buf, PyBytes_AS_STRING(value), v_n);
-            PyObject_GC_UnTrack(run); /* bytes and an int: as encode_row's */
+        Py_ssize_t row_n = PyBytes_GET_SIZE(row);
+        if (row_n > 0xFFFF) {
+            PyErr_SetString(PyExc_ValueError, "encode_samples_payload: a row beyond the format");
+            Py_DECREF(row);
+            goto error;
         }
+        if (reserve(&buf, 8 + row_n + q_n + v_n) < 0) {
+            Py_DECREF(row);
+            goto error;
+        }
+        row_head(&buf, row_n, 1);
+        append(&buf, PyBytes_AS_STRING(row), row_n);
         Py_DECREF(row);
-        Py_DECREF(qualifier);
-        Py_DECREF(value);
-        if (run == NULL) goto error;
-        int failed = PyList_Append(runs, run);
-        Py_DECREF(run);
-        if (failed) goto error;
+        cell[0] = (unsigned char)q_n;
+        cell[1] = (unsigned char)v_n;
+        append(&buf, (const char *)cell, 2 + q_n);
+        append(&buf, (const char *)cell + 6, v_n);
     }
+    close_block(&block);
     PyObject *payload = PyBytes_FromStringAndSize(buf.data ? buf.data : "", buf.size);
     PyMem_Free(buf.data);
-    buf.data = NULL;
-    if (payload == NULL) goto error;
-    Py_DECREF(one);
-    PyBuffer_Release(&ts_view);
-    PyBuffer_Release(&value_view);
-    return Py_BuildValue("(NN)", payload, runs);
+    return payload;
 error:
+    close_block(&block);
     PyMem_Free(buf.data);
-    Py_XDECREF(runs);
-    Py_XDECREF(one);
-    PyBuffer_Release(&ts_view);
-    PyBuffer_Release(&value_view);
     return NULL;
+}
+
+/* One sample's cell, kept until its row's bytes are made. */
+typedef struct {
+    Py_ssize_t row;
+    unsigned char q[4], v[8];
+    unsigned char q_len, v_len;
+} Cell;
+
+/* A row of sample_runs: its key, cells, and the bytes of its qualifiers and values. */
+typedef struct {
+    PyObject *key, *qualifiers, *values;
+    Py_ssize_t count, q_total, v_total;
+    char *q_at, *v_at;
+} Row;
+
+static void free_rows(Row *rows, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_XDECREF(rows[i].key);
+        Py_XDECREF(rows[i].qualifiers);
+        Py_XDECREF(rows[i].values);
+    }
+    PyMem_Free(rows);
+}
+
+/* Pass 1 of sample_runs: each sample's cell, and its row (first-come order). */
+static int gather_cells(Block *block, PyObject *const *tables, PyObject *index, Cell *cells,
+                        Row **rows, Py_ssize_t *row_count, Py_ssize_t *row_cap)
+{
+    const long long *timestamps = (const long long *)block->timestamps.buf;
+    const double *values = (const double *)block->values.buf;
+    for (Py_ssize_t i = 0; i < block->count; i++) {
+        PyObject *key;
+        int q_n, v_n;
+        Cell *cell = cells + i;
+        if (sample_cell(PyList_GET_ITEM(block->series, i), timestamps[i], values[i], tables[0],
+                        tables[1], tables[2], &key, cell->q, &q_n, cell->v, &v_n) < 0)
+            return -1;
+        PyObject *known = PyDict_GetItemWithError(index, key);
+        Py_ssize_t at;
+        if (known != NULL) {
+            at = PyLong_AsSsize_t(known);
+            Py_DECREF(key);
+        } else {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                return -1;
+            }
+            if (*row_count == *row_cap) {
+                Py_ssize_t cap = *row_cap ? *row_cap * 2 : 256;
+                Row *grown = PyMem_Realloc(*rows, (size_t)cap * sizeof(Row));
+                if (grown == NULL) {
+                    Py_DECREF(key);
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                *rows = grown;
+                *row_cap = cap;
+            }
+            at = (*row_count)++;
+            (*rows)[at] = (Row){key, NULL, NULL, 0, 0, 0, NULL, NULL};
+            PyObject *number = PyLong_FromSsize_t(at);
+            if (number == NULL || PyDict_SetItem(index, key, number) < 0) {
+                Py_XDECREF(number);
+                return -1;
+            }
+            Py_DECREF(number);
+        }
+        Row *row = *rows + at;
+        row->count++;
+        row->q_total += q_n;
+        row->v_total += v_n;
+        cell->row = at;
+        cell->q_len = (unsigned char)q_n;
+        cell->v_len = (unsigned char)v_n;
+    }
+    return 0;
+}
+
+/* sample_runs(blocks, qualifiers, int1, encode_point) -> runs: the samples of blocks (each
+ * (series, timestamps, values)), in order, as one run a row, rows in the order they first
+ * come, a row's cells in the order of its samples. */
+static PyObject *sample_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !encoder_tables_ok(args[1], args[2])) {
+        PyErr_SetString(PyExc_TypeError, "sample_runs: bad arguments");
+        return NULL;
+    }
+    PyObject *blocks = args[0];
+    Py_ssize_t block_count = PyList_GET_SIZE(blocks), total = 0;
+    Block *opened = PyMem_Calloc((size_t)(block_count ? block_count : 1), sizeof(Block));
+    if (opened == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t open_count = 0, row_count = 0, row_cap = 0;
+    Cell *cells = NULL;
+    Row *rows = NULL;
+    PyObject *index = NULL, *runs = NULL;
+    for (; open_count < block_count; open_count++) {
+        PyObject *one = PyList_GET_ITEM(blocks, open_count);
+        if (!PyTuple_Check(one) || PyTuple_GET_SIZE(one) != 3) {
+            PyErr_SetString(PyExc_TypeError, "sample_runs: a block is (series, timestamps, values)");
+            goto done;
+        }
+        if (open_block(PyTuple_GET_ITEM(one, 0), PyTuple_GET_ITEM(one, 1),
+                       PyTuple_GET_ITEM(one, 2), opened + open_count, "sample_runs") < 0)
+            goto done;
+        total += opened[open_count].count;
+    }
+    cells = PyMem_Malloc((size_t)(total ? total : 1) * sizeof(Cell));
+    index = PyDict_New();
+    if (cells == NULL || index == NULL) {
+        if (cells == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t b = 0; b < block_count; b++) {
+        if (gather_cells(opened + b, args + 1, index, cells + at, &rows, &row_count, &row_cap) < 0)
+            goto done;
+        at += opened[b].count;
+    }
+    for (Py_ssize_t r = 0; r < row_count; r++) {
+        Row *row = rows + r;
+        row->qualifiers = PyBytes_FromStringAndSize(NULL, row->q_total);
+        row->values = PyBytes_FromStringAndSize(NULL, row->v_total);
+        if (row->qualifiers == NULL || row->values == NULL)
+            goto done;
+        row->q_at = PyBytes_AS_STRING(row->qualifiers);
+        row->v_at = PyBytes_AS_STRING(row->values);
+    }
+    for (Py_ssize_t i = 0; i < total; i++) {
+        Cell *cell = cells + i;
+        Row *row = rows + cell->row;
+        memcpy(row->q_at, cell->q, cell->q_len);
+        memcpy(row->v_at, cell->v, cell->v_len);
+        row->q_at += cell->q_len;
+        row->v_at += cell->v_len;
+    }
+    runs = PyList_New(row_count);
+    if (runs == NULL)
+        goto done;
+    for (Py_ssize_t r = 0; r < row_count; r++) {
+        Row *row = rows + r;
+        PyObject *count = PyLong_FromSsize_t(row->count);
+        PyObject *run = count == NULL ? NULL
+                                      : PyTuple_Pack(4, row->key, count, row->qualifiers, row->values);
+        Py_XDECREF(count);
+        if (run == NULL) {
+            Py_CLEAR(runs);
+            goto done;
+        }
+        PyObject_GC_UnTrack(run); /* bytes and an int: as encode_row's */
+        PyList_SET_ITEM(runs, r, run);
+    }
+done:
+    for (Py_ssize_t b = 0; b < open_count; b++)
+        close_block(opened + b);
+    PyMem_Free(opened);
+    PyMem_Free(cells);
+    free_rows(rows, row_count);
+    Py_XDECREF(index);
+    return runs;
 }
 
 static PyMethodDef methods[] = {
     {"encode_cells_and_runs", encode_cells_and_runs, METH_O,
      "{row: {qualifier: value}} -> (cells payload, runs), or None"},
-    {"encode_samples_part", (PyCFunction)(void (*)(void))encode_samples_part, METH_FASTCALL,
-     "series, int64 timestamps, float64 values -> (cells payload, runs), a row of one cell a"
-     " sample"},
+    {"encode_samples_payload", (PyCFunction)(void (*)(void))encode_samples_payload,
+     METH_FASTCALL, "series, int64 timestamps, float64 values -> cells payload, a row of one"
+     " cell a sample"},
+    {"sample_runs", (PyCFunction)(void (*)(void))sample_runs, METH_FASTCALL,
+     "[(series, int64 timestamps, float64 values)] -> runs, one a row"},
     {NULL, NULL, 0, NULL},
 };
 

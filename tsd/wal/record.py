@@ -70,12 +70,25 @@ Columns = tuple[bytes, list[bytes], list[bytes]]
 RowRun = tuple[bytes, int, bytes, bytes]
 
 
+class SampleBlock(NamedTuple):
+    """Samples of known series as columns, sample ``i`` the point ``(series[i],
+    timestamps[i], values[i])`` (timestamps int64, values float64, as many of each as
+    series): remote write's request, whose runs the head takes are made only when its
+    writer batch goes to the head (:func:`sample_runs`, every request of the batch at
+    once, a run a row) rather than a run a sample as the request comes."""
+
+    series: list[SeriesKey]
+    timestamps: np.ndarray
+    values: np.ndarray
+
+
 class EncodedPart(NamedTuple):
     """Points encoded ahead of the writer (a telnet connection's, in the daemon or in a
-    worker process): a :data:`CELLS` payload (not framed) and the same rows as runs."""
+    worker process; a remote write request's): a :data:`CELLS` payload (not framed) and
+    the same rows as runs, or the samples the runs are made of (:class:`SampleBlock`)."""
 
     payload: bytes
-    runs: list[RowRun]
+    runs: list[RowRun] | SampleBlock
     points: int
 
 
@@ -115,28 +128,62 @@ def encode_payload_and_runs(
     return python_encode_payload_and_runs(rows)
 
 
-def encode_samples_part(
+def encode_samples_payload(
     series: list[SeriesKey], timestamps: np.ndarray, values: np.ndarray
-) -> tuple[bytes, list[RowRun]]:
-    """:func:`python_encode_samples_part`, by the C helper ``tsd/wal/_record.c`` where it is
-    built (no Python number or point tuple per sample)."""
+) -> bytes:
+    """:func:`python_encode_samples_payload`, by the C helper ``tsd/wal/_record.c`` where it
+    is built (no Python object a sample)."""
     if _C is not None:
-        return cast(
-            tuple[bytes, list[RowRun]],
-            _C.encode_samples_part(series, timestamps, values, *ENCODER_TABLES),
+        return cast(bytes, _C.encode_samples_payload(series, timestamps, values, *ENCODER_TABLES))
+    return python_encode_samples_payload(series, timestamps, values)
+
+
+def python_encode_samples_payload(
+    series: list[SeriesKey], timestamps: np.ndarray, values: np.ndarray
+) -> bytes:
+    """The :data:`CELLS` payload of :func:`python_encode_samples_part`: a request's log
+    record."""
+    return python_encode_samples_part(series, timestamps, values)[0]
+
+
+def sample_runs(blocks: list[SampleBlock]) -> list[RowRun]:
+    """:func:`python_sample_runs`, by the C helper ``tsd/wal/_record.c`` where it is built
+    (no Python object a sample: each row's cells written into its run's bytes)."""
+    if _C is not None:
+        return cast(list[RowRun], _C.sample_runs(blocks, *ENCODER_TABLES))
+    return python_sample_runs(blocks)
+
+
+def python_sample_runs(blocks: list[SampleBlock]) -> list[RowRun]:
+    """The samples of ``blocks``, in order, as the head takes them: a run a row (its cells
+    counted, qualifiers and values each joined in the order of its samples), rows in the
+    order they first come. The runs of :func:`python_encode_samples_part` (a row a
+    sample), each row's joined: what the head makes of them (its
+    ``join_repeated_rows``), made once per writer batch rather than a run per sample."""
+    by_row: dict[bytes, list[RowRun]] = {}
+    for block in blocks:
+        for run in python_encode_samples_part(*block)[1]:
+            by_row.setdefault(run[0], []).append(run)
+    return [
+        (
+            row,
+            sum(run[1] for run in runs),
+            b"".join(run[2] for run in runs),
+            b"".join(run[3] for run in runs),
         )
-    return python_encode_samples_part(series, timestamps, values)
+        for row, runs in by_row.items()
+    ]
 
 
 def python_encode_samples_part(
     series: list[SeriesKey], timestamps: np.ndarray, values: np.ndarray
 ) -> tuple[bytes, list[RowRun]]:
-    """Samples as columns, sample ``i`` the point ``(series[i], timestamps[i], values[i])``
-    (timestamps int64, values float64, as many of each as series): the
-    :func:`python_encode_points_part` of those points. Remote write's samples of known
-    series come this way, from the request's columns to its log record."""
+    """Samples as columns (:class:`SampleBlock`): the :func:`python_encode_points_part` of
+    their points, the specification of :func:`encode_samples_payload` and
+    :func:`sample_runs`. Remote write's samples of known series come this way, from the
+    request's columns to its log record."""
     if len(timestamps) != len(series) or len(values) != len(series):
-        raise ValueError("encode_samples_part: as many samples as series")
+        raise ValueError("samples: as many samples as series")
     points = zip(
         series,
         np.asarray(timestamps, dtype=np.int64).tolist(),
@@ -154,7 +201,7 @@ def python_encode_points_part(
     its own, in order: their :data:`CELLS` payload and the same rows as runs (a later cell
     of a row comes later in both, and wins where they are read: replay, the head).
 
-    Remote write's request (a sample a series: a cell a row; :func:`encode_samples_part`)
+    Remote write's request (a sample a series: a cell a row; :func:`encode_samples_payload`)
     becomes a part of a log record this way without a dict of rows, which cost more than
     the rest of taking its samples, and as much again to merge into the writer's batch
     (cProfile of the daemon at 500 samples a request)."""

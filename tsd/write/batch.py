@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from tsd.codec import SeriesKey
 from tsd.codec.compaction import split_cell
 from tsd.codec.qualifier import encode_points_into
-from tsd.wal.record import EncodedPart, RowRun, encode_payload_and_runs
+from tsd.wal.record import EncodedPart, RowRun, SampleBlock, encode_payload_and_runs, sample_runs
 
 #: Cells in one storage write. Large enough that a flush costs little per cell, small
 #: enough that one write does not hold the storage (or one HBase RPC) for long.
@@ -59,9 +59,9 @@ class Batch:
     cells: int = 0
     #: ``now`` when the first cell was added (None while empty)
     started_at: float | None = None
-    #: parts encoded elsewhere (a log record's payload and its runs), in arrival order;
-    #: ``rows`` holds what arrived after the last of them
-    parts: list[tuple[bytes, list[RowRun]]] = field(default_factory=list)
+    #: parts encoded elsewhere (a log record's payload and its runs, or the samples they are
+    #: made of), in arrival order; ``rows`` holds what arrived after the last of them
+    parts: list[tuple[bytes, list[RowRun] | SampleBlock]] = field(default_factory=list)
     #: the records holding the parts the write-ahead log already holds (:meth:`add_logged`:
     #: parts without a payload), and their cells: the batch's own record leaves them out
     logged: list[int] = field(default_factory=list)
@@ -98,10 +98,10 @@ class Batch:
         self.parts.append((part.payload, part.runs))
         self.cells += part.points
 
-    def add_logged(self, runs: list[RowRun], cells: int, seq: int) -> None:
+    def add_logged(self, runs: list[RowRun] | SampleBlock, cells: int, seq: int) -> None:
         """Buffer ``cells`` cells the write-ahead log already holds as record ``seq``, as
-        runs (a part without a payload: the batch's own record leaves them out), after
-        what the batch holds so far."""
+        runs or the samples they are made of (a part without a payload: the batch's own
+        record leaves them out), after what the batch holds so far."""
         self._close_open_rows()
         self.parts.append((b"", runs))
         self.cells += cells
@@ -121,8 +121,17 @@ class Batch:
         if not self.parts:
             return payload, runs
         all_runs: list[RowRun] = []
+        blocks: list[SampleBlock] = []  # consecutive ones: their runs made at once
         for _, part_runs in self.parts:
+            if isinstance(part_runs, SampleBlock):
+                blocks.append(part_runs)
+                continue
+            if blocks:
+                all_runs += sample_runs(blocks)
+                blocks = []
             all_runs += part_runs
+        if blocks:
+            all_runs += sample_runs(blocks)
         all_runs += runs
         return b"".join([*(part for part, _ in self.parts), payload]), all_runs
 
@@ -134,7 +143,8 @@ class Batch:
             return
         later, self.rows = self.rows, {}
         rows = self.rows
-        for _, runs in self.parts:
+        for _, part_runs in self.parts:
+            runs = sample_runs([part_runs]) if isinstance(part_runs, SampleBlock) else part_runs
             for row, count, qualifiers, values in runs:
                 cells = rows.get(row)
                 if cells is None:

@@ -279,7 +279,8 @@ class Writer:
 
         ``part`` holds points of known series in ``cells`` cells, encoded where the
         caller types them (remote write: a row per point,
-        :func:`~tsd.wal.record.encode_samples_part`).
+        :func:`~tsd.wal.record.encode_samples_payload`, its runs the samples themselves:
+        :class:`~tsd.wal.record.SampleBlock`).
 
         Raises StorageError, with nothing buffered, when the log fails or the writer
         takes no points (shutting down, the head over its bound and storage refusing).

@@ -25,9 +25,10 @@ series are remembered by their key (their labels' bytes) in the ingest service's
 or lookup of its names. The samples of those are taken in one pass
 (:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled): their series listed,
 their timestamps and values left in the request's columns (arrays, no Python number or
-point per sample); on the embedded store those are encoded in one compiled pass as a part
-of a log record, a row per sample (:func:`~tsd.wal.record.encode_samples_part`: its
-payload is the request's log record, its runs what the head takes).
+point per sample); on the embedded store those are encoded in one compiled pass as the
+request's log record, a row per sample (:func:`~tsd.wal.record.encode_samples_payload`),
+and handed on as columns (:class:`~tsd.wal.record.SampleBlock`): the head's runs are made
+of a writer batch's requests at once, a run a row (:func:`~tsd.wal.record.sample_runs`).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
 from tsd.server.http.routing import ApiPath, Route, method_not_allowed
 from tsd.stats import StatsRegistry
-from tsd.wal.record import EncodedPart, encode_samples_part
+from tsd.wal.record import EncodedPart, SampleBlock, encode_samples_payload
 from tsd.write.ingest import (
     IngestSession,
     LoggedPart,
@@ -179,7 +180,8 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
     if services.ingest.writer.logs_points:
         if series:
             await session.wait_room()
-            part = EncodedPart(*encode_samples_part(series, timestamps, values), len(series))
+            block = SampleBlock(series, timestamps, values)
+            part = EncodedPart(encode_samples_payload(*block), block, len(series))
             session.append_part(LoggedPart(part, len(series)), range(len(series)))
     else:
         known: list[RefPoint] = list(zip(series, timestamps.tolist(), values.tolist(), strict=True))
