@@ -101,6 +101,11 @@ BEFORE_RW = "baseline remote write"
 TELNET = "tsd telnet"
 #: issue 30: remote write's samples per daemon CPU-second at least this share of telnet's
 GOAL_RATIO = 0.5
+#: who sends requests of this many samples when ``max_samples_per_send`` is left alone
+SENDER_DEFAULTS = {
+    500: "the default of Debian's Prometheus 2.42",
+    2000: "the default of Prometheus since 2.44 and of Grafana Alloy",
+}
 _VM_RW_ROWS = re.compile(rb'^vm_rows_inserted_total\{type="promremotewrite"\} (\d+)', re.M)
 
 
@@ -470,7 +475,8 @@ def main() -> None:
         print(f"  {name:22} {wall[name]:12,.0f} {cpu[name]:12,.0f}")
     for number, size in enumerate(args.per_request):
         rw = f"{RW} {size}"
-        headline = " (Prometheus' default: the headline)" if number == 0 else ""
+        notes = [n for n in (SENDER_DEFAULTS.get(size), "the headline" * (number == 0)) if n]
+        headline = f" ({', '.join(notes)})" if notes else ""
         ratio = cpu[rw] / cpu[TELNET]
         print(f"  {size:,} samples a request{headline}:")
         print(f"    remote write / telnet per CPU-second: {goal_line(ratio)}")
