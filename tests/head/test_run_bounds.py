@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 import tsd.native as native
 from tsd.codec import encode_point
+from tsd.codec.row_runs import python_join_repeated_rows
 from tsd.head.head import (
     Run,
     _offset_bounds,
     join_repeated_rows,
     prefix_groups,
-    python_join_repeated_rows,
     python_prefix_groups,
     python_run_bounds,
     python_run_columns,

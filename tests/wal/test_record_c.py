@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import tsd.native as native
 from tsd.codec import KeyLayout, SeriesKey, make_series_key
 from tsd.codec.qualifier import encode_points_into
-from tsd.head.head import python_join_repeated_rows
+from tsd.codec.row_runs import python_join_repeated_rows
 from tsd.wal.record import (
     SampleBlock,
     decode_cells,

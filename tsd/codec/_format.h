@@ -227,6 +227,15 @@ static void ms_qualifier(long long ts, int flags, unsigned char *q, long long *b
     q[3] = (unsigned char)bits;
 }
 
+/* The encoder's qualifier of a seconds timestamp (its table's entry: a borrowed reference)
+ * and the row's hour in *base. */
+static inline PyObject *seconds_qualifier(long long ts, int flags, PyObject *qualifiers,
+                                          long long *base)
+{
+    *base = ts - ts % MAX_TIMESPAN;
+    return PyTuple_GET_ITEM(qualifiers, ((ts - *base) << FLAG_BITS) | flags);
+}
+
 /* Value bytes and flags of a number in the common cases (an integer of 4 bytes or less,
  * a finite float); 0 when the caller must ask encode_point, -1 on an error. */
 static int encode_number(int is_float, long long ival, double dval, PyObject *int1, int *flags,
@@ -326,8 +335,7 @@ static int number_cell(PyObject *series, long long ts, int flags, PyObject *byte
     PyObject *qualifier;
     long long base;
     if (ts <= 0xFFFFFFFFLL) {
-        base = ts - ts % MAX_TIMESPAN;
-        qualifier = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
+        qualifier = seconds_qualifier(ts, flags, qualifiers, &base);
         Py_INCREF(qualifier);
     } else {
         unsigned char qbuf[4];
@@ -441,8 +449,7 @@ static inline int sample_cell(PyObject *series, long long ts, double value, PyOb
         if (size > 0) {
             long long base;
             if (ts <= 0xFFFFFFFFLL) {
-                base = ts - ts % MAX_TIMESPAN;
-                PyObject *known = PyTuple_GET_ITEM(qualifiers, ((ts - base) << FLAG_BITS) | flags);
+                PyObject *known = seconds_qualifier(ts, flags, qualifiers, &base);
                 if (!PyBytes_CheckExact(known) || PyBytes_GET_SIZE(known) > 4)
                     goto slow;
                 *q_len = (int)PyBytes_GET_SIZE(known);

@@ -60,6 +60,7 @@ import tsd.head.pack as row_pack
 import tsd.native as native
 from tsd.codec import KeyLayout, join_compacted
 from tsd.codec.const import FAMILY, MAX_TIMESPAN, MS_BYTE_FLAG, TIMESTAMP_BYTES
+from tsd.codec.row_runs import python_join_repeated_rows
 from tsd.head.index import new_slot_index
 from tsd.head.pack import full_row, full_rows, pack_rows
 from tsd.storage.base import Cell, CellBlock, Row, RowFilter, ScanSpec
@@ -1472,32 +1473,6 @@ def join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
         if joined is not None:
             return cast(list[Run], joined)
     return python_join_repeated_rows(runs)
-
-
-def python_join_repeated_rows(runs: Sequence[Run]) -> list[Run]:
-    """One run per row: the runs of a row that comes more than once joined in order
-    (cells summed, qualifiers and values each concatenated), in the order rows first
-    come. Adding the joined run gives the row the same bytes and numbers as adding its
-    runs one after the other: qualifiers go before the values, and a row stays in order
-    when each run is in order and each starts after the one before it ends."""
-    by_row: dict[bytes, list[Run]] = {}
-    for run in runs:
-        group = by_row.get(run[0])
-        if group is None:
-            by_row[run[0]] = [run]
-        else:
-            group.append(run)
-    return [
-        group[0]
-        if len(group) == 1
-        else (
-            key,
-            sum(run[1] for run in group),
-            b"".join(run[2] for run in group),
-            b"".join(run[3] for run in group),
-        )
-        for key, group in by_row.items()
-    ]
 
 
 def append_rows(

@@ -38,6 +38,8 @@ import zstandard
 import tsd.native as native
 from tsd.codec import SeriesKey
 from tsd.codec.qualifier import ENCODER_TABLES, encode_points_into
+from tsd.codec.row_runs import RowRun as RowRun  # the record's runs: re-exported
+from tsd.codec.row_runs import python_join_repeated_rows
 from tsd.compression import compressor, decompressor
 from tsd.errors import CodecError
 
@@ -64,10 +66,6 @@ _C: Any = native.load("tsd.wal._record")
 Row = tuple[bytes, list[tuple[bytes, bytes]]]
 #: a row key, its qualifiers and its values (the same cells, column by column)
 Columns = tuple[bytes, list[bytes], list[bytes]]
-
-#: a row key, its cell count, its qualifiers joined and its values joined (the record's
-#: own runs of bytes: no object per cell)
-RowRun = tuple[bytes, int, bytes, bytes]
 
 
 class SampleBlock(NamedTuple):
@@ -155,24 +153,14 @@ def sample_runs(blocks: list[SampleBlock]) -> list[RowRun]:
 
 
 def python_sample_runs(blocks: list[SampleBlock]) -> list[RowRun]:
-    """The samples of ``blocks``, in order, as the head takes them: a run a row (its cells
-    counted, qualifiers and values each joined in the order of its samples), rows in the
-    order they first come. The runs of :func:`python_encode_samples_part` (a row a
-    sample), each row's joined: what the head makes of them (its
-    ``join_repeated_rows``), made once per writer batch rather than a run per sample."""
-    by_row: dict[bytes, list[RowRun]] = {}
-    for block in blocks:
-        for run in python_encode_samples_part(*block)[1]:
-            by_row.setdefault(run[0], []).append(run)
-    return [
-        (
-            row,
-            sum(run[1] for run in runs),
-            b"".join(run[2] for run in runs),
-            b"".join(run[3] for run in runs),
-        )
-        for row, runs in by_row.items()
-    ]
+    """The samples of ``blocks``, in order, as the head takes them: the runs of
+    :func:`python_encode_samples_part` (a row a sample) joined a run a row, as the head
+    joins a row that comes more than once (its cells in the order of its samples, rows in
+    the order they first come), made once per writer batch rather than a run per
+    sample."""
+    return python_join_repeated_rows(
+        [run for block in blocks for run in python_encode_samples_part(*block)[1]]
+    )
 
 
 def python_encode_samples_part(
