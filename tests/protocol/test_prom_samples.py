@@ -21,6 +21,7 @@ from tsd.protocol.prom_samples import (
     MARK_TIMESTAMP,
     MARK_VALUE,
     align_samples,
+    python_align_columns,
     python_series_keys,
     python_take_known_samples,
     take_known_samples,
@@ -186,6 +187,35 @@ def test_align_samples_reads_the_marks_item_by_item(
         assert answer[1].tolist() == want_timestamps
         assert answer[0].dtype == np.float64
         assert answer[1].dtype == np.int64
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(column_values, column_timestamps, st.integers(0, 12))
+def test_align_columns_compiled_answers_as_its_specification(
+    values_: list[float], timestamps_: list[int], count: int
+) -> None:
+    columns = [np.array(values_, np.float64), np.array(timestamps_, np.int64)]
+    theirs = [column.copy() for column in columns]
+    aligned = P.align_columns(*columns, count)
+    assert aligned == python_align_columns(theirs[0], theirs[1], count)
+    if aligned:  # the same bits: a NaN's payload and -0.0 kept
+        assert columns[0][:count].tobytes() == theirs[0][:count].tobytes()
+        assert columns[1][:count].tolist() == theirs[1][:count].tolist()
+
+
+@needs_c
+def test_align_columns_compiled_refuses_what_it_cannot_align_in_place() -> None:
+    values_, timestamps_ = np.array([MARK_VALUE, 1.5]), np.array([MARK_TIMESTAMP, 10])
+    with pytest.raises(TypeError, match="values must be a float64 column"):
+        P.align_columns(timestamps_, timestamps_, 1)
+    with pytest.raises(TypeError, match="timestamps must be an int64 column"):
+        P.align_columns(values_, values_, 1)
+    values_.flags.writeable = False
+    with pytest.raises(TypeError, match="writable"):
+        P.align_columns(values_, timestamps_, 1)
+    with pytest.raises(ValueError, match="negative"):
+        P.align_columns(np.array([1.5]), timestamps_, -1)
 
 
 def test_align_samples_reads_each_sample_behind_its_mark() -> None:

@@ -32,6 +32,10 @@
  * series_keys(series, payloads, fields) -> keys or None: remote write's series keys, each
  *   series' bytes without its sample's field at their end
  *   (tsd.protocol.prom_samples.python_series_keys is the specification; the same tests).
+ *
+ * align_columns(values, timestamps, count) -> bool: remote write's sample columns read back
+ *   from their marks, in place
+ *   (tsd.protocol.prom_samples.python_align_columns is the specification; the same tests).
  */
 #include "_format.h"
 #include "_keytable.h"
@@ -1086,6 +1090,77 @@ static PyObject *series_keys(PyObject *self, PyObject *const *args, Py_ssize_t n
     return keys;
 }
 
+/* tsd.protocol.prom_samples.MARK_VALUE_BITS and MARK_TIMESTAMP, as 8-byte items */
+#define MARK_VALUE_BITS 0x7FF8747364000001ULL
+#define MARK_TIMESTAMP_BITS 0x8000000000000000ULL
+
+/* One column's items behind its marks: per mark, the last item before the next mark (0
+ * when there is none: 0.0 and 0 are both zero bits) into the column's first count items;
+ * 0 unless count marks lead the column. An item written is always one already read. */
+static int align_column(uint64_t *items, Py_ssize_t n, Py_ssize_t count, uint64_t mark)
+{
+    if (count == 0)
+        return n == 0;
+    Py_ssize_t marks = 0;
+    uint64_t current = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t item = items[i];
+        if (item == mark) {
+            if (marks == count)
+                return 0;
+            if (marks)
+                items[marks - 1] = current;
+            marks++;
+            current = 0;
+        } else if (!marks) {
+            return 0;
+        } else {
+            current = item;
+        }
+    }
+    if (marks != count)
+        return 0;
+    items[marks - 1] = current;
+    return 1;
+}
+
+/* align_columns(values, timestamps, count) -> bool
+ *   (tsd.protocol.prom_samples.python_align_columns is the specification). values,
+ *   timestamps: writable float64 and int64 columns, aligned in place. */
+static PyObject *align_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "align_columns: bad arguments");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    if (count < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "align_columns: count must not be negative");
+        return NULL;
+    }
+    Py_buffer value_view, ts_view;
+    if (number_column(args[0], &value_view, 1, "align_columns: values") < 0)
+        return NULL;
+    if (number_column(args[1], &ts_view, 0, "align_columns: timestamps") < 0) {
+        PyBuffer_Release(&value_view);
+        return NULL;
+    }
+    PyObject *answer = NULL;
+    if (value_view.readonly || ts_view.readonly) {
+        PyErr_SetString(PyExc_TypeError, "align_columns: the columns must be writable");
+    } else {
+        int aligned =
+            align_column((uint64_t *)value_view.buf, value_view.len / 8, count,
+                         MARK_VALUE_BITS) &&
+            align_column((uint64_t *)ts_view.buf, ts_view.len / 8, count, MARK_TIMESTAMP_BITS);
+        answer = PyBool_FromLong(aligned);
+    }
+    PyBuffer_Release(&value_view);
+    PyBuffer_Release(&ts_view);
+    return answer;
+}
+
 static PyMethodDef methods[] = {
     {"take_known_puts", (PyCFunction)(void (*)(void))take_known_puts, METH_FASTCALL,
      "Type the put lines of known series (tsd.protocol.telnet.take_known_puts)."},
@@ -1101,6 +1176,8 @@ static PyMethodDef methods[] = {
      "Remote write samples of known series, their series listed: (taken, others)."},
     {"series_keys", (PyCFunction)(void (*)(void))series_keys, METH_FASTCALL,
      "Remote write series keys: each series without its sample's field, or None."},
+    {"align_columns", (PyCFunction)(void (*)(void))align_columns, METH_FASTCALL,
+     "Remote write sample columns read back from their marks, in place: aligned or not."},
     {NULL, NULL, 0, NULL},
 };
 
