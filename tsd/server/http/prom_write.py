@@ -34,7 +34,6 @@ of a writer batch's requests at once, a run a row (:func:`~tsd.wal.record.sample
 from __future__ import annotations
 
 import asyncio
-from collections import Counter as Tally
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -98,14 +97,14 @@ LOGGED_MESSAGES: Final = 3
 class _Outcome:
     """What one request did not store, by reason."""
 
-    skipped: Tally[str] = field(default_factory=Tally)
-    refused: Tally[str] = field(default_factory=Tally)
+    skipped: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
     #: a refusal that makes the request retried (a UID assignment failed)
     storage: Refused | None = None
 
     def refuse(self, reason: str, message: str, samples: int) -> None:
-        self.refused[reason] += samples
+        self.refused[reason] = self.refused.get(reason, 0) + samples
         if len(self.messages) < LOGGED_MESSAGES:
             self.messages.append(message)
 
@@ -189,7 +188,7 @@ async def _ingest(services: Any, take: _Take) -> SyncOutcome[int]:
     for tag, (point, key) in enumerate(take.new, start=1):
         await put_waiting(session, point, -tag, (key,))
     await session.settle()
-    refused_samples = sum(outcome.refused.values()) - outcome.refused["unknown_metric"]
+    refused_samples = sum(outcome.refused.values()) - outcome.refused.get("unknown_metric", 0)
     if session.counters is not None and refused_samples:
         session.counters[1].inc(refused_samples)  # unknown metrics counted by the session
     return await session.stored(STORE_TIMEOUT_S)
@@ -228,9 +227,12 @@ class _Take:
         for start in range(0, len(keys), YIELD_EVERY):
             if start:
                 await asyncio.sleep(0)
-            part_keys = keys[start : start + YIELD_EVERY]
-            part_values = values[start : start + YIELD_EVERY]
-            part_timestamps = timestamps[start : start + YIELD_EVERY]
+            if len(keys) <= YIELD_EVERY:  # the usual request: one part, no copies
+                part_keys, part_values, part_timestamps = keys, values, timestamps
+            else:
+                part_keys = keys[start : start + YIELD_EVERY]
+                part_values = values[start : start + YIELD_EVERY]
+                part_timestamps = timestamps[start : start + YIELD_EVERY]
             taken, others = take_known_samples(
                 part_keys, part_values, part_timestamps, self.refs, self.known_series, low, high
             )
@@ -343,10 +345,10 @@ def _map(key: bytes, mapper: LabelMapper) -> MappedSeries | tuple[str, str] | No
     return mapped.reason, mapped.message
 
 
-def _bad_sample(value: float, timestamp: int, skipped: Tally[str], outcome: _Outcome) -> None:
+def _bad_sample(value: float, timestamp: int, skipped: dict[str, int], outcome: _Outcome) -> None:
     reason = classify_nonfinite(value)
     if reason is not None:
-        skipped[reason] += 1
+        skipped[reason] = skipped.get(reason, 0) + 1
     else:
         outcome.refuse("bad_timestamp", f"timestamp {timestamp} ms is out of range", 1)
 

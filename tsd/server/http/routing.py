@@ -7,6 +7,7 @@ the access rules read them without importing the application that mounts them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -56,8 +57,15 @@ def split_path(path: str) -> list[str]:
     return java_split(path[1:] if path.startswith("/") else path, "/") or [""]
 
 
+#: paths whose :class:`ApiPath` is kept (clients send a few paths again and again; a
+#: bounded cache, as paths are the client's to choose)
+PARSED_PATHS = 256
+
+
+@functools.lru_cache(maxsize=PARSED_PATHS)
 def parse_api_path(path: str) -> ApiPath:
-    """OpenTSDB's getQueryBaseRoute and explodeAPIPath in one step."""
+    """OpenTSDB's getQueryBaseRoute and explodeAPIPath in one step (an :class:`ApiPath` is
+    frozen: the cache's answers are shared)."""
     split = split_path(path)
     first = split[0].lower()
     if first != "api":
