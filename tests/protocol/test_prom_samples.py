@@ -1,7 +1,8 @@
-"""Remote write's hot loop (tsd/protocol/prom_samples.py): the compiled helper
-(``take_known_samples`` in tsd/protocol/_parse.c) answers as its Python specification on
-generated requests (known and unknown keys, values finite or not, timestamps in and out of
-range, samples as the protobuf runtime hands them out), as a list of points."""
+"""Remote write's hot loop (tsd/protocol/prom_samples.py): the compiled helpers
+(``take_known_series``, ``series_fit`` and ``align_columns`` in tsd/protocol/_parse.c) answer
+as their Python specifications on generated requests (known and unknown keys, in a dict or
+a compact table, values finite or not, timestamps in and out of range, samples as the
+protobuf runtime hands them out)."""
 
 from __future__ import annotations
 
@@ -22,17 +23,19 @@ from tsd.protocol.prom_samples import (
     MARK_VALUE,
     align_samples,
     python_align_columns,
-    python_series_keys,
-    python_take_known_samples,
-    take_known_samples,
+    python_series_fit,
+    python_take_known_series,
+    request_key,
+    take_known_series,
 )
 from tsd.protocol.prom_wire import (
+    TimeSeries,
     WriteRequest,
     decode_key,
     decode_write_columns,
-    series_key,
     snappy_compress,
 )
+from tsd.protocol.ref_table import PythonRefTable
 
 P: Any = native.load("tsd.protocol._parse")
 needs_c = pytest.mark.skipif(P is None, reason="tsd/protocol/_parse.c is not built")
@@ -56,24 +59,21 @@ timestamps = st.one_of(
 requests = st.lists(st.tuples(st.integers(0, 7), values, timestamps), max_size=40)
 
 
-def _columns(samples: list[tuple[int, float, int]]) -> tuple[list[bytes], np.ndarray, np.ndarray]:
-    """A request of a sample per series, read as the handler reads it (its columns as the
-    full message holds them when a sample holds a mark's value or timestamp)."""
-    request = WriteRequest()
+def _request(
+    samples: list[tuple[int, float, int]],
+) -> tuple[list[bytes], list[bytes], np.ndarray, np.ndarray]:
+    """A request of a sample per series as the handler takes it: each series' bytes (its
+    key, one label ``series N``, then its sample's field) and its sample's bytes, as the
+    runtime writes them, and the samples' columns."""
+    series: list[bytes] = []
+    payloads: list[bytes] = []
     for number, value, timestamp in samples:
-        series = request.timeseries.add()
-        series.labels.append(f"series {number}".encode())  # any bytes: a key
-        series.samples.add(value=value, timestamp=timestamp)
-    data = request.SerializeToString()
-    columns = decode_write_columns(snappy_compress(data), 1 << 20)
-    full_series = list(WriteRequest.FromString(data).timeseries)
-    full = [s.samples[0] for s in full_series]
-    if columns.keys is None or columns.values is None or columns.timestamps is None:
-        assert any(s.timestamp == MARK_TIMESTAMP or _is_mark(s.value) for s in full)
-        values_ = np.array([s.value for s in full], dtype=np.float64)
-        timestamps_ = np.array([s.timestamp for s in full], dtype=np.int64)
-        return [series_key(s) for s in full_series], values_, timestamps_
-    return columns.keys, columns.values, columns.timestamps
+        payload = TimeSeries().samples.add(value=value, timestamp=timestamp).SerializeToString()
+        series.append(_field(1, 2, f"series {number}".encode()) + _field(2, 2, payload))
+        payloads.append(payload)
+    values_ = np.array([value for _, value, _ in samples], dtype=np.float64)
+    timestamps_ = np.array([timestamp for _, _, timestamp in samples], dtype=np.int64)
+    return series, payloads, values_, timestamps_
 
 
 def _is_mark(value: float) -> bool:
@@ -84,23 +84,46 @@ def _bits(rows: dict[bytes, dict[bytes, bytes]]) -> dict[bytes, dict[bytes, byte
     return {row: dict(cells) for row, cells in rows.items()}
 
 
+def _known(series: list[bytes], payloads: list[bytes], numbers: set[int], kind: str) -> Any:
+    """The series numbered ``numbers`` known by key, in a dict or a compact table."""
+    pairs = {}
+    for index in range(len(series)):
+        key = request_key(series, payloads, index)
+        if _number(key) in numbers:
+            pairs[key] = SERIES[_number(key) % 6]
+    if kind == "dict":
+        return pairs
+    table = P.KeyTable(64) if kind == "KeyTable" else PythonRefTable(64)
+    for key, ref in pairs.items():
+        table.remember(key, ref)
+    return table
+
+
 @needs_c
 @pytest.mark.slow  # many generated inputs
 @settings(max_examples=300, deadline=None)
-@given(requests, st.sets(st.integers(0, 7)))
-def test_take_known_samples_as_python(
-    samples: list[tuple[int, float, int]], known_numbers: set[int]
+@given(
+    requests,
+    st.sets(st.integers(0, 7)),
+    st.sampled_from(["dict", "KeyTable", "PythonRefTable"]),
+    st.integers(0, 40),
+    st.integers(0, 40),
+)
+def test_take_known_series_as_python(
+    samples: list[tuple[int, float, int]], known_numbers: set[int], kind: str, a: int, b: int
 ) -> None:
-    keys, values_, timestamps_ = _columns(samples)
-    known = {key: SERIES[_number(key) % 6] for key in keys if _number(key) in known_numbers}
-    columns = (keys, values_, timestamps_, known)
+    series, payloads, values_, timestamps_ = _request(samples)
+    known = _known(series, payloads, known_numbers, kind)
+    start, end = sorted((min(a, len(samples)), min(b, len(samples))))
+    columns = (series, payloads, values_, timestamps_, known)
     c_list: list[Any] = []
     py_list: list[Any] = []
-    c_taken = P.take_known_samples(*columns, c_list, LOW, HIGH)
-    py_taken = python_take_known_samples(*columns, py_list, LOW, HIGH)
+    c_taken = P.take_known_series(*columns, c_list, LOW, HIGH, start, end)
+    py_taken = python_take_known_series(*columns, py_list, LOW, HIGH, start, end)
     assert c_taken == py_taken
     assert c_list == py_list
-    assert c_taken[0] + len(c_taken[1]) == len(samples)
+    assert c_taken[0] + len(c_taken[1]) == end - start
+    assert all(start <= index < end for index in c_taken[1])
     assert len(c_list) == c_taken[0]
 
 
@@ -123,25 +146,40 @@ def test_what_is_not_taken_is_left_by_index() -> None:
         (0, 4.0, HIGH + 1),
         (2, 0.0, good + 2),  # taken: a zero
     ]
-    keys, values_, timestamps_ = _columns(samples)
-    known = {key: SERIES[_number(key)] for key in keys if _number(key) in (0, 2)}
-    columns = (keys, values_, timestamps_, known)
-    series: list[Any] = []
-    assert take_known_samples(*columns, series, LOW, HIGH) == (2, [1, 2, 3, 4, 5])
-    assert series == [SERIES[0], SERIES[2]]
-    with pytest.raises(ValueError, match="as many samples as keys"):
-        take_known_samples(keys, values_[:-1], timestamps_, known, series, LOW, HIGH)
+    series, payloads, values_, timestamps_ = _request(samples)
+    known = _known(series, payloads, {0, 2}, "dict")
+    columns = (series, payloads, values_, timestamps_, known)
+    taken: list[Any] = []
+    n = len(samples)
+    assert take_known_series(*columns, taken, LOW, HIGH, 0, n) == (2, [1, 2, 3, 4, 5])
+    assert taken == [SERIES[0], SERIES[2]]
+    assert take_known_series(*columns, [], LOW, HIGH, 2, 5) == (0, [2, 3, 4])
+    with pytest.raises(ValueError, match="as many samples as series"):
+        take_known_series(series, payloads, values_[:-1], timestamps_, known, [], LOW, HIGH, 0, n)
+    with pytest.raises(ValueError, match="start <= end"):
+        take_known_series(*columns, [], LOW, HIGH, 3, 2)
+    with pytest.raises(ValueError, match="start <= end"):
+        take_known_series(*columns, [], LOW, HIGH, 0, n + 1)
+    with pytest.raises(ValueError, match="shorter than its sample"):
+        take_known_series(
+            [b"k"], [b"sample"], values_[:1], timestamps_[:1], {}, [], LOW, HIGH, 0, 1
+        )
 
 
 @needs_c
 def test_the_compiled_take_wants_number_columns() -> None:
     """Values and timestamps are float64 and int64 columns: a list, or an array of another
-    type, is a TypeError naming which."""
-    keys = [b"k"]
+    type, is a TypeError naming which; the cache a dict or a compact table."""
+    series, payloads = [b"k\x12\x00"], [b""]
+    ts = np.array([5], np.int64)
     with pytest.raises(TypeError, match="values must be a float64 column"):
-        P.take_known_samples(keys, [1.5], np.array([5], np.int64), {}, [], LOW, HIGH)
+        P.take_known_series(series, payloads, [1.5], ts, {}, [], LOW, HIGH, 0, 1)
     with pytest.raises(TypeError, match="timestamps must be an int64 column"):
-        P.take_known_samples(keys, np.array([1.5]), np.array([5.0]), {}, [], LOW, HIGH)
+        P.take_known_series(
+            series, payloads, np.array([1.5]), np.array([5.0]), {}, [], LOW, HIGH, 0, 1
+        )
+    with pytest.raises(TypeError, match="bad arguments"):
+        P.take_known_series(series, payloads, np.array([1.5]), ts, [], [], LOW, HIGH, 0, 1)
 
 
 # --- a request's sample columns, read back from their marks -----------------------------
@@ -375,16 +413,17 @@ def test_a_label_that_ends_like_a_sample_is_not_taken_for_one() -> None:
     assert [decode_key(key) for key in columns.keys] == [None, None]  # ... the keys do not
 
 
-#: lists of bytes for series_keys: series, payloads and fields, made to agree or not
+#: lists of bytes for series_fit: series, payloads and fields, made to agree or not
 key_inputs = st.lists(st.tuples(st.binary(max_size=8), st.binary(max_size=5)), max_size=8)
 
 
 @needs_c
 @settings(max_examples=400, deadline=None)
 @given(key_inputs, st.integers(0, 3), st.binary(max_size=2))
-def test_series_keys_as_python(pairs: list[tuple[bytes, bytes]], tweak: int, extra: bytes) -> None:
-    """The compiled series_keys answers as python_series_keys, on series that end with
-    their field and on series, payloads or fields that do not agree."""
+def test_series_fit_as_python(pairs: list[tuple[bytes, bytes]], tweak: int, extra: bytes) -> None:
+    """The compiled series_fit answers as python_series_fit, on series that end with
+    their field (their keys then what comes before) and on series, payloads or fields that
+    do not agree."""
     payloads = [payload for _, payload in pairs]
     fields_list = [bytes((0x12, len(p))) + p for p in payloads]
     series = [prefix + field for (prefix, _), field in zip(pairs, fields_list, strict=True)]
@@ -395,9 +434,11 @@ def test_series_keys_as_python(pairs: list[tuple[bytes, bytes]], tweak: int, ext
         series[-1] = series[-1][:-1] + extra[:1]  # the last series ends otherwise
     elif tweak == 3:
         payloads = payloads[:-1]  # fewer payloads
-    want = python_series_keys(series, payloads, fields)
-    assert P.series_keys(series, payloads, fields) == want
+    want = python_series_fit(series, payloads, fields)
+    assert P.series_fit(series, payloads, fields) is want
     if tweak == 0:
-        assert want == [prefix for prefix, _ in pairs]
+        assert want
+        keys = [request_key(series, payloads, i) for i in range(len(series))]
+        assert keys == [prefix for prefix, _ in pairs]
     with pytest.raises(TypeError):
-        P.series_keys(series, payloads, bytearray(fields))
+        P.series_fit(series, payloads, bytearray(fields))

@@ -23,15 +23,17 @@
  *   point's series is not in known (the loop in put_json.python_known_usual_points is the
  *   specification).
  *
- * take_known_samples(keys, values, timestamps, known, out, low, high)
- *   -> (samples taken, others): Prometheus remote write's samples of known series, their
- *   series listed (values and timestamps as float64 and int64 columns)
- *   (tsd.protocol.prom_samples.python_take_known_samples is the specification;
+ * series_fit(series, payloads, fields) -> bool: whether each of remote write's series ends
+ *   with its sample's field (then its key is its bytes before that field)
+ *   (tsd.protocol.prom_samples.python_series_fit is the specification;
  *   tests/protocol/test_prom_samples.py checks both agree).
  *
- * series_keys(series, payloads, fields) -> keys or None: remote write's series keys, each
- *   series' bytes without its sample's field at their end
- *   (tsd.protocol.prom_samples.python_series_keys is the specification; the same tests).
+ * take_known_series(series, payloads, values, timestamps, known, out, low, high, start, end)
+ *   -> (samples taken, others): Prometheus remote write's samples of known series (looked
+ *   up by key, in a KeyTable without a bytes object), their series listed (values and
+ *   timestamps as float64 and int64 columns)
+ *   (tsd.protocol.prom_samples.python_take_known_series is the specification; the same
+ *   tests).
  *
  * align_columns(values, timestamps, count) -> bool: remote write's sample columns read back
  *   from their marks, in place
@@ -973,35 +975,86 @@ fail:
     return NULL;
 }
 
-/* take_known_samples(keys, values, timestamps, known, out, low, high) -> (samples taken,
- *   others): remote write's one sample per series
- *   (tsd.protocol.prom_samples.python_take_known_samples is the specification). keys: a
- *   list of bytes; values, timestamps: float64 and int64 columns of as many; known: dict
- *   key -> series; out: a list the series of each sample taken is appended to; others: the
- *   indices not taken (an unknown key, a value that is not finite, a timestamp outside
- *   low < timestamp <= high), in order. */
-static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* tsd.protocol.prom_samples.SAMPLE_FIELD_HEADER */
+#define SAMPLE_FIELD_HEADER 2
+
+/* series_fit(series, payloads, fields) -> bool
+ *   (tsd.protocol.prom_samples.python_series_fit is the specification). series, payloads:
+ *   lists of bytes; fields: bytes. */
+static PyObject *series_fit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[3]) ||
-        !PyList_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "take_known_samples: bad arguments");
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "series_fit: bad arguments");
         return NULL;
     }
-    PyObject *keys = args[0], *known = args[3], *out = args[4];
-    long long low = PyLong_AsLongLong(args[5]), high = PyLong_AsLongLong(args[6]);
+    PyObject *series = args[0], *payloads = args[1], *fields = args[2];
+    Py_ssize_t count = PyList_GET_SIZE(series);
+    if (PyList_GET_SIZE(payloads) != count)
+        Py_RETURN_FALSE;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *payload = PyList_GET_ITEM(payloads, i);
+        PyObject *one = PyList_GET_ITEM(series, i);
+        if (!PyBytes_CheckExact(payload) || !PyBytes_CheckExact(one)) {
+            PyErr_SetString(PyExc_TypeError, "series_fit: bytes expected");
+            return NULL;
+        }
+        total += PyBytes_GET_SIZE(payload) + SAMPLE_FIELD_HEADER;
+    }
+    if (total != PyBytes_GET_SIZE(fields))
+        Py_RETURN_FALSE;
+    const char *field = PyBytes_AS_STRING(fields);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *one = PyList_GET_ITEM(series, i);
+        Py_ssize_t size = PyBytes_GET_SIZE(one);
+        Py_ssize_t need = PyBytes_GET_SIZE(PyList_GET_ITEM(payloads, i)) + SAMPLE_FIELD_HEADER;
+        if (size < need || memcmp(PyBytes_AS_STRING(one) + size - need, field, (size_t)need))
+            Py_RETURN_FALSE;
+        field += need;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* take_known_series(series, payloads, values, timestamps, known, out, low, high, start,
+ *   end) -> (samples taken, others): remote write's one sample per series, samples start
+ *   to end (tsd.protocol.prom_samples.python_take_known_series is the specification).
+ *   series, payloads: lists of bytes (series_fit said they fit); values, timestamps:
+ *   float64 and int64 columns of as many; known: a dict or a KeyTable, looked up by each
+ *   series' key (its bytes without its sample's field: no object made for a KeyTable); out:
+ *   a list the series of each sample taken is appended to; others: the indices not taken
+ *   (an unknown key, a value that is not finite, a timestamp outside low < timestamp <=
+ *   high), in order. */
+static PyObject *take_known_series(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !(PyDict_Check(args[4]) || kt_check(args[4])) || !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "take_known_series: bad arguments");
+        return NULL;
+    }
+    PyObject *series = args[0], *payloads = args[1], *known = args[4], *out = args[5];
+    int is_table = kt_check(known);
+    long long low = PyLong_AsLongLong(args[6]), high = PyLong_AsLongLong(args[7]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[8]), end = PyLong_AsSsize_t(args[9]);
     if (PyErr_Occurred())
         return NULL;
-    Py_buffer value_view, ts_view;
-    if (number_column(args[1], &value_view, 1, "take_known_samples: values") < 0)
+    Py_ssize_t count = PyList_GET_SIZE(series);
+    if (PyList_GET_SIZE(payloads) != count || start < 0 || start > end || end > count) {
+        PyErr_SetString(PyExc_ValueError,
+                        "take_known_series: as many payloads as series, 0 <= start <= end <= series");
         return NULL;
-    if (number_column(args[2], &ts_view, 0, "take_known_samples: timestamps") < 0) {
+    }
+    Py_buffer value_view, ts_view;
+    if (number_column(args[2], &value_view, 1, "take_known_series: values") < 0)
+        return NULL;
+    if (number_column(args[3], &ts_view, 0, "take_known_series: timestamps") < 0) {
         PyBuffer_Release(&value_view);
         return NULL;
     }
     PyObject *others = NULL;
-    Py_ssize_t count = PyList_GET_SIZE(keys), taken = 0;
+    Py_ssize_t taken = 0;
     if (value_view.len / 8 != count || ts_view.len / 8 != count) {
-        PyErr_SetString(PyExc_ValueError, "take_known_samples: as many samples as keys");
+        PyErr_SetString(PyExc_ValueError, "take_known_series: as many samples as series");
         goto error;
     }
     others = PyList_New(0);
@@ -1009,14 +1062,33 @@ static PyObject *take_known_samples(PyObject *self, PyObject *const *args, Py_ss
         goto error;
     const double *values = (const double *)value_view.buf;
     const long long *timestamps = (const long long *)ts_view.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *series = PyDict_GetItemWithError(known, PyList_GET_ITEM(keys, i));
-        if (series == NULL && PyErr_Occurred())
+    for (Py_ssize_t i = start; i < end; i++) {
+        PyObject *one = PyList_GET_ITEM(series, i), *payload = PyList_GET_ITEM(payloads, i);
+        if (!PyBytes_CheckExact(one) || !PyBytes_CheckExact(payload)) {
+            PyErr_SetString(PyExc_TypeError, "take_known_series: bytes expected");
             goto error;
+        }
+        Py_ssize_t key_n =
+            PyBytes_GET_SIZE(one) - PyBytes_GET_SIZE(payload) - SAMPLE_FIELD_HEADER;
+        if (key_n < 0) {
+            PyErr_SetString(PyExc_ValueError, "take_known_series: a series shorter than its sample");
+            goto error;
+        }
+        PyObject *found; /* borrowed */
+        if (is_table) {
+            found = kt_get_young((KeyTable *)known, PyBytes_AS_STRING(one), key_n);
+        } else {
+            PyObject *key = PyBytes_FromStringAndSize(PyBytes_AS_STRING(one), key_n);
+            if (key == NULL)
+                goto error;
+            found = PyDict_GetItemWithError(known, key);
+            Py_DECREF(key);
+            if (found == NULL && PyErr_Occurred())
+                goto error;
+        }
         int failed;
-        if (series != NULL && isfinite(values[i]) && low < timestamps[i] &&
-            timestamps[i] <= high) {
-            failed = PyList_Append(out, series) < 0;
+        if (found != NULL && isfinite(values[i]) && low < timestamps[i] && timestamps[i] <= high) {
+            failed = PyList_Append(out, found) < 0;
             taken++;
         } else {
             PyObject *index = PyLong_FromSsize_t(i);
@@ -1036,58 +1108,6 @@ error:
     PyBuffer_Release(&value_view);
     PyBuffer_Release(&ts_view);
     return NULL;
-}
-
-/* tsd.protocol.prom_samples.SAMPLE_FIELD_HEADER */
-#define SAMPLE_FIELD_HEADER 2
-
-/* series_keys(series, payloads, fields) -> keys or None
- *   (tsd.protocol.prom_samples.python_series_keys is the specification). series, payloads:
- *   lists of bytes; fields: bytes. */
-static PyObject *series_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
-        !PyBytes_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "series_keys: bad arguments");
-        return NULL;
-    }
-    PyObject *series = args[0], *payloads = args[1], *fields = args[2];
-    Py_ssize_t count = PyList_GET_SIZE(series);
-    if (PyList_GET_SIZE(payloads) != count)
-        Py_RETURN_NONE;
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *payload = PyList_GET_ITEM(payloads, i);
-        PyObject *one = PyList_GET_ITEM(series, i);
-        if (!PyBytes_CheckExact(payload) || !PyBytes_CheckExact(one)) {
-            PyErr_SetString(PyExc_TypeError, "series_keys: bytes expected");
-            return NULL;
-        }
-        total += PyBytes_GET_SIZE(payload) + SAMPLE_FIELD_HEADER;
-    }
-    if (total != PyBytes_GET_SIZE(fields))
-        Py_RETURN_NONE;
-    PyObject *keys = PyList_New(count);
-    if (keys == NULL)
-        return NULL;
-    const char *field = PyBytes_AS_STRING(fields);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *one = PyList_GET_ITEM(series, i);
-        Py_ssize_t size = PyBytes_GET_SIZE(one);
-        Py_ssize_t need = PyBytes_GET_SIZE(PyList_GET_ITEM(payloads, i)) + SAMPLE_FIELD_HEADER;
-        if (size < need || memcmp(PyBytes_AS_STRING(one) + size - need, field, (size_t)need)) {
-            Py_DECREF(keys);
-            Py_RETURN_NONE;
-        }
-        PyObject *key = PyBytes_FromStringAndSize(PyBytes_AS_STRING(one), size - need);
-        if (key == NULL) {
-            Py_DECREF(keys);
-            return NULL;
-        }
-        PyList_SET_ITEM(keys, i, key);
-        field += need;
-    }
-    return keys;
 }
 
 /* tsd.protocol.prom_samples.MARK_VALUE_BITS and MARK_TIMESTAMP, as 8-byte items */
@@ -1172,10 +1192,10 @@ static PyMethodDef methods[] = {
      "A put line in its plain form parsed as parse_put parses it, or None."},
     {"known_usual_points", (PyCFunction)(void (*)(void))known_usual_points, METH_FASTCALL,
      "(series, timestamp, value) of decoded usual points of known series, or None."},
-    {"take_known_samples", (PyCFunction)(void (*)(void))take_known_samples, METH_FASTCALL,
+    {"series_fit", (PyCFunction)(void (*)(void))series_fit, METH_FASTCALL,
+     "Whether each remote write series ends with its sample's field."},
+    {"take_known_series", (PyCFunction)(void (*)(void))take_known_series, METH_FASTCALL,
      "Remote write samples of known series, their series listed: (taken, others)."},
-    {"series_keys", (PyCFunction)(void (*)(void))series_keys, METH_FASTCALL,
-     "Remote write series keys: each series without its sample's field, or None."},
     {"align_columns", (PyCFunction)(void (*)(void))align_columns, METH_FASTCALL,
      "Remote write sample columns read back from their marks, in place: aligned or not."},
     {NULL, NULL, 0, NULL},

@@ -1,19 +1,20 @@
 """Remote write's hot loop: the samples of series seen before, one sample per series.
 
 Prometheus sends each sample as its own series with all its labels; a request's series
-are read as keys and two columns of samples, values and timestamps
-(:func:`~tsd.protocol.prom_wire.decode_write_columns`, its columns aligned by
-:func:`align_samples` over arrays), and
-the series the ingest service has resolved before are found by key. Their storable
+are read as their bytes, each ending with its sample (:func:`series_fit`: then the bytes
+before are the series' key, :func:`request_key`), and two columns of samples, values and
+timestamps (:func:`~tsd.protocol.prom_wire.decode_write_columns`, its columns aligned by
+:func:`align_samples` over arrays), and the series the ingest service has resolved before
+are found by key (in its compact table, with no bytes object made per key). Their storable
 samples (a finite value, a millisecond timestamp OpenTSDB reads as one) are taken in one
 pass, their series listed (their values and timestamps stay in the columns, which go on
 to the request's log record: :func:`~tsd.wal.record.encode_samples_payload`); every other
 sample is left to the caller by index (a new series, a value or timestamp that is not
 stored).
 
-:func:`python_take_known_samples`, :func:`python_series_keys` and
+:func:`python_take_known_series`, :func:`python_series_fit` and
 :func:`python_align_columns` are the specifications and the fallbacks; the compiled helpers
-(``take_known_samples``, ``series_keys`` and ``align_columns`` in ``tsd/protocol/_parse.c``)
+(``take_known_series``, ``series_fit`` and ``align_columns`` in ``tsd/protocol/_parse.c``)
 do the same, without a Python step per sample (tests/protocol/test_prom_samples.py checks
 they agree).
 """
@@ -21,15 +22,15 @@ they agree).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import numpy as np
 
 import tsd.native as native
 
-_c_take_known_samples: Any = native.attribute("tsd.protocol._parse", "take_known_samples")
-_c_series_keys: Any = native.attribute("tsd.protocol._parse", "series_keys")
+_c_take_known_series: Any = native.attribute("tsd.protocol._parse", "take_known_series")
+_c_series_fit: Any = native.attribute("tsd.protocol._parse", "series_fit")
 _c_align_columns: Any = native.attribute("tsd.protocol._parse", "align_columns")
 
 #: The bytes a sample's field adds to its payload when the protobuf runtime writes it: its
@@ -117,83 +118,101 @@ def _align(
     return np.where(last == marks, missing, column[last]).astype(column.dtype)
 
 
-def python_series_keys(
-    series: Sequence[bytes], payloads: Sequence[bytes], fields: bytes
-) -> list[bytes] | None:
-    """Each series' key: its bytes without the field of its sample at their end.
+def python_series_fit(series: Sequence[bytes], payloads: Sequence[bytes], fields: bytes) -> bool:
+    """Whether each series ends with the field of its sample, so that its bytes before
+    that field are its key (:func:`request_key`).
 
     ``series`` are a request's series, each as its bytes; ``payloads`` its samples' bytes
     in order, and ``fields`` the same samples as the protobuf runtime writes them as fields
     of a message, one after the other (:mod:`tsd.protocol.prom_wire`). When each payload is
     under 128 bytes, its field is :data:`SAMPLE_FIELD_HEADER` bytes longer (the sum over
-    the request checks it: no field is shorter). Series ``i``'s key is then its bytes
-    but their last ``len(payloads[i]) + SAMPLE_FIELD_HEADER``, which must be the ``i``-th
-    field of ``fields``. None when the counts or the sum differ or a series does not end
-    with its field: the request is read the slow way.
+    the request checks it: no field is shorter). Series ``i`` fits when its last
+    ``len(payloads[i]) + SAMPLE_FIELD_HEADER`` bytes are the ``i``-th field of ``fields``.
+    False when the counts or the sum differ or a series does not end with its field: the
+    request is read the slow way.
 
     A key is a series' own bytes, not decoded: which makes it a series without samples
     only when it ends where a field of the series ends; the caller checks that, once, when
     it meets a key for the first time (:func:`~tsd.protocol.prom_wire.decode_key`). Then
     every series is its key and one sample, so the ``i``-th sample is series ``i``'s."""
     if len(series) != len(payloads):
-        return None
+        return False
     if sum(map(len, payloads)) + SAMPLE_FIELD_HEADER * len(payloads) != len(fields):
-        return None
-    keys: list[bytes] = []
+        return False
     start = 0
     for one, payload in zip(series, payloads, strict=True):
         end = start + len(payload) + SAMPLE_FIELD_HEADER
         field = fields[start:end]
         if len(one) < len(field) or not one.endswith(field):
-            return None
-        keys.append(one[: len(one) - len(field)])
+            return False
         start = end
-    return keys
+    return True
 
 
-#: :func:`python_series_keys`, by the compiled helper when it is built (lists of bytes and
+#: :func:`python_series_fit`, by the compiled helper when it is built (lists of bytes and
 #: a bytes: a TypeError otherwise)
-series_keys: Final[Callable[[list[bytes], list[bytes], bytes], list[bytes] | None]] = (
-    python_series_keys if _c_series_keys is None else _c_series_keys
+series_fit: Final[Callable[[list[bytes], list[bytes], bytes], bool]] = (
+    python_series_fit if _c_series_fit is None else _c_series_fit
 )
 
 
-def python_take_known_samples(
-    keys: list[bytes],
+def request_key(series: Sequence[bytes], payloads: Sequence[bytes], index: int) -> bytes:
+    """The key of series ``index`` of a request whose series fit (:func:`series_fit`): its
+    bytes without the field of its sample at their end."""
+    one = series[index]
+    return one[: len(one) - len(payloads[index]) - SAMPLE_FIELD_HEADER]
+
+
+def python_take_known_series(
+    series: list[bytes],
+    payloads: list[bytes],
     values: Sequence[float] | np.ndarray,
     timestamps: Sequence[int] | np.ndarray,
-    known: Mapping[Any, Any],
+    known: Any,
     out: list[Any],
     low: int,
     high: int,
+    start: int,
+    end: int,
 ) -> tuple[int, list[int]]:
-    """Take sample ``i`` (``values[i]`` at ``timestamps[i]``, read as float64 and int64) of
-    series ``keys[i]`` when ``known`` has that key, its value is finite and its timestamp
-    ``low < timestamp <= high``: its series ``known[key]`` is appended to ``out`` (the
-    samples taken are then the ones not in others, in order). Returns (samples taken, the
-    indices of the samples not taken, in order). ValueError when there are not as many
-    values and timestamps as keys."""
-    if len(values) != len(keys) or len(timestamps) != len(keys):
-        raise ValueError("take_known_samples: as many samples as keys")
-    value_list = np.asarray(values, dtype=np.float64).tolist()
-    timestamp_list = np.asarray(timestamps, dtype=np.int64).tolist()
+    """Take sample ``i`` (``start <= i < end``: ``values[i]`` at ``timestamps[i]``, read
+    as float64 and int64) of series ``i`` when ``known`` (a dict, or a
+    :data:`~tsd.protocol.ref_table.RefTable`: its ``get``) has the series' key
+    (:func:`request_key`), its value is finite and its timestamp ``low < timestamp <=
+    high``: its series ``known.get(key)`` is appended to ``out`` (the samples taken are
+    then the ones not in others, in order). Returns (samples taken, the indices of the
+    samples not taken, in order). ValueError when there are not as many payloads, values
+    and timestamps as series, a series is shorter than its sample's field, or not
+    ``0 <= start <= end <= len(series)``.
+
+    The compiled helper looks a key up in a KeyTable without making its bytes object (a
+    request's keys would otherwise be made only to be hashed and dropped)."""
+    count = len(series)
+    if len(payloads) != count or not 0 <= start <= end <= count:
+        raise ValueError(
+            "take_known_series: as many payloads as series, 0 <= start <= end <= series"
+        )
+    if len(values) != count or len(timestamps) != count:
+        raise ValueError("take_known_series: as many samples as series")
+    value_list = np.asarray(values, dtype=np.float64)[start:end].tolist()
+    timestamp_list = np.asarray(timestamps, dtype=np.int64)[start:end].tolist()
     before = len(out)
     others: list[int] = []
     get = known.get
-    for index, (key, value, timestamp) in enumerate(
-        zip(keys, value_list, timestamp_list, strict=True)
-    ):
-        series = get(key)
-        if series is not None and value - value == 0.0 and low < timestamp <= high:
-            out.append(series)
+    for index, value, timestamp in zip(range(start, end), value_list, timestamp_list, strict=True):
+        if len(series[index]) < len(payloads[index]) + SAMPLE_FIELD_HEADER:
+            raise ValueError("take_known_series: a series shorter than its sample")
+        found = get(request_key(series, payloads, index))
+        if found is not None and value - value == 0.0 and low < timestamp <= high:
+            out.append(found)
         else:
             others.append(index)
     return len(out) - before, others
 
 
-#: :func:`python_take_known_samples`, by the compiled helper when it is built (``keys`` and
-#: ``out`` lists, ``values`` and ``timestamps`` float64 and int64 columns, ``known`` a
-#: dict: a TypeError otherwise)
-take_known_samples: Final[Callable[..., tuple[int, list[int]]]] = (
-    python_take_known_samples if _c_take_known_samples is None else _c_take_known_samples
+#: :func:`python_take_known_series`, by the compiled helper when it is built (``series``,
+#: ``payloads`` and ``out`` lists, ``values`` and ``timestamps`` float64 and int64 columns,
+#: ``known`` a dict or a KeyTable: a TypeError otherwise)
+take_known_series: Final[Callable[..., tuple[int, list[int]]]] = (
+    python_take_known_series if _c_take_known_series is None else _c_take_known_series
 )

@@ -29,9 +29,11 @@ the protobuf runtime itself, that hand back whole columns at once:
 * the key of every series: its bytes without the field of its sample at their end. The
   runtime writes the samples back as fields of a message of their own, one after the
   other; when series ``i`` ends with the ``i``-th of them, its key is what comes before
-  (:func:`~tsd.protocol.prom_samples.series_keys`, compiled: a comparison of bytes, no
-  step per label). A key is thus the series' labels as the sender encoded them (and any
-  other field it sent, exemplars, left as they are): equal keys are the same labels. A
+  (:func:`~tsd.protocol.prom_samples.series_fit`, compiled: a comparison of bytes, no
+  step per label; the key is then looked up where it lies, in the series' bytes:
+  :func:`~tsd.protocol.prom_samples.take_known_series`). A key is thus the series'
+  labels as the sender encoded them (and any other field it sent, exemplars, left as
+  they are): equal keys are the same labels. A
   key met for the first time is parsed (:func:`decode_key`): it must be whole fields and
   hold no sample, so that every series is its key and one sample and the ``i``-th sample
   is series ``i``'s;
@@ -65,7 +67,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from tsd.errors import BadRequestError
-from tsd.protocol.prom_samples import MARK_TIMESTAMP, MARK_VALUE, align_samples, series_keys
+from tsd.protocol.prom_samples import (
+    MARK_TIMESTAMP,
+    MARK_VALUE,
+    align_samples,
+    request_key,
+    series_fit,
+)
 
 __all__ = [
     "SAMPLES",
@@ -262,20 +270,36 @@ def decode_write_request(body: bytes, max_bytes: int) -> Any:
 class WriteColumns:
     """A WriteRequest read as columns (:func:`decode_write_columns`)."""
 
-    #: when the request holds a sample per series, and no sample a mark's value or
-    #: timestamp: per series, in order, its key (:func:`decode_key` reads one) and its
-    #: sample's value and timestamp; None otherwise
-    keys: list[bytes] | None
+    #: when the request holds a sample per series, each series ending with its sample
+    #: (:func:`~tsd.protocol.prom_samples.series_fit`), and no sample a mark's value or
+    #: timestamp: per series, in order, its bytes (its key and its sample's field) and its
+    #: sample's bytes; None otherwise
+    series: list[bytes] | None
+    payloads: list[bytes] | None
+    #: then its sample's value and timestamp (None otherwise)
     values: np.ndarray | None  # float64
     timestamps: np.ndarray | None  # int64
     #: the request's bytes (uncompressed), for :func:`write_request_of`'s full message
     data: bytes
 
+    def key(self, index: int) -> bytes:
+        """Series ``index``'s key (:func:`decode_key` reads one)."""
+        if self.series is None or self.payloads is None:
+            raise ValueError("a request read without columns has no keys")
+        return request_key(self.series, self.payloads, index)
+
+    @property
+    def keys(self) -> list[bytes] | None:
+        """Every series' key, in order (None without columns)."""
+        if self.series is None:
+            return None
+        return [self.key(index) for index in range(len(self.series))]
+
 
 def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     """A remote write body -> its series as columns (see the module's docstring); raises
     BadRequestError as :func:`decode_write_request` does. Parses and encodings by the
-    runtime, no step per series or sample but the keys' comparisons and the columns'
+    runtime, no step per series or sample but the series' comparisons and the columns'
     alignment (compiled)."""
     data = snappy_decompress(body, max_bytes)
     try:
@@ -283,20 +307,19 @@ def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
         payloads = list(_SamplesView.FromString(data).timeseries.samples)
     except DecodeError as exc:
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
-    none = WriteColumns(None, None, None, data)
+    none = WriteColumns(None, None, None, None, data)
     if len(payloads) != len(series):
         return none
-    keys = series_keys(series, payloads, _EncodedSamples(samples=payloads).SerializeToString())
-    if keys is None:
+    if not series_fit(series, payloads, _EncodedSamples(samples=payloads).SerializeToString()):
         return none
     try:
-        columns = _SampleColumns.FromString(_MARK + _MARK.join(payloads) if keys else b"")
+        columns = _SampleColumns.FromString(_MARK + _MARK.join(payloads) if series else b"")
     except DecodeError as exc:  # a sample's own bytes are not a Sample
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
-    aligned = align_samples(columns.value, columns.timestamp, len(keys))
+    aligned = align_samples(columns.value, columns.timestamp, len(series))
     if aligned is None:
         return none
-    return WriteColumns(keys, aligned[0], aligned[1], data)
+    return WriteColumns(series, payloads, aligned[0], aligned[1], data)
 
 
 def write_request_of(columns: WriteColumns) -> Any:

@@ -21,9 +21,10 @@ Prometheus drops a whole batch on a 4xx and retries it on a 5xx, so:
 
 A request is read as columns (:func:`~tsd.protocol.prom_wire.decode_write_columns`), and
 series are remembered by their key (their labels' bytes) in the ingest service's
-``prometheus`` ref cache: a series seen before costs a dict lookup, no decoding, mapping
-or lookup of its names. The samples of those are taken in one pass
-(:func:`~tsd.protocol.prom_samples.take_known_samples`, compiled): their series listed,
+``prometheus`` ref cache (a compact table): a series seen before costs a lookup of its key
+where it lies in the request, no decoding, mapping or lookup of its names. The samples
+of those are taken in one pass
+(:func:`~tsd.protocol.prom_samples.take_known_series`, compiled): their series listed,
 their timestamps and values left in the request's columns (arrays, no Python number or
 point per sample); on the embedded store those are encoded in one compiled pass as the
 request's log record, a row per sample (:func:`~tsd.wal.record.encode_samples_payload`),
@@ -51,15 +52,17 @@ from tsd.protocol.prom_labels import (
     classify_nonfinite,
     is_storable_timestamp,
 )
-from tsd.protocol.prom_samples import take_known_samples
+from tsd.protocol.prom_samples import take_known_series
 from tsd.protocol.prom_wire import (
     DecodeError,
+    WriteColumns,
     decode_key,
     decode_label,
     decode_write_columns,
     series_key,
     write_request_of,
 )
+from tsd.protocol.ref_table import RefTable
 from tsd.server.http.appends import append_in_room, put_waiting
 from tsd.server.http.context import SERVICES
 from tsd.server.http.errors import json_response
@@ -69,17 +72,19 @@ from tsd.wal.record import EncodedPart, SampleBlock, encode_samples_payload
 from tsd.write.ingest import (
     IngestSession,
     LoggedPart,
-    RefCache,
     RefPoint,
     RefusalKind,
     Refused,
+    SeriesCache,
     SeriesRef,
     SyncOutcome,
 )
 
 log = get_logger(HTTP)
 
-#: The ingest service's cache of remote write keys (a series' encoded labels).
+#: The ingest service's cache of remote write keys (a series' encoded labels), a compact
+#: table (:data:`~tsd.protocol.ref_table.RefTable`): a key's bytes once in an arena rather
+#: than a bytes object of its own, looked up without making one (take_known_series).
 PROM_REFS: Final = "prometheus"
 #: The protocol name of tsd's ``ingest.points`` / ``ingest.errors`` counters.
 PROTOCOL: Final = "prometheus"
@@ -127,15 +132,10 @@ async def handle_write(request: web.Request, path: ApiPath) -> web.StreamRespons
     else:
         columns = decode_write_columns(body, limit)
     rules = services.rules
-    refs = services.ingest.ref_cache(PROM_REFS)
+    refs = services.ingest.ref_cache(PROM_REFS, RefTable)
     mapper = LabelMapper(rules.special_chars, rules.max_tags)
     take = _Take(refs, mapper)
-    if (
-        columns.keys is None
-        or columns.values is None
-        or columns.timestamps is None
-        or not await take.one_sample_each(columns.keys, columns.values, columns.timestamps)
-    ):
+    if columns.series is None or not await take.one_sample_each(columns):
         take = _Take(refs, mapper)  # not one sample per series: each one's samples
         await take.any_series(write_request_of(columns).timeseries)
     outcome = take.outcome
@@ -200,7 +200,7 @@ class _Take:
     key, by ref (:meth:`known_columns`), points of series to resolve
     (:attr:`new`, with their key), and what is not stored (:attr:`outcome`)."""
 
-    refs: RefCache
+    refs: SeriesCache
     mapper: LabelMapper
     #: the series of each point of a known series, in order; their timestamps and values
     #: as columns (int64, float64): whole parts taken at once, and points one by one
@@ -213,41 +213,52 @@ class _Take:
     #: the mapping of each new key met in this request (a series may come many times)
     mapped: dict[bytes, MappedSeries | tuple[str, str] | None] = field(default_factory=dict)
 
-    async def one_sample_each(
-        self, keys: list[bytes], values: np.ndarray, timestamps: np.ndarray
-    ) -> bool:
+    async def one_sample_each(self, columns: WriteColumns) -> bool:
         """As many samples as series, one each (what Prometheus sends): the samples of
         known series in one compiled pass
-        (:func:`~tsd.protocol.prom_samples.take_known_samples`), the others one by one.
+        (:func:`~tsd.protocol.prom_samples.take_known_series`), the others one by one.
         False, with the request half taken, when a key met for the first time is not a
         series without samples (:func:`~tsd.protocol.prom_wire.decode_key`): the keys did
         not part each series from its sample."""
+        series, payloads = columns.series, columns.payloads
+        values, timestamps = columns.values, columns.timestamps
+        if series is None or payloads is None or values is None or timestamps is None:
+            return False  # no columns
         low, high = MAX_SECONDS_TIMESTAMP, MAX_MS_TIMESTAMP  # is_storable_timestamp's
         get = self.refs.get
-        for start in range(0, len(keys), YIELD_EVERY):
+        count = len(series)
+        for start in range(0, count, YIELD_EVERY):
             if start:
                 await asyncio.sleep(0)
-            if len(keys) <= YIELD_EVERY:  # the usual request: one part, no copies
-                part_keys, part_values, part_timestamps = keys, values, timestamps
-            else:
-                part_keys = keys[start : start + YIELD_EVERY]
-                part_values = values[start : start + YIELD_EVERY]
-                part_timestamps = timestamps[start : start + YIELD_EVERY]
-            taken, others = take_known_samples(
-                part_keys, part_values, part_timestamps, self.refs, self.known_series, low, high
+            end = min(count, start + YIELD_EVERY)
+            taken, others = take_known_series(
+                series,
+                payloads,
+                values,
+                timestamps,
+                self.refs,
+                self.known_series,
+                low,
+                high,
+                start,
+                end,
             )
-            if taken and others:
-                kept = np.ones(len(part_keys), dtype=np.bool_)
-                kept[others] = False
-                self.add_known_part(part_timestamps[kept], part_values[kept])
-            elif taken:
+            if taken:
+                if end - start == count:  # the usual request: one part, no copies
+                    part_timestamps, part_values = timestamps, values
+                else:
+                    part_timestamps, part_values = timestamps[start:end], values[start:end]
+                if others:
+                    kept = np.ones(end - start, dtype=np.bool_)
+                    kept[np.array(others, dtype=np.int64) - start] = False
+                    part_timestamps, part_values = part_timestamps[kept], part_values[kept]
                 self.add_known_part(part_timestamps, part_values)
             for index in others:
-                key = part_keys[index]
+                key = columns.key(index)
                 ref = get(key)
                 if ref is None and self.mapping(key) is None:
                     return False  # not a key: the samples may not be one per series
-                sample = (part_values[index].item(), part_timestamps[index].item())
+                sample = (values[index].item(), timestamps[index].item())
                 self.other(key, ref, (sample,))
         return True
 
