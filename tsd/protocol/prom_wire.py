@@ -27,8 +27,9 @@ the protobuf runtime itself, that hand back whole columns at once:
   a *singular* message, which protobuf's merge rule turns into one message holding every
   series' samples (repeated fields of a message met twice are concatenated);
 * the key of every series: its bytes without the field of its sample at their end. The
-  runtime writes the samples back as fields of a message of their own, one after the
-  other; when series ``i`` ends with the ``i``-th of them, its key is what comes before
+  runtime writes the samples back as fields, one after the other (the samples view's
+  merged message, less the fields it left unknown: every series' labels); when series
+  ``i`` ends with the ``i``-th of them, its key is what comes before
   (:func:`~tsd.protocol.prom_samples.series_fit`, compiled: a comparison of bytes, no
   step per label; the key is then looked up where it lies, in the series' bytes:
   :func:`~tsd.protocol.prom_samples.take_known_series`). A key is thus the series'
@@ -196,7 +197,6 @@ def _classes() -> dict[str, Any]:
         "ReadRequest",
         "ReadResponse",
         "WriteSeries",
-        "EncodedSamples",
         "EncodedSeries",
         "SamplesView",
         "SampleColumns",
@@ -216,7 +216,6 @@ WriteRequest: Final[Any] = _CLASSES["WriteRequest"]
 ReadRequest: Final[Any] = _CLASSES["ReadRequest"]
 ReadResponse: Final[Any] = _CLASSES["ReadResponse"]
 _WriteSeries: Final[Any] = _CLASSES["WriteSeries"]
-_EncodedSamples: Final[Any] = _CLASSES["EncodedSamples"]
 _EncodedSeries: Final[Any] = _CLASSES["EncodedSeries"]
 _SamplesView: Final[Any] = _CLASSES["SamplesView"]
 _SampleColumns: Final[Any] = _CLASSES["SampleColumns"]
@@ -304,13 +303,17 @@ def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     data = snappy_decompress(body, max_bytes)
     try:
         series = list(_EncodedSeries.FromString(data).timeseries)
-        payloads = list(_SamplesView.FromString(data).timeseries.samples)
+        every_sample = _SamplesView.FromString(data).timeseries
+        payloads = list(every_sample.samples)
     except DecodeError as exc:
         raise BadRequestError("Invalid WriteRequest", str(exc)) from None
     none = WriteColumns(None, None, None, None, data)
     if len(payloads) != len(series):
         return none
-    if not series_fit(series, payloads, _EncodedSamples(samples=payloads).SerializeToString()):
+    # The samples as fields: the view's message less the fields it left unknown (every
+    # series' labels), written back by the runtime.
+    every_sample.DiscardUnknownFields()
+    if not series_fit(series, payloads, every_sample.SerializeToString()):
         return none
     try:
         columns = _SampleColumns.FromString(_MARK + _MARK.join(payloads) if series else b"")
