@@ -30,6 +30,7 @@ from tsd.protocol.prom_samples import (
 )
 from tsd.protocol.prom_wire import (
     TimeSeries,
+    WriteColumns,
     WriteRequest,
     decode_key,
     decode_write_columns,
@@ -74,6 +75,13 @@ def _request(
     values_ = np.array([value for _, value, _ in samples], dtype=np.float64)
     timestamps_ = np.array([timestamp for _, _, timestamp in samples], dtype=np.int64)
     return series, payloads, values_, timestamps_
+
+
+def _keys(columns: WriteColumns) -> list[bytes] | None:
+    """Every series' key of a request read as columns, in order (None without columns)."""
+    if columns.series is None:
+        return None
+    return [columns.key(index) for index in range(len(columns.series))]
 
 
 def _is_mark(value: float) -> bool:
@@ -308,8 +316,9 @@ def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
     )
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
     full = [series.samples[0] for series in WriteRequest.FromString(data).timeseries]
-    if columns.keys is None or columns.values is None or columns.timestamps is None:
-        assert columns.keys is None
+    keys = _keys(columns)
+    if keys is None or columns.values is None or columns.timestamps is None:
+        assert keys is None
         assert columns.values is None
         # some field of a sample (the last of its kind or not) holds a mark
         marks = {_field(1, 1, struct.pack("<d", MARK_VALUE)), _field(2, 0, _varint(MARK_TIMESTAMP))}
@@ -319,9 +328,7 @@ def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
         struct.pack("<d", s.value) for s in full
     ]
     assert columns.timestamps.tolist() == [s.timestamp for s in full]
-    assert [decode_key(key) for key in columns.keys] == [
-        [f"l{i}".encode()] for i in range(len(samples))
-    ]
+    assert [decode_key(key) for key in keys] == [[f"l{i}".encode()] for i in range(len(samples))]
 
 
 def test_a_mark_in_a_field_read_over_is_still_found() -> None:
@@ -332,7 +339,7 @@ def test_a_mark_in_a_field_read_over_is_still_found() -> None:
     data = _field(1, 2, _field(1, 2, b"l") + _field(2, 2, sample))
     data += _field(1, 2, _field(1, 2, b"m") + _field(2, 2, _field(2, 0, _varint(5))))
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
-    assert columns.keys is None
+    assert _keys(columns) is None
     assert columns.values is None
     assert columns.timestamps is None
 
@@ -381,9 +388,10 @@ def test_keys_are_taken_only_for_a_sample_per_series(
     one in the columns."""
     data = b"".join(_field(1, 2, _series_bytes(*shape)) for shape in shapes)
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
-    if columns.keys is None:
+    keys = _keys(columns)
+    if keys is None:
         return
-    labels = [decode_key(key) for key in columns.keys]
+    labels = [decode_key(key) for key in keys]
     if any(one is None for one in labels):
         return  # the handler reads the request the slow way
     full = list(WriteRequest.FromString(data).timeseries)
@@ -409,8 +417,9 @@ def test_a_label_that_ends_like_a_sample_is_not_taken_for_one() -> None:
         1, 2, _field(1, 2, _field(1, 2, b"m")) + _field(2, 2, first) + _field(2, 2, second)
     )
     columns = decode_write_columns(snappy_compress(data), 1 << 20)
-    assert columns.keys is not None  # the bytes line up ...
-    assert [decode_key(key) for key in columns.keys] == [None, None]  # ... the keys do not
+    keys = _keys(columns)
+    assert keys is not None  # the bytes line up ...
+    assert [decode_key(key) for key in keys] == [None, None]  # ... the keys do not
 
 
 #: lists of bytes for series_fit: series, payloads and fields, made to agree or not

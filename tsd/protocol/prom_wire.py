@@ -287,13 +287,6 @@ class WriteColumns:
             raise ValueError("a request read without columns has no keys")
         return request_key(self.series, self.payloads, index)
 
-    @property
-    def keys(self) -> list[bytes] | None:
-        """Every series' key, in order (None without columns)."""
-        if self.series is None:
-            return None
-        return [self.key(index) for index in range(len(self.series))]
-
 
 def decode_write_columns(body: bytes, max_bytes: int) -> WriteColumns:
     """A remote write body -> its series as columns (see the module's docstring); raises
