@@ -24,6 +24,7 @@ import pytest
 
 from tests.hbase_harness import (
     INSTALL_HINT,
+    JVM_OPTS,
     SCRIPT,
     THRIFT_READ_TIMEOUT_MS,
     HBaseServer,
@@ -127,6 +128,7 @@ def hbase_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HBaseClu
         "TSD_HBASE_THRIFT_PORTS": ",".join(map(str, cluster.thrift_ports)),
         "TSD_HBASE_THRIFT2_PORT": str(cluster.thrift2_port),
         "TSD_HBASE_THRIFT_READ_TIMEOUT_MS": str(THRIFT_READ_TIMEOUT_MS),
+        "TSD_HBASE_JVM_OPTS": " ".join(JVM_OPTS),
         "TSD_HBASE_WATCH_PID": str(os.getpid()),
     }
     done = subprocess.run(

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.hbase_harness import ROOT, HBaseServer, drop_tables, unique_prefix
+from tests.hbase_harness import JVM_OPTS, ROOT, HBaseServer, drop_tables, unique_prefix
 from tests.readiness import wait_http_ready
 from tsd.config import StorageConfig, build_config
 from tsd.daemon import Daemon
@@ -187,7 +187,14 @@ async def stop_process(process: subprocess.Popen[bytes]) -> None:
 def _launch(classpath: str, conf: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            ["java", "-Xmx512m", f"-Dlogback.configurationFile={LOGBACK}", "-cp", classpath]
+            [
+                "java",
+                "-Xmx512m",
+                *JVM_OPTS,
+                f"-Dlogback.configurationFile={LOGBACK}",
+                "-cp",
+                classpath,
+            ]
             + ["net.opentsdb.tools.TSDMain", f"--config={conf}"],
             stdout=out,
             stderr=subprocess.STDOUT,

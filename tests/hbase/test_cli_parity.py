@@ -24,7 +24,7 @@ from tests.hbase.opentsdb import (
     tool_logback,
     tsd_hbase_keys,
 )
-from tests.hbase_harness import HBaseServer
+from tests.hbase_harness import JVM_OPTS, HBaseServer
 from tsd.config import StorageConfig
 
 pytestmark = pytest.mark.hbase
@@ -100,6 +100,7 @@ class Clis:
         return [
             "java",
             "-Xmx256m",
+            *JVM_OPTS,
             "-Duser.timezone=UTC",
             f"-Dlogback.configurationFile={logback or self.logback}",
             *["-cp", classpath, f"net.opentsdb.tools.{tool}", f"--config={self.opentsdb_conf}"],

@@ -55,7 +55,9 @@ from tests.test_native import setup_py_extensions
 
 # Building every wheel takes about a minute with pip's cache (more on a loaded machine): more
 # than tests/server's 120 s default for the module's first test, which builds the image.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900, method="thread")]
+# ``serial``: the whole module runs in scripts/test's one-process run, beside its HBase test,
+# so the image is built once a suite rather than once in each of the two runs.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(900, method="thread")]
 
 #: the programs of the images' Python, taken from each stage's virtual environment
 PYTHON_PROGRAMS = ("pip", "python", "tsdb")
@@ -247,8 +249,8 @@ def copy_into(source: Path, target: Path, context: bool) -> None:
 
 @pytest.fixture(scope="session")
 def image() -> Iterator[tuple[Image, Stage]]:
-    """Built once a run: the HBase test of this module runs with the other HBase tests,
-    near the end of the suite (a module fixture was built twice, about 26 s each)."""
+    """Built once a run (a module fixture was built twice, about 26 s each), and once a
+    suite: every test of the module is in scripts/test's one-process run (``serial``)."""
     base = Path(tempfile.mkdtemp(prefix="tsd-image-"))
     base.chmod(0o755)  # the unprivileged user runs the image's Python from here
     try:
