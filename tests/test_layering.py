@@ -204,6 +204,7 @@ def test_tsd_obeys_the_layer_table(rows: dict[str, Rule]) -> None:
     assert check_tree(ROOT, rows) == []
 
 
+@pytest.mark.slow
 def test_no_import_circle() -> None:
     assert import_circles(ROOT) == []
 
@@ -331,6 +332,7 @@ def test_circle_finder(tmp_path: Path, added: dict[str, str], circle: list[list[
     assert import_circles(tmp_path) == circle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("relative", "planted", "reported"),
     [

@@ -45,6 +45,8 @@ def test_the_helpers_are_setup_py_extensions() -> None:
     assert sorted(native.HELPERS) == sorted(setup_py_extensions())
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 def test_only_tsd_native_imports_a_helper() -> None:
     """One place loads them: any other import would escape the switch and the count."""
     found = []

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from tsd.codec.const import FAMILY
 from tsd.config import Config, CoreConfig, StorageConfig
 from tsd.data_points import make_tags
@@ -34,6 +36,8 @@ BOUND = 1 << 20
 HOSTS, RACKS = 200, 100  # 20,000 series: about 4 MiB of rows
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 async def test_a_burst_of_new_series_keeps_the_head_within_its_bound(tmp_path: Path) -> None:
     storage = EmbeddedStorage(tmp_path)
     cfg = Config(

@@ -35,6 +35,8 @@ print(grew, int(grown.count.sum()), int(grown.group[6_999_999]))
 """
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the daemon's glibc settings")
 def test_room_for_later_slots_is_not_resident() -> None:
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True)

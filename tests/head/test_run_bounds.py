@@ -77,6 +77,7 @@ def test_runs_of_other_types_go_to_numpy() -> None:
     assert list(_offset_bounds([as_view])) == [(True, 0, 1000)]
 
 
+@pytest.mark.slow
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(OFFSETS, max_size=6), max_size=12))
@@ -109,6 +110,7 @@ def test_runs_of_other_types_get_their_columns_from_numpy() -> None:
     assert run_columns([values_view, run]).tolist() == expected
 
 
+@pytest.mark.slow
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.lists(OFFSETS, max_size=4)), max_size=16))

@@ -82,6 +82,7 @@ def _run(index_type: Any, ops: list[tuple[str, list[int]]]) -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(OPS)

@@ -62,6 +62,8 @@ def _read(head: Head) -> Any:
     return rows
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=150, deadline=None)
 @given(ops=OPS)
 @pytest.mark.parametrize("block_points", [0, 1, 2], ids=["default", "pack1", "pack2"])
@@ -174,6 +176,8 @@ REPEATED = st.lists(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=150, deadline=None)
 @given(before=REPEATED, runs=REPEATED)
 def test_a_batch_with_rows_repeated_adds_what_its_runs_add_one_by_one(

@@ -4,6 +4,7 @@ of a qualifier winning) when their times strictly increase, else left to the cel
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,8 @@ from tsd.codec import encode_point
 from tsd.head.head import _split, sorted_seconds
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), VALUES), min_size=1, max_size=60))
 def test_out_of_order_rows_read_as_their_cells(points: list[tuple[int, int | float]]) -> None:

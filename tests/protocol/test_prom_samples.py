@@ -235,6 +235,7 @@ def test_align_samples_reads_the_marks_item_by_item(
         assert answer[1].dtype == np.int64
 
 
+@pytest.mark.slow
 @needs_c
 @settings(max_examples=400, deadline=None)
 @given(column_values, column_timestamps, st.integers(0, 12))
@@ -304,6 +305,8 @@ sample_fields = st.lists(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=300, deadline=None)
 @given(st.lists(sample_fields, max_size=12))
 def test_columns_read_as_the_full_message(samples: list[list[bytes]]) -> None:
@@ -377,6 +380,8 @@ def _series_bytes(labels: list[bytes], samples: list[bytes], shuffled: bool) -> 
     return b"".join(fields)
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=400, deadline=None)
 @given(st.lists(series_shapes, max_size=6))
 def test_keys_are_taken_only_for_a_sample_per_series(

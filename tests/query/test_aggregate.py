@@ -348,6 +348,8 @@ def test_group_pipeline_matches_scalar_reference(
     assert _same(got, want)
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=200, deadline=None)
 @given(
     series=st.lists(st.one_of(_series_strategy(True), _series_strategy(False)), min_size=1,

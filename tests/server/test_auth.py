@@ -344,6 +344,7 @@ async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
     return loop.time() - t0
 
 
+@pytest.mark.slow
 @pytest.mark.both_loops
 async def test_a_client_hello_cut_short_is_closed_by_the_header_timeout(
     make_tsd: MakeTsd, certificate: tuple[Path, dict[str, str]]

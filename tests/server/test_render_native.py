@@ -34,6 +34,7 @@ def _series(stamps: list[int], values: list[float | int]) -> AggregatedSeries:
     return AggregatedSeries(np.array(stamps, dtype=np.int64), doubles, int_values, ints)
 
 
+@pytest.mark.slow
 @needs_helper
 @settings(max_examples=300, deadline=None)
 @given(

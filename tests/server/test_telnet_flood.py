@@ -29,6 +29,7 @@ async def _probe(port: int, stop: asyncio.Event, round_trips: list[float]) -> No
     await client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "count", "reply"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ def _entry_and_changes(draw: st.DrawFn) -> tuple[bytes, list[packed.Change]]:
     return packed.pack_group(list(stored.items())), changes
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(_entry_and_changes())
 def test_columns_give_the_cell_by_cell_bytes(case: tuple[bytes, list[packed.Change]]) -> None:

@@ -329,6 +329,8 @@ def test_threads_decode_at_once() -> None:
         assert all(pool.map(decode, range(400)))
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 async def test_head_write_out_beside_readers_keeps_packed_rows_intact(
     store: EmbeddedStorage,
 ) -> None:

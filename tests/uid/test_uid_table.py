@@ -87,12 +87,14 @@ def check_same(ops: list[tuple[str, Any]], reverse: bool) -> None:
     assert table.items() == list(spec.items())
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(table_ops(names, uids))
 def test_a_forward_table_behaves_as_a_dict(ops: list[tuple[str, Any]]) -> None:
     check_same(ops, reverse=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(table_ops(uids, names))
 def test_a_reverse_table_behaves_as_a_dict(ops: list[tuple[str, Any]]) -> None:
@@ -175,6 +177,7 @@ def call(cache: UidCache, op: str, arg: Any) -> Any:
     return getattr(cache, op)(arg)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 12), cache_ops)
 def test_a_cache_over_tables_behaves_as_one_over_dicts(

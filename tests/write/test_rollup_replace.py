@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def _stored_and_new(draw: st.DrawFn) -> tuple[CellBlock, dict[bytes, dict[bytes,
     return CellBlock.from_rows(rows), new
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(_stored_and_new())
 def test_columns_find_the_rule_s_stale_cells(
