@@ -54,6 +54,22 @@ THRIFT_READ_TIMEOUT_MS = 3000
 #: cluster's tests took 100 s of machine CPU instead of 171 (159 s of wall clock instead
 #: of 185) on two cores
 JVM_OPTS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+def script_env(var_dir: Path, zk_port: int) -> dict[str, str]:
+    """The environment of a test's ``scripts/hbase`` (standalone or cluster): its own
+    directory and ZooKeeper port, the tests' gateway timeout and JVM flags, and this
+    process's pid (HBase stops when it dies)."""
+    return {
+        **os.environ,
+        "TSD_HBASE_VAR": str(var_dir),
+        "TSD_HBASE_ZK_PORT": str(zk_port),
+        "TSD_HBASE_THRIFT_READ_TIMEOUT_MS": str(THRIFT_READ_TIMEOUT_MS),
+        "TSD_HBASE_JVM_OPTS": " ".join(JVM_OPTS),
+        "TSD_HBASE_WATCH_PID": str(os.getpid()),
+    }
+
+
 INSTALL_HINT = (
     "the HBase tests need a JDK 17 and Maven (Debian: apt-get install openjdk-17-jdk-headless "
     "maven), and Maven Central reachable once to fetch HBase's jars"
@@ -133,13 +149,8 @@ class HBaseHarness:
         base = self.basetemp or Path(os.environ.get("TMPDIR", "/tmp"))
         var_dir = base / f"hbase-{uuid.uuid4().hex[:8]}"
         self._env = {
-            **os.environ,
-            "TSD_HBASE_VAR": str(var_dir),
-            "TSD_HBASE_ZK_PORT": str(_free_port()),
+            **script_env(var_dir, _free_port()),
             "TSD_HBASE_THRIFT_PORT": str(_free_port()),
-            "TSD_HBASE_THRIFT_READ_TIMEOUT_MS": str(THRIFT_READ_TIMEOUT_MS),
-            "TSD_HBASE_JVM_OPTS": " ".join(JVM_OPTS),
-            "TSD_HBASE_WATCH_PID": str(os.getpid()),
         }
         began = time.monotonic()
         done = subprocess.run(

@@ -24,11 +24,10 @@ import pytest
 
 from tests.hbase_harness import (
     INSTALL_HINT,
-    JVM_OPTS,
     SCRIPT,
-    THRIFT_READ_TIMEOUT_MS,
     HBaseServer,
     _free_port,
+    script_env,
 )
 from tsd.config import StorageConfig
 
@@ -120,16 +119,11 @@ def hbase_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HBaseClu
         thrift2_port=_free_port(),
     )
     cluster.env = {
-        **os.environ,
-        "TSD_HBASE_VAR": str(var_dir),
-        "TSD_HBASE_ZK_PORT": str(cluster.zk_port),
+        **script_env(var_dir, cluster.zk_port),
         "TSD_HBASE_MASTER_PORT": str(_free_port()),
         "TSD_HBASE_RS_PORTS": ",".join(map(str, cluster.region_server_ports)),
         "TSD_HBASE_THRIFT_PORTS": ",".join(map(str, cluster.thrift_ports)),
         "TSD_HBASE_THRIFT2_PORT": str(cluster.thrift2_port),
-        "TSD_HBASE_THRIFT_READ_TIMEOUT_MS": str(THRIFT_READ_TIMEOUT_MS),
-        "TSD_HBASE_JVM_OPTS": " ".join(JVM_OPTS),
-        "TSD_HBASE_WATCH_PID": str(os.getpid()),
     }
     done = subprocess.run(
         [str(SCRIPT), "cluster-start"], env=cluster.env, capture_output=True, text=True
