@@ -98,7 +98,7 @@ def storage_config(table_prefix: str) -> StorageConfig:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """``TSD_REQUIRE_NATIVE=1`` (CI): stop at once when a compiled helper of setup.py did not
     build, rather than let its C-versus-Python tests turn into skips (tsd/native.py).
-    ``TSD_DISABLE_NATIVE=1`` hides the helpers on purpose (CI's fallback step): no check."""
+    ``TSD_DISABLE_NATIVE=1`` (scripts/test's fallback run) hides them on purpose: no check."""
     if native.required() and not native.disabled():
         missing = native.missing()
         if missing:
