@@ -34,6 +34,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "each_backend: run the tsd fixture on every backend")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The Docker image's tests selected: start building it now, beside the other tests."""
+    modules = {getattr(item, "module", None) for item in session.items}
+    for module in modules:
+        if module is not None and module.__name__.endswith("test_docker_build"):
+            module.start_building()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A build started and never used (the run stopped before its tests): its directory."""
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.endswith("test_docker_build"):
+            module.discard_build()
+            return
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # pytest-timeout's default SIGALRM never fires while uvloop waits in C, so a hung
     # server test would hang the suite: use the thread method (fails it by name).

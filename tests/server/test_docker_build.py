@@ -28,8 +28,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,18 +249,50 @@ def copy_into(source: Path, target: Path, context: bool) -> None:
 # -- the build ---------------------------------------------------------------------------------
 
 
+#: the build under way or done: its directory and its outcome (:func:`start_building`)
+_BUILD: dict[str, tuple[Path, Future[tuple[Image, Stage]]]] = {}
+
+
+def _build(base: Path, done: Future[tuple[Image, Stage]]) -> None:
+    try:
+        built = Image(base)
+        done.set_result((built, built.build(DOCKERFILE)))
+    except BaseException as exc:  # handed to the fixture, which raises it in the test
+        done.set_exception(exc)
+
+
+def start_building() -> None:
+    """Start building the image in a thread of its own, once a run. The run's collection
+    calls this when it selected a test of this module (tests/server/conftest.py): the
+    build is pip and the compiler in subprocesses, 100 s on a loaded two-core machine,
+    and the one-process run's HBase tests go on meanwhile instead of waiting for it."""
+    if "image" in _BUILD:
+        return
+    base = Path(tempfile.mkdtemp(prefix="tsd-image-"))
+    base.chmod(0o755)  # the unprivileged user runs the image's Python from here
+    done: Future[tuple[Image, Stage]] = Future()
+    _BUILD["image"] = (base, done)
+    threading.Thread(target=_build, args=(base, done), name="image-build", daemon=True).start()
+
+
+def discard_build() -> None:
+    """At the run's end: wait for a build started and remove its directory."""
+    if "image" in _BUILD:
+        base, done = _BUILD.pop("image")
+        wait([done])
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def image() -> Iterator[tuple[Image, Stage]]:
     """Built once a run (a module fixture was built twice, about 26 s each), and once a
-    suite: every test of the module is in scripts/test's one-process run (``serial``)."""
-    base = Path(tempfile.mkdtemp(prefix="tsd-image-"))
-    base.chmod(0o755)  # the unprivileged user runs the image's Python from here
+    suite: every test of the module is in scripts/test's one-process run (``serial``);
+    started as the run begins (:func:`start_building`)."""
+    start_building()
     try:
-        built = Image(base)
-        runtime = built.build(DOCKERFILE)
-        yield built, runtime
+        yield _BUILD["image"][1].result()
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        discard_build()
 
 
 def test_the_wheel_holds_every_helper(image: tuple[Image, Stage]) -> None:

@@ -127,8 +127,13 @@ def use_the_page(base: str) -> dict[str, Any]:
         driver.get(base + "/")
 
         def suggested(d: Any) -> list[str]:
-            options = d.find_elements("css selector", "#metric-suggestions option")
-            return [o.get_attribute("value") for o in options]
+            # Read in one script, in the page's own turn: the page replaces the options as
+            # the user types, so options found in one call can be gone by the next.
+            values: list[str] = d.execute_script(
+                "return Array.from(document.querySelectorAll("
+                "'#metric-suggestions option'), option => option.value)"
+            )
+            return values
 
         # On load the page lists every metric; typing narrows the list.
         WebDriverWait(driver, 30).until(lambda d: len(suggested(d)) == 2)
