@@ -256,8 +256,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the HBase tests last, so a failing start does not delay the fast feedback; and
     mark them ``slow`` as well (an HBase start alone is 30-60 s), so that
     ``-m "not slow"`` is the fast loop without naming HBase. (Under pytest-xdist each
-    worker would start an HBase of its own: the full suite runs in one process.)"""
+    worker would start an HBase of its own: the full suite runs in one process.) The tests
+    marked ``serial`` go after them all: their session fixture, the Docker image, is built
+    in a thread from the run's start (tests/server/conftest.py), which the tests before
+    them leave time for."""
     for item in items:
         if item.get_closest_marker("hbase") is not None:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("hbase") is not None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("serial") is not None,
+            item.get_closest_marker("hbase") is not None,
+        )
+    )
