@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import uvloop
@@ -34,21 +35,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "each_backend: run the tsd fixture on every backend")
 
 
+def _docker_build_module(session: pytest.Session) -> ModuleType | None:
+    """tests/server/test_docker_build.py as this run imported it, when it selected a test of
+    it (under --import-mode=importlib its name is not a package path), else None."""
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if isinstance(module, ModuleType) and module.__name__.endswith("test_docker_build"):
+            return module
+    return None
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The Docker image's tests selected: start building it now, beside the other tests."""
-    modules = {getattr(item, "module", None) for item in session.items}
-    for module in modules:
-        if module is not None and module.__name__.endswith("test_docker_build"):
-            module.start_building()
+    module = _docker_build_module(session)
+    if module is not None:
+        module.start_building()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A build started and never used (the run stopped before its tests): its directory."""
-    for item in session.items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.endswith("test_docker_build"):
-            module.discard_build()
-            return
+    module = _docker_build_module(session)
+    if module is not None:
+        module.discard_build()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
