@@ -59,9 +59,12 @@ async def test_line_flood_is_answered_without_stalling_others(
     await flood.close()
     # The other client was answered all along: no round trip waited for the flood
     # (one send and one parse per line held the loop for seconds before the fix: 1.1 s
-    # for 100,000 empty lines, 4.7 s for 200,000 unknown commands, against a daemon process).
+    # for 100,000 empty lines, 4.7 s for 200,000 unknown commands, against a daemon process;
+    # these floods are 2 to 10 times larger). The bound leaves room for this process, which
+    # reads the flood's replies on the same loop as the probe: on a loaded two-core machine
+    # one round trip took 0.547 s with the fix in place.
     assert len(round_trips) >= 2
-    assert max(round_trips) < 0.5, round_trips
+    assert max(round_trips) < 1.0, round_trips
 
 
 async def test_replies_keep_their_order_among_empty_lines(make_tsd: MakeTsd) -> None:
