@@ -130,6 +130,8 @@ def import_sites(**env: str) -> dict[str, object]:
     return result
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 def test_hidden_helpers_put_every_import_site_on_its_fallback() -> None:
     found = import_sites(TSD_DISABLE_NATIVE="1")
     compiled = found["compiled"]
@@ -139,6 +141,8 @@ def test_hidden_helpers_put_every_import_site_on_its_fallback() -> None:
     assert found["status"] == dict.fromkeys(native.HELPERS, "hidden by TSD_DISABLE_NATIVE")
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 def test_built_helpers_serve_every_import_site() -> None:
     if native.disabled() or native.missing():
         pytest.skip(f"helpers not loaded here: {native.missing()}")

@@ -28,6 +28,8 @@ needs_c = pytest.mark.skipif(C is None, reason="tsd/head/_runs.c is not built")
 ROWS = st.lists(st.tuples(st.binary(max_size=24), st.binary(max_size=48)), max_size=40)
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(rows=ROWS, as_bytes=st.booleans())
@@ -53,6 +55,8 @@ def test_rows_the_helper_does_not_take_are_left_to_the_spec() -> None:
     assert C.join_parts([], np.zeros(0, np.int64), np.zeros(0, np.int64)) == (b"", b"")
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @needs_c
 @settings(max_examples=200, deadline=None)
 @given(items=st.lists(st.binary(max_size=8), min_size=1, max_size=30), data=st.data())
@@ -74,6 +78,8 @@ def test_an_index_the_helper_cannot_pick_is_left_to_the_spec() -> None:
         _picked_at(items, np.array([0, 5], dtype=np.int64))
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

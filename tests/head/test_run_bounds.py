@@ -138,6 +138,8 @@ def test_runs_of_other_types_are_joined_by_python() -> None:
     assert join_repeated_rows([run, as_view]) == python_join_repeated_rows([run, as_view])
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=5), max_size=10), st.integers(0, 4))

@@ -431,6 +431,8 @@ def test_a_label_that_ends_like_a_sample_is_not_taken_for_one() -> None:
 key_inputs = st.lists(st.tuples(st.binary(max_size=8), st.binary(max_size=5)), max_size=8)
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @needs_c
 @settings(max_examples=400, deadline=None)
 @given(key_inputs, st.integers(0, 3), st.binary(max_size=2))

@@ -52,6 +52,8 @@ def _key(n: int) -> bytes:
     return b"m%d " % n + b"t" * (n * 17 % 600)
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(max_entries=st.integers(1, 12), ops=_ops)

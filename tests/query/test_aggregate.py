@@ -251,6 +251,8 @@ def _same(got: Sequence[tuple[int, Any, bool]], want: Sequence[tuple[int, Any, b
     return True
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=200, deadline=None)
 @given(
     times=st.lists(st.integers(1, 60), min_size=1, max_size=8, unique=True).map(sorted),

@@ -32,6 +32,8 @@ def row_keys(draw: st.DrawFn) -> list[bytes]:
     return keys
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @compiled
 @settings(max_examples=200, deadline=None)
 @given(row_keys())

@@ -5,6 +5,7 @@ per-series path, their spec, on random series keys and filters."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,8 @@ def _names() -> tuple[dict[bytes, str], dict[bytes, str]]:
     return TAGKS, tagv
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=150, deadline=None)
 @given(tag_sets, filters, st.booleans(), st.booleans())
 def test_columns_give_the_per_series_facts_and_filters(
@@ -104,6 +107,8 @@ def test_columns_give_the_per_series_facts_and_filters(
     np.testing.assert_array_equal(keep, SeriesFilter(fs, explicit).mask(want.tags))
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=150, deadline=None)
 @given(tag_sets, st.data())
 def test_a_groups_tags_by_column_are_group_tags(
@@ -142,6 +147,8 @@ def test_keys_of_other_shapes_have_no_columns() -> None:
     assert columns.inverse[0].tolist() == [0, 1]
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

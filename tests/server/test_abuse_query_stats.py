@@ -7,6 +7,7 @@ import io
 
 import aiohttp
 import orjson
+import pytest
 
 from tsd.daemon import Daemon
 from tsd.query.tracking import (
@@ -28,6 +29,7 @@ def _big_query(i: int, values: int) -> bytes:
     return orjson.dumps({"start": T - 10, "end": T + 10, "queries": [sub]})
 
 
+@pytest.mark.slow
 async def test_completed_queries_are_bounded_in_bytes(tsd: Daemon) -> None:
     base = f"http://127.0.0.1:{tsd.port}"
     point = {"metric": "stats.m", "timestamp": T, "value": 1, "tags": {"host": "a"}}

@@ -211,6 +211,7 @@ async def test_telnet_refuses_bad_first_line(secured: Daemon, first: bytes) -> N
     assert [p.metric for p in await stored(secured)] == ["good.m"]
 
 
+@pytest.mark.slow
 async def test_telnet_without_credential_line_is_closed_after_socket_timeout(
     make_tsd: MakeTsd, tmp_path: Path
 ) -> None:

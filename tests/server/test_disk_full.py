@@ -124,6 +124,7 @@ class DiskThatFills(EmbeddedStorage):
         await super().mutate(table, mutations)
 
 
+@pytest.mark.slow
 async def test_full_disk_sequence_with_injected_enospc(
     make_tsd: MakeTsd, log_disk: LogDisk
 ) -> None:

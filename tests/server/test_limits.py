@@ -247,6 +247,7 @@ async def test_long_static_name_is_a_404_and_the_cache_stays_bounded(tsd: Daemon
     assert ui._shipped_files.cache_info().currsize == 1
 
 
+@pytest.mark.slow
 async def test_silent_and_trickling_connections_are_closed(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(**{"tsd.network.header_timeout": "1"})
     silent = await asyncio.open_connection("127.0.0.1", daemon.port)

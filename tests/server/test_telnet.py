@@ -287,6 +287,7 @@ async def test_many_connections_at_once(tsd: Daemon) -> None:
     await eventually(lambda: tsd.listener.open_connections() == 0)
 
 
+@pytest.mark.slow
 async def test_idle_connection_is_closed_after_socket_timeout(make_tsd: MakeTsd) -> None:
     daemon = await make_tsd(**{"tsd.core.socket.timeout": "1"})
     client = await TelnetClient.connect(daemon.port)

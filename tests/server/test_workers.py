@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from tests.server.conftest import MakeTsd
 from tests.server.support import TelnetClient, eventually, stored
 from tsd.daemon import Daemon
@@ -93,6 +95,7 @@ def _encoded(tsd: Daemon) -> int:
     return sum(s.value for s in tsd.registry.collect() if s.name == "workers.points")
 
 
+@pytest.mark.slow
 async def test_a_worker_that_dies_is_replaced(make_tsd: MakeTsd) -> None:
     tsd = await make_tsd(**{"tsd.network.worker_threads": "2"})
     pool = _pool(tsd)
@@ -121,6 +124,7 @@ async def test_one_process_when_worker_threads_is_1(make_tsd: MakeTsd) -> None:
     await client.close()
 
 
+@pytest.mark.slow
 async def test_a_worker_past_the_series_cache_bound_keeps_every_point_in_order(
     make_tsd: MakeTsd,
 ) -> None:

@@ -144,6 +144,7 @@ async def test_illegal_names_are_rejected(embedded: EmbeddedStorage, table, fami
         await embedded.create_table(table, [FamilySpec(family)])
 
 
+@pytest.mark.slow
 async def test_scan_batches_end_at_a_row_boundary_past_the_cell_cap(
     embedded: EmbeddedStorage,
 ) -> None:

@@ -356,6 +356,8 @@ async def test_scan_blocks_read_compacted_rows_as_points(
 _SUFFIX = b"t\x01"
 
 
+@pytest.mark.slow
+@pytest.mark.fallbacks
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

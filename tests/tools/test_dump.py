@@ -6,6 +6,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 from tsd.config import StorageConfig
 from tsd.storage.base import Put
 from tsd.storage.embedded import EmbeddedStorage
@@ -126,6 +128,7 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
+@pytest.mark.slow
 async def test_dump_reads_a_store_a_daemon_holds_open(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
     holder = await asyncio.create_subprocess_exec(

@@ -66,6 +66,7 @@ async def test_backfill_writes_the_cells_the_write_out_computes(tmp_path: Path) 
         assert await _rollup_cells(tmp_path / "bare") == expected
 
 
+@pytest.mark.slow
 async def test_backfill_refuses_bad_ranges(tmp_path: Path) -> None:
     result = await tsdb(
         tmp_path, "rollup-backfill", "--data-dir", str(tmp_path), str(T0 + 10), str(T0)

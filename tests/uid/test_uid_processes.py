@@ -15,6 +15,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 from tsd.config import StorageConfig
 from tsd.storage.base import ScanSpec
 from tsd.storage.embedded import EmbeddedStorage
@@ -53,6 +55,7 @@ async def _assign(data_dir: str, table: str, seed: int) -> dict[str, object]:
         await storage.close()
 
 
+@pytest.mark.slow
 async def test_processes_assigning_overlapping_batches_agree_on_every_uid(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     table = StorageConfig().uid_table

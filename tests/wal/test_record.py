@@ -112,6 +112,8 @@ def test_a_compressed_record_with_a_good_checksum_but_bad_zstd_is_damage() -> No
         max_size=10,
     )
 )
+@pytest.mark.slow
+@pytest.mark.fallbacks
 def test_any_rows_round_trip(rows: list[Row]) -> None:
     # A map keeps one value per qualifier, the last: as a batch does.
     expected = [(row, list(dict(cells).items())) for row, cells in rows]

@@ -174,6 +174,7 @@ async def test_disabled_compaction_leaves_rows(
     assert len(await cells_of_only_row(storage, tables)) == 2
 
 
+@pytest.mark.slow
 async def test_background_pass_compacts_without_being_asked(
     make_writer: MakeWriter, storage: Storage, tables: StorageConfig
 ) -> None:

@@ -352,6 +352,7 @@ async def test_a_burst_of_new_series_gets_the_refs_made_one_by_one(
 _NAME = st.text(alphabet=st.sampled_from("ab.\0é-"), max_size=4)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(metric=_NAME, tags=st.lists(st.tuples(_NAME, _NAME), max_size=4).map(tuple))
 def test_series_name_key_answers_as_its_python_version(

@@ -173,6 +173,7 @@ async def test_sync_waits_for_the_spool_up_to_its_timeout(
     assert (outcome.stored, outcome.unstored) == (1, [])
 
 
+@pytest.mark.slow
 async def test_a_shutdown_while_spooling_leaves_the_backlog_to_the_next_start(
     make_writer: MakeWriter,
     storage: Storage,
@@ -200,6 +201,7 @@ async def test_a_shutdown_while_spooling_leaves_the_backlog_to_the_next_start(
     assert segments(tmp_path) == []  # the old segments went once drained
 
 
+@pytest.mark.slow
 async def test_a_full_log_disk_during_an_outage_refuses_new_points_and_loses_none(
     make_writer: MakeWriter,
     storage: Storage,
